@@ -1,0 +1,164 @@
+"""The instance's configuration, read from the files under ``<base>/input/config/``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runtime import hyperparameters as hp
+
+
+class ConfigError(Exception):
+    """A config file is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The base directory laid out as SageMaker's /opt/ml."""
+
+    base: Path
+
+    @property
+    def code(self) -> Path:
+        return self.base / "code"
+
+    @property
+    def input(self) -> Path:
+        return self.base / "input"
+
+    @property
+    def config(self) -> Path:
+        return self.base / "input" / "config"
+
+    @property
+    def data(self) -> Path:
+        return self.base / "input" / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data(self) -> Path:
+        return self.base / "output" / "data"
+
+    @property
+    def intermediate(self) -> Path:
+        return self.base / "output" / "intermediate"
+
+    @property
+    def failure(self) -> Path:
+        return self.base / "output" / "failure"
+
+    @property
+    def success(self) -> Path:
+        return self.base / "output" / "success"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.base / "checkpoints"
+
+    def create(self) -> None:
+        for path in (
+            self.code,
+            self.data,
+            self.model,
+            self.output_data,
+            self.intermediate,
+            self.checkpoints,
+        ):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    paths: Paths
+    job_name: str
+    job_id: str
+    current_host: str
+    hosts: list[str]
+    host_addresses: dict[str, str]
+    instance_type: str
+    network_interface: str
+    resource_config: dict[str, Any]
+    input_data_config: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    framework_params: dict[str, Any]
+    entry_point: str
+    source_uri: str
+    distribution: dict[str, Any]
+    channels: dict[str, str]
+    output_path: str
+    environment: dict[str, str]
+    master_addr: str
+    master_port: int
+
+    @property
+    def master_host(self) -> str:
+        return self.hosts[0]
+
+    @property
+    def is_master(self) -> bool:
+        return self.current_host == self.master_host
+
+    @property
+    def node_rank(self) -> int:
+        return self.hosts.index(self.current_host)
+
+    def distribution_enabled(self, key: str) -> bool:
+        section = self.distribution.get(key)
+        return isinstance(section, dict) and bool(section.get("enabled"))
+
+
+def load(base: Path) -> InstanceConfig:
+    paths = Paths(base)
+    resource = _read(paths.config / "resourceconfig.json")
+    input_data = _read(paths.config / "inputdataconfig.json", default={})
+    raw_hps = _read(paths.config / "hyperparameters.json", default={})
+    runyard = _read(paths.config / "runyard.json")
+    user_hps, framework = hp.split_framework(hp.decode(raw_hps))
+    try:
+        return InstanceConfig(
+            paths=paths,
+            job_name=runyard["job_name"],
+            job_id=runyard["job_id"],
+            current_host=resource["current_host"],
+            hosts=list(resource["hosts"]),
+            host_addresses=dict(resource.get("host_addresses", {})),
+            instance_type=resource.get("current_instance_type", "local"),
+            network_interface=resource.get("network_interface_name", "eth0"),
+            resource_config=resource,
+            input_data_config=input_data,
+            hyperparameters=user_hps,
+            framework_params=framework,
+            entry_point=runyard["entry_point"],
+            source_uri=runyard["source_uri"],
+            distribution=dict(runyard.get("distribution", {})),
+            channels=dict(runyard.get("channels", {})),
+            output_path=runyard["output_path"],
+            environment=dict(runyard.get("environment", {})),
+            master_addr=runyard["master_addr"],
+            master_port=int(runyard["master_port"]),
+        )
+    except KeyError as exc:
+        raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
+
+
+def _read(path: Path, default: dict[str, Any] | None = None) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        if default is not None:
+            return default
+        raise ConfigError(f"{path} is missing") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    return data

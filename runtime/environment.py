@@ -1,0 +1,105 @@
+"""The environment a user script sees: SageMaker's SM_* contract plus Runyard's own.
+
+Non-string values are JSON-encoded, as SageMaker's containers do, so scripts that parse
+``SM_HOSTS`` or ``SM_TRAINING_ENV`` with ``json.loads`` keep working.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from runtime.config import InstanceConfig
+from runtime.hyperparameters import to_cli_args
+
+# Never handed to user code: it is the instance's credential toward the service.
+PRIVATE_VARIABLES = ("RUNYARD_JOB_TOKEN",)
+LOG_LEVEL = 20  # logging.INFO
+
+
+def training_env(config: InstanceConfig, *, num_gpus: int, num_cpus: int) -> dict[str, Any]:
+    """SM_TRAINING_ENV: the whole environment as one dict."""
+    paths = config.paths
+    return {
+        "job_name": config.job_name,
+        "current_host": config.current_host,
+        "current_instance_type": config.instance_type,
+        "hosts": config.hosts,
+        "master_hostname": config.master_host,
+        "is_master": config.is_master,
+        "host_addresses": config.host_addresses,
+        "network_interface_name": config.network_interface,
+        "num_gpus": num_gpus,
+        "num_cpus": num_cpus,
+        "hyperparameters": config.hyperparameters,
+        "additional_framework_parameters": config.framework_params,
+        "channel_input_dirs": {name: str(paths.data / name) for name in sorted(config.channels)},
+        "input_data_config": config.input_data_config,
+        "resource_config": config.resource_config,
+        "distribution": config.distribution,
+        "user_entry_point": config.entry_point,
+        "module_name": PurePosixPath(config.entry_point).stem,
+        "module_dir": config.source_uri,
+        "log_level": LOG_LEVEL,
+        "base_dir": str(paths.base),
+        "model_dir": str(paths.model),
+        "input_dir": str(paths.input),
+        "input_config_dir": str(paths.config),
+        "output_dir": str(paths.output),
+        "output_data_dir": str(paths.output_data),
+        "output_intermediate_dir": str(paths.intermediate),
+        "checkpoint_dir": str(paths.checkpoints),
+    }
+
+
+def script_environment(
+    config: InstanceConfig, inherited: Mapping[str, str], *, num_gpus: int, num_cpus: int
+) -> dict[str, str]:
+    paths = config.paths
+    env = {key: value for key, value in inherited.items() if key not in PRIVATE_VARIABLES}
+    env.update(config.environment)
+    channels = sorted(config.channels)
+    full = training_env(config, num_gpus=num_gpus, num_cpus=num_cpus)
+    env.update(
+        {
+            "TRAINING_JOB_NAME": config.job_name,
+            "SM_BASE_DIR": str(paths.base),
+            "SM_MODEL_DIR": str(paths.model),
+            "SM_INPUT_DIR": str(paths.input),
+            "SM_INPUT_CONFIG_DIR": str(paths.config),
+            "SM_OUTPUT_DIR": str(paths.output),
+            "SM_OUTPUT_DATA_DIR": str(paths.output_data),
+            "SM_OUTPUT_INTERMEDIATE_DIR": str(paths.intermediate),
+            "SM_CHECKPOINT_DIR": str(paths.checkpoints),
+            "SM_CHANNELS": json.dumps(channels),
+            "SM_HPS": json.dumps(config.hyperparameters),
+            "SM_HOSTS": json.dumps(config.hosts),
+            "SM_CURRENT_HOST": config.current_host,
+            "SM_CURRENT_INSTANCE_TYPE": config.instance_type,
+            "SM_NUM_GPUS": str(num_gpus),
+            "SM_NUM_CPUS": str(num_cpus),
+            "SM_RESOURCE_CONFIG": json.dumps(config.resource_config),
+            "SM_INPUT_DATA_CONFIG": json.dumps(config.input_data_config),
+            "SM_USER_ENTRY_POINT": config.entry_point,
+            "SM_USER_ARGS": json.dumps(to_cli_args(config.hyperparameters)),
+            "SM_FRAMEWORK_PARAMS": json.dumps(config.framework_params),
+            "SM_TRAINING_ENV": json.dumps(full),
+            "SM_LOG_LEVEL": str(LOG_LEVEL),
+            "SM_NETWORK_INTERFACE_NAME": config.network_interface,
+            "SM_MODULE_NAME": full["module_name"],
+            "SM_MODULE_DIR": config.source_uri,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    for name in channels:
+        env[f"SM_CHANNEL_{_env_name(name)}"] = str(paths.data / name)
+    for key, value in config.hyperparameters.items():
+        env[f"SM_HP_{_env_name(key)}"] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+def _env_name(key: str) -> str:
+    return re.sub(r"[^A-Z0-9_]", "_", key.upper())

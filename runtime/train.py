@@ -1,0 +1,188 @@
+"""The instance entry point (``train`` in images, ``python -m runtime.train`` locally).
+
+Reads the config files, fetches code and channels, launches the entry point under the
+requested distribution, ships every output line, uploads the model from the master host,
+and reports each phase. The instance's result is reported before the process exits, so
+the service never mistakes a finished instance for a lost one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+from runtime import archive, failure, hyperparameters, launch, resources, storage
+from runtime.config import ConfigError, InstanceConfig, load
+from runtime.environment import script_environment
+from runtime.launch.entry_point import EntryPointError, command
+from runtime.launch.workers import GroupResult, WorkerGroup, WorkerSpec
+from runtime.reporter import LogShipper, ServiceClient
+
+RUNTIME_STREAM = "runtime"
+
+
+class SetupError(Exception):
+    """The instance could not be prepared (code, data, entry point); not the script's fault."""
+
+
+class Trainer:
+    def __init__(
+        self, config: InstanceConfig, client: ServiceClient | None, shipper: LogShipper
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.shipper = shipper
+        self.group: WorkerGroup | None = None
+        self.stop_requested = False
+
+    def say(self, message: str) -> None:
+        self.shipper.emit(RUNTIME_STREAM, message)
+
+    def report(self, phase: str, **fields: object) -> None:
+        if self.client is not None:
+            self.client.report(phase, fields)
+
+    def on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
+        self.stop_requested = True
+        if self.group is not None:
+            self.group.request_stop()
+
+    def run(self) -> int:
+        config = self.config
+        paths = config.paths
+        try:
+            self.report("Downloading")
+            paths.create()
+            self._fetch()
+            specs = self._plan()
+        except (SetupError, EntryPointError, storage.StorageError, archive.ArchiveError) as exc:
+            return self._fail(1, f"ClientError: {exc}")
+        if self.stop_requested:
+            return self._stopped()
+        self.report("Training")
+        self.say(f"Starting {len(specs)} process(es): {' '.join(specs[0].argv)}")
+        started = time.monotonic()
+        self.group = WorkerGroup(specs, self.shipper.emit)
+        result = self.group.run()
+        self.say(
+            f"Script exited with code {result.exit_code} after {time.monotonic() - started:.1f} s"
+        )
+        if result.stopped or self.stop_requested:
+            return self._stopped()
+        if result.exit_code != 0:
+            return self._fail(result.exit_code, self._reason(result))
+        model_uri = None
+        if config.is_master:
+            self.report("Uploading")
+            try:
+                model_uri = self._upload_model()
+            except (OSError, storage.StorageError) as exc:
+                return self._fail(1, f"UploadError: could not store the model: {exc}")
+        paths.success.touch()
+        self._finish_logs()
+        self.report("Completed", exit_code=0, model_uri=model_uri)
+        return 0
+
+    def _fetch(self) -> None:
+        config = self.config
+        paths = config.paths
+        started = time.monotonic()
+        self.say(f"Fetching code from {config.source_uri}")
+        source = storage.local_path(config.source_uri)
+        if source.is_dir():
+            storage.fetch(config.source_uri, paths.code)
+        elif source.is_file():
+            archive.extract(source, paths.code)
+        else:
+            raise SetupError(f"source {config.source_uri} does not exist")
+        for name, uri in sorted(config.channels.items()):
+            self.say(f"Fetching channel {name} from {uri}")
+            storage.fetch(uri, paths.data / name)
+        self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
+
+    def _plan(self) -> list[WorkerSpec]:
+        config = self.config
+        gpus, cpus = resources.num_gpus(), resources.num_cpus()
+        env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(config.paths.code), env.get("PYTHONPATH")])
+        )
+        # Collective backends pick their interface from these; the backend knows which one
+        # reaches the other instances.
+        env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
+        env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
+        args = hyperparameters.to_cli_args(config.hyperparameters)
+        argv = command(config.paths.code, config.entry_point, args)
+        return launch.worker_specs(config, argv, env, num_gpus=gpus)
+
+    def _reason(self, result: GroupResult) -> str:
+        return failure.reason(result.exit_code, result.stderr_tail, self.config.paths.failure)
+
+    def _upload_model(self) -> str:
+        config = self.config
+        uri = storage.join(config.output_path, config.job_name, "output", "model.tar.gz")
+        with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
+            tarball = archive.make_tarball(config.paths.model, Path(scratch) / "model.tar.gz")
+            storage.put_file(tarball, uri)
+        self.say(f"Model stored at {uri}")
+        return uri
+
+    def _fail(self, exit_code: int, reason: str) -> int:
+        reason = reason[: failure.MAX_REASON]
+        paths = self.config.paths
+        if failure.read_failure_file(paths.failure) is None:
+            paths.output.mkdir(parents=True, exist_ok=True)
+            paths.failure.write_text(reason)
+        self.say(f"Failed: {reason}")
+        self._finish_logs()
+        self.report("Failed", exit_code=exit_code, failure_reason=reason)
+        return exit_code or 1
+
+    def _stopped(self) -> int:
+        # As SageMaker does on a stop: keep whatever model the script managed to save.
+        model_uri = None
+        if (
+            self.config.is_master
+            and self.config.paths.model.exists()
+            and any(self.config.paths.model.iterdir())
+        ):
+            try:
+                model_uri = self._upload_model()
+            except (OSError, storage.StorageError) as exc:
+                self.say(f"Could not store the model on stop: {exc}")
+        self.say("Stopped")
+        self._finish_logs()
+        self.report("Stopped", model_uri=model_uri)
+        return 0
+
+    def _finish_logs(self) -> None:
+        # Every line is stored before the final report, so a finished job has all its logs.
+        self.shipper.close()
+
+
+def main() -> int:
+    base = Path(os.environ.get("SM_BASE_DIR", "/opt/ml"))
+    try:
+        config = load(base)
+    except ConfigError as exc:
+        print(f"runyard runtime: {exc}", file=sys.stderr)
+        return 2
+    client = ServiceClient.from_env(config.job_name, config.current_host)
+    shipper = LogShipper(client).start()
+    trainer = Trainer(config, client, shipper)
+    signal.signal(signal.SIGTERM, trainer.on_sigterm)
+    try:
+        return trainer.run()
+    except Exception as exc:  # a runtime bug must still end as a reported failure
+        traceback.print_exc()
+        return trainer._fail(1, f"InternalServerError: the Runyard runtime failed: {exc!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

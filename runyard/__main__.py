@@ -1,0 +1,3 @@
+from runyard.cli import main
+
+main()

@@ -1,0 +1,324 @@
+"""``runyard``: run the server, submit jobs, follow them.
+
+Every command finds the server and its token from RUNYARD_HOME (or RUNYARD_URL and
+RUNYARD_TOKEN). Errors print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import yaml
+
+from runyard.client import Client, RunyardError
+from runyard.output import describe_lines, final_summary, job_table, log_line
+
+if TYPE_CHECKING:
+    from service.settings import Settings
+
+EXIT_JOB_DID_NOT_COMPLETE = 1
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunyardError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="runyard")
+def main() -> None:
+    """Runyard: self-hosted managed training jobs.
+
+    Start the server with `runyard server`, then submit a script with `runyard submit`.
+    """
+
+
+# -- running the service ---------------------------------------------------------------
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8642, show_default=True, type=int, help="Port to listen on.")
+def server(host: str, port: int) -> None:
+    """Run the API, worker and beat together on the embedded defaults.
+
+    Everything lives in RUNYARD_HOME (default ~/.runyard): a SQLite database, a SQLite
+    broker, the artifact store, and the admin token (written to RUNYARD_HOME/token).
+    """
+    from service.server import run_all
+
+    run_all(_server_settings(port), host, port)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8642, show_default=True, type=int, help="Port to listen on.")
+def api(host: str, port: int) -> None:
+    """Run only the API (migrates the database first). For compose and Kubernetes."""
+    from service.server import run_api
+
+    run_api(_server_settings(port), host, port)
+
+
+@main.command()
+@click.option("--concurrency", default=4, show_default=True, type=int, help="Tasks run at once.")
+def worker(concurrency: int) -> None:
+    """Run only the Celery worker that drives jobs and their instances."""
+    from service.server import run_worker
+    from service.settings import get_settings
+
+    run_worker(get_settings(), concurrency)
+
+
+@main.command()
+def beat() -> None:
+    """Run only Celery beat, which re-drives every live job periodically."""
+    from service.server import run_beat
+    from service.settings import get_settings
+
+    run_beat(get_settings())
+
+
+@main.command()
+def migrate() -> None:
+    """Bring the database schema up to date and make sure an admin token exists."""
+    from service.server import prepare
+    from service.settings import get_settings
+
+    prepare(get_settings())
+    click.echo("database is up to date")
+
+
+def _server_settings(port: int) -> Settings:
+    import os
+
+    from service.settings import Settings
+
+    if os.environ.get("RUNYARD_PUBLIC_URL"):
+        return Settings()
+    # Instances reach the server on the port it listens on.
+    return Settings(public_url=f"http://127.0.0.1:{port}")
+
+
+# -- jobs --------------------------------------------------------------------------------
+
+
+def _pairs(values: tuple[str, ...], option: str, parse_json: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        if parse_json:
+            try:
+                result[key] = json.loads(value)
+            except json.JSONDecodeError:
+                result[key] = value
+        else:
+            result[key] = value
+    return result
+
+
+def _load_spec_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise RunyardError(f"cannot read spec file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RunyardError(f"spec file {path} must hold a mapping of job fields")
+    return data
+
+
+@main.command()
+@click.argument(
+    "spec_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("--name", help="Job name (unique). Default: <base-job-name>-<timestamp>.")
+@click.option("--base-job-name", help="Prefix for a generated job name.")
+@click.option("--entry-point", "-e", help="Script to run, relative to the source (train.py).")
+@click.option(
+    "--source-dir",
+    "-s",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Local directory with the code; packed and stored on the server.",
+)
+@click.option("--source-uri", help="Code already stored: file:// directory or .tar.gz.")
+@click.option("--instance-type", "-t", help="Instance type, e.g. local or ml.p4d.24xlarge.")
+@click.option("--instance-count", "-n", type=int, help="Number of instances.")
+@click.option(
+    "--distribution", "-d", help='JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'.'
+)
+@click.option(
+    "--hyperparameter",
+    "-H",
+    "hyperparameters",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Repeatable. VALUE is parsed as JSON when it can be (0.1, true, [1,2]).",
+)
+@click.option(
+    "--input",
+    "-i",
+    "inputs",
+    multiple=True,
+    metavar="CHANNEL=URI",
+    help="Repeatable. A file:// URI or a local path.",
+)
+@click.option("--output-path", help="Where the model goes (default: the server's artifact store).")
+@click.option("--max-run", type=int, help="Seconds before the job is stopped (max_run).")
+@click.option(
+    "--env",
+    "environment",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Repeatable. Script environment.",
+)
+@click.option("--backend", help="Run on this backend instead of the one configured for the type.")
+@click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
+)
+@click.option("--logs", "show_logs", is_flag=True, help="Stream the job's logs (implies --wait).")
+def submit(
+    spec_file: Path | None,
+    source_dir: Path | None,
+    dry_run: bool,
+    wait: bool,
+    show_logs: bool,
+    hyperparameters: tuple[str, ...],
+    inputs: tuple[str, ...],
+    environment: tuple[str, ...],
+    distribution: str | None,
+    **flags: Any,
+) -> None:
+    """Submit a training job from flags and/or a YAML/JSON SPEC_FILE (flags win)."""
+    spec = _load_spec_file(spec_file) if spec_file else {}
+    spec.update({key: value for key, value in flags.items() if value is not None})
+    if distribution is not None:
+        try:
+            spec["distribution"] = json.loads(distribution)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--distribution") from exc
+    if hyperparameters:
+        spec["hyperparameters"] = {
+            **spec.get("hyperparameters", {}),
+            **_pairs(hyperparameters, "-H", True),
+        }
+    if environment:
+        spec["environment"] = {**spec.get("environment", {}), **_pairs(environment, "--env")}
+    if inputs:
+        spec["inputs"] = {
+            **spec.get("inputs", {}),
+            **{k: _as_uri(v) for k, v in _pairs(inputs, "-i").items()},
+        }
+    with Client() as client:
+        if source_dir is not None:
+            spec["source_uri"] = client.upload_source(source_dir)
+        if "source_uri" not in spec:
+            raise RunyardError("give --source-dir (local code) or --source-uri (stored code)")
+        if dry_run:
+            click.echo(client.create_job(spec, dry_run=True)["rendered"])
+            return
+        job = client.create_job(spec)
+        click.echo(f"Submitted training job {job['name']}")
+        if wait or show_logs:
+            sys.exit(_follow(client, job["name"], show_logs))
+
+
+def _as_uri(value: str) -> str:
+    return value if "://" in value else Path(value).resolve().as_uri()
+
+
+def _follow(client: Client, name: str, show_logs: bool) -> int:
+    try:
+        if show_logs:
+            for item in client.follow_logs(name):
+                if "end" not in item:
+                    click.echo(log_line(item))
+        job = client.wait(name)
+    except KeyboardInterrupt:
+        click.echo(f"\n{name} keeps running; `runyard stop {name}` stops it.", err=True)
+        return 130
+    for line in final_summary(job):
+        click.echo(line)
+    return 0 if job["status"] == "Completed" else EXIT_JOB_DID_NOT_COMPLETE
+
+
+@main.command("list")
+@click.option(
+    "--status", type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
+)
+@click.option("--prefix", "name_prefix", help="Only jobs whose name starts with this.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
+@click.option("--cursor", help="next_cursor printed by the previous page.")
+def list_jobs(status: str | None, name_prefix: str | None, limit: int, cursor: str | None) -> None:
+    """List training jobs, newest first."""
+    with Client() as client:
+        page = client.list_jobs(status=status, name_prefix=name_prefix, limit=limit, cursor=cursor)
+    for line in job_table(page["items"]):
+        click.echo(line)
+    if page["next_cursor"]:
+        click.echo(f"more: runyard list --cursor {page['next_cursor']}")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
+def describe(name: str, as_json: bool) -> None:
+    """Show a job's status, transitions, failure reason and model."""
+    with Client() as client:
+        job = client.get_job(name)
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+        return
+    for line in describe_lines(job):
+        click.echo(line)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
+@click.option("--host", help="Only this host's lines, e.g. algo-2.")
+def logs(name: str, follow: bool, host: str | None) -> None:
+    """Print a job's logs, each line prefixed by its host."""
+    with Client() as client:
+        lines = client.follow_logs(name, host=host) if follow else client.logs(name, host=host)
+        for item in lines:
+            if "end" not in item:
+                click.echo(log_line(item))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait until the job has stopped.")
+def stop(name: str, wait: bool) -> None:
+    """Stop a running job: its scripts get SIGTERM and a grace period to save."""
+    with Client() as client:
+        job = client.stop_job(name)
+        click.echo(f"{name}: {job['status']}")
+        if wait:
+            job = client.wait(name)
+            click.echo(f"{name}: {job['status']}")
+
+
+@main.command()
+@click.option(
+    "--create", "create_name", metavar="NAME", help="Mint another API token with this name."
+)
+def token(create_name: str | None) -> None:
+    """Print the API token the CLI uses, or create another one."""
+    with Client() as client:
+        if create_name:
+            click.echo(client.create_token(create_name))
+            return
+        if not client.token:
+            raise RunyardError("no token found; start `runyard server` once, or set RUNYARD_TOKEN")
+        click.echo(client.token)

@@ -1,0 +1,241 @@
+"""A small HTTP client for the Runyard API, used by the CLI and the SDK.
+
+Finds the server and its token without configuration: ``RUNYARD_URL`` / ``RUNYARD_TOKEN``
+if set, else what ``runyard server`` wrote into ``RUNYARD_HOME`` (``~/.runyard``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from runtime.archive import make_tarball
+
+DEFAULT_URL = "http://127.0.0.1:8642"
+# Not worth shipping to a training instance.
+PACKING_EXCLUDES = frozenset(
+    {"__pycache__", ".git", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache"}
+)
+
+
+class RunyardError(Exception):
+    """The server refused a request or could not be reached; the message says why."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def runyard_home() -> Path:
+    return Path(os.environ.get("RUNYARD_HOME", "~/.runyard")).expanduser()
+
+
+def discover() -> tuple[str, str | None]:
+    """(server URL, token) from the environment or RUNYARD_HOME."""
+    home = runyard_home()
+    url = os.environ.get("RUNYARD_URL")
+    if not url:
+        try:
+            url = json.loads((home / "server.json").read_text())["url"]
+        except (OSError, ValueError, KeyError):
+            url = DEFAULT_URL
+    token = os.environ.get("RUNYARD_TOKEN")
+    if not token:
+        try:
+            token = (home / "token").read_text().strip() or None
+        except OSError:
+            token = None
+    return url, token
+
+
+class Client:
+    def __init__(
+        self, url: str | None = None, token: str | None = None, timeout: float = 30.0
+    ) -> None:
+        found_url, found_token = discover()
+        self.url = (url or found_url).rstrip("/")
+        self.token = token or found_token
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def create_job(self, spec: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        params = {"dry_run": "true"} if dry_run else {}
+        return self._json("POST", "/v1/training-jobs", json=spec, params=params)
+
+    def get_job(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/training-jobs/{name}")
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        name_prefix: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        params = {"status": status, "name_prefix": name_prefix, "limit": limit, "cursor": cursor}
+        return self._json(
+            "GET", "/v1/training-jobs", params={k: v for k, v in params.items() if v is not None}
+        )
+
+    def stop_job(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/training-jobs/{name}/stop")
+
+    def wait(self, name: str, *, poll: float = 1.0, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the job ends; returns its final description."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get_job(name)
+            if job["status"] in ("Completed", "Failed", "Stopped"):
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise RunyardError(f"{name} is still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    # -- logs -------------------------------------------------------------------------
+
+    def logs(self, name: str, *, host: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every stored line, all hosts merged by time (or one host's)."""
+        cursor = None
+        while True:
+            params = {"host": host, "cursor": cursor, "limit": 5000}
+            page = self._json(
+                "GET",
+                f"/v1/training-jobs/{name}/logs",
+                params={k: v for k, v in params.items() if v is not None},
+            )
+            yield from page["events"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return
+
+    def follow_logs(self, name: str, *, host: str | None = None) -> Iterator[dict[str, Any]]:
+        """Lines as they arrive until the job ends; the last item is ``{"end": status}``.
+        Reconnects (resuming after the last line seen) if the stream drops."""
+        last_id: str | None = None
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            params = {"follow": "true", **({"host": host} if host else {})}
+            try:
+                with self._http.stream(
+                    "GET",
+                    f"/v1/training-jobs/{name}/logs",
+                    params=params,
+                    headers=headers,
+                    timeout=None,
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise _error(response)
+                    for event, data, event_id in _sse_events(response.iter_lines()):
+                        failures = 0
+                        if event_id:
+                            last_id = event_id
+                        if event == "end":
+                            yield {"end": json.loads(data)["status"]}
+                            return
+                        if event == "log":
+                            yield json.loads(data)
+            except httpx.TransportError as exc:
+                failures += 1
+                if failures > 5:
+                    raise RunyardError(f"lost the log stream from {self.url}: {exc}") from exc
+                time.sleep(min(2**failures * 0.2, 5))
+
+    # -- sources and tokens -------------------------------------------------------------
+
+    def upload_source(self, source_dir: Path) -> str:
+        """Pack ``source_dir`` as a .tar.gz, store it on the server, return its source_uri."""
+        if not source_dir.is_dir():
+            raise RunyardError(f"source directory {source_dir} does not exist")
+        with tempfile.TemporaryDirectory(prefix="runyard-pack-") as scratch:
+            bundle = make_tarball(
+                source_dir, Path(scratch) / "source.tar.gz", exclude=PACKING_EXCLUDES
+            )
+            with open(bundle, "rb") as handle:
+                result = self._json(
+                    "POST",
+                    "/v1/sources",
+                    content=handle,
+                    headers={"Content-Type": "application/gzip"},
+                )
+        return str(result["source_uri"])
+
+    def create_token(self, name: str) -> str:
+        return str(self._json("POST", "/v1/tokens", json={"name": name})["token"])
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise RunyardError(
+                f"cannot reach the Runyard server at {self.url} ({exc}); "
+                "is `runyard server` running?"
+            ) from exc
+        if response.status_code >= 400:
+            raise _error(response)
+        data: dict[str, Any] = response.json()
+        return data
+
+
+def _error(response: httpx.Response) -> RunyardError:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text
+    if isinstance(detail, list):
+        # FastAPI validation errors: name each field ("instance_count: ...").
+        parts = []
+        for item in detail:
+            loc = [
+                str(part) for part in item.get("loc", []) if part not in ("body", "query", "path")
+            ]
+            parts.append(f"{'.'.join(loc) or 'request'}: {item.get('msg')}")
+        detail = "; ".join(parts)
+    if response.status_code == 401:
+        detail = f"{detail} (token from RUNYARD_TOKEN or {runyard_home() / 'token'})"
+    return RunyardError(
+        f"{detail or response.reason_phrase} (HTTP {response.status_code})", response.status_code
+    )
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:
+    event, event_id = "message", None
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data), event_id
+            event, data, event_id = "message", [], None
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+            elif field == "id":
+                event_id = value

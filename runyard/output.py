@@ -1,0 +1,93 @@
+"""How the CLI shows jobs and log lines to people."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+
+def log_line(event: dict[str, Any]) -> str:
+    tag = " [runyard]" if event.get("stream") == "runtime" else ""
+    return f"[{event['host']}]{tag} {event['message']}"
+
+
+def artifact_location(uri: str | None) -> str | None:
+    """A file:// artifact as a plain path, since that is what people open."""
+    if not uri:
+        return None
+    parts = urlsplit(uri)
+    return unquote(parts.path) if parts.scheme == "file" else uri
+
+
+def training_seconds(job: dict[str, Any]) -> float | None:
+    start, end = job.get("training_start_time"), job.get("training_end_time")
+    if not start or not end:
+        return None
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def final_summary(job: dict[str, Any]) -> list[str]:
+    lines = [f"Training job {job['name']} ended: {job['status']} ({job['secondary_status']})"]
+    seconds = training_seconds(job)
+    if seconds is not None:
+        lines.append(f"Training time: {seconds:.1f} s (billable: {job.get('billable_seconds')} s)")
+    if job.get("failure_reason"):
+        lines.append(f"Failure reason: {job['failure_reason']}")
+    model = artifact_location(job.get("model_artifacts"))
+    if model:
+        lines.append(f"Model: {model}")
+    return lines
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def describe_lines(job: dict[str, Any]) -> list[str]:
+    spec = job["spec"]
+    lines = [
+        f"Name:             {job['name']}",
+        f"Status:           {job['status']} ({job['secondary_status']})",
+        f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}",
+        f"Entry point:      {spec['entry_point']}",
+        f"Created:          {job['created_at']}",
+        f"Training start:   {job.get('training_start_time') or '-'}",
+        f"Training end:     {job.get('training_end_time') or '-'}",
+        f"Billable seconds: {_or_dash(job.get('billable_seconds'))}",
+    ]
+    if job.get("failure_reason"):
+        lines.append(f"Failure reason:   {job['failure_reason']}")
+    model = artifact_location(job.get("model_artifacts"))
+    if model:
+        lines.append(f"Model:            {model}")
+    lines.append("Transitions:")
+    for item in job["transitions"]:
+        lines.append(f"  {item['start_time']}  {item['secondary_status']:<20} {item['message']}")
+    if job.get("instances"):
+        lines.append("Instances:")
+        for item in job["instances"]:
+            code = "" if item["exit_code"] is None else f" (exit {item['exit_code']})"
+            lines.append(f"  {item['host']:<8} {item['phase']}{code}")
+    return lines
+
+
+def job_table(items: list[dict[str, Any]]) -> list[str]:
+    if not items:
+        return ["no training jobs"]
+    rows = [("NAME", "STATUS", "SECONDARY", "INSTANCES", "CREATED")]
+    rows += [
+        (
+            item["name"],
+            item["status"],
+            item["secondary_status"],
+            f"{item['instance_count']} x {item['instance_type']}",
+            item["created_at"][:19].replace("T", " "),
+        )
+        for item in items
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]

@@ -1,0 +1,37 @@
+"""The FastAPI application, built by a factory so tests can hand it their own Settings."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from service.auth.routes import router as tokens_router
+from service.jobs.routes import router as jobs_router
+from service.kit.errors import install_error_handler
+from service.logs.routes import router as logs_router
+from service.settings import Settings, get_settings
+from service.sources.routes import router as sources_router
+
+# Open without a token: the health probe (for load balancers and Kubernetes) and the API
+# documentation, which holds no data.
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# Every route of these requires a token.
+ROUTERS = (jobs_router, logs_router, sources_router, tokens_router)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    app = FastAPI(
+        title="Runyard",
+        summary="Self-hosted managed training jobs",
+        version="0.1.0",
+        docs_url="/docs",
+    )
+    app.state.settings = settings or get_settings()
+    install_error_handler(app)
+    for router in ROUTERS:
+        app.include_router(router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

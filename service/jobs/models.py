@@ -1,0 +1,119 @@
+"""Tables of the jobs domain: a job, its transitions, and what each instance reported."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.kit.db import Base, UTCDateTime, utcnow
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY.
+BigIntegerPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class TrainingJob(Base):
+    __tablename__ = "training_jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    backend: Mapped[str] = mapped_column(String(32))
+
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    secondary_status: Mapped[str] = mapped_column(String(32))
+    failure_reason: Mapped[str | None] = mapped_column(String(1024))
+    # Why a Stopping job is stopping: StoppedByUser or MaxRuntimeExceeded.
+    stop_reason: Mapped[str | None] = mapped_column(String(32))
+    model_artifacts: Mapped[str | None] = mapped_column(Text)
+
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    launched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    training_start_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    training_end_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    stop_signalled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    billable_seconds: Mapped[int | None] = mapped_column(Integer)
+
+    # Optimistic concurrency between the API (submit, stop) and the reconciler.
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+
+    transitions: Mapped[list[JobTransition]] = relationship(
+        back_populates="job", order_by="JobTransition.id", cascade="all, delete-orphan"
+    )
+    instances: Mapped[list[JobInstance]] = relationship(
+        back_populates="job", order_by="JobInstance.host", cascade="all, delete-orphan"
+    )
+    lease: Mapped[JobLease] = relationship(cascade="all, delete-orphan", lazy="raise")
+
+    __mapper_args__ = {"version_id_col": version}
+    __table_args__ = (Index("ix_training_jobs_created", "created_at", "id"),)
+
+
+class JobLease(Base):
+    """Who is reconciling a job. Kept apart from the job row so that taking and renewing
+    the lease never looks like a change to the job (version, updated_at)."""
+
+    __tablename__ = "job_leases"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("training_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    owner: Mapped[str | None] = mapped_column(String(64))
+    until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set by anyone who wants another pass while the lease is held; the holder checks it
+    # before letting go, so such a request is never lost.
+    requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class JobTransition(Base):
+    """One secondary-status interval, as in DescribeTrainingJob's SecondaryStatusTransitions."""
+
+    __tablename__ = "job_transitions"
+
+    id: Mapped[int] = mapped_column(BigIntegerPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("training_jobs.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16))
+    secondary_status: Mapped[str] = mapped_column(String(32))
+    start_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    end_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+    job: Mapped[TrainingJob] = relationship(back_populates="transitions")
+
+    __table_args__ = (Index("ix_job_transitions_job", "job_id", "id"),)
+
+
+class JobInstance(Base):
+    """The latest report of the runtime on one host of a job."""
+
+    __tablename__ = "job_instances"
+
+    id: Mapped[int] = mapped_column(BigIntegerPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("training_jobs.id", ondelete="CASCADE"))
+    host: Mapped[str] = mapped_column(String(32))
+    phase: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    failure_reason: Mapped[str | None] = mapped_column(String(1024))
+    model_uri: Mapped[str | None] = mapped_column(Text)
+    training_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    training_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    job: Mapped[TrainingJob] = relationship(back_populates="instances")
+
+    __table_args__ = (UniqueConstraint("job_id", "host", name="uq_job_instances_job_host"),)

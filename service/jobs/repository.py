@@ -1,0 +1,182 @@
+"""Data access for jobs. Functions flush at most; the caller owns the transaction."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Result, ScalarSelect, and_, or_, select, update
+from sqlalchemy.orm import Session, selectinload
+
+from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
+from service.jobs.states import TERMINAL, Status
+from service.kit.db import utcnow
+from service.kit.errors import SpecError
+
+
+def get(session: Session, name: str, *, with_details: bool = False) -> TrainingJob | None:
+    query = select(TrainingJob).where(TrainingJob.name == name)
+    if with_details:
+        query = query.options(
+            selectinload(TrainingJob.transitions), selectinload(TrainingJob.instances)
+        )
+    return session.scalar(query)
+
+
+def name_taken(session: Session, name: str) -> bool:
+    return session.scalar(select(TrainingJob.id).where(TrainingJob.name == name)) is not None
+
+
+def page(
+    session: Session,
+    *,
+    status: str | None,
+    name_prefix: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[TrainingJob], str | None]:
+    """Newest first; the cursor is the (created_at, id) of the last job of the previous page."""
+    query = select(TrainingJob)
+    if status:
+        query = query.where(TrainingJob.status == status)
+    if name_prefix:
+        escaped = name_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(TrainingJob.name.like(f"{escaped}%", escape="\\"))
+    if cursor:
+        created_at, job_id = _decode_cursor(cursor)
+        query = query.where(
+            or_(
+                TrainingJob.created_at < created_at,
+                and_(TrainingJob.created_at == created_at, TrainingJob.id < job_id),
+            )
+        )
+    query = query.order_by(TrainingJob.created_at.desc(), TrainingJob.id.desc()).limit(limit + 1)
+    rows = list(session.scalars(query))
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, _encode_cursor(rows[-1].created_at, rows[-1].id)
+
+
+def _encode_cursor(created_at: datetime, job_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, job_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), str(job_id)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc
+
+
+def status_of(session: Session, job_id: str) -> str | None:
+    return session.scalar(select(TrainingJob.status).where(TrainingJob.id == job_id))
+
+
+def live_job_names(session: Session) -> list[str]:
+    terminal = [str(status) for status in TERMINAL]
+    return list(
+        session.scalars(select(TrainingJob.name).where(TrainingJob.status.not_in(terminal)))
+    )
+
+
+def record_transition(
+    job: TrainingJob, status: Status, secondary: str, message: str, now: datetime | None = None
+) -> bool:
+    """Move the job to (status, secondary); returns False when nothing changed."""
+    if job.status == status and job.secondary_status == secondary:
+        return False
+    now = now or utcnow()
+    if job.transitions and job.transitions[-1].end_time is None:
+        job.transitions[-1].end_time = now
+    job.status = status
+    job.secondary_status = secondary
+    job.transitions.append(
+        JobTransition(status=status, secondary_status=secondary, start_time=now, message=message)
+    )
+    return True
+
+
+def instance(session: Session, job_id: str, host: str) -> JobInstance | None:
+    return session.scalar(
+        select(JobInstance).where(JobInstance.job_id == job_id, JobInstance.host == host)
+    )
+
+
+def instances(session: Session, job_id: str) -> list[JobInstance]:
+    return list(session.scalars(select(JobInstance).where(JobInstance.job_id == job_id)))
+
+
+# Leases: at most one reconciler works on a job at a time, and a request that arrives while
+# one is working is not lost: it sets ``requested``, which the holder checks before letting
+# go. Plain conditional UPDATEs, so this works the same on SQLite and PostgreSQL.
+
+
+def _lease_of(name: str) -> ScalarSelect[str]:
+    return select(TrainingJob.id).where(TrainingJob.name == name).scalar_subquery()
+
+
+def request_reconcile(session: Session, name: str) -> None:
+    session.execute(
+        update(JobLease).where(JobLease.job_id == _lease_of(name)).values(requested=True)
+    )
+
+
+def claim_lease(session: Session, name: str, owner: str, ttl: float) -> bool:
+    now = utcnow()
+    result = session.execute(
+        update(JobLease)
+        .where(
+            JobLease.job_id == _lease_of(name),
+            or_(JobLease.until.is_(None), JobLease.until < now),
+        )
+        .values(owner=owner, until=now + timedelta(seconds=ttl))
+    )
+    return _changed(result)
+
+
+def start_pass(session: Session, name: str, owner: str, ttl: float) -> bool:
+    """Renew the lease and consume pending requests; False if the lease was lost."""
+    result = session.execute(
+        update(JobLease)
+        .where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+        .values(requested=False, until=utcnow() + timedelta(seconds=ttl))
+    )
+    return _changed(result)
+
+
+def release_lease(session: Session, name: str, owner: str) -> bool:
+    """Let go unless someone asked for another pass meanwhile; True when released."""
+    result = session.execute(
+        update(JobLease)
+        .where(
+            JobLease.job_id == _lease_of(name),
+            JobLease.owner == owner,
+            JobLease.requested.is_(False),
+        )
+        .values(owner=None, until=None)
+    )
+    if _changed(result):
+        return True
+    still_ours = session.scalar(
+        select(JobLease.job_id).where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+    )
+    return still_ours is None
+
+
+def drop_lease(session: Session, name: str, owner: str) -> None:
+    """Let go whatever is pending: the holder is giving up (an error, or done)."""
+    session.execute(
+        update(JobLease)
+        .where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+        .values(owner=None, until=None)
+    )
+
+
+def _changed(result: Result[Any]) -> bool:
+    return bool(getattr(result, "rowcount", 0))

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+
+from service.auth.deps import CurrentPrincipal, CurrentUser
+from service.jobs import repository, service
+from service.jobs.models import TrainingJob
+from service.jobs.schemas import (
+    NAME_PATTERN,
+    DryRun,
+    InstanceReport,
+    JobCreate,
+    JobPublic,
+    JobsPage,
+    JobSummary,
+)
+from service.jobs.states import Status
+from service.kit.deps import SessionDep, SettingsDep
+
+router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
+
+JobName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobPublic,
+    responses={200: {"model": DryRun, "description": "dry_run=true: what would be created"}},
+)
+def create_training_job(
+    spec: JobCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    _user: CurrentUser,
+    dry_run: Annotated[
+        bool, Query(description="Show what would be created; create nothing")
+    ] = False,
+) -> JobPublic | JSONResponse:
+    """Submit a training job (estimator-style spec)."""
+    if dry_run:
+        return JSONResponse(service.dry_run(settings, spec).model_dump(mode="json"))
+    return to_public(service.submit(session, settings, spec))
+
+
+@router.get("", response_model=JobsPage)
+def list_training_jobs(
+    session: SessionDep,
+    _user: CurrentUser,
+    status: Annotated[Status | None, Query(description="Only jobs in this status")] = None,
+    name_prefix: Annotated[str | None, Query(max_length=63)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
+) -> JobsPage:
+    """Jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    rows, next_cursor = repository.page(
+        session, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+    )
+    return JobsPage(items=[_summary(job) for job in rows], next_cursor=next_cursor)
+
+
+@router.get("/{name}", response_model=JobPublic)
+def describe_training_job(name: JobName, session: SessionDep, _user: CurrentUser) -> JobPublic:
+    return to_public(service.get(session, name))
+
+
+@router.post("/{name}/stop", response_model=JobPublic)
+def stop_training_job(
+    name: JobName, session: SessionDep, settings: SettingsDep, _user: CurrentUser
+) -> JobPublic:
+    """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
+    return to_public(service.stop(session, settings, name))
+
+
+@router.post("/{name}/instances/{host}/status", status_code=204, include_in_schema=False)
+def report_instance_status(
+    name: JobName,
+    host: HostName,
+    report: InstanceReport,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+) -> None:
+    """Called by the runtime on an instance when its phase changes."""
+    job = service.job_for_instance(session, name, host, principal)
+    service.record_report(session, settings, job, host, report)
+
+
+def to_public(job: TrainingJob) -> JobPublic:
+    return JobPublic.model_validate(job)
+
+
+def _summary(job: TrainingJob) -> JobSummary:
+    return JobSummary.model_validate(job)

@@ -1,0 +1,285 @@
+"""Request and response bodies of the training-jobs API, one schema per direction.
+
+Field names and limits follow the SageMaker Python SDK estimator and CreateTrainingJob.
+Rules that need the server's configuration (instance types, instance-count maximum,
+backends) are checked in ``service.jobs.service``; everything else is checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+_CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
+_ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Environment names the runtime itself sets; a job may not override them.
+_RESERVED_ENV_PREFIXES = ("RUNYARD_",)
+
+MAX_HYPERPARAMETERS = 100
+MAX_HYPERPARAMETER_KEY = 256
+MAX_HYPERPARAMETER_VALUE = 2500
+MAX_CHANNELS = 20
+MAX_ENVIRONMENT = 100
+MAX_ENVIRONMENT_KEY = 512
+MAX_ENVIRONMENT_VALUE = 512
+MAX_TAGS = 50
+MAX_RUN_LIMIT = 28 * 24 * 3600
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Toggle(_Strict):
+    enabled: bool = False
+
+
+class MpiDistribution(_Toggle):
+    processes_per_host: int | None = Field(default=None, ge=1, le=64)
+    custom_mpi_options: str = ""
+
+
+class DataParallelDistribution(_Toggle):
+    custom_mpi_options: str = ""
+
+
+class ModelParallelDistribution(_Toggle):
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class SmdistributedDistribution(_Strict):
+    dataparallel: DataParallelDistribution | None = None
+    modelparallel: ModelParallelDistribution | None = None
+
+
+class Distribution(_Strict):
+    """The estimator's ``distribution`` dict; unknown keys are refused."""
+
+    torch_distributed: _Toggle | None = None
+    pytorchddp: _Toggle | None = None
+    mpi: MpiDistribution | None = None
+    parameter_server: _Toggle | None = None
+    smdistributed: SmdistributedDistribution | None = None
+    multi_worker_mirrored_strategy: _Toggle | None = None
+
+    def enabled_modes(self) -> list[str]:
+        """Dotted names of every enabled mode, e.g. ``["smdistributed.dataparallel"]``."""
+        modes = [
+            key
+            for key in (
+                "torch_distributed",
+                "pytorchddp",
+                "mpi",
+                "parameter_server",
+                "multi_worker_mirrored_strategy",
+            )
+            if (toggle := getattr(self, key)) is not None and toggle.enabled
+        ]
+        if self.smdistributed is not None:
+            for key in ("dataparallel", "modelparallel"):
+                toggle = getattr(self.smdistributed, key)
+                if toggle is not None and toggle.enabled:
+                    modes.append(f"smdistributed.{key}")
+        return modes
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Distribution:
+        modes = self.enabled_modes()
+        if len(modes) > 1:
+            raise ValueError(
+                f"enables {' and '.join(modes)}; a job runs under exactly one distribution mode"
+            )
+        return self
+
+
+class Channel(_Strict):
+    uri: str = Field(min_length=1, max_length=1024)
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
+    input_mode: Literal["File", "Pipe", "FastFile"] = "File"
+    content_type: str | None = Field(default=None, max_length=256)
+    compression: Literal["None", "Gzip"] = "None"
+
+
+class Tag(_Strict):
+    key: str = Field(min_length=1, max_length=128)
+    value: str = Field(default="", max_length=256)
+
+
+class JobCreate(_Strict):
+    name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    base_job_name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    entry_point: str = Field(min_length=1, max_length=256)
+    source_uri: str = Field(min_length=1, max_length=1024)
+    image_uri: str | None = Field(default=None, max_length=255)
+    framework_version: str | None = Field(default=None, max_length=32)
+    py_version: str | None = Field(default=None, max_length=16)
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    instance_type: str = Field(min_length=1, max_length=64)
+    instance_count: int = Field(default=1, ge=1)
+    volume_size: int = Field(default=30, ge=1, le=16384)
+    distribution: Distribution = Field(default_factory=Distribution)
+    inputs: dict[str, Channel] = Field(default_factory=dict)
+    output_path: str | None = Field(default=None, max_length=1024)
+    max_run: int = Field(default=24 * 3600, ge=1, le=MAX_RUN_LIMIT)
+    environment: dict[str, str] = Field(default_factory=dict)
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    backend: str | None = Field(default=None, max_length=32)
+
+    @field_validator("entry_point")
+    @classmethod
+    def _relative_entry_point(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or "\\" in value:
+            raise ValueError("must be a path relative to the source, without '..'")
+        return str(path)
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _hyperparameter_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > MAX_HYPERPARAMETERS:
+            raise ValueError(f"at most {MAX_HYPERPARAMETERS} hyperparameters, got {len(value)}")
+        for key, item in value.items():
+            if not key or len(key) > MAX_HYPERPARAMETER_KEY:
+                raise ValueError(f"key {key[:40]!r}: must be 1 to {MAX_HYPERPARAMETER_KEY} chars")
+            if len(encode_hyperparameter(item)) > MAX_HYPERPARAMETER_VALUE:
+                raise ValueError(f"{key!r}: value longer than {MAX_HYPERPARAMETER_VALUE} chars")
+        return value
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _channel_shorthand(cls, value: Any) -> Any:
+        # ``{"train": "file:///data"}`` is short for ``{"train": {"uri": "file:///data"}}``.
+        if isinstance(value, dict):
+            return {k: {"uri": v} if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("inputs")
+    @classmethod
+    def _channel_limits(cls, value: dict[str, Channel]) -> dict[str, Channel]:
+        if len(value) > MAX_CHANNELS:
+            raise ValueError(f"at most {MAX_CHANNELS} channels, got {len(value)}")
+        for name in value:
+            if not _CHANNEL_NAME.match(name):
+                raise ValueError(f"channel name {name[:70]!r} must match [A-Za-z0-9.-_]{{1,64}}")
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _environment_limits(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENVIRONMENT:
+            raise ValueError(f"at most {MAX_ENVIRONMENT} variables, got {len(value)}")
+        for key, item in value.items():
+            if not _ENV_KEY.match(key) or len(key) > MAX_ENVIRONMENT_KEY:
+                raise ValueError(f"key {key[:40]!r} must match [a-zA-Z_][a-zA-Z0-9_]*")
+            if key.startswith(_RESERVED_ENV_PREFIXES):
+                raise ValueError(f"key {key!r}: names starting with RUNYARD_ are reserved")
+            if len(item) > MAX_ENVIRONMENT_VALUE:
+                raise ValueError(f"{key!r}: value longer than {MAX_ENVIRONMENT_VALUE} chars")
+        return value
+
+
+def encode_hyperparameter(value: Any) -> str:
+    """A hyperparameter as it is stored in hyperparameters.json (JSON, like the SageMaker SDK)."""
+    return json.dumps(value)
+
+
+class _FromRow(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class TransitionPublic(_FromRow):
+    status: str
+    secondary_status: str
+    start_time: datetime
+    end_time: datetime | None
+    message: str
+
+
+class InstancePublic(_FromRow):
+    host: str
+    phase: str
+    exit_code: int | None
+    message: str
+    reported_at: datetime
+
+
+class JobPublic(_FromRow):
+    name: str
+    id: str
+    status: str
+    secondary_status: str
+    failure_reason: str | None
+    model_artifacts: str | None
+    backend: str
+    created_at: datetime
+    updated_at: datetime
+    training_start_time: datetime | None
+    training_end_time: datetime | None
+    ended_at: datetime | None
+    billable_seconds: int | None
+    transitions: list[TransitionPublic]
+    instances: list[InstancePublic]
+    spec: JobCreate
+
+
+class JobSummary(_FromRow):
+    name: str
+    status: str
+    secondary_status: str
+    instance_type: str
+    instance_count: int
+    created_at: datetime
+    ended_at: datetime | None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_job(cls, value: Any) -> Any:
+        # A job row keeps its instance type and count inside its spec.
+        spec = getattr(value, "spec", None)
+        if isinstance(spec, dict):
+            return {
+                "name": value.name,
+                "status": value.status,
+                "secondary_status": value.secondary_status,
+                "instance_type": spec["instance_type"],
+                "instance_count": spec["instance_count"],
+                "created_at": value.created_at,
+                "ended_at": value.ended_at,
+            }
+        return value
+
+
+class JobsPage(BaseModel):
+    items: list[JobSummary]
+    next_cursor: str | None
+
+
+class DryRun(BaseModel):
+    """What submitting would create, without creating anything."""
+
+    name: str
+    backend: str
+    plan: dict[str, Any]
+    rendered: str
+
+
+class InstanceReport(_Strict):
+    """Sent by the runtime on an instance when its phase changes."""
+
+    phase: Literal["Downloading", "Training", "Uploading", "Completed", "Failed", "Stopped"]
+    time: datetime
+    message: str = Field(default="", max_length=4096)
+    exit_code: int | None = None
+    failure_reason: str | None = None
+    model_uri: str | None = Field(default=None, max_length=2048)
+
+    @field_validator("failure_reason")
+    @classmethod
+    def _truncate(cls, value: str | None) -> str | None:
+        return None if value is None else value[:1024]

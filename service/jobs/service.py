@@ -1,0 +1,252 @@
+"""Jobs: submitting, stopping, and recording what instances report.
+
+Routes call these; these flush; the request commits. Anything the worker must react to is
+enqueued with ``enqueue_reconcile``, which sends only after the commit.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import PurePosixPath
+
+from sqlalchemy.orm import Session
+
+from runtime import storage
+from runtime.archive import ArchiveError, check_archive
+from runtime.launch import SUPPORTED_DISTRIBUTIONS
+from service.auth.service import Principal
+from service.instance_types import CATALOG
+from service.jobs import repository
+from service.jobs.models import JobInstance, JobLease, TrainingJob
+from service.jobs.schemas import DryRun, InstanceReport, JobCreate
+from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
+from service.kit.db import utcnow
+from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
+from service.kit.tasks import enqueue_reconcile
+from service.settings import Settings
+
+_TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A spec that passed every rule, with its final name, backend and output path."""
+
+    name: str
+    backend: str
+    spec: JobCreate
+
+
+def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) -> PreparedJob:
+    """Check the rules that depend on this server's configuration."""
+    from worker.backends import registry
+
+    if spec.name is not None and spec.base_job_name is not None:
+        raise SpecError(("name",), "give name or base_job_name, not both")
+    instance_type = CATALOG.get(spec.instance_type)
+    if instance_type is None:
+        known = ", ".join(sorted(CATALOG))
+        raise SpecError(
+            ("instance_type",), f"unknown instance type {spec.instance_type!r}; known: {known}"
+        )
+    backend = spec.backend or settings.backends.get(spec.instance_type)
+    if backend is None:
+        raise SpecError(
+            ("instance_type",),
+            f"no backend on this server runs {spec.instance_type} (see RUNYARD_BACKENDS)",
+        )
+    if backend not in registry.BACKENDS:
+        raise SpecError(
+            ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.BACKENDS)}"
+        )
+    if spec.instance_type not in registry.BACKENDS[backend].instance_types:
+        raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
+    if spec.instance_count > settings.max_instance_count:
+        raise SpecError(
+            ("instance_count",),
+            f"{spec.instance_count} is above this server's maximum "
+            f"of {settings.max_instance_count}",
+        )
+    for mode in spec.distribution.enabled_modes():
+        if mode not in SUPPORTED_DISTRIBUTIONS:
+            loc = ("distribution", *mode.split("."))
+            raise SpecError(loc, f"{mode} is not supported by this server yet")
+    _check_source(spec)
+    _check_inputs(spec)
+    output_path = spec.output_path or settings.artifact_root
+    try:
+        storage.local_path(output_path)
+    except storage.StorageError as exc:
+        raise SpecError(("output_path",), str(exc)) from exc
+    name = spec.name or _generate_name(spec, now or utcnow())
+    final = spec.model_copy(
+        update={"name": name, "base_job_name": None, "backend": backend, "output_path": output_path}
+    )
+    return PreparedJob(name=name, backend=backend, spec=final)
+
+
+def _generate_name(spec: JobCreate, now: datetime) -> str:
+    # As the SageMaker SDK does: <base>-<UTC timestamp to the millisecond>.
+    base = spec.base_job_name or re.sub(r"[^a-zA-Z0-9]+", "-", PurePosixPath(spec.entry_point).stem)
+    base = base.strip("-")[: 63 - _TIMESTAMP_LEN].rstrip("-") or "job"
+    return f"{base}-{now:%Y-%m-%d-%H-%M-%S}-{now.microsecond // 1000:03d}"
+
+
+def _check_source(spec: JobCreate) -> None:
+    try:
+        source = storage.local_path(spec.source_uri)
+    except storage.StorageError as exc:
+        raise SpecError(("source_uri",), str(exc)) from exc
+    if source.is_dir():
+        if not (source / spec.entry_point).is_file():
+            raise SpecError(
+                ("entry_point",), f"{spec.entry_point} is not a file in {spec.source_uri}"
+            )
+        return
+    if not source.is_file():
+        raise SpecError(("source_uri",), f"{spec.source_uri} does not exist")
+    if not source.name.endswith((".tar.gz", ".tgz", ".tar")):
+        raise SpecError(("source_uri",), "must be a directory or a .tar.gz archive")
+    try:
+        files = check_archive(source)
+    except ArchiveError as exc:
+        raise SpecError(("source_uri",), str(exc)) from exc
+    if spec.entry_point not in files:
+        raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.source_uri}")
+
+
+def _check_inputs(spec: JobCreate) -> None:
+    for name, channel in spec.inputs.items():
+        loc = ("inputs", name)
+        # Other modes are part of the estimator's vocabulary but not of this build.
+        for field, supported in (
+            ("input_mode", "File"),
+            ("distribution", "FullyReplicated"),
+            ("compression", "None"),
+        ):
+            if getattr(channel, field) != supported:
+                value = getattr(channel, field)
+                raise SpecError((*loc, field), f"{value} is not supported by this server yet")
+        try:
+            exists = storage.exists(channel.uri)
+        except storage.StorageError as exc:
+            raise SpecError((*loc, "uri"), str(exc)) from exc
+        if not exists:
+            raise SpecError((*loc, "uri"), f"{channel.uri} does not exist")
+
+
+def dry_run(settings: Settings, spec: JobCreate) -> DryRun:
+    """Exactly what submitting would create (the backend's materialized plan), creating nothing."""
+    from worker.backends import registry
+    from worker.backends.base import REDACTED, JobRef, LaunchRequest
+
+    prepared = prepare(settings, spec)
+    backend = registry.build(prepared.backend, settings)
+    request = LaunchRequest(
+        job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
+        spec=prepared.spec,
+        service_url=settings.public_url,
+        token=REDACTED,
+    )
+    materialized = backend.materialize(request)
+    return DryRun(
+        name=prepared.name,
+        backend=prepared.backend,
+        plan=materialized.public,
+        rendered=materialized.render(),
+    )
+
+
+def submit(session: Session, settings: Settings, spec: JobCreate) -> TrainingJob:
+    prepared = prepare(settings, spec)
+    if repository.name_taken(session, prepared.name):
+        raise Conflict(f"a training job named {prepared.name!r} already exists")
+    job = TrainingJob(
+        id=uuid.uuid4().hex,
+        name=prepared.name,
+        spec=prepared.spec.model_dump(mode="json", exclude_none=True),
+        backend=prepared.backend,
+        status=Status.IN_PROGRESS,
+        secondary_status="",
+    )
+    repository.record_transition(
+        job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
+    )
+    job.lease = JobLease()
+    session.add(job)
+    session.flush()
+    enqueue_reconcile(session, settings, job.name)
+    return job
+
+
+def get(session: Session, name: str) -> TrainingJob:
+    job = repository.get(session, name, with_details=True)
+    if job is None:
+        raise NotFound(f"no training job named {name!r}")
+    return job
+
+
+def status_of(session: Session, job_id: str) -> str:
+    return repository.status_of(session, job_id) or ""
+
+
+def stop(session: Session, settings: Settings, name: str) -> TrainingJob:
+    job = get(session, name)
+    if job.status in TERMINAL:
+        raise Conflict(f"training job {name!r} has already ended ({job.status})")
+    if job.status != Status.STOPPING:
+        job.stop_reason = "StoppedByUser"
+        repository.record_transition(
+            job, Status.STOPPING, Secondary.STOPPING, "Stopping at the user's request"
+        )
+        session.flush()
+    enqueue_reconcile(session, settings, job.name)
+    return job
+
+
+def job_for_instance(session: Session, name: str, host: str, principal: Principal) -> TrainingJob:
+    """The job an instance reports for; only that job's own token may report for it."""
+    job = repository.get(session, name)
+    if job is None:
+        raise NotFound(f"no training job named {name!r}")
+    if principal.kind != "job" or principal.job_id != job.id:
+        raise Forbidden("only the job's own instances may report for it")
+    if host not in hosts(job):
+        raise NotFound(f"training job {name!r} has no host {host!r}")
+    return job
+
+
+def record_report(
+    session: Session, settings: Settings, job: TrainingJob, host: str, report: InstanceReport
+) -> None:
+    """Store what the runtime on ``host`` says; the reconciler turns it into job state."""
+    if job.status in TERMINAL:
+        return  # late words from an instance being torn down change nothing
+    phase = Phase(report.phase)
+    row = repository.instance(session, job.id, host)
+    if row is None:
+        row = JobInstance(job_id=job.id, host=host, phase=phase)
+        session.add(row)
+    elif row.phase in FINAL_PHASES:
+        return  # an instance's result never changes once reported
+    row.phase = phase
+    row.message = report.message
+    row.reported_at = utcnow()
+    if phase == Phase.TRAINING and row.training_started_at is None:
+        row.training_started_at = report.time
+    if phase in (Phase.UPLOADING, *FINAL_PHASES) and row.training_ended_at is None:
+        row.training_ended_at = report.time
+    if phase in FINAL_PHASES:
+        row.exit_code = report.exit_code
+        row.failure_reason = report.failure_reason
+    if report.model_uri:
+        row.model_uri = report.model_uri
+    session.flush()
+    enqueue_reconcile(session, settings, job.name)
+
+
+def hosts(job: TrainingJob) -> list[str]:
+    return [f"algo-{index}" for index in range(1, int(job.spec["instance_count"]) + 1)]

@@ -1,0 +1,63 @@
+"""The job's status vocabulary, as in SageMaker's DescribeTrainingJob."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED})
+
+
+class Secondary(StrEnum):
+    STARTING = "Starting"
+    PENDING = "Pending"
+    LAUNCHING_INSTANCES = "LaunchingInstances"
+    DOWNLOADING = "Downloading"
+    TRAINING = "Training"
+    UPLOADING = "Uploading"
+    RESTARTING = "Restarting"
+    INTERRUPTED = "Interrupted"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+    MAX_WAIT_TIME_EXCEEDED = "MaxWaitTimeExceeded"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class Phase(StrEnum):
+    """What the runtime on one instance says it is doing."""
+
+    DOWNLOADING = "Downloading"
+    TRAINING = "Training"
+    UPLOADING = "Uploading"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+
+FINAL_PHASES = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.STOPPED})
+
+# How far along each phase is; the job shows the phase of its slowest running instance.
+PHASE_ORDER = {
+    Phase.DOWNLOADING: 1,
+    Phase.TRAINING: 2,
+    Phase.UPLOADING: 3,
+    Phase.COMPLETED: 4,
+    Phase.FAILED: 4,
+    Phase.STOPPED: 4,
+}
+
+# A Stopping job ends with the secondary status that names why it stopped.
+STOP_REASONS = {
+    "StoppedByUser": Secondary.STOPPED,
+    "MaxRuntimeExceeded": Secondary.MAX_RUNTIME_EXCEEDED,
+}

@@ -1,0 +1,118 @@
+"""Engines, sessions and the after-commit hook shared by the API and the worker.
+
+The caller owns the transaction (an API request or one reconcile step); repositories only
+flush. Work that must not happen unless the data is durable (sending a Celery message) is
+registered with :func:`after_commit` and dropped on rollback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, create_engine, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+_AFTER_COMMIT = "runyard_after_commit"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every database (SQLite has no time zones of its own)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def normalize_database_url(url: str) -> str:
+    # Plain postgresql:// would pick psycopg2, which Runyard does not install.
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str) -> Engine:
+    url = normalize_database_url(url)
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    # The API and the worker are separate processes writing one file: WAL lets readers
+    # proceed during a write, and BEGIN IMMEDIATE takes the write lock up front so two
+    # writers queue on busy_timeout instead of failing when a read upgrades to a write.
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@lru_cache(maxsize=8)
+def get_sessionmaker(url: str) -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any error."""
+    session = get_sessionmaker(url)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run ``callback`` once the session's current transaction has committed."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+
+
+@event.listens_for(Session, "after_commit")
+def _run_after_commit(session: Session) -> None:
+    callbacks = session.info.pop(_AFTER_COMMIT, [])
+    for callback in callbacks:
+        callback()
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _drop_after_commit(session: Session, _previous_transaction: Any) -> None:
+    session.info.pop(_AFTER_COMMIT, None)

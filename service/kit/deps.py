@@ -1,0 +1,37 @@
+"""FastAPI dependencies every domain uses: settings and the request's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from service.kit.db import get_sessionmaker
+from service.settings import Settings
+
+
+def get_app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+
+
+def get_session(settings: SettingsDep) -> Iterator[Session]:
+    """The request's transaction: committed before the response is sent, else rolled back."""
+    session = get_sessionmaker(settings.database_url)()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# scope="function": commit before the response goes out, so a 201 means it is stored.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]

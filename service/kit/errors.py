@@ -1,0 +1,69 @@
+"""One error base class with an HTTP status, and one handler that renders it.
+
+Spec errors use the same shape as FastAPI's request validation errors
+(``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``) so clients parse one format
+whether pydantic or a domain rule refused the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+
+class RunyardError(Exception):
+    status_code = 400
+    headers: dict[str, str] | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def detail(self) -> Any:
+        return self.message
+
+
+class NotFound(RunyardError):
+    status_code = 404
+
+
+class Conflict(RunyardError):
+    status_code = 409
+
+
+class Unauthorized(RunyardError):
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(RunyardError):
+    status_code = 403
+
+
+class PayloadTooLarge(RunyardError):
+    status_code = 413
+
+
+class SpecError(RunyardError):
+    """A field of a request is wrong; ``loc`` names it the way pydantic would."""
+
+    status_code = 422
+
+    def __init__(self, loc: tuple[str | int, ...], message: str, *, source: str = "body") -> None:
+        super().__init__(f"{'.'.join(str(part) for part in loc)}: {message}")
+        self.loc = loc
+        self.source = source  # body, query or path, as in FastAPI's own errors
+        self.field_message = message
+
+    def detail(self) -> Any:
+        return [{"loc": [self.source, *self.loc], "msg": self.field_message, "type": "value_error"}]
+
+
+def install_error_handler(app: FastAPI) -> None:
+    @app.exception_handler(RunyardError)
+    async def _handle(_request: Request, exc: RunyardError) -> JSONResponse:
+        return JSONResponse(
+            status_code=exc.status_code, content={"detail": exc.detail()}, headers=exc.headers
+        )

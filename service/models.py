@@ -1,0 +1,16 @@
+"""Every table, imported in one place so the metadata (and Alembic) sees them all."""
+
+from service.auth.models import ApiToken
+from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
+from service.kit.db import Base
+from service.logs.models import LogEvent
+
+__all__ = [
+    "ApiToken",
+    "Base",
+    "JobInstance",
+    "JobLease",
+    "JobTransition",
+    "LogEvent",
+    "TrainingJob",
+]

@@ -1,0 +1,117 @@
+"""Server configuration: one pydantic-settings class, every field read from ``RUNYARD_*``.
+
+Unset URLs fall back to the embedded defaults, all inside ``RUNYARD_HOME``: a SQLite
+database, a SQLite-backed Celery broker and a ``file://`` artifact store. That is what lets
+``runyard server`` run on a laptop with no other servers.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_PORT = 8642
+_PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RUNYARD_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".runyard")
+    database_url: str = ""
+    broker_url: str = ""
+    artifact_root: str = ""
+    public_url: str = ""
+    secret_key: SecretStr | None = None
+    environment: str = "development"
+
+    # Instance types each backend serves; a job's backend is looked up here unless it
+    # names one. Only the local backend exists in this build.
+    backends: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=lambda: {"local": "local", "local_gpu": "local"}
+    )
+    max_instance_count: int = Field(default=16, ge=1)
+    max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+
+    # Worker timing. The sweep re-drives every live job this often, so it bounds how
+    # long a lost broker message or a dead worker can delay a job.
+    reconcile_interval: float = Field(default=2.0, gt=0)
+    reconcile_lease_seconds: float = Field(default=30.0, gt=0)
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
+    teardown_grace_seconds: float = Field(default=5.0, ge=0)
+    broker_poll_interval: float = Field(default=0.1, gt=0)
+    # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
+    queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _parse_backends(cls, value: object) -> object:
+        # RUNYARD_BACKENDS="local=local,local_gpu=local" or a JSON object.
+        if isinstance(value, str):
+            import json
+
+            text = value.strip()
+            if text.startswith("{"):
+                return json.loads(text)
+            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+            if any(len(pair) != 2 for pair in pairs):
+                raise ValueError("RUNYARD_BACKENDS must be 'type=backend,...' or a JSON object")
+            return {key.strip(): backend.strip() for key, backend in pairs}
+        return value
+
+    @model_validator(mode="after")
+    def _fill_embedded_defaults(self) -> Settings:
+        self.home = self.home.expanduser().resolve()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.home / 'runyard.db'}"
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{self.home / 'broker.db'}"
+        if not self.artifact_root:
+            self.artifact_root = (self.home / "artifacts").as_uri()
+        if not self.public_url:
+            self.public_url = f"http://127.0.0.1:{DEFAULT_PORT}"
+        self.public_url = self.public_url.rstrip("/")
+        self.artifact_root = self.artifact_root.rstrip("/")
+        if (
+            self.secret_key is not None
+            and self.environment != "development"
+            and self.secret_key.get_secret_value().lower() in _PLACEHOLDER_SECRETS
+        ):
+            raise ValueError("RUNYARD_SECRET_KEY is a placeholder; set a random value")
+        return self
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    def signing_key(self) -> bytes:
+        """The key that signs per-job tokens, created once in RUNYARD_HOME if not configured."""
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        path = self.home / "secret_key"
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            _write_private(path, secrets.token_hex(32))
+        return path.read_text().strip().encode()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create ``path`` readable by its owner only; lose a race to another process gracefully."""
+    import os
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,116 @@
+"""Shared fixtures: real databases (SQLite and PostgreSQL), settings, an API client.
+
+PostgreSQL is not optional: CI starts it (``.ci/run``), and a test that needs it fails
+rather than skips when it is down, so a green run always means both databases passed.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from service.app import create_app
+from service.kit.db import get_engine, session_scope
+from service.kit.migrate import upgrade
+from service.models import Base
+from service.server import prepare
+from service.settings import Settings
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "RUNYARD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("RUNYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+RABBITMQ_URL = os.environ.get("RUNYARD_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Settings read RUNYARD_*; a developer's own configuration must not leak into tests.
+    for key in list(os.environ):
+        if key.startswith("RUNYARD_") and not key.startswith("RUNYARD_TEST_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A database of its own for this test session, dropped at the end."""
+    name = f"runyard_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(url)
+    yield url
+    get_engine(url).dispose()
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'runyard.db'}"
+        upgrade(url)
+        yield url
+        get_engine(url).dispose()
+        return
+    url = request.getfixturevalue("postgres_url")
+    yield url
+    with session_scope(url) as session:
+        tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
+        session.execute(text(f"TRUNCATE {tables} CASCADE"))
+
+
+def make_settings(home: Path, database_url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "home": home,
+        "database_url": database_url,
+        "broker_url": f"sqla+sqlite:///{home / 'broker.db'}",
+        "queue": f"runyard-test-{uuid.uuid4().hex[:8]}",
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return make_settings(tmp_path / "home", database_url)
+
+
+@pytest.fixture
+def admin_token(settings: Settings) -> str:
+    return prepare(settings)
+
+
+@pytest.fixture
+def api(settings: Settings, admin_token: str) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = f"Bearer {admin_token}"
+        yield client
+
+
+@pytest.fixture
+def source_dir(tmp_path: Path) -> Path:
+    """A source directory holding a trivial entry point."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('hello from train.py')\n")
+    return source
+
+
+def job_spec(source_dir: Path, **overrides: object) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "name": "job-1",
+        "entry_point": "train.py",
+        "source_uri": source_dir.as_uri(),
+        "instance_type": "local",
+        "instance_count": 1,
+    }
+    spec.update(overrides)
+    return spec

@@ -1,0 +1,165 @@
+"""A real Runyard: API, Celery worker and beat as separate processes on a real broker.
+
+Each stack gets its own RUNYARD_HOME, port and queue. At teardown no process of any of
+its jobs may be left: that is checked (and enforced) for every test that used it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from runyard.client import Client
+from tests.conftest import POSTGRES_ADMIN_URL, RABBITMQ_URL, REDIS_URL
+from worker.backends import processes
+from worker.backends.local import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+TERMINAL = ("Completed", "Failed", "Stopped")
+
+
+class Stack:
+    def __init__(self, home: Path, database_url: str, broker_url: str) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")},
+            "RUNYARD_HOME": str(home),
+            "RUNYARD_DATABASE_URL": database_url,
+            "RUNYARD_BROKER_URL": broker_url,
+            "RUNYARD_PUBLIC_URL": self.url,
+            "RUNYARD_QUEUE": f"runyard-e2e-{uuid.uuid4().hex[:8]}",
+            # Fast clocks, so failures and stops are seen within a test's patience.
+            "RUNYARD_RECONCILE_INTERVAL": "0.5",
+            "RUNYARD_RECONCILE_LEASE_SECONDS": "5",
+            "RUNYARD_STOP_GRACE_SECONDS": "5",
+            "RUNYARD_TEARDOWN_GRACE_SECONDS": "2",
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.job_ids: set[str] = set()
+
+    def start(self, part: str, *args: str) -> subprocess.Popen[bytes]:
+        with open(self.home / f"{part}.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "runyard", part, *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.home,
+            )
+        self.processes[part] = process
+        return process
+
+    def up(self) -> Stack:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.start("api", "--port", str(self.port))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or self.processes["api"].poll() is not None:
+                raise RuntimeError(f"API did not start:\n{self.log_tail('api')}")
+            time.sleep(0.1)
+        self.start("worker")
+        self.start("beat")
+        return self
+
+    def client(self) -> Client:
+        return Client(self.url, (self.home / "token").read_text().strip())
+
+    def kill(self, part: str) -> None:
+        process = self.processes.pop(part)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def log_tail(self, part: str, lines: int = 60) -> str:
+        path = self.home / f"{part}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def diagnostics(self) -> str:
+        return "\n".join(f"--- {part} ---\n{self.log_tail(part)}" for part in ("api", "worker", "beat"))
+
+    def submit(self, client: Client, example: str | Path, **spec: Any) -> dict[str, Any]:
+        source = example if isinstance(example, Path) else EXAMPLES / example
+        spec.setdefault("instance_type", "local")
+        job = client.create_job({"source_uri": client.upload_source(source), **spec})
+        self.job_ids.add(job["id"])
+        return job
+
+    def wait_for(
+        self, client: Client, name: str, condition: Callable[[dict[str, Any]], bool], timeout: float = 120
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = client.get_job(name)
+            if condition(job):
+                return job
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} stuck in {job['status']}/{job['secondary_status']}\n{self.diagnostics()}")
+            time.sleep(0.2)
+
+    def wait_until_ended(self, client: Client, name: str, timeout: float = 120) -> dict[str, Any]:
+        return self.wait_for(client, name, lambda job: job["status"] in TERMINAL, timeout)
+
+    def down(self) -> list[int]:
+        for process in self.processes.values():
+            process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        leftovers = [pid for job_id in self.job_ids for pid in processes.marked_processes(job_id)]
+        processes.signal_pids(leftovers, signal.SIGKILL)
+        return leftovers
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Embedded defaults: SQLite database and SQLite (kombu sqla) broker."""
+    home = tmp_path_factory.mktemp("runyard-home")
+    running = Stack(home, f"sqlite:///{home / 'runyard.db'}", f"sqla+sqlite:///{home / 'broker.db'}").up()
+    yield running
+    assert running.down() == [], "processes of finished jobs were left running"
+
+
+def _postgres_database() -> tuple[str, Callable[[], None]]:
+    name = f"runyard_e2e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}", drop
+
+
+@pytest.fixture(scope="module", params=[pytest.param("redis", marks=pytest.mark.redis), "rabbitmq"])
+def server_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A team's deployment: PostgreSQL with Redis or RabbitMQ as the broker."""
+    database_url, drop = _postgres_database()
+    broker = REDIS_URL if request.param == "redis" else RABBITMQ_URL
+    running = Stack(tmp_path_factory.mktemp(f"runyard-{request.param}"), database_url, broker).up()
+    try:
+        yield running
+        assert running.down() == [], "processes of finished jobs were left running"
+    finally:
+        running.down()
+        drop()

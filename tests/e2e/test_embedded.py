@@ -1,0 +1,161 @@
+"""End to end on the embedded defaults: real API, worker, beat, runtime and scripts."""
+
+from __future__ import annotations
+
+import os
+import re
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import storage
+from tests.e2e.conftest import Stack
+from worker.backends import processes
+
+pytestmark = pytest.mark.e2e
+
+DDP = {"torch_distributed": {"enabled": True}}
+
+
+def _messages(client: Any, name: str, host: str | None = None) -> list[str]:
+    return [event["message"] for event in client.logs(name, host=host)]
+
+
+def _pid_alive(pid: int) -> bool:
+    identity = processes.identify(pid)
+    return identity is not None and processes.is_alive(identity)
+
+
+def test_torch_distributed_job_completes_with_both_ranks_and_a_model(stack: Stack) -> None:
+    with stack.client() as client:
+        job = stack.submit(
+            client,
+            "pytorch-ddp",
+            name="ddp-1",
+            entry_point="train.py",
+            instance_count=2,
+            distribution=DDP,
+            hyperparameters={"epochs": 2},
+        )
+        job = stack.wait_until_ended(client, "ddp-1")
+        assert job["status"] == "Completed", stack.diagnostics()
+        lines = _messages(client, "ddp-1")
+        assert "rank 0/2 on algo-1 (local rank 0, backend gloo)" in lines
+        assert "rank 1/2 on algo-2 (local rank 0, backend gloo)" in lines
+        assert any(line.startswith("epoch 2/2 rank 1") for line in _messages(client, "ddp-1", host="algo-2"))
+
+    secondaries = [t["secondary_status"] for t in job["transitions"]]
+    assert secondaries[:2] == ["Starting", "LaunchingInstances"]
+    assert "Training" in secondaries and secondaries[-1] == "Completed"
+    assert job["training_start_time"] <= job["training_end_time"]
+    assert job["billable_seconds"] >= 1
+    model = storage.local_path(job["model_artifacts"])
+    assert model == stack.home / "artifacts" / "ddp-1" / "output" / "model.tar.gz"
+    with tarfile.open(model) as tar:
+        assert {"model.pt", "metrics.json"} <= set(tar.getnames())
+    assert processes.marked_processes(job["id"]) == []
+    assert not (stack.home / "jobs" / "ddp-1").exists()
+
+
+def test_failing_script_ends_failed_with_its_error(stack: Stack) -> None:
+    with stack.client() as client:
+        stack.submit(client, "scripts", name="fails-1", entry_point="fail.py", instance_count=2)
+        job = stack.wait_until_ended(client, "fails-1")
+    assert job["status"] == "Failed"
+    assert job["failure_reason"] == (
+        "AlgorithmError: FileNotFoundError: no training data at /data/train.csv, exit code: 1"
+    )
+    assert processes.marked_processes(job["id"]) == []
+
+
+def test_stop_ends_every_process_of_the_job(stack: Stack) -> None:
+    with stack.client() as client:
+        stack.submit(client, "scripts", name="stop-1", entry_point="long_running.py", instance_count=2)
+        stack.wait_for(client, "stop-1", lambda job: len([m for m in _messages(client, "stop-1") if m.startswith("pids")]) == 2)
+        pids = [int(pid) for line in _messages(client, "stop-1") if line.startswith("pids") for pid in line.split()[1:]]
+        assert all(_pid_alive(pid) for pid in pids)
+        stopping = client.stop_job("stop-1")
+        assert stopping["status"] == "Stopping"
+        job = stack.wait_until_ended(client, "stop-1", timeout=60)
+        lines = _messages(client, "stop-1")
+    assert (job["status"], job["secondary_status"]) == ("Stopped", "Stopped")
+    assert [t["secondary_status"] for t in job["transitions"]][-2:] == ["Stopping", "Stopped"]
+    assert lines.count("saved on SIGTERM") == 2  # each script got its chance to save
+    assert job["model_artifacts"], "what the script saved on SIGTERM is kept"
+    assert not any(_pid_alive(pid) for pid in pids)
+    assert processes.marked_processes(job["id"]) == []
+
+
+def test_max_run_stops_the_job(stack: Stack) -> None:
+    with stack.client() as client:
+        stack.submit(client, "scripts", name="maxrun-1", entry_point="long_running.py", max_run=3)
+        job = stack.wait_until_ended(client, "maxrun-1", timeout=60)
+    assert (job["status"], job["secondary_status"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert "MaxRuntimeExceeded" in [t["secondary_status"] for t in job["transitions"]]
+    assert 3 <= job["billable_seconds"] <= 20
+    assert processes.marked_processes(job["id"]) == []
+
+
+def test_killed_worker_is_replaced_and_the_job_still_ends_right(stack: Stack) -> None:
+    with stack.client() as client:
+        stack.submit(
+            client,
+            "pytorch-ddp",
+            name="crash-1",
+            entry_point="train.py",
+            instance_count=2,
+            distribution=DDP,
+            hyperparameters={"epochs": 6},
+        )
+        stack.wait_for(client, "crash-1", lambda job: job["secondary_status"] == "Training")
+        stack.kill("worker")  # SIGKILL: no goodbye, no acks, whatever it held is lost
+        # The instances finish and report while no worker is there to notice.
+        stack.wait_for(
+            client,
+            "crash-1",
+            lambda job: len(job["instances"]) == 2 and all(i["phase"] == "Completed" for i in job["instances"]),
+        )
+        assert client.get_job("crash-1")["status"] == "InProgress"
+        stack.start("worker")
+        job = stack.wait_until_ended(client, "crash-1")
+    assert job["status"] == "Completed", stack.diagnostics()
+    assert job["model_artifacts"]
+    assert processes.marked_processes(job["id"]) == []
+
+
+def test_a_vanished_instance_fails_the_job(stack: Stack) -> None:
+    with stack.client() as client:
+        job = stack.submit(client, "scripts", name="lost-1", entry_point="long_running.py", instance_count=2)
+        stack.wait_for(client, "lost-1", lambda j: j["secondary_status"] == "Training")
+        runtime = [pid for pid in processes.marked_processes(job["id"], "algo-2") if _is_runtime(pid)]
+        assert len(runtime) == 1
+        os.kill(runtime[0], 9)
+        job = stack.wait_until_ended(client, "lost-1", timeout=60)
+    assert job["status"] == "Failed"
+    assert re.match(r"InstanceLost: algo-2 ended without reporting a result", job["failure_reason"])
+    assert processes.marked_processes(job["id"]) == []
+
+
+def test_logs_survive_the_instances(stack: Stack) -> None:
+    with stack.client() as client:
+        stack.submit(client, "scripts", name="env-1", entry_point="report_env.py", instance_count=2,
+                     hyperparameters={"epochs": 4})
+        job = stack.wait_until_ended(client, "env-1")
+        time.sleep(0.5)
+        seen = [line for line in _messages(client, "env-1") if line.startswith("seen ")]
+    assert job["status"] == "Completed"
+    assert not (stack.home / "jobs" / "env-1").exists()
+    assert sorted(seen) == [
+        'seen {"epochs": 4, "files": [], "host": "algo-1", "hosts": ["algo-1", "algo-2"]}',
+        'seen {"epochs": 4, "files": [], "host": "algo-2", "hosts": ["algo-1", "algo-2"]}',
+    ]
+
+
+def _is_runtime(pid: int) -> bool:
+    try:
+        return b"runtime.train" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

@@ -1,0 +1,61 @@
+"""Lay out an instance's base directory exactly as a backend would, for runtime tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from service.jobs.schemas import JobCreate
+from worker.backends.base import JobRef, LaunchRequest
+from worker.backends.local import free_port
+from worker.instance_config import instance_files
+
+
+def launch_request(source: Path, **spec: Any) -> LaunchRequest:
+    values: dict[str, Any] = {
+        "name": "job-1",
+        "entry_point": "train.py",
+        "source_uri": source.as_uri(),
+        "instance_type": "local",
+        "output_path": (source.parent / "artifacts").as_uri(),
+    }
+    values.update(spec)
+    return LaunchRequest(
+        job=JobRef(id="0" * 32, name=values["name"]),
+        spec=JobCreate.model_validate(values),
+        service_url="http://127.0.0.1:1",
+        token="unused",
+    )
+
+
+def write_instances(root: Path, request: LaunchRequest, master_port: int | None = None) -> dict[str, Path]:
+    """Config files for every host under ``root/<host>``; returns each host's base dir."""
+    port = master_port or free_port()
+    addresses = {host: "127.0.0.1" for host in request.hosts}
+    bases = {}
+    for host in request.hosts:
+        base = root / host
+        for relative, content in instance_files(
+            request, host, host_addresses=addresses, master_port=port, network_interface="lo"
+        ).items():
+            (base / relative).parent.mkdir(parents=True, exist_ok=True)
+            (base / relative).write_text(content)
+        bases[host] = base
+    return bases
+
+
+def start_runtime(base: Path, **extra_env: str) -> subprocess.Popen[str]:
+    """The instance entry point as a real process, with no service to report to."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+    env.update({"SM_BASE_DIR": str(base), "PYTHONUNBUFFERED": "1", **extra_env})
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime.train"],
+        env=env,
+        cwd=base,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

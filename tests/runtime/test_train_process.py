@@ -1,0 +1,92 @@
+"""The instance entry point as a real process, on files laid out as a backend lays them."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from runtime import storage
+from tests.instances import launch_request, start_runtime, write_instances
+
+CHECKING_SCRIPT = """
+import argparse, json, os, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int)
+parser.add_argument("--tag")
+args = parser.parse_args()
+data = os.environ["SM_CHANNEL_TRAIN"]
+seen = {
+    "epochs": args.epochs, "tag": args.tag, "cwd": os.getcwd(),
+    "data": sorted(os.listdir(data)), "token": os.environ.get("RUNYARD_JOB_TOKEN"),
+}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "seen.json"), "w") as f:
+    json.dump(seen, f)
+print("trained", flush=True)
+"""
+
+
+def _source(tmp_path: Path, script: str) -> Path:
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    (source / "train.py").write_text(script)
+    return source
+
+
+def test_runs_the_script_and_stores_the_model(tmp_path: Path) -> None:
+    source = _source(tmp_path, CHECKING_SCRIPT)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.csv").write_text("1,2\n")
+    request = launch_request(
+        source, hyperparameters={"epochs": 2, "tag": "a b"}, inputs={"train": data.as_uri()}
+    )
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base, RUNYARD_JOB_TOKEN="must-not-leak")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert "[stdout] trained" in output
+
+    model = storage.local_path(request.spec.output_path or "") / "job-1" / "output" / "model.tar.gz"
+    with tarfile.open(model) as tar:
+        seen = json.load(tar.extractfile("seen.json"))  # type: ignore[arg-type]
+    assert seen == {"epochs": 2, "tag": "a b", "cwd": str(base / "code"), "data": ["part-0.csv"], "token": None}
+    assert (base / "output" / "success").exists()
+
+
+def test_a_failing_script_fails_the_instance_with_its_reason(tmp_path: Path) -> None:
+    source = _source(tmp_path, "raise SystemExit('config file missing')\n")
+    base = write_instances(tmp_path / "job", launch_request(source))["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert "config file missing" in (base / "output" / "failure").read_text()
+
+
+def test_missing_entry_point_is_a_client_error(tmp_path: Path) -> None:
+    source = _source(tmp_path, "print('x')")
+    base = write_instances(tmp_path / "job", launch_request(source))["algo-1"]
+    (source / "train.py").unlink()
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert (base / "output" / "failure").read_text().startswith("ClientError: entry point train.py")
+
+
+def test_torch_distributed_ranks_two_instances(tmp_path: Path) -> None:
+    script = (
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([dist.get_rank() + 1.0])\n"
+        "dist.all_reduce(t)\n"
+        "print(f\"rank {dist.get_rank()} of {dist.get_world_size()} on {os.environ['SM_CURRENT_HOST']} sum {t.item()}\")\n"
+        "dist.destroy_process_group()\n"
+    )
+    source = _source(tmp_path, script)
+    request = launch_request(source, instance_count=2, distribution={"torch_distributed": {"enabled": True}})
+    bases = write_instances(tmp_path / "job", request)
+    processes = {host: start_runtime(base) for host, base in bases.items()}
+    outputs = {host: process.communicate(timeout=120)[0] for host, process in processes.items()}
+    assert all(process.returncode == 0 for process in processes.values()), outputs
+    assert "rank 0 of 2 on algo-1 sum 3.0" in outputs["algo-1"]
+    assert "rank 1 of 2 on algo-2 sum 3.0" in outputs["algo-2"]

@@ -1,0 +1,134 @@
+"""Submitting, describing, listing and stopping jobs through the HTTP API."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from service.jobs.models import TrainingJob
+from service.kit.db import session_scope, utcnow
+from service.settings import Settings
+from tests.conftest import job_spec
+
+
+def _set_status(settings: Settings, name: str, status: str) -> None:
+    with session_scope(settings.database_url) as session:
+        job = session.scalars(select(TrainingJob).where(TrainingJob.name == name)).one()
+        job.status = status
+        job.ended_at = utcnow()
+
+
+def test_create_returns_the_stored_job(api: TestClient, settings: Settings, source_dir: Path) -> None:
+    spec = job_spec(
+        source_dir,
+        instance_count=2,
+        hyperparameters={"epochs": 3, "lr": 0.1, "name": "x"},
+        distribution={"torch_distributed": {"enabled": True}},
+        environment={"MY_FLAG": "1"},
+        inputs={"train": str(source_dir.as_uri())},
+    )
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "InProgress"
+    assert job["secondary_status"] == "Starting"
+    assert [t["secondary_status"] for t in job["transitions"]] == ["Starting"]
+    assert job["backend"] == "local"
+    assert job["spec"]["output_path"] == settings.artifact_root
+    assert job["spec"]["inputs"]["train"]["input_mode"] == "File"
+    assert job["spec"]["hyperparameters"] == {"epochs": 3, "lr": 0.1, "name": "x"}
+    assert api.get("/v1/training-jobs/job-1").json()["id"] == job["id"]
+
+
+def test_name_is_generated_from_base_job_name_or_entry_point(api: TestClient, source_dir: Path) -> None:
+    from_base = api.post("/v1/training-jobs", json=job_spec(source_dir, name=None, base_job_name="exp")).json()
+    assert re.fullmatch(r"exp-\d{4}(-\d{2}){5}-\d{3}", from_base["name"])
+    spec = {k: v for k, v in job_spec(source_dir).items() if k != "name"}
+    from_entry = api.post("/v1/training-jobs", json=spec).json()
+    assert from_entry["name"].startswith("train-")
+
+
+def test_unknown_job_is_404(api: TestClient) -> None:
+    assert api.get("/v1/training-jobs/nope").status_code == 404
+    assert api.post("/v1/training-jobs/nope/stop").status_code == 404
+    assert api.get("/v1/training-jobs/nope/logs").status_code == 404
+
+
+def test_list_is_newest_first_with_filters_and_cursor(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    names = ["a-1", "a-2", "b-1", "a-3", "b-2"]
+    for name in names:
+        assert api.post("/v1/training-jobs", json=job_spec(source_dir, name=name)).status_code == 201
+    _set_status(settings, "a-2", "Completed")
+
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = api.get("/v1/training-jobs", params=params).json()
+        seen += [item["name"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(reversed(names))
+
+    prefixed = api.get("/v1/training-jobs", params={"name_prefix": "a-"}).json()["items"]
+    assert [item["name"] for item in prefixed] == ["a-3", "a-2", "a-1"]
+    completed = api.get("/v1/training-jobs", params={"status": "Completed"}).json()["items"]
+    assert [item["name"] for item in completed] == ["a-2"]
+    assert api.get("/v1/training-jobs", params={"status": "Bogus"}).status_code == 422
+    assert api.get("/v1/training-jobs", params={"cursor": "garbage"}).status_code == 422
+
+
+def test_name_prefix_is_literal(api: TestClient, source_dir: Path) -> None:
+    for name in ("ab", "a-b"):
+        api.post("/v1/training-jobs", json=job_spec(source_dir, name=name))
+    # SQL wildcards in a prefix are plain characters.
+    assert api.get("/v1/training-jobs", params={"name_prefix": "a_"}).json()["items"] == []
+    assert api.get("/v1/training-jobs", params={"name_prefix": "a%"}).json()["items"] == []
+
+
+def test_stop_moves_to_stopping_once(api: TestClient, settings: Settings, source_dir: Path) -> None:
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    first = api.post("/v1/training-jobs/job-1/stop")
+    assert first.status_code == 200
+    assert (first.json()["status"], first.json()["secondary_status"]) == ("Stopping", "Stopping")
+    again = api.post("/v1/training-jobs/job-1/stop").json()
+    assert [t["secondary_status"] for t in again["transitions"]] == ["Starting", "Stopping"]
+
+
+@pytest.mark.parametrize("status", ["Completed", "Failed", "Stopped"])
+def test_stopping_an_ended_job_is_a_conflict(
+    api: TestClient, settings: Settings, source_dir: Path, status: str
+) -> None:
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    _set_status(settings, "job-1", status)
+    response = api.post("/v1/training-jobs/job-1/stop")
+    assert response.status_code == 409
+    assert status in response.json()["detail"]
+
+
+def test_dry_run_shows_the_plan_and_creates_nothing(api: TestClient, settings: Settings, source_dir: Path) -> None:
+    spec = job_spec(source_dir, instance_count=2, hyperparameters={"epochs": 2})
+    response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["name"] == "job-1"
+    instances = result["plan"]["instances"]
+    assert [i["host"] for i in instances] == ["algo-1", "algo-2"]
+    assert instances[0]["env"]["RUNYARD_JOB_TOKEN"] == "<redacted>"
+    assert '"epochs": "2"' in instances[1]["files"]["input/config/hyperparameters.json"]
+    assert "algo-2" in result["rendered"]
+    assert api.get("/v1/training-jobs").json()["items"] == []
+    assert not (settings.jobs_dir / "job-1").exists()
+
+
+def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) -> None:
+    response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0))
+    assert response.status_code == 422

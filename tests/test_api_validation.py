@@ -1,0 +1,112 @@
+"""Every rule of the job spec: a bad spec gets 422 naming the field, and nothing is stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import job_spec
+
+
+def _stored_jobs(api: TestClient) -> list[dict[str, Any]]:
+    response = api.get("/v1/training-jobs")
+    assert response.status_code == 200
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def _many(count: int, make: Any) -> dict[str, Any]:
+    return dict(make(i) for i in range(count))
+
+
+CASES: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("name starts with a dash", {"name": "-bad"}, ["name"]),
+    ("name with underscore", {"name": "bad_name"}, ["name"]),
+    ("name too long", {"name": "a" * 64}, ["name"]),
+    ("base name pattern", {"name": None, "base_job_name": "bad name"}, ["base_job_name"]),
+    ("name and base name", {"base_job_name": "base"}, ["name"]),
+    ("unknown field", {"bogus": 1}, ["bogus"]),
+    ("too many hyperparameters", {"hyperparameters": _many(101, lambda i: (f"k{i}", i))}, ["hyperparameters"]),
+    ("hyperparameter key too long", {"hyperparameters": {"k" * 257: 1}}, ["hyperparameters"]),
+    ("hyperparameter value too long", {"hyperparameters": {"k": "v" * 2500}}, ["hyperparameters"]),
+    ("environment key pattern", {"environment": {"1BAD": "x"}}, ["environment"]),
+    ("environment key with dash", {"environment": {"BAD-KEY": "x"}}, ["environment"]),
+    ("environment reserved key", {"environment": {"RUNYARD_JOB_TOKEN": "x"}}, ["environment"]),
+    ("environment value too long", {"environment": {"K": "v" * 513}}, ["environment"]),
+    ("too many environment variables", {"environment": _many(101, lambda i: (f"K{i}", "v"))}, ["environment"]),
+    ("unknown distribution key", {"distribution": {"horovod": {"enabled": True}}}, ["distribution", "horovod"]),
+    ("unknown key inside a mode", {"distribution": {"torch_distributed": {"enabled": True, "x": 1}}},
+     ["distribution", "torch_distributed", "x"]),
+    ("two distribution modes", {"distribution": {"torch_distributed": {"enabled": True}, "pytorchddp": {"enabled": True}}},
+     ["distribution"]),
+    ("distribution mode not in this build", {"distribution": {"mpi": {"enabled": True}}}, ["distribution", "mpi"]),
+    ("instance_count zero", {"instance_count": 0}, ["instance_count"]),
+    ("instance_count above maximum", {"instance_count": 17}, ["instance_count"]),
+    ("unknown instance type", {"instance_type": "ml.nope.large"}, ["instance_type"]),
+    ("instance type without a backend", {"instance_type": "ml.p3.2xlarge"}, ["instance_type"]),
+    ("unknown backend", {"backend": "slurm"}, ["backend"]),
+    ("entry point escapes the source", {"entry_point": "../train.py"}, ["entry_point"]),
+    ("absolute entry point", {"entry_point": "/etc/passwd"}, ["entry_point"]),
+    ("entry point not in the source", {"entry_point": "missing.py"}, ["entry_point"]),
+    ("source on an unsupported scheme", {"source_uri": "s3://bucket/code.tar.gz"}, ["source_uri"]),
+    ("source that does not exist", {"source_uri": "file:///nonexistent/code"}, ["source_uri"]),
+    ("relative file URI", {"source_uri": "file://relative/path"}, ["source_uri"]),
+    ("channel name", {"inputs": {"bad/name": "file:///tmp"}}, ["inputs"]),
+    ("too many channels", {"inputs": _many(21, lambda i: (f"c{i}", "file:///tmp"))}, ["inputs"]),
+    ("channel that does not exist", {"inputs": {"train": "file:///nonexistent/data"}}, ["inputs", "train", "uri"]),
+    ("channel input mode not in this build", {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Pipe"}}},
+     ["inputs", "train", "input_mode"]),
+    ("unknown input mode", {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Stream"}}},
+     ["inputs", "train", "input_mode"]),
+    ("output path scheme", {"output_path": "gs://bucket/out"}, ["output_path"]),
+    ("max_run zero", {"max_run": 0}, ["max_run"]),
+    ("max_run above 28 days", {"max_run": 28 * 24 * 3600 + 1}, ["max_run"]),
+    ("volume size zero", {"volume_size": 0}, ["volume_size"]),
+    ("too many tags", {"tags": [{"key": f"k{i}", "value": "v"} for i in range(51)]}, ["tags"]),
+]
+
+
+@pytest.mark.parametrize(("case", "overrides", "field"), CASES, ids=[case for case, _, _ in CASES])
+def test_bad_spec_is_refused_naming_the_field(
+    api: TestClient, source_dir: Path, case: str, overrides: dict[str, Any], field: list[str]
+) -> None:
+    spec = {key: value for key, value in job_spec(source_dir, **overrides).items() if value is not None}
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 422, response.text
+    locations = [[str(part) for part in error["loc"]] for error in response.json()["detail"]]
+    assert any(loc[1 : 1 + len(field)] == field for loc in locations), (case, locations)
+    assert _stored_jobs(api) == []
+
+
+def test_duplicate_name_is_a_conflict_and_stores_nothing_new(api: TestClient, source_dir: Path) -> None:
+    assert api.post("/v1/training-jobs", json=job_spec(source_dir)).status_code == 201
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir))
+    assert response.status_code == 409
+    assert "job-1" in response.json()["detail"]
+    assert len(_stored_jobs(api)) == 1
+
+
+def test_archive_source_must_hold_the_entry_point(api: TestClient, tmp_path: Path, source_dir: Path) -> None:
+    from runtime.archive import make_tarball
+
+    bundle = make_tarball(source_dir, tmp_path / "code.tar.gz")
+    ok = api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=bundle.as_uri()))
+    assert ok.status_code == 201, ok.text
+    missing = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, name="job-2", source_uri=bundle.as_uri(), entry_point="other.py")
+    )
+    assert missing.status_code == 422
+    assert missing.json()["detail"][0]["loc"] == ["body", "entry_point"]
+
+
+def test_hostile_archive_source_is_refused(api: TestClient, tmp_path: Path, source_dir: Path) -> None:
+    from tests.archives import archive_with_member
+
+    bundle = archive_with_member(tmp_path / "evil.tar.gz", "../escape.py")
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=bundle.as_uri()))
+    assert response.status_code == 422
+    assert "escape.py" in response.json()["detail"][0]["msg"]
+    assert _stored_jobs(api) == []

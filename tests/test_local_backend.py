@@ -1,0 +1,158 @@
+"""The local backend: the exact plan (golden), and real process groups that leave nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from worker.backends import processes
+from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
+from worker.backends.local import LocalBackend, LocalPlan
+from tests.instances import launch_request
+
+ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
+
+
+def _backend(tmp_path: Path, python: str = "/opt/python/bin/python3") -> LocalBackend:
+    return LocalBackend(tmp_path / "jobs", python=python, environ=ENVIRON, allocate_port=lambda: 29500)
+
+
+def _request(tmp_path: Path, **spec: object) -> LaunchRequest:
+    source = tmp_path / "src"
+    source.mkdir(exist_ok=True)
+    (source / "train.py").write_text("print('x')\n")
+    request = launch_request(source, **spec)
+    return LaunchRequest(request.job, request.spec, "http://127.0.0.1:8642", "ryj_secret")
+
+
+def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
+    request = _request(
+        tmp_path,
+        instance_count=2,
+        hyperparameters={"epochs": 3, "model": "net"},
+        distribution={"torch_distributed": {"enabled": True}},
+        environment={"MY_FLAG": "1"},
+    )
+    materialized = _backend(tmp_path).materialize(request)
+    jobs = tmp_path / "jobs" / "job-1"
+    second = materialized.public["instances"][1]
+    assert second["host"] == "algo-2"
+    assert second["argv"] == ["/opt/python/bin/python3", "-m", "runtime.train"]
+    assert second["base_dir"] == str(jobs / "algo-2")
+    assert second["env"] == {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/u",
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "SM_BASE_DIR": str(jobs / "algo-2"),
+        "RUNYARD_SERVICE_URL": "http://127.0.0.1:8642",
+        "RUNYARD_JOB_NAME": "job-1",
+        "RUNYARD_JOB_ID": "0" * 32,
+        "RUNYARD_HOST": "algo-2",
+        "RUNYARD_JOB_TOKEN": REDACTED,
+    }
+    files = second["files"]
+    assert json.loads(files["input/config/hyperparameters.json"]) == {"epochs": "3", "model": '"net"'}
+    assert json.loads(files["input/config/resourceconfig.json"]) == {
+        "current_host": "algo-2",
+        "current_instance_type": "local",
+        "current_group_name": "homogeneousCluster",
+        "hosts": ["algo-1", "algo-2"],
+        "network_interface_name": "lo",
+        "instance_groups": [
+            {"instance_group_name": "homogeneousCluster", "instance_type": "local", "hosts": ["algo-1", "algo-2"]}
+        ],
+        "host_addresses": {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"},
+    }
+    assert json.loads(files["input/config/runyard.json"]) == {
+        "job_name": "job-1",
+        "job_id": "0" * 32,
+        "entry_point": "train.py",
+        "source_uri": (tmp_path / "src").as_uri(),
+        "distribution": {"torch_distributed": {"enabled": True}},
+        "channels": {},
+        "output_path": (tmp_path / "artifacts").as_uri(),
+        "environment": {"MY_FLAG": "1"},
+        "master_addr": "127.0.0.1",
+        "master_port": 29500,
+    }
+    # The real token is in the plan that apply() uses, never in what a dry run shows.
+    assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"
+    assert "ryj_secret" not in materialized.render()
+    assert not (tmp_path / "jobs").exists()
+
+
+def _fake_runtime(tmp_path: Path, script: str) -> tuple[LocalBackend, Materialized[LocalPlan], JobRef]:
+    """A real plan whose instances run ``script`` instead of the runtime, so process
+    handling is tested on its own."""
+    program = tmp_path / "fake_runtime.py"
+    program.write_text(script)
+    backend = LocalBackend(tmp_path / "jobs", python=sys.executable, teardown_grace=2.0)
+    request = _request(tmp_path, instance_count=2)
+    materialized = backend.materialize(request)
+    for instance in materialized.plan.instances:
+        instance.argv[:] = [sys.executable, str(program)]
+    return backend, materialized, request.job
+
+
+def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None:
+    script = (
+        "import os, subprocess, sys, time\n"
+        # A grandchild that leaves the group: only the job marker still finds it.
+        "subprocess.Popen(['setsid', sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "time.sleep(120)\n"
+    )
+    backend, materialized, job = _fake_runtime(tmp_path, script)
+    backend.apply(materialized)
+    hosts = ["algo-1", "algo-2"]
+    first = {host: _pid(tmp_path, host) for host in hosts}
+    backend.apply(materialized)  # a retried launch adopts, it does not start twice
+    assert {host: _pid(tmp_path, host) for host in hosts} == first
+
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert {s.state for s in statuses.values()} == {InstanceState.RUNNING}
+    _wait_for(lambda: len(processes.marked_processes(job.id)) >= 4)
+
+    backend.teardown(job)
+    assert processes.marked_processes(job.id) == []
+    assert backend.describe(job) is None
+    assert not (tmp_path / "jobs" / "job-1").exists()
+
+
+def test_exited_instance_is_reported_with_its_code_and_last_words(tmp_path: Path) -> None:
+    backend, materialized, job = _fake_runtime(tmp_path, "print('dying now', flush=True)\nraise SystemExit(7)\n")
+    backend.apply(materialized)
+
+    def exited() -> bool:
+        statuses = backend.describe(job) or {}
+        return all(s.state == InstanceState.EXITED for s in statuses.values())
+
+    _wait_for(exited)
+    status = (backend.describe(job) or {})["algo-1"]
+    assert status.exit_code == 7
+    assert "dying now" in status.last_output
+    backend.teardown(job)
+
+
+def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
+    me = processes.identify(os.getpid())
+    assert me is not None and processes.is_alive(me)
+    assert not processes.is_alive(processes.ProcessId(me.pid, me.start_ticks + 1))
+
+
+def _pid(tmp_path: Path, host: str) -> int:
+    return int(json.loads((tmp_path / "jobs" / "job-1" / f"{host}.pid.json").read_text())["pid"])
+
+
+def _wait_for(condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not met in time")
+        time.sleep(0.05)

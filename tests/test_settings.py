@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+def test_embedded_defaults_live_in_home(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert settings.database_url == f"sqlite:///{tmp_path / 'runyard.db'}"
+    assert settings.broker_url == f"sqla+sqlite:///{tmp_path / 'broker.db'}"
+    assert settings.artifact_root == (tmp_path / "artifacts").as_uri()
+    assert settings.backends == {"local": "local", "local_gpu": "local"}
+
+
+def test_environment_variables_configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNYARD_HOME", str(tmp_path))
+    monkeypatch.setenv("RUNYARD_DATABASE_URL", "postgresql://db/runyard")
+    monkeypatch.setenv("RUNYARD_BACKENDS", "local=local, ml.m5.xlarge=local")
+    monkeypatch.setenv("RUNYARD_PUBLIC_URL", "http://runyard.internal:8642/")
+    settings = Settings()
+    assert settings.home == tmp_path
+    assert settings.database_url == "postgresql://db/runyard"
+    assert settings.backends == {"local": "local", "ml.m5.xlarge": "local"}
+    assert settings.public_url == "http://runyard.internal:8642"
+    monkeypatch.setenv("RUNYARD_BACKENDS", '{"local_gpu": "local"}')
+    assert Settings().backends == {"local_gpu": "local"}
+
+
+def test_signing_key_is_created_once_and_private(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    key = settings.signing_key()
+    assert Settings(home=tmp_path).signing_key() == key
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_placeholder_secret_is_refused_outside_development(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="placeholder"):
+        Settings(home=tmp_path, secret_key="changeme", environment="production")
+    assert Settings(home=tmp_path, secret_key="changeme").signing_key() == b"changeme"

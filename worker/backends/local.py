@@ -1,0 +1,283 @@
+"""The local backend: each instance is a process group on this machine.
+
+Layout under ``<jobs_dir>/<job name>/``::
+
+    plan.json           the materialized plan, so a retried launch adopts, never re-plans
+    algo-N/             the instance's base directory (SM_BASE_DIR), as in /opt/ml
+    algo-N.pid.json     (pid, start ticks) of the instance's runtime
+    algo-N.console.log  what the runtime itself printed (its last words if it dies)
+
+Hosts all live on loopback; the job's rendezvous port is picked once, at planning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.backends import processes
+from worker.backends.base import (
+    REDACTED,
+    Backend,
+    InstanceState,
+    InstanceStatus,
+    JobRef,
+    LaunchRequest,
+    Materialized,
+)
+from worker.instance_config import instance_files
+
+LOOPBACK = "127.0.0.1"
+TOKEN_ENV = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+# What an instance inherits from the worker's environment; everything else (database
+# URLs, broker credentials) stays out of reach of user code.
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+
+
+@dataclass(frozen=True)
+class LocalInstance:
+    host: str
+    base_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    files: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    job_id: str
+    job_name: str
+    job_dir: str
+    master_port: int
+    instances: list[LocalInstance]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class LocalBackend(Backend[LocalPlan]):
+    name = "local"
+    instance_types = frozenset({"local", "local_gpu"})
+
+    def __init__(
+        self,
+        jobs_dir: Path,
+        *,
+        python: str = sys.executable,
+        environ: Mapping[str, str] | None = None,
+        allocate_port: Callable[[], int] = free_port,
+        teardown_grace: float = 5.0,
+    ) -> None:
+        self.jobs_dir = jobs_dir
+        self.python = python
+        self.environ = os.environ if environ is None else environ
+        self.allocate_port = allocate_port
+        self.teardown_grace = teardown_grace
+
+    # -- planning ---------------------------------------------------------------------
+
+    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        job_dir = self.jobs_dir / request.job.name
+        previous = self._load_plan(job_dir)
+        master_port = previous.master_port if previous else self.allocate_port()
+        addresses = dict.fromkeys(request.hosts, LOOPBACK)
+        inherited = {key: self.environ[key] for key in INHERITED_ENV if key in self.environ}
+        instances = []
+        for host in request.hosts:
+            base_dir = job_dir / host
+            env = {
+                **inherited,
+                "PYTHONUNBUFFERED": "1",
+                "SM_BASE_DIR": str(base_dir),
+                "RUNYARD_SERVICE_URL": request.service_url,
+                "RUNYARD_JOB_NAME": request.job.name,
+                processes.JOB_MARKER: request.job.id,
+                "RUNYARD_HOST": host,
+                TOKEN_ENV: request.token,
+            }
+            files = instance_files(
+                request,
+                host,
+                host_addresses=addresses,
+                master_port=master_port,
+                network_interface="lo",
+            )
+            argv = [self.python, "-m", "runtime.train"]
+            instances.append(LocalInstance(host, str(base_dir), argv, env, files))
+        plan = LocalPlan(request.job.id, request.job.name, str(job_dir), master_port, instances)
+        return Materialized(self.name, plan, _public(plan))
+
+    # -- side effects -----------------------------------------------------------------
+
+    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+        plan = materialized.plan
+        job_dir = Path(plan.job_dir)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        plan_file = job_dir / "plan.json"
+        if not plan_file.exists():
+            _write_private(plan_file, json.dumps(asdict(plan), indent=2))
+        for instance in plan.instances:
+            self._launch(job_dir, plan.job_id, instance)
+
+    def _launch(self, job_dir: Path, job_id: str, instance: LocalInstance) -> None:
+        pid_file = job_dir / f"{instance.host}.pid.json"
+        if pid_file.exists():
+            return  # launched by an earlier attempt: adopt it
+        # An attempt may have died between starting the process and recording it.
+        stray = [
+            identity
+            for pid in processes.marked_processes(job_id, instance.host)
+            if (identity := processes.identify(pid)) is not None
+        ]
+        if stray:
+            oldest = min(stray, key=lambda identity: identity.start_ticks)
+            _write_private(pid_file, json.dumps(asdict(oldest)))
+            return
+        base_dir = Path(instance.base_dir)
+        for relative, content in instance.files.items():
+            target = base_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        with open(job_dir / f"{instance.host}.console.log", "ab") as console:
+            process = subprocess.Popen(
+                instance.argv,
+                env=instance.env,
+                cwd=base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        processes.remember_child(process)
+        identity = processes.identify(process.pid) or processes.ProcessId(process.pid, -1)
+        _write_private(pid_file, json.dumps(asdict(identity)))
+
+    def exists(self, job: JobRef) -> bool:
+        return (self.jobs_dir / job.name).exists() or bool(processes.marked_processes(job.id))
+
+    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        if plan is None:
+            return None
+        statuses = {}
+        for instance in plan.instances:
+            leader = self._leader(job_dir, instance.host)
+            if leader is None:
+                statuses[instance.host] = InstanceStatus(instance.host, InstanceState.UNKNOWN)
+            elif processes.is_alive(leader):
+                statuses[instance.host] = InstanceStatus(instance.host, InstanceState.RUNNING)
+            else:
+                statuses[instance.host] = InstanceStatus(
+                    instance.host,
+                    InstanceState.EXITED,
+                    exit_code=processes.child_exit_code(leader.pid),
+                    last_output=_tail(job_dir / f"{instance.host}.console.log"),
+                )
+        return statuses
+
+    def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        for instance in plan.instances if plan else []:
+            leader = self._leader(job_dir, instance.host)
+            if leader is not None:
+                processes.signal_group(leader, sig)
+        processes.signal_pids(processes.marked_processes(job.id), sig)
+
+    def teardown(self, job: JobRef) -> None:
+        self.cancel(job, force=False)
+        if not self._wait_until_gone(job, self.teardown_grace):
+            self.cancel(job, force=True)
+            if not self._wait_until_gone(job, 10.0):
+                left = processes.marked_processes(job.id)
+                raise RuntimeError(f"processes of {job.name} survived SIGKILL: {left}")
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        for instance in plan.instances if plan else []:
+            leader = self._leader(job_dir, instance.host)
+            if leader is not None:
+                processes.forget_child(leader.pid)
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+    def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            statuses = self.describe(job) or {}
+            running = any(s.state == InstanceState.RUNNING for s in statuses.values())
+            if not running and not processes.marked_processes(job.id):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    @staticmethod
+    def _leader(job_dir: Path, host: str) -> processes.ProcessId | None:
+        try:
+            data = json.loads((job_dir / f"{host}.pid.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return processes.ProcessId(int(data["pid"]), int(data["start_ticks"]))
+
+    @staticmethod
+    def _load_plan(job_dir: Path) -> LocalPlan | None:
+        try:
+            data = json.loads((job_dir / "plan.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        instances = [LocalInstance(**item) for item in data.pop("instances")]
+        return LocalPlan(**data, instances=instances)
+
+
+def _public(plan: LocalPlan) -> dict[str, Any]:
+    data = asdict(plan)
+    for instance in data["instances"]:
+        if TOKEN_ENV in instance["env"]:
+            instance["env"][TOKEN_ENV] = REDACTED
+    return data
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8192))
+            text = handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)

@@ -1,0 +1,352 @@
+"""Drives each job from what the database says toward what its backend reports.
+
+Level-triggered and idempotent: a pass reads the job afresh, asks the backend what exists,
+and takes one step. Running it twice, late, or after a crash is harmless, which is what
+lets broker messages be mere triggers. Side effects (starting or ending processes) happen
+outside any transaction; writes check the job's version so a concurrent stop from the API
+is never overwritten.
+
+Order of a job's life::
+
+    InProgress/Starting -> LaunchingInstances -> Downloading -> Training -> Uploading
+        -> Completed | Failed            (the instances' reports decide)
+    Stopping/(Stopping|MaxRuntimeExceeded) -> Stopped   (stop request or max_run)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm.exc import StaleDataError
+
+from service.auth.tokens import job_token
+from service.jobs import repository
+from service.jobs.models import JobInstance, TrainingJob
+from service.jobs.schemas import JobCreate
+from service.jobs.states import (
+    FINAL_PHASES,
+    PHASE_ORDER,
+    STOP_REASONS,
+    TERMINAL,
+    Phase,
+    Secondary,
+    Status,
+)
+from service.kit.db import session_scope, utcnow
+from service.settings import Settings
+from worker.backends import registry
+from worker.backends.base import Backend, InstanceState, InstanceStatus, JobRef, LaunchRequest
+
+log = logging.getLogger(__name__)
+
+MAX_PASSES_PER_TASK = 20
+
+_PHASE_MESSAGES = {
+    Phase.DOWNLOADING: "Downloading the code and input data",
+    Phase.TRAINING: "Training in progress",
+    Phase.UPLOADING: "Uploading the model",
+}
+
+
+class Superseded(Exception):
+    """Someone else changed the job since this pass read it; the pass must start over."""
+
+
+@dataclass(frozen=True)
+class Report:
+    host: str
+    phase: Phase
+    exit_code: int | None
+    failure_reason: str | None
+    model_uri: str | None
+    training_started_at: datetime | None
+    training_ended_at: datetime | None
+    reported_at: datetime
+
+    @classmethod
+    def of(cls, row: JobInstance) -> Report:
+        return cls(
+            row.host,
+            Phase(row.phase),
+            row.exit_code,
+            row.failure_reason,
+            row.model_uri,
+            row.training_started_at,
+            row.training_ended_at,
+            row.reported_at,
+        )
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    ref: JobRef
+    version: int
+    status: Status
+    secondary: str
+    spec: JobCreate
+    backend: str
+    launched_at: datetime | None
+    stop_reason: str | None
+    stop_signalled_at: datetime | None
+
+    @classmethod
+    def of(cls, job: TrainingJob) -> JobSnapshot:
+        return cls(
+            JobRef(job.id, job.name),
+            job.version,
+            Status(job.status),
+            job.secondary_status,
+            JobCreate.model_validate(job.spec),
+            job.backend,
+            job.launched_at,
+            job.stop_reason,
+            job.stop_signalled_at,
+        )
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"algo-{index}" for index in range(1, self.spec.instance_count + 1)]
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        build_backend: Callable[[str, Settings], Backend[Any]] = registry.build,
+    ) -> None:
+        self.settings = settings
+        self.database_url = settings.database_url
+        self.build_backend = build_backend
+
+    # -- leasing ----------------------------------------------------------------------
+
+    def reconcile(self, name: str) -> None:
+        """Run passes over the job until nothing more is asked of it."""
+        owner = uuid.uuid4().hex
+        ttl = self.settings.reconcile_lease_seconds
+        with session_scope(self.database_url) as session:
+            # Ask first, then try to claim: if the holder lets go in between, we get the
+            # lease; if it does not, it sees the request and runs another pass itself.
+            repository.request_reconcile(session, name)
+        with session_scope(self.database_url) as session:
+            if not repository.claim_lease(session, name, owner, ttl):
+                return
+        try:
+            for _ in range(MAX_PASSES_PER_TASK):
+                with session_scope(self.database_url) as session:
+                    if not repository.start_pass(session, name, owner, ttl):
+                        return  # the lease lapsed and someone else took it
+                try:
+                    self.run_pass(name)
+                except Superseded:
+                    continue
+                with session_scope(self.database_url) as session:
+                    if repository.release_lease(session, name, owner):
+                        return
+        finally:
+            with session_scope(self.database_url) as session:
+                repository.drop_lease(session, name, owner)
+
+    # -- one pass ---------------------------------------------------------------------
+
+    def run_pass(self, name: str) -> None:
+        with session_scope(self.database_url) as session:
+            job = repository.get(session, name)
+            if job is None or job.status in TERMINAL:
+                return
+            snapshot = JobSnapshot.of(job)
+        backend = self.build_backend(snapshot.backend, self.settings)
+        if snapshot.status == Status.STOPPING:
+            self._drive_stop(snapshot, backend)
+        elif snapshot.launched_at is None:
+            self._launch(snapshot, backend)
+        else:
+            self._observe(snapshot, backend)
+
+    def _launch(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        count = snapshot.spec.instance_count
+        snapshot = self._update(
+            snapshot,
+            lambda job: repository.record_transition(
+                job,
+                Status.IN_PROGRESS,
+                Secondary.LAUNCHING_INSTANCES,
+                f"Launching {count} {snapshot.spec.instance_type} instance{'s' * (count > 1)}",
+            ),
+        )
+        request = LaunchRequest(
+            job=snapshot.ref,
+            spec=snapshot.spec,
+            service_url=self.settings.public_url,
+            token=job_token(self.settings.signing_key(), snapshot.ref.id),
+        )
+        backend.submit(request)  # adopts what an earlier, interrupted attempt started
+        now = utcnow()
+
+        def launched(job: TrainingJob) -> None:
+            job.launched_at = now
+
+        self._update(snapshot, launched)
+
+    def _observe(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        # Read the backend before the reports: a runtime reports before it exits, so any
+        # instance seen gone here has its last report already committed.
+        statuses = backend.describe(snapshot.ref)
+        reports = self._reports(snapshot)
+        launched_at = snapshot.launched_at or utcnow()
+        if utcnow() - launched_at > timedelta(seconds=snapshot.spec.max_run):
+            self._begin_stop(
+                snapshot,
+                "MaxRuntimeExceeded",
+                Secondary.MAX_RUNTIME_EXCEEDED,
+                f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)",
+            )
+            return
+        failure = _first_failure(snapshot.hosts, statuses, reports)
+        if failure is not None:
+            self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
+            return
+        if all(
+            host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
+        ):
+            self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
+            return
+        self._show_progress(snapshot, reports)
+
+    def _show_progress(self, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
+        running = [r.phase for r in reports.values() if r.phase not in FINAL_PHASES]
+        if not running:
+            return
+        phase = min(running, key=PHASE_ORDER.__getitem__)
+        if snapshot.secondary == phase:
+            return
+        started = [r.training_started_at for r in reports.values() if r.training_started_at]
+
+        def progress(job: TrainingJob) -> None:
+            repository.record_transition(job, Status.IN_PROGRESS, phase, _PHASE_MESSAGES[phase])
+            if phase == Phase.TRAINING and job.training_start_time is None and started:
+                job.training_start_time = min(started)
+
+        self._update(snapshot, progress)
+
+    def _begin_stop(
+        self, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
+    ) -> None:
+        def stopping(job: TrainingJob) -> None:
+            job.stop_reason = reason
+            repository.record_transition(job, Status.STOPPING, secondary, message)
+
+        self._update(snapshot, stopping)
+        raise Superseded  # go straight on to the stop itself
+
+    def _drive_stop(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        if snapshot.stop_signalled_at is None:
+            backend.cancel(snapshot.ref, force=False)
+            now = utcnow()
+
+            def signalled(job: TrainingJob) -> None:
+                job.stop_signalled_at = now
+
+            snapshot = self._update(snapshot, signalled)
+        signalled_at = snapshot.stop_signalled_at or utcnow()
+        statuses = backend.describe(snapshot.ref) or {}
+        running = any(s.state == InstanceState.RUNNING for s in statuses.values())
+        grace = timedelta(seconds=self.settings.stop_grace_seconds)
+        if running and utcnow() - signalled_at < grace:
+            return  # give the scripts their grace period; the sweep comes back
+        reports = self._reports(snapshot)
+        secondary = STOP_REASONS.get(snapshot.stop_reason or "", Secondary.STOPPED)
+        self._finish(snapshot, backend, reports, Status.STOPPED, secondary, None)
+
+    def _finish(
+        self,
+        snapshot: JobSnapshot,
+        backend: Backend[Any],
+        reports: dict[str, Report],
+        status: Status,
+        secondary: Secondary,
+        failure_reason: str | None,
+    ) -> None:
+        # Nothing of the job may be left once it reads as ended.
+        backend.teardown(snapshot.ref)
+        now = utcnow()
+        master = reports.get(snapshot.hosts[0])
+        ended = [r.training_ended_at for r in reports.values() if r.training_ended_at]
+        message = {
+            Status.COMPLETED: "Training job completed",
+            Status.FAILED: f"Training job failed: {(failure_reason or '')[:200]}",
+            Status.STOPPED: "Training job stopped",
+        }[status]
+
+        def finished(job: TrainingJob) -> None:
+            repository.record_transition(job, status, secondary, message, now)
+            job.failure_reason = failure_reason
+            job.model_artifacts = master.model_uri if master else None
+            job.ended_at = now
+            if job.training_start_time is not None:
+                job.training_end_time = max(ended) if ended else now
+            if job.launched_at is not None:
+                job.billable_seconds = math.ceil((now - job.launched_at).total_seconds())
+
+        self._update(snapshot, finished)
+
+    # -- reading and writing ----------------------------------------------------------
+
+    def _reports(self, snapshot: JobSnapshot) -> dict[str, Report]:
+        with session_scope(self.database_url) as session:
+            rows = repository.instances(session, snapshot.ref.id)
+            return {row.host: Report.of(row) for row in rows}
+
+    def _update(
+        self, snapshot: JobSnapshot, change: Callable[[TrainingJob], object]
+    ) -> JobSnapshot:
+        """Apply ``change`` to the job unless it moved on since ``snapshot`` was taken."""
+        try:
+            with session_scope(self.database_url) as session:
+                job = repository.get(session, snapshot.ref.name, with_details=True)
+                if job is None or job.version != snapshot.version:
+                    raise Superseded
+                change(job)
+                session.flush()
+                return JobSnapshot.of(job)
+        except StaleDataError as exc:
+            raise Superseded from exc
+
+
+def _first_failure(
+    hosts: list[str], statuses: dict[str, InstanceStatus] | None, reports: dict[str, Report]
+) -> str | None:
+    """Why the job failed, from the earliest failing instance, or None if none failed."""
+    failed = sorted(
+        (r for r in reports.values() if r.phase in (Phase.FAILED, Phase.STOPPED)),
+        key=lambda r: r.training_ended_at or r.reported_at,
+    )
+    if failed:
+        first = failed[0]
+        if first.phase == Phase.STOPPED:
+            return f"InstanceStopped: {first.host} was stopped from outside Runyard"
+        return first.failure_reason or f"{first.host} failed with exit code {first.exit_code}"
+    for host in hosts:
+        status = (statuses or {}).get(host)
+        report = reports.get(host)
+        if report is not None and report.phase in FINAL_PHASES:
+            continue
+        if status is None or status.state != InstanceState.RUNNING:
+            code = (
+                ""
+                if status is None or status.exit_code is None
+                else f" (exit code {status.exit_code})"
+            )
+            last = (
+                f"; last output: {status.last_output[-600:]}"
+                if status and status.last_output
+                else ""
+            )
+            return f"InstanceLost: {host} ended without reporting a result{code}{last}"
+    return None
