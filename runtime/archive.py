@@ -30,7 +30,9 @@ def check_archive(archive: Path, destination: Path | None = None) -> list[str]:
         # The data filter would quietly strip a leading "/"; an archive that has one was
         # not made for this purpose, so it is refused whole.
         if member.name.startswith(("/", "\\")) or ".." in PurePosixPath(member.name).parts:
-            raise ArchiveError(f"{archive.name}: refused member {member.name!r}: path leaves the target")
+            raise ArchiveError(
+                f"{archive.name}: refused member {member.name!r}: path leaves the target"
+            )
         try:
             tarfile.data_filter(member, str(destination))
         except tarfile.FilterError as exc:

@@ -51,6 +51,9 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
 
     server_file = settings.home / "server.json"
     server_file.write_text(json.dumps({"url": _client_url(host, port), "pid": os.getpid()}))
+    # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught; with the
+    # default handler that would end the process before any cleanup below ran.
+    signal.signal(signal.SIGTERM, _exit_quietly)
     try:
         uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
     finally:
@@ -88,9 +91,9 @@ def run_worker(settings: Settings, concurrency: int = 4) -> None:
 
 
 def run_beat(settings: Settings) -> None:
-    from worker.celery_app import create_celery
-
     from celery.signals import after_setup_logger
+
+    from worker.celery_app import create_celery
 
     settings.home.mkdir(parents=True, exist_ok=True)
     after_setup_logger.connect(lambda **_: _quiet_celery(), weak=False)
@@ -116,6 +119,10 @@ def run_all(settings: Settings, host: str, port: int) -> None:
         _serve_api(settings, host, port)
     finally:
         children.stop()
+
+
+def _exit_quietly(_signum: int, _frame: object) -> None:
+    sys.exit(0)
 
 
 def _client_url(host: str, port: int) -> str:

@@ -31,10 +31,12 @@ def launch_request(source: Path, **spec: Any) -> LaunchRequest:
     )
 
 
-def write_instances(root: Path, request: LaunchRequest, master_port: int | None = None) -> dict[str, Path]:
+def write_instances(
+    root: Path, request: LaunchRequest, master_port: int | None = None
+) -> dict[str, Path]:
     """Config files for every host under ``root/<host>``; returns each host's base dir."""
     port = master_port or free_port()
-    addresses = {host: "127.0.0.1" for host in request.hosts}
+    addresses = dict.fromkeys(request.hosts, "127.0.0.1")
     bases = {}
     for host in request.hosts:
         base = root / host

@@ -30,7 +30,9 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     assert len(routes) == 9, routes
 
 
-@pytest.mark.parametrize("credentials", [None, "Bearer ry_not-a-real-token", "Basic dXNlcjpwYXNz", "Bearer "])
+@pytest.mark.parametrize(
+    "credentials", [None, "Bearer ry_not-a-real-token", "Basic dXNlcjpwYXNz", "Bearer "]
+)
 def test_no_token_or_a_wrong_token_gets_401(api: TestClient, credentials: str | None) -> None:
     for method, path in _protected_routes():
         headers = {"Authorization": credentials} if credentials else {}
@@ -47,7 +49,9 @@ def test_health_and_docs_are_open(settings: Settings) -> None:
         assert client.get("/docs").status_code == 200
 
 
-def test_job_token_cannot_use_user_routes(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_job_token_cannot_use_user_routes(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     job = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
     token = job_token(settings.signing_key(), job["id"])
     headers = {"Authorization": f"Bearer {token}"}
@@ -56,16 +60,35 @@ def test_job_token_cannot_use_user_routes(api: TestClient, settings: Settings, s
     assert api.post("/v1/training-jobs/job-1/stop", headers=headers).status_code == 403
 
 
-def test_job_token_reports_only_for_its_own_job(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_job_token_reports_only_for_its_own_job(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     first = api.post("/v1/training-jobs", json=job_spec(source_dir, name="first")).json()
     api.post("/v1/training-jobs", json=job_spec(source_dir, name="second"))
     token = job_token(settings.signing_key(), first["id"])
     headers = {"Authorization": f"Bearer {token}"}
-    line = {"lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]}
-    assert api.post("/v1/training-jobs/first/instances/algo-1/logs", json=line, headers=headers).status_code == 200
-    assert api.post("/v1/training-jobs/second/instances/algo-1/logs", json=line, headers=headers).status_code == 403
+    line = {
+        "lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]
+    }
+    assert (
+        api.post(
+            "/v1/training-jobs/first/instances/algo-1/logs", json=line, headers=headers
+        ).status_code
+        == 200
+    )
+    assert (
+        api.post(
+            "/v1/training-jobs/second/instances/algo-1/logs", json=line, headers=headers
+        ).status_code
+        == 403
+    )
     # A host the job does not have.
-    assert api.post("/v1/training-jobs/first/instances/algo-2/logs", json=line, headers=headers).status_code == 404
+    assert (
+        api.post(
+            "/v1/training-jobs/first/instances/algo-2/logs", json=line, headers=headers
+        ).status_code
+        == 404
+    )
     # The admin token is not an instance's credential either.
     assert api.post("/v1/training-jobs/first/instances/algo-1/logs", json=line).status_code == 403
 
@@ -74,8 +97,15 @@ def test_forged_job_token_is_refused(api: TestClient, settings: Settings, source
     job = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
     forged = job_token(b"some other key", job["id"])
     headers = {"Authorization": f"Bearer {forged}"}
-    line = {"lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]}
-    assert api.post("/v1/training-jobs/job-1/instances/algo-1/logs", json=line, headers=headers).status_code == 401
+    line = {
+        "lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]
+    }
+    assert (
+        api.post(
+            "/v1/training-jobs/job-1/instances/algo-1/logs", json=line, headers=headers
+        ).status_code
+        == 401
+    )
 
 
 def test_minted_token_works_and_is_shown_once(api: TestClient) -> None:

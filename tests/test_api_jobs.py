@@ -23,7 +23,9 @@ def _set_status(settings: Settings, name: str, status: str) -> None:
         job.ended_at = utcnow()
 
 
-def test_create_returns_the_stored_job(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_create_returns_the_stored_job(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     spec = job_spec(
         source_dir,
         instance_count=2,
@@ -45,8 +47,12 @@ def test_create_returns_the_stored_job(api: TestClient, settings: Settings, sour
     assert api.get("/v1/training-jobs/job-1").json()["id"] == job["id"]
 
 
-def test_name_is_generated_from_base_job_name_or_entry_point(api: TestClient, source_dir: Path) -> None:
-    from_base = api.post("/v1/training-jobs", json=job_spec(source_dir, name=None, base_job_name="exp")).json()
+def test_name_is_generated_from_base_job_name_or_entry_point(
+    api: TestClient, source_dir: Path
+) -> None:
+    from_base = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, name=None, base_job_name="exp")
+    ).json()
     assert re.fullmatch(r"exp-\d{4}(-\d{2}){5}-\d{3}", from_base["name"])
     spec = {k: v for k, v in job_spec(source_dir).items() if k != "name"}
     from_entry = api.post("/v1/training-jobs", json=spec).json()
@@ -64,7 +70,9 @@ def test_list_is_newest_first_with_filters_and_cursor(
 ) -> None:
     names = ["a-1", "a-2", "b-1", "a-3", "b-2"]
     for name in names:
-        assert api.post("/v1/training-jobs", json=job_spec(source_dir, name=name)).status_code == 201
+        assert (
+            api.post("/v1/training-jobs", json=job_spec(source_dir, name=name)).status_code == 201
+        )
     _set_status(settings, "a-2", "Completed")
 
     seen: list[str] = []
@@ -114,7 +122,9 @@ def test_stopping_an_ended_job_is_a_conflict(
     assert status in response.json()["detail"]
 
 
-def test_dry_run_shows_the_plan_and_creates_nothing(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_dry_run_shows_the_plan_and_creates_nothing(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     spec = job_spec(source_dir, instance_count=2, hyperparameters={"epochs": 2})
     response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
     assert response.status_code == 200, response.text
@@ -130,5 +140,7 @@ def test_dry_run_shows_the_plan_and_creates_nothing(api: TestClient, settings: S
 
 
 def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) -> None:
-    response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0))
+    response = api.post(
+        "/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0)
+    )
     assert response.status_code == 422

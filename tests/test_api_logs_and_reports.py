@@ -16,16 +16,25 @@ from service.settings import Settings
 from tests.conftest import job_spec
 
 
-def _instance_headers(api: TestClient, settings: Settings, source_dir: Path, **spec: Any) -> dict[str, str]:
+def _instance_headers(
+    api: TestClient, settings: Settings, source_dir: Path, **spec: Any
+) -> dict[str, str]:
     job = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec)).json()
     return {"Authorization": f"Bearer {job_token(settings.signing_key(), job['id'])}"}
 
 
 def _line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
-    return {"seq": seq, "time": f"2026-01-01T00:00:{second:02d}Z", "stream": stream, "message": message}
+    return {
+        "seq": seq,
+        "time": f"2026-01-01T00:00:{second:02d}Z",
+        "stream": stream,
+        "message": message,
+    }
 
 
-def test_retried_log_batch_is_stored_once(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_retried_log_batch_is_stored_once(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     headers = _instance_headers(api, settings, source_dir)
     batch = {"lines": [_line(1, 0, "one"), _line(2, 1, "two")]}
     url = "/v1/training-jobs/job-1/instances/algo-1/logs"
@@ -37,11 +46,21 @@ def test_retried_log_batch_is_stored_once(api: TestClient, settings: Settings, s
     assert [e["message"] for e in events] == ["one", "two", "three"]
 
 
-def test_logs_merge_hosts_by_time_and_filter_by_host(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_logs_merge_hosts_by_time_and_filter_by_host(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     headers = _instance_headers(api, settings, source_dir, instance_count=2)
     base = "/v1/training-jobs/job-1/instances"
-    api.post(f"{base}/algo-2/logs", json={"lines": [_line(1, 1, "b1"), _line(2, 3, "b2")]}, headers=headers)
-    api.post(f"{base}/algo-1/logs", json={"lines": [_line(1, 0, "a1"), _line(2, 2, "a2", "stderr")]}, headers=headers)
+    api.post(
+        f"{base}/algo-2/logs",
+        json={"lines": [_line(1, 1, "b1"), _line(2, 3, "b2")]},
+        headers=headers,
+    )
+    api.post(
+        f"{base}/algo-1/logs",
+        json={"lines": [_line(1, 0, "a1"), _line(2, 2, "a2", "stderr")]},
+        headers=headers,
+    )
 
     merged = api.get("/v1/training-jobs/job-1/logs").json()["events"]
     assert [(e["host"], e["message"]) for e in merged] == [
@@ -78,13 +97,17 @@ def test_follow_streams_events_then_ends_with_the_job(
     events = [block for block in body.split("\n\n") if block.strip()]
     logs = [json.loads(e.split("data: ", 1)[1]) for e in events if "event: log" in e]
     assert [line["message"] for line in logs] == ["first", "second"]
-    assert events[-1].startswith("event: end") and '"Completed"' in events[-1]
+    assert events[-1].startswith("event: end")
+    assert '"Completed"' in events[-1]
 
     # Resuming after the first line sends only what came after it.
     resume = {"Last-Event-ID": str(logs[0]["id"])}
-    with api.stream("GET", "/v1/training-jobs/job-1/logs", params={"follow": "true"}, headers=resume) as response:
+    with api.stream(
+        "GET", "/v1/training-jobs/job-1/logs", params={"follow": "true"}, headers=resume
+    ) as response:
         body = "".join(response.iter_text())
-    assert "second" in body and "first" not in body
+    assert "second" in body
+    assert "first" not in body
 
 
 def test_phase_reports_are_recorded_and_final_ones_stick(
@@ -95,21 +118,39 @@ def test_phase_reports_are_recorded_and_final_ones_stick(
     for body in (
         {"phase": "Downloading", "time": "2026-01-01T00:00:00Z"},
         {"phase": "Training", "time": "2026-01-01T00:00:01Z"},
-        {"phase": "Failed", "time": "2026-01-01T00:00:05Z", "exit_code": 3, "failure_reason": "x" * 2000},
+        {
+            "phase": "Failed",
+            "time": "2026-01-01T00:00:05Z",
+            "exit_code": 3,
+            "failure_reason": "x" * 2000,
+        },
         {"phase": "Completed", "time": "2026-01-01T00:00:06Z", "exit_code": 0},
     ):
         assert api.post(url, json=body, headers=headers).status_code == 204
     with session_scope(settings.database_url) as session:
         row = session.scalars(select(JobInstance)).one()
         assert (row.phase, row.exit_code) == ("Failed", 3)
-        assert row.failure_reason is not None and len(row.failure_reason) == 1024
-        assert row.training_started_at is not None and row.training_started_at.second == 1
-        assert row.training_ended_at is not None and row.training_ended_at.second == 5
+        assert row.failure_reason is not None
+        assert len(row.failure_reason) == 1024
+        assert row.training_started_at is not None
+        assert row.training_started_at.second == 1
+        assert row.training_ended_at is not None
+        assert row.training_ended_at.second == 5
 
 
 def test_bad_report_is_refused(api: TestClient, settings: Settings, source_dir: Path) -> None:
     headers = _instance_headers(api, settings, source_dir)
     url = "/v1/training-jobs/job-1/instances/algo-1/status"
-    assert api.post(url, json={"phase": "Dancing", "time": "2026-01-01T00:00:00Z"}, headers=headers).status_code == 422
+    assert (
+        api.post(
+            url, json={"phase": "Dancing", "time": "2026-01-01T00:00:00Z"}, headers=headers
+        ).status_code
+        == 422
+    )
     lines = {"lines": [_line(0, 0, "seq must start at one")]}
-    assert api.post("/v1/training-jobs/job-1/instances/algo-1/logs", json=lines, headers=headers).status_code == 422
+    assert (
+        api.post(
+            "/v1/training-jobs/job-1/instances/algo-1/logs", json=lines, headers=headers
+        ).status_code
+        == 422
+    )

@@ -29,20 +29,42 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("base name pattern", {"name": None, "base_job_name": "bad name"}, ["base_job_name"]),
     ("name and base name", {"base_job_name": "base"}, ["name"]),
     ("unknown field", {"bogus": 1}, ["bogus"]),
-    ("too many hyperparameters", {"hyperparameters": _many(101, lambda i: (f"k{i}", i))}, ["hyperparameters"]),
+    (
+        "too many hyperparameters",
+        {"hyperparameters": _many(101, lambda i: (f"k{i}", i))},
+        ["hyperparameters"],
+    ),
     ("hyperparameter key too long", {"hyperparameters": {"k" * 257: 1}}, ["hyperparameters"]),
     ("hyperparameter value too long", {"hyperparameters": {"k": "v" * 2500}}, ["hyperparameters"]),
     ("environment key pattern", {"environment": {"1BAD": "x"}}, ["environment"]),
     ("environment key with dash", {"environment": {"BAD-KEY": "x"}}, ["environment"]),
     ("environment reserved key", {"environment": {"RUNYARD_JOB_TOKEN": "x"}}, ["environment"]),
     ("environment value too long", {"environment": {"K": "v" * 513}}, ["environment"]),
-    ("too many environment variables", {"environment": _many(101, lambda i: (f"K{i}", "v"))}, ["environment"]),
-    ("unknown distribution key", {"distribution": {"horovod": {"enabled": True}}}, ["distribution", "horovod"]),
-    ("unknown key inside a mode", {"distribution": {"torch_distributed": {"enabled": True, "x": 1}}},
-     ["distribution", "torch_distributed", "x"]),
-    ("two distribution modes", {"distribution": {"torch_distributed": {"enabled": True}, "pytorchddp": {"enabled": True}}},
-     ["distribution"]),
-    ("distribution mode not in this build", {"distribution": {"mpi": {"enabled": True}}}, ["distribution", "mpi"]),
+    (
+        "too many environment variables",
+        {"environment": _many(101, lambda i: (f"K{i}", "v"))},
+        ["environment"],
+    ),
+    (
+        "unknown distribution key",
+        {"distribution": {"horovod": {"enabled": True}}},
+        ["distribution", "horovod"],
+    ),
+    (
+        "unknown key inside a mode",
+        {"distribution": {"torch_distributed": {"enabled": True, "x": 1}}},
+        ["distribution", "torch_distributed", "x"],
+    ),
+    (
+        "two distribution modes",
+        {"distribution": {"torch_distributed": {"enabled": True}, "pytorchddp": {"enabled": True}}},
+        ["distribution"],
+    ),
+    (
+        "distribution mode not in this build",
+        {"distribution": {"mpi": {"enabled": True}}},
+        ["distribution", "mpi"],
+    ),
     ("instance_count zero", {"instance_count": 0}, ["instance_count"]),
     ("instance_count above maximum", {"instance_count": 17}, ["instance_count"]),
     ("unknown instance type", {"instance_type": "ml.nope.large"}, ["instance_type"]),
@@ -56,11 +78,21 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("relative file URI", {"source_uri": "file://relative/path"}, ["source_uri"]),
     ("channel name", {"inputs": {"bad/name": "file:///tmp"}}, ["inputs"]),
     ("too many channels", {"inputs": _many(21, lambda i: (f"c{i}", "file:///tmp"))}, ["inputs"]),
-    ("channel that does not exist", {"inputs": {"train": "file:///nonexistent/data"}}, ["inputs", "train", "uri"]),
-    ("channel input mode not in this build", {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Pipe"}}},
-     ["inputs", "train", "input_mode"]),
-    ("unknown input mode", {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Stream"}}},
-     ["inputs", "train", "input_mode"]),
+    (
+        "channel that does not exist",
+        {"inputs": {"train": "file:///nonexistent/data"}},
+        ["inputs", "train", "uri"],
+    ),
+    (
+        "channel input mode not in this build",
+        {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Pipe"}}},
+        ["inputs", "train", "input_mode"],
+    ),
+    (
+        "unknown input mode",
+        {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Stream"}}},
+        ["inputs", "train", "input_mode"],
+    ),
     ("output path scheme", {"output_path": "gs://bucket/out"}, ["output_path"]),
     ("max_run zero", {"max_run": 0}, ["max_run"]),
     ("max_run above 28 days", {"max_run": 28 * 24 * 3600 + 1}, ["max_run"]),
@@ -73,7 +105,9 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
 def test_bad_spec_is_refused_naming_the_field(
     api: TestClient, source_dir: Path, case: str, overrides: dict[str, Any], field: list[str]
 ) -> None:
-    spec = {key: value for key, value in job_spec(source_dir, **overrides).items() if value is not None}
+    spec = {
+        key: value for key, value in job_spec(source_dir, **overrides).items() if value is not None
+    }
     response = api.post("/v1/training-jobs", json=spec)
     assert response.status_code == 422, response.text
     locations = [[str(part) for part in error["loc"]] for error in response.json()["detail"]]
@@ -81,7 +115,9 @@ def test_bad_spec_is_refused_naming_the_field(
     assert _stored_jobs(api) == []
 
 
-def test_duplicate_name_is_a_conflict_and_stores_nothing_new(api: TestClient, source_dir: Path) -> None:
+def test_duplicate_name_is_a_conflict_and_stores_nothing_new(
+    api: TestClient, source_dir: Path
+) -> None:
     assert api.post("/v1/training-jobs", json=job_spec(source_dir)).status_code == 201
     response = api.post("/v1/training-jobs", json=job_spec(source_dir))
     assert response.status_code == 409
@@ -89,20 +125,25 @@ def test_duplicate_name_is_a_conflict_and_stores_nothing_new(api: TestClient, so
     assert len(_stored_jobs(api)) == 1
 
 
-def test_archive_source_must_hold_the_entry_point(api: TestClient, tmp_path: Path, source_dir: Path) -> None:
+def test_archive_source_must_hold_the_entry_point(
+    api: TestClient, tmp_path: Path, source_dir: Path
+) -> None:
     from runtime.archive import make_tarball
 
     bundle = make_tarball(source_dir, tmp_path / "code.tar.gz")
     ok = api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=bundle.as_uri()))
     assert ok.status_code == 201, ok.text
     missing = api.post(
-        "/v1/training-jobs", json=job_spec(source_dir, name="job-2", source_uri=bundle.as_uri(), entry_point="other.py")
+        "/v1/training-jobs",
+        json=job_spec(source_dir, name="job-2", source_uri=bundle.as_uri(), entry_point="other.py"),
     )
     assert missing.status_code == 422
     assert missing.json()["detail"][0]["loc"] == ["body", "entry_point"]
 
 
-def test_hostile_archive_source_is_refused(api: TestClient, tmp_path: Path, source_dir: Path) -> None:
+def test_hostile_archive_source_is_refused(
+    api: TestClient, tmp_path: Path, source_dir: Path
+) -> None:
     from tests.archives import archive_with_member
 
     bundle = archive_with_member(tmp_path / "evil.tar.gz", "../escape.py")

@@ -12,7 +12,14 @@ from service.kit.db import session_scope
 
 def _job(url: str, name: str = "job-1") -> None:
     with session_scope(url) as session:
-        job = TrainingJob(id="a" * 32, name=name, spec={}, backend="local", status=Status.IN_PROGRESS, secondary_status="Starting")
+        job = TrainingJob(
+            id="a" * 32,
+            name=name,
+            spec={},
+            backend="local",
+            status=Status.IN_PROGRESS,
+            secondary_status="Starting",
+        )
         job.lease = JobLease()
         session.add(job)
 

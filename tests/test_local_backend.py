@@ -10,16 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.instances import launch_request
 from worker.backends import processes
 from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
-from worker.backends.local import LocalBackend, LocalPlan
-from tests.instances import launch_request
+from worker.backends.local import LocalBackend, LocalPlan, share_cpus
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
 
 
 def _backend(tmp_path: Path, python: str = "/opt/python/bin/python3") -> LocalBackend:
-    return LocalBackend(tmp_path / "jobs", python=python, environ=ENVIRON, allocate_port=lambda: 29500)
+    return LocalBackend(
+        tmp_path / "jobs",
+        python=python,
+        environ=ENVIRON,
+        allocate_port=lambda: 29500,
+        cpus=[0, 1, 2, 3, 4],
+    )
 
 
 def _request(tmp_path: Path, **spec: object) -> LaunchRequest:
@@ -44,6 +50,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
     assert second["host"] == "algo-2"
     assert second["argv"] == ["/opt/python/bin/python3", "-m", "runtime.train"]
     assert second["base_dir"] == str(jobs / "algo-2")
+    assert [instance["cpus"] for instance in materialized.public["instances"]] == [[0, 1], [2, 3]]
     assert second["env"] == {
         "PATH": "/usr/bin:/bin",
         "HOME": "/home/u",
@@ -57,7 +64,10 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "RUNYARD_JOB_TOKEN": REDACTED,
     }
     files = second["files"]
-    assert json.loads(files["input/config/hyperparameters.json"]) == {"epochs": "3", "model": '"net"'}
+    assert json.loads(files["input/config/hyperparameters.json"]) == {
+        "epochs": "3",
+        "model": '"net"',
+    }
     assert json.loads(files["input/config/resourceconfig.json"]) == {
         "current_host": "algo-2",
         "current_instance_type": "local",
@@ -65,7 +75,11 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "hosts": ["algo-1", "algo-2"],
         "network_interface_name": "lo",
         "instance_groups": [
-            {"instance_group_name": "homogeneousCluster", "instance_type": "local", "hosts": ["algo-1", "algo-2"]}
+            {
+                "instance_group_name": "homogeneousCluster",
+                "instance_type": "local",
+                "hosts": ["algo-1", "algo-2"],
+            }
         ],
         "host_addresses": {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"},
     }
@@ -87,7 +101,9 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
     assert not (tmp_path / "jobs").exists()
 
 
-def _fake_runtime(tmp_path: Path, script: str) -> tuple[LocalBackend, Materialized[LocalPlan], JobRef]:
+def _fake_runtime(
+    tmp_path: Path, script: str
+) -> tuple[LocalBackend, Materialized[LocalPlan], JobRef]:
     """A real plan whose instances run ``script`` instead of the runtime, so process
     handling is tested on its own."""
     program = tmp_path / "fake_runtime.py"
@@ -126,7 +142,9 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
 
 
 def test_exited_instance_is_reported_with_its_code_and_last_words(tmp_path: Path) -> None:
-    backend, materialized, job = _fake_runtime(tmp_path, "print('dying now', flush=True)\nraise SystemExit(7)\n")
+    backend, materialized, job = _fake_runtime(
+        tmp_path, "print('dying now', flush=True)\nraise SystemExit(7)\n"
+    )
     backend.apply(materialized)
 
     def exited() -> bool:
@@ -140,9 +158,33 @@ def test_exited_instance_is_reported_with_its_code_and_last_words(tmp_path: Path
     backend.teardown(job)
 
 
+def test_instances_split_the_machine() -> None:
+    assert share_cpus([3, 1, 0, 2], 1) == [[0, 1, 2, 3]]
+    assert share_cpus([0, 1, 2, 3], 3) == [[0], [1], [2]]
+    assert share_cpus([0, 1], 3) == [[0], [1], [0]]
+
+
+def test_instance_runs_on_its_share_of_cpus(tmp_path: Path) -> None:
+    available = sorted(os.sched_getaffinity(0))
+    script = "import os; print(sorted(os.sched_getaffinity(0)), flush=True)"
+    backend, materialized, job = _fake_runtime(tmp_path, script)
+    backend.apply(materialized)
+    _wait_for(
+        lambda: all(s.state == InstanceState.EXITED for s in (backend.describe(job) or {}).values())
+    )
+    statuses = backend.describe(job) or {}
+    shares = share_cpus(available, 2)
+    assert [statuses[host].last_output for host in ("algo-1", "algo-2")] == [
+        str(shares[0]),
+        str(shares[1]),
+    ]
+    backend.teardown(job)
+
+
 def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
     me = processes.identify(os.getpid())
-    assert me is not None and processes.is_alive(me)
+    assert me is not None
+    assert processes.is_alive(me)
     assert not processes.is_alive(processes.ProcessId(me.pid, me.start_ticks + 1))
 
 

@@ -14,7 +14,9 @@ from tests.archives import archive_with_link, archive_with_member
 GZIP = {"Content-Type": "application/gzip"}
 
 
-def test_upload_is_stored_by_content(api: TestClient, settings: Settings, source_dir: Path, tmp_path: Path) -> None:
+def test_upload_is_stored_by_content(
+    api: TestClient, settings: Settings, source_dir: Path, tmp_path: Path
+) -> None:
     bundle = make_tarball(source_dir, tmp_path / "code.tar.gz").read_bytes()
     first = api.post("/v1/sources", content=bundle, headers=GZIP)
     assert first.status_code == 201, first.text
@@ -42,7 +44,9 @@ def test_hostile_uploads_are_refused_and_nothing_is_stored(
     assert not (storage.local_path(settings.artifact_root) / "sources").exists()
 
 
-def test_upload_over_the_size_limit_is_refused(tmp_path: Path, settings: Settings, admin_token: str) -> None:
+def test_upload_over_the_size_limit_is_refused(
+    tmp_path: Path, settings: Settings, admin_token: str
+) -> None:
     from service.app import create_app
 
     small = settings.model_copy(update={"max_source_bytes": 100})

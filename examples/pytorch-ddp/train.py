@@ -31,7 +31,9 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def synthetic_dataset(samples: int, features: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def synthetic_dataset(
+    samples: int, features: int, classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     # Every rank draws the same data from the same seed, then keeps its own shard.
     generator = torch.Generator().manual_seed(1234)
     inputs = torch.randn(samples, features, generator=generator)
@@ -47,7 +49,8 @@ def main() -> None:
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     host = os.environ.get("SM_CURRENT_HOST", "localhost")
-    print(f"rank {rank}/{world} on {host} (local rank {os.environ.get('LOCAL_RANK')}, backend {backend})")
+    local_rank = os.environ.get("LOCAL_RANK")
+    print(f"rank {rank}/{world} on {host} (local rank {local_rank}, backend {backend})")
 
     inputs, labels = synthetic_dataset(args.samples, args.features, args.classes)
     inputs, labels = inputs[rank::world], labels[rank::world]
@@ -82,7 +85,9 @@ def main() -> None:
         model_dir = Path(args.model_dir)
         model_dir.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), model_dir / "model.pt")
-        (model_dir / "metrics.json").write_text(json.dumps({"accuracy": accuracy, "world_size": world}))
+        (model_dir / "metrics.json").write_text(
+            json.dumps({"accuracy": accuracy, "world_size": world})
+        )
         print(f"saved model to {model_dir / 'model.pt'}")
     # Leave together: a rank that tears its group down while a peer is still busy can
     # abort inside gloo.

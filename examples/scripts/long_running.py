@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+
 def save_and_exit(*_: object) -> None:
     with open(os.path.join(os.environ["SM_MODEL_DIR"], "checkpoint.txt"), "w") as handle:
         handle.write("saved on SIGTERM\n")

@@ -7,10 +7,10 @@ registered with :func:`after_commit` and dropped on rollback.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import DateTime, Engine, create_engine, event
@@ -53,9 +53,37 @@ def normalize_database_url(url: str) -> str:
     return url
 
 
-@lru_cache(maxsize=8)
+# One engine (and connection pool) per database URL for the life of the process; a
+# process talks to one or two databases, and an engine is only let go explicitly.
+_engines: dict[str, tuple[Engine, sessionmaker[Session]]] = {}
+_engines_lock = threading.Lock()
+
+
 def get_engine(url: str) -> Engine:
-    url = normalize_database_url(url)
+    return _registered(url)[0]
+
+
+def get_sessionmaker(url: str) -> sessionmaker[Session]:
+    return _registered(url)[1]
+
+
+def dispose_engine(url: str) -> None:
+    with _engines_lock:
+        entry = _engines.pop(url, None)
+    if entry is not None:
+        entry[0].dispose()
+
+
+def _registered(url: str) -> tuple[Engine, sessionmaker[Session]]:
+    with _engines_lock:
+        entry = _engines.get(url)
+        if entry is None:
+            engine = _create_engine(normalize_database_url(url))
+            entry = _engines[url] = (engine, sessionmaker(bind=engine, expire_on_commit=False))
+        return entry
+
+
+def _create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         _configure_sqlite(engine)
@@ -80,11 +108,6 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-@lru_cache(maxsize=8)
-def get_sessionmaker(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
 
 
 @contextmanager

@@ -45,11 +45,15 @@ def test_torch_distributed_job_completes_with_both_ranks_and_a_model(stack: Stac
         lines = _messages(client, "ddp-1")
         assert "rank 0/2 on algo-1 (local rank 0, backend gloo)" in lines
         assert "rank 1/2 on algo-2 (local rank 0, backend gloo)" in lines
-        assert any(line.startswith("epoch 2/2 rank 1") for line in _messages(client, "ddp-1", host="algo-2"))
+        assert any(
+            line.startswith("epoch 2/2 rank 1")
+            for line in _messages(client, "ddp-1", host="algo-2")
+        )
 
     secondaries = [t["secondary_status"] for t in job["transitions"]]
     assert secondaries[:2] == ["Starting", "LaunchingInstances"]
-    assert "Training" in secondaries and secondaries[-1] == "Completed"
+    assert "Training" in secondaries
+    assert secondaries[-1] == "Completed"
     assert job["training_start_time"] <= job["training_end_time"]
     assert job["billable_seconds"] >= 1
     model = storage.local_path(job["model_artifacts"])
@@ -73,9 +77,20 @@ def test_failing_script_ends_failed_with_its_error(stack: Stack) -> None:
 
 def test_stop_ends_every_process_of_the_job(stack: Stack) -> None:
     with stack.client() as client:
-        stack.submit(client, "scripts", name="stop-1", entry_point="long_running.py", instance_count=2)
-        stack.wait_for(client, "stop-1", lambda job: len([m for m in _messages(client, "stop-1") if m.startswith("pids")]) == 2)
-        pids = [int(pid) for line in _messages(client, "stop-1") if line.startswith("pids") for pid in line.split()[1:]]
+        stack.submit(
+            client, "scripts", name="stop-1", entry_point="long_running.py", instance_count=2
+        )
+        stack.wait_for(
+            client,
+            "stop-1",
+            lambda job: len([m for m in _messages(client, "stop-1") if m.startswith("pids")]) == 2,
+        )
+        pids = [
+            int(pid)
+            for line in _messages(client, "stop-1")
+            if line.startswith("pids")
+            for pid in line.split()[1:]
+        ]
         assert all(_pid_alive(pid) for pid in pids)
         stopping = client.stop_job("stop-1")
         assert stopping["status"] == "Stopping"
@@ -116,7 +131,10 @@ def test_killed_worker_is_replaced_and_the_job_still_ends_right(stack: Stack) ->
         stack.wait_for(
             client,
             "crash-1",
-            lambda job: len(job["instances"]) == 2 and all(i["phase"] == "Completed" for i in job["instances"]),
+            lambda job: (
+                len(job["instances"]) == 2
+                and all(i["phase"] == "Completed" for i in job["instances"])
+            ),
         )
         assert client.get_job("crash-1")["status"] == "InProgress"
         stack.start("worker")
@@ -128,9 +146,13 @@ def test_killed_worker_is_replaced_and_the_job_still_ends_right(stack: Stack) ->
 
 def test_a_vanished_instance_fails_the_job(stack: Stack) -> None:
     with stack.client() as client:
-        job = stack.submit(client, "scripts", name="lost-1", entry_point="long_running.py", instance_count=2)
+        job = stack.submit(
+            client, "scripts", name="lost-1", entry_point="long_running.py", instance_count=2
+        )
         stack.wait_for(client, "lost-1", lambda j: j["secondary_status"] == "Training")
-        runtime = [pid for pid in processes.marked_processes(job["id"], "algo-2") if _is_runtime(pid)]
+        runtime = [
+            pid for pid in processes.marked_processes(job["id"], "algo-2") if _is_runtime(pid)
+        ]
         assert len(runtime) == 1
         os.kill(runtime[0], 9)
         job = stack.wait_until_ended(client, "lost-1", timeout=60)
@@ -141,8 +163,14 @@ def test_a_vanished_instance_fails_the_job(stack: Stack) -> None:
 
 def test_logs_survive_the_instances(stack: Stack) -> None:
     with stack.client() as client:
-        stack.submit(client, "scripts", name="env-1", entry_point="report_env.py", instance_count=2,
-                     hyperparameters={"epochs": 4})
+        stack.submit(
+            client,
+            "scripts",
+            name="env-1",
+            entry_point="report_env.py",
+            instance_count=2,
+            hyperparameters={"epochs": 4},
+        )
         job = stack.wait_until_ended(client, "env-1")
         time.sleep(0.5)
         seen = [line for line in _messages(client, "env-1") if line.startswith("seen ")]

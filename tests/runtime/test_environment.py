@@ -9,19 +9,48 @@ from runtime.config import load
 from runtime.environment import script_environment
 from tests.instances import launch_request, write_instances
 
-CONTRACT = """SM_MODEL_DIR SM_CHANNELS SM_HPS SM_HOSTS SM_CURRENT_HOST SM_CURRENT_INSTANCE_TYPE
-SM_NUM_GPUS SM_NUM_CPUS SM_OUTPUT_DIR SM_OUTPUT_DATA_DIR SM_OUTPUT_INTERMEDIATE_DIR SM_INPUT_DIR
-SM_INPUT_CONFIG_DIR SM_RESOURCE_CONFIG SM_INPUT_DATA_CONFIG SM_USER_ENTRY_POINT SM_USER_ARGS
-SM_TRAINING_ENV SM_FRAMEWORK_PARAMS SM_LOG_LEVEL SM_NETWORK_INTERFACE_NAME TRAINING_JOB_NAME
-SM_BASE_DIR SM_CHECKPOINT_DIR""".split()
+CONTRACT = [
+    "SM_MODEL_DIR",
+    "SM_CHANNELS",
+    "SM_HPS",
+    "SM_HOSTS",
+    "SM_CURRENT_HOST",
+    "SM_CURRENT_INSTANCE_TYPE",
+    "SM_NUM_GPUS",
+    "SM_NUM_CPUS",
+    "SM_OUTPUT_DIR",
+    "SM_OUTPUT_DATA_DIR",
+    "SM_OUTPUT_INTERMEDIATE_DIR",
+    "SM_INPUT_DIR",
+    "SM_INPUT_CONFIG_DIR",
+    "SM_RESOURCE_CONFIG",
+    "SM_INPUT_DATA_CONFIG",
+    "SM_USER_ENTRY_POINT",
+    "SM_USER_ARGS",
+    "SM_TRAINING_ENV",
+    "SM_FRAMEWORK_PARAMS",
+    "SM_LOG_LEVEL",
+    "SM_NETWORK_INTERFACE_NAME",
+    "TRAINING_JOB_NAME",
+    "SM_BASE_DIR",
+    "SM_CHECKPOINT_DIR",
+]
 
 
 def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     request = launch_request(
         tmp_path / "src",
         instance_count=2,
-        hyperparameters={"epochs": 3, "lr": 0.1, "model-name": "net", "sagemaker_program": "train.py"},
-        inputs={"train": "file:///data/train", "eval": {"uri": "file:///data/eval", "content_type": "text/csv"}},
+        hyperparameters={
+            "epochs": 3,
+            "lr": 0.1,
+            "model-name": "net",
+            "sagemaker_program": "train.py",
+        },
+        inputs={
+            "train": "file:///data/train",
+            "eval": {"uri": "file:///data/eval", "content_type": "text/csv"},
+        },
         environment={"MY_FLAG": "on"},
     )
     bases = write_instances(tmp_path / "job", request, master_port=29400)
@@ -33,7 +62,8 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
 
     assert set(CONTRACT) <= set(env)
     assert "RUNYARD_JOB_TOKEN" not in env  # the instance's credential never reaches user code
-    assert env["PATH"] == "/bin" and env["MY_FLAG"] == "on"
+    assert env["PATH"] == "/bin"
+    assert env["MY_FLAG"] == "on"
     assert env["SM_MODEL_DIR"] == str(base / "model")
     assert env["SM_CHECKPOINT_DIR"] == str(base / "checkpoints")
     assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
@@ -41,13 +71,24 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     assert json.loads(env["SM_CHANNELS"]) == ["eval", "train"]
     assert env["SM_CHANNEL_TRAIN"] == str(base / "input" / "data" / "train")
     assert json.loads(env["SM_HPS"]) == {"epochs": 3, "lr": 0.1, "model-name": "net"}
-    assert env["SM_HP_EPOCHS"] == "3" and env["SM_HP_MODEL_NAME"] == "net"
+    assert env["SM_HP_EPOCHS"] == "3"
+    assert env["SM_HP_MODEL_NAME"] == "net"
     assert json.loads(env["SM_FRAMEWORK_PARAMS"]) == {"sagemaker_program": "train.py"}
-    assert json.loads(env["SM_USER_ARGS"]) == ["--epochs", "3", "--lr", "0.1", "--model-name", "net"]
+    assert json.loads(env["SM_USER_ARGS"]) == [
+        "--epochs",
+        "3",
+        "--lr",
+        "0.1",
+        "--model-name",
+        "net",
+    ]
     assert json.loads(env["SM_INPUT_DATA_CONFIG"])["eval"]["ContentType"] == "text/csv"
     resource = json.loads(env["SM_RESOURCE_CONFIG"])
-    assert resource["current_host"] == "algo-2" and resource["host_addresses"]["algo-1"] == "127.0.0.1"
+    assert resource["current_host"] == "algo-2"
+    assert resource["host_addresses"]["algo-1"] == "127.0.0.1"
     training_env = json.loads(env["SM_TRAINING_ENV"])
-    assert training_env["master_hostname"] == "algo-1" and training_env["is_master"] is False
-    assert training_env["num_cpus"] == 2 and training_env["job_name"] == "job-1"
+    assert training_env["master_hostname"] == "algo-1"
+    assert training_env["is_master"] is False
+    assert training_env["num_cpus"] == 2
+    assert training_env["job_name"] == "job-1"
     assert training_env["channel_input_dirs"]["eval"] == str(base / "input" / "data" / "eval")

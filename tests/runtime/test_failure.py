@@ -23,7 +23,8 @@ def test_reason_is_the_exception_that_ended_the_script(tmp_path: Path) -> None:
 def test_the_scripts_own_failure_file_wins(tmp_path: Path) -> None:
     (tmp_path / "failure").write_text("bad data in shard 3" + "!" * 2000)
     text = reason(1, TRACEBACK, tmp_path / "failure")
-    assert text.startswith("bad data in shard 3") and len(text) == 1024
+    assert text.startswith("bad data in shard 3")
+    assert len(text) == 1024
 
 
 def test_exit_137_is_reported_as_out_of_memory(tmp_path: Path) -> None:
@@ -31,13 +32,19 @@ def test_exit_137_is_reported_as_out_of_memory(tmp_path: Path) -> None:
 
 
 def test_without_a_traceback_the_last_lines_explain(tmp_path: Path) -> None:
-    text = reason(2, ["usage: train.py [--epochs N]", "train.py: error: unrecognized arguments: --bogus"], tmp_path / "f")
-    assert "unrecognized arguments: --bogus" in text and text.endswith("exit code: 2")
+    text = reason(
+        2,
+        ["usage: train.py [--epochs N]", "train.py: error: unrecognized arguments: --bogus"],
+        tmp_path / "f",
+    )
+    assert "unrecognized arguments: --bogus" in text
+    assert text.endswith("exit code: 2")
     assert "printed nothing" in reason(3, [], tmp_path / "f")
 
 
 def test_death_by_signal_is_named(tmp_path: Path) -> None:
     text = reason(134, ["terminate called without an active exception"], tmp_path / "f")
     assert text == (
-        "AlgorithmError: killed by SIGABRT: terminate called without an active exception, exit code: 134"
+        "AlgorithmError: killed by SIGABRT: terminate called without an active exception, "
+        "exit code: 134"
     )

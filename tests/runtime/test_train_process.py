@@ -50,7 +50,13 @@ def test_runs_the_script_and_stores_the_model(tmp_path: Path) -> None:
     model = storage.local_path(request.spec.output_path or "") / "job-1" / "output" / "model.tar.gz"
     with tarfile.open(model) as tar:
         seen = json.load(tar.extractfile("seen.json"))  # type: ignore[arg-type]
-    assert seen == {"epochs": 2, "tag": "a b", "cwd": str(base / "code"), "data": ["part-0.csv"], "token": None}
+    assert seen == {
+        "epochs": 2,
+        "tag": "a b",
+        "cwd": str(base / "code"),
+        "data": ["part-0.csv"],
+        "token": None,
+    }
     assert (base / "output" / "success").exists()
 
 
@@ -68,7 +74,7 @@ def test_missing_entry_point_is_a_client_error(tmp_path: Path) -> None:
     base = write_instances(tmp_path / "job", launch_request(source))["algo-1"]
     (source / "train.py").unlink()
     process = start_runtime(base)
-    output, _ = process.communicate(timeout=60)
+    _output, _ = process.communicate(timeout=60)
     assert process.returncode == 1
     assert (base / "output" / "failure").read_text().startswith("ClientError: entry point train.py")
 
@@ -79,11 +85,14 @@ def test_torch_distributed_ranks_two_instances(tmp_path: Path) -> None:
         "dist.init_process_group('gloo')\n"
         "t = torch.tensor([dist.get_rank() + 1.0])\n"
         "dist.all_reduce(t)\n"
-        "print(f\"rank {dist.get_rank()} of {dist.get_world_size()} on {os.environ['SM_CURRENT_HOST']} sum {t.item()}\")\n"
+        "host = os.environ['SM_CURRENT_HOST']\n"
+        "print(f'rank {dist.get_rank()} of {dist.get_world_size()} on {host} sum {t.item()}')\n"
         "dist.destroy_process_group()\n"
     )
     source = _source(tmp_path, script)
-    request = launch_request(source, instance_count=2, distribution={"torch_distributed": {"enabled": True}})
+    request = launch_request(
+        source, instance_count=2, distribution={"torch_distributed": {"enabled": True}}
+    )
     bases = write_instances(tmp_path / "job", request)
     processes = {host: start_runtime(base) for host, base in bases.items()}
     outputs = {host: process.communicate(timeout=120)[0] for host, process in processes.items()}

@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,9 @@ class LocalInstance:
     argv: list[str]
     env: dict[str, str]
     files: dict[str, str]
+    # The CPUs this instance may use: a job's instances split the machine between them
+    # as separate machines would, instead of each spawning a thread per core of all of it.
+    cpus: list[int]
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,16 @@ class LocalPlan:
     job_dir: str
     master_port: int
     instances: list[LocalInstance]
+
+
+def share_cpus(available: Sequence[int], instances: int) -> list[list[int]]:
+    """Split ``available`` CPUs into ``instances`` equal parts (one CPU each, round robin,
+    when there are more instances than CPUs)."""
+    cpus = sorted(available)
+    size = len(cpus) // instances
+    if size == 0:
+        return [[cpus[index % len(cpus)]] for index in range(instances)]
+    return [cpus[index * size : (index + 1) * size] for index in range(instances)]
 
 
 def free_port() -> int:
@@ -92,12 +105,14 @@ class LocalBackend(Backend[LocalPlan]):
         python: str = sys.executable,
         environ: Mapping[str, str] | None = None,
         allocate_port: Callable[[], int] = free_port,
+        cpus: Sequence[int] | None = None,
         teardown_grace: float = 5.0,
     ) -> None:
         self.jobs_dir = jobs_dir
         self.python = python
         self.environ = os.environ if environ is None else environ
         self.allocate_port = allocate_port
+        self.cpus = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
         self.teardown_grace = teardown_grace
 
     # -- planning ---------------------------------------------------------------------
@@ -108,8 +123,9 @@ class LocalBackend(Backend[LocalPlan]):
         master_port = previous.master_port if previous else self.allocate_port()
         addresses = dict.fromkeys(request.hosts, LOOPBACK)
         inherited = {key: self.environ[key] for key in INHERITED_ENV if key in self.environ}
+        shares = share_cpus(self.cpus, len(request.hosts))
         instances = []
-        for host in request.hosts:
+        for host, cpus in zip(request.hosts, shares, strict=True):
             base_dir = job_dir / host
             env = {
                 **inherited,
@@ -129,7 +145,7 @@ class LocalBackend(Backend[LocalPlan]):
                 network_interface="lo",
             )
             argv = [self.python, "-m", "runtime.train"]
-            instances.append(LocalInstance(host, str(base_dir), argv, env, files))
+            instances.append(LocalInstance(host, str(base_dir), argv, env, files, cpus))
         plan = LocalPlan(request.job.id, request.job.name, str(job_dir), master_port, instances)
         return Materialized(self.name, plan, _public(plan))
 
@@ -175,6 +191,8 @@ class LocalBackend(Backend[LocalPlan]):
                 start_new_session=True,
             )
         processes.remember_child(process)
+        # Set before the interpreter has started any thread or child, so all inherit it.
+        os.sched_setaffinity(process.pid, instance.cpus)
         identity = processes.identify(process.pid) or processes.ProcessId(process.pid, -1)
         _write_private(pid_file, json.dumps(asdict(identity)))
 
