@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -38,20 +39,22 @@ class Trainer:
         self.config = config
         self.client = client
         self.shipper = shipper
-        self.group: WorkerGroup | None = None
-        self.stop_requested = False
+        # Set by the SIGTERM handler and nothing else: a flag is all a handler may touch.
+        self.stop = threading.Event()
 
     def say(self, message: str) -> None:
         self.shipper.emit(RUNTIME_STREAM, message)
 
     def report(self, phase: str, **fields: object) -> None:
-        if self.client is not None:
-            self.client.report(phase, fields)
+        if self.client is None:
+            return
+        # Progress is worth a short wait; the final result is worth a long one, since
+        # without it the service cannot tell a finished instance from a lost one.
+        final = phase in ("Completed", "Failed", "Stopped")
+        self.client.report(phase, fields, deadline_seconds=300.0 if final else 30.0)
 
     def on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
-        self.stop_requested = True
-        if self.group is not None:
-            self.group.request_stop()
+        self.stop.set()
 
     def run(self) -> int:
         config = self.config
@@ -62,28 +65,27 @@ class Trainer:
             self._fetch()
             specs = self._plan()
         except (SetupError, EntryPointError, storage.StorageError, archive.ArchiveError) as exc:
-            return self._fail(1, f"ClientError: {exc}")
-        if self.stop_requested:
+            return self.fail(1, f"ClientError: {exc}")
+        if self.stop.is_set():
             return self._stopped()
         self.report("Training")
         self.say(f"Starting {len(specs)} process(es): {' '.join(specs[0].argv)}")
         started = time.monotonic()
-        self.group = WorkerGroup(specs, self.shipper.emit)
-        result = self.group.run()
+        result = WorkerGroup(specs, self.shipper.emit, self.stop).run()
         self.say(
             f"Script exited with code {result.exit_code} after {time.monotonic() - started:.1f} s"
         )
-        if result.stopped or self.stop_requested:
+        if result.stopped or self.stop.is_set():
             return self._stopped()
         if result.exit_code != 0:
-            return self._fail(result.exit_code, self._reason(result))
+            return self.fail(result.exit_code, self._reason(result))
         model_uri = None
         if config.is_master:
             self.report("Uploading")
             try:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
-                return self._fail(1, f"UploadError: could not store the model: {exc}")
+                return self.fail(1, f"UploadError: could not store the model: {exc}")
         paths.success.touch()
         self._finish_logs()
         self.report("Completed", exit_code=0, model_uri=model_uri)
@@ -133,7 +135,7 @@ class Trainer:
         self.say(f"Model stored at {uri}")
         return uri
 
-    def _fail(self, exit_code: int, reason: str) -> int:
+    def fail(self, exit_code: int, reason: str) -> int:
         reason = reason[: failure.MAX_REASON]
         paths = self.config.paths
         if failure.read_failure_file(paths.failure) is None:
@@ -181,7 +183,7 @@ def main() -> int:
         return trainer.run()
     except Exception as exc:  # a runtime bug must still end as a reported failure
         traceback.print_exc()
-        return trainer._fail(1, f"InternalServerError: the Runyard runtime failed: {exc!r}")
+        return trainer.fail(1, f"InternalServerError: the Runyard runtime failed: {exc!r}")
 
 
 if __name__ == "__main__":

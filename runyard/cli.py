@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import click
 import yaml
 
 from runyard.client import Client, RunyardError
-from runyard.output import describe_lines, final_summary, job_table, log_line
+from runyard.output import describe_lines, final_summary, job_table, log_line, transition_line
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -243,13 +244,28 @@ def _follow(client: Client, name: str, show_logs: bool) -> int:
             for item in client.follow_logs(name):
                 if "end" not in item:
                     click.echo(log_line(item))
-        job = client.wait(name)
+            job = client.wait(name)
+        else:
+            job = _watch(client, name)
     except KeyboardInterrupt:
         click.echo(f"\n{name} keeps running; `runyard stop {name}` stops it.", err=True)
         return 130
     for line in final_summary(job):
         click.echo(line)
     return 0 if job["status"] == "Completed" else EXIT_JOB_DID_NOT_COMPLETE
+
+
+def _watch(client: Client, name: str) -> dict[str, Any]:
+    """Wait for the job to end, printing each status transition as it happens."""
+    shown = 0
+    while True:
+        job = client.get_job(name)
+        for transition in job["transitions"][shown:]:
+            click.echo(transition_line(transition))
+        shown = len(job["transitions"])
+        if job["status"] in ("Completed", "Failed", "Stopped"):
+            return job
+        time.sleep(1.0)
 
 
 @main.command("list")
@@ -305,7 +321,7 @@ def stop(name: str, wait: bool) -> None:
         job = client.stop_job(name)
         click.echo(f"{name}: {job['status']}")
         if wait:
-            job = client.wait(name)
+            job = _watch(client, name)
             click.echo(f"{name}: {job['status']}")
 
 

@@ -27,6 +27,11 @@ def training_seconds(job: dict[str, Any]) -> float | None:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+def transition_line(transition: dict[str, Any]) -> str:
+    when = transition["start_time"][:19].replace("T", " ")
+    return f"{when}  {transition['secondary_status']:<20} {transition['message']}"
+
+
 def final_summary(job: dict[str, Any]) -> list[str]:
     lines = [f"Training job {job['name']} ended: {job['status']} ({job['secondary_status']})"]
     seconds = training_seconds(job)
@@ -62,8 +67,7 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
     if model:
         lines.append(f"Model:            {model}")
     lines.append("Transitions:")
-    for item in job["transitions"]:
-        lines.append(f"  {item['start_time']}  {item['secondary_status']:<20} {item['message']}")
+    lines += [f"  {transition_line(item)}" for item in job["transitions"]]
     if job.get("instances"):
         lines.append("Instances:")
         for item in job["instances"]:

@@ -61,7 +61,12 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
 
 
 # The sweep runs every couple of seconds; one INFO line per task would bury everything else.
-_CHATTY_LOGGERS = ("celery.app.trace", "celery.worker.strategy", "celery.beat")
+_CHATTY_LOGGERS = (
+    "celery.app.trace",
+    "celery.worker.strategy",
+    "celery.worker.request",
+    "celery.beat",
+)
 
 
 def _quiet_celery() -> None:

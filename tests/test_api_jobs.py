@@ -144,3 +144,69 @@ def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) 
         "/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0)
     )
     assert response.status_code == 422
+
+
+def test_stop_that_races_a_reconciler_write_rereads_and_stops(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    from service.jobs import service
+    from service.jobs.states import Secondary, Status
+    from service.kit.db import get_sessionmaker
+
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    session = get_sessionmaker(settings.database_url)()
+    try:
+        service.get(session, "job-1")  # the API's read ...
+        with session_scope(settings.database_url) as other:  # ... then the reconciler writes
+            job = other.scalars(select(TrainingJob)).one()
+            job.secondary_status = Secondary.LAUNCHING_INSTANCES
+        stopped = service.stop(session, settings, "job-1")
+        session.commit()
+        assert stopped.status == Status.STOPPING
+    finally:
+        session.close()
+    transitions = api.get("/v1/training-jobs/job-1").json()["transitions"]
+    assert [t["secondary_status"] for t in transitions] == ["Starting", "Stopping"]
+
+
+def test_simultaneous_submissions_of_one_name_conflict(
+    settings: Settings, source_dir: Path
+) -> None:
+    import threading
+
+    from service.jobs import service
+    from service.jobs.schemas import JobCreate
+    from service.kit.db import get_sessionmaker
+    from service.kit.errors import Conflict
+
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")
+    spec = JobCreate.model_validate(job_spec(source_dir))
+    make_session = get_sessionmaker(settings.database_url)
+    first = make_session()
+    outcome: list[BaseException] = []
+
+    def second_submission() -> None:
+        session = make_session()
+        try:
+            service.submit(session, settings, spec)  # blocks on the name until `first` commits
+        except Conflict as exc:
+            outcome.append(exc)
+        finally:
+            session.rollback()
+            session.close()
+
+    try:
+        service.submit(first, settings, spec)
+        racer = threading.Thread(target=second_submission)
+        racer.start()
+        racer.join(0.5)
+        assert racer.is_alive(), "the second insert should wait for the first transaction"
+        first.commit()
+        racer.join(10)
+    finally:
+        first.close()
+    assert len(outcome) == 1
+    assert "job-1" in str(outcome[0])

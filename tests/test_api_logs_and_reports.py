@@ -77,6 +77,12 @@ def test_logs_merge_hosts_by_time_and_filter_by_host(
     rest = api.get("/v1/training-jobs/job-1/logs", params={"cursor": first["next_cursor"]}).json()
     assert [e["message"] for e in first["events"] + rest["events"]] == ["a1", "b1", "a2", "b2"]
     assert rest["next_cursor"] is None
+    # A cursor from another listing is refused, not misread.
+    api.post("/v1/training-jobs", json=job_spec(source_dir, name="job-2"))
+    other = api.get("/v1/training-jobs", params={"limit": 1}).json()["next_cursor"]
+    assert other is not None
+    refused = api.get("/v1/training-jobs/job-1/logs", params={"cursor": other})
+    assert refused.status_code == 422
 
 
 def test_follow_streams_events_then_ends_with_the_job(

@@ -181,6 +181,23 @@ def test_instance_runs_on_its_share_of_cpus(tmp_path: Path) -> None:
     backend.teardown(job)
 
 
+def test_a_directory_left_by_another_job_of_the_name_is_not_adopted(tmp_path: Path) -> None:
+    backend, materialized, job = _fake_runtime(tmp_path, "import time; time.sleep(60)")
+    backend.apply(materialized)
+    # The same name, another job (the database was reset while the old one ran).
+    newer = LaunchRequest(
+        JobRef("1" * 32, job.name), _request(tmp_path, instance_count=2).spec, "http://x", "t"
+    )
+    replacement = backend.materialize(newer)
+    for instance in replacement.plan.instances:
+        instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
+    backend.apply(replacement)
+    assert processes.marked_processes(job.id) == []
+    statuses = backend.describe(JobRef("1" * 32, job.name)) or {}
+    assert statuses["algo-1"].state == InstanceState.RUNNING
+    backend.teardown(JobRef("1" * 32, job.name))
+
+
 def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
     me = processes.identify(os.getpid())
     assert me is not None

@@ -46,7 +46,12 @@ def create_celery(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         beat_schedule_filename=str(settings.home / "celerybeat-schedule"),
         beat_schedule={
-            "sweep-live-jobs": {"task": "runyard.sweep", "schedule": settings.reconcile_interval},
+            # A sweep left waiting (no worker running) is worthless once the next one is due.
+            "sweep-live-jobs": {
+                "task": "runyard.sweep",
+                "schedule": settings.reconcile_interval,
+                "options": {"expires": settings.reconcile_interval},
+            },
             "prune-broker": {"task": "runyard.prune_broker", "schedule": 600.0},
         },
         **extra,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm.exc import StaleDataError
 
 from service.auth.tokens import job_token
@@ -41,7 +42,14 @@ from service.jobs.states import (
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from worker.backends import registry
-from worker.backends.base import Backend, InstanceState, InstanceStatus, JobRef, LaunchRequest
+from worker.backends.base import (
+    KILL_WAIT_SECONDS,
+    Backend,
+    InstanceState,
+    InstanceStatus,
+    JobRef,
+    LaunchRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,11 @@ _PHASE_MESSAGES = {
 
 class Superseded(Exception):
     """Someone else changed the job since this pass read it; the pass must start over."""
+
+
+# Errors a pass leaves to the next pass (the sweep re-drives every live job): the job
+# moved on under us, or the database itself is unreachable.
+RETRIED = (Superseded, SQLAlchemyError)
 
 
 @dataclass(frozen=True)
@@ -123,13 +136,17 @@ class Reconciler:
         self.settings = settings
         self.database_url = settings.database_url
         self.build_backend = build_backend
+        # The lease must outlast the longest pass (a teardown waiting out its grace, then
+        # the SIGKILL wait), or a second worker could take over mid-teardown.
+        longest_pass = settings.teardown_grace_seconds + KILL_WAIT_SECONDS + 5.0
+        self.lease_seconds = max(settings.reconcile_lease_seconds, longest_pass)
 
     # -- leasing ----------------------------------------------------------------------
 
     def reconcile(self, name: str) -> None:
         """Run passes over the job until nothing more is asked of it."""
         owner = uuid.uuid4().hex
-        ttl = self.settings.reconcile_lease_seconds
+        ttl = self.lease_seconds
         with session_scope(self.database_url) as session:
             # Ask first, then try to claim: if the holder lets go in between, we get the
             # lease; if it does not, it sees the request and runs another pass itself.
@@ -156,18 +173,28 @@ class Reconciler:
     # -- one pass ---------------------------------------------------------------------
 
     def run_pass(self, name: str) -> None:
-        with session_scope(self.database_url) as session:
-            job = repository.get(session, name)
-            if job is None or job.status in TERMINAL:
-                return
-            snapshot = JobSnapshot.of(job)
+        snapshot = self._load(name)
+        if snapshot is None:
+            return
         backend = self.build_backend(snapshot.backend, self.settings)
-        if snapshot.status == Status.STOPPING:
-            self._drive_stop(snapshot, backend)
-        elif snapshot.launched_at is None:
-            self._launch(snapshot, backend)
-        else:
-            self._observe(snapshot, backend)
+        try:
+            if snapshot.status == Status.STOPPING:
+                self._drive_stop(snapshot, backend)
+            elif snapshot.launched_at is None:
+                self._launch(snapshot, backend)
+            else:
+                self._observe(snapshot, backend)
+        except RETRIED:
+            raise
+        except Exception as exc:
+            # Anything else is a fault of the backend or of this code: retrying blindly
+            # could launch paid instances forever, so the job fails, saying why.
+            log.exception("reconciling %s failed; failing the job", name)
+            reason = f"InternalServerError: {type(exc).__name__}: {exc}"[:1024]
+            current = self._load(name)  # the step that failed may have moved the job on
+            if current is not None:
+                reports = self._reports(current)
+                self._finish(current, backend, reports, Status.FAILED, Secondary.FAILED, reason)
 
     def _launch(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         count = snapshot.spec.instance_count
@@ -201,12 +228,15 @@ class Reconciler:
         reports = self._reports(snapshot)
         launched_at = snapshot.launched_at or utcnow()
         if utcnow() - launched_at > timedelta(seconds=snapshot.spec.max_run):
-            self._begin_stop(
-                snapshot,
-                "MaxRuntimeExceeded",
-                Secondary.MAX_RUNTIME_EXCEEDED,
-                f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)",
-            )
+            message = f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)"
+
+            def stopping(job: TrainingJob) -> None:
+                job.stop_reason = "MaxRuntimeExceeded"
+                repository.record_transition(
+                    job, Status.STOPPING, Secondary.MAX_RUNTIME_EXCEEDED, message
+                )
+
+            self._drive_stop(self._update(snapshot, stopping), backend)
             return
         failure = _first_failure(snapshot.hosts, statuses, reports)
         if failure is not None:
@@ -234,16 +264,6 @@ class Reconciler:
                 job.training_start_time = min(started)
 
         self._update(snapshot, progress)
-
-    def _begin_stop(
-        self, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
-    ) -> None:
-        def stopping(job: TrainingJob) -> None:
-            job.stop_reason = reason
-            repository.record_transition(job, Status.STOPPING, secondary, message)
-
-        self._update(snapshot, stopping)
-        raise Superseded  # go straight on to the stop itself
 
     def _drive_stop(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         if snapshot.stop_signalled_at is None:
@@ -277,6 +297,7 @@ class Reconciler:
         backend.teardown(snapshot.ref)
         now = utcnow()
         master = reports.get(snapshot.hosts[0])
+        started = [r.training_started_at for r in reports.values() if r.training_started_at]
         ended = [r.training_ended_at for r in reports.values() if r.training_ended_at]
         message = {
             Status.COMPLETED: "Training job completed",
@@ -289,6 +310,9 @@ class Reconciler:
             job.failure_reason = failure_reason
             job.model_artifacts = master.model_uri if master else None
             job.ended_at = now
+            # A short job may end before any pass saw it training.
+            if job.training_start_time is None and started:
+                job.training_start_time = min(started)
             if job.training_start_time is not None:
                 job.training_end_time = max(ended) if ended else now
             if job.launched_at is not None:
@@ -297,6 +321,14 @@ class Reconciler:
         self._update(snapshot, finished)
 
     # -- reading and writing ----------------------------------------------------------
+
+    def _load(self, name: str) -> JobSnapshot | None:
+        """The job as it is now, or None once it has ended (or never existed)."""
+        with session_scope(self.database_url) as session:
+            job = repository.get(session, name)
+            if job is None or job.status in TERMINAL:
+                return None
+            return JobSnapshot.of(job)
 
     def _reports(self, snapshot: JobSnapshot) -> dict[str, Report]:
         with session_scope(self.database_url) as session:

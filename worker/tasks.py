@@ -30,7 +30,8 @@ def register(app: Celery, settings: Settings) -> None:
         with session_scope(settings.database_url) as session:
             names = repository.live_job_names(session)
         for name in names:
-            reconcile_job.delay(name)
+            # Redundant once the next sweep has sent its own.
+            reconcile_job.apply_async([name], expires=settings.reconcile_interval * 5)
 
     @app.task(name="runyard.prune_broker", ignore_result=True)
     def prune_broker() -> None:

@@ -8,6 +8,7 @@ is saved to SM_MODEL_DIR by rank 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -43,15 +44,7 @@ def synthetic_dataset(
     return inputs, labels
 
 
-def main() -> None:
-    args = parse_args()
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    host = os.environ.get("SM_CURRENT_HOST", "localhost")
-    local_rank = os.environ.get("LOCAL_RANK")
-    print(f"rank {rank}/{world} on {host} (local rank {local_rank}, backend {backend})")
-
+def train(args: argparse.Namespace, rank: int, world: int) -> None:
     inputs, labels = synthetic_dataset(args.samples, args.features, args.classes)
     inputs, labels = inputs[rank::world], labels[rank::world]
     torch.manual_seed(0)  # identical initial weights on every rank
@@ -89,8 +82,21 @@ def main() -> None:
             json.dumps({"accuracy": accuracy, "world_size": world})
         )
         print(f"saved model to {model_dir / 'model.pt'}")
-    # Leave together: a rank that tears its group down while a peer is still busy can
-    # abort inside gloo.
+
+
+def main() -> None:
+    args = parse_args()
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    host = os.environ.get("SM_CURRENT_HOST", "localhost")
+    local_rank = os.environ.get("LOCAL_RANK")
+    print(f"rank {rank}/{world} on {host} (local rank {local_rank}, backend {backend})")
+    # Training happens in its own function so that the DDP model, and the collective
+    # state it holds, is gone before the group is torn down; left for interpreter exit,
+    # gloo can abort the process while it finalizes.
+    train(args, rank, world)
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

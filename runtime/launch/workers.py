@@ -16,6 +16,7 @@ from typing import IO
 
 Sink = Callable[[str, str], None]
 STDERR_TAIL = 60
+PUMP_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -34,22 +35,25 @@ class GroupResult:
 
 
 class WorkerGroup:
-    def __init__(self, specs: list[WorkerSpec], sink: Sink, kill_grace: float = 10.0) -> None:
+    """Runs one instance's processes. ``stop`` is set from a signal handler; the wait loop
+    passes the stop on to each process exactly once, never from inside the handler, so a
+    script's own SIGTERM handler (saving a checkpoint) is never re-entered."""
+
+    def __init__(
+        self, specs: list[WorkerSpec], sink: Sink, stop: threading.Event, kill_grace: float = 10.0
+    ) -> None:
         self.specs = specs
         self.sink = sink
+        self.stop = stop
         self.kill_grace = kill_grace
         self._processes: list[subprocess.Popen[bytes]] = []
         self._tails: list[collections.deque[str]] = []
         self._pumps: list[threading.Thread] = []
-        self._stop = threading.Event()
-
-    def request_stop(self) -> None:
-        """Pass a stop on (SIGTERM); the scripts get their chance to save and exit."""
-        self._stop.set()
-        self._signal_all(signal.SIGTERM)
 
     def run(self) -> GroupResult:
         for spec in self.specs:
+            if self.stop.is_set():
+                break
             process = subprocess.Popen(
                 spec.argv,
                 env=spec.env,
@@ -61,13 +65,16 @@ class WorkerGroup:
             tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
             self._processes.append(process)
             self._tails.append(tail)
-            assert process.stdout is not None
+            assert process.stdout is not None  # PIPE above
             assert process.stderr is not None
             self._pump(process.stdout, "stdout", None)
             self._pump(process.stderr, "stderr", tail)
         result = self._wait()
+        # The pipes close when the last writer goes; a child the script left running may
+        # hold them open, so its remaining output gets a short grace, not a wait.
+        deadline = time.monotonic() + PUMP_GRACE
         for pump in self._pumps:
-            pump.join(timeout=5)
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
         return result
 
     def _pump(self, pipe: IO[bytes], stream: str, tail: collections.deque[str] | None) -> None:
@@ -84,21 +91,29 @@ class WorkerGroup:
         self._pumps.append(thread)
 
     def _wait(self) -> GroupResult:
+        forwarded = False
         while True:
             codes = [process.poll() for process in self._processes]
-            failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
-            if self._stop.is_set():
-                self._end_all()
-                return GroupResult(exit_code=0, stopped=True)
-            if failed:
-                first = failed[0]
-                self._end_all()
-                return GroupResult(_shell_code(codes[first] or 1), list(self._tails[first]))
-            if all(code == 0 for code in codes):
-                return GroupResult(0)
+            if self.stop.is_set():
+                # A stop waits for the scripts however long they take to save; the backend
+                # bounds it, with SIGKILL once its grace period is over.
+                if not forwarded:
+                    self._signal_all(signal.SIGTERM)
+                    forwarded = True
+                if all(code is not None for code in codes):
+                    return GroupResult(exit_code=0, stopped=True)
+            else:
+                failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+                if failed:
+                    first = failed[0]
+                    self._end_all()
+                    return GroupResult(_shell_code(codes[first] or 1), list(self._tails[first]))
+                if all(code == 0 for code in codes):
+                    return GroupResult(0)
             time.sleep(0.05)
 
     def _end_all(self) -> None:
+        """One process failed: the others end too, as under torchrun."""
         self._signal_all(signal.SIGTERM)
         deadline = time.monotonic() + self.kill_grace
         while any(process.poll() is None for process in self._processes):

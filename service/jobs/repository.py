@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,7 +11,7 @@ from sqlalchemy.orm import Session, selectinload
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
 from service.jobs.states import TERMINAL, Status
 from service.kit.db import utcnow
-from service.kit.errors import SpecError
+from service.kit.pagination import decode_cursor, encode_cursor
 
 
 def get(session: Session, name: str, *, with_details: bool = False) -> TrainingJob | None:
@@ -45,7 +43,7 @@ def page(
         escaped = name_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         query = query.where(TrainingJob.name.like(f"{escaped}%", escape="\\"))
     if cursor:
-        created_at, job_id = _decode_cursor(cursor)
+        created_at, job_id = decode_cursor(cursor, str)
         query = query.where(
             or_(
                 TrainingJob.created_at < created_at,
@@ -57,21 +55,7 @@ def page(
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, _encode_cursor(rows[-1].created_at, rows[-1].id)
-
-
-def _encode_cursor(created_at: datetime, job_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), job_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, job_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(job_id)
-    except (ValueError, TypeError) as exc:
-        raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc
+    return rows, encode_cursor(rows[-1].created_at, rows[-1].id)
 
 
 def status_of(session: Session, job_id: str) -> str | None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from runtime import storage
 from runtime.archive import ArchiveError, check_archive
@@ -29,6 +31,7 @@ from service.kit.tasks import enqueue_reconcile
 from service.settings import Settings
 
 _TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
+STOP_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,10 @@ def submit(session: Session, settings: Settings, spec: JobCreate) -> TrainingJob
     )
     job.lease = JobLease()
     session.add(job)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError as exc:  # the same name, submitted at the same moment
+        raise Conflict(f"a training job named {prepared.name!r} already exists") from exc
     enqueue_reconcile(session, settings, job.name)
     return job
 
@@ -194,15 +200,26 @@ def status_of(session: Session, job_id: str) -> str:
 
 
 def stop(session: Session, settings: Settings, name: str) -> TrainingJob:
-    job = get(session, name)
-    if job.status in TERMINAL:
-        raise Conflict(f"training job {name!r} has already ended ({job.status})")
-    if job.status != Status.STOPPING:
+    # The reconciler may write the job between our read and our write (the version check
+    # catches it); read again and decide again.
+    for _ in range(STOP_ATTEMPTS):
+        job = get(session, name)
+        if job.status in TERMINAL:
+            raise Conflict(f"training job {name!r} has already ended ({job.status})")
+        if job.status == Status.STOPPING:
+            break
         job.stop_reason = "StoppedByUser"
         repository.record_transition(
             job, Status.STOPPING, Secondary.STOPPING, "Stopping at the user's request"
         )
-        session.flush()
+        try:
+            session.flush()
+            break
+        except StaleDataError:
+            session.rollback()
+            session.expunge_all()
+    else:
+        raise Conflict(f"training job {name!r} kept changing; try again")
     enqueue_reconcile(session, settings, job.name)
     return job
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from service.kit.db import get_sessionmaker
+from service.kit.db import session_scope
 from service.settings import Settings
 
 
@@ -22,15 +22,8 @@ SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 
 def get_session(settings: SettingsDep) -> Iterator[Session]:
     """The request's transaction: committed before the response is sent, else rolled back."""
-    session = get_sessionmaker(settings.database_url)()
-    try:
+    with session_scope(settings.database_url) as session:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
 
 
 # scope="function": commit before the response goes out, so a 201 means it is stored.

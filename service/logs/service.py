@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import json
-from datetime import datetime
-
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from service.kit.errors import SpecError
+from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs.models import LogEvent
 from service.logs.schemas import LogLine
 
@@ -43,7 +39,7 @@ def page(
     if host:
         query = query.where(LogEvent.host == host)
     if cursor:
-        time, event_id = _decode_cursor(cursor)
+        time, event_id = decode_cursor(cursor, int)
         query = query.where(
             or_(LogEvent.time > time, and_(LogEvent.time == time, LogEvent.id > event_id))
         )
@@ -51,7 +47,7 @@ def page(
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, _encode_cursor(rows[-1].time, rows[-1].id)
+    return rows, encode_cursor(rows[-1].time, rows[-1].id)
 
 
 def after(
@@ -62,17 +58,3 @@ def after(
     if host:
         query = query.where(LogEvent.host == host)
     return list(session.scalars(query.order_by(LogEvent.id).limit(limit)))
-
-
-def _encode_cursor(time: datetime, event_id: int) -> str:
-    raw = json.dumps([time.isoformat(), event_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, int]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        time, event_id = json.loads(raw)
-        return datetime.fromisoformat(time), int(event_id)
-    except (ValueError, TypeError) as exc:
-        raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc

@@ -95,6 +95,13 @@ class Stack:
             else ""
         )
 
+    def explain(self, job: dict[str, Any], events: list[dict[str, Any]]) -> str:
+        """Why a job ended as it did: its reason, its last lines, the stack's own logs."""
+        lines = "\n".join(f"[{e['host']}] {e['stream']}: {e['message']}" for e in events[-40:])
+        return (
+            f"{job['status']}: {job['failure_reason']}\n--- job ---\n{lines}\n{self.diagnostics()}"
+        )
+
     def diagnostics(self) -> str:
         return "\n".join(
             f"--- {part} ---\n{self.log_tail(part)}" for part in ("api", "worker", "beat")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,9 @@ def test_a_failed_job_makes_submit_wait_exit_non_zero(stack: Stack) -> None:
         "--wait",
     )
     assert result.returncode == 1
+    # Without --logs, --wait shows each transition as it happens.
+    assert re.search(r"LaunchingInstances +Launching 1 local instance", result.stdout)
+    assert re.search(r"Failed +Training job failed: AlgorithmError", result.stdout)
     assert "Failure reason: AlgorithmError: FileNotFoundError" in result.stdout
 
 

@@ -41,7 +41,7 @@ def test_torch_distributed_job_completes_with_both_ranks_and_a_model(stack: Stac
             hyperparameters={"epochs": 2},
         )
         job = stack.wait_until_ended(client, "ddp-1")
-        assert job["status"] == "Completed", stack.diagnostics()
+        assert job["status"] == "Completed", stack.explain(job, list(client.logs("ddp-1")))
         lines = _messages(client, "ddp-1")
         assert "rank 0/2 on algo-1 (local rank 0, backend gloo)" in lines
         assert "rank 1/2 on algo-2 (local rank 0, backend gloo)" in lines
@@ -139,7 +139,7 @@ def test_killed_worker_is_replaced_and_the_job_still_ends_right(stack: Stack) ->
         assert client.get_job("crash-1")["status"] == "InProgress"
         stack.start("worker")
         job = stack.wait_until_ended(client, "crash-1")
-    assert job["status"] == "Completed", stack.diagnostics()
+        assert job["status"] == "Completed", stack.explain(job, list(client.logs("crash-1")))
     assert job["model_artifacts"]
     assert processes.marked_processes(job["id"]) == []
 

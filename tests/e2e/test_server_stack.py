@@ -25,8 +25,9 @@ def test_torch_distributed_job_completes(server_stack: Stack) -> None:
             hyperparameters={"epochs": 2},
         )
         job = server_stack.wait_until_ended(client, "ddp-pg")
-        lines = [event["message"] for event in client.logs("ddp-pg")]
-    assert job["status"] == "Completed", server_stack.diagnostics()
+        events = list(client.logs("ddp-pg"))
+    lines = [event["message"] for event in events]
+    assert job["status"] == "Completed", server_stack.explain(job, events)
     assert "rank 0/2 on algo-1 (local rank 0, backend gloo)" in lines
     assert "rank 1/2 on algo-2 (local rank 0, backend gloo)" in lines
     with tarfile.open(storage.local_path(job["model_artifacts"])) as tar:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -17,7 +19,9 @@ def _spec(tmp_path: Path, code: str) -> WorkerSpec:
 def test_lines_are_pumped_per_stream(tmp_path: Path) -> None:
     lines: list[tuple[str, str]] = []
     code = "import sys; print('out'); print('err', file=sys.stderr)"
-    result = WorkerGroup([_spec(tmp_path, code)], lambda s, m: lines.append((s, m))).run()
+    result = WorkerGroup(
+        [_spec(tmp_path, code)], lambda s, m: lines.append((s, m)), threading.Event()
+    ).run()
     assert result.exit_code == 0
     assert sorted(lines) == [("stderr", "err"), ("stdout", "out")]
 
@@ -26,22 +30,56 @@ def test_one_failure_ends_the_others(tmp_path: Path) -> None:
     sleeper = _spec(tmp_path, "import time; time.sleep(60)")
     failer = _spec(tmp_path, "import sys; print('boom', file=sys.stderr); sys.exit(3)")
     started = time.monotonic()
-    result = WorkerGroup([sleeper, failer], lambda s, m: None).run()
+    result = WorkerGroup([sleeper, failer], lambda s, m: None, threading.Event()).run()
     assert result.exit_code == 3
     assert result.stderr_tail == ["boom"]
     assert time.monotonic() - started < 15
 
 
-def test_stop_passes_sigterm_on(tmp_path: Path) -> None:
+def test_stop_reaches_each_script_exactly_once(tmp_path: Path) -> None:
+    # A handler that takes its time (as saving a checkpoint does) and counts its calls.
     code = (
         "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print('saving'), sys.exit(0)))\n"
-        "print('ready')\n"
+        "calls = []\n"
+        "def save(*_):\n"
+        "    calls.append(1)\n"
+        "    time.sleep(1.0)\n"
+        "    print(f'saved after {len(calls)} SIGTERM(s)', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('ready', flush=True)\n"
         "time.sleep(60)\n"
     )
     lines: list[str] = []
-    group = WorkerGroup([_spec(tmp_path, code)], lambda s, m: lines.append(m))
-    threading.Timer(1.0, group.request_stop).start()
+    stop = threading.Event()
+    group = WorkerGroup(
+        [_spec(tmp_path, code), _spec(tmp_path, code)], lambda s, m: lines.append(m), stop
+    )
+    # Asked to stop three times, as a runtime may be (a stop, then a teardown).
+    for delay in (1.0, 1.2, 1.4):
+        threading.Timer(delay, stop.set).start()
     result = group.run()
     assert result.stopped
-    assert lines == ["ready", "saving"]
+    assert sorted(lines) == [
+        "ready",
+        "ready",
+        "saved after 1 SIGTERM(s)",
+        "saved after 1 SIGTERM(s)",
+    ]
+
+
+def test_a_child_left_holding_the_pipes_does_not_hold_up_the_instance(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print(child.pid, flush=True)\n"
+    )
+    started = time.monotonic()
+    lines: list[str] = []
+    result = WorkerGroup(
+        [_spec(tmp_path, code)], lambda s, m: lines.append(m), threading.Event()
+    ).run()
+    elapsed = time.monotonic() - started
+    os.kill(int(lines[0]), signal.SIGKILL)
+    assert result.exit_code == 0
+    assert elapsed < 10

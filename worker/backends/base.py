@@ -20,6 +20,8 @@ from service.jobs.schemas import JobCreate
 PlanT = TypeVar("PlanT")
 
 REDACTED = "<redacted>"
+# How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
+KILL_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ Hosts all live on loopback; the job's rendezvous port is picked once, at plannin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from typing import Any
 
 from worker.backends import processes
 from worker.backends.base import (
+    KILL_WAIT_SECONDS,
     REDACTED,
     Backend,
     InstanceState,
@@ -120,7 +122,8 @@ class LocalBackend(Backend[LocalPlan]):
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
         job_dir = self.jobs_dir / request.job.name
         previous = self._load_plan(job_dir)
-        master_port = previous.master_port if previous else self.allocate_port()
+        adopting = previous is not None and previous.job_id == request.job.id
+        master_port = previous.master_port if previous and adopting else self.allocate_port()
         addresses = dict.fromkeys(request.hosts, LOOPBACK)
         inherited = {key: self.environ[key] for key in INHERITED_ENV if key in self.environ}
         shares = share_cpus(self.cpus, len(request.hosts))
@@ -154,6 +157,11 @@ class LocalBackend(Backend[LocalPlan]):
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
         plan = materialized.plan
         job_dir = Path(plan.job_dir)
+        previous = self._load_plan(job_dir)
+        if previous is not None and previous.job_id != plan.job_id:
+            # Left by an earlier job of the same name (a reset database, say); its
+            # processes, if any, are ended with it.
+            self.teardown(JobRef(previous.job_id, previous.job_name))
         job_dir.mkdir(parents=True, exist_ok=True)
         plan_file = job_dir / "plan.json"
         if not plan_file.exists():
@@ -192,7 +200,8 @@ class LocalBackend(Backend[LocalPlan]):
             )
         processes.remember_child(process)
         # Set before the interpreter has started any thread or child, so all inherit it.
-        os.sched_setaffinity(process.pid, instance.cpus)
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(process.pid, instance.cpus)
         identity = processes.identify(process.pid) or processes.ProcessId(process.pid, -1)
         _write_private(pid_file, json.dumps(asdict(identity)))
 
@@ -221,20 +230,30 @@ class LocalBackend(Backend[LocalPlan]):
         return statuses
 
     def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
-        sig = signal.SIGKILL if force else signal.SIGTERM
         job_dir = self.jobs_dir / job.name
         plan = self._load_plan(job_dir)
-        for instance in plan.instances if plan else []:
-            leader = self._leader(job_dir, instance.host)
-            if leader is not None:
-                processes.signal_group(leader, sig)
-        processes.signal_pids(processes.marked_processes(job.id), sig)
+        hosts = [instance.host for instance in plan.instances] if plan else []
+        if force:
+            for host in hosts:
+                if (leader := self._leader(job_dir, host)) is not None:
+                    processes.signal_group(leader, signal.SIGKILL)
+            processes.signal_pids(processes.marked_processes(job.id), signal.SIGKILL)
+            return
+        # As a container runtime does: SIGTERM to the instance's runtime alone, which
+        # passes it on to the scripts exactly once. Only where the runtime is gone do its
+        # leftovers get the SIGTERM directly, since no one else will pass it on.
+        for host in hosts:
+            leader = self._leader(job_dir, host)
+            if leader is not None and processes.is_alive(leader):
+                processes.signal_process(leader, signal.SIGTERM)
+            else:
+                processes.signal_pids(processes.marked_processes(job.id, host), signal.SIGTERM)
 
     def teardown(self, job: JobRef) -> None:
         self.cancel(job, force=False)
         if not self._wait_until_gone(job, self.teardown_grace):
             self.cancel(job, force=True)
-            if not self._wait_until_gone(job, 10.0):
+            if not self._wait_until_gone(job, KILL_WAIT_SECONDS):
                 left = processes.marked_processes(job.id)
                 raise RuntimeError(f"processes of {job.name} survived SIGKILL: {left}")
         job_dir = self.jobs_dir / job.name

@@ -78,6 +78,12 @@ def signal_group(leader: ProcessId, sig: signal.Signals) -> None:
             os.killpg(leader.pid, sig)
 
 
+def signal_process(process: ProcessId, sig: signal.Signals) -> None:
+    if is_alive(process):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, sig)
+
+
 def signal_pids(pids: list[int], sig: signal.Signals) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):

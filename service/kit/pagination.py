@@ -1,0 +1,28 @@
+"""Opaque cursors for keyset pagination: the sort key of the last row of a page."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import TypeVar
+
+from service.kit.errors import SpecError
+
+IdT = TypeVar("IdT", str, int)
+
+
+def encode_cursor(time: datetime, row_id: str | int) -> str:
+    raw = json.dumps([time.isoformat(), row_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, id_type: type[IdT]) -> tuple[datetime, IdT]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        time, row_id = json.loads(raw)
+        if not isinstance(row_id, id_type):
+            raise TypeError(row_id)
+        return datetime.fromisoformat(time), row_id
+    except (ValueError, TypeError) as exc:
+        raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc
