@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from service.jobs import service
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
@@ -13,6 +15,12 @@ from tests.conftest import job_spec
 from worker.backends.base import Backend, LaunchRequest, Materialized
 from worker.backends.local import LocalBackend, LocalPlan
 from worker.reconciler import Reconciler
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    # No grace after a stop: these tests look at the decisions, not at scripts saving.
+    return settings.model_copy(update={"stop_grace_seconds": 0.0, "teardown_grace_seconds": 0.5})
 
 
 def _submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
@@ -107,3 +115,4 @@ def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_di
         service.stop(session, settings, name)
     Reconciler(settings).reconcile(name)
     assert _job(settings, name)["status"] == "Stopped"
+    assert not (settings.jobs_dir / name).exists()
