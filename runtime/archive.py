@@ -17,34 +17,58 @@ class ArchiveError(Exception):
     """The archive is unreadable or would write outside its target."""
 
 
-def check_archive(archive: Path, destination: Path | None = None) -> list[str]:
-    """Names of the regular files in ``archive``; raises ArchiveError if any member is unsafe."""
+MAX_MEMBERS = 200_000
+MAX_UNPACKED_BYTES = 4 * 1024**3
+
+
+def check_archive(
+    archive: Path, destination: Path | None = None, max_bytes: int = MAX_UNPACKED_BYTES
+) -> list[str]:
+    """Names of the regular files in ``archive``; raises ArchiveError if any member is
+    unsafe or the whole would unpack to more than ``max_bytes``."""
     destination = destination or Path(tempfile.gettempdir()) / "runyard-archive-check"
+    files: list[str] = []
+    total = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
+            for count, member in enumerate(tar, start=1):
+                _check_member(archive, member, destination)
+                total += member.size
+                if total > max_bytes or count > MAX_MEMBERS:
+                    raise ArchiveError(
+                        f"{archive.name}: unpacks to more than {max_bytes} bytes "
+                        f"or {MAX_MEMBERS} members"
+                    )
+                if member.isfile():
+                    files.append(os.path.normpath(member.name))
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise ArchiveError(f"{archive.name}: not a readable tar archive ({exc})") from exc
-    files = []
-    for member in members:
-        # The data filter would quietly strip a leading "/"; an archive that has one was
-        # not made for this purpose, so it is refused whole.
-        if member.name.startswith(("/", "\\")) or ".." in PurePosixPath(member.name).parts:
-            raise ArchiveError(
-                f"{archive.name}: refused member {member.name!r}: path leaves the target"
-            )
-        try:
-            tarfile.data_filter(member, str(destination))
-        except tarfile.FilterError as exc:
-            raise ArchiveError(f"{archive.name}: refused member {member.name!r}: {exc}") from exc
-        if member.isfile():
-            files.append(os.path.normpath(member.name))
     return files
 
 
-def extract(archive: Path, destination: Path) -> None:
+def _check_member(archive: Path, member: tarfile.TarInfo, destination: Path) -> None:
+    def refuse(why: str) -> ArchiveError:
+        return ArchiveError(f"{archive.name}: refused member {member.name!r}: {why}")
+
+    # The data filter would quietly strip a leading "/"; an archive that has one was not
+    # made for this purpose, so it is refused whole.
+    if member.name.startswith(("/", "\\")) or ".." in PurePosixPath(member.name).parts:
+        raise refuse("path leaves the target")
+    # Links may only point down: with no absolute target and no "..", no chain of links
+    # can resolve above the directory holding it, however the path is resolved.
+    if member.issym() or member.islnk():
+        target = PurePosixPath(member.linkname)
+        if target.is_absolute() or ".." in target.parts:
+            raise refuse(f"link to {member.linkname!r} points outside its directory")
+    try:
+        tarfile.data_filter(member, str(destination))
+    except tarfile.FilterError as exc:
+        raise refuse(str(exc)) from exc
+
+
+def extract(archive: Path, destination: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
     destination.mkdir(parents=True, exist_ok=True)
-    check_archive(archive, destination)
+    check_archive(archive, destination, max_bytes)
     with tarfile.open(archive, "r:*") as tar:
         tar.extractall(destination, filter="data")
 

@@ -114,16 +114,26 @@ class LogShipper:
             print(f"[{stream}] {message}", flush=True)
         if self.client is None:
             return
+        # Numbered, stamped and queued under one lock, by several pump threads: the queue
+        # must hold lines in seq order, since the service keeps only seqs above the last
+        # one it stored for the host.
         with self._seq_lock:
+            if self._queue.qsize() >= MAX_BUFFERED:
+                self._dropped += 1  # the service has been away too long
+                return
             self._seq += 1
             line = {"seq": self._seq, "time": now_iso(), "stream": stream, "message": message}
-        if self._queue.qsize() >= MAX_BUFFERED:
-            self._dropped += 1  # the service has been away too long; keep the newest
-            return
-        self._queue.put(line)
+            self._queue.put(line)
 
     def close(self, timeout: float = 120.0) -> None:
         """Ship what is left, waiting at most ``timeout`` seconds."""
+        with self._seq_lock:
+            if self._dropped:
+                self._seq += 1
+                note = f"{self._dropped} log lines were dropped while the service was unreachable"
+                self._queue.put(
+                    {"seq": self._seq, "time": now_iso(), "stream": "runtime", "message": note}
+                )
         self._closing.set()
         if self._thread.is_alive():
             self._thread.join(timeout)

@@ -200,8 +200,19 @@ def submit(
     distribution: str | None,
     **flags: Any,
 ) -> None:
-    """Submit a training job from flags and/or a YAML/JSON SPEC_FILE (flags win)."""
+    """Submit a training job from flags and/or a YAML/JSON SPEC_FILE (flags win).
+
+    In a spec file, `source_dir` and local paths in `inputs` are relative to the file.
+    """
     spec = _load_spec_file(spec_file) if spec_file else {}
+    here = spec_file.parent if spec_file else Path.cwd()
+    if "source_dir" in spec:
+        from_file = here / str(spec.pop("source_dir"))
+        source_dir = source_dir or from_file
+    if isinstance(spec.get("inputs"), dict):
+        spec["inputs"] = {
+            name: _channel_uris(value, here) for name, value in spec["inputs"].items()
+        }
     spec.update({key: value for key, value in flags.items() if value is not None})
     if distribution is not None:
         try:
@@ -218,7 +229,7 @@ def submit(
     if inputs:
         spec["inputs"] = {
             **spec.get("inputs", {}),
-            **{k: _as_uri(v) for k, v in _pairs(inputs, "-i").items()},
+            **{k: _as_uri(v, Path.cwd()) for k, v in _pairs(inputs, "-i").items()},
         }
     with Client() as client:
         if source_dir is not None:
@@ -234,8 +245,17 @@ def submit(
             sys.exit(_follow(client, job["name"], show_logs))
 
 
-def _as_uri(value: str) -> str:
-    return value if "://" in value else Path(value).resolve().as_uri()
+def _as_uri(value: str, relative_to: Path) -> str:
+    """A URI as given, or a local path (relative to ``relative_to``) as a file:// URI."""
+    return value if "://" in value else (relative_to / value).resolve().as_uri()
+
+
+def _channel_uris(channel: Any, relative_to: Path) -> Any:
+    if isinstance(channel, str):
+        return _as_uri(channel, relative_to)
+    if isinstance(channel, dict) and isinstance(channel.get("uri"), str):
+        return {**channel, "uri": _as_uri(channel["uri"], relative_to)}
+    return channel
 
 
 def _follow(client: Client, name: str, show_logs: bool) -> int:

@@ -8,7 +8,7 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from service.app import ROUTERS, create_app
+from service.app import PUBLIC_PATHS, ROUTERS, create_app
 from service.auth.tokens import job_token
 from service.settings import Settings
 from tests.conftest import job_spec
@@ -22,6 +22,15 @@ def _protected_routes() -> list[tuple[str, str]]:
             path = route.path.replace("{name}", "job-1").replace("{host}", "algo-1")
             routes.extend((method, path) for method in sorted(route.methods))
     return routes
+
+
+def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings: Settings) -> None:
+    # A route added to the app directly (not through a router of ROUTERS) must be one of
+    # the few meant to be open; anything else belongs in a protected router.
+    app_paths = {
+        path for route in create_app(settings).routes if (path := getattr(route, "path", None))
+    }
+    assert app_paths <= PUBLIC_PATHS
 
 
 def test_every_route_but_health_and_docs_is_protected() -> None:

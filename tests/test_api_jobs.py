@@ -144,6 +144,9 @@ def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) 
         "/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0)
     )
     assert response.status_code == 422
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    taken = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir))
+    assert taken.status_code == 409
 
 
 def test_stop_that_races_a_reconciler_write_rereads_and_stops(

@@ -107,7 +107,9 @@ def test_follow_streams_events_then_ends_with_the_job(
     assert '"Completed"' in events[-1]
 
     # Resuming after the first line sends only what came after it.
-    resume = {"Last-Event-ID": str(logs[0]["id"])}
+    first_id = next(e for e in events if "event: log" in e).split("\n")[0].removeprefix("id: ")
+    assert first_id == "algo-1:1"
+    resume = {"Last-Event-ID": first_id}
     with api.stream(
         "GET", "/v1/training-jobs/job-1/logs", params={"follow": "true"}, headers=resume
     ) as response:

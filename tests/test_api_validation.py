@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,21 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("max_run zero", {"max_run": 0}, ["max_run"]),
     ("max_run above 28 days", {"max_run": 28 * 24 * 3600 + 1}, ["max_run"]),
     ("volume size zero", {"volume_size": 0}, ["volume_size"]),
+    (
+        "hyperparameter that is not a number",
+        {"hyperparameters": {"lr": float("nan")}},
+        ["hyperparameters"],
+    ),
+    ("infinite hyperparameter", {"hyperparameters": {"lr": float("inf")}}, ["hyperparameters"]),
+    ("NUL in a hyperparameter", {"hyperparameters": {"tag": "a\x00b"}}, ["hyperparameters", "tag"]),
+    (
+        "NUL in a hyperparameter key",
+        {"hyperparameters": {"t\x00g": 1}},
+        ["hyperparameters", "t\x00g"],
+    ),
+    ("NUL in the environment", {"environment": {"FLAG": "x\x00"}}, ["environment", "FLAG"]),
+    ("NUL in the entry point", {"entry_point": "train\x00.py"}, ["entry_point"]),
+    ("output path is a file", {"output_path": "file:///etc/hostname"}, ["output_path"]),
     ("too many tags", {"tags": [{"key": f"k{i}", "value": "v"} for i in range(51)]}, ["tags"]),
 ]
 
@@ -108,7 +124,11 @@ def test_bad_spec_is_refused_naming_the_field(
     spec = {
         key: value for key, value in job_spec(source_dir, **overrides).items() if value is not None
     }
-    response = api.post("/v1/training-jobs", json=spec)
+    # As text: a client may send NaN, which httpx itself would refuse to encode.
+    body = json.dumps(spec)
+    response = api.post(
+        "/v1/training-jobs", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 422, response.text
     locations = [[str(part) for part in error["loc"]] for error in response.json()["detail"]]
     assert any(loc[1 : 1 + len(field)] == field for loc in locations), (case, locations)
@@ -151,3 +171,12 @@ def test_hostile_archive_source_is_refused(
     assert response.status_code == 422
     assert "escape.py" in response.json()["detail"][0]["msg"]
     assert _stored_jobs(api) == []
+
+
+def test_errors_never_echo_the_input(api: TestClient, source_dir: Path) -> None:
+    secret = "s3cr3t-" + "x" * 600  # too long, so refused
+    response = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, environment={"API_KEY": secret})
+    )
+    assert response.status_code == 422
+    assert "s3cr3t" not in response.text

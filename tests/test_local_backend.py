@@ -129,6 +129,8 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
     first = {host: _pid(tmp_path, host) for host in hosts}
     backend.apply(materialized)  # a retried launch adopts, it does not start twice
     assert {host: _pid(tmp_path, host) for host in hosts} == first
+    # The instances' scripts can read the job directory: no credential may be left there.
+    assert "ryj_secret" not in (tmp_path / "jobs" / "job-1" / "plan.json").read_text()
 
     statuses = backend.describe(job)
     assert statuses is not None
@@ -139,6 +141,30 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
     assert processes.marked_processes(job.id) == []
     assert backend.describe(job) is None
     assert not (tmp_path / "jobs" / "job-1").exists()
+
+
+def test_teardown_reaches_an_unmarked_child_after_the_runtime_died(tmp_path: Path) -> None:
+    # The "runtime" leaves a script behind and dies; the script's child wiped its
+    # environment, so only its process group ties it to the job.
+    script = (
+        "import subprocess, sys\n"
+        "code = 'import subprocess, sys, time; "
+        'subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={}); '
+        "time.sleep(120)'\n"
+        "subprocess.Popen([sys.executable, '-c', code])\n"
+    )
+    backend, materialized, job = _fake_runtime(tmp_path, script)
+    backend.apply(materialized)
+    leaders = [
+        processes.ProcessId(
+            **json.loads((tmp_path / "jobs" / "job-1" / f"{h}.pid.json").read_text())
+        )
+        for h in ("algo-1", "algo-2")
+    ]
+    _wait_for(lambda: all(len(processes.group_members(leader.pid)) == 2 for leader in leaders))
+    assert not any(processes.is_alive(leader) for leader in leaders)
+    backend.teardown(job)
+    assert all(processes.group_members(leader.pid) == [] for leader in leaders)
 
 
 def test_exited_instance_is_reported_with_its_code_and_last_words(tmp_path: Path) -> None:

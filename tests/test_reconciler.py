@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.jobs import service
-from service.jobs.schemas import JobCreate
-from service.kit.db import session_scope
+from service.jobs.schemas import InstanceReport, JobCreate
+from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
-from worker.backends.base import Backend, LaunchRequest, Materialized
+from worker.backends.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
 from worker.backends.local import LocalBackend, LocalPlan
 from worker.reconciler import Reconciler
 
@@ -116,3 +119,99 @@ def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_di
     Reconciler(settings).reconcile(name)
     assert _job(settings, name)["status"] == "Stopped"
     assert not (settings.jobs_dir / name).exists()
+
+
+class _Sleepers(LocalBackend):
+    """Real instances that only sleep: the test plays the runtime's part and reports."""
+
+    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        materialized = super().materialize(request)
+        for instance in materialized.plan.instances:
+            instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(120)"]
+        return materialized
+
+
+def _sleepers(settings: Settings) -> Callable[[str, Settings], Backend[Any]]:
+    return lambda _name, _settings: _Sleepers(settings.jobs_dir, teardown_grace=0.5)
+
+
+def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
+    report = InstanceReport(phase=phase, time=utcnow(), **fields)  # type: ignore[arg-type]
+    with session_scope(settings.database_url) as session:
+        service.record_report(session, settings, service.get(session, name), host, report)
+
+
+def test_progress_follows_the_slowest_instance_and_never_goes_back(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, instance_count=2)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(name)  # launches
+    _report(settings, name, "algo-1", "Downloading")
+    _report(settings, name, "algo-1", "Training")
+    reconciler.reconcile(name)  # algo-2 has said nothing yet: the job is not training
+    assert _job(settings, name)["secondary"] == "Downloading"
+    _report(settings, name, "algo-2", "Downloading")
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-2", "Training")
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
+    _report(settings, name, "algo-2", "Completed", exit_code=0)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert job["transitions"] == [
+        "Starting",
+        "LaunchingInstances",
+        "Downloading",
+        "Training",
+        "Completed",
+    ]
+    assert not (settings.jobs_dir / name).exists()  # the sleepers were torn down
+
+
+def test_a_job_that_finished_in_time_is_not_stopped_for_max_run(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, max_run=1)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Completed", exit_code=0)
+    time.sleep(1.2)  # the next pass comes after the deadline
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Completed"
+
+
+def test_a_job_still_running_at_max_run_is_stopped(settings: Settings, source_dir: Path) -> None:
+    name = _submit(settings, source_dir, max_run=1)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(name)
+    time.sleep(1.2)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert not (settings.jobs_dir / name).exists()
+
+
+def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir: Path) -> None:
+    calls: list[str] = []
+
+    class Stuck(_Sleepers):
+        def teardown(self, job: JobRef) -> None:
+            calls.append(job.name)
+            raise TeardownError(f"processes of {job.name} survived SIGKILL: [4242]")
+
+    backend = Stuck(settings.jobs_dir, teardown_grace=0.5)
+    name = _submit(settings, source_dir)
+    Reconciler(settings, lambda _n, _s: backend).reconcile(name)
+    _report(settings, name, "algo-1", "Completed", exit_code=0)
+    Reconciler(settings, lambda _n, _s: backend).reconcile(name)
+    job = _job(settings, name)
+    assert job["status"] == "Failed"
+    assert "TeardownError: processes of job-1 survived SIGKILL: [4242]" in job["reason"]
+    assert calls == [name]  # not retried in a loop
+    _Sleepers(settings.jobs_dir, teardown_grace=0.5).teardown(JobRef(_job_id(settings, name), name))
+
+
+def _job_id(settings: Settings, name: str) -> str:
+    with session_scope(settings.database_url) as session:
+        return service.get(session, name).id

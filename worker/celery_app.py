@@ -9,10 +9,10 @@ from celery import Celery
 from service.settings import Settings
 from worker import broker
 
-# Reconcile passes are short (launch a few processes, read /proc, a few queries); the
-# longest is a teardown that waits teardown_grace plus a 10 s SIGKILL wait.
-SOFT_TIME_LIMIT = 120
-HARD_TIME_LIMIT = 150
+# The worker runs a thread pool (the local backend must reap the instances it starts, so
+# they have to be children of one long-lived process), and Celery enforces no time limits
+# on threads. Every wait in a reconcile pass is bounded by the reconciler itself instead:
+# the longest is a teardown, teardown_grace plus KILL_WAIT_SECONDS.
 
 _apps: dict[str, Celery] = {}
 _apps_lock = threading.Lock()
@@ -39,8 +39,6 @@ def create_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         result_backend=None,
-        task_soft_time_limit=SOFT_TIME_LIMIT,
-        task_time_limit=HARD_TIME_LIMIT,
         task_serializer="json",
         accept_content=["json"],
         worker_hijack_root_logger=False,

@@ -49,6 +49,7 @@ from worker.backends.base import (
     InstanceStatus,
     JobRef,
     LaunchRequest,
+    TeardownError,
 )
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,17 @@ class Reconciler:
             current = self._load(name)  # the step that failed may have moved the job on
             if current is not None:
                 reports = self._reports(current)
-                self._finish(current, backend, reports, Status.FAILED, Secondary.FAILED, reason)
+                # A teardown that already failed would only fail again; the reason names
+                # what was left behind.
+                self._finish(
+                    current,
+                    backend,
+                    reports,
+                    Status.FAILED,
+                    Secondary.FAILED,
+                    reason,
+                    teardown=not isinstance(exc, TeardownError),
+                )
 
     def _launch(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         count = snapshot.spec.instance_count
@@ -226,6 +237,17 @@ class Reconciler:
         # instance seen gone here has its last report already committed.
         statuses = backend.describe(snapshot.ref)
         reports = self._reports(snapshot)
+        # What the instances already decided comes first: a job that finished before its
+        # deadline ends Completed or Failed even if this pass only runs after it.
+        failure = _first_failure(snapshot.hosts, statuses, reports)
+        if failure is not None:
+            self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
+            return
+        if all(
+            host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
+        ):
+            self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
+            return
         launched_at = snapshot.launched_at or utcnow()
         if utcnow() - launched_at > timedelta(seconds=snapshot.spec.max_run):
             message = f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)"
@@ -238,19 +260,18 @@ class Reconciler:
 
             self._drive_stop(self._update(snapshot, stopping), backend)
             return
-        failure = _first_failure(snapshot.hosts, statuses, reports)
-        if failure is not None:
-            self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
-            return
-        if all(
-            host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
-        ):
-            self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
-            return
         self._show_progress(snapshot, reports)
 
     def _show_progress(self, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
-        running = [r.phase for r in reports.values() if r.phase not in FINAL_PHASES]
+        if not reports:
+            return  # still launching
+        # A host that has not reported yet is still downloading, so the job's phase never
+        # runs ahead of its slowest instance and never goes back.
+        running = [
+            reports[host].phase if host in reports else Phase.DOWNLOADING
+            for host in snapshot.hosts
+            if host not in reports or reports[host].phase not in FINAL_PHASES
+        ]
         if not running:
             return
         phase = min(running, key=PHASE_ORDER.__getitem__)
@@ -292,9 +313,12 @@ class Reconciler:
         status: Status,
         secondary: Secondary,
         failure_reason: str | None,
+        *,
+        teardown: bool = True,
     ) -> None:
         # Nothing of the job may be left once it reads as ended.
-        backend.teardown(snapshot.ref)
+        if teardown:
+            backend.teardown(snapshot.ref)
         now = utcnow()
         master = reports.get(snapshot.hosts[0])
         started = [r.training_started_at for r in reports.values() if r.training_started_at]

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from service.auth.deps import CurrentPrincipal, CurrentUser
-from service.jobs import repository, service
+from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
     NAME_PATTERN,
@@ -18,7 +18,7 @@ from service.jobs.schemas import (
     JobSummary,
 )
 from service.jobs.states import Status
-from service.kit.deps import SessionDep, SettingsDep
+from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
 
@@ -43,13 +43,13 @@ def create_training_job(
 ) -> JobPublic | JSONResponse:
     """Submit a training job (estimator-style spec)."""
     if dry_run:
-        return JSONResponse(service.dry_run(settings, spec).model_dump(mode="json"))
+        return JSONResponse(service.dry_run(session, settings, spec).model_dump(mode="json"))
     return to_public(service.submit(session, settings, spec))
 
 
 @router.get("", response_model=JobsPage)
 def list_training_jobs(
-    session: SessionDep,
+    session: ReadSessionDep,
     _user: CurrentUser,
     status: Annotated[Status | None, Query(description="Only jobs in this status")] = None,
     name_prefix: Annotated[str | None, Query(max_length=63)] = None,
@@ -57,14 +57,14 @@ def list_training_jobs(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> JobsPage:
     """Jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
-    rows, next_cursor = repository.page(
+    rows, next_cursor = service.list_jobs(
         session, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
     )
     return JobsPage(items=[_summary(job) for job in rows], next_cursor=next_cursor)
 
 
 @router.get("/{name}", response_model=JobPublic)
-def describe_training_job(name: JobName, session: SessionDep, _user: CurrentUser) -> JobPublic:
+def describe_training_job(name: JobName, session: ReadSessionDep, _user: CurrentUser) -> JobPublic:
     return to_public(service.get(session, name))
 
 

@@ -147,7 +147,11 @@ class JobCreate(_Strict):
         for key, item in value.items():
             if not key or len(key) > MAX_HYPERPARAMETER_KEY:
                 raise ValueError(f"key {key[:40]!r}: must be 1 to {MAX_HYPERPARAMETER_KEY} chars")
-            if len(encode_hyperparameter(item)) > MAX_HYPERPARAMETER_VALUE:
+            try:
+                encoded = encode_hyperparameter(item)
+            except ValueError as exc:  # NaN or infinity: not JSON, so no script could read it
+                raise ValueError(f"{key!r}: numbers must be finite") from exc
+            if len(encoded) > MAX_HYPERPARAMETER_VALUE:
                 raise ValueError(f"{key!r}: value longer than {MAX_HYPERPARAMETER_VALUE} chars")
         return value
 
@@ -186,7 +190,28 @@ class JobCreate(_Strict):
 
 def encode_hyperparameter(value: Any) -> str:
     """A hyperparameter as it is stored in hyperparameters.json (JSON, like the SageMaker SDK)."""
-    return json.dumps(value)
+    return json.dumps(value, allow_nan=False)
+
+
+def nul_location(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
+    """Where in ``value`` a string holds a NUL character (no path, argv or environment
+    can carry one), or None."""
+    if isinstance(value, str):
+        return loc if "\x00" in value else None
+    items: Any = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        if isinstance(key, str) and "\x00" in key:
+            return (*loc, key)
+        found = nul_location(item, (*loc, key))
+        if found is not None:
+            return found
+    return None
 
 
 class _FromRow(BaseModel):

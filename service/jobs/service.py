@@ -6,11 +6,12 @@ enqueued with ``enqueue_reconcile``, which sends only after the commit.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -23,7 +24,7 @@ from service.auth.service import Principal
 from service.instance_types import CATALOG
 from service.jobs import repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
-from service.jobs.schemas import DryRun, InstanceReport, JobCreate
+from service.jobs.schemas import DryRun, InstanceReport, JobCreate, nul_location
 from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
 from service.kit.db import utcnow
 from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
@@ -47,6 +48,8 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
     """Check the rules that depend on this server's configuration."""
     from worker.backends import registry
 
+    if (where := nul_location(spec.model_dump(mode="json"))) is not None:
+        raise SpecError(where, "must not contain NUL characters")
     if spec.name is not None and spec.base_job_name is not None:
         raise SpecError(("name",), "give name or base_job_name, not both")
     instance_type = CATALOG.get(spec.instance_type)
@@ -80,10 +83,7 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
     _check_source(spec)
     _check_inputs(spec)
     output_path = spec.output_path or settings.artifact_root
-    try:
-        storage.local_path(output_path)
-    except storage.StorageError as exc:
-        raise SpecError(("output_path",), str(exc)) from exc
+    _check_output_path(output_path)
     name = spec.name or _generate_name(spec, now or utcnow())
     final = spec.model_copy(
         update={"name": name, "base_job_name": None, "backend": backend, "output_path": output_path}
@@ -100,9 +100,14 @@ def _generate_name(spec: JobCreate, now: datetime) -> str:
 
 def _check_source(spec: JobCreate) -> None:
     try:
-        source = storage.local_path(spec.source_uri)
+        _check_source_at(spec, storage.local_path(spec.source_uri))
     except storage.StorageError as exc:
         raise SpecError(("source_uri",), str(exc)) from exc
+    except OSError as exc:  # e.g. a directory the server may not enter
+        raise SpecError(("source_uri",), f"cannot read it: {exc.strerror or exc}") from exc
+
+
+def _check_source_at(spec: JobCreate, source: Path) -> None:
     if source.is_dir():
         if not (source / spec.entry_point).is_file():
             raise SpecError(
@@ -137,16 +142,20 @@ def _check_inputs(spec: JobCreate) -> None:
             exists = storage.exists(channel.uri)
         except storage.StorageError as exc:
             raise SpecError((*loc, "uri"), str(exc)) from exc
+        except OSError as exc:
+            raise SpecError((*loc, "uri"), f"cannot read it: {exc.strerror or exc}") from exc
         if not exists:
             raise SpecError((*loc, "uri"), f"{channel.uri} does not exist")
 
 
-def dry_run(settings: Settings, spec: JobCreate) -> DryRun:
+def dry_run(session: Session, settings: Settings, spec: JobCreate) -> DryRun:
     """Exactly what submitting would create (the backend's materialized plan), creating nothing."""
     from worker.backends import registry
     from worker.backends.base import REDACTED, JobRef, LaunchRequest
 
     prepared = prepare(settings, spec)
+    if repository.name_taken(session, prepared.name):
+        raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
     request = LaunchRequest(
         job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
@@ -161,6 +170,21 @@ def dry_run(settings: Settings, spec: JobCreate) -> DryRun:
         plan=materialized.public,
         rendered=materialized.render(),
     )
+
+
+def _check_output_path(uri: str) -> None:
+    """The model must be storable there: a directory, or one that can be made."""
+    try:
+        path = storage.local_path(uri)
+    except storage.StorageError as exc:
+        raise SpecError(("output_path",), str(exc)) from exc
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpecError(("output_path",), f"{uri}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecError(("output_path",), f"{uri}: {existing} is not writable by the server")
 
 
 def submit(session: Session, settings: Settings, spec: JobCreate) -> TrainingJob:
@@ -195,6 +219,14 @@ def get(session: Session, name: str) -> TrainingJob:
     return job
 
 
+def list_jobs(
+    session: Session, *, status: str | None, name_prefix: str | None, limit: int, cursor: str | None
+) -> tuple[list[TrainingJob], str | None]:
+    return repository.page(
+        session, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+    )
+
+
 def status_of(session: Session, job_id: str) -> str:
     return repository.status_of(session, job_id) or ""
 
@@ -224,8 +256,11 @@ def stop(session: Session, settings: Settings, name: str) -> TrainingJob:
     return job
 
 
-def job_for_instance(session: Session, name: str, host: str, principal: Principal) -> TrainingJob:
-    """The job an instance reports for; only that job's own token may report for it."""
+def job_for_instance(
+    session: Session, name: str, host: str, principal: Principal, *, live: bool = False
+) -> TrainingJob:
+    """The job an instance reports for; only that job's own token may report for it, and
+    with ``live`` only while the job has not ended (its instances are gone by then)."""
     job = repository.get(session, name)
     if job is None:
         raise NotFound(f"no training job named {name!r}")
@@ -233,6 +268,8 @@ def job_for_instance(session: Session, name: str, host: str, principal: Principa
         raise Forbidden("only the job's own instances may report for it")
     if host not in hosts(job):
         raise NotFound(f"training job {name!r} has no host {host!r}")
+    if live and job.status in TERMINAL:
+        raise Conflict(f"training job {name!r} has ended ({job.status})")
     return job
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,33 +54,51 @@ def normalize_database_url(url: str) -> str:
     return url
 
 
+_READONLY = "runyard_readonly"
+
+
+@dataclass(frozen=True)
+class _Registered:
+    engine: Engine
+    sessions: sessionmaker[Session]
+    readonly_sessions: sessionmaker[Session]
+
+
 # One engine (and connection pool) per database URL for the life of the process; a
 # process talks to one or two databases, and an engine is only let go explicitly.
-_engines: dict[str, tuple[Engine, sessionmaker[Session]]] = {}
+_engines: dict[str, _Registered] = {}
 _engines_lock = threading.Lock()
 
 
 def get_engine(url: str) -> Engine:
-    return _registered(url)[0]
+    return _registered(url).engine
 
 
-def get_sessionmaker(url: str) -> sessionmaker[Session]:
-    return _registered(url)[1]
+def get_sessionmaker(url: str, *, readonly: bool = False) -> sessionmaker[Session]:
+    """Sessions for ``url``; ``readonly`` ones never take SQLite's write lock."""
+    registered = _registered(url)
+    return registered.readonly_sessions if readonly else registered.sessions
 
 
 def dispose_engine(url: str) -> None:
     with _engines_lock:
         entry = _engines.pop(url, None)
     if entry is not None:
-        entry[0].dispose()
+        entry.engine.dispose()
 
 
-def _registered(url: str) -> tuple[Engine, sessionmaker[Session]]:
+def _registered(url: str) -> _Registered:
     with _engines_lock:
         entry = _engines.get(url)
         if entry is None:
             engine = _create_engine(normalize_database_url(url))
-            entry = _engines[url] = (engine, sessionmaker(bind=engine, expire_on_commit=False))
+            entry = _engines[url] = _Registered(
+                engine,
+                sessionmaker(bind=engine, expire_on_commit=False),
+                sessionmaker(
+                    bind=engine.execution_options(**{_READONLY: True}), expire_on_commit=False
+                ),
+            )
         return entry
 
 
@@ -95,6 +114,7 @@ def _configure_sqlite(engine: Engine) -> None:
     # The API and the worker are separate processes writing one file: WAL lets readers
     # proceed during a write, and BEGIN IMMEDIATE takes the write lock up front so two
     # writers queue on busy_timeout instead of failing when a read upgrades to a write.
+    # Read-only sessions begin deferred and never hold the write lock.
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
@@ -107,13 +127,14 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        readonly = connection.get_execution_options().get(_READONLY)
+        connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
 
 @contextmanager
-def session_scope(url: str) -> Iterator[Session]:
+def session_scope(url: str, *, readonly: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error."""
-    session = get_sessionmaker(url)()
+    session = get_sessionmaker(url, readonly=readonly)()
     try:
         yield session
         session.commit()

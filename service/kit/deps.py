@@ -26,5 +26,12 @@ def get_session(settings: SettingsDep) -> Iterator[Session]:
         yield session
 
 
+def get_read_session(settings: SettingsDep) -> Iterator[Session]:
+    """A transaction for routes that only read."""
+    with session_scope(settings.database_url, readonly=True) as session:
+        yield session
+
+
 # scope="function": commit before the response goes out, so a 201 means it is stored.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]

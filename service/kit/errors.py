@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 
@@ -67,3 +68,13 @@ def install_error_handler(app: FastAPI) -> None:
         return JSONResponse(
             status_code=exc.status_code, content={"detail": exc.detail()}, headers=exc.headers
         )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Where and why, never the offending input: it may be a secret (an environment
+        # value) or not even representable as JSON (NaN).
+        errors = [
+            {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+            for error in exc.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": errors})

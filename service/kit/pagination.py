@@ -21,8 +21,9 @@ def decode_cursor(cursor: str, id_type: type[IdT]) -> tuple[datetime, IdT]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         time, row_id = json.loads(raw)
-        if not isinstance(row_id, id_type):
+        when = datetime.fromisoformat(time)
+        if not isinstance(row_id, id_type) or when.tzinfo is None:
             raise TypeError(row_id)
-        return datetime.fromisoformat(time), row_id
+        return when, row_id
     except (ValueError, TypeError) as exc:
         raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc

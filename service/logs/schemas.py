@@ -27,6 +27,7 @@ class LogEventPublic(BaseModel):
     id: int
     time: datetime
     host: str
+    seq: int
     stream: str
     message: str
 

@@ -1,13 +1,33 @@
-"""Storing and reading log lines."""
+"""Storing and reading log lines.
+
+Each host's lines are numbered by its runtime (``seq``) and arrive in order, one batch at a
+time. Following a job therefore keeps one cursor per host, the last seq sent: a row id
+would not do, since on PostgreSQL ids are handed out at insert and committed out of order
+across hosts, and a follower could skip lines committed late under a lower id.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from service.jobs import service as jobs
+from service.jobs.states import TERMINAL
+from service.kit.db import session_scope
+from service.kit.errors import SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs.models import LogEvent
-from service.logs.schemas import LogLine
+from service.logs.schemas import LogEventPublic, LogLine
+from service.settings import Settings
+
+FOLLOW_POLL_SECONDS = 0.25
+KEEPALIVE_SECONDS = 15.0
+FOLLOW_BATCH = 1000
 
 
 def ingest(session: Session, job_id: str, host: str, lines: list[LogLine]) -> int:
@@ -50,11 +70,58 @@ def page(
     return rows, encode_cursor(rows[-1].time, rows[-1].id)
 
 
-def after(
-    session: Session, job_id: str, *, host: str | None, after_id: int, limit: int
-) -> list[LogEvent]:
-    """Lines stored after ``after_id``, in arrival order: what a follower has not seen."""
-    query = select(LogEvent).where(LogEvent.job_id == job_id, LogEvent.id > after_id)
-    if host:
-        query = query.where(LogEvent.host == host)
-    return list(session.scalars(query.order_by(LogEvent.id).limit(limit)))
+def parse_position(event_id: str | None, hosts: list[str]) -> dict[str, int]:
+    """A follower's position, from the id of the last event it saw (``algo-1:12,algo-2:7``)."""
+    position = dict.fromkeys(hosts, 0)
+    for part in filter(None, (event_id or "").split(",")):
+        host, _, seq = part.partition(":")
+        if host not in position or not seq.isdigit():
+            raise SpecError(("Last-Event-ID",), "not an event id this server sent", source="header")
+        position[host] = int(seq)
+    return position
+
+
+def format_position(position: dict[str, int]) -> str:
+    return ",".join(f"{host}:{seq}" for host, seq in position.items() if seq)
+
+
+async def follow(settings: Settings, job_id: str, position: dict[str, int]) -> AsyncIterator[str]:
+    """Server-sent events: ``log`` for each line, then one ``end`` once the job has ended
+    and every line it stored has been sent. Each event's id resumes the stream after it."""
+    idle = 0.0
+    while True:
+        status, rows = await run_in_threadpool(_poll, settings, job_id, dict(position))
+        for row in rows:
+            position[row.host] = row.seq
+            yield f"id: {format_position(position)}\nevent: log\ndata: {row.model_dump_json()}\n\n"
+        if rows:
+            idle = 0.0
+            continue
+        if status in TERMINAL:
+            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
+            return
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        idle += FOLLOW_POLL_SECONDS
+        if idle >= KEEPALIVE_SECONDS:
+            idle = 0.0
+            yield ": keepalive\n\n"
+
+
+def _poll(
+    settings: Settings, job_id: str, position: dict[str, int]
+) -> tuple[str, list[LogEventPublic]]:
+    with session_scope(settings.database_url, readonly=True) as session:
+        # Status first: lines stored before the job ended are then certain to be read.
+        status = jobs.status_of(session, job_id)
+        newer = [and_(LogEvent.host == host, LogEvent.seq > seq) for host, seq in position.items()]
+        query = (
+            select(LogEvent)
+            .where(LogEvent.job_id == job_id, or_(*newer))
+            # Within a host, time and seq rise together, so any cut keeps each host's prefix.
+            .order_by(LogEvent.time, LogEvent.host, LogEvent.seq)
+            .limit(FOLLOW_BATCH)
+        )
+        return status, [
+            LogEventPublic.model_validate(row, from_attributes=True)
+            for row in session.scalars(query)
+        ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,25 @@ def test_submit_wait_logs_then_describe_list_and_logs(stack: Stack) -> None:
     assert all(line.startswith("[algo-2]") for line in only_two)
     followed = _runyard(stack, "logs", "cli-1", "-f").stdout
     assert "[algo-1] seen" in followed
+
+
+def test_submit_from_a_spec_file_with_relative_paths(stack: Stack, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "scripts", project / "code")
+    (project / "data").mkdir()
+    (project / "data" / "part-0.csv").write_text("1,2\n")
+    (project / "job.yaml").write_text(
+        "name: spec-1\n"
+        "source_dir: code\n"
+        "entry_point: report_env.py\n"
+        "instance_type: local\n"
+        "hyperparameters: {epochs: 3}\n"
+        "inputs: {train: data}\n"
+    )
+    # Run from elsewhere: the paths are relative to the file, not to the shell.
+    result = _runyard(stack, "submit", str(project / "job.yaml"), "--wait", "--logs")
+    assert result.returncode == 0, result.stderr
+    assert '[algo-1] seen {"epochs": 3, "files": ["part-0.csv"], "host": "algo-1"' in result.stdout
 
 
 def test_a_failed_job_makes_submit_wait_exit_non_zero(stack: Stack) -> None:

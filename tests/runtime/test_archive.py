@@ -46,3 +46,31 @@ def test_garbage_is_not_an_archive(tmp_path: Path) -> None:
     junk.write_bytes(b"not a tarball")
     with pytest.raises(ArchiveError, match="not a readable tar archive"):
         check_archive(junk)
+
+
+def test_links_may_only_point_down(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    bundle = tmp_path / "links.tar.gz"
+    with tarfile.open(bundle, "w:gz") as tar:
+        data = tarfile.TarInfo("pkg/data.txt")
+        data.size = 2
+        tar.addfile(data, io.BytesIO(b"hi"))
+        down = tarfile.TarInfo("current")
+        down.type, down.linkname = tarfile.SYMTYPE, "pkg/data.txt"
+        tar.addfile(down)
+    extract(bundle, tmp_path / "ok")
+    assert (tmp_path / "ok" / "current").read_text() == "hi"
+
+    # Up and back in again stays inside the target, but is refused all the same.
+    sideways = archive_with_link(tmp_path / "side.tar.gz", "pkg/link", "../pkg/data.txt")
+    with pytest.raises(ArchiveError, match="points outside its directory"):
+        check_archive(sideways)
+
+
+def test_an_archive_that_unpacks_too_large_is_refused(tmp_path: Path) -> None:
+    big = archive_with_member(tmp_path / "big.tar.gz", "zeros.bin", b"\0" * 100_000)
+    assert check_archive(big) == ["zeros.bin"]
+    with pytest.raises(ArchiveError, match="unpacks to more than 10000 bytes"):
+        extract(big, tmp_path / "out", max_bytes=10_000)

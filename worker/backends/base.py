@@ -24,6 +24,10 @@ REDACTED = "<redacted>"
 KILL_WAIT_SECONDS = 10.0
 
 
+class TeardownError(RuntimeError):
+    """Something of the job could not be removed; the message says what."""
+
+
 @dataclass(frozen=True)
 class JobRef:
     id: str

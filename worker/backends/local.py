@@ -36,6 +36,7 @@ from worker.backends.base import (
     JobRef,
     LaunchRequest,
     Materialized,
+    TeardownError,
 )
 from worker.instance_config import instance_files
 
@@ -165,7 +166,9 @@ class LocalBackend(Backend[LocalPlan]):
         job_dir.mkdir(parents=True, exist_ok=True)
         plan_file = job_dir / "plan.json"
         if not plan_file.exists():
-            _write_private(plan_file, json.dumps(asdict(plan), indent=2))
+            # What a later attempt needs to adopt the instances: hosts, port, pid files.
+            # Never the token: the instances' own scripts can read this directory.
+            _write_private(plan_file, json.dumps(materialized.public, indent=2))
         for instance in plan.instances:
             self._launch(job_dir, plan.job_id, instance)
 
@@ -230,24 +233,21 @@ class LocalBackend(Backend[LocalPlan]):
         return statuses
 
     def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
+        sig = signal.SIGKILL if force else signal.SIGTERM
         job_dir = self.jobs_dir / job.name
         plan = self._load_plan(job_dir)
-        hosts = [instance.host for instance in plan.instances] if plan else []
-        if force:
-            for host in hosts:
-                if (leader := self._leader(job_dir, host)) is not None:
-                    processes.signal_group(leader, signal.SIGKILL)
-            processes.signal_pids(processes.marked_processes(job.id), signal.SIGKILL)
-            return
-        # As a container runtime does: SIGTERM to the instance's runtime alone, which
-        # passes it on to the scripts exactly once. Only where the runtime is gone do its
-        # leftovers get the SIGTERM directly, since no one else will pass it on.
-        for host in hosts:
-            leader = self._leader(job_dir, host)
-            if leader is not None and processes.is_alive(leader):
+        for instance in plan.instances if plan else []:
+            leader = self._leader(job_dir, instance.host)
+            if not force and leader is not None and processes.is_alive(leader):
+                # As a container runtime does: SIGTERM to the instance's runtime alone,
+                # which passes it on to the scripts exactly once.
                 processes.signal_process(leader, signal.SIGTERM)
-            else:
-                processes.signal_pids(processes.marked_processes(job.id, host), signal.SIGTERM)
+                continue
+            # Killing, or the runtime is gone and no one else will pass it on: its group
+            # gets the signal, and so does whatever left the group but carries the marker.
+            if leader is not None:
+                processes.signal_group(leader, sig, job.id)
+            processes.signal_pids(processes.marked_processes(job.id, instance.host), sig)
 
     def teardown(self, job: JobRef) -> None:
         self.cancel(job, force=False)
@@ -255,7 +255,7 @@ class LocalBackend(Backend[LocalPlan]):
             self.cancel(job, force=True)
             if not self._wait_until_gone(job, KILL_WAIT_SECONDS):
                 left = processes.marked_processes(job.id)
-                raise RuntimeError(f"processes of {job.name} survived SIGKILL: {left}")
+                raise TeardownError(f"processes of {job.name} survived SIGKILL: {left}")
         job_dir = self.jobs_dir / job.name
         plan = self._load_plan(job_dir)
         for instance in plan.instances if plan else []:

@@ -70,12 +70,29 @@ def marked_processes(job_id: str, host: str | None = None) -> list[int]:
     return found
 
 
-def signal_group(leader: ProcessId, sig: signal.Signals) -> None:
-    # Only while the leader is verifiably the process we started: a dead leader's pid may
-    # already belong to someone else's group.
+def signal_group(leader: ProcessId, sig: signal.Signals, job_id: str) -> None:
+    """Signal every process in the instance's group, also after its leader has gone."""
     if is_alive(leader):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(leader.pid, sig)
+        return
+    # The leader's pid may since name someone else's group; the group is the job's only
+    # if a member still carries the job's marker. Its other members (a child that cleared
+    # its environment, say) are then found through the group alone.
+    members = group_members(leader.pid)
+    if set(members) & set(marked_processes(job_id)):
+        signal_pids(members, sig)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live pids whose process group is ``pgid``."""
+    members = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            stat = _read_stat(int(entry.name))
+            if stat is not None and stat[0] not in "ZX" and int(stat[2]) == pgid:
+                members.append(int(entry.name))
+    return members
 
 
 def signal_process(process: ProcessId, sig: signal.Signals) -> None:
