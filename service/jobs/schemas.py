@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -198,13 +199,12 @@ def nul_location(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int
     can carry one), or None."""
     if isinstance(value, str):
         return loc if "\x00" in value else None
-    items: Any = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else ()
-    )
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
     for key, item in items:
         if isinstance(key, str) and "\x00" in key:
             return (*loc, key)
