@@ -98,6 +98,10 @@ class InstanceConfig:
     environment: dict[str, str]
     master_addr: str
     master_port: int
+    framework: str = "pytorch"
+    # How mpirun on the first instance reaches the others (argv prefix; empty if the
+    # backend has none).
+    launch_agent: tuple[str, ...] = ()
 
     @property
     def master_host(self) -> str:
@@ -112,8 +116,27 @@ class InstanceConfig:
         return self.hosts.index(self.current_host)
 
     def distribution_enabled(self, key: str) -> bool:
-        section = self.distribution.get(key)
+        """Whether a mode is on; ``key`` may be dotted, e.g. smdistributed.dataparallel."""
+        section: Any = self.distribution
+        for part in key.split("."):
+            section = section.get(part) if isinstance(section, dict) else None
         return isinstance(section, dict) and bool(section.get("enabled"))
+
+    @property
+    def mode(self) -> str | None:
+        """The distribution mode that is enabled, if any."""
+        for key in (
+            "torch_distributed",
+            "pytorchddp",
+            "mpi",
+            "parameter_server",
+            "multi_worker_mirrored_strategy",
+            "smdistributed.dataparallel",
+            "smdistributed.modelparallel",
+        ):
+            if self.distribution_enabled(key):
+                return key
+        return None
 
 
 def load(base: Path) -> InstanceConfig:
@@ -145,6 +168,8 @@ def load(base: Path) -> InstanceConfig:
             environment=dict(runyard.get("environment", {})),
             master_addr=runyard["master_addr"],
             master_port=int(runyard["master_port"]),
+            framework=runyard.get("framework", "pytorch"),
+            launch_agent=tuple(runyard.get("launch_agent", ())),
         )
     except KeyError as exc:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,13 @@ def read_failure_file(path: Path) -> str | None:
     return text[:MAX_REASON] or None
 
 
+_RULE = re.compile(r"^[-=]{10,}$")
+# mpirun --tag-output prefixes each rank's line: "[1,3]<stderr>: ...".
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:\s?")
+
+
 def reason(exit_code: int, stderr_tail: Sequence[str], failure_file: Path) -> str:
+    stderr_tail = [_MPI_TAG.sub("", line) for line in stderr_tail]
     written = read_failure_file(failure_file)
     if written:
         return written
@@ -31,16 +38,18 @@ def reason(exit_code: int, stderr_tail: Sequence[str], failure_file: Path) -> st
     exception = _exception_summary(stderr_tail)
     last_lines = " | ".join(line.strip() for line in stderr_tail[-3:] if line.strip())
     summary = exception or last_lines or "the script printed nothing to stderr"
-    if exception is None and exit_code > 128:
-        summary = f"killed by {_signal_name(exit_code - 128)}: {summary}"
+    killed_by = _signal_name(exit_code - 128) if exit_code > 128 else None
+    if exception is None and killed_by is not None:
+        summary = f"killed by {killed_by}: {summary}"
     return f"AlgorithmError: {summary}, exit code: {exit_code}"[:MAX_REASON]
 
 
-def _signal_name(number: int) -> str:
+def _signal_name(number: int) -> str | None:
+    """The signal's name, or None if no signal has that number (a plain exit code)."""
     try:
         return signal.Signals(number).name
     except ValueError:
-        return f"signal {number}"
+        return None
 
 
 def _exception_summary(lines: Sequence[str]) -> str | None:
@@ -50,7 +59,11 @@ def _exception_summary(lines: Sequence[str]) -> str | None:
     ]
     if not starts:
         return None
-    after = [line.rstrip() for line in lines[starts[-1] + 1 :]]
-    # Frames are indented; the exception (possibly several lines) is not.
-    tail = [line for line in after if line and not line.startswith((" ", "\t"))]
-    return " ".join(tail)[:MAX_REASON] or None
+    exception: list[str] = []
+    for line in (line.rstrip() for line in lines[starts[-1] + 1 :]):
+        if line.startswith((" ", "\t")) and not exception:
+            continue  # a frame of the traceback
+        if not line or _RULE.match(line):
+            break  # what follows is someone else's (mpirun's summary, say)
+        exception.append(line)
+    return " ".join(exception)[:MAX_REASON] or None

@@ -9,6 +9,7 @@ the service never mistakes a finished instance for a lost one.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -18,14 +19,19 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-from runtime import archive, failure, hyperparameters, launch, resources, storage
+from runtime import archive, failure, hyperparameters, install, launch, resources, storage
 from runtime.config import ConfigError, InstanceConfig, load
 from runtime.environment import script_environment
+from runtime.install import InstallError
+from runtime.launch import mpi
 from runtime.launch.entry_point import EntryPointError, command
-from runtime.launch.workers import GroupResult, WorkerGroup, WorkerSpec
+from runtime.launch.mpi import MpiSetupError
+from runtime.launch.workers import GroupResult, WorkerGroup
 from runtime.reporter import LogShipper, ServiceClient
 
 RUNTIME_STREAM = "runtime"
+# Where the code's requirements (and the code, if it is a package) are installed.
+DEPENDENCIES = ".dependencies"
 
 
 class SetupError(Exception):
@@ -63,15 +69,24 @@ class Trainer:
             self.report("Downloading")
             paths.create()
             self._fetch()
-            specs = self._plan()
-        except (SetupError, EntryPointError, storage.StorageError, archive.ArchiveError) as exc:
+        except (SetupError, storage.StorageError, archive.ArchiveError) as exc:
             return self.fail(1, f"ClientError: {exc}")
         if self.stop.is_set():
             return self._stopped()
         self.report("Training")
-        self.say(f"Starting {len(specs)} process(es): {' '.join(specs[0].argv)}")
+        try:
+            launch_plan = self._plan()
+        except InstallError as exc:
+            return self.fail(1, f"InstallError: {exc}")
+        except (EntryPointError, MpiSetupError) as exc:
+            return self.fail(1, f"ClientError: {exc}")
         started = time.monotonic()
-        result = WorkerGroup(specs, self.shipper.emit, self.stop).run()
+        if launch_plan.waits_for_mpi:
+            result = mpi.wait_for_daemon(config, self.stop, self.say)
+        else:
+            count = len(launch_plan.specs)
+            self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
+            result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
         self.say(
             f"Script exited with code {result.exit_code} after {time.monotonic() - started:.1f} s"
         )
@@ -108,20 +123,22 @@ class Trainer:
             storage.fetch(uri, paths.data / name)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
 
-    def _plan(self) -> list[WorkerSpec]:
+    def _plan(self) -> launch.Launch:
         config = self.config
         gpus, cpus = resources.num_gpus(), resources.num_cpus()
+        installed = install.install(config.paths.code, config.paths.base / DEPENDENCIES, self.say)
         env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
         env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(config.paths.code), env.get("PYTHONPATH")])
+            filter(None, [str(config.paths.code), *installed, env.get("PYTHONPATH")])
         )
         # Collective backends pick their interface from these; the backend knows which one
         # reaches the other instances.
         env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
         env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
         args = hyperparameters.to_cli_args(config.hyperparameters)
-        argv = command(config.paths.code, config.entry_point, args)
-        return launch.worker_specs(config, argv, env, num_gpus=gpus)
+        as_module = install.is_package(config.paths.code)
+        argv = command(config.paths.code, config.entry_point, args, as_module=as_module)
+        return launch.plan(config, argv, env, num_gpus=gpus)
 
     def _reason(self, result: GroupResult) -> str:
         return failure.reason(result.exit_code, result.stderr_tail, self.config.paths.failure)

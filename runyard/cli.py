@@ -153,6 +153,9 @@ def _load_spec_file(path: Path) -> dict[str, Any]:
 )
 @click.option("--source-uri", help="Code already stored: file:// directory or .tar.gz.")
 @click.option("--instance-type", "-t", help="Instance type, e.g. local or ml.p4d.24xlarge.")
+@click.option(
+    "--framework", type=click.Choice(["pytorch", "tensorflow"]), help="The script's framework."
+)
 @click.option("--instance-count", "-n", type=int, help="Number of instances.")
 @click.option(
     "--distribution", "-d", help='JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'.'

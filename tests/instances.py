@@ -41,7 +41,12 @@ def write_instances(
     for host in request.hosts:
         base = root / host
         for relative, content in instance_files(
-            request, host, host_addresses=addresses, master_port=port, network_interface="lo"
+            request,
+            host,
+            host_addresses=addresses,
+            master_port=port,
+            network_interface="lo",
+            launch_agent=[],
         ).items():
             (base / relative).parent.mkdir(parents=True, exist_ok=True)
             (base / relative).write_text(content)

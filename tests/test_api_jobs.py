@@ -213,3 +213,19 @@ def test_simultaneous_submissions_of_one_name_conflict(
         first.close()
     assert len(outcome) == 1
     assert "job-1" in str(outcome[0])
+
+
+def test_mpi_options_that_are_allowed_pass(api: TestClient, source_dir: Path) -> None:
+    spec = job_spec(
+        source_dir,
+        instance_count=2,
+        distribution={
+            "mpi": {
+                "enabled": True,
+                "processes_per_host": 2,
+                "custom_mpi_options": "--mca btl_tcp_if_exclude docker0 -x NCCL_DEBUG=INFO",
+            }
+        },
+    )
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text

@@ -63,8 +63,8 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     (
         "distribution mode not in this build",
-        {"distribution": {"mpi": {"enabled": True}}},
-        ["distribution", "mpi"],
+        {"distribution": {"smdistributed": {"modelparallel": {"enabled": True}}}},
+        ["distribution", "smdistributed", "modelparallel"],
     ),
     ("instance_count zero", {"instance_count": 0}, ["instance_count"]),
     ("instance_count above maximum", {"instance_count": 17}, ["instance_count"]),
@@ -113,6 +113,74 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("NUL in the environment", {"environment": {"FLAG": "x\x00"}}, ["environment", "FLAG"]),
     ("NUL in the entry point", {"entry_point": "train\x00.py"}, ["entry_point"]),
     ("output path is a file", {"output_path": "file:///etc/hostname"}, ["output_path"]),
+    ("unknown framework", {"framework": "jax"}, ["framework"]),
+    (
+        "model parallel together with data parallel",
+        {
+            "distribution": {
+                "smdistributed": {
+                    "dataparallel": {"enabled": True},
+                    "modelparallel": {"enabled": True},
+                }
+            }
+        },
+        ["distribution"],
+    ),
+    (
+        "parameter_server together with mpi",
+        {"distribution": {"parameter_server": {"enabled": True}, "mpi": {"enabled": True}}},
+        ["distribution"],
+    ),
+    (
+        "multi_worker_mirrored_strategy without TensorFlow",
+        {"distribution": {"multi_worker_mirrored_strategy": {"enabled": True}}},
+        ["distribution", "multi_worker_mirrored_strategy"],
+    ),
+    (
+        "torch_distributed for a TensorFlow script",
+        {"framework": "tensorflow", "distribution": {"torch_distributed": {"enabled": True}}},
+        ["distribution", "torch_distributed"],
+    ),
+    (
+        "data parallel for a TensorFlow script",
+        {
+            "framework": "tensorflow",
+            "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+        },
+        ["distribution", "smdistributed", "dataparallel"],
+    ),
+    *[
+        (
+            f"custom_mpi_options with {option}",
+            {"distribution": {"mpi": {"enabled": True, "custom_mpi_options": option}}},
+            ["distribution", "mpi", "custom_mpi_options"],
+        )
+        for option in (
+            "-np 8",
+            "--host algo-1:8",
+            "-H algo-9",
+            "--hostfile /etc/hosts",
+            "--host=algo-3",
+            "--mca plm_ssh_agent /bin/evil",
+            "--mca btl_tcp_if_include $(id)",
+            "-x 'A=b;c'",
+            "--mca 'unbalanced",
+        )
+    ],
+    (
+        "data parallel custom_mpi_options with -np",
+        {
+            "distribution": {
+                "smdistributed": {"dataparallel": {"enabled": True, "custom_mpi_options": "-np 3"}}
+            }
+        },
+        ["distribution", "smdistributed", "dataparallel", "custom_mpi_options"],
+    ),
+    (
+        "processes_per_host zero",
+        {"distribution": {"mpi": {"enabled": True, "processes_per_host": 0}}},
+        ["distribution", "mpi", "processes_per_host"],
+    ),
     ("too many tags", {"tags": [{"key": f"k{i}", "value": "v"} for i in range(51)]}, ["tags"]),
 ]
 

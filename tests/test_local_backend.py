@@ -94,6 +94,13 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "environment": {"MY_FLAG": "1"},
         "master_addr": "127.0.0.1",
         "master_port": 29500,
+        "framework": "pytorch",
+        "launch_agent": [
+            "/opt/python/bin/python3",
+            "-m",
+            "runtime.launch.local_agent",
+            str(jobs / "hosts.json"),
+        ],
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"

@@ -24,6 +24,7 @@ def instance_files(
     host_addresses: dict[str, str],
     master_port: int,
     network_interface: str,
+    launch_agent: list[str],
 ) -> dict[str, str]:
     spec = request.spec
     hosts = request.hosts
@@ -64,6 +65,8 @@ def instance_files(
         "environment": dict(sorted(spec.environment.items())),
         "master_addr": host_addresses[hosts[0]],
         "master_port": master_port,
+        "framework": spec.framework,
+        "launch_agent": launch_agent,
     }
     return {
         f"{CONFIG_DIR}/hyperparameters.json": _dump(hyperparameters),

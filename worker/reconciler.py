@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm.exc import StaleDataError
 
+from runtime.launch import MPI_MODES
 from service.auth.tokens import job_token
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
@@ -126,6 +127,10 @@ class JobSnapshot:
     @property
     def hosts(self) -> list[str]:
         return [f"algo-{index}" for index in range(1, self.spec.instance_count + 1)]
+
+    @property
+    def mpi(self) -> bool:
+        return bool(MPI_MODES & set(self.spec.distribution.enabled_modes()))
 
 
 class Reconciler:
@@ -243,7 +248,11 @@ class Reconciler:
         if failure is not None:
             self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
             return
-        if all(
+        master = reports.get(snapshot.hosts[0])
+        # Under mpirun, the first instance's result is the job's: its mpirun ran every rank,
+        # and the others only hosted a daemon (which may have come and gone unseen).
+        decided_by_master = snapshot.mpi and master is not None and master.phase == Phase.COMPLETED
+        if decided_by_master or all(
             host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
         ):
             self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)

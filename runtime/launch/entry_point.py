@@ -11,10 +11,15 @@ class EntryPointError(Exception):
     pass
 
 
-def command(code_dir: Path, entry_point: str, args: list[str]) -> list[str]:
+def command(code_dir: Path, entry_point: str, args: list[str], *, as_module: bool) -> list[str]:
+    """How to run ``entry_point``; ``as_module`` when the code was installed as a package,
+    so ``pkg/train.py`` runs as ``python -m pkg.train``."""
     path = code_dir / entry_point
     if not path.is_file():
         raise EntryPointError(f"entry point {entry_point} is not a file in the source")
+    if as_module and path.suffix == ".py":
+        module = ".".join(Path(entry_point).with_suffix("").parts)
+        return [sys.executable, "-m", module, *args]
     if path.suffix == ".py":
         return [sys.executable, str(path), *args]
     if path.suffix == ".sh":

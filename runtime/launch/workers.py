@@ -24,6 +24,9 @@ class WorkerSpec:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    # A helper that serves the others (a TensorFlow parameter server) and runs until told
+    # to stop: the instance is done when every other process is, and then it is ended.
+    auxiliary: bool = False
 
 
 @dataclass
@@ -108,7 +111,13 @@ class WorkerGroup:
                     first = failed[0]
                     self._end_all()
                     return GroupResult(_shell_code(codes[first] or 1), list(self._tails[first]))
-                if all(code == 0 for code in codes):
+                main = [
+                    code
+                    for code, spec in zip(codes, self.specs, strict=False)
+                    if not spec.auxiliary
+                ]
+                if all(code == 0 for code in main):
+                    self._end_all()  # only auxiliary processes can still be running
                     return GroupResult(0)
             time.sleep(0.05)
 

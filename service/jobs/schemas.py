@@ -117,6 +117,8 @@ class JobCreate(_Strict):
     base_job_name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
     entry_point: str = Field(min_length=1, max_length=256)
     source_uri: str = Field(min_length=1, max_length=1024)
+    # SageMaker picks the framework by estimator class; Runyard's one estimator says it.
+    framework: Literal["pytorch", "tensorflow"] = "pytorch"
     image_uri: str | None = Field(default=None, max_length=255)
     framework_version: str | None = Field(default=None, max_length=32)
     py_version: str | None = Field(default=None, max_length=16)

@@ -19,10 +19,9 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from runtime import storage
 from runtime.archive import ArchiveError, check_archive
-from runtime.launch import SUPPORTED_DISTRIBUTIONS
 from service.auth.service import Principal
 from service.instance_types import CATALOG
-from service.jobs import repository
+from service.jobs import distribution, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import DryRun, InstanceReport, JobCreate, nul_location
 from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
@@ -76,10 +75,7 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
             f"{spec.instance_count} is above this server's maximum "
             f"of {settings.max_instance_count}",
         )
-    for mode in spec.distribution.enabled_modes():
-        if mode not in SUPPORTED_DISTRIBUTIONS:
-            loc = ("distribution", *mode.split("."))
-            raise SpecError(loc, f"{mode} is not supported by this server yet")
+    distribution.check(spec)
     _check_source(spec)
     _check_inputs(spec)
     output_path = spec.output_path or settings.artifact_root

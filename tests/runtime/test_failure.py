@@ -48,3 +48,17 @@ def test_death_by_signal_is_named(tmp_path: Path) -> None:
         "AlgorithmError: killed by SIGABRT: terminate called without an active exception, "
         "exit code: 134"
     )
+
+
+def test_a_large_exit_code_is_not_mistaken_for_a_signal(tmp_path: Path) -> None:
+    text = reason(213, ["no network interfaces"], tmp_path / "f")
+    assert text == "AlgorithmError: no network interfaces, exit code: 213"
+
+
+def test_the_exception_of_an_mpi_rank_is_found_through_its_tag(tmp_path: Path) -> None:
+    tagged = [f"[1,1]<stderr>: {line}" for line in TRACEBACK] + [
+        "--------------------------------------------------------------------------",
+        "prterun detected that one or more processes exited with non-zero status",
+    ]
+    text = reason(1, tagged, tmp_path / "f")
+    assert text == "AlgorithmError: ValueError: learning rate must be positive, exit code: 1"

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.launch.local_agent import write_hosts_file
 from worker.backends import processes
 from worker.backends.base import (
     KILL_WAIT_SECONDS,
@@ -41,6 +42,7 @@ from worker.backends.base import (
 from worker.instance_config import instance_files
 
 LOOPBACK = "127.0.0.1"
+HOSTS_FILE = "hosts.json"
 TOKEN_ENV = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 # What an instance inherits from the worker's environment; everything else (database
 # URLs, broker credentials) stays out of reach of user code.
@@ -147,6 +149,12 @@ class LocalBackend(Backend[LocalPlan]):
                 host_addresses=addresses,
                 master_port=master_port,
                 network_interface="lo",
+                launch_agent=[
+                    self.python,
+                    "-m",
+                    "runtime.launch.local_agent",
+                    str(job_dir / HOSTS_FILE),
+                ],
             )
             argv = [self.python, "-m", "runtime.train"]
             instances.append(LocalInstance(host, str(base_dir), argv, env, files, cpus))
@@ -169,6 +177,18 @@ class LocalBackend(Backend[LocalPlan]):
             # What a later attempt needs to adopt the instances: hosts, port, pid files.
             # Never the token: the instances' own scripts can read this directory.
             _write_private(plan_file, json.dumps(materialized.public, indent=2))
+            # What the launch agent needs to run a command "on" each instance for mpirun.
+            write_hosts_file(
+                job_dir / HOSTS_FILE,
+                {
+                    instance.host: {
+                        "cwd": str(Path(instance.base_dir) / "code"),
+                        "env": {k: v for k, v in instance.env.items() if k != TOKEN_ENV},
+                        "cpus": instance.cpus,
+                    }
+                    for instance in plan.instances
+                },
+            )
         for instance in plan.instances:
             self._launch(job_dir, plan.job_id, instance)
 

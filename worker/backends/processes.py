@@ -1,9 +1,7 @@
 """Linux process bookkeeping for the local backend.
 
-An instance is the process group of its runtime. A pid alone is not an identity (pids are
-reused), so a launched instance is remembered as (pid, start time in clock ticks). Every
-process of a job also carries ``RUNYARD_JOB_ID`` in its environment, which finds the
-ones that left the group (``setsid``) or outlived their leader.
+An instance is the process group of its runtime; the generic /proc work (identities that
+survive pid reuse, the job's environment marker) lives in ``runtime.procfs``.
 """
 
 from __future__ import annotations
@@ -13,61 +11,32 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
-from pathlib import Path
 
-_PROC = Path("/proc")
-JOB_MARKER = "RUNYARD_JOB_ID"
+from runtime.procfs import (
+    JOB_MARKER,
+    ProcessId,
+    group_members,
+    identify,
+    is_alive,
+    marked_processes,
+    signal_pids,
+    signal_process,
+)
 
-
-@dataclass(frozen=True)
-class ProcessId:
-    pid: int
-    start_ticks: int
-
-
-def start_ticks(pid: int) -> int | None:
-    stat = _read_stat(pid)
-    return None if stat is None else int(stat[19])
-
-
-def identify(pid: int) -> ProcessId | None:
-    ticks = start_ticks(pid)
-    return None if ticks is None else ProcessId(pid, ticks)
-
-
-def is_alive(process: ProcessId) -> bool:
-    """True while that very process exists and has not exited (zombies count as exited)."""
-    stat = _read_stat(process.pid)
-    return stat is not None and int(stat[19]) == process.start_ticks and stat[0] not in "ZX"
-
-
-def _read_stat(pid: int) -> list[str] | None:
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name may hold spaces and parentheses; fields resume after the last ')'.
-    return raw[raw.rindex(")") + 2 :].split()
-
-
-def marked_processes(job_id: str, host: str | None = None) -> list[int]:
-    """Live pids whose environment says they belong to ``job_id`` (and ``host``)."""
-    wanted = {f"{JOB_MARKER}={job_id}".encode()}
-    if host is not None:
-        wanted.add(f"RUNYARD_HOST={host}".encode())
-    found = []
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = set((entry / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        pid = int(entry.name)
-        if wanted <= environ and (stat := _read_stat(pid)) is not None and stat[0] not in "ZX":
-            found.append(pid)
-    return found
+__all__ = [
+    "JOB_MARKER",
+    "ProcessId",
+    "child_exit_code",
+    "forget_child",
+    "group_members",
+    "identify",
+    "is_alive",
+    "marked_processes",
+    "remember_child",
+    "signal_group",
+    "signal_pids",
+    "signal_process",
+]
 
 
 def signal_group(leader: ProcessId, sig: signal.Signals, job_id: str) -> None:
@@ -82,29 +51,6 @@ def signal_group(leader: ProcessId, sig: signal.Signals, job_id: str) -> None:
     members = group_members(leader.pid)
     if set(members) & set(marked_processes(job_id)):
         signal_pids(members, sig)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live pids whose process group is ``pgid``."""
-    members = []
-    for entry in _PROC.iterdir():
-        if entry.name.isdigit():
-            stat = _read_stat(int(entry.name))
-            if stat is not None and stat[0] not in "ZX" and int(stat[2]) == pgid:
-                members.append(int(entry.name))
-    return members
-
-
-def signal_process(process: ProcessId, sig: signal.Signals) -> None:
-    if is_alive(process):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, sig)
-
-
-def signal_pids(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
 
 
 # Children this process started. Polling them reaps them, so an exited instance does not

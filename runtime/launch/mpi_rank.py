@@ -1,0 +1,34 @@
+"""Runs one MPI rank's command with torch's rank variables set from Open MPI's.
+
+``mpirun`` gives each rank OMPI_COMM_WORLD_*; scripts that call
+``torch.distributed.init_process_group()`` with the env:// default read RANK, WORLD_SIZE and
+friends instead. Both are set, so either kind of script runs unchanged.
+
+    python -m runtime.launch.mpi_rank <command> [args...]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_FROM_OPEN_MPI = {
+    "RANK": "OMPI_COMM_WORLD_RANK",
+    "WORLD_SIZE": "OMPI_COMM_WORLD_SIZE",
+    "LOCAL_RANK": "OMPI_COMM_WORLD_LOCAL_RANK",
+    "LOCAL_WORLD_SIZE": "OMPI_COMM_WORLD_LOCAL_SIZE",
+}
+
+
+def main() -> None:
+    command = sys.argv[1:]
+    if not command:
+        sys.exit("usage: python -m runtime.launch.mpi_rank <command> [args...]")
+    for torch_name, mpi_name in _FROM_OPEN_MPI.items():
+        if mpi_name in os.environ:
+            os.environ[torch_name] = os.environ[mpi_name]
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""TF_CONFIG for TensorFlow scripts, built as SageMaker's TensorFlow container builds it.
+
+parameter_server: algo-1 is the ``master``, the other hosts are ``worker``s, and every host
+also runs a ``ps`` task; multi_worker_mirrored_strategy: every host is a ``worker``.
+
+SageMaker writes ``<host>:2222`` (tasks) and ``<host>:2223`` (parameter servers), since its
+instances are separate machines reachable by name. Where hosts share an address (the local
+backend puts them all on loopback), names do not resolve and fixed ports would collide, so
+each host gets the instance's address and ports of its own above the job's master port;
+the structure and the order of the entries are SageMaker's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.config import InstanceConfig
+
+TASK_PORT = 2222
+PS_PORT = 2223
+
+
+def _endpoints(config: InstanceConfig, hosts: list[str], ps: bool) -> list[str]:
+    addresses = [config.host_addresses.get(host, host) for host in config.hosts]
+    if len(set(addresses)) == len(addresses):
+        return [f"{host}:{PS_PORT if ps else TASK_PORT}" for host in hosts]
+    count = len(config.hosts)
+    first = config.master_port + 1 + (count if ps else 0)
+    return [
+        f"{config.host_addresses.get(host, host)}:{first + config.hosts.index(host)}"
+        for host in hosts
+    ]
+
+
+def parameter_server(config: InstanceConfig, *, ps_task: bool) -> dict[str, Any]:
+    hosts = config.hosts
+    masters, workers = hosts[:1], hosts[1:]
+    cluster = {
+        "master": _endpoints(config, masters, ps=False),
+        "ps": _endpoints(config, hosts, ps=True),
+        "worker": _endpoints(config, workers, ps=False),
+    }
+    if ps_task:
+        task = {"index": hosts.index(config.current_host), "type": "ps"}
+    elif config.current_host == masters[0]:
+        task = {"index": 0, "type": "master"}
+    else:
+        task = {"index": workers.index(config.current_host), "type": "worker"}
+    return {"cluster": cluster, "environment": "cloud", "task": task}
+
+
+def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
+    return {
+        "cluster": {"worker": _endpoints(config, config.hosts, ps=False)},
+        "environment": "cloud",
+        "task": {"index": config.hosts.index(config.current_host), "type": "worker"},
+    }

@@ -1,0 +1,190 @@
+"""One 2-instance job per distribution mode, through the real service, worker and local
+backend, each checked against what its script observed."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runyard.client import Client
+from tests.e2e.conftest import Stack
+from worker.backends import processes
+
+pytestmark = pytest.mark.e2e
+
+
+def _run(
+    stack: Stack, client: Client, source: str | Path, **spec: Any
+) -> tuple[dict[str, Any], list[str]]:
+    job = stack.submit(client, source, instance_type="local", instance_count=2, **spec)
+    job = stack.wait_until_ended(client, job["name"])
+    events = list(client.logs(job["name"]))
+    assert job["status"] == "Completed", stack.explain(job, events)
+    assert processes.marked_processes(job["id"]) == []
+    return job, [event["message"] for event in events]
+
+
+def _untagged(line: str) -> str:
+    """A rank's line without mpirun's "[1,3]<stdout>: " tag."""
+    return re.sub(r"^\[\d+,\d+\]<std(?:out|err)>:\s?", "", line)
+
+
+def test_mpi_with_mpi4py_runs_every_rank_across_instances(stack: Stack) -> None:
+    with stack.client() as client:
+        job, lines = _run(
+            stack,
+            client,
+            "scripts",
+            name="mpi-4py",
+            entry_point="mpi_hello.py",
+            distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+        )
+    reports = [
+        json.loads(_untagged(line).removeprefix("mpi ")) for line in lines if "mpi {" in line
+    ]
+    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3]
+    assert {r["size"] for r in reports} == {4}
+    assert {r["sum"] for r in reports} == {10}
+    # Slots fill host by host; SM_* comes from algo-1 on every rank, as on SageMaker.
+    assert {r["rank"]: r["instance"] for r in reports} == {
+        0: "algo-1",
+        1: "algo-1",
+        2: "algo-2",
+        3: "algo-2",
+    }
+    assert {r["sm_current_host"] for r in reports} == {"algo-1"}
+    assert job["model_artifacts"]
+
+
+def test_mpi_with_torch_initialised_from_open_mpi_variables(stack: Stack) -> None:
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            "scripts",
+            name="mpi-torch",
+            entry_point="torch_from_ompi.py",
+            distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+        )
+    seen = sorted(_untagged(line) for line in lines if "torch rank" in line)
+    assert seen == ["torch rank 0/2 local 0 sum 3", "torch rank 1/2 local 0 sum 3"]
+
+
+def test_pytorchddp_runs_an_env_rendezvous_script_under_mpirun(stack: Stack) -> None:
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            "pytorch-ddp",
+            name="pytorchddp-1",
+            entry_point="train.py",
+            distribution={"pytorchddp": {"enabled": True}},
+            hyperparameters={"epochs": 2},
+        )
+    ranks = sorted(_untagged(line) for line in lines if "backend gloo" in line)
+    assert ranks == [
+        "rank 0/2 on algo-1 (local rank 0, backend gloo)",
+        "rank 1/2 on algo-1 (local rank 0, backend gloo)",
+    ]
+    assert any("saved model" in line for line in lines)
+
+
+def test_multi_worker_mirrored_strategy_gets_sagemakers_tf_config(stack: Stack) -> None:
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            "scripts",
+            name="mwms-1",
+            entry_point="tf_config_report.py",
+            framework="tensorflow",
+            distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
+        )
+    configs = [
+        json.loads(line.removeprefix("TF_CONFIG "))
+        for line in lines
+        if line.startswith("TF_CONFIG")
+    ]
+    assert sorted(c["task"]["index"] for c in configs) == [0, 1]
+    assert {c["task"]["type"] for c in configs} == {"worker"}
+    assert all(len(c["cluster"]["worker"]) == 2 and c["environment"] == "cloud" for c in configs)
+
+
+def _wheel(tmp_path: Path) -> Path:
+    """A tiny package as a wheel, built here, so requirements.txt installs it offline."""
+    package = tmp_path / "tinydep"
+    (package / "tinydep").mkdir(parents=True)
+    (package / "tinydep" / "__init__.py").write_text("ANSWER = 42\n")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tinydep"\nversion = "0.1"\n'
+    )
+    out = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(package),
+        ],
+        check=True,
+    )
+    return next(out.glob("tinydep-*.whl"))
+
+
+def test_requirements_and_a_package_entry_point(stack: Stack, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    (source / "trainpkg").mkdir(parents=True)
+    (source / "wheels").mkdir()
+    wheel = _wheel(tmp_path)
+    shutil.copy(wheel, source / "wheels")
+    (source / "requirements.txt").write_text(f"./wheels/{wheel.name}\n")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "trainpkg"\nversion = "0.1"\n'
+        '[tool.setuptools]\npackages = ["trainpkg"]\n'
+    )
+    (source / "trainpkg" / "__init__.py").write_text("")
+    (source / "trainpkg" / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (source / "trainpkg" / "train.py").write_text(
+        "import tinydep\n"
+        "from .helpers import double\n"  # a relative import: only works when run as a module
+        "print(f'module {__name__} answer {double(tinydep.ANSWER)}', flush=True)\n"
+    )
+    with stack.client() as client:
+        _, lines = _run(stack, client, source, name="package-1", entry_point="trainpkg/train.py")
+    assert lines.count("module __main__ answer 84") == 2  # one per instance
+    assert any(line.startswith("Installing requirements.txt") for line in lines)
+    # The service's own environment is untouched.
+    assert (
+        subprocess.run([sys.executable, "-c", "import tinydep"], capture_output=True).returncode
+        != 0
+    )
+
+
+def test_a_failing_install_fails_the_job_with_pips_error(stack: Stack, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('never runs')\n")
+    (source / "requirements.txt").write_text("./no-such-package-dir\n")
+    with stack.client() as client:
+        job = stack.submit(
+            client, source, name="badreq-1", entry_point="train.py", instance_type="local"
+        )
+        job = stack.wait_until_ended(client, "badreq-1")
+    assert job["status"] == "Failed"
+    assert job["failure_reason"].startswith("InstallError: pip could not install requirements.txt:")
+    assert "no-such-package-dir" in job["failure_reason"]

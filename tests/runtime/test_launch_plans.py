@@ -1,0 +1,153 @@
+"""What each instance starts for each distribution mode (the processes, their argv and env)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runtime.config import InstanceConfig, load
+from runtime.launch import COMPAT_DIR, plan, tf_config
+from tests.instances import launch_request, write_instances
+
+
+def _configs(
+    tmp_path: Path, addresses: dict[str, str] | None = None, **spec: Any
+) -> dict[str, InstanceConfig]:
+    source = tmp_path / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "train.py").write_text("")
+    request = launch_request(source, instance_count=2, **spec)
+    bases = write_instances(tmp_path / "job", request, master_port=29400)
+    configs = {host: load(base) for host, base in bases.items()}
+    if addresses:  # as on a cluster, where every instance has an address of its own
+        configs = {
+            host: InstanceConfig(**{**config.__dict__, "host_addresses": addresses})
+            for host, config in configs.items()
+        }
+    return configs
+
+
+CLUSTER = {"algo-1": "10.0.0.1", "algo-2": "10.0.0.2"}
+
+
+def test_parameter_server_tf_config_is_sagemakers(tmp_path: Path) -> None:
+    configs = _configs(tmp_path, CLUSTER, framework="tensorflow")
+    cluster = {
+        "master": ["algo-1:2222"],
+        "ps": ["algo-1:2223", "algo-2:2223"],
+        "worker": ["algo-2:2222"],
+    }
+    assert tf_config.parameter_server(configs["algo-1"], ps_task=False) == {
+        "cluster": cluster,
+        "environment": "cloud",
+        "task": {"index": 0, "type": "master"},
+    }
+    assert tf_config.parameter_server(configs["algo-2"], ps_task=False)["task"] == {
+        "index": 0,
+        "type": "worker",
+    }
+    assert tf_config.parameter_server(configs["algo-2"], ps_task=True)["task"] == {
+        "index": 1,
+        "type": "ps",
+    }
+    assert tf_config.multi_worker_mirrored(configs["algo-2"]) == {
+        "cluster": {"worker": ["algo-1:2222", "algo-2:2222"]},
+        "environment": "cloud",
+        "task": {"index": 1, "type": "worker"},
+    }
+
+
+def test_tf_config_on_one_machine_gives_every_task_a_port_of_its_own(tmp_path: Path) -> None:
+    config = _configs(tmp_path, framework="tensorflow")["algo-1"]
+    cluster = tf_config.parameter_server(config, ps_task=False)["cluster"]
+    endpoints = cluster["master"] + cluster["worker"] + cluster["ps"]
+    assert endpoints == ["127.0.0.1:29401", "127.0.0.1:29402", "127.0.0.1:29403", "127.0.0.1:29404"]
+
+
+def test_tensorflow_parameter_server_runs_a_ps_task_beside_the_script(tmp_path: Path) -> None:
+    configs = _configs(
+        tmp_path,
+        CLUSTER,
+        framework="tensorflow",
+        distribution={"parameter_server": {"enabled": True}},
+    )
+    launch = plan(configs["algo-2"], ["python", "train.py"], {"PATH": "/bin"}, num_gpus=0)
+    ps, script = launch.specs
+    assert ps.argv[-1] == "runtime.launch.tensorflow_ps"
+    assert ps.auxiliary
+    assert json.loads(ps.env["TF_CONFIG"])["task"] == {"index": 1, "type": "ps"}
+    assert script.argv == ["python", "train.py"]
+    assert not script.auxiliary
+    assert json.loads(script.env["TF_CONFIG"])["task"] == {"index": 0, "type": "worker"}
+
+
+def test_pytorch_parameter_server_runs_a_server_and_the_workers(tmp_path: Path) -> None:
+    configs = _configs(tmp_path, distribution={"parameter_server": {"enabled": True}})
+    launch = plan(configs["algo-2"], ["python", "train.py"], {}, num_gpus=2)
+    server, *workers = launch.specs
+    assert server.argv[-2:] == ["-m", "runtime.parameter_server"]
+    assert (server.env["RUNYARD_PS_ROLE"], server.env["RUNYARD_PS_RANK"]) == ("server", "1")
+    assert [
+        (w.env["RUNYARD_PS_ROLE"], w.env["RUNYARD_PS_RANK"], w.env["LOCAL_RANK"]) for w in workers
+    ] == [
+        ("worker", "4", "0"),
+        ("worker", "5", "1"),
+    ]
+    assert {s.env["RUNYARD_PS_WORLD_SIZE"] for s in launch.specs} == {"6"}
+    assert {s.env["RUNYARD_PS_NUM_SERVERS"] for s in launch.specs} == {"2"}
+    assert {s.env["MASTER_PORT"] for s in launch.specs} == {"29400"}
+
+
+def test_mpirun_on_the_first_instance_only(tmp_path: Path) -> None:
+    configs = _configs(
+        tmp_path,
+        distribution={
+            "mpi": {
+                "enabled": True,
+                "processes_per_host": 3,
+                "custom_mpi_options": "-x NCCL_DEBUG=INFO",
+            }
+        },
+        environment={"MY_FLAG": "1"},
+    )
+    configs = {
+        host: InstanceConfig(**{**config.__dict__, "launch_agent": ("agent", "--hosts", "f.json")})
+        for host, config in configs.items()
+    }
+    env = {"PATH": "/bin", "SM_HOSTS": "[]", "MY_FLAG": "1", "RUNYARD_HOST": "algo-1"}
+    master = plan(configs["algo-1"], ["python", "train.py"], env, num_gpus=0)
+    (mpirun,) = master.specs
+    argv = mpirun.argv
+    assert argv[argv.index("--host") + 1] == "algo-1:3,algo-2:3"
+    assert argv[argv.index("-np") + 1] == "6"
+    assert argv[argv.index("plm_ssh_agent") + 1] == "agent --hosts f.json"
+    forwarded = [argv[i + 1] for i, part in enumerate(argv) if part == "-x"]
+    assert {"PATH", "SM_HOSTS", "MY_FLAG", "MASTER_ADDR", "MASTER_PORT"} <= set(forwarded)
+    assert "RUNYARD_HOST" not in forwarded  # each instance's identity comes from its agent
+    assert argv[-4:] == ["-m", "runtime.launch.mpi_rank", "python", "train.py"]
+    assert argv[argv.index("NCCL_DEBUG=INFO") - 1] == "-x"
+    worker = plan(configs["algo-2"], ["python", "train.py"], env, num_gpus=0)
+    assert worker.waits_for_mpi
+    assert worker.specs == []
+
+
+def test_data_parallel_jobs_see_the_compatibility_package(tmp_path: Path) -> None:
+    configs = _configs(
+        tmp_path, distribution={"smdistributed": {"dataparallel": {"enabled": True}}}
+    )
+    configs = {
+        host: InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
+        for host, config in configs.items()
+    }
+    (mpirun,) = plan(
+        configs["algo-1"], ["python", "train.py"], {"PYTHONPATH": "/code"}, num_gpus=0
+    ).specs
+    assert mpirun.env["PYTHONPATH"] == f"{COMPAT_DIR}:/code"
+    plain = plan(
+        _configs(tmp_path / "other")["algo-1"],
+        ["python", "train.py"],
+        {"PYTHONPATH": "/code"},
+        num_gpus=0,
+    )
+    assert plain.specs[0].env["PYTHONPATH"] == "/code"
