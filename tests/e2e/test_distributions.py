@@ -188,3 +188,26 @@ def test_a_failing_install_fails_the_job_with_pips_error(stack: Stack, tmp_path:
     assert job["status"] == "Failed"
     assert job["failure_reason"].startswith("InstallError: pip could not install requirements.txt:")
     assert "no-such-package-dir" in job["failure_reason"]
+
+
+def test_stopping_an_mpi_job_leaves_no_rank_or_daemon(stack: Stack) -> None:
+    with stack.client() as client:
+        job = stack.submit(
+            client,
+            "scripts",
+            name="mpi-stop",
+            entry_point="long_running.py",
+            instance_type="local",
+            instance_count=2,
+            distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
+        )
+
+        def both_ranks_ticking(_job: dict[str, Any]) -> bool:
+            ticks = [_untagged(e["message"]) for e in client.logs("mpi-stop")]
+            return ticks.count("tick 1") >= 2
+
+        stack.wait_for(client, "mpi-stop", both_ranks_ticking)
+        client.stop_job("mpi-stop")
+        job = stack.wait_until_ended(client, "mpi-stop", timeout=60)
+    assert job["status"] == "Stopped"
+    assert processes.marked_processes(job["id"]) == []
