@@ -28,6 +28,14 @@ def training_env(config: InstanceConfig, *, num_gpus: int, num_cpus: int) -> dic
         "current_host": config.current_host,
         "current_instance_type": config.instance_type,
         "hosts": config.hosts,
+        "distribution_hosts": config.hosts,
+        "current_instance_group": config.resource_config.get("current_group_name", ""),
+        "current_instance_group_hosts": config.hosts,
+        "instance_groups": [
+            group["instance_group_name"]
+            for group in config.resource_config.get("instance_groups", [])
+        ],
+        "is_hetero": False,
         "master_hostname": config.master_host,
         "is_master": config.is_master,
         "host_addresses": config.host_addresses,

@@ -92,3 +92,6 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     assert training_env["num_cpus"] == 2
     assert training_env["job_name"] == "job-1"
     assert training_env["channel_input_dirs"]["eval"] == str(base / "input" / "data" / "eval")
+    assert training_env["current_instance_group"] == "homogeneousCluster"
+    assert training_env["instance_groups"] == ["homogeneousCluster"]
+    assert training_env["distribution_hosts"] == ["algo-1", "algo-2"]
