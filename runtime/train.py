@@ -135,6 +135,7 @@ class Trainer:
         # reaches the other instances.
         env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
         env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
+        env.setdefault("TP_SOCKET_IFNAME", config.network_interface)  # torch RPC's TensorPipe
         args = hyperparameters.to_cli_args(config.hyperparameters)
         as_module = install.is_package(config.paths.code)
         argv = command(config.paths.code, config.entry_point, args, as_module=as_module)

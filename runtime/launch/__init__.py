@@ -24,7 +24,7 @@ from runtime.launch.workers import WorkerSpec
 
 # Distribution modes this runtime can launch; anything else is refused at submission.
 SUPPORTED_DISTRIBUTIONS = frozenset(
-    {"torch_distributed", "mpi", "pytorchddp", "multi_worker_mirrored_strategy"}
+    {"torch_distributed", "mpi", "pytorchddp", "parameter_server", "multi_worker_mirrored_strategy"}
 )
 # Modes started by Open MPI's mpirun on the first instance; the others wait for it.
 MPI_MODES = frozenset({"mpi", "pytorchddp", "smdistributed.dataparallel"})
@@ -102,7 +102,16 @@ def _pytorch_parameter_server(
         "RUNYARD_PS_NUM_SERVERS": str(servers),
         "RUNYARD_PS_WORLD_SIZE": str(servers * (1 + workers_per_host)),
     }
-    server_env = {**common, "RUNYARD_PS_ROLE": "server", "RUNYARD_PS_RANK": str(config.node_rank)}
+    # The server only applies optimizer steps: one thread leaves the CPUs to the workers,
+    # which, several to an instance, also get one each (as under torchrun).
+    server_env = {
+        **common,
+        "RUNYARD_PS_ROLE": "server",
+        "RUNYARD_PS_RANK": str(config.node_rank),
+        "OMP_NUM_THREADS": common.get("OMP_NUM_THREADS", "1"),
+    }
+    if workers_per_host > 1:
+        common.setdefault("OMP_NUM_THREADS", "1")
     specs = [
         WorkerSpec(
             [sys.executable, "-m", "runtime.parameter_server"], server_env, config.paths.code

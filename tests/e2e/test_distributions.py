@@ -96,6 +96,27 @@ def test_pytorchddp_runs_an_env_rendezvous_script_under_mpirun(stack: Stack) -> 
     assert any("saved model" in line for line in lines)
 
 
+def test_parameter_server_trains_the_example_to_its_target_loss(stack: Stack) -> None:
+    with stack.client() as client:
+        job, lines = _run(
+            stack,
+            client,
+            "parameter-server",
+            name="ps-1",
+            entry_point="train.py",
+            distribution={"parameter_server": {"enabled": True}},
+            hyperparameters={"epochs": 4, "target-loss": 0.3},
+        )
+    assert sorted(line for line in lines if line.startswith("worker ") and "/2 on" in line) == [
+        "worker 0/2 on algo-1",
+        "worker 1/2 on algo-2",
+    ]
+    finals = [line for line in lines if "final loss" in line]
+    assert len(finals) == 2
+    assert all(float(line.split("final loss ")[1].split()[0]) < 0.3 for line in finals)
+    assert job["model_artifacts"]
+
+
 def test_multi_worker_mirrored_strategy_gets_sagemakers_tf_config(stack: Stack) -> None:
     with stack.client() as client:
         _, lines = _run(
