@@ -24,7 +24,14 @@ from runtime.launch.workers import WorkerSpec
 
 # Distribution modes this runtime can launch; anything else is refused at submission.
 SUPPORTED_DISTRIBUTIONS = frozenset(
-    {"torch_distributed", "mpi", "pytorchddp", "parameter_server", "multi_worker_mirrored_strategy"}
+    {
+        "torch_distributed",
+        "mpi",
+        "pytorchddp",
+        "parameter_server",
+        "multi_worker_mirrored_strategy",
+        "smdistributed.dataparallel",
+    }
 )
 # Modes started by Open MPI's mpirun on the first instance; the others wait for it.
 MPI_MODES = frozenset({"mpi", "pytorchddp", "smdistributed.dataparallel"})

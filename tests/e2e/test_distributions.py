@@ -96,6 +96,27 @@ def test_pytorchddp_runs_an_env_rendezvous_script_under_mpirun(stack: Stack) -> 
     assert any("saved model" in line for line in lines)
 
 
+def test_data_parallel_runs_a_sagemaker_script_unchanged(stack: Stack) -> None:
+    with stack.client() as client:
+        job, lines = _run(
+            stack,
+            client,
+            "dataparallel",
+            name="smddp-1",
+            entry_point="train.py",
+            distribution={"smdistributed": {"dataparallel": {"enabled": True}}},
+            hyperparameters={"epochs": 3},
+        )
+    ranks = sorted(_untagged(line) for line in lines if "local rank" in line)
+    assert ranks == [
+        "rank 0/2, local rank 0/1, device cpu",
+        "rank 1/2, local rank 0/1, device cpu",
+    ]
+    accuracy = next(_untagged(line) for line in lines if "model saved to" in line)
+    assert float(accuracy.split()[1].rstrip(",")) > 0.9
+    assert job["model_artifacts"]
+
+
 def test_parameter_server_trains_the_example_to_its_target_loss(stack: Stack) -> None:
     with stack.client() as client:
         job, lines = _run(

@@ -1,0 +1,1 @@
+"""``smdistributed.dataparallel``: Runyard data parallel under SageMaker's names."""

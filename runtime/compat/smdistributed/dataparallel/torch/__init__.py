@@ -1,0 +1,1 @@
+"""``smdistributed.dataparallel.torch``: the PyTorch flavour of the API."""
