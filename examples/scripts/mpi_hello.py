@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 
 from mpi4py import MPI
 
@@ -13,5 +14,7 @@ report = {
     "instance": os.environ.get("RUNYARD_HOST"),
     "sm_current_host": os.environ.get("SM_CURRENT_HOST"),
     "sum": total,
+    "args": sys.argv[1:],
+    "sm_hp_epochs": os.environ.get("SM_HP_EPOCHS"),
 }
 print("mpi " + json.dumps(report, sort_keys=True), flush=True)

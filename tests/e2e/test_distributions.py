@@ -45,6 +45,7 @@ def test_mpi_with_mpi4py_runs_every_rank_across_instances(stack: Stack) -> None:
             name="mpi-4py",
             entry_point="mpi_hello.py",
             distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+            hyperparameters={"epochs": 3},
         )
     reports = [
         json.loads(_untagged(line).removeprefix("mpi ")) for line in lines if "mpi {" in line
@@ -60,6 +61,7 @@ def test_mpi_with_mpi4py_runs_every_rank_across_instances(stack: Stack) -> None:
         3: "algo-2",
     }
     assert {r["sm_current_host"] for r in reports} == {"algo-1"}
+    assert all(r["args"] == ["--epochs", "3"] and r["sm_hp_epochs"] == "3" for r in reports)
     assert job["model_artifacts"]
 
 

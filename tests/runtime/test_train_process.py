@@ -99,3 +99,15 @@ def test_torch_distributed_ranks_two_instances(tmp_path: Path) -> None:
     assert all(process.returncode == 0 for process in processes.values()), outputs
     assert "rank 0 of 2 on algo-1 sum 3.0" in outputs["algo-1"]
     assert "rank 1 of 2 on algo-2 sum 3.0" in outputs["algo-2"]
+
+
+def test_a_shell_entry_point_runs_with_its_arguments(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.sh").write_text('echo "shell on $SM_CURRENT_HOST with $*"\n')
+    request = launch_request(source, entry_point="train.sh", hyperparameters={"epochs": 2})
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert "[stdout] shell on algo-1 with --epochs 2" in output
