@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import hyperparameters as hp
+from runtime.modes import DISTRIBUTION_MODES
 
 
 class ConfigError(Exception):
@@ -125,18 +126,7 @@ class InstanceConfig:
     @property
     def mode(self) -> str | None:
         """The distribution mode that is enabled, if any."""
-        for key in (
-            "torch_distributed",
-            "pytorchddp",
-            "mpi",
-            "parameter_server",
-            "multi_worker_mirrored_strategy",
-            "smdistributed.dataparallel",
-            "smdistributed.modelparallel",
-        ):
-            if self.distribution_enabled(key):
-                return key
-        return None
+        return next((key for key in DISTRIBUTION_MODES if self.distribution_enabled(key)), None)
 
 
 def load(base: Path) -> InstanceConfig:

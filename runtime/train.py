@@ -87,9 +87,8 @@ class Trainer:
             count = len(launch_plan.specs)
             self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
             result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
-        self.say(
-            f"Script exited with code {result.exit_code} after {time.monotonic() - started:.1f} s"
-        )
+            elapsed = time.monotonic() - started
+            self.say(f"Script exited with code {result.exit_code} after {elapsed:.1f} s")
         if result.stopped or self.stop.is_set():
             return self._stopped()
         if result.exit_code != 0:

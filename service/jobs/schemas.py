@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from runtime.modes import DISTRIBUTION_MODES
+
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -71,22 +73,13 @@ class Distribution(_Strict):
 
     def enabled_modes(self) -> list[str]:
         """Dotted names of every enabled mode, e.g. ``["smdistributed.dataparallel"]``."""
-        modes = [
-            key
-            for key in (
-                "torch_distributed",
-                "pytorchddp",
-                "mpi",
-                "parameter_server",
-                "multi_worker_mirrored_strategy",
-            )
-            if (toggle := getattr(self, key)) is not None and toggle.enabled
-        ]
-        if self.smdistributed is not None:
-            for key in ("dataparallel", "modelparallel"):
-                toggle = getattr(self.smdistributed, key)
-                if toggle is not None and toggle.enabled:
-                    modes.append(f"smdistributed.{key}")
+        modes = []
+        for mode in DISTRIBUTION_MODES:
+            section: Any = self
+            for part in mode.split("."):
+                section = getattr(section, part, None)
+            if section is not None and section.enabled:
+                modes.append(mode)
         return modes
 
     @model_validator(mode="after")
