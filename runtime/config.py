@@ -116,12 +116,15 @@ class InstanceConfig:
     def node_rank(self) -> int:
         return self.hosts.index(self.current_host)
 
-    def distribution_enabled(self, key: str) -> bool:
-        """Whether a mode is on; ``key`` may be dotted, e.g. smdistributed.dataparallel."""
+    def distribution_section(self, mode: str) -> dict[str, Any]:
+        """A mode's options by dotted name (``smdistributed.dataparallel``); {} if absent."""
         section: Any = self.distribution
-        for part in key.split("."):
+        for part in mode.split("."):
             section = section.get(part) if isinstance(section, dict) else None
-        return isinstance(section, dict) and bool(section.get("enabled"))
+        return section if isinstance(section, dict) else {}
+
+    def distribution_enabled(self, mode: str) -> bool:
+        return bool(self.distribution_section(mode).get("enabled"))
 
     @property
     def mode(self) -> str | None:

@@ -79,13 +79,9 @@ def _mpi(
         return Launch(waits_for_mpi=True)
     # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
-    options = ""
-    if mode == "mpi":
-        options = config.distribution.get("mpi", {}).get("custom_mpi_options", "")
-    elif mode == "smdistributed.dataparallel":
-        section = config.distribution.get("smdistributed", {}).get("dataparallel", {})
-        options = section.get("custom_mpi_options", "")
+    if mode == "smdistributed.dataparallel":
         env = {**env, "PYTHONPATH": _prepend(str(COMPAT_DIR), env.get("PYTHONPATH"))}
+    options = config.distribution_section(mode).get("custom_mpi_options", "")
     argv = mpi.mpirun_command(
         config,
         entry,

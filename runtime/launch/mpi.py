@@ -52,11 +52,9 @@ def find_mpirun() -> str:
 
 
 def processes_per_host(config: InstanceConfig, mode: str, num_gpus: int) -> int:
-    if mode == "mpi":
-        given = config.distribution.get("mpi", {}).get("processes_per_host")
-        if given:
-            return int(given)
-    return max(num_gpus, 1)
+    """As configured (only ``mpi`` offers the option), else one per GPU, else one."""
+    given = config.distribution_section(mode).get("processes_per_host")
+    return int(given) if given else max(num_gpus, 1)
 
 
 def mpirun_command(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from runtime.launch import MPI_MODES, SUPPORTED_DISTRIBUTIONS
+from runtime.launch import SUPPORTED_DISTRIBUTIONS
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 
@@ -56,25 +56,15 @@ def check(spec: JobCreate) -> None:
             raise SpecError(
                 loc, f"{mode} runs {wanted} scripts, and this job's framework is {spec.framework}"
             )
-        if mode in MPI_MODES:
-            options, options_loc = _mpi_options(spec, mode)
-            check_mpi_options(options, (*loc[:-1], *options_loc))
+        options = getattr(spec.distribution.section(mode), "custom_mpi_options", None)
+        if options is not None:
+            check_mpi_options(options, (*loc, "custom_mpi_options"))
         if mode not in SUPPORTED_DISTRIBUTIONS:
             raise SpecError(loc, f"{mode} is not supported by this server yet")
 
 
-def _mpi_options(spec: JobCreate, mode: str) -> tuple[str, tuple[str, ...]]:
-    distribution = spec.distribution
-    if mode == "mpi" and distribution.mpi is not None:
-        return distribution.mpi.custom_mpi_options, ("mpi", "custom_mpi_options")
-    smd = distribution.smdistributed
-    if mode == "smdistributed.dataparallel" and smd is not None and smd.dataparallel is not None:
-        return smd.dataparallel.custom_mpi_options, ("dataparallel", "custom_mpi_options")
-    return "", ()
-
-
-def check_mpi_options(options: str, loc: tuple[str, ...]) -> list[str]:
-    """The options as an argv list, or a SpecError naming what may not be there."""
+def check_mpi_options(options: str, loc: tuple[str, ...]) -> None:
+    """Raise a SpecError naming what in ``options`` may not be there."""
     try:
         tokens = shlex.split(options)
     except ValueError as exc:
@@ -88,4 +78,3 @@ def check_mpi_options(options: str, loc: tuple[str, ...]) -> list[str]:
         after_mca = index > 0 and tokens[index - 1] in ("--mca", "-mca", "--prtemca", "--pmixmca")
         if after_mca and _RESERVED_MCA.match(token):
             raise SpecError(loc, f"the MCA parameter {token} is set by Runyard")
-    return tokens

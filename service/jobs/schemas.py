@@ -71,16 +71,20 @@ class Distribution(_Strict):
     smdistributed: SmdistributedDistribution | None = None
     multi_worker_mirrored_strategy: _Toggle | None = None
 
+    def section(self, mode: str) -> Any:
+        """The options of a mode by dotted name (``smdistributed.dataparallel``), or None."""
+        section: Any = self
+        for part in mode.split("."):
+            section = getattr(section, part, None)
+        return section
+
     def enabled_modes(self) -> list[str]:
         """Dotted names of every enabled mode, e.g. ``["smdistributed.dataparallel"]``."""
-        modes = []
-        for mode in DISTRIBUTION_MODES:
-            section: Any = self
-            for part in mode.split("."):
-                section = getattr(section, part, None)
-            if section is not None and section.enabled:
-                modes.append(mode)
-        return modes
+        return [
+            mode
+            for mode in DISTRIBUTION_MODES
+            if (section := self.section(mode)) is not None and section.enabled
+        ]
 
     @model_validator(mode="after")
     def _one_mode(self) -> Distribution:
