@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_PORT = 8642
@@ -45,6 +45,7 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     teardown_grace_seconds: float = Field(default=5.0, ge=0)
     broker_poll_interval: float = Field(default=0.1, gt=0)
+    _signing_key: bytes | None = PrivateAttr(default=None)
     # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
     queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -90,7 +91,13 @@ class Settings(BaseSettings):
         return self.home / "jobs"
 
     def signing_key(self) -> bytes:
-        """The key that signs per-job tokens, created once in RUNYARD_HOME if not configured."""
+        """The key that signs per-job tokens, created once in RUNYARD_HOME if not configured.
+        Read once per process: every authenticated request needs it."""
+        if self._signing_key is None:
+            self._signing_key = self._load_signing_key()
+        return self._signing_key
+
+    def _load_signing_key(self) -> bytes:
         if self.secret_key is not None:
             return self.secret_key.get_secret_value().encode()
         path = self.home / "secret_key"
