@@ -30,7 +30,7 @@ from runtime.launch import MPI_MODES
 from service.auth.tokens import job_token
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
-from service.jobs.schemas import JobCreate
+from service.jobs.schemas import JobCreate, host_names
 from service.jobs.states import (
     FINAL_PHASES,
     PHASE_ORDER,
@@ -126,7 +126,7 @@ class JobSnapshot:
 
     @property
     def hosts(self) -> list[str]:
-        return [f"algo-{index}" for index in range(1, self.spec.instance_count + 1)]
+        return host_names(self.spec.instance_count)
 
     @property
     def mpi(self) -> bool:

@@ -188,6 +188,11 @@ class JobCreate(_Strict):
         return value
 
 
+def host_names(instance_count: int) -> list[str]:
+    """A job's instances are named algo-1 .. algo-N, as on SageMaker."""
+    return [f"algo-{index}" for index in range(1, instance_count + 1)]
+
+
 def encode_hyperparameter(value: Any) -> str:
     """A hyperparameter as it is stored in hyperparameters.json (JSON, like the SageMaker SDK)."""
     return json.dumps(value, allow_nan=False)

@@ -23,7 +23,7 @@ from service.auth.service import Principal
 from service.instance_types import CATALOG
 from service.jobs import distribution, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
-from service.jobs.schemas import DryRun, InstanceReport, JobCreate, nul_location
+from service.jobs.schemas import DryRun, InstanceReport, JobCreate, host_names, nul_location
 from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
 from service.kit.db import utcnow
 from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
@@ -299,4 +299,4 @@ def record_report(
 
 
 def hosts(job: TrainingJob) -> list[str]:
-    return [f"algo-{index}" for index in range(1, int(job.spec["instance_count"]) + 1)]
+    return host_names(int(job.spec["instance_count"]))

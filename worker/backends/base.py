@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import yaml
 
-from service.jobs.schemas import JobCreate
+from service.jobs.schemas import JobCreate, host_names
 
 PlanT = TypeVar("PlanT")
 
@@ -45,7 +45,7 @@ class LaunchRequest:
 
     @property
     def hosts(self) -> list[str]:
-        return [f"algo-{index}" for index in range(1, self.spec.instance_count + 1)]
+        return host_names(self.spec.instance_count)
 
 
 class InstanceState(StrEnum):
