@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from service.app import create_app
-from service.kit.db import dispose_engine, session_scope
+from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
 from service.server import prepare
@@ -47,7 +47,7 @@ def postgres_url() -> Iterator[str]:
     url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     upgrade(url)
     yield url
-    dispose_engine(url)
+    get_engine(url).dispose()
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -58,7 +58,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         url = f"sqlite:///{tmp_path / 'runyard.db'}"
         upgrade(url)
         yield url
-        dispose_engine(url)
+        get_engine(url).dispose()
         return
     url = request.getfixturevalue("postgres_url")
     yield url

@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.kit.db import dispose_engine
+from service.kit.db import get_engine
 from service.server import prepare
 from tests.conftest import make_settings
 
@@ -22,7 +22,7 @@ def test_admin_token_is_written_once_readable_by_the_owner_only(tmp_path: Path) 
     with TestClient(create_app(settings)) as client:
         listed = client.get("/v1/training-jobs", headers={"Authorization": f"Bearer {token}"})
         assert listed.status_code == 200
-    dispose_engine(settings.database_url)
+    get_engine(settings.database_url).dispose()
 
 
 def test_a_token_the_database_does_not_know_is_replaced(tmp_path: Path) -> None:
@@ -34,4 +34,4 @@ def test_a_token_the_database_does_not_know_is_replaced(tmp_path: Path) -> None:
     assert new != old
     assert (second.home / "token").read_text().strip() == new
     for settings in (first, second):
-        dispose_engine(settings.database_url)
+        get_engine(settings.database_url).dispose()

@@ -65,7 +65,8 @@ class _Registered:
 
 
 # One engine (and connection pool) per database URL for the life of the process; a
-# process talks to one or two databases, and an engine is only let go explicitly.
+# process talks to one or two databases. (An evicting cache would drop engines whose pools
+# still hold open connections.)
 _engines: dict[str, _Registered] = {}
 _engines_lock = threading.Lock()
 
@@ -78,13 +79,6 @@ def get_sessionmaker(url: str, *, readonly: bool = False) -> sessionmaker[Sessio
     """Sessions for ``url``; ``readonly`` ones never take SQLite's write lock."""
     registered = _registered(url)
     return registered.readonly_sessions if readonly else registered.sessions
-
-
-def dispose_engine(url: str) -> None:
-    with _engines_lock:
-        entry = _engines.pop(url, None)
-    if entry is not None:
-        entry.engine.dispose()
 
 
 def _registered(url: str) -> _Registered:
