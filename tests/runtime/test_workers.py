@@ -26,15 +26,16 @@ def test_lines_are_pumped_per_stream(tmp_path: Path) -> None:
 
 
 def test_one_failure_ends_the_others(tmp_path: Path) -> None:
-    sleeper = _spec(tmp_path, "import os, time; print(os.getpid(), flush=True); time.sleep(60)")
+    pid_file = tmp_path / "sleeper.pid"
+    sleeper = _spec(tmp_path, _write_pid_then_sleep(pid_file))
     failer = _spec(
-        tmp_path, "import sys, time; time.sleep(0.5); print('boom', file=sys.stderr); sys.exit(3)"
+        tmp_path,
+        f"{_wait_for_file(pid_file)}\nimport sys; print('boom', file=sys.stderr); sys.exit(3)",
     )
-    lines: list[str] = []
-    result = WorkerGroup([sleeper, failer], lambda s, m: lines.append(m), threading.Event()).run()
+    result = WorkerGroup([sleeper, failer], lambda s, m: None, threading.Event()).run()
     assert result.exit_code == 3
     assert result.stderr_tail == ["boom"]
-    assert not _alive(int(lines[0]))
+    assert not _alive(int(pid_file.read_text()))
 
 
 def test_stop_reaches_each_script_exactly_once(tmp_path: Path) -> None:
@@ -53,13 +54,15 @@ def test_stop_reaches_each_script_exactly_once(tmp_path: Path) -> None:
     )
     lines: list[str] = []
     stop = threading.Event()
-    group = WorkerGroup(
-        [_spec(tmp_path, code), _spec(tmp_path, code)], lambda s, m: lines.append(m), stop
-    )
-    # Asked to stop three times, as a runtime may be (a stop, then a teardown).
-    for delay in (1.0, 1.2, 1.4):
-        threading.Timer(delay, stop.set).start()
-    result = group.run()
+
+    def sink(_stream: str, message: str) -> None:
+        lines.append(message)
+        if lines.count("ready") == 2:  # both handlers are in place: ask them to stop
+            stop.set()
+
+    # The wait loop sees the stop on every turn for the second the handlers take; it must
+    # pass it on only once.
+    result = WorkerGroup([_spec(tmp_path, code), _spec(tmp_path, code)], sink, stop).run()
     assert result.stopped
     assert sorted(lines) == [
         "ready",
@@ -87,16 +90,30 @@ def test_a_child_left_holding_the_pipes_does_not_hold_up_the_instance(tmp_path: 
 
 
 def test_an_auxiliary_process_does_not_hold_the_instance_open(tmp_path: Path) -> None:
-    code = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    pid_file = tmp_path / "server.pid"
     server = WorkerSpec(
-        [sys.executable, "-c", code], {"PYTHONUNBUFFERED": "1"}, tmp_path, auxiliary=True
+        [sys.executable, "-c", _write_pid_then_sleep(pid_file)], {}, tmp_path, auxiliary=True
     )
-    script = _spec(tmp_path, "import time; time.sleep(0.5); print('trained')")
+    script = _spec(tmp_path, f"{_wait_for_file(pid_file)}\nprint('trained')")
     lines: list[str] = []
     result = WorkerGroup([server, script], lambda s, m: lines.append(m), threading.Event()).run()
     assert result.exit_code == 0
-    assert lines[1:] == ["trained"]
-    assert not _alive(int(lines[0]))  # ended once the script was done, not waited for
+    assert lines == ["trained"]
+    assert not _alive(int(pid_file.read_text()))  # ended once the script was done
+
+
+# Ordering by files, not by sleeps: on a loaded machine a process may take seconds to start.
+def _write_pid_then_sleep(pid_file: Path) -> str:
+    return (
+        "import os, time\n"
+        f"open({str(pid_file)!r} + '.tmp', 'w').write(str(os.getpid()))\n"
+        f"os.replace({str(pid_file)!r} + '.tmp', {str(pid_file)!r})\n"
+        "time.sleep(60)"
+    )
+
+
+def _wait_for_file(path: Path) -> str:
+    return f"import os, time\nwhile not os.path.exists({str(path)!r}): time.sleep(0.01)"
 
 
 def _alive(pid: int) -> bool:
