@@ -103,6 +103,9 @@ class InstanceConfig:
     # How mpirun on the first instance reaches the others (argv prefix; empty if the
     # backend has none).
     launch_agent: tuple[str, ...] = ()
+    # Where instances are separate machines: the port of the runtime's own launch agent
+    # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
+    agent_port: int | None = None
 
     @property
     def master_host(self) -> str:
@@ -163,9 +166,18 @@ def load(base: Path) -> InstanceConfig:
             master_port=int(runyard["master_port"]),
             framework=runyard.get("framework", "pytorch"),
             launch_agent=tuple(runyard.get("launch_agent", ())),
+            agent_port=_optional_port(runyard.get("agent_port")),
         )
     except KeyError as exc:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
+
+
+def _optional_port(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigError(f"agent_port must be a TCP port number, not {value!r}")
+    return value
 
 
 def _read(path: Path, default: dict[str, Any] | None = None) -> dict[str, Any]:

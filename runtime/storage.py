@@ -1,30 +1,70 @@
-"""Where code, data and artifacts live, addressed by URI.
+"""Where code, data and artifacts live, addressed by URI: ``file://`` and ``s3://``.
 
-Only ``file://`` exists in this build; every caller goes through these functions so a
-second scheme (``s3://``) is one more branch here, not a change at each call site.
+Every caller goes through these functions, so a scheme is one more branch here, not a
+change at each call site. boto3 is imported only when an ``s3://`` URI is used: the runtime
+stays standard-library-only for ``file://`` users.
+
+S3 is reached the way the AWS CLI reaches it: credentials from boto3's own chain
+(environment, shared files, instance profile), and the endpoint from ``AWS_ENDPOINT_URL`` /
+``AWS_ENDPOINT_URL_S3``, which boto3 reads itself. An ``s3://`` URI names an object or, as
+a directory would, the objects under ``<key>/``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import tempfile
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-SUPPORTED_SCHEMES = ("file",)
+SUPPORTED_SCHEMES = ("file", "s3")
+# What decides which S3 client a process gets; a change (tests point at another server)
+# gets a new client instead of a stale one.
+_S3_CLIENT_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
 
 
 class StorageError(Exception):
     """A URI is malformed, unsupported or unreadable; the message names it."""
 
 
+@dataclass(frozen=True)
+class _Object:
+    """One object under a listed URI; ``relative`` is its path below that URI."""
+
+    uri: str
+    relative: str
+    size: int
+
+
+def scheme(uri: str) -> str:
+    """The URI's scheme, if this build supports it."""
+    found = urlsplit(uri).scheme
+    if found not in SUPPORTED_SCHEMES:
+        supported = ", ".join(f"{name}://" for name in SUPPORTED_SCHEMES)
+        raise StorageError(f"{uri!r}: unsupported scheme (this server supports {supported})")
+    return found
+
+
 def local_path(uri: str) -> Path:
     """The absolute path a ``file://`` URI names."""
+    if scheme(uri) != "file":
+        raise StorageError(f"{uri!r}: not a file:// URI")
     parts = urlsplit(uri)
-    if parts.scheme not in SUPPORTED_SCHEMES:
-        supported = ", ".join(f"{scheme}://" for scheme in SUPPORTED_SCHEMES)
-        raise StorageError(f"{uri!r}: unsupported scheme (this server supports {supported})")
     if parts.netloc not in ("", "localhost"):
         raise StorageError(f"{uri!r}: file URIs must not name a host")
     path = unquote(parts.path)
@@ -38,15 +78,29 @@ def join(uri: str, *parts: str) -> str:
 
 
 def exists(uri: str) -> bool:
+    """Whether ``uri`` names a file/object or a directory/prefix with objects under it."""
+    if scheme(uri) == "s3":
+        return _S3(uri).object_size() is not None or _S3(uri).has_children()
     return local_path(uri).exists()
 
 
 def is_dir(uri: str) -> bool:
+    if scheme(uri) == "s3":
+        return _S3(uri).has_children()
     return local_path(uri).is_dir()
+
+
+def is_file(uri: str) -> bool:
+    if scheme(uri) == "s3":
+        return _S3(uri).object_size() is not None
+    return local_path(uri).is_file()
 
 
 def put_file(source: Path, uri: str) -> None:
     """Copy ``source`` to ``uri`` so that readers never see a half-written object."""
+    if scheme(uri) == "s3":
+        _S3(uri).upload(source)  # an S3 object appears whole or not at all
+        return
     target = local_path(uri)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
@@ -59,12 +113,79 @@ def put_file(source: Path, uri: str) -> None:
         raise
 
 
-def fetch(uri: str, destination: Path) -> Path:
+def list_objects(uri: str) -> list[tuple[str, int]]:
+    """``(uri, size)`` of every object ``uri`` names: itself if it is one, else every one
+    under it (regular files, for ``file://``), sorted by their path below ``uri``."""
+    return [(item.uri, item.size) for item in _listing(uri)]
+
+
+def fetch(uri: str, destination: Path, shard: tuple[int, int] | None = None) -> Path:
     """Copy what ``uri`` names into the directory ``destination``.
 
-    A directory's contents land directly in ``destination``; a single file lands inside it
-    under its own name. Returns the path of what was fetched.
+    A directory's (prefix's) contents land directly in ``destination``, each object at its
+    path below ``uri``; a single file lands inside it under its own name. With ``shard =
+    (index, count)`` only the objects whose position in the sorted listing is ``index``
+    modulo ``count`` are copied. Returns the path of what was fetched.
     """
+    if scheme(uri) == "file" and shard is None:
+        return _fetch_local_tree(uri, destination)
+    objects = _listing(uri)
+    if not objects and not is_dir(uri):
+        raise StorageError(f"{uri}: no such file, object or prefix")
+    if shard is not None:
+        index, count = shard
+        objects = objects[index::count]
+    destination.mkdir(parents=True, exist_ok=True)
+    # Every target is checked before anything is written: a hostile key refuses the whole.
+    targets = [(item, _target(uri, destination, item.relative)) for item in objects]
+    for item, target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _copy_object(item.uri, target)
+    if len(targets) == 1 and targets[0][0].uri == uri:
+        return targets[0][1]
+    return destination
+
+
+def _listing(uri: str) -> list[_Object]:
+    if scheme(uri) == "s3":
+        return _S3(uri).listing()
+    root = local_path(uri)
+    try:
+        if root.is_file():
+            return [_Object(uri, root.name, root.stat().st_size)]
+        if not root.is_dir():
+            raise StorageError(f"{uri}: no such file or directory")
+        found = []
+        for directory, _dirs, names in os.walk(root):
+            for name in names:
+                path = Path(directory, name)
+                if path.is_file() and not path.is_symlink():
+                    relative = path.relative_to(root).as_posix()
+                    found.append(_Object(path.as_uri(), relative, path.stat().st_size))
+    except OSError as exc:
+        raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+    return sorted(found, key=lambda item: item.relative)
+
+
+def _target(uri: str, destination: Path, relative: str) -> Path:
+    """Where an object lands; refuses a key that would land outside ``destination``."""
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise StorageError(f"{uri}: refused object {relative!r}: its path leaves the target")
+    return destination.joinpath(*parts)
+
+
+def _copy_object(uri: str, target: Path) -> None:
+    if scheme(uri) == "s3":
+        _S3(uri).download(target)
+        return
+    try:
+        shutil.copyfile(local_path(uri), target)
+    except OSError as exc:
+        raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _fetch_local_tree(uri: str, destination: Path) -> Path:
     source = local_path(uri)
     if not source.exists():
         raise StorageError(f"{uri}: no such file or directory")
@@ -78,3 +199,115 @@ def fetch(uri: str, destination: Path) -> Path:
         return target
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+# -- s3:// -------------------------------------------------------------------------------
+
+
+class _NoSuchObject(StorageError):
+    """Nothing at the key (the bucket exists)."""
+
+
+class _S3:
+    """One ``s3://bucket/key`` URI and the calls made on it; every AWS error becomes a
+    StorageError that names the URI."""
+
+    def __init__(self, uri: str) -> None:
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if not bucket:
+            raise StorageError(f"{uri!r}: S3 URIs must name a bucket (s3://bucket/key)")
+        self.uri = uri
+        self.bucket = bucket
+        self.key = key
+
+    @property
+    def prefix(self) -> str:
+        # Directory semantics: s3://b/data holds data/x, never data-old/x.
+        return f"{self.key.rstrip('/')}/" if self.key.strip("/") else ""
+
+    def object_size(self) -> int | None:
+        """The object's size; None if there is none at this key (a prefix is not one)."""
+        if not self.key or self.key.endswith("/"):
+            return None
+        try:
+            with self._aws_call():
+                head = _s3_client().head_object(Bucket=self.bucket, Key=self.key)
+        except _NoSuchObject:
+            return None
+        size: int = head["ContentLength"]
+        return size
+
+    def has_children(self) -> bool:
+        with self._aws_call():
+            page = _s3_client().list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        return bool(page.get("KeyCount", 0))
+
+    def listing(self) -> list[_Object]:
+        size = self.object_size()
+        if size is not None:
+            return [_Object(self.uri, PurePosixPath(self.key).name, size)]
+        found = []
+        with self._aws_call():
+            pages = _s3_client().get_paginator("list_objects_v2")
+            for page in pages.paginate(Bucket=self.bucket, Prefix=self.prefix):
+                for item in page.get("Contents", []):
+                    key: str = item["Key"]
+                    if key.endswith("/"):
+                        continue  # a "folder" marker the S3 console makes, not data
+                    relative = key[len(self.prefix) :]
+                    found.append(_Object(f"s3://{self.bucket}/{key}", relative, item["Size"]))
+        return sorted(found, key=lambda item: item.relative)
+
+    def upload(self, source: Path) -> None:
+        if not self.key or self.key.endswith("/"):
+            raise StorageError(f"{self.uri}: an object needs a key that does not end in '/'")
+        with self._aws_call():
+            _s3_client().upload_file(str(source), self.bucket, self.key)
+
+    def download(self, target: Path) -> None:
+        # download_file writes to a temporary name and renames: no half-written file stays.
+        with self._aws_call():
+            _s3_client().download_file(self.bucket, self.key, str(target))
+
+    @contextlib.contextmanager
+    def _aws_call(self) -> Iterator[None]:
+        try:
+            from boto3.exceptions import Boto3Error
+            from botocore.exceptions import BotoCoreError, ClientError
+        except ImportError as exc:
+            raise StorageError(f"{self.uri}: s3:// needs boto3, not installed here") from exc
+        try:
+            yield
+        except (Boto3Error, BotoCoreError, ClientError) as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: Exception) -> StorageError:
+        # upload_file raises its own error while handling the ClientError that says why.
+        cause = exc.__cause__ or exc.__context__
+        code = _error_code(exc) or (_error_code(cause) if cause else "")
+        if code == "NoSuchBucket":
+            return StorageError(f"{self.uri}: no such bucket {self.bucket!r}")
+        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            return StorageError(f"{self.uri}: access denied ({code})")
+        if code in ("NoSuchKey", "404"):
+            return _NoSuchObject(f"{self.uri}: no such object")
+        return StorageError(f"{self.uri}: {exc}")
+
+
+def _error_code(exc: BaseException) -> str:
+    response: Any = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _s3_client() -> Any:
+    return _cached_s3_client(tuple(os.environ.get(name) for name in _S3_CLIENT_ENV))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_s3_client(_environment: tuple[str | None, ...]) -> Any:
+    import boto3
+
+    # A fresh session reads the environment as it is now (endpoint, credentials, region).
+    return boto3.session.Session().client("s3")

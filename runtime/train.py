@@ -19,11 +19,11 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-from runtime import archive, failure, hyperparameters, install, launch, resources, storage
+from runtime import archive, channels, failure, hyperparameters, install, launch, resources, storage
 from runtime.config import ConfigError, InstanceConfig, load
-from runtime.environment import script_environment
+from runtime.environment import PRIVATE_VARIABLES, script_environment
 from runtime.install import InstallError
-from runtime.launch import mpi
+from runtime.launch import mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, WorkerGroup
@@ -69,20 +69,31 @@ class Trainer:
             self.report("Downloading")
             paths.create()
             self._fetch()
-        except (SetupError, storage.StorageError, archive.ArchiveError) as exc:
+        except (
+            SetupError,
+            storage.StorageError,
+            archive.ArchiveError,
+            channels.ChannelError,
+        ) as exc:
             return self.fail(1, f"ClientError: {exc}")
         if self.stop.is_set():
             return self._stopped()
         self.report("Training")
         try:
             launch_plan = self._plan()
+            agent_key = self._prepare_agent()
         except InstallError as exc:
             return self.fail(1, f"InstallError: {exc}")
         except (EntryPointError, MpiSetupError) as exc:
             return self.fail(1, f"ClientError: {exc}")
+        except remote_agent.AgentError as exc:
+            return self.fail(1, f"InternalServerError: {exc}")
         started = time.monotonic()
         if launch_plan.waits_for_mpi:
-            result = mpi.wait_for_daemon(config, self.stop, self.say)
+            try:
+                result = self._wait_for_mpi(agent_key)
+            except remote_agent.AgentError as exc:
+                return self.fail(1, f"InternalServerError: {exc}")
         else:
             count = len(launch_plan.specs)
             self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
@@ -107,20 +118,25 @@ class Trainer:
 
     def _fetch(self) -> None:
         config = self.config
-        paths = config.paths
         started = time.monotonic()
         self.say(f"Fetching code from {config.source_uri}")
-        source = storage.local_path(config.source_uri)
-        if source.is_dir():
-            storage.fetch(config.source_uri, paths.code)
-        elif source.is_file():
-            archive.extract(source, paths.code)
-        else:
-            raise SetupError(f"source {config.source_uri} does not exist")
-        for name, uri in sorted(config.channels.items()):
-            self.say(f"Fetching channel {name} from {uri}")
-            storage.fetch(uri, paths.data / name)
+        self._fetch_code()
+        channels.fetch_all(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
+
+    def _fetch_code(self) -> None:
+        """A directory (prefix) is copied as it is; a single object is a tarball."""
+        config = self.config
+        uri = config.source_uri
+        if storage.is_dir(uri):
+            storage.fetch(uri, config.paths.code)
+        elif storage.scheme(uri) == "file" and storage.is_file(uri):
+            archive.extract(storage.local_path(uri), config.paths.code)
+        elif storage.is_file(uri):
+            with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
+                archive.extract(storage.fetch(uri, Path(scratch)), config.paths.code)
+        else:
+            raise SetupError(f"source {uri} does not exist")
 
     def _plan(self) -> launch.Launch:
         config = self.config
@@ -139,6 +155,28 @@ class Trainer:
         as_module = install.is_package(config.paths.code)
         argv = command(config.paths.code, config.entry_point, args, as_module=as_module)
         return launch.plan(config, argv, env, num_gpus=gpus)
+
+    def _prepare_agent(self) -> bytes | None:
+        """Where instances are separate machines, mpirun reaches them through Runyard's
+        own launch agent, authenticated with a key derived from the job's token; the
+        first instance leaves the key where mpirun's calls to the agent find it."""
+        config = self.config
+        if config.agent_port is None or config.mode not in launch.MPI_MODES:
+            return None
+        key = remote_agent.job_key(os.environ)
+        if config.is_master:
+            remote_agent.write_key_file(config.paths, key)
+        return key
+
+    def _wait_for_mpi(self, agent_key: bytes | None) -> GroupResult:
+        config = self.config
+        if agent_key is None:
+            return mpi.wait_for_daemon(config, self.stop, self.say)
+        # The daemon runs as the local agent would run it: in the instance's environment
+        # (the job marker included), less what user code must never see.
+        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_VARIABLES}
+        with remote_agent.serving(config, agent_key, env, self.say):
+            return mpi.wait_for_daemon(config, self.stop, self.say)
 
     def _reason(self, result: GroupResult) -> str:
         return failure.reason(result.exit_code, result.stderr_tail, self.config.paths.failure)

@@ -312,7 +312,7 @@ def list_jobs(status: str | None, name_prefix: str | None, limit: int, cursor: s
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
 def describe(name: str, as_json: bool) -> None:
-    """Show a job's status, transitions, failure reason and model."""
+    """Show a job's status, transitions, failure reason, model and metrics."""
     with Client() as client:
         job = client.get_job(name)
     if as_json:
@@ -320,6 +320,20 @@ def describe(name: str, as_json: bool) -> None:
         return
     for line in describe_lines(job):
         click.echo(line)
+    for line in _final_metric_lines(job.get("final_metrics") or []):
+        click.echo(line)
+
+
+def _final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
+    """The last value of each metric, as SageMaker's console lists FinalMetricDataList."""
+    if not metrics:
+        return []
+    width = max(len(metric["name"]) for metric in metrics)
+    lines = ["Metrics:"]
+    for metric in metrics:
+        when = str(metric["time"])[:19].replace("T", " ")
+        lines.append(f"  {metric['name']:<{width}}  {metric['value']:<12.6g}  at {when}")
+    return lines
 
 
 @main.command()

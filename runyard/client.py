@@ -110,6 +110,22 @@ class Client:
                 raise RunyardError(f"{name} is still {job['status']} after {timeout} s")
             time.sleep(poll)
 
+    # -- metrics ----------------------------------------------------------------------
+
+    def metrics(
+        self, name: str, *, metric: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Each metric of the job's ``metric_definitions`` (or only ``metric``) as
+        ``{name, points: [{time, value, host}]}``, its latest ``limit`` points by time."""
+        params = {"name": metric, "limit": limit}
+        page = self._json(
+            "GET",
+            f"/v1/training-jobs/{name}/metrics",
+            params={k: v for k, v in params.items() if v is not None},
+        )
+        series: list[dict[str, Any]] = page["metrics"]
+        return series
+
     # -- logs -------------------------------------------------------------------------
 
     def logs(self, name: str, *, host: str | None = None) -> Iterator[dict[str, Any]]:

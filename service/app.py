@@ -8,6 +8,7 @@ from service.auth.routes import router as tokens_router
 from service.jobs.routes import router as jobs_router
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
+from service.metrics.routes import router as metrics_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
 
@@ -15,7 +16,7 @@ from service.sources.routes import router as sources_router
 # documentation, which holds no data.
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 # Every route of these requires a token.
-ROUTERS = (jobs_router, logs_router, sources_router, tokens_router)
+ROUTERS = (jobs_router, logs_router, metrics_router, sources_router, tokens_router)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -36,7 +36,8 @@ def prepare(settings: Settings) -> str:
     upgrade(settings.database_url)
     settings.signing_key()
     with session_scope(settings.database_url) as session:
-        return ensure_admin_token(session, settings.home / "token")
+        configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+        return ensure_admin_token(session, settings.home / "token", configured)
 
 
 def run_api(settings: Settings, host: str, port: int) -> None:

@@ -15,12 +15,16 @@ from typing import Annotated
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.backend_settings import Ec2Settings, KubernetesSettings
+
 DEFAULT_PORT = 8642
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RUNYARD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="RUNYARD_", env_nested_delimiter="__", extra="ignore"
+    )
 
     home: Path = Field(default_factory=lambda: Path.home() / ".runyard")
     database_url: str = ""
@@ -28,13 +32,18 @@ class Settings(BaseSettings):
     artifact_root: str = ""
     public_url: str = ""
     secret_key: SecretStr | None = None
+    # The admin token, where a deployment manages it (each API replica of a Helm release
+    # would otherwise mint its own); unset, one is minted into RUNYARD_HOME/token.
+    admin_token: SecretStr | None = None
     environment: str = "development"
 
     # Instance types each backend serves; a job's backend is looked up here unless it
-    # names one. Only the local backend exists in this build.
+    # names one: local, kubernetes or ec2.
     backends: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=lambda: {"local": "local", "local_gpu": "local"}
     )
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    ec2: Ec2Settings = Field(default_factory=Ec2Settings)
     max_instance_count: int = Field(default=16, ge=1)
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
 
@@ -44,10 +53,24 @@ class Settings(BaseSettings):
     reconcile_lease_seconds: float = Field(default=30.0, gt=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     teardown_grace_seconds: float = Field(default=5.0, ge=0)
+    # How often beat looks for pods/instances of ended jobs that are still there.
+    reap_interval: float = Field(default=60.0, gt=0)
     broker_poll_interval: float = Field(default=0.1, gt=0)
+    # Log lines and metric points of a job are deleted this many days after it ended
+    # (0 keeps them forever); a job's description, final metrics included, stays.
+    log_retention_days: int = Field(default=30, ge=0)
     _signing_key: bytes | None = PrivateAttr(default=None)
     # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
     queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            token = value.get_secret_value()
+            if not token.startswith("ry_") or len(token) < 35 or not _printable(token):
+                raise ValueError("must be ry_ followed by at least 32 characters")
+        return value
 
     @field_validator("backends", mode="before")
     @classmethod
@@ -122,3 +145,8 @@ def _write_private(path: Path, text: str) -> None:
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def _printable(text: str) -> bool:
+    """ASCII without spaces or controls: what fits in an Authorization header as it is."""
+    return all("!" <= char <= "~" for char in text)

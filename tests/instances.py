@@ -35,8 +35,45 @@ def write_instances(
     root: Path, request: LaunchRequest, master_port: int | None = None
 ) -> dict[str, Path]:
     """Config files for every host under ``root/<host>``; returns each host's base dir."""
-    port = master_port or free_port()
-    addresses = dict.fromkeys(request.hosts, "127.0.0.1")
+    return _write(
+        root,
+        request,
+        addresses=dict.fromkeys(request.hosts, "127.0.0.1"),
+        master_port=master_port or free_port(),
+        launch_agent=[],
+        agent_port=None,
+    )
+
+
+def write_networked_instances(
+    root: Path,
+    request: LaunchRequest,
+    *,
+    addresses: dict[str, str],
+    agent_port: int,
+    launch_agent: list[str],
+) -> dict[str, Path]:
+    """As a cluster backend lays instances out: each host at its own address, reached by
+    mpirun through the runtime's own launch agent on ``agent_port``."""
+    return _write(
+        root,
+        request,
+        addresses=addresses,
+        master_port=free_port(),
+        launch_agent=launch_agent,
+        agent_port=agent_port,
+    )
+
+
+def _write(
+    root: Path,
+    request: LaunchRequest,
+    *,
+    addresses: dict[str, str],
+    master_port: int,
+    launch_agent: list[str],
+    agent_port: int | None,
+) -> dict[str, Path]:
     bases = {}
     for host in request.hosts:
         base = root / host
@@ -44,9 +81,10 @@ def write_instances(
             request,
             host,
             host_addresses=addresses,
-            master_port=port,
+            master_port=master_port,
             network_interface="lo",
-            launch_agent=[],
+            launch_agent=launch_agent,
+            agent_port=agent_port,
         ).items():
             (base / relative).parent.mkdir(parents=True, exist_ok=True)
             (base / relative).write_text(content)

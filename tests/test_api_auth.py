@@ -7,11 +7,16 @@ from pathlib import Path
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from sqlalchemy import select
 
 from service.app import PUBLIC_PATHS, ROUTERS, create_app
+from service.auth.models import ApiToken
 from service.auth.tokens import job_token
+from service.kit.db import session_scope
+from service.server import prepare
 from service.settings import Settings
-from tests.conftest import job_spec
+from tests.conftest import job_spec, make_settings
 
 
 def _protected_routes() -> list[tuple[str, str]]:
@@ -35,8 +40,9 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
-    # Jobs (create, list, describe, stop, logs), instance reports (status, logs), sources, tokens.
-    assert len(routes) == 9, routes
+    # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs),
+    # sources, tokens.
+    assert len(routes) == 10, routes
 
 
 @pytest.mark.parametrize(
@@ -123,3 +129,25 @@ def test_minted_token_works_and_is_shown_once(api: TestClient) -> None:
     token = created.json()["token"]
     api.headers["Authorization"] = f"Bearer {token}"
     assert api.get("/v1/training-jobs").status_code == 200
+
+
+def test_a_configured_admin_token_is_the_one_every_replica_uses(
+    tmp_path: Path, database_url: str
+) -> None:
+    token = "ry_" + "k" * 40
+    first = make_settings(tmp_path / "replica-1", database_url, admin_token=token)
+    second = make_settings(tmp_path / "replica-2", database_url, admin_token=token)
+    assert prepare(first) == token
+    assert prepare(second) == token  # a second API pod stores nothing new
+    assert (tmp_path / "replica-2" / "token").read_text().strip() == token
+    with session_scope(database_url) as session:
+        assert session.scalars(select(ApiToken.name)).all() == ["admin"]
+    with TestClient(create_app(second)) as client:
+        response = client.get("/v1/training-jobs", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200
+
+
+@pytest.mark.parametrize("token", ["secret", "ry_short", "ry_" + "é" * 40])
+def test_an_admin_token_that_is_not_a_runyard_token_is_refused(tmp_path: Path, token: str) -> None:
+    with pytest.raises(ValidationError, match="admin_token"):
+        Settings(home=tmp_path, admin_token=token)  # type: ignore[arg-type]

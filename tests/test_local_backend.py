@@ -101,6 +101,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
             "runtime.launch.local_agent",
             str(jobs / "hosts.json"),
         ],
+        "agent_port": None,  # one machine: mpirun reaches instances through the local agent
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"
@@ -248,3 +249,18 @@ def _wait_for(condition, timeout: float = 20.0) -> None:  # type: ignore[no-unty
         if time.monotonic() > deadline:
             pytest.fail("condition not met in time")
         time.sleep(0.05)
+
+
+def test_console_is_what_each_instance_printed_until_teardown(tmp_path: Path) -> None:
+    script = "import os; print('cannot reach the service', os.environ['RUNYARD_HOST'])\n"
+    backend, materialized, job = _fake_runtime(tmp_path, script)
+    backend.apply(materialized)
+    _wait_for(
+        lambda: all(s.state == InstanceState.EXITED for s in (backend.describe(job) or {}).values())
+    )
+    assert backend.console(job) == {
+        "algo-1": "cannot reach the service algo-1\n",
+        "algo-2": "cannot reach the service algo-2\n",
+    }
+    backend.teardown(job)
+    assert backend.console(job) == {}

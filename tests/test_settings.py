@@ -41,3 +41,39 @@ def test_placeholder_secret_is_refused_outside_development(tmp_path: Path) -> No
     with pytest.raises(ValidationError, match="placeholder"):
         Settings(home=tmp_path, secret_key="changeme", environment="production")
     assert Settings(home=tmp_path, secret_key="changeme").signing_key() == b"changeme"
+
+
+def test_backend_settings_come_as_json_or_one_variable_per_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNYARD_HOME", str(tmp_path))
+    monkeypatch.setenv(
+        "RUNYARD_KUBERNETES",
+        '{"namespace": "training", "node_selector": {"pool": "gpu"}, "gang_scheduler": "kueue"}',
+    )
+    kubernetes = Settings().kubernetes
+    assert kubernetes.namespace == "training"
+    assert kubernetes.node_selector == {"pool": "gpu"}
+    assert kubernetes.gang_scheduler == "kueue"
+    monkeypatch.delenv("RUNYARD_KUBERNETES")
+    monkeypatch.setenv("RUNYARD_KUBERNETES__NAMESPACE", "team-a")
+    monkeypatch.setenv("RUNYARD_KUBERNETES__SCHEDULE_TIMEOUT_SECONDS", "120")
+    kubernetes = Settings().kubernetes
+    assert (kubernetes.namespace, kubernetes.schedule_timeout_seconds) == ("team-a", 120)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("RUNYARD_KUBERNETES__NAMESPACE", "Not_A_Label", "namespace"),
+        ("RUNYARD_KUBERNETES__ON_UNSCHEDULABLE", "retry", "on_unschedulable"),
+        ("RUNYARD_KUBERNETES", '{"namespaec": "typo"}', "namespaec"),
+    ],
+)
+def test_bad_backend_settings_name_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str
+) -> None:
+    monkeypatch.setenv("RUNYARD_HOME", str(tmp_path))
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError, match=field):
+        Settings()

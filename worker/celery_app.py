@@ -50,7 +50,19 @@ def create_celery(settings: Settings) -> Celery:
                 "schedule": settings.reconcile_interval,
                 "options": {"expires": settings.reconcile_interval},
             },
+            "reap-cluster-leftovers": {
+                "task": "runyard.reap",
+                "schedule": settings.reap_interval,
+                "options": {"expires": settings.reap_interval},
+            },
             "prune-broker": {"task": "runyard.prune_broker", "schedule": 600.0},
+            # Retention is counted in days: an hour late changes nothing, so a missed
+            # run is simply dropped.
+            "prune-logs": {
+                "task": "runyard.prune_logs",
+                "schedule": 3600.0,
+                "options": {"expires": 3600.0},
+            },
         },
         **extra,
     )

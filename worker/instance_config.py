@@ -25,6 +25,7 @@ def instance_files(
     master_port: int,
     network_interface: str,
     launch_agent: list[str],
+    agent_port: int | None = None,
 ) -> dict[str, str]:
     spec = request.spec
     hosts = request.hosts
@@ -67,6 +68,9 @@ def instance_files(
         "master_port": master_port,
         "framework": spec.framework,
         "launch_agent": launch_agent,
+        # Set where instances are separate machines: the port of the runtime's own launch
+        # agent server (runtime.launch.remote_agent), which mpirun reaches them through.
+        "agent_port": agent_port,
     }
     return {
         f"{CONFIG_DIR}/hyperparameters.json": _dump(hyperparameters),

@@ -41,6 +41,8 @@ from service.jobs.states import (
     Status,
 )
 from service.kit.db import session_scope, utcnow
+from service.logs import service as logs
+from service.logs.schemas import LogLine
 from service.settings import Settings
 from worker.backends import registry
 from worker.backends.base import (
@@ -49,6 +51,7 @@ from worker.backends.base import (
     InstanceState,
     InstanceStatus,
     JobRef,
+    LaunchError,
     LaunchRequest,
     TeardownError,
 )
@@ -56,6 +59,8 @@ from worker.backends.base import (
 log = logging.getLogger(__name__)
 
 MAX_PASSES_PER_TASK = 20
+MAX_CONSOLE_LINES = 5000
+MAX_LINE = 16 * 1024
 
 _PHASE_MESSAGES = {
     Phase.DOWNLOADING: "Downloading the code and input data",
@@ -144,8 +149,7 @@ class Reconciler:
         self.build_backend = build_backend
         # The lease must outlast the longest pass (a teardown waiting out its grace, then
         # the SIGKILL wait), or a second worker could take over mid-teardown.
-        longest_pass = settings.teardown_grace_seconds + KILL_WAIT_SECONDS + 5.0
-        self.lease_seconds = max(settings.reconcile_lease_seconds, longest_pass)
+        self.lease_seconds = max(settings.reconcile_lease_seconds, _longest_pass(settings))
 
     # -- leasing ----------------------------------------------------------------------
 
@@ -192,25 +196,36 @@ class Reconciler:
                 self._observe(snapshot, backend)
         except RETRIED:
             raise
+        except LaunchError as exc:
+            # The provider's refusal (capacity, a quota) is the reason, not a fault of ours.
+            log.warning("launching %s was refused: %s", name, exc)
+            self._fail(name, backend, f"LaunchError: {exc}", teardown=True)
         except Exception as exc:
             # Anything else is a fault of the backend or of this code: retrying blindly
             # could launch paid instances forever, so the job fails, saying why.
             log.exception("reconciling %s failed; failing the job", name)
-            reason = f"InternalServerError: {type(exc).__name__}: {exc}"[:1024]
-            current = self._load(name)  # the step that failed may have moved the job on
-            if current is not None:
-                reports = self._reports(current)
-                # A teardown that already failed would only fail again; the reason names
-                # what was left behind.
-                self._finish(
-                    current,
-                    backend,
-                    reports,
-                    Status.FAILED,
-                    Secondary.FAILED,
-                    reason,
-                    teardown=not isinstance(exc, TeardownError),
-                )
+            # A teardown that already failed would only fail again; the reason names what
+            # was left behind.
+            self._fail(
+                name,
+                backend,
+                f"InternalServerError: {type(exc).__name__}: {exc}",
+                teardown=not isinstance(exc, TeardownError),
+            )
+
+    def _fail(self, name: str, backend: Backend[Any], reason: str, *, teardown: bool) -> None:
+        current = self._load(name)  # the step that failed may have moved the job on
+        if current is not None:
+            reports = self._reports(current)
+            self._finish(
+                current,
+                backend,
+                reports,
+                Status.FAILED,
+                Secondary.FAILED,
+                reason[:1024],
+                teardown=teardown,
+            )
 
     def _launch(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         count = snapshot.spec.instance_count
@@ -248,6 +263,14 @@ class Reconciler:
         if failure is not None:
             self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
             return
+        pending = {
+            host: status
+            for host, status in sorted((statuses or {}).items())
+            if status.state == InstanceState.PENDING
+        }
+        if pending:
+            self._wait_for_instances(snapshot, backend, reports, pending)
+            return
         master = reports.get(snapshot.hosts[0])
         # Under mpirun, the first instance's result is the job's: its mpirun ran every rank,
         # and the others only hosted a daemon (which may have come and gone unseen).
@@ -270,6 +293,40 @@ class Reconciler:
             self._drive_stop(self._update(snapshot, stopping), backend)
             return
         self._show_progress(snapshot, reports)
+
+    def _wait_for_instances(
+        self,
+        snapshot: JobSnapshot,
+        backend: Backend[Any],
+        reports: dict[str, Report],
+        pending: dict[str, InstanceStatus],
+    ) -> None:
+        """All or nothing: every instance runs within the backend's start timeout, or the
+        job fails naming why they wait, and whatever did start is removed with it."""
+        count = len(snapshot.hosts)
+        why = "; ".join(f"{host}: {s.reason}" for host, s in pending.items() if s.reason)
+        waited = utcnow() - (snapshot.launched_at or utcnow())
+        timeout = backend.start_timeout
+        if timeout is not None and waited > timedelta(seconds=timeout):
+            reason = (
+                f"CapacityError: {len(pending)} of {count} instances were not running "
+                f"{timeout:g} s after launch" + (f": {why}" if why else "")
+            )
+            self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, reason)
+            return
+        message = f"Waiting for {len(pending)} of {count} instances" + (f": {why}" if why else "")
+
+        def waiting(job: TrainingJob) -> None:
+            if (
+                not repository.record_transition(
+                    job, Status.IN_PROGRESS, Secondary.PENDING, message
+                )
+                and job.transitions[-1].message != message
+            ):
+                # Still waiting, for a reason the scheduler has since made clearer.
+                job.transitions[-1].message = message[:2048]
+
+        self._update(snapshot, waiting)
 
     def _show_progress(self, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
         if not reports:
@@ -327,6 +384,7 @@ class Reconciler:
     ) -> None:
         # Nothing of the job may be left once it reads as ended.
         if teardown:
+            self._keep_consoles(snapshot, backend)
             backend.teardown(snapshot.ref)
         now = utcnow()
         master = reports.get(snapshot.hosts[0])
@@ -352,6 +410,26 @@ class Reconciler:
                 job.billable_seconds = math.ceil((now - job.launched_at).total_seconds())
 
         self._update(snapshot, finished)
+
+    def _keep_consoles(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        """Store what an instance printed, if it never shipped a line itself (a runtime
+        that could not reach the service): once the instance is removed, it is gone."""
+        consoles = backend.console(snapshot.ref)
+        now = utcnow()
+        with session_scope(self.database_url) as session:
+            for host, text in sorted(consoles.items()):
+                if not text.strip() or logs.has_lines(session, snapshot.ref.id, host):
+                    continue
+                lines = text.splitlines()[-MAX_CONSOLE_LINES:]
+                logs.ingest(
+                    session,
+                    snapshot.ref.id,
+                    host,
+                    [
+                        LogLine(seq=seq, time=now, stream="runtime", message=line[:MAX_LINE])
+                        for seq, line in enumerate(lines, start=1)
+                    ],
+                )
 
     # -- reading and writing ----------------------------------------------------------
 
@@ -384,6 +462,19 @@ class Reconciler:
             raise Superseded from exc
 
 
+def _longest_pass(settings: Settings) -> float:
+    """How long one pass may take, at most: a teardown that waits out every grace period
+    of the slowest backend this server uses, then a margin."""
+    used = set(settings.backends.values())
+    local = settings.teardown_grace_seconds + KILL_WAIT_SECONDS
+    waits = [local]
+    if "kubernetes" in used:  # pods get the stop grace, then teardown's own, then a kill
+        waits.append(settings.stop_grace_seconds + local)
+    if "ec2" in used:
+        waits.append(settings.ec2.teardown_timeout_seconds)
+    return max(waits) + 5.0
+
+
 def _first_failure(
     hosts: list[str], statuses: dict[str, InstanceStatus] | None, reports: dict[str, Report]
 ) -> str | None:
@@ -402,16 +493,17 @@ def _first_failure(
         report = reports.get(host)
         if report is not None and report.phase in FINAL_PHASES:
             continue
-        if status is None or status.state != InstanceState.RUNNING:
+        if status is None or status.state not in (InstanceState.RUNNING, InstanceState.PENDING):
             code = (
                 ""
                 if status is None or status.exit_code is None
                 else f" (exit code {status.exit_code})"
             )
+            why = f" ({status.reason})" if status and status.reason else ""
             last = (
                 f"; last output: {status.last_output[-600:]}"
                 if status and status.last_output
                 else ""
             )
-            return f"InstanceLost: {host} ended without reporting a result{code}{last}"
+            return f"InstanceLost: {host} ended without reporting a result{code}{why}{last}"
     return None

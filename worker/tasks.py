@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
 
 from service.jobs import repository
 from service.kit.db import session_scope
 from service.kit.tasks import RECONCILE_TASK
+from service.metrics import retention
 from service.settings import Settings
 from worker import broker
+from worker.backends import registry
+from worker.backends.base import Backend, JobRef
 from worker.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -33,8 +37,50 @@ def register(app: Celery, settings: Settings) -> None:
             # Redundant once the next sweep has sent its own.
             reconcile_job.apply_async([name], expires=settings.reconcile_interval * 5)
 
+    @app.task(name="runyard.reap", ignore_result=True)
+    def reap() -> None:
+        """Remove what a cluster still holds for jobs that have ended: left by a worker that
+        died between ending a job and its teardown, or by someone re-creating objects.
+        Jobs this server does not know are left alone: they may be another server's."""
+        for name in sorted(set(settings.backends.values())):
+            try:
+                reap_backend(registry.build(name, settings), settings)
+            except Exception:
+                log.exception("reaping the %s backend failed; the next round tries again", name)
+
+    # Not shared: a shared task is handed to every Celery app this process builds later,
+    # closing over this app's settings (and database).
+    @app.task(name="runyard.prune_logs", ignore_result=True, shared=False)
+    def prune_logs() -> None:
+        """Delete the log lines and metric points of jobs that ended before the retention
+        period (RUNYARD_LOG_RETENTION_DAYS); live jobs keep theirs."""
+        if settings.log_retention_days == 0:
+            return
+        with session_scope(settings.database_url) as session:
+            pruned = retention.prune_ended_jobs(session, settings.log_retention_days)
+        if pruned.log_lines or pruned.metric_points:
+            log.info(
+                "deleted %d log lines and %d metric points of jobs ended over %d days ago",
+                pruned.log_lines,
+                pruned.metric_points,
+                settings.log_retention_days,
+            )
+
     @app.task(name="runyard.prune_broker", ignore_result=True)
     def prune_broker() -> None:
         if broker.is_sqla(settings.broker_url):
             removed = broker.prune_delivered(settings.broker_url, timedelta(hours=1))
             log.info("pruned %d delivered broker messages", removed)
+
+
+def reap_backend(backend: Backend[Any], settings: Settings) -> list[JobRef]:
+    held = backend.held_jobs()
+    if not held:
+        return []
+    with session_scope(settings.database_url) as session:
+        ended = repository.ended_job_ids(session, [ref.id for ref in held])
+    reaped = [ref for ref in held if ref.id in ended]
+    for ref in reaped:
+        log.warning("%s still held %s after it ended; removing it", backend.name, ref.name)
+        backend.teardown(ref)
+    return reaped

@@ -1,8 +1,9 @@
 """Open MPI jobs (``mpi``, ``pytorchddp``, ``smdistributed.dataparallel``), as SageMaker
 runs them: ``mpirun`` on the first instance starts every rank, reaching the other
 instances through a launch agent the backend provides (for the local backend, one that
-runs the command in that instance's directory and environment; on a cluster, ssh or an
-exec into the pod). The other instances run nothing themselves: they wait for the Open MPI
+runs the command in that instance's directory and environment; where instances are
+separate machines, runtime.launch.remote_agent, whose server the other instances run while
+they wait). The other instances start no rank themselves: they wait for the Open MPI
 daemon started on them, and end when it does.
 """
 

@@ -21,9 +21,10 @@ class Principal:
     job_id: str | None = None
 
 
-def create_token(session: Session, name: str) -> str:
-    """Store a new user token and return it; this is the only time it is readable."""
-    token = tokens.new_user_token()
+def create_token(session: Session, name: str, token: str | None = None) -> str:
+    """Store a new user token (or the one given) and return it; this is the only time it
+    is readable."""
+    token = token or tokens.new_user_token()
     session.add(ApiToken(name=name, prefix=token[:12], token_hash=tokens.hash_token(token)))
     session.flush()
     return token
@@ -43,8 +44,16 @@ def authenticate(session: Session, signing_key: bytes, token: str) -> Principal 
     return Principal(kind="user", name=row.name)
 
 
-def ensure_admin_token(session: Session, token_file: Path) -> str:
-    """Make sure ``token_file`` holds a valid admin token, minting one if needed."""
+def ensure_admin_token(session: Session, token_file: Path, configured: str | None = None) -> str:
+    """Make sure ``token_file`` holds a valid admin token: the configured one (stored if new:
+    every replica of a deployment then shares it), else the file's, else a new one."""
+    if configured is not None:
+        if not session.scalar(
+            select(ApiToken.id).where(ApiToken.token_hash == tokens.hash_token(configured))
+        ):
+            create_token(session, "admin", configured)
+        _write_token(token_file, configured)
+        return configured
     if token_file.exists():
         existing = token_file.read_text().strip()
         if existing and session.scalar(
@@ -52,10 +61,14 @@ def ensure_admin_token(session: Session, token_file: Path) -> str:
         ):
             return existing
     token = create_token(session, "admin")
+    _write_token(token_file, token)
+    return token
+
+
+def _write_token(token_file: Path, token: str) -> None:
     token_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = token_file.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
     os.replace(tmp, token_file)
-    return token

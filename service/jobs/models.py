@@ -1,4 +1,9 @@
-"""Tables of the jobs domain: a job, its transitions, and what each instance reported."""
+"""Tables of the jobs domain: a job, its transitions, what each instance reported, and the
+metric values read from its log lines.
+
+The metric tables live here rather than in ``service/metrics/`` because the job row links
+to its final metrics, and every table must be known to the metadata Alembic compares.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -58,6 +64,11 @@ class TrainingJob(Base):
         back_populates="job", order_by="JobInstance.host", cascade="all, delete-orphan"
     )
     lease: Mapped[JobLease] = relationship(cascade="all, delete-orphan", lazy="raise")
+    # Written only by metric ingestion (an upsert), so read-only here; loaded only when a
+    # job is described, never by the reconciler.
+    final_metrics: Mapped[list[JobFinalMetric]] = relationship(
+        order_by="JobFinalMetric.name", viewonly=True
+    )
 
     __mapper_args__ = {"version_id_col": version}
     __table_args__ = (Index("ix_training_jobs_created", "created_at", "id"),)
@@ -117,3 +128,39 @@ class JobInstance(Base):
     job: Mapped[TrainingJob] = relationship(back_populates="instances")
 
     __table_args__ = (UniqueConstraint("job_id", "host", name="uq_job_instances_job_host"),)
+
+
+class MetricPoint(Base):
+    """One value of a job's metric, matched by its ``metric_definitions`` in a log line."""
+
+    __tablename__ = "metric_points"
+
+    id: Mapped[int] = mapped_column(BigIntegerPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("training_jobs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(32))
+    # The seq of the log line it came from: a line yields a metric at most once.
+    seq: Mapped[int] = mapped_column(Integer)
+    time: Mapped[datetime] = mapped_column(UTCDateTime)
+    value: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "name", "host", "seq", name="uq_metric_points_line"),
+        Index("ix_metric_points_job_name_time", "job_id", "name", "time", "id"),
+    )
+
+
+class JobFinalMetric(Base):
+    """The latest value of each metric of a job (SageMaker's FinalMetricDataList), kept
+    apart from the points so describing a job reads one row per metric, and so it
+    survives log retention."""
+
+    __tablename__ = "job_final_metrics"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("training_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+    time: Mapped[datetime] = mapped_column(UTCDateTime)
+    host: Mapped[str] = mapped_column(String(32))

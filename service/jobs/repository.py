@@ -69,6 +69,13 @@ def live_job_names(session: Session) -> list[str]:
     )
 
 
+def ended_job_ids(session: Session, ids: list[str]) -> set[str]:
+    """Which of ``ids`` are jobs of this server that have ended."""
+    terminal = [str(status) for status in TERMINAL]
+    query = select(TrainingJob.id).where(TrainingJob.id.in_(ids), TrainingJob.status.in_(terminal))
+    return set(session.scalars(query))
+
+
 def record_transition(
     job: TrainingJob, status: Status, secondary: str, message: str, now: datetime | None = None
 ) -> bool:

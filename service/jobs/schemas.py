@@ -33,6 +33,7 @@ MAX_ENVIRONMENT_KEY = 512
 MAX_ENVIRONMENT_VALUE = 512
 MAX_TAGS = 50
 MAX_RUN_LIMIT = 28 * 24 * 3600
+MAX_METRIC_DEFINITIONS = 40
 
 
 class _Strict(BaseModel):
@@ -109,6 +110,24 @@ class Tag(_Strict):
     value: str = Field(default="", max_length=256)
 
 
+class MetricDefinition(_Strict):
+    """As in the estimator's ``metric_definitions``: the regex's one group is the value."""
+
+    name: str = Field(min_length=1, max_length=255)
+    regex: str = Field(min_length=1, max_length=500)
+
+    @field_validator("regex")
+    @classmethod
+    def _one_group(cls, value: str) -> str:
+        try:
+            groups = re.compile(value).groups
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        if groups != 1:
+            raise ValueError(f"must have exactly one capture group (the value), has {groups}")
+        return value
+
+
 class JobCreate(_Strict):
     name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
     base_job_name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
@@ -129,6 +148,9 @@ class JobCreate(_Strict):
     max_run: int = Field(default=24 * 3600, ge=1, le=MAX_RUN_LIMIT)
     environment: dict[str, str] = Field(default_factory=dict)
     tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    metric_definitions: list[MetricDefinition] = Field(
+        default_factory=list, max_length=MAX_METRIC_DEFINITIONS
+    )
     backend: str | None = Field(default=None, max_length=32)
 
     @field_validator("entry_point")
@@ -138,6 +160,16 @@ class JobCreate(_Strict):
         if path.is_absolute() or ".." in path.parts or "\\" in value:
             raise ValueError("must be a path relative to the source, without '..'")
         return str(path)
+
+    @field_validator("metric_definitions")
+    @classmethod
+    def _unique_metric_names(cls, value: list[MetricDefinition]) -> list[MetricDefinition]:
+        seen: set[str] = set()
+        for definition in value:
+            if definition.name in seen:
+                raise ValueError(f"metric {definition.name[:40]!r} is defined twice")
+            seen.add(definition.name)
+        return value
 
     @field_validator("hyperparameters")
     @classmethod
@@ -238,6 +270,14 @@ class InstancePublic(_FromRow):
     reported_at: datetime
 
 
+class FinalMetricPublic(_FromRow):
+    """The latest value of one metric (SageMaker's FinalMetricDataList entry)."""
+
+    name: str
+    value: float
+    time: datetime
+
+
 class JobPublic(_FromRow):
     name: str
     id: str
@@ -254,6 +294,7 @@ class JobPublic(_FromRow):
     billable_seconds: int | None
     transitions: list[TransitionPublic]
     instances: list[InstancePublic]
+    final_metrics: list[FinalMetricPublic]
     spec: JobCreate
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,7 +68,7 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
         raise SpecError(
             ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.BACKENDS)}"
         )
-    if spec.instance_type not in registry.BACKENDS[backend].instance_types:
+    if spec.instance_type not in registry.BACKENDS[backend]:
         raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
     if spec.instance_count > settings.max_instance_count:
         raise SpecError(
@@ -76,7 +77,7 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
             f"of {settings.max_instance_count}",
         )
     distribution.check(spec)
-    _check_source(spec)
+    _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
     output_path = spec.output_path or settings.artifact_root
     _check_output_path(output_path)
@@ -84,6 +85,8 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
     final = spec.model_copy(
         update={"name": name, "base_job_name": None, "backend": backend, "output_path": output_path}
     )
+    # What only the backend knows: whether its instances could reach the code and data.
+    registry.build(backend, settings).check(final, settings.public_url)
     return PreparedJob(name=name, backend=backend, spec=final)
 
 
@@ -94,9 +97,12 @@ def _generate_name(spec: JobCreate, now: datetime) -> str:
     return f"{base}-{now:%Y-%m-%d-%H-%M-%S}-{now.microsecond // 1000:03d}"
 
 
-def _check_source(spec: JobCreate) -> None:
+def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
     try:
-        _check_source_at(spec, storage.local_path(spec.source_uri))
+        if storage.scheme(spec.source_uri) == "file":
+            _check_source_at(spec, storage.local_path(spec.source_uri))
+        else:
+            _check_remote_source(spec, max_source_bytes)
     except storage.StorageError as exc:
         raise SpecError(("source_uri",), str(exc)) from exc
     except OSError as exc:  # e.g. a directory the server may not enter
@@ -112,6 +118,27 @@ def _check_source_at(spec: JobCreate, source: Path) -> None:
         return
     if not source.is_file():
         raise SpecError(("source_uri",), f"{spec.source_uri} does not exist")
+    _check_tarball(spec, source)
+
+
+def _check_remote_source(spec: JobCreate, max_source_bytes: int) -> None:
+    """A prefix must hold the entry point; a tarball is fetched (no larger than an upload
+    may be) and checked as an uploaded one is."""
+    uri = spec.source_uri
+    if storage.is_dir(uri):
+        if not storage.is_file(storage.join(uri, spec.entry_point)):
+            raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {uri}")
+        return
+    objects = storage.list_objects(uri) if storage.is_file(uri) else []
+    if not objects:
+        raise SpecError(("source_uri",), f"{uri} does not exist")
+    if objects[0][1] > max_source_bytes:
+        raise SpecError(("source_uri",), f"{uri} is larger than {max_source_bytes} bytes")
+    with tempfile.TemporaryDirectory(prefix="runyard-source-check-") as scratch:
+        _check_tarball(spec, storage.fetch(uri, Path(scratch)))
+
+
+def _check_tarball(spec: JobCreate, source: Path) -> None:
     if not source.name.endswith((".tar.gz", ".tgz", ".tar")):
         raise SpecError(("source_uri",), "must be a directory or a .tar.gz archive")
     try:
@@ -128,7 +155,6 @@ def _check_inputs(spec: JobCreate) -> None:
         # Other modes are part of the estimator's vocabulary but not of this build.
         for field, supported in (
             ("input_mode", "File"),
-            ("distribution", "FullyReplicated"),
             ("compression", "None"),
         ):
             if getattr(channel, field) != supported:
@@ -169,8 +195,12 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate) -> DryRun:
 
 
 def _check_output_path(uri: str) -> None:
-    """The model must be storable there: a directory, or one that can be made."""
+    """The model must be storable there: a directory, or one that can be made; for S3, a
+    bucket this server can list (writing is only known when the model is written)."""
     try:
+        if storage.scheme(uri) == "s3":
+            storage.is_dir(uri)  # a listing fails on a missing bucket or a denied one
+            return
         path = storage.local_path(uri)
     except storage.StorageError as exc:
         raise SpecError(("output_path",), str(exc)) from exc

@@ -23,6 +23,7 @@ from service.kit.errors import SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs.models import LogEvent
 from service.logs.schemas import LogEventPublic, LogLine
+from service.metrics import service as metrics
 from service.settings import Settings
 
 FOLLOW_POLL_SECONDS = 0.25
@@ -48,7 +49,14 @@ def ingest(session: Session, job_id: str, host: str, lines: list[LogLine]) -> in
         for line in fresh
     )
     session.flush()
+    # Only from the lines stored just now: a retried batch must not count a value twice.
+    metrics.extract(session, job_id, host, fresh)
     return len(fresh)
+
+
+def has_lines(session: Session, job_id: str, host: str) -> bool:
+    query = select(LogEvent.id).where(LogEvent.job_id == job_id, LogEvent.host == host).limit(1)
+    return session.scalar(query) is not None
 
 
 def page(

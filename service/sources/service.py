@@ -1,7 +1,8 @@
 """Source bundles uploaded by the CLI and SDK (``source_dir`` packed as a .tar.gz).
 
-Stored content-addressed under ``<artifact root>/sources/``, so uploading the same code
-twice stores it once and a job's ``source_uri`` never changes under it.
+Stored content-addressed under ``<artifact root>/sources/`` (a ``file://`` directory or an
+``s3://`` prefix, through ``runtime.storage``), so uploading the same code twice stores it
+once and a job's ``source_uri`` never changes under it.
 """
 
 from __future__ import annotations

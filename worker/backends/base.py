@@ -22,10 +22,17 @@ PlanT = TypeVar("PlanT")
 REDACTED = "<redacted>"
 # How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
 KILL_WAIT_SECONDS = 10.0
+# How much of an instance's console is kept when it is the only record of the instance.
+CONSOLE_BYTES = 256 * 1024
 
 
 class TeardownError(RuntimeError):
     """Something of the job could not be removed; the message says what."""
+
+
+class LaunchError(RuntimeError):
+    """The provider would not start the job's instances (capacity, a quota, a refusal);
+    the message, naming the cause in the provider's words, is the job's failure reason."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class LaunchRequest:
 
 
 class InstanceState(StrEnum):
+    # Created but not yet running: waiting for a node, an image, or capacity.
+    PENDING = "Pending"
     RUNNING = "Running"
     EXITED = "Exited"
     UNKNOWN = "Unknown"
@@ -61,6 +70,9 @@ class InstanceStatus:
     exit_code: int | None = None
     # The last lines the instance printed itself, to explain an instance that vanished.
     last_output: str = ""
+    # Why a PENDING instance waits, or why one ended, in the provider's words
+    # ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu").
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,22 @@ class Materialized(Generic[PlanT]):
     def render(self) -> str:
         """The plan for people: YAML, with file contents shown as they will be written."""
         return yaml.dump(self.public, Dumper=_PlanDumper, sort_keys=False, width=100)
+
+
+def unshared_file_uris(spec: JobCreate, shared_root: str | None) -> list[tuple[str | int, ...]]:
+    """The fields whose file:// URIs instances on other machines cannot read: all of them,
+    unless they lie under ``shared_root`` (the artifact root, mounted on every instance)."""
+    uris: dict[tuple[str | int, ...], str] = {
+        ("source_uri",): spec.source_uri,
+        ("output_path",): spec.output_path or "",
+        **{("inputs", name, "uri"): channel.uri for name, channel in sorted(spec.inputs.items())},
+    }
+    shared = f"{shared_root.rstrip('/')}/" if shared_root else None
+    return [
+        loc
+        for loc, uri in uris.items()
+        if uri.startswith("file:") and not (shared and (uri + "/").startswith(shared))
+    ]
 
 
 class _PlanDumper(yaml.SafeDumper):
@@ -90,6 +118,9 @@ _PlanDumper.add_representer(str, _text)
 class Backend(ABC, Generic[PlanT]):
     name: ClassVar[str]
     instance_types: ClassVar[frozenset[str]]
+    # How long every instance of a job may stay PENDING before the job fails (all or
+    # nothing); None waits for as long as it takes.
+    start_timeout: float | None = None
 
     def submit(self, request: LaunchRequest) -> Materialized[PlanT]:
         """Create the job's instances, or adopt them if an earlier attempt already did."""
@@ -101,6 +132,10 @@ class Backend(ABC, Generic[PlanT]):
         """Ask every instance to end (SIGTERM-like), or end them at once with ``force``."""
         if self.exists(job):
             self._cancel_existing(job, force=force)
+
+    def check(self, spec: JobCreate, service_url: str) -> None:
+        """Refuse, at submission, a job this backend could never run here (raise SpecError
+        naming the field); the default accepts whatever the catalog allows."""
 
     @abstractmethod
     def materialize(self, request: LaunchRequest) -> Materialized[PlanT]: ...
@@ -121,3 +156,13 @@ class Backend(ABC, Generic[PlanT]):
     @abstractmethod
     def teardown(self, job: JobRef) -> None:
         """End and remove everything the job has, waiting until nothing of it is left."""
+
+    def console(self, job: JobRef) -> dict[str, str]:
+        """What each instance's runtime printed itself, by host, read before teardown removes
+        it: the only record of an instance whose runtime never reached the service."""
+        return {}
+
+    def held_jobs(self) -> list[JobRef]:
+        """Every job this backend still holds anything for (pods, instances), found from
+        the provider's side: what the reaper compares with the jobs still live."""
+        return []

@@ -29,6 +29,7 @@ from typing import Any
 from runtime.launch.local_agent import write_hosts_file
 from worker.backends import processes
 from worker.backends.base import (
+    CONSOLE_BYTES,
     KILL_WAIT_SECONDS,
     REDACTED,
     Backend,
@@ -252,6 +253,14 @@ class LocalBackend(Backend[LocalPlan]):
                 )
         return statuses
 
+    def console(self, job: JobRef) -> dict[str, str]:
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        return {
+            instance.host: _tail_bytes(job_dir / f"{instance.host}.console.log", CONSOLE_BYTES)
+            for instance in (plan.instances if plan else [])
+        }
+
     def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
         sig = signal.SIGKILL if force else signal.SIGTERM
         job_dir = self.jobs_dir / job.name
@@ -324,14 +333,17 @@ def _public(plan: LocalPlan) -> dict[str, Any]:
 
 
 def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(_tail_bytes(path, 8192).splitlines()[-lines:])
+
+
+def _tail_bytes(path: Path, size: int) -> str:
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 8192))
-            text = handle.read().decode(errors="replace")
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def _write_private(path: Path, text: str) -> None:

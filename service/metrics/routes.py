@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.auth.deps import CurrentUser
+from service.jobs import service as jobs
+from service.jobs.routes import JobName
+from service.kit.deps import ReadSessionDep
+from service.metrics import service
+from service.metrics.schemas import MetricsPublic
+
+router = APIRouter(prefix="/v1/training-jobs", tags=["metrics"])
+
+
+@router.get("/{name}/metrics", response_model=MetricsPublic)
+def get_metrics(
+    name: JobName,
+    session: ReadSessionDep,
+    _user: CurrentUser,
+    metric: Annotated[
+        str | None,
+        Query(alias="name", min_length=1, max_length=255, description="Only this metric"),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=10_000, description="At most this many points per metric, the latest")
+    ] = 1000,
+) -> MetricsPublic:
+    """Each metric of the job's ``metric_definitions`` with its points, ordered by time."""
+    job = jobs.get(session, name)
+    return MetricsPublic(metrics=service.series(session, job, name=metric, limit=limit))

@@ -1,0 +1,155 @@
+"""Metrics: values that a job's ``metric_definitions`` find in its log lines.
+
+Points are extracted when lines are ingested (never when they are read), from the lines
+that ingest stores for the first time; so a retried batch, whose lines are skipped, adds
+no point twice.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
+from service.kit.errors import NotFound
+from service.logs.schemas import LogLine
+from service.metrics.schemas import MetricPointPublic, MetricSeries
+
+# The runtime's own lines are not the script's output and never hold its metrics.
+SCRIPT_STREAMS = frozenset({"stdout", "stderr"})
+
+
+@dataclass(frozen=True)
+class _Definition:
+    name: str
+    pattern: re.Pattern[str]
+
+
+def extract(session: Session, job_id: str, host: str, lines: Sequence[LogLine]) -> int:
+    """Store the points found in ``lines`` (new lines of one host, in seq order) and move
+    each metric's latest value forward; returns how many points were stored."""
+    if not lines:
+        return 0
+    definitions = _definitions(session, job_id)
+    if not definitions:
+        return 0
+    points = list(_points(job_id, host, definitions, lines))
+    if not points:
+        return 0
+    session.add_all(points)
+    session.flush()
+    _update_final(session, _latest_by_name(points))
+    return len(points)
+
+
+def series(
+    session: Session, job: TrainingJob, *, name: str | None, limit: int
+) -> list[MetricSeries]:
+    """Each defined metric (or only ``name``) with its latest ``limit`` points, by time."""
+    names = _defined_names(job.spec)
+    if name is not None:
+        if name not in names:
+            raise NotFound(f"training job {job.name!r} defines no metric named {name!r}")
+        names = [name]
+    return [
+        MetricSeries(name=metric, points=_latest_points(session, job.id, metric, limit))
+        for metric in names
+    ]
+
+
+def _definitions(session: Session, job_id: str) -> list[_Definition]:
+    # The route has just loaded the job, so this is normally the session's copy, not a
+    # query. Compiled once per batch: re caches patterns too, but only a few hundred.
+    job = session.get(TrainingJob, job_id)
+    if job is None:
+        return []
+    return [
+        _Definition(item["name"], re.compile(item["regex"]))
+        for item in job.spec.get("metric_definitions", [])
+    ]
+
+
+def _defined_names(spec: dict[str, Any]) -> list[str]:
+    return [str(item["name"]) for item in spec.get("metric_definitions", [])]
+
+
+def _points(
+    job_id: str, host: str, definitions: list[_Definition], lines: Iterable[LogLine]
+) -> Iterable[MetricPoint]:
+    for line in lines:
+        if line.stream not in SCRIPT_STREAMS:
+            continue
+        for definition in definitions:
+            value = _value(definition.pattern, line.message)
+            if value is not None:
+                yield MetricPoint(
+                    job_id=job_id,
+                    name=definition.name,
+                    host=host,
+                    seq=line.seq,
+                    time=line.time,
+                    value=value,
+                )
+
+
+def _value(pattern: re.Pattern[str], message: str) -> float | None:
+    """The first match's group as a finite number, else None. NaN and infinities are
+    dropped: they are not JSON, and a chart or a "final" value cannot use them."""
+    match = pattern.search(message)
+    if match is None or match.group(1) is None:
+        return None
+    try:
+        value = float(match.group(1))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _latest_by_name(points: list[MetricPoint]) -> list[MetricPoint]:
+    # Points come in seq order, so on equal times the later line wins.
+    latest: dict[str, MetricPoint] = {}
+    for point in points:
+        current = latest.get(point.name)
+        if current is None or point.time >= current.time:
+            latest[point.name] = point
+    return list(latest.values())
+
+
+def _update_final(session: Session, points: list[MetricPoint]) -> None:
+    """Upsert each metric's latest value, keeping a later one already stored (another
+    host may have reported it). One statement per metric, so two hosts' batches racing
+    on the same metric cannot fail on the primary key."""
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    for point in points:
+        statement = insert(JobFinalMetric).values(
+            job_id=point.job_id,
+            name=point.name,
+            value=point.value,
+            time=point.time,
+            host=point.host,
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=["job_id", "name"],
+            set_={key: statement.excluded[key] for key in ("value", "time", "host")},
+            where=statement.excluded.time >= JobFinalMetric.time,
+        )
+        session.execute(statement)
+
+
+def _latest_points(session: Session, job_id: str, name: str, limit: int) -> list[MetricPointPublic]:
+    query = (
+        select(MetricPoint)
+        .where(MetricPoint.job_id == job_id, MetricPoint.name == name)
+        .order_by(MetricPoint.time.desc(), MetricPoint.id.desc())
+        .limit(limit)
+    )
+    rows = list(session.scalars(query))
+    return [MetricPointPublic.model_validate(row) for row in reversed(rows)]

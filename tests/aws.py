@@ -1,0 +1,109 @@
+"""moto's server as a real process: an AWS endpoint that boto3 reaches over HTTP.
+
+Tests talk to it exactly as the backends talk to AWS (signed requests, XML answers,
+botocore's own parsing); nothing inside boto3 or Runyard is patched. ``reset`` wipes
+every service's state between tests, which is much cheaper than a new server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+REGION = "us-east-1"
+START_TIMEOUT = 30.0
+# Checked against moto's per-region offerings, as AWS refuses a type a region lacks.
+SERVER_ENV = {"MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION": "true"}
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    url: str
+    log: Path
+
+    def reset(self) -> None:
+        httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
+
+    def client_env(self) -> dict[str, str]:
+        """The variables through which boto3 itself (in this process or a runtime started
+        as a subprocess) finds this endpoint, with dummy credentials."""
+        return {
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+        }
+
+    def client(self, service: str, region: str = REGION) -> Any:
+        """A boto3 client of this endpoint with dummy credentials. One attempt per call:
+        an error a test provokes reaches it once, not after botocore's retries."""
+        session = boto3.session.Session(
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name=region,
+        )
+        config = Config(retries={"mode": "standard", "max_attempts": 1})
+        return session.client(service, endpoint_url=self.url, config=config)
+
+
+@contextlib.contextmanager
+def moto_server(log_dir: Path, **extra_env: str) -> Iterator[MotoServer]:
+    port = _free_port()
+    log = log_dir / "moto.log"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MOTO_"))},
+        **SERVER_ENV,
+        **extra_env,
+    }
+    with open(log, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    server = MotoServer(f"http://127.0.0.1:{port}", log)
+    try:
+        _wait_until_up(server, process)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_up(server: MotoServer, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto server exited {process.returncode}: {server.log.read_text()}")
+        try:
+            server.reset()
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"moto server not up in {START_TIMEOUT} s") from None
+            time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

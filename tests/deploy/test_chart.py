@@ -1,0 +1,614 @@
+"""charts/runyard, rendered and linted by Helm's own engine (helm_python: the Helm v4 Go SDK
+through its C library, offline), every object checked against the official schemas of the
+oldest Kubernetes the chart claims and of the newest kubernetes-validate ships (strict:
+an unknown field fails), and the settings it renders parsed by Runyard's own Settings."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.backend_settings import KubernetesSettings
+from service.instance_types import CATALOG
+from service.settings import Settings
+from tests.deploy.support import REPO, SERVICE_COMMANDS, assert_health_route, check_runyard_args
+from worker.backends import kubernetes as kubernetes_backend
+
+CHART = REPO / "charts" / "runyard"
+RELEASE, NAMESPACE = "ry", "ml"
+NEWEST = kubernetes_validate.utils.latest_version()
+# The floor of Chart.yaml's kubeVersion (">=1.30.0-0").
+KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+OLDEST = KUBE_VERSION.removeprefix(">=").removesuffix(".0-0")
+
+REQUIRED = {
+    "database": {"url": "postgresql://runyard:pw@postgres.db:5432/runyard"},
+    "broker": {"url": "redis://redis.db:6379/0"},
+    "secretKey": "9" * 64,
+}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": REQUIRED,
+    "ingress": {
+        **REQUIRED,
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "hosts": [{"host": "runyard.test", "paths": [{"path": "/", "pathType": "Prefix"}]}],
+            "tls": [{"hosts": ["runyard.test"], "secretName": "runyard-tls"}],
+        },
+    },
+    "volcano": {**REQUIRED, "kubernetes": {"gang_scheduler": "volcano", "gang_queue": "train"}},
+    "existing-secret": {"existingSecret": "runyard-credentials"},
+    "jobs-namespace": {
+        **REQUIRED,
+        "kubernetes": {"namespace": "training"},
+        "createJobsNamespace": True,
+        "artifacts": {"persistence": {"existingClaim": "shared-artifacts"}},
+    },
+    "no-persistence": {**REQUIRED, "artifacts": {"persistence": {"enabled": False}}},
+}
+
+# What the kubernetes backend does in the jobs namespace: (apiGroup, resource) -> verbs.
+BACKEND_RULES = {
+    ("", "pods"): {"list", "create", "delete"},
+    ("", "pods/log"): {"get"},
+    ("", "services"): {"create", "delete"},
+    ("", "configmaps"): {"get", "list", "create", "delete"},
+    ("", "secrets"): {"create", "delete"},
+    ("", "events"): {"list"},
+}
+VOLCANO_RULE = {("scheduling.volcano.sh", "podgroups"): {"create", "delete"}}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def _render_texts(chart: helm.Chart, values: dict[str, Any]) -> dict[str, str]:
+    return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def _objects(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+    objects = []
+    for template, text in sorted(_render_texts(chart, values).items()):
+        if template.endswith("NOTES.txt"):
+            continue
+        objects += [doc for doc in yaml.safe_load_all(text) if doc]
+    return objects
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
+    return found[0]
+
+
+def _workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Deployments and Jobs by component: api, worker, beat, migrate."""
+    return {
+        o["metadata"]["labels"]["app.kubernetes.io/component"]: o
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    }
+
+
+def _pod(workload: dict[str, Any]) -> dict[str, Any]:
+    return workload["spec"]["template"]["spec"]
+
+
+def _rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    role = _one(objects, "Role")
+    rules: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
+    return rules
+
+
+def _environment(objects: list[dict[str, Any]], component: str) -> dict[str, str]:
+    """The environment a component's container gets: its ConfigMap and Secret keys."""
+    container = _pod(_workloads(objects)[component])["containers"][0]
+    (source,) = container["envFrom"]
+    environ = dict(_one(objects, "ConfigMap", source["configMapRef"]["name"])["data"])
+    for item in container["env"]:
+        ref = item["valueFrom"]["secretKeyRef"]
+        data = _one(objects, "Secret", ref["name"])["stringData"]
+        if ref["key"] in data or not ref.get("optional"):
+            environ[item["name"]] = data[ref["key"]]
+    return environ
+
+
+def _settings(environ: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    return Settings()
+
+
+# -- Helm's own checks ------------------------------------------------------------------
+
+
+def test_the_native_helm_library_loads() -> None:
+    assert helm.helm_sdk_version().startswith("v4.")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lint_is_clean(variant: str) -> None:
+    report = helm.lint(CHART, VARIANTS[variant], strict=True, kube_version=f"v{NEWEST}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems, problems
+    assert not report["errors"]
+
+
+@pytest.mark.parametrize("version", sorted({OLDEST, NEWEST}))
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_object_is_valid_kubernetes(chart: helm.Chart, variant: str, version: str) -> None:
+    objects = _objects(chart, VARIANTS[variant])
+    assert len(objects) >= 8
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_names_are_unique_per_kind(chart: helm.Chart) -> None:
+    for variant in VARIANTS.values():
+        keys = [(o["kind"], o["metadata"]["name"]) for o in _objects(chart, variant)]
+        assert len(keys) == len(set(keys)), keys
+
+
+# -- required values and the schema -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "unset"),
+    [
+        ("database.url", {"database": {"url": ""}}),
+        ("broker.url", {"broker": {"url": ""}}),
+        ("secretKey", {"secretKey": ""}),
+    ],
+)
+def test_a_missing_required_value_fails_naming_it(
+    chart: helm.Chart, value: str, unset: dict[str, Any]
+) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape(f"{value} is required")):
+        _render_texts(chart, {**REQUIRED, **unset})
+
+
+def test_nothing_renders_without_values(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError, match=r"database\.url is required"):
+        _render_texts(chart, {})
+
+
+def test_a_short_secret_key_is_refused(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError, match="at least 32 characters"):
+        _render_texts(chart, {**REQUIRED, "secretKey": "changeme"})
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"api": {"replicaCount": "two"}}, "/api/replicaCount"),
+        ({"worker": {"replicas": 2}}, "/worker"),
+        ({"kubernetes": {"gang_scheduler": "slurm"}}, "/kubernetes/gang_scheduler"),
+        ({"kubernetes": {"agent_port": 80}}, "/kubernetes/agent_port"),
+        ({"kubernetes": {"namespace": "Not_A_Label"}}, "/kubernetes/namespace"),
+        ({"backends": {"ml.m5.large": "slurm"}}, "/backends/ml.m5.large"),
+        ({"extraConfig": {"RUNYARD_SECRET_KEY": "x"}}, "RUNYARD_SECRET_KEY"),
+        ({"imagePullSecret": []}, "imagePullSecret"),
+        ({"adminToken": "secret"}, "/adminToken"),
+    ],
+)
+def test_the_schema_rejects_wrong_values(
+    chart: helm.Chart, values: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(helm.HelmValuesError, match=re.escape(where)):
+        chart.validate_schema({**REQUIRED, **values})
+    # And so does every install, before any template runs.
+    with pytest.raises(helm.HelmValuesError):
+        _render_texts(chart, {**REQUIRED, **values})
+
+
+def test_the_schema_accepts_every_variant(chart: helm.Chart) -> None:
+    for values in VARIANTS.values():
+        chart.validate_schema(values)
+
+
+def _schema_node(
+    schema: dict[str, Any], node: dict[str, Any], key: str
+) -> tuple[dict[str, Any], bool]:
+    """The schema of ``key`` inside ``node``, and whether it is a named property (rather
+    than an entry of a free-form map)."""
+    node = _resolve(schema, node)
+    if key in node.get("properties", {}):
+        return _resolve(schema, node["properties"][key]), True
+    entry = node.get("additionalProperties")
+    assert isinstance(entry, dict), f"{key} is not in the schema"
+    return _resolve(schema, entry), False
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" not in node:
+        return node
+    found: Any = schema
+    for part in node["$ref"].removeprefix("#/").split("/"):
+        found = found[part]
+    return found
+
+
+def test_the_schema_describes_every_value_with_a_type(chart: helm.Chart) -> None:
+    schema = chart.schema
+    assert schema is not None
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    described: list[str] = []
+
+    def walk(values: Any, node: dict[str, Any], path: str, named: bool) -> None:
+        assert "type" in node, f"{path} has no type"
+        assert node.get("description") or not named, f"{path} has no description"
+        if "properties" in node:
+            assert node.get("additionalProperties") is False, f"{path}: unknown keys allowed"
+            assert set(node.get("required", [])) <= set(node["properties"])
+        # A free-form object (a securityContext, affinity) is Kubernetes' own type: the
+        # rendered objects are validated against Kubernetes' schemas instead.
+        free_form = "properties" not in node and not isinstance(
+            node.get("additionalProperties"), dict
+        )
+        if isinstance(values, dict) and not free_form:
+            for key, value in values.items():
+                child, child_named = _schema_node(schema, node, key)
+                walk(value, child, f"{path}.{key}", child_named)
+                described.append(f"{path}.{key}")
+
+    walk(chart.values, schema, "", True)
+    assert ".kubernetes.agent_port" in described
+    assert ".backends.ml.m5.large" in described
+    assert set(schema["required"]) == set(chart.values)
+
+
+def test_the_kubernetes_values_are_the_backend_settings(chart: helm.Chart) -> None:
+    fields = KubernetesSettings.model_fields
+    values = chart.values["kubernetes"]
+    assert set(values) <= set(fields), set(values) - set(fields)
+    section = chart.schema["properties"]["kubernetes"]["properties"]
+    for name in values:
+        choices = typing.get_args(fields[name].annotation)
+        if typing.get_origin(fields[name].annotation) is typing.Literal:
+            assert sorted(section[name]["enum"]) == sorted(choices), name
+    # Every setting the chart does not offer is one an in-cluster worker has no use for.
+    assert set(fields) - set(values) == {
+        "kubeconfig",
+        "context",
+        "api_url",
+        "artifact_volume_claim",  # from artifacts.persistence
+    }
+
+
+# -- what is rendered ------------------------------------------------------------------------
+
+
+def test_the_rendered_settings_are_valid_runyard_settings(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = _objects(chart, REQUIRED)
+    for component in SERVICE_COMMANDS:
+        environ = _environment(objects, component)
+        KubernetesSettings.model_validate_json(environ["RUNYARD_KUBERNETES"])
+        settings = _settings(environ, monkeypatch)
+        assert settings.environment == "production"
+        assert settings.database_url == REQUIRED["database"]["url"]
+        assert settings.broker_url == REQUIRED["broker"]["url"]
+        assert settings.secret_key is not None
+        assert settings.secret_key.get_secret_value() == REQUIRED["secretKey"]
+    kube = settings.kubernetes
+    assert kube.namespace == NAMESPACE
+    assert kube.image == "runyard/runtime:0.1.0"
+    assert kube.artifact_volume_claim == "ry-runyard-artifacts"
+    assert kube.gang_scheduler == "none"
+    assert kube.service_account is None
+    assert kube.priority_class is None
+    # Every ml.* type of the catalog runs on Kubernetes, and nothing else is offered.
+    ml_types = {name for name in CATALOG if name.startswith("ml.")}
+    assert settings.backends == dict.fromkeys(ml_types, "kubernetes")
+    # Job pods reach the API through its Service.
+    service = _one(objects, "Service", "ry-runyard-api")
+    port = service["spec"]["ports"][0]["port"]
+    assert settings.public_url == f"http://ry-runyard-api.{NAMESPACE}.svc.cluster.local:{port}"
+
+
+def test_every_kubernetes_setting_reaches_the_worker(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given = {
+        "namespace": NAMESPACE,
+        "image": "registry.test/runyard/runtime:7",
+        "image_pull_policy": "Always",
+        "image_pull_secrets": ["registry"],
+        "service_account": "trainer",
+        "node_selector": {"pool": "gpu"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "priority_class": "training",
+        "schedule_timeout_seconds": 600.5,
+        "on_unschedulable": "wait",
+        "gang_scheduler": "kueue",
+        "gang_queue": "team-a",
+        "agent_port": 7100,
+    }
+    values = {
+        **REQUIRED,
+        "kubernetes": given,
+        "publicUrl": "https://runyard.test",
+        "backends": {"ml.p4d.24xlarge": "ec2"},
+        "extraConfig": {"RUNYARD_MAX_INSTANCE_COUNT": 32},
+    }
+    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    assert settings.kubernetes == KubernetesSettings(
+        **given, artifact_volume_claim="ry-runyard-artifacts"
+    )
+    assert settings.public_url == "https://runyard.test"
+    assert settings.backends["ml.p4d.24xlarge"] == "ec2"
+    assert settings.backends["ml.m5.large"] == "kubernetes"
+    assert settings.max_instance_count == 32
+
+
+def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
+    objects = _objects(chart, REQUIRED)
+    assert _rules(objects) == BACKEND_RULES
+    role, binding = _one(objects, "Role"), _one(objects, "RoleBinding")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    account = _one(objects, "ServiceAccount")["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    # Only the worker holds that identity; the other pods mount no API token at all.
+    for component, workload in _workloads(objects).items():
+        pod = _pod(workload)
+        if component == "worker":
+            assert pod["serviceAccountName"] == account
+            assert pod["automountServiceAccountToken"] is True
+        else:
+            assert "serviceAccountName" not in pod, component
+            assert pod["automountServiceAccountToken"] is False, component
+
+
+def test_podgroups_are_allowed_only_with_volcano(chart: helm.Chart) -> None:
+    assert _rules(_objects(chart, VARIANTS["volcano"])) == {**BACKEND_RULES, **VOLCANO_RULE}
+    kueue = {**REQUIRED, "kubernetes": {"gang_scheduler": "kueue"}}
+    assert _rules(_objects(chart, kueue)) == BACKEND_RULES
+
+
+def test_the_role_allows_exactly_the_calls_the_backend_makes(chart: helm.Chart) -> None:
+    # Read from the backend's source, so a new call there fails here until the Role has
+    # it, and a call removed there fails here until the Role drops it.
+    source = Path(kubernetes_backend.__file__).read_text()
+    verbs = {"create": "create", "read": "get", "list": "list", "delete": "delete"}
+    verbs |= {"patch": "patch", "replace": "update"}
+    call = re.compile(r"\.(create|read|list|delete|patch|replace)_namespaced_(\w+?)\(")
+    calls = set(call.findall(source))
+    assert calls
+    group, _version, plural = kubernetes_backend.VOLCANO
+    used: dict[tuple[str, str], set[str]] = {}
+    for action, kind in calls:
+        if kind == "custom_object":
+            resource = (group, plural)
+        elif kind.endswith("_log"):
+            resource = ("", kind.removesuffix("_log") + "s/log")
+        else:
+            resource = ("", kind.replace("_", "") + "s")
+        used.setdefault(resource, set()).add(verbs[action])
+    assert _rules(_objects(chart, VARIANTS["volcano"])) == used
+
+
+def test_the_migration_runs_as_a_hook_before_install_and_upgrade(chart: helm.Chart) -> None:
+    objects = _objects(chart, REQUIRED)
+    job = _workloads(objects)["migrate"]
+    assert job["kind"] == "Job"
+    hooks = job["metadata"]["annotations"]
+    assert set(hooks["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    container = _pod(job)["containers"][0]
+    assert container["command"] == ["runyard", "migrate"]
+    assert _pod(job)["restartPolicy"] == "Never"
+    # It runs before the release's own ConfigMap and Secret exist: it must use hook copies
+    # created before it, and mount no artifact claim (not created yet either).
+    refs = {container["envFrom"][0]["configMapRef"]["name"]}
+    refs |= {item["valueFrom"]["secretKeyRef"]["name"] for item in container["env"]}
+    copies = [o for o in objects if o["metadata"]["name"] in refs and o["kind"] != "Job"]
+    assert {o["kind"] for o in copies} == {"ConfigMap", "Secret"}
+    for obj in copies:
+        annotations = obj["metadata"]["annotations"]
+        assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+        assert int(annotations["helm.sh/hook-weight"]) < int(hooks["helm.sh/hook-weight"])
+        # Removed once the migration succeeded: the release's own copies take over.
+        assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
+    assert not [v for v in _pod(job)["volumes"] if "persistentVolumeClaim" in v]
+    # Copies of the same settings the Deployments get.
+    assert _environment(objects, "migrate") == _environment(objects, "api")
+
+
+def test_every_container_runs_a_runyard_command(chart: helm.Chart) -> None:
+    for values in VARIANTS.values():
+        workloads = _workloads(_objects(chart, values))
+        assert set(workloads) == set(SERVICE_COMMANDS)
+        for component, workload in workloads.items():
+            (container,) = _pod(workload)["containers"]
+            assert container["image"] == "runyard/service:0.1.0"
+            program, *argv = container["command"]
+            assert program == "runyard"
+            assert check_runyard_args(argv) == component
+
+
+def test_beat_is_a_single_pod_replaced_not_rolled(chart: helm.Chart) -> None:
+    values = {**REQUIRED, "api": {"replicaCount": 3}, "worker": {"replicaCount": 5}}
+    workloads = _workloads(_objects(chart, values))
+    assert workloads["beat"]["spec"]["replicas"] == 1
+    assert workloads["beat"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert workloads["api"]["spec"]["replicas"] == 3
+    assert workloads["worker"]["spec"]["replicas"] == 5
+
+
+def test_the_api_is_probed_on_its_health_route(chart: helm.Chart, tmp_path: Path) -> None:
+    objects = _objects(chart, REQUIRED)
+    (container,) = _pod(_workloads(objects)["api"])["containers"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert check_runyard_args(container["command"][1:]) == "api"
+    assert container["command"][container["command"].index("--port") + 1] == str(ports["http"])
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert get["port"] == "http"
+        assert_health_route(get["path"], tmp_path)
+    service = _one(objects, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert (
+        service["spec"]["selector"] == _workloads(objects)["api"]["spec"]["selector"]["matchLabels"]
+    )
+
+
+def test_resources_come_from_values(chart: helm.Chart) -> None:
+    wanted = {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}}
+    values = copy.deepcopy(REQUIRED)
+    for component in ("api", "worker", "beat", "migration"):
+        values[component] = {"resources": wanted}
+    for workload in _workloads(_objects(chart, values)).values():
+        assert _pod(workload)["containers"][0]["resources"] == wanted
+
+
+def test_control_plane_pods_run_as_non_root(chart: helm.Chart) -> None:
+    for workload in _workloads(_objects(chart, REQUIRED)).values():
+        pod = _pod(workload)
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] != 0
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+            assert {"/tmp", "/var/lib/runyard"} <= mounts, "writable home and /tmp"
+
+
+def test_the_artifact_claim_is_shared_by_api_worker_and_job_pods(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = _objects(chart, REQUIRED)
+    claim = _one(objects, "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    settings = _settings(_environment(objects, "worker"), monkeypatch)
+    root = settings.artifact_root.removeprefix("file://")
+    for component, workload in _workloads(objects).items():
+        pod = _pod(workload)
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in pod["volumes"]
+            if "persistentVolumeClaim" in v
+        }
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        if component in ("api", "worker"):
+            assert claims == {"artifacts": claim["metadata"]["name"]}
+            assert mounts["artifacts"] == root
+        else:
+            assert not claims, component
+    # The backend mounts the same claim at the same path in every job pod.
+    assert settings.kubernetes.artifact_volume_claim == claim["metadata"]["name"]
+
+
+def test_without_persistence_nothing_is_mounted(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = _objects(chart, VARIANTS["no-persistence"])
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    settings = _settings(_environment(objects, "worker"), monkeypatch)
+    assert settings.kubernetes.artifact_volume_claim is None
+    notes = _render_texts(chart, VARIANTS["no-persistence"])["runyard/templates/NOTES.txt"]
+    assert "No shared artifact claim" in notes
+
+
+def test_another_jobs_namespace_needs_a_claim_that_exists_there(chart: helm.Chart) -> None:
+    values = {**REQUIRED, "kubernetes": {"namespace": "training"}}
+    with pytest.raises(helm.HelmRenderError, match=r"artifacts\.persistence\.existingClaim"):
+        _render_texts(chart, values)
+    objects = _objects(chart, VARIANTS["jobs-namespace"])
+    assert _one(objects, "Namespace")["metadata"]["name"] == "training"
+    assert _one(objects, "Role")["metadata"]["namespace"] == "training"
+    binding = _one(objects, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "training"
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    environ = _environment(objects, "worker")
+    assert json.loads(environ["RUNYARD_KUBERNETES"])["namespace"] == "training"
+    assert json.loads(environ["RUNYARD_KUBERNETES"])["artifact_volume_claim"] == "shared-artifacts"
+
+
+def test_an_existing_secret_replaces_the_charts_own(chart: helm.Chart) -> None:
+    objects = _objects(chart, VARIANTS["existing-secret"])
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    for component, workload in _workloads(objects).items():
+        container = _pod(workload)["containers"][0]
+        refs = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
+        assert refs == {
+            **{
+                key: {"name": "runyard-credentials", "key": key}
+                for key in ("RUNYARD_DATABASE_URL", "RUNYARD_BROKER_URL", "RUNYARD_SECRET_KEY")
+            },
+            "RUNYARD_ADMIN_TOKEN": {
+                "name": "runyard-credentials",
+                "key": "RUNYARD_ADMIN_TOKEN",
+                "optional": True,
+            },
+        }, component
+
+
+def test_secrets_stay_out_of_the_configmap(chart: helm.Chart) -> None:
+    objects = _objects(chart, REQUIRED)
+    for config in (o for o in objects if o["kind"] == "ConfigMap"):
+        text = json.dumps(config["data"])
+        assert REQUIRED["secretKey"] not in text
+        assert "pw@" not in text
+        assert not {"RUNYARD_DATABASE_URL", "RUNYARD_SECRET_KEY"} & set(config["data"])
+
+
+def test_the_ingress_routes_to_the_api_service(chart: helm.Chart) -> None:
+    objects = _objects(chart, VARIANTS["ingress"])
+    ingress = _one(objects, "Ingress")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    service = _one(objects, "Service")
+    assert backend == {"name": service["metadata"]["name"], "port": {"name": "http"}}
+    assert not [o for o in _objects(chart, REQUIRED) if o["kind"] == "Ingress"]
+
+
+def test_notes_say_how_to_get_a_token(chart: helm.Chart) -> None:
+    notes = _render_texts(chart, REQUIRED)["runyard/templates/NOTES.txt"]
+    assert f"kubectl -n {NAMESPACE} exec deploy/ry-runyard-api -- runyard token" in notes
+    assert "port-forward svc/ry-runyard-api 8642:8642" in notes
+    ingress = _render_texts(chart, VARIANTS["ingress"])["runyard/templates/NOTES.txt"]
+    assert "https://runyard.test" in ingress
+
+
+def test_an_admin_token_from_values_reaches_every_api_replica(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "ry_" + "a1" * 20
+    objects = _objects(chart, {**REQUIRED, "adminToken": token})
+    settings = _settings(_environment(objects, "api"), monkeypatch)
+    assert settings.admin_token is not None
+    assert settings.admin_token.get_secret_value() == token
+    # Without one, nothing is set and each API pod mints its own.
+    assert "RUNYARD_ADMIN_TOKEN" not in _environment(_objects(chart, REQUIRED), "api")

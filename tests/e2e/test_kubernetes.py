@@ -1,0 +1,269 @@
+"""Jobs on the Kubernetes backend, end to end: the real API, worker and beat processes drive
+a Kubernetes API server (kmock) through the official client.
+
+No kubelet runs pods here, so the test plays the cluster (pod phases, scheduling failures,
+exit codes) and the runtime inside each pod (status reports with the pod's own token, read
+from the job's Secret, through the runtime's own client). After every job, the server
+holds no object of it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from runtime.reporter import ServiceClient
+from runyard.client import Client
+from service.jobs.schemas import host_names
+from tests.e2e.conftest import Stack
+from tests.kube import NAMESPACE, KubeServer, exited, running, set_pod_status, unschedulable
+from worker.backends import kubernetes_manifests as manifests
+from worker.backends.kubernetes_manifests import LABEL_JOB_NAME
+
+pytestmark = pytest.mark.e2e
+
+INSTANCE_TYPE = "ml.g5.xlarge"
+SCHEDULE_TIMEOUT = 4.0
+NO_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+
+
+@pytest.fixture(scope="module")
+def kube_stack(
+    tmp_path_factory: pytest.TempPathFactory, kube_server: KubeServer
+) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("runyard-kubernetes")
+    stack = Stack(home, f"sqlite:///{home / 'runyard.db'}", f"sqla+sqlite:///{home / 'broker.db'}")
+    stack.env.update(
+        {
+            "RUNYARD_BACKENDS": json.dumps({"local": "local", INSTANCE_TYPE: "kubernetes"}),
+            "RUNYARD_KUBERNETES": json.dumps(
+                {
+                    "api_url": kube_server.url,
+                    "schedule_timeout_seconds": SCHEDULE_TIMEOUT,
+                    # Uploaded sources live under the artifact root, shared with the pods.
+                    "artifact_volume_claim": "runyard-artifacts",
+                }
+            ),
+            "RUNYARD_REAP_INTERVAL": "1",
+        }
+    )
+    stack.up()
+    yield stack
+    assert stack.down() == []
+
+
+class Pods:
+    """The job's pods as a kubelet and the runtimes inside them would see them."""
+
+    def __init__(self, kube: KubeServer, stack: Stack, job: dict[str, Any]) -> None:
+        self.kube, self.stack, self.job = kube, stack, job
+        self.api = kube.api()
+        self.base = manifests.base_name(job["name"], job["id"])
+
+    def wait_created(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(kind == "pods" for kind, _ in self.kube.objects_of(self.job["id"])) < count:
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"pods of {self.job['name']} never appeared\n{self.stack.diagnostics()}"
+                )
+            time.sleep(0.1)
+
+    def set(self, host: str, status: dict[str, Any]) -> None:
+        set_pod_status(self.api, manifests.pod_name(self.base, host), status)
+
+    def runtime(self, host: str) -> ServiceClient:
+        """The client the runtime in this pod reports with, holding the pod's token."""
+        secret = self.api.read_namespaced_secret(f"{self.base}-token", NAMESPACE)
+        token = secret.string_data[manifests.TOKEN_KEY]
+        return ServiceClient(self.stack.url, token, self.job["name"], host)
+
+    def left(self) -> list[tuple[str, str]]:
+        return self.kube.objects_of(self.job["id"])
+
+    def all_running(self, *, training: bool = False) -> None:
+        """Every pod scheduled and started, and (``training``) its runtime saying so."""
+        for host in host_names(self.job["spec"]["instance_count"]):
+            self.set(host, running())
+            if training:
+                assert self.runtime(host).report("Training", deadline_seconds=10)
+
+
+def _submit(stack: Stack, client: Client, count: int = 2) -> dict[str, Any]:
+    return stack.submit(
+        client,
+        "scripts",
+        entry_point="report_env.py",
+        instance_type=INSTANCE_TYPE,
+        instance_count=count,
+    )
+
+
+def _launched(
+    stack: Stack, kube: KubeServer, client: Client, count: int = 2
+) -> tuple[dict[str, Any], Pods]:
+    """A job submitted, and its pods created (not yet scheduled)."""
+    job = _submit(stack, client, count)
+    pods = Pods(kube, stack, job)
+    pods.wait_created(count)
+    return job, pods
+
+
+def _secondary(client: Client, name: str) -> Any:
+    return lambda job: job["secondary_status"] == name
+
+
+def test_a_job_runs_to_completion_and_leaves_nothing(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Pending"))
+        pods.all_running(training=True)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+        for host in ("algo-1", "algo-2"):
+            model = f"file:///artifacts/{job['name']}/output/model.tar.gz"
+            fields = {"exit_code": 0, "model_uri": model if host == "algo-1" else None}
+            assert pods.runtime(host).report("Completed", fields, deadline_seconds=10)
+            pods.set(host, exited(0))
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Completed", ended["failure_reason"]
+        assert ended["model_artifacts"].endswith("model.tar.gz")
+        assert pods.left() == []
+
+
+def test_unschedulable_pods_fail_the_job_naming_why_and_are_removed(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client)
+        pods.set("algo-1", running())
+        pods.set("algo-2", unschedulable(NO_GPU))
+        waiting = kube_stack.wait_for(
+            client,
+            job["name"],
+            lambda job: "Insufficient" in job["transitions"][-1]["message"],
+        )
+        assert waiting["secondary_status"] == "Pending"
+        assert "algo-2: Unschedulable: 0/3 nodes" in waiting["transitions"][-1]["message"]
+        ended = kube_stack.wait_until_ended(client, job["name"], timeout=SCHEDULE_TIMEOUT + 30)
+        assert ended["status"] == "Failed"
+        assert ended["failure_reason"].startswith("CapacityError: 1 of 2 instances")
+        assert NO_GPU in ended["failure_reason"]
+        assert pods.left() == []
+
+
+def test_a_failing_container_fails_the_job_with_its_exit_code(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client)
+        pods.all_running()
+        # The runtime was killed before it could report: only the pod tells.
+        kube_server.set_log(
+            manifests.pod_name(pods.base, "algo-2"), "Training in progress\nKilled\n"
+        )
+        pods.set("algo-2", exited(137, reason="OOMKilled"))
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Failed"
+        assert "InstanceLost: algo-2" in ended["failure_reason"]
+        assert "exit code 137" in ended["failure_reason"]
+        assert "OOMKilled" in ended["failure_reason"]
+        assert ended["failure_reason"].endswith("last output: Training in progress\nKilled\n")
+        # The pod is gone, its console is not: stored since the runtime never shipped a line.
+        lines = [(e["host"], e["stream"], e["message"]) for e in client.logs(job["name"])]
+        assert lines == [
+            ("algo-2", "runtime", "Training in progress"),
+            ("algo-2", "runtime", "Killed"),
+        ]
+        assert pods.left() == []
+
+
+def test_a_stop_deletes_the_pods_and_everything_else(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client)
+        pods.all_running(training=True)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+        client.stop_job(job["name"])
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Stopped"
+        assert pods.left() == []
+
+
+def test_a_worker_restart_mid_job_picks_the_job_up(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client, count=1)
+        pods.all_running(training=True)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+        kube_stack.kill("worker")
+        assert pods.runtime("algo-1").report("Completed", {"exit_code": 0}, deadline_seconds=10)
+        pods.set("algo-1", exited(0))
+        kube_stack.start("worker")  # a new worker, knowing nothing but the database
+        ended = kube_stack.wait_until_ended(client, job["name"], timeout=60)
+        assert ended["status"] == "Completed", ended["failure_reason"]
+        assert pods.left() == []
+        # The pods were created once: the new worker adopted, it did not launch again.
+        transitions = [t["secondary_status"] for t in ended["transitions"]]
+        assert transitions.count("LaunchingInstances") == 1
+
+
+def test_beat_reaps_what_is_left_of_an_ended_job(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client, count=1)
+        pods.set("algo-1", exited(1))
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Failed"
+    # Someone (an old worker, a person with kubectl) re-creates objects of the ended job.
+    labels = {manifests.LABEL_JOB_ID: job["id"], manifests.LABEL_JOB_NAME: job["name"]}
+    metadata = {"namespace": NAMESPACE, "labels": {**labels, manifests.LABEL_HOST: "algo-1"}}
+    api = kube_server.api()
+    api.create_namespaced_config_map(
+        NAMESPACE, {"metadata": {**metadata, "name": pods.base}, "data": {}}
+    )
+    api.create_namespaced_pod(
+        NAMESPACE,
+        {
+            "metadata": {**metadata, "name": f"{pods.base}-algo-1"},
+            "spec": {"containers": [{"name": "runtime", "image": "runyard/runtime:0.1.0"}]},
+        },
+    )
+    deadline = time.monotonic() + 30
+    while pods.left():
+        assert time.monotonic() < deadline, f"not reaped: {pods.left()}"
+        time.sleep(0.2)
+
+
+def test_a_refused_launch_fails_the_job_with_the_clusters_words(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    name = "over-quota"
+
+    def this_job(creation: Any) -> bool:
+        labels = creation.data.get("metadata", {}).get("labels", {})
+        return bool(creation.data.get("kind") == "Pod" and labels.get(LABEL_JOB_NAME) == name)
+
+    quota = 'pods "x" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1'
+    refusals = kube_server.emulator["post"][f"/api/v1/namespaces/{NAMESPACE}/pods"][this_job]
+    refusals << 403 << {"kind": "Status", "code": 403, "reason": "Forbidden", "message": quota}
+    with kube_stack.client() as client:
+        job = kube_stack.submit(
+            client, "scripts", name=name, entry_point="report_env.py", instance_type=INSTANCE_TYPE
+        )
+        ended = kube_stack.wait_until_ended(client, name)
+        assert ended["status"] == "Failed"
+        assert ended["failure_reason"] == (
+            f"LaunchError: Kubernetes refused to create Pod "
+            f"{manifests.base_name(name, job['id'])}-algo-1: 403 {quota}"
+        )
+        # kmock keeps a refused object anyway; a real server would not. Either way: gone.
+        assert kube_server.objects_of(job["id"]) == []

@@ -1,0 +1,161 @@
+"""A Kubernetes API server for tests: kmock's emulator on a real port, in its own thread.
+
+The backend under test talks to it with the official client over HTTP, as it would to a
+cluster. Nothing runs pods here, so the tests play the kubelet and the scheduler: they
+write pod status (phase, conditions, exit codes) through the same API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes import client
+
+NAMESPACE = "runyard-jobs"
+_TEXT = kmock.headers({"Content-Type": "text/plain"})
+EVENTS = "v1/events"
+
+
+class Cluster(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """The emulator, plus what a real API server sets on every object it creates."""
+
+    async def _handle(self, request: Any) -> Any:
+        if request.resource is not None and request.action == kmock.action.CREATE:
+            metadata = request.data.setdefault("metadata", {})
+            metadata.setdefault("uid", str(uuid.uuid4()))
+            metadata.setdefault("creationTimestamp", datetime.now(UTC).isoformat())
+        return await super()._handle(request)
+
+
+class KubeServer:
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="kmock", daemon=True)
+        self.url = ""
+        self.emulator: Any = None
+        self._stop: asyncio.Event | None = None
+
+    def start(self) -> KubeServer:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the Kubernetes mock server did not start")
+        return self
+
+    def _serve(self) -> None:
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with Cluster() as emulator, kmock.Server(emulator) as server:
+            # Resources the emulator knows only once declared (it learns the others from
+            # the objects created).
+            emulator.resources[EVENTS] = {}
+            # A container that printed nothing, unless a test says what it printed.
+            (emulator**-1)["get"][kmock.subresource("log")] << _TEXT << b""
+            self.emulator = emulator
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+        self._loop.close()
+
+    def api(self) -> client.CoreV1Api:
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return client.CoreV1Api(client.ApiClient(configuration))
+
+    def set_log(self, pod: str, text: str) -> None:
+        """What the pod's container printed, as the kubelet would serve it."""
+        path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"
+        self.emulator["get"][path] << _TEXT << text.encode()
+
+    def objects_of(self, job_id: str) -> list[tuple[str, str]]:
+        """(kind, name) of every live object labelled with the job, of any kind."""
+        found = []
+        for (resource, _namespace, name), obj in list(self.emulator.objects.items()):
+            if obj.deleted:
+                continue
+            labels = obj.get("metadata", {}).get("labels", {}) or {}
+            if labels.get("runyard.io/job-id") == job_id:
+                found.append((resource.plural, name))
+        return sorted(found)
+
+    def all_objects(self) -> list[tuple[str, str]]:
+        return sorted(
+            (resource.plural, name)
+            for (resource, _namespace, name), obj in list(self.emulator.objects.items())
+            if not obj.deleted
+        )
+
+
+@pytest.fixture(scope="session")
+def kube_server() -> Iterator[KubeServer]:
+    server = KubeServer().start()
+    yield server
+    server.stop()
+
+
+# -- playing the kubelet and the scheduler ----------------------------------------------
+
+
+def set_pod_status(api: client.CoreV1Api, name: str, status: dict[str, Any]) -> None:
+    api.patch_namespaced_pod_status(name, NAMESPACE, {"status": status})
+
+
+def running(ip: str = "10.0.0.1") -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "podIP": ip,
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [_container({"running": {"startedAt": "2026-01-01T00:00:00Z"}})],
+    }
+
+
+def exited(code: int, reason: str = "Error") -> dict[str, Any]:
+    terminated = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else reason,
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": "2026-01-01T00:01:00Z",
+    }
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "containerStatuses": [_container({"terminated": terminated})],
+    }
+
+
+def unschedulable(message: str) -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ],
+    }
+
+
+def _container(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "runtime",
+        "image": "runyard/runtime:0.1.0",
+        "imageID": "",
+        "ready": "running" in state,
+        "restartCount": 0,
+        "state": state,
+    }

@@ -1,0 +1,424 @@
+"""The Kubernetes backend with the real client against a Kubernetes API server (kmock).
+
+The manifests are pinned by a golden file and checked against the official schemas of a
+current Kubernetes; the rest drives pods through their phases as a kubelet would and
+checks what the backend makes of them and what it leaves behind (nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from service.backend_settings import KubernetesSettings
+from service.jobs.schemas import JobCreate
+from service.settings import Settings
+from tests.conftest import job_spec, make_settings
+from tests.kube import (
+    NAMESPACE,
+    KubeServer,
+    exited,
+    running,
+    set_pod_status,
+    unschedulable,
+)
+from worker.backends import kubernetes_manifests as manifests
+from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
+from worker.backends.kubernetes import KubernetesBackend, KubernetesError, _shared_client
+
+GOLDEN = Path(__file__).parent / "golden" / "kubernetes_manifests.yaml"
+KUBERNETES_VERSION = "1.37.0"
+JOB_ID = "3f2a9c1e" + "0" * 24
+
+
+def _request(job_id: str = JOB_ID, name: str = "Bert-Large-2026", **spec: Any) -> LaunchRequest:
+    values: dict[str, Any] = {
+        "name": name,
+        "entry_point": "train.py",
+        "source_uri": "file:///srv/runyard/artifacts/sources/abc.tar.gz",
+        "instance_type": "ml.p3.16xlarge",
+        "instance_count": 2,
+        "volume_size": 100,
+        "distribution": {"torch_distributed": {"enabled": True}},
+        "hyperparameters": {"epochs": 3},
+        "output_path": "file:///srv/runyard/artifacts",
+    }
+    values.update(spec)
+    return LaunchRequest(
+        job=JobRef(job_id, name),
+        spec=JobCreate.model_validate(values),
+        service_url="http://runyard-api.runyard.svc:8642",
+        token="ryj_secret-token",
+    )
+
+
+def _backend(
+    url: str = "http://127.0.0.1:1",
+    *,
+    kill_wait: float = 10.0,
+    stop_grace: float = 5.0,
+    **settings: Any,
+) -> KubernetesBackend:
+    configured = KubernetesSettings.model_validate({"api_url": url, **settings})
+    return KubernetesBackend(
+        lambda: _shared_client(configured.model_dump_json()),
+        configured,
+        artifact_root="file:///srv/runyard/artifacts",
+        stop_grace=stop_grace,
+        teardown_grace=1,
+        poll_interval=0.02,
+        kill_wait=kill_wait,
+    )
+
+
+# -- the manifests -------------------------------------------------------------------
+
+
+def test_manifests_are_the_golden_ones() -> None:
+    backend = _backend(
+        node_selector={"pool": "gpu"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        priority_class="training",
+        service_account="runyard-job",
+        artifact_volume_claim="runyard-artifacts",
+    )
+    rendered = backend.materialize(_request()).render()
+    if os.environ.get("RUNYARD_TEST_UPDATE_GOLDEN"):
+        GOLDEN.write_text(rendered)
+    assert rendered == GOLDEN.read_text(), "regenerate with RUNYARD_TEST_UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"gang_scheduler": "kueue", "gang_queue": "team-a"},
+        {"gang_scheduler": "volcano", "gang_queue": "team-a", "image_pull_secrets": ["reg"]},
+    ],
+)
+def test_every_manifest_passes_the_official_schema(settings: dict[str, Any]) -> None:
+    objects = _backend(**settings).materialize(_request()).public["manifests"]
+    kinds = [manifest["kind"] for manifest in objects]
+    assert kinds[:3] == ["ConfigMap", "Secret", "Service"]
+    assert kinds.count("Pod") == 2
+    for manifest in objects:
+        if manifest["kind"] == "PodGroup":
+            continue  # Volcano's CRD: not part of Kubernetes' own schemas
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+def test_names_are_dns_labels_even_for_long_uppercase_job_names() -> None:
+    name = "A" * 63
+    objects = _backend().materialize(_request(name=name)).public["manifests"]
+    for manifest in objects:
+        metadata = manifest["metadata"]
+        assert len(metadata["name"]) <= 63
+        assert metadata["name"] == metadata["name"].lower()
+        assert metadata["labels"][manifests.LABEL_JOB_NAME] == name
+
+
+def test_pods_get_the_instance_types_resources_and_the_token_only_by_reference() -> None:
+    materialized = _backend().materialize(_request())
+    pod = materialized.public["manifests"][-1]
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {
+        "ephemeral-storage": "100Gi",
+        "cpu": "64",
+        "memory": "499712Mi",
+        "nvidia.com/gpu": "8",
+    }
+    token = next(env for env in container["env"] if env["name"] == "RUNYARD_JOB_TOKEN")
+    assert "value" not in token
+    assert materialized.public["manifests"][1]["stringData"] == {"token": REDACTED}
+    # The real plan keeps the token for apply(); only what is shown is redacted.
+    assert materialized.plan.objects[1]["stringData"] == {"token": "ryj_secret-token"}
+    assert "ryj_secret-token" not in materialized.render()
+
+
+def test_the_config_map_holds_each_hosts_config_with_cluster_addresses() -> None:
+    root = _backend().materialize(_request()).public["manifests"][0]
+    base = root["metadata"]["name"]
+    resource = yaml.safe_load(root["data"]["algo-2.resourceconfig.json"])
+    assert resource["current_host"] == "algo-2"
+    assert resource["host_addresses"]["algo-1"] == f"algo-1.{base}.{NAMESPACE}.svc.cluster.local"
+    runyard = yaml.safe_load(root["data"]["algo-1.runyard.json"])
+    assert runyard["launch_agent"] == ["python3", "-m", "runtime.launch.remote_agent"]
+    assert runyard["agent_port"] == 7077
+    assert runyard["master_port"] == 29500
+
+
+def test_planning_needs_no_cluster() -> None:
+    calls = []
+
+    def unreachable() -> Any:
+        calls.append(1)
+        raise AssertionError("a dry run must not talk to the cluster")
+
+    backend = KubernetesBackend(
+        unreachable, KubernetesSettings(), artifact_root="file:///a", stop_grace=1
+    )
+    assert backend.materialize(_request()).public["manifests"]
+    assert calls == []
+
+
+# -- against the API server ----------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(kube_server: KubeServer) -> Iterator[KubeServer]:
+    yield kube_server
+    for plural, name in kube_server.all_objects():
+        if plural == "pods":
+            kube_server.api().delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+
+def _pod(cluster: KubeServer, job: JobRef, host: str) -> str:
+    return manifests.pod_name(manifests.base_name(job.name, job.id), host)
+
+
+def test_submit_creates_the_job_owned_by_its_config_map(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request()
+    backend.submit(request)
+    base = manifests.base_name(request.job.name, request.job.id)
+    assert cluster.objects_of(JOB_ID) == [
+        ("configmaps", base),
+        ("pods", f"{base}-algo-1"),
+        ("pods", f"{base}-algo-2"),
+        ("secrets", f"{base}-token"),
+        ("services", base),
+    ]
+    api = cluster.api()
+    root_uid = api.read_namespaced_config_map(base, NAMESPACE).metadata.uid
+    pod = api.read_namespaced_pod(f"{base}-algo-1", NAMESPACE)
+    assert [(ref.kind, ref.name, ref.uid) for ref in pod.metadata.owner_references] == [
+        ("ConfigMap", base, root_uid)
+    ]
+    secret = api.read_namespaced_secret(f"{base}-token", NAMESPACE)
+    assert secret.string_data == {"token": "ryj_secret-token"}
+    backend.teardown(request.job)
+    assert cluster.objects_of(JOB_ID) == []
+
+
+def test_a_retried_submit_adopts_what_exists(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request()
+    backend.submit(request)
+    before = cluster.objects_of(JOB_ID)
+    backend.submit(request)  # the worker died after creating them; the retry adopts
+    assert cluster.objects_of(JOB_ID) == before
+    backend.teardown(request.job)
+
+
+def test_a_config_map_of_another_job_is_not_adopted(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    first = _request()
+    backend.submit(first)
+    # Same base name: a different id sharing the first 8 characters.
+    impostor = _request(job_id=JOB_ID[:8] + "f" * 24)
+    with pytest.raises(KubernetesError, match="belongs to job"):
+        backend.submit(impostor)
+    backend.teardown(first.job)
+
+
+def test_pod_phases_map_to_instance_states(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request()
+    backend.submit(request)
+    api, job = cluster.api(), request.job
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert {host: s.state for host, s in statuses.items()} == {
+        "algo-1": InstanceState.PENDING,
+        "algo-2": InstanceState.PENDING,
+    }
+    set_pod_status(api, _pod(cluster, job, "algo-1"), running())
+    set_pod_status(api, _pod(cluster, job, "algo-2"), exited(3))
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert statuses["algo-1"].state == InstanceState.RUNNING
+    assert statuses["algo-2"].state == InstanceState.EXITED
+    assert statuses["algo-2"].exit_code == 3
+    assert statuses["algo-2"].reason == "Error"
+    set_pod_status(api, _pod(cluster, job, "algo-1"), {"phase": "Unknown"})
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert statuses["algo-1"].state == InstanceState.UNKNOWN
+    backend.teardown(job)
+    assert backend.describe(job) is None
+
+
+def test_an_unschedulable_pod_carries_the_schedulers_words(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url, schedule_timeout_seconds=60)
+    request = _request()
+    backend.submit(request)
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    set_pod_status(cluster.api(), _pod(cluster, request.job, "algo-2"), unschedulable(message))
+    statuses = backend.describe(request.job)
+    assert statuses is not None
+    assert statuses["algo-2"].state == InstanceState.PENDING
+    assert statuses["algo-2"].reason == f"Unschedulable: {message}"
+    assert backend.start_timeout == 60
+    assert _backend(cluster.url, on_unschedulable="wait").start_timeout is None
+    backend.teardown(request.job)
+
+
+def test_a_pulling_pod_explains_itself_from_its_container(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request()
+    backend.submit(request)
+    waiting = {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}
+    status = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {
+                "name": "runtime",
+                "image": "x",
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": waiting,
+            }
+        ],
+    }
+    set_pod_status(cluster.api(), _pod(cluster, request.job, "algo-1"), status)
+    statuses = backend.describe(request.job)
+    assert statuses is not None
+    assert statuses["algo-1"].reason == "ImagePullBackOff: pull access denied"
+    backend.teardown(request.job)
+
+
+def test_cancel_deletes_the_pods_and_teardown_everything(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url, gang_scheduler="volcano", gang_queue="team-a")
+    cluster.emulator.resources["scheduling.volcano.sh/v1beta1/podgroups"] = {}
+    request = _request()
+    backend.submit(request)
+    base = manifests.base_name(request.job.name, request.job.id)
+    assert ("podgroups", base) in cluster.objects_of(JOB_ID)
+    backend.cancel(request.job, force=False)
+    assert [kind for kind, _ in cluster.objects_of(JOB_ID)].count("pods") == 0
+    statuses = backend.describe(request.job)
+    assert statuses is not None
+    assert {s.state for s in statuses.values()} == {InstanceState.UNKNOWN}
+    backend.teardown(request.job)
+    assert cluster.objects_of(JOB_ID) == []
+    assert not backend.exists(request.job)
+    backend.teardown(request.job)  # twice is harmless
+
+
+def test_held_jobs_are_found_from_the_cluster(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    first, second = _request(), _request(job_id="9" * 32, name="other")
+    backend.submit(first)
+    backend.submit(second)
+    assert backend.held_jobs() == [first.job, second.job]
+    backend.teardown(first.job)
+    backend.teardown(second.job)
+    assert backend.held_jobs() == []
+
+
+def test_a_refusal_names_the_object_and_the_cause(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request(job_id="5" * 32)
+    refused = manifests.pod_name(manifests.base_name(request.job.name, request.job.id), "algo-1")
+
+    def this_pod(creation: Any) -> bool:
+        return bool(creation.data.get("metadata", {}).get("name") == refused)
+
+    # As a quota would: the API server refuses the job's first pod.
+    refusals = cluster.emulator["post"][f"/api/v1/namespaces/{NAMESPACE}/pods"][this_pod]
+    (
+        refusals
+        << 403
+        << {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": 'pods "x" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=8',
+        }
+    )
+    with pytest.raises(KubernetesError, match=r"refused to create Pod .*-algo-1: 403 .*quota"):
+        backend.submit(request)
+    backend.teardown(request.job)
+    assert cluster.objects_of(request.job.id) == []
+
+
+def test_teardown_that_cannot_delete_says_what_is_left(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url, kill_wait=0.2, stop_grace=0.5)
+    request = _request()
+    backend.submit(request)
+    base = manifests.base_name(request.job.name, request.job.id)
+    # A finalizer nobody removes: the pod stays "terminating" forever.
+    cluster.api().patch_namespaced_pod(
+        f"{base}-algo-1", NAMESPACE, {"metadata": {"finalizers": ["example.com/hold"]}}
+    )
+    with pytest.raises(TeardownError, match=f"{base}-algo-1"):
+        backend.teardown(request.job)
+    cluster.api().patch_namespaced_pod(
+        f"{base}-algo-1", NAMESPACE, {"metadata": {"finalizers": []}}
+    )
+    backend.teardown(request.job)
+    assert cluster.objects_of(JOB_ID) == []
+
+
+# -- the dry run through the API -----------------------------------------------------
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str, kube_server: KubeServer) -> Settings:
+    return make_settings(
+        tmp_path / "home",
+        database_url,
+        backends={"local": "local", "ml.p3.16xlarge": "kubernetes"},
+        kubernetes=KubernetesSettings(
+            api_url=kube_server.url, artifact_volume_claim="runyard-artifacts"
+        ),
+    )
+
+
+def _shared_source(settings: Settings, source_dir: Path) -> Path:
+    """The code where pods can read it: under the artifact root, which they mount."""
+    shared = Path(settings.artifact_root.removeprefix("file://")) / "sources" / "src"
+    shutil.copytree(source_dir, shared)
+    return shared
+
+
+def test_a_dry_run_shows_the_manifests_and_creates_nothing(
+    api: TestClient, settings: Settings, kube_server: KubeServer, source_dir: Path
+) -> None:
+    before = kube_server.all_objects()
+    spec = job_spec(
+        _shared_source(settings, source_dir), instance_type="ml.p3.16xlarge", instance_count=2
+    )
+    response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["backend"] == "kubernetes"
+    kinds = [manifest["kind"] for manifest in result["plan"]["manifests"]]
+    assert kinds == ["ConfigMap", "Secret", "Service", "Pod", "Pod"]
+    assert result["plan"]["manifests"][1]["stringData"] == {"token": REDACTED}
+    assert "kind: Pod" in result["rendered"]
+    assert kube_server.all_objects() == before
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_code_the_pods_cannot_read_is_refused_at_submission(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    spec = job_spec(source_dir, instance_type="ml.p3.16xlarge")
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "source_uri"]
+    assert "pods cannot read this file:// URI" in error["msg"]
+    assert api.get("/v1/training-jobs").json()["items"] == []

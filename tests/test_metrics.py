@@ -1,0 +1,254 @@
+"""Metrics from log lines: definitions in the spec, points from shipped lines, the
+metrics route, final metrics in the job, and the CLI's describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from runyard import cli
+from runyard.client import Client, RunyardError
+from service.auth.tokens import job_token
+from service.jobs.models import MetricPoint
+from service.kit.db import session_scope
+from service.settings import Settings
+from tests.conftest import job_spec
+
+DEFINITIONS = [
+    {"name": "train:loss", "regex": r"loss: ([-+0-9.eE]+)"},
+    {"name": "valid:acc", "regex": r"acc=(\S+)"},
+]
+JOB = "/v1/training-jobs/job-1"
+
+
+def _submit(api: TestClient, settings: Settings, source_dir: Path, **spec: Any) -> dict[str, str]:
+    """Submits job-1; returns the headers its instances post with."""
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec))
+    assert response.status_code == 201, response.text
+    return {"Authorization": f"Bearer {job_token(settings.signing_key(), response.json()['id'])}"}
+
+
+def _line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "time": f"2026-01-01T00:00:{second:02d}Z",
+        "stream": stream,
+        "message": message,
+    }
+
+
+def _ship(
+    api: TestClient, headers: dict[str, str], host: str, *lines: dict[str, Any]
+) -> dict[str, Any]:
+    response = api.post(
+        f"{JOB}/instances/{host}/logs", json={"lines": list(lines)}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _points(api: TestClient, **params: Any) -> dict[str, list[tuple[str, str, float]]]:
+    response = api.get(f"{JOB}/metrics", params=params)
+    assert response.status_code == 200, response.text
+    return {
+        series["name"]: [(p["time"][17:19], p["host"], p["value"]) for p in series["points"]]
+        for series in response.json()["metrics"]
+    }
+
+
+# -- definitions in the spec ----------------------------------------------------------
+
+BAD_DEFINITIONS: list[tuple[str, Any, list[str | int]]] = [
+    ("regex that does not compile", [{"name": "a", "regex": "loss: (["}], [0, "regex"]),
+    ("regex without a group", [{"name": "a", "regex": "loss: [0-9]+"}], [0, "regex"]),
+    ("regex with two groups", [{"name": "a", "regex": "(loss): ([0-9]+)"}], [0, "regex"]),
+    ("empty regex", [{"name": "a", "regex": ""}], [0, "regex"]),
+    ("regex too long", [{"name": "a", "regex": "(x)" + "y" * 498}], [0, "regex"]),
+    ("empty name", [{"name": "", "regex": "(x)"}], [0, "name"]),
+    ("name too long", [{"name": "n" * 256, "regex": "(x)"}], [0, "name"]),
+    ("missing regex", [{"name": "a"}], [0, "regex"]),
+    ("unknown key", [{"name": "a", "regex": "(x)", "unit": "s"}], [0, "unit"]),
+    (
+        "the third one is bad",
+        [{"name": "a", "regex": "(x)"}, {"name": "b", "regex": "(y)"}, {"name": "c", "regex": "z"}],
+        [2, "regex"],
+    ),
+    ("duplicate names", [{"name": "a", "regex": "(x)"}, {"name": "a", "regex": "(y)"}], []),
+    ("more than 40", [{"name": f"m{i}", "regex": "(x)"} for i in range(41)], []),
+    ("not a list", {"name": "a", "regex": "(x)"}, []),
+]
+
+
+@pytest.mark.parametrize(
+    ("definitions", "where"),
+    [case[1:] for case in BAD_DEFINITIONS],
+    ids=[case[0] for case in BAD_DEFINITIONS],
+)
+def test_bad_metric_definitions_are_refused_naming_the_field(
+    api: TestClient, source_dir: Path, definitions: Any, where: list[str | int]
+) -> None:
+    response = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, metric_definitions=definitions)
+    )
+    assert response.status_code == 422
+    locs = [error["loc"] for error in response.json()["detail"]]
+    assert ["body", "metric_definitions", *where] in locs
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_cli_error_names_the_definition_and_its_field(
+    api: TestClient, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = _client_on(api, monkeypatch)
+    definitions = [{"name": "a", "regex": "(x)"}, {"name": "b", "regex": "(y)"}]
+    definitions.append({"name": "c", "regex": "no group"})
+    with pytest.raises(RunyardError, match=r"metric_definitions\.2\.regex: .*one capture group"):
+        client.create_job(job_spec(source_dir, metric_definitions=definitions))
+
+
+def test_good_definitions_are_kept_in_the_spec(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    definitions = [*DEFINITIONS, {"name": "lr", "regex": r"(?:lr|rate)=(?P<value>[0-9.]+)"}]
+    _submit(api, settings, source_dir, metric_definitions=definitions)
+    job = api.get(JOB).json()
+    assert job["spec"]["metric_definitions"] == definitions
+    assert job["final_metrics"] == []
+
+
+# -- points from shipped lines --------------------------------------------------------
+
+
+def test_points_come_from_every_hosts_script_output_once(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = _submit(api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS)
+    first = [_line(1, 0, "epoch 1 loss: 0.9 acc=0.5"), _line(2, 2, "loss: 0.7", "stderr")]
+    assert _ship(api, headers, "algo-1", *first) == {"stored": 2}
+    _ship(
+        api,
+        headers,
+        "algo-2",
+        _line(1, 1, "loss: 1.5e-1"),
+        _line(2, 3, "loss: 0.1", "runtime"),  # the runtime's own line, not the script's
+        _line(3, 4, "nothing to see"),
+        _line(4, 5, "loss: . acc=high"),  # matches, but no number
+        _line(5, 6, "acc=nan loss: inf"),  # not finite
+        _line(6, 7, "acc=0.75"),
+    )
+    # A retried batch (and one overlapping it) adds no point twice.
+    assert _ship(api, headers, "algo-1", *first) == {"stored": 0}
+    assert _ship(api, headers, "algo-1", first[1], _line(3, 8, "loss: 0.5")) == {"stored": 1}
+
+    assert _points(api) == {
+        "train:loss": [
+            ("00", "algo-1", 0.9),
+            ("01", "algo-2", 0.15),
+            ("02", "algo-1", 0.7),
+            ("08", "algo-1", 0.5),
+        ],
+        "valid:acc": [("00", "algo-1", 0.5), ("07", "algo-2", 0.75)],
+    }
+    with session_scope(settings.database_url) as session:
+        assert session.scalar(select(func.count()).select_from(MetricPoint)) == 6
+
+
+def test_a_job_without_definitions_stores_no_points(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = _submit(api, settings, source_dir)
+    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9"))
+    assert api.get(f"{JOB}/metrics").json() == {"metrics": []}
+    with session_scope(settings.database_url) as session:
+        assert session.scalar(select(func.count()).select_from(MetricPoint)) == 0
+
+
+# -- the metrics route ----------------------------------------------------------------
+
+
+def test_metrics_route_filters_by_name_and_limits_to_the_latest(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = _submit(api, settings, source_dir, metric_definitions=DEFINITIONS)
+    _ship(api, headers, "algo-1", *(_line(i, i, f"loss: {i}") for i in range(1, 6)))
+
+    assert _points(api, name="train:loss", limit=2) == {
+        "train:loss": [("04", "algo-1", 4.0), ("05", "algo-1", 5.0)]
+    }
+    # A defined metric with no points yet is listed, empty.
+    assert _points(api, name="valid:acc") == {"valid:acc": []}
+    unknown = api.get(f"{JOB}/metrics", params={"name": "bogus"})
+    assert unknown.status_code == 404
+    assert "bogus" in unknown.json()["detail"]
+    assert api.get("/v1/training-jobs/nope/metrics").status_code == 404
+    assert api.get(f"{JOB}/metrics", params={"limit": 0}).status_code == 422
+    # Read by users only: an instance's job token may not.
+    assert api.get(f"{JOB}/metrics", headers=headers).status_code == 403
+    assert api.get(f"{JOB}/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_final_metrics_hold_the_latest_value_of_each_metric(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = _submit(api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS)
+    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9"), _line(2, 5, "loss: 0.4 acc=0.8"))
+    # algo-2's batch arrives later but its values are older: they are not the final ones.
+    _ship(api, headers, "algo-2", _line(1, 3, "loss: 0.6"), _line(2, 9, "acc=0.85"))
+
+    final = api.get(JOB).json()["final_metrics"]
+    assert [(m["name"], m["value"], m["time"][17:19]) for m in final] == [
+        ("train:loss", 0.4, "05"),
+        ("valid:acc", 0.85, "09"),
+    ]
+
+
+# -- the CLI and the client -------------------------------------------------------------
+
+
+class _TestServerClient(Client):
+    """The CLI's client, talking to the app in this process."""
+
+    def __init__(self, api: TestClient) -> None:
+        super().__init__(url=str(api.base_url))
+        self._http.close()
+        self._http = api
+
+    def close(self) -> None:
+        pass  # the TestClient belongs to its fixture
+
+
+def _client_on(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> Client:
+    monkeypatch.setattr(cli, "Client", lambda: _TestServerClient(api))
+    return _TestServerClient(api)
+
+
+def test_describe_shows_the_last_value_of_each_metric(
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers = _submit(api, settings, source_dir, metric_definitions=DEFINITIONS)
+    client = _client_on(api, monkeypatch)
+    result = CliRunner().invoke(cli.main, ["describe", "job-1"])
+    assert result.exit_code == 0, result.output
+    assert "Metrics:" not in result.output
+
+    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9 acc=0.5"), _line(2, 1, "loss: 0.25"))
+    result = CliRunner().invoke(cli.main, ["describe", "job-1"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    metrics = lines[lines.index("Metrics:") + 1 :]
+    assert metrics == [
+        "  train:loss  0.25          at 2026-01-01 00:00:01",
+        "  valid:acc   0.5           at 2026-01-01 00:00:00",
+    ]
+
+    series = client.metrics("job-1", metric="train:loss")
+    assert [(s["name"], [p["value"] for p in s["points"]]) for s in series] == [
+        ("train:loss", [0.9, 0.25])
+    ]
+    assert [s["name"] for s in client.metrics("job-1")] == ["train:loss", "valid:acc"]

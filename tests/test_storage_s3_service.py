@@ -1,0 +1,153 @@
+"""The API with an s3:// artifact root, against moto's server through the real boto3."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from runtime.archive import make_tarball
+from service.app import create_app
+from service.server import prepare
+from service.settings import Settings
+from tests import aws
+from tests.conftest import job_spec, make_settings
+
+BUCKET = "artifacts"
+ROOT = f"s3://{BUCKET}/runyard"
+GZIP = {"Content-Type": "application/gzip"}
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aws.MotoServer]:
+    with aws.moto_server(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3(moto: aws.MotoServer, monkeypatch: pytest.MonkeyPatch) -> Any:
+    moto.reset()
+    for name, value in moto.client_env().items():
+        monkeypatch.setenv(name, value)
+    client = moto.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+@pytest.fixture
+def s3_settings(tmp_path: Path, database_url: str) -> Settings:
+    return make_settings(tmp_path / "home", database_url, artifact_root=ROOT + "/")
+
+
+@pytest.fixture
+def s3_api(s3: Any, s3_settings: Settings) -> Iterator[TestClient]:
+    token = prepare(s3_settings)
+    with TestClient(create_app(s3_settings)) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        yield client
+
+
+def _upload(api: TestClient, source_dir: Path, tmp_path: Path) -> tuple[str, bytes]:
+    bundle = make_tarball(source_dir, tmp_path / "code.tar.gz").read_bytes()
+    response = api.post("/v1/sources", content=bundle, headers=GZIP)
+    assert response.status_code == 201, response.text
+    uri: str = response.json()["source_uri"]
+    return uri, bundle
+
+
+def test_uploaded_source_lands_in_the_bucket(
+    s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
+) -> None:
+    uri, bundle = _upload(s3_api, source_dir, tmp_path)
+    assert uri.startswith(f"{ROOT}/sources/")
+    assert uri.endswith(".tar.gz")
+    key = uri.removeprefix(f"s3://{BUCKET}/")
+    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == bundle
+    # Stored by content: the same bytes again are the same object.
+    again = s3_api.post("/v1/sources", content=bundle, headers=GZIP)
+    assert again.json()["source_uri"] == uri
+
+
+def test_a_job_with_s3_source_and_sharded_channel_is_accepted(
+    s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
+) -> None:
+    uri, _ = _upload(s3_api, source_dir, tmp_path)
+    s3.put_object(Bucket=BUCKET, Key="data/train/part-0", Body=b"1")
+    channel = {"uri": f"s3://{BUCKET}/data/train", "distribution": "ShardedByS3Key"}
+    response = s3_api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, source_uri=uri, inputs={"train": channel})
+    )
+    assert response.status_code == 201, response.text
+    # With no output_path, the model goes under the S3 artifact root.
+    stored = response.json()["spec"]
+    assert stored["output_path"] == ROOT
+    assert stored["inputs"]["train"]["distribution"] == "ShardedByS3Key"
+
+
+def test_a_missing_s3_channel_is_refused_naming_it(
+    s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
+) -> None:
+    uri, _ = _upload(s3_api, source_dir, tmp_path)
+    missing = f"s3://{BUCKET}/data/none"
+    for channel_uri, why in ((missing, "does not exist"), ("s3://no-bucket/x", "no such bucket")):
+        spec = job_spec(source_dir, source_uri=uri, inputs={"train": channel_uri})
+        response = s3_api.post("/v1/training-jobs", json=spec)
+        assert response.status_code == 422, response.text
+        (error,) = response.json()["detail"]
+        assert error["loc"] == ["body", "inputs", "train", "uri"]
+        assert error["msg"].startswith(channel_uri)
+        assert why in error["msg"]
+
+
+def test_s3_sources_are_checked_for_the_entry_point(
+    s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
+) -> None:
+    uri, _ = _upload(s3_api, source_dir, tmp_path)
+    wrong_entry = s3_api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, source_uri=uri, entry_point="other.py")
+    )
+    assert wrong_entry.status_code == 422
+    assert "entry_point" in wrong_entry.text
+    # A prefix holding the code works as a directory does.
+    s3.put_object(Bucket=BUCKET, Key="code/train.py", Body=b"print(1)")
+    prefix = job_spec(source_dir, source_uri=f"s3://{BUCKET}/code", name="job-2")
+    assert s3_api.post("/v1/training-jobs", json=prefix).status_code == 201
+    missing = s3_api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, source_uri=f"s3://{BUCKET}/nope.tar.gz")
+    )
+    assert missing.status_code == 422
+    assert "source_uri" in missing.text
+
+
+def test_an_s3_source_over_the_upload_limit_is_refused(
+    s3: Any, tmp_path: Path, database_url: str, source_dir: Path
+) -> None:
+    settings = make_settings(
+        tmp_path / "home", database_url, artifact_root=ROOT, max_source_bytes=10
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(source_dir / "train.py", arcname="train.py")
+    s3.put_object(Bucket=BUCKET, Key="big.tar.gz", Body=buffer.getvalue())
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = f"Bearer {prepare(settings)}"
+        spec = job_spec(source_dir, source_uri=f"s3://{BUCKET}/big.tar.gz")
+        response = client.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 422, response.text
+    assert "larger than 10 bytes" in response.text
+
+
+def test_an_output_path_in_a_missing_bucket_is_refused(
+    s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
+) -> None:
+    uri, _ = _upload(s3_api, source_dir, tmp_path)
+    spec = job_spec(source_dir, source_uri=uri, output_path="s3://no-bucket/models")
+    response = s3_api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 422, response.text
+    assert "output_path" in response.text
+    assert "no such bucket" in response.text
