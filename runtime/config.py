@@ -106,6 +106,10 @@ class InstanceConfig:
     # Where instances are separate machines: the port of the runtime's own launch agent
     # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
     agent_port: int | None = None
+    # Every instance of the job runs on this one machine (the local backend), under the
+    # same hostname: Open MPI's shared-memory segments are named after the hostname and
+    # each instance's local ranks, so two instances' ranks would map the same segment.
+    shared_machine: bool = False
 
     @property
     def master_host(self) -> str:
@@ -167,6 +171,7 @@ def load(base: Path) -> InstanceConfig:
             framework=runyard.get("framework", "pytorch"),
             launch_agent=tuple(runyard.get("launch_agent", ())),
             agent_port=_optional_port(runyard.get("agent_port")),
+            shared_machine=runyard.get("shared_machine") is True,
         )
     except KeyError as exc:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc

@@ -198,7 +198,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
     "-m",
     "runtime.launch.remote_agent"
   ],
-  "agent_port": 7077
+  "agent_port": 7077,
+  "shared_machine": false
 }
 RUNYARD_EOF
 

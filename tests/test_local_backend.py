@@ -102,6 +102,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
             str(jobs / "hosts.json"),
         ],
         "agent_port": None,  # one machine: mpirun reaches instances through the local agent
+        "shared_machine": True,
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"

@@ -26,6 +26,7 @@ def instance_files(
     network_interface: str,
     launch_agent: list[str],
     agent_port: int | None = None,
+    shared_machine: bool = False,
 ) -> dict[str, str]:
     spec = request.spec
     hosts = request.hosts
@@ -71,6 +72,8 @@ def instance_files(
         # Set where instances are separate machines: the port of the runtime's own launch
         # agent server (runtime.launch.remote_agent), which mpirun reaches them through.
         "agent_port": agent_port,
+        # Set where every instance runs on one machine, as the local backend's do.
+        "shared_machine": shared_machine,
     }
     return {
         f"{CONFIG_DIR}/hyperparameters.json": _dump(hyperparameters),

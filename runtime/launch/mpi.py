@@ -89,6 +89,11 @@ def mpirun_command(
         "slot",
         "--tag-output",
     ]
+    if config.shared_machine:
+        # Open MPI names its shared-memory segments after the hostname and the local rank,
+        # so ranks of two instances on one machine would share (and corrupt) one segment,
+        # and crash. Such instances talk over loopback TCP, as separate machines would.
+        argv += ["--mca", "btl", "self,tcp"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     forwarded = [name for name in env if name in FORWARDED or name.startswith("SM_")]

@@ -127,9 +127,22 @@ def test_mpirun_on_the_first_instance_only(tmp_path: Path) -> None:
     assert "RUNYARD_HOST" not in forwarded  # each instance's identity comes from its agent
     assert argv[-4:] == ["-m", "runtime.launch.mpi_rank", "python", "train.py"]
     assert argv[argv.index("NCCL_DEBUG=INFO") - 1] == "-x"
+    assert "self,tcp" not in argv  # separate machines keep shared memory inside each
     worker = plan(configs["algo-2"], ["python", "train.py"], env, num_gpus=0)
     assert worker.waits_for_mpi
     assert worker.specs == []
+
+
+def test_instances_on_one_machine_talk_over_tcp_only(tmp_path: Path) -> None:
+    # Shared-memory segments are named per hostname and local rank: two instances on one
+    # machine would map the same one.
+    config = _configs(tmp_path, distribution={"mpi": {"enabled": True}})["algo-1"]
+    config = InstanceConfig(
+        **{**config.__dict__, "launch_agent": ("agent",), "shared_machine": True}
+    )
+    (mpirun,) = plan(config, ["python", "train.py"], {}, num_gpus=0).specs
+    argv = mpirun.argv
+    assert argv[argv.index("btl") - 1 : argv.index("btl") + 2] == ["--mca", "btl", "self,tcp"]
 
 
 def test_data_parallel_jobs_see_the_compatibility_package(tmp_path: Path) -> None:

@@ -156,6 +156,7 @@ class LocalBackend(Backend[LocalPlan]):
                     "runtime.launch.local_agent",
                     str(job_dir / HOSTS_FILE),
                 ],
+                shared_machine=True,
             )
             argv = [self.python, "-m", "runtime.train"]
             instances.append(LocalInstance(host, str(base_dir), argv, env, files, cpus))
