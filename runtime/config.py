@@ -15,11 +15,17 @@ class ConfigError(Exception):
     """A config file is missing or malformed."""
 
 
+# What /opt/ml paths in a job spec mean on an instance whose base directory is elsewhere.
+IMAGE_BASE_DIR = "/opt/ml"
+
+
 @dataclass(frozen=True)
 class Paths:
     """The base directory laid out as SageMaker's /opt/ml."""
 
     base: Path
+    # checkpoint_local_path, where the job gives one; else checkpoints/ in the base dir.
+    checkpoint_dir: Path | None = None
 
     @property
     def code(self) -> Path:
@@ -63,7 +69,7 @@ class Paths:
 
     @property
     def checkpoints(self) -> Path:
-        return self.base / "checkpoints"
+        return self.checkpoint_dir or self.base / "checkpoints"
 
     def create(self) -> None:
         for path in (
@@ -110,6 +116,15 @@ class InstanceConfig:
     # same hostname: Open MPI's shared-memory segments are named after the hostname and
     # each instance's local ranks, so two instances' ranks would map the same segment.
     shared_machine: bool = False
+    # Which start of the job this is (0 the first), sent with every report so the service
+    # can tell this attempt's words from a late one of an earlier attempt.
+    attempt: int = 0
+    # The number of this attempt's first log line (lines of earlier attempts are stored).
+    first_log_seq: int = 1
+    # Where checkpoints are kept across restarts; None when the job keeps none.
+    checkpoint_uri: str | None = None
+    # "ec2" on a spot instance of EC2: watch its metadata for the interruption warning.
+    spot_notice: str | None = None
 
     @property
     def master_host(self) -> str:
@@ -139,12 +154,24 @@ class InstanceConfig:
         return next((key for key in DISTRIBUTION_MODES if self.distribution_enabled(key)), None)
 
 
+def checkpoint_dir(base: Path, local_path: str | None) -> Path | None:
+    """Where the script's checkpoints go: a path under /opt/ml is taken as relative to
+    this instance's base directory (so /opt/ml/checkpoints is <base>/checkpoints)."""
+    if not local_path:
+        return None
+    path = Path(local_path)
+    if path.is_relative_to(IMAGE_BASE_DIR):
+        return base / path.relative_to(IMAGE_BASE_DIR)
+    return path
+
+
 def load(base: Path) -> InstanceConfig:
-    paths = Paths(base)
+    config_dir = Paths(base).config
+    runyard = _read(config_dir / "runyard.json")
+    paths = Paths(base, checkpoint_dir(base, runyard.get("checkpoint_local_path")))
     resource = _read(paths.config / "resourceconfig.json")
     input_data = _read(paths.config / "inputdataconfig.json", default={})
     raw_hps = _read(paths.config / "hyperparameters.json", default={})
-    runyard = _read(paths.config / "runyard.json")
     user_hps, framework = hp.split_framework(hp.decode(raw_hps))
     try:
         return InstanceConfig(
@@ -172,6 +199,10 @@ def load(base: Path) -> InstanceConfig:
             launch_agent=tuple(runyard.get("launch_agent", ())),
             agent_port=_optional_port(runyard.get("agent_port")),
             shared_machine=runyard.get("shared_machine") is True,
+            attempt=_count(runyard, "attempt", 0),
+            first_log_seq=_count(runyard, "first_log_seq", 1),
+            checkpoint_uri=runyard.get("checkpoint_uri") or None,
+            spot_notice=runyard.get("spot_notice") or None,
         )
     except KeyError as exc:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
@@ -182,6 +213,13 @@ def _optional_port(value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise ConfigError(f"agent_port must be a TCP port number, not {value!r}")
+    return value
+
+
+def _count(data: dict[str, Any], key: str, default: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key} must be a whole number, not {value!r}")
     return value
 
 

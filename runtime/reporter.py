@@ -34,21 +34,30 @@ def now_iso() -> str:
 
 class ServiceClient:
     def __init__(
-        self, url: str, token: str, job_name: str, host: str, timeout: float = 10.0
+        self,
+        url: str,
+        token: str,
+        job_name: str,
+        host: str,
+        timeout: float = 10.0,
+        *,
+        attempt: int | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"service URL must be http(s), got {url!r}")
         self.base = f"{url.rstrip('/')}/v1/training-jobs/{quote(job_name)}/instances/{quote(host)}"
         self.token = token
         self.timeout = timeout
+        # Sent with every report: the service ignores the words of an earlier attempt.
+        self.attempt = attempt
 
     @classmethod
-    def from_env(cls, job_name: str, host: str) -> ServiceClient | None:
+    def from_env(cls, job_name: str, host: str, attempt: int = 0) -> ServiceClient | None:
         url = os.environ.get("RUNYARD_SERVICE_URL")
         token = os.environ.get("RUNYARD_JOB_TOKEN")
         if not url or not token:
             return None  # run without a service (e.g. by hand): logs go to stdout only
-        return cls(url, token, job_name, host)
+        return cls(url, token, job_name, host, attempt=attempt)
 
     def post(self, path: str, body: dict[str, Any]) -> None:
         request = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
@@ -88,17 +97,20 @@ class ServiceClient:
     ) -> bool:
         given = {key: value for key, value in (fields or {}).items() if value is not None}
         body = {"phase": phase, "time": now_iso(), **given}
+        if self.attempt is not None:
+            body["attempt"] = self.attempt
         return self.post_with_retry("status", body, time.monotonic() + deadline_seconds)
 
 
 class LogShipper:
     """Collects lines from every process of the instance and ships them in batches."""
 
-    def __init__(self, client: ServiceClient | None, echo: bool = True) -> None:
+    def __init__(self, client: ServiceClient | None, echo: bool = True, first_seq: int = 1) -> None:
         self.client = client
         self.echo = echo
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._seq = 0
+        # A restarted job's instances number their lines on from the last attempt's.
+        self._seq = first_seq - 1
         self._seq_lock = threading.Lock()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)

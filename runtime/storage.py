@@ -17,7 +17,7 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -38,12 +38,16 @@ _S3_CLIENT_ENV = (
 )
 
 
+# How much of an object is held in memory at a time when it is streamed.
+CHUNK_SIZE = 1 << 20
+
+
 class StorageError(Exception):
     """A URI is malformed, unsupported or unreadable; the message names it."""
 
 
 @dataclass(frozen=True)
-class _Object:
+class StoredObject:
     """One object under a listed URI; ``relative`` is its path below that URI."""
 
     uri: str
@@ -119,6 +123,51 @@ def list_objects(uri: str) -> list[tuple[str, int]]:
     return [(item.uri, item.size) for item in _listing(uri)]
 
 
+def listing(uri: str) -> list[StoredObject]:
+    """As ``list_objects``, keeping each object's path below ``uri``."""
+    return _listing(uri)
+
+
+def size(uri: str) -> int:
+    """The size of the single object or regular file ``uri`` names."""
+    if scheme(uri) == "s3":
+        found = _S3(uri).object_size()
+        if found is None:
+            raise StorageError(f"{uri}: no such object")
+        return found
+    path = local_path(uri)
+    try:
+        if not path.is_file():
+            raise StorageError(f"{uri}: no such file")
+        return path.stat().st_size
+    except OSError as exc:
+        raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+def read_chunks(uri: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """The bytes of one object, a chunk at a time, without landing it on disk (Pipe mode
+    streams what it reads straight into a FIFO)."""
+    if scheme(uri) == "s3":
+        yield from _S3(uri).chunks(chunk_size)
+        return
+    try:
+        with local_path(uri).open("rb") as source:
+            while chunk := source.read(chunk_size):
+                yield chunk
+    except OSError as exc:
+        raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+def read_bytes(uri: str, limit: int) -> bytes:
+    """A small object whole (a manifest); refuses one larger than ``limit`` bytes."""
+    data = bytearray()
+    for chunk in read_chunks(uri):
+        data += chunk
+        if len(data) > limit:
+            raise StorageError(f"{uri}: larger than {limit} bytes")
+    return bytes(data)
+
+
 def fetch(uri: str, destination: Path, shard: tuple[int, int] | None = None) -> Path:
     """Copy what ``uri`` names into the directory ``destination``.
 
@@ -140,19 +189,19 @@ def fetch(uri: str, destination: Path, shard: tuple[int, int] | None = None) -> 
     targets = [(item, _target(uri, destination, item.relative)) for item in objects]
     for item, target in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
-        _copy_object(item.uri, target)
+        copy_object(item.uri, target)
     if len(targets) == 1 and targets[0][0].uri == uri:
         return targets[0][1]
     return destination
 
 
-def _listing(uri: str) -> list[_Object]:
+def _listing(uri: str) -> list[StoredObject]:
     if scheme(uri) == "s3":
         return _S3(uri).listing()
     root = local_path(uri)
     try:
         if root.is_file():
-            return [_Object(uri, root.name, root.stat().st_size)]
+            return [StoredObject(uri, root.name, root.stat().st_size)]
         if not root.is_dir():
             raise StorageError(f"{uri}: no such file or directory")
         found = []
@@ -161,7 +210,7 @@ def _listing(uri: str) -> list[_Object]:
                 path = Path(directory, name)
                 if path.is_file() and not path.is_symlink():
                     relative = path.relative_to(root).as_posix()
-                    found.append(_Object(path.as_uri(), relative, path.stat().st_size))
+                    found.append(StoredObject(path.as_uri(), relative, path.stat().st_size))
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
     return sorted(found, key=lambda item: item.relative)
@@ -175,12 +224,20 @@ def _target(uri: str, destination: Path, relative: str) -> Path:
     return destination.joinpath(*parts)
 
 
-def _copy_object(uri: str, target: Path) -> None:
+def copy_object(uri: str, target: Path, on_bytes: Callable[[int], None] | None = None) -> None:
+    """Copy one object to the file ``target``; ``on_bytes`` hears of every chunk copied
+    (from the transfer's own threads, for s3://)."""
     if scheme(uri) == "s3":
-        _S3(uri).download(target)
+        _S3(uri).download(target, on_bytes)
         return
     try:
-        shutil.copyfile(local_path(uri), target)
+        if on_bytes is None:
+            shutil.copyfile(local_path(uri), target)
+            return
+        with target.open("wb") as output:
+            for chunk in read_chunks(uri):
+                output.write(chunk)
+                on_bytes(len(chunk))
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
 
@@ -242,10 +299,10 @@ class _S3:
             page = _s3_client().list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         return bool(page.get("KeyCount", 0))
 
-    def listing(self) -> list[_Object]:
+    def listing(self) -> list[StoredObject]:
         size = self.object_size()
         if size is not None:
-            return [_Object(self.uri, PurePosixPath(self.key).name, size)]
+            return [StoredObject(self.uri, PurePosixPath(self.key).name, size)]
         found = []
         with self._aws_call():
             pages = _s3_client().get_paginator("list_objects_v2")
@@ -255,7 +312,7 @@ class _S3:
                     if key.endswith("/"):
                         continue  # a "folder" marker the S3 console makes, not data
                     relative = key[len(self.prefix) :]
-                    found.append(_Object(f"s3://{self.bucket}/{key}", relative, item["Size"]))
+                    found.append(StoredObject(f"s3://{self.bucket}/{key}", relative, item["Size"]))
         return sorted(found, key=lambda item: item.relative)
 
     def upload(self, source: Path) -> None:
@@ -264,10 +321,20 @@ class _S3:
         with self._aws_call():
             _s3_client().upload_file(str(source), self.bucket, self.key)
 
-    def download(self, target: Path) -> None:
+    def download(self, target: Path, on_bytes: Callable[[int], None] | None = None) -> None:
         # download_file writes to a temporary name and renames: no half-written file stays.
         with self._aws_call():
-            _s3_client().download_file(self.bucket, self.key, str(target))
+            _s3_client().download_file(self.bucket, self.key, str(target), Callback=on_bytes)
+
+    def chunks(self, chunk_size: int) -> Iterator[bytes]:
+        # get_object's body is the HTTP response itself: read in chunks, nothing lands.
+        with self._aws_call():
+            body = _s3_client().get_object(Bucket=self.bucket, Key=self.key)["Body"]
+            try:
+                while chunk := body.read(chunk_size):
+                    yield chunk
+            finally:
+                body.close()
 
     @contextlib.contextmanager
     def _aws_call(self) -> Iterator[None]:

@@ -19,7 +19,18 @@ import traceback
 from pathlib import Path
 from types import FrameType
 
-from runtime import archive, channels, failure, hyperparameters, install, launch, resources, storage
+from runtime import (
+    archive,
+    channels,
+    checkpoints,
+    failure,
+    hyperparameters,
+    install,
+    launch,
+    resources,
+    spot,
+    storage,
+)
 from runtime.config import ConfigError, InstanceConfig, load
 from runtime.environment import PRIVATE_VARIABLES, script_environment
 from runtime.install import InstallError
@@ -47,6 +58,10 @@ class Trainer:
         self.shipper = shipper
         # Set by the SIGTERM handler and nothing else: a flag is all a handler may touch.
         self.stop = threading.Event()
+        self.checkpoint_sync: checkpoints.CheckpointSync | None = None
+        self.spot_watch: spot.SpotNoticeWatcher | None = None
+        # Pipe and FastFile channels serve while the script runs; closed when run() ends.
+        self.inputs: channels.Inputs | None = None
 
     def say(self, message: str) -> None:
         self.shipper.emit(RUNTIME_STREAM, message)
@@ -63,6 +78,14 @@ class Trainer:
         self.stop.set()
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            # However the run ends: no Pipe writer left behind, no FastFile mount either.
+            if self.inputs is not None:
+                self.inputs.close()
+
+    def _run(self) -> int:
         config = self.config
         paths = config.paths
         try:
@@ -88,6 +111,9 @@ class Trainer:
             return self.fail(1, f"ClientError: {exc}")
         except remote_agent.AgentError as exc:
             return self.fail(1, f"InternalServerError: {exc}")
+        # Ranks run on every instance (under MPI, started from the first): each uploads.
+        self.checkpoint_sync = checkpoints.start_sync(config, self.say)
+        self._watch_for_spot_notice()
         started = time.monotonic()
         if launch_plan.waits_for_mpi:
             try:
@@ -100,8 +126,12 @@ class Trainer:
             result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
             elapsed = time.monotonic() - started
             self.say(f"Script exited with code {result.exit_code} after {elapsed:.1f} s")
+        self._end_checkpoint_sync()
         if result.stopped or self.stop.is_set():
             return self._stopped()
+        if self.inputs is not None and (input_error := self.inputs.error()) is not None:
+            # A channel could not deliver all its data: the script's result cannot stand.
+            return self.fail(1, f"ClientError: {input_error}")
         if result.exit_code != 0:
             return self.fail(result.exit_code, self._reason(result))
         model_uri = None
@@ -121,7 +151,8 @@ class Trainer:
         started = time.monotonic()
         self.say(f"Fetching code from {config.source_uri}")
         self._fetch_code()
-        channels.fetch_all(config, self.say)
+        self.inputs = channels.open_all(config, self.say)
+        checkpoints.restore(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
 
     def _fetch_code(self) -> None:
@@ -191,6 +222,7 @@ class Trainer:
         return uri
 
     def fail(self, exit_code: int, reason: str) -> int:
+        self._end_checkpoint_sync()
         reason = reason[: failure.MAX_REASON]
         paths = self.config.paths
         if failure.read_failure_file(paths.failure) is None:
@@ -218,7 +250,29 @@ class Trainer:
         self.report("Stopped", model_uri=model_uri)
         return 0
 
+    def _end_checkpoint_sync(self) -> None:
+        # However the script ended, and before the final report: what it wrote last is
+        # stored too (the final sync logs how many files that took).
+        sync, self.checkpoint_sync = self.checkpoint_sync, None
+        if sync is not None:
+            sync.stop()
+
+    def _watch_for_spot_notice(self) -> None:
+        """On an EC2 spot instance, tell the service of the two-minute warning: it gives
+        the scripts SIGTERM and their grace, then restarts the job on new capacity."""
+        client = self.client
+        if self.config.spot_notice != "ec2" or client is None:
+            return
+
+        def notice(message: str) -> None:
+            self.say(f"Spot interruption notice: {message}")
+            client.post_with_retry("interruption", {"message": message}, time.monotonic() + 60)
+
+        self.spot_watch = spot.SpotNoticeWatcher(notice).start()
+
     def _finish_logs(self) -> None:
+        if self.spot_watch is not None:
+            self.spot_watch.stop()
         # Every line is stored before the final report, so a finished job has all its logs.
         self.shipper.close()
 
@@ -230,8 +284,8 @@ def main() -> int:
     except ConfigError as exc:
         print(f"runyard runtime: {exc}", file=sys.stderr)
         return 2
-    client = ServiceClient.from_env(config.job_name, config.current_host)
-    shipper = LogShipper(client).start()
+    client = ServiceClient.from_env(config.job_name, config.current_host, config.attempt)
+    shipper = LogShipper(client, first_seq=config.first_log_seq).start()
     trainer = Trainer(config, client, shipper)
     signal.signal(signal.SIGTERM, trainer.on_sigterm)
     try:

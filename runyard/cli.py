@@ -186,6 +186,23 @@ def _load_spec_file(path: Path) -> dict[str, Any]:
     help="Repeatable. Script environment.",
 )
 @click.option("--backend", help="Run on this backend instead of the one configured for the type.")
+@click.option(
+    "--checkpoint-s3-uri", help="Where checkpoints are kept across restarts (s3:// or file://)."
+)
+@click.option(
+    "--checkpoint-local-path", help="Where the script writes them (default /opt/ml/checkpoints)."
+)
+@click.option(
+    "--use-spot-instances",
+    is_flag=True,
+    default=None,
+    help="Run on spot capacity (needs --max-wait).",
+)
+@click.option("--max-wait", type=int, help="With spot: seconds in all, waiting included.")
+@click.option(
+    "--max-retry-attempts", type=int, help="Restarts allowed after the script fails (0-30)."
+)
+@click.option("--priority", type=int, help="Place in the queue for capacity (higher first).")
 @click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
 @click.option(
     "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
@@ -360,6 +377,20 @@ def stop(name: str, wait: bool) -> None:
         if wait:
             job = _watch(client, name)
             click.echo(f"{name}: {job['status']}")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--host", default="algo-1", show_default=True, help="The instance interrupted.")
+@click.option(
+    "--message", default="spot capacity reclaimed", show_default=True, help="Why, for the record."
+)
+def interrupt(name: str, host: str, message: str) -> None:
+    """Rehearse a spot interruption of a spot job: its scripts get SIGTERM and a grace
+    period to checkpoint, then the job waits for capacity and resumes."""
+    with Client() as client:
+        job = client.interrupt(name, host, message)
+    click.echo(f"{name}: interruption noticed ({job['status']}, {job['secondary_status']})")
 
 
 @main.command()

@@ -99,6 +99,11 @@ class Client:
     def stop_job(self, name: str) -> dict[str, Any]:
         return self._json("POST", f"/v1/training-jobs/{name}/stop")
 
+    def interrupt(self, name: str, host: str, message: str) -> dict[str, Any]:
+        """Send a spot interruption notice for one instance of a spot job."""
+        path = f"/v1/training-jobs/{name}/instances/{host}/interruption"
+        return self._json("POST", path, json={"message": message})
+
     def wait(self, name: str, *, poll: float = 1.0, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job ends; returns its final description."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -42,6 +42,16 @@ class Estimator:
         environment: dict[str, str] | None = None,
         tags: list[dict[str, str]] | None = None,
         backend: str | None = None,
+        volume_size: int | None = None,
+        metric_definitions: list[dict[str, str]] | None = None,
+        checkpoint_s3_uri: str | None = None,
+        checkpoint_local_path: str | None = None,
+        use_spot_instances: bool = False,
+        max_wait: int | None = None,
+        max_retry_attempts: int | None = None,
+        retry_rules: list[dict[str, Any]] | None = None,
+        priority: int | None = None,
+        progress_metric: dict[str, Any] | None = None,
         client: Client | None = None,
     ) -> None:
         self.entry_point = entry_point
@@ -57,6 +67,16 @@ class Estimator:
             "environment": environment or {},
             "tags": tags or [],
             "backend": backend,
+            "volume_size": volume_size,
+            "metric_definitions": metric_definitions,
+            "checkpoint_s3_uri": checkpoint_s3_uri,
+            "checkpoint_local_path": checkpoint_local_path,
+            "use_spot_instances": use_spot_instances or None,
+            "max_wait": max_wait,
+            "max_retry_attempts": max_retry_attempts,
+            "retry_rules": retry_rules,
+            "priority": priority,
+            "progress_metric": progress_metric,
         }
         self.client = client or Client()
         self.latest_training_job: dict[str, Any] | None = None

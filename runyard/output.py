@@ -45,6 +45,12 @@ def final_summary(job: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
 def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
@@ -61,6 +67,20 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         f"Training end:     {job.get('training_end_time') or '-'}",
         f"Billable seconds: {_or_dash(job.get('billable_seconds'))}",
     ]
+    if job.get("spot_savings_percent") is not None:
+        lines.append(f"Spot savings:     {job['spot_savings_percent']:g}% against on-demand")
+    if job.get("pending_reason"):
+        lines.append(f"Waiting:          {job['pending_reason']}")
+    if job.get("restarts") or job.get("infrastructure_restarts"):
+        lines.append(
+            f"Restarts:         {job.get('restarts', 0)} after application failures, "
+            f"{job.get('infrastructure_restarts', 0)} after infrastructure failures "
+            f"(attempt {job.get('attempt', 0) + 1})"
+        )
+    if job.get("progress") is not None:
+        left = job.get("estimated_remaining_seconds")
+        eta = f", about {_duration(left)} left" if left is not None else ""
+        lines.append(f"Progress:         {100 * job['progress']:.1f}%{eta}")
     if job.get("failure_reason"):
         lines.append(f"Failure reason:   {job['failure_reason']}")
     model = artifact_location(job.get("model_artifacts"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -46,6 +46,29 @@ class Settings(BaseSettings):
     ec2: Ec2Settings = Field(default_factory=Ec2Settings)
     max_instance_count: int = Field(default=16, ge=1)
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+
+    # Capacity: how many instances of each type exist to run jobs on (a type missing here
+    # has no limit), and per tenant (the API token's name) how many of each type, or of
+    # all types together under "*", its jobs may hold at once.
+    capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    tenant_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
+    # A job that does not fit now waits in line ("queue"), or is refused at submission
+    # with ResourceLimitExceeded ("refuse").
+    on_capacity_exceeded: Literal["queue", "refuse"] = "queue"
+
+    # Restarts: how many times a job may be restarted after an infrastructure failure (a
+    # lost instance) before it fails; spot interruptions are bounded by max_wait instead.
+    max_infrastructure_restarts: int = Field(default=3, ge=0)
+    # The first restart after an application failure waits this long, each next one twice
+    # as long (at most restart_backoff_max_seconds).
+    restart_backoff_seconds: float = Field(default=1.0, ge=0)
+    restart_backoff_max_seconds: float = Field(default=300.0, ge=0)
+    # What an instance second costs on spot, as a fraction of on-demand: the saving that
+    # spot jobs report.
+    spot_price_ratio: float = Field(default=0.3, gt=0, le=1)
+    # How long an interrupted spot instance's scripts get after SIGTERM (EC2 gives two
+    # minutes' warning).
+    spot_grace_seconds: float = Field(default=110.0, ge=0)
 
     # Worker timing. The sweep re-drives every live job this often, so it bounds how
     # long a lost broker message or a dead worker can delay a job.

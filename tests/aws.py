@@ -20,6 +20,7 @@ from typing import Any
 
 import boto3
 import httpx
+import pytest
 from botocore.config import Config
 
 REGION = "us-east-1"
@@ -107,3 +108,23 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+# Fixtures, registered as a plugin by tests/conftest.py.
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """One moto server for the whole run; each test resets it before use."""
+    with moto_server(tmp_path_factory.mktemp("moto")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_client(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An empty S3, with this process's AWS environment (as boto3 reads it) pointing at
+    it: what the runtime and the service use for s3:// URIs."""
+    moto.reset()
+    for name, value in moto.client_env().items():
+        monkeypatch.setenv(name, value)
+    return moto.client("s3")

@@ -23,7 +23,7 @@ from service.models import Base
 from service.server import prepare
 from service.settings import Settings
 
-pytest_plugins = ["tests.kube"]
+pytest_plugins = ["tests.kube", "tests.aws"]
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "RUNYARD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

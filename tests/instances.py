@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from service.jobs.schemas import JobCreate
-from worker.backends.base import JobRef, LaunchRequest
-from worker.backends.local import free_port
+from worker.backends.base import JobRef, LaunchRequest, Materialized
+from worker.backends.local import LocalBackend, LocalPlan, free_port
 from worker.instance_config import instance_files
 
 
@@ -104,3 +105,23 @@ def start_runtime(base: Path, **extra_env: str) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+class SleepingInstances(LocalBackend):
+    """Real local instances whose processes only sleep: the test plays their runtimes'
+    part and reports for them. ``launches`` lists the attempt of every launch."""
+
+    def __init__(self, jobs_dir: Path, teardown_grace: float = 0.5) -> None:
+        super().__init__(jobs_dir, teardown_grace=teardown_grace)
+        self.launches: list[int] = []
+
+    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        materialized = super().materialize(request)
+        for instance in materialized.plan.instances:
+            instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(120)"]
+        return materialized
+
+    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+        config = materialized.plan.instances[0].files["input/config/runyard.json"]
+        self.launches.append(json.loads(config)["attempt"])
+        super().apply(materialized)

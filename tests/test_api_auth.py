@@ -40,9 +40,9 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
-    # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs),
-    # sources, tokens.
-    assert len(routes) == 10, routes
+    # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
+    # interruption), sources, tokens.
+    assert len(routes) == 11, routes
 
 
 @pytest.mark.parametrize(

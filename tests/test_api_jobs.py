@@ -194,7 +194,8 @@ def test_simultaneous_submissions_of_one_name_conflict(
     def second_submission() -> None:
         session = make_session()
         try:
-            service.submit(session, settings, spec)  # blocks on the name until `first` commits
+            # Blocks on the name until `first` commits.
+            service.submit(session, settings, spec, "admin")
         except Conflict as exc:
             outcome.append(exc)
         finally:
@@ -202,7 +203,7 @@ def test_simultaneous_submissions_of_one_name_conflict(
             session.close()
 
     try:
-        service.submit(first, settings, spec)
+        service.submit(first, settings, spec, "admin")
         racer = threading.Thread(target=second_submission)
         racer.start()
         racer.join(0.5)

@@ -85,9 +85,9 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["inputs", "train", "uri"],
     ),
     (
-        "channel input mode not in this build",
-        {"inputs": {"train": {"uri": "file:///tmp", "input_mode": "Pipe"}}},
-        ["inputs", "train", "input_mode"],
+        "manifest that is a directory",
+        {"inputs": {"train": {"uri": "file:///tmp", "s3_data_type": "ManifestFile"}}},
+        ["inputs", "train", "uri"],
     ),
     (
         "unknown input mode",
@@ -182,6 +182,50 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["distribution", "mpi", "processes_per_host"],
     ),
     ("too many tags", {"tags": [{"key": f"k{i}", "value": "v"} for i in range(51)]}, ["tags"]),
+    ("spot without max_wait", {"use_spot_instances": True}, ["max_wait"]),
+    ("max_wait without spot", {"max_wait": 7200}, ["max_wait"]),
+    (
+        "max_wait below max_run",
+        {"use_spot_instances": True, "max_run": 3600, "max_wait": 60},
+        ["max_wait"],
+    ),
+    ("relative checkpoint path", {"checkpoint_local_path": "ckpt"}, ["checkpoint_local_path"]),
+    (
+        "checkpoint path is the base dir",
+        {"checkpoint_local_path": "/opt/ml"},
+        ["checkpoint_local_path"],
+    ),
+    ("checkpoint uri scheme", {"checkpoint_s3_uri": "gs://bucket/ckpt"}, ["checkpoint_s3_uri"]),
+    ("too many retries", {"max_retry_attempts": 31}, ["max_retry_attempts"]),
+    (
+        "retry rule with a bad regex",
+        {
+            "max_retry_attempts": 1,
+            "retry_rules": [{"on_failure_reasons": ["("], "action": "retry"}],
+        },
+        ["retry_rules", "0", "on_failure_reasons"],
+    ),
+    (
+        "retry rule action",
+        {"retry_rules": [{"on_exit_codes": [1], "action": "maybe"}]},
+        ["retry_rules", "0", "action"],
+    ),
+    (
+        "a rule that retries with no retries allowed",
+        {"retry_rules": [{"on_exit_codes": [1], "action": "retry"}]},
+        ["retry_rules", "0", "action"],
+    ),
+    ("priority out of range", {"priority": 5000}, ["priority"]),
+    (
+        "progress metric not defined",
+        {"progress_metric": {"name": "epoch", "total": 10}},
+        ["progress_metric"],
+    ),
+    (
+        "channel data type",
+        {"inputs": {"train": {"uri": "file:///x", "s3_data_type": "Augmented"}}},
+        ["inputs", "train", "s3_data_type"],
+    ),
 ]
 
 

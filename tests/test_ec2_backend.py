@@ -39,12 +39,6 @@ SERVICE_URL = "http://runyard.internal:8642"
 TOKEN = "ryj_secret"
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aws.MotoServer]:
-    with aws.moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
 @pytest.fixture
 def ec2(moto: aws.MotoServer) -> Any:
     moto.reset()
@@ -199,7 +193,12 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
     "runtime.launch.remote_agent"
   ],
   "agent_port": 7077,
-  "shared_machine": false
+  "shared_machine": false,
+  "attempt": 0,
+  "first_log_seq": 1,
+  "checkpoint_uri": null,
+  "checkpoint_local_path": null,
+  "spot_notice": null
 }
 RUNYARD_EOF
 
@@ -269,6 +268,7 @@ def test_dry_run_is_the_exact_run_instances_call(ec2: Any) -> None:
         {"Key": "runyard:job-name", "Value": "bert-1"},
         {"Key": "runyard:job-id", "Value": "f" * 32},
         {"Key": "runyard:host", "Value": "algo-2"},
+        {"Key": "runyard:attempt", "Value": "0"},
     ]
     second = materialized.public["instances"][1]
     assert second["host"] == "algo-2"
@@ -515,6 +515,7 @@ def test_submit_launches_one_tagged_instance_per_host(ec2: Any, settings: Ec2Set
             "runyard:job-name": "job-1",
             "runyard:job-id": request.job.id,
             "runyard:host": host,
+            "runyard:attempt": "0",
             # Every instance learns every host's address, its own included.
             "runyard:address:algo-1": addresses["algo-1"],
             "runyard:address:algo-2": addresses["algo-2"],
@@ -552,6 +553,34 @@ def test_a_retried_submit_launches_nothing_new(ec2: Any, settings: Ec2Settings) 
     ec2.terminate_instances(InstanceIds=ids)
     backend.submit(request)
     assert [i["InstanceId"] for i in _instances(ec2, request.job.id)] == ids
+
+
+def test_a_restart_launches_new_instances_and_sees_only_them(
+    ec2: Any, settings: Ec2Settings
+) -> None:
+    backend = _backend(ec2, settings)
+    first = _request(instance_count=2)
+    backend.submit(first)
+    old = {i["InstanceId"] for i in _instances(ec2, first.job.id)}
+    backend.teardown(first.job)
+    # The next attempt: new client tokens, so EC2 launches instead of answering with the
+    # terminated instances, and only its own instances describe the job.
+    second = LaunchRequest(
+        JobRef(first.job.id, first.job.name, attempt=1), first.spec, SERVICE_URL, TOKEN
+    )
+    materialized = backend.submit(second)
+    tokens = [i.run_instances["ClientToken"] for i in materialized.plan.instances]
+    assert tokens == [f"{first.job.id}-1-algo-1", f"{first.job.id}-1-algo-2"]
+    live = {
+        i["InstanceId"] for i in _instances(ec2, first.job.id) if i["State"]["Name"] != "terminated"
+    }
+    assert len(live) == 2
+    assert not live & old
+    statuses = backend.describe(second.job) or {}
+    assert sorted(statuses) == ["algo-1", "algo-2"]
+    assert {s.state for s in statuses.values()} <= {InstanceState.PENDING, InstanceState.RUNNING}
+    backend.teardown(second.job)
+    assert set(_states(ec2, first.job.id)) == {"terminated"}
 
 
 def test_a_type_the_region_lacks_fails_naming_it(ec2: Any, settings: Ec2Settings) -> None:

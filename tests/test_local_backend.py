@@ -103,6 +103,11 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         ],
         "agent_port": None,  # one machine: mpirun reaches instances through the local agent
         "shared_machine": True,
+        "attempt": 0,
+        "first_log_seq": 1,
+        "checkpoint_uri": None,
+        "checkpoint_local_path": None,
+        "spot_notice": None,
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"

@@ -3,6 +3,7 @@ metrics route, final metrics in the job, and the CLI's describe."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,36 @@ def test_describe_shows_the_last_value_of_each_metric(
         ("train:loss", [0.9, 0.25])
     ]
     assert [s["name"] for s in client.metrics("job-1")] == ["train:loss", "valid:acc"]
+
+
+def test_a_progress_metric_gives_progress_and_the_time_left(
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    headers = _submit(
+        api,
+        settings,
+        source_dir,
+        metric_definitions=[{"name": "epoch", "regex": r"^epoch (\d+)"}],
+        progress_metric={"name": "epoch", "total": 10},
+        instance_count=2,
+    )
+    assert api.get(JOB).json()["progress"] is None
+    now = datetime.now(UTC)
+
+    def at(seq: int, ago: float, message: str) -> dict[str, Any]:
+        when = (now - timedelta(seconds=ago)).isoformat()
+        return {"seq": seq, "time": when, "stream": "stdout", "message": message}
+
+    # Two epochs in 20 s: the six left take a minute more.
+    _ship(api, headers, "algo-1", at(1, 20, "epoch 2"), at(2, 0, "epoch 4"))
+    job = api.get(JOB).json()
+    assert job["progress"] == pytest.approx(0.4)
+    assert 55 <= job["estimated_remaining_seconds"] <= 60
+    # A host that reports an older epoch late does not move progress back.
+    _ship(api, headers, "algo-2", at(1, 10, "epoch 3"))
+    assert api.get(JOB).json()["progress"] == pytest.approx(0.4)
+
+    _client_on(api, monkeypatch)
+    result = CliRunner().invoke(cli.main, ["describe", "job-1"])
+    assert result.exit_code == 0, result.output
+    assert "Progress:         40.0%, about " in result.output

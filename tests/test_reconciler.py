@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from service.jobs.schemas import InstanceReport, JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
+from tests.instances import SleepingInstances
 from worker.backends.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
 from worker.backends.local import LocalBackend, LocalPlan
 from worker.reconciler import Reconciler
@@ -29,7 +29,7 @@ def settings(settings: Settings) -> Settings:
 def _submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
     with session_scope(settings.database_url) as session:
         return service.submit(
-            session, settings, JobCreate.model_validate(job_spec(source_dir, **spec))
+            session, settings, JobCreate.model_validate(job_spec(source_dir, **spec)), "admin"
         ).name
 
 
@@ -121,18 +121,8 @@ def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_di
     assert not (settings.jobs_dir / name).exists()
 
 
-class _Sleepers(LocalBackend):
-    """Real instances that only sleep: the test plays the runtime's part and reports."""
-
-    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        materialized = super().materialize(request)
-        for instance in materialized.plan.instances:
-            instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(120)"]
-        return materialized
-
-
 def _sleepers(settings: Settings) -> Callable[[str, Settings], Backend[Any]]:
-    return lambda _name, _settings: _Sleepers(settings.jobs_dir, teardown_grace=0.5)
+    return lambda _name, _settings: SleepingInstances(settings.jobs_dir)
 
 
 def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
@@ -195,12 +185,12 @@ def test_a_job_still_running_at_max_run_is_stopped(settings: Settings, source_di
 def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir: Path) -> None:
     calls: list[str] = []
 
-    class Stuck(_Sleepers):
+    class Stuck(SleepingInstances):
         def teardown(self, job: JobRef) -> None:
             calls.append(job.name)
             raise TeardownError(f"processes of {job.name} survived SIGKILL: [4242]")
 
-    backend = Stuck(settings.jobs_dir, teardown_grace=0.5)
+    backend = Stuck(settings.jobs_dir)
     name = _submit(settings, source_dir)
     Reconciler(settings, lambda _n, _s: backend).reconcile(name)
     _report(settings, name, "algo-1", "Completed", exit_code=0)
@@ -209,7 +199,7 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
     assert job["status"] == "Failed"
     assert "TeardownError: processes of job-1 survived SIGKILL: [4242]" in job["reason"]
     assert calls == [name]  # not retried in a loop
-    _Sleepers(settings.jobs_dir, teardown_grace=0.5).teardown(JobRef(_job_id(settings, name), name))
+    SleepingInstances(settings.jobs_dir).teardown(JobRef(_job_id(settings, name), name))
 
 
 def _job_id(settings: Settings, name: str) -> str:

@@ -15,7 +15,6 @@ from runtime.archive import make_tarball
 from service.app import create_app
 from service.server import prepare
 from service.settings import Settings
-from tests import aws
 from tests.conftest import job_spec, make_settings
 
 BUCKET = "artifacts"
@@ -23,20 +22,10 @@ ROOT = f"s3://{BUCKET}/runyard"
 GZIP = {"Content-Type": "application/gzip"}
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aws.MotoServer]:
-    with aws.moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
 @pytest.fixture
-def s3(moto: aws.MotoServer, monkeypatch: pytest.MonkeyPatch) -> Any:
-    moto.reset()
-    for name, value in moto.client_env().items():
-        monkeypatch.setenv(name, value)
-    client = moto.client("s3")
-    client.create_bucket(Bucket=BUCKET)
-    return client
+def s3(s3_client: Any) -> Any:
+    s3_client.create_bucket(Bucket=BUCKET)
+    return s3_client
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ def instance_files(
     launch_agent: list[str],
     agent_port: int | None = None,
     shared_machine: bool = False,
+    spot_notice: str | None = None,
 ) -> dict[str, str]:
     spec = request.spec
     hosts = request.hosts
@@ -49,6 +50,7 @@ def instance_files(
     for name, channel in sorted(spec.inputs.items()):
         entry: dict[str, Any] = {
             "TrainingInputMode": channel.input_mode,
+            "S3DataType": channel.s3_data_type,
             "S3DistributionType": channel.distribution,
             "RecordWrapperType": "None",
             "CompressionType": channel.compression,
@@ -74,6 +76,13 @@ def instance_files(
         "agent_port": agent_port,
         # Set where every instance runs on one machine, as the local backend's do.
         "shared_machine": shared_machine,
+        "attempt": request.job.attempt,
+        "first_log_seq": request.first_log_seq,
+        "checkpoint_uri": spec.checkpoint_s3_uri,
+        "checkpoint_local_path": spec.checkpoint_local_path,
+        # Where the runtime learns of a spot interruption itself ("ec2": the instance
+        # metadata service); None where the service is told some other way.
+        "spot_notice": spot_notice,
     }
     return {
         f"{CONFIG_DIR}/hyperparameters.json": _dump(hyperparameters),

@@ -8,26 +8,36 @@ is never overwritten.
 
 Order of a job's life::
 
-    InProgress/Starting -> LaunchingInstances -> Downloading -> Training -> Uploading
+    InProgress/Starting -> [Pending: waiting for capacity] -> LaunchingInstances
+        -> Downloading -> Training -> Uploading
         -> Completed | Failed            (the instances' reports decide)
-    Stopping/(Stopping|MaxRuntimeExceeded) -> Stopped   (stop request or max_run)
+    ... -> Restarting | Interrupted -> (tear down, back off) -> [Pending] -> Launching...
+                                         (a retried failure, a spot interruption)
+    Stopping/(Stopping|MaxRuntimeExceeded|MaxWaitTimeExceeded) -> Stopped
+
+Each start of the instances is an attempt. A restart first records why (so a crash
+halfway resumes the restart instead of deciding anew), then tears every instance down,
+then begins the next attempt, which resumes from the job's latest checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import object_session
 from sqlalchemy.orm.exc import StaleDataError
 
 from runtime.launch import MPI_MODES
 from service.auth.tokens import job_token
+from service.capacity import service as capacity
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
 from service.jobs.schemas import JobCreate, host_names
@@ -44,6 +54,7 @@ from service.kit.db import session_scope, utcnow
 from service.logs import service as logs
 from service.logs.schemas import LogLine
 from service.settings import Settings
+from worker import retry_policy
 from worker.backends import registry
 from worker.backends.base import (
     KILL_WAIT_SECONDS,
@@ -55,6 +66,7 @@ from worker.backends.base import (
     LaunchRequest,
     TeardownError,
 )
+from worker.retry_policy import Failure
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +116,25 @@ class Report:
 
 
 @dataclass(frozen=True)
+class RestartCause:
+    """Why the job is restarting, kept in the job while the restart is under way."""
+
+    kind: Literal["application", "infrastructure", "interruption"]
+    reason: str
+    # Not before this (ISO time): the back-off of an application retry.
+    not_before: str
+    # Set once the attempt's instances are gone and its time has been billed.
+    torn_down: bool = False
+
+    @classmethod
+    def load(cls, text: str | None) -> RestartCause | None:
+        return cls(**json.loads(text)) if text else None
+
+    def dump(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@dataclass(frozen=True)
 class JobSnapshot:
     ref: JobRef
     version: int
@@ -114,11 +145,20 @@ class JobSnapshot:
     launched_at: datetime | None
     stop_reason: str | None
     stop_signalled_at: datetime | None
+    created_at: datetime
+    admitted_at: datetime | None
+    restarts: int
+    infrastructure_restarts: int
+    restart_cause: RestartCause | None
+    interruption_noticed_at: datetime | None
+    interruption_message: str | None
+    # Seconds on instances in earlier attempts.
+    billable_seconds: int
 
     @classmethod
     def of(cls, job: TrainingJob) -> JobSnapshot:
         return cls(
-            JobRef(job.id, job.name),
+            JobRef(job.id, job.name, job.attempt),
             job.version,
             Status(job.status),
             job.secondary_status,
@@ -127,6 +167,14 @@ class JobSnapshot:
             job.launched_at,
             job.stop_reason,
             job.stop_signalled_at,
+            job.created_at,
+            job.admitted_at,
+            job.restarts,
+            job.infrastructure_restarts,
+            RestartCause.load(job.restart_cause),
+            job.interruption_noticed_at,
+            job.interruption_message,
+            job.billable_seconds or 0,
         )
 
     @property
@@ -188,8 +236,20 @@ class Reconciler:
             return
         backend = self.build_backend(snapshot.backend, self.settings)
         try:
+            if snapshot.status != Status.STOPPING and _past_max_wait(snapshot):
+                snapshot = self._stop_for(
+                    snapshot,
+                    "MaxWaitTimeExceeded",
+                    Secondary.MAX_WAIT_TIME_EXCEEDED,
+                    f"Stopping: the job took longer than max_wait ({snapshot.spec.max_wait} s), "
+                    "waiting for spot capacity included",
+                )
             if snapshot.status == Status.STOPPING:
                 self._drive_stop(snapshot, backend)
+            elif snapshot.restart_cause is not None:
+                self._continue_restart(snapshot, backend)
+            elif snapshot.admitted_at is None:
+                self._admit(snapshot, backend)
             elif snapshot.launched_at is None:
                 self._launch(snapshot, backend)
             else:
@@ -227,22 +287,51 @@ class Reconciler:
                 teardown=teardown,
             )
 
+    def _admit(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        """Take the job's instances from the capacity, all together, or wait in line."""
+        settings = self.settings
+        spec = snapshot.spec
+
+        def admit(job: TrainingJob) -> None:
+            session = object_session(job)
+            bounded = capacity.limited(settings, spec.instance_type, job.tenant)
+            if session is None or not bounded:
+                verdict = capacity.Admission(True)
+            else:
+                verdict = capacity.decide(session, settings, job)
+            if verdict.admitted:
+                job.admitted_at = utcnow()
+                job.pending_reason = None
+            else:
+                _wait(job, verdict.reason)
+
+        snapshot = self._update(snapshot, admit)
+        if snapshot.admitted_at is not None:
+            self._launch(snapshot, backend)
+
     def _launch(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         count = snapshot.spec.instance_count
-        snapshot = self._update(
-            snapshot,
-            lambda job: repository.record_transition(
-                job,
-                Status.IN_PROGRESS,
-                Secondary.LAUNCHING_INSTANCES,
-                f"Launching {count} {snapshot.spec.instance_type} instance{'s' * (count > 1)}",
-            ),
-        )
+        attempt = snapshot.ref.attempt
+        message = f"Launching {count} {snapshot.spec.instance_type} instance{'s' * (count > 1)}"
+        if attempt:
+            message += f" (attempt {attempt + 1}, resuming from the latest checkpoint)"
+
+        def launching(job: TrainingJob) -> None:
+            repository.record_transition(
+                job, Status.IN_PROGRESS, Secondary.LAUNCHING_INSTANCES, message
+            )
+            job.pending_reason = None
+
+        snapshot = self._update(snapshot, launching)
+        with session_scope(self.database_url) as session:
+            # This attempt's lines are numbered on from every line already stored.
+            first_log_seq = logs.last_seq(session, snapshot.ref.id) + 1
         request = LaunchRequest(
             job=snapshot.ref,
             spec=snapshot.spec,
             service_url=self.settings.public_url,
             token=job_token(self.settings.signing_key(), snapshot.ref.id),
+            first_log_seq=first_log_seq,
         )
         backend.submit(request)  # adopts what an earlier, interrupted attempt started
         now = utcnow()
@@ -257,11 +346,14 @@ class Reconciler:
         # instance seen gone here has its last report already committed.
         statuses = backend.describe(snapshot.ref)
         reports = self._reports(snapshot)
+        if snapshot.interruption_noticed_at is not None:
+            self._drive_interruption(snapshot, backend)
+            return
         # What the instances already decided comes first: a job that finished before its
         # deadline ends Completed or Failed even if this pass only runs after it.
         failure = _first_failure(snapshot.hosts, statuses, reports)
         if failure is not None:
-            self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, failure)
+            self._on_failure(snapshot, backend, reports, failure)
             return
         pending = {
             host: status
@@ -280,19 +372,166 @@ class Reconciler:
         ):
             self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
             return
+        # max_run bounds the time on instances, over every attempt.
         launched_at = snapshot.launched_at or utcnow()
-        if utcnow() - launched_at > timedelta(seconds=snapshot.spec.max_run):
-            message = f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)"
-
-            def stopping(job: TrainingJob) -> None:
-                job.stop_reason = "MaxRuntimeExceeded"
-                repository.record_transition(
-                    job, Status.STOPPING, Secondary.MAX_RUNTIME_EXCEEDED, message
-                )
-
-            self._drive_stop(self._update(snapshot, stopping), backend)
+        ran = snapshot.billable_seconds + (utcnow() - launched_at).total_seconds()
+        if ran > snapshot.spec.max_run:
+            stopping = self._stop_for(
+                snapshot,
+                "MaxRuntimeExceeded",
+                Secondary.MAX_RUNTIME_EXCEEDED,
+                f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)",
+            )
+            self._drive_stop(stopping, backend)
             return
         self._show_progress(snapshot, reports)
+
+    def _stop_for(
+        self, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
+    ) -> JobSnapshot:
+        def stopping(job: TrainingJob) -> None:
+            job.stop_reason = reason
+            job.pending_reason = None
+            repository.record_transition(job, Status.STOPPING, secondary, message)
+
+        return self._update(snapshot, stopping)
+
+    # -- restarts ---------------------------------------------------------------------
+
+    def _on_failure(
+        self,
+        snapshot: JobSnapshot,
+        backend: Backend[Any],
+        reports: dict[str, Report],
+        failure: Failure,
+    ) -> None:
+        verdict = retry_policy.decide(
+            failure,
+            snapshot.spec,
+            restarts=snapshot.restarts,
+            infrastructure_restarts=snapshot.infrastructure_restarts,
+            max_infrastructure_restarts=self.settings.max_infrastructure_restarts,
+        )
+        if not verdict.retry:
+            self._finish(
+                snapshot, backend, reports, Status.FAILED, Secondary.FAILED, verdict.reason
+            )
+            return
+        kind: Literal["application", "infrastructure"] = (
+            "infrastructure" if failure.infrastructure else "application"
+        )
+        self._begin_restart(snapshot, backend, kind, failure.reason)
+
+    def _drive_interruption(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        """A spot notice: the scripts get SIGTERM and the grace to save a checkpoint, then
+        the instances go and the job waits for capacity to resume."""
+        notice = snapshot.interruption_message or "spot capacity reclaimed"
+        grace = self.settings.spot_grace_seconds
+        if snapshot.stop_signalled_at is None:
+            backend.cancel(snapshot.ref, force=False)
+            now = utcnow()
+
+            def signalled(job: TrainingJob) -> None:
+                job.stop_signalled_at = now
+                repository.record_transition(
+                    job,
+                    Status.IN_PROGRESS,
+                    Secondary.INTERRUPTED,
+                    f"Spot interruption: {notice}; the scripts got SIGTERM and {grace:g} s "
+                    "to save a checkpoint",
+                )
+
+            snapshot = self._update(snapshot, signalled)
+        statuses = backend.describe(snapshot.ref) or {}
+        running = any(s.state == InstanceState.RUNNING for s in statuses.values())
+        signalled_at = snapshot.stop_signalled_at or utcnow()
+        if running and utcnow() - signalled_at < timedelta(seconds=grace):
+            return  # the sweep comes back
+        self._begin_restart(snapshot, backend, "interruption", f"Spot interruption: {notice}")
+
+    def _begin_restart(
+        self,
+        snapshot: JobSnapshot,
+        backend: Backend[Any],
+        kind: Literal["application", "infrastructure", "interruption"],
+        reason: str,
+    ) -> None:
+        settings = self.settings
+        delay = 0.0
+        if kind == "application":
+            delay = retry_policy.backoff_seconds(
+                snapshot.restarts,
+                settings.restart_backoff_seconds,
+                settings.restart_backoff_max_seconds,
+            )
+        not_before = (utcnow() + timedelta(seconds=delay)).isoformat()
+        cause = RestartCause(kind, reason[:1024], not_before)
+
+        def restarting(job: TrainingJob) -> None:
+            job.restart_cause = cause.dump()
+            if kind == "application":
+                job.restarts += 1
+                count = f"retry {job.restarts} of {snapshot.spec.max_retry_attempts}"
+                message = f"Restarting ({count}) after: {reason}"
+            else:
+                job.infrastructure_restarts += 1
+                if kind == "interruption":
+                    message = f"{reason}; the job resumes when spot capacity is back"
+                else:
+                    message = (
+                        f"Restarting after an infrastructure failure "
+                        f"({job.infrastructure_restarts} of "
+                        f"{settings.max_infrastructure_restarts}): {reason}"
+                    )
+            secondary = Secondary.INTERRUPTED if kind == "interruption" else Secondary.RESTARTING
+            # An interruption's transition began with its notice, which it keeps.
+            repository.record_transition(job, Status.IN_PROGRESS, secondary, message)
+
+        self._continue_restart(self._update(snapshot, restarting), backend)
+
+    def _continue_restart(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
+        """Tear the attempt down, wait out its back-off, and begin the next attempt."""
+        cause = snapshot.restart_cause
+        assert cause is not None
+        if not cause.torn_down:
+            self._keep_consoles(snapshot, backend)
+            backend.teardown(snapshot.ref)
+            ended = utcnow()
+
+            def torn_down(job: TrainingJob) -> None:
+                _bill_attempt(job, ended)
+                job.restart_cause = replace(cause, torn_down=True).dump()
+
+            snapshot = self._update(snapshot, torn_down)
+        wait = (datetime.fromisoformat(cause.not_before) - utcnow()).total_seconds()
+        if wait > 0:
+            message = f"Restarting in {math.ceil(wait)} s (back-off after a failed attempt)"
+
+            def backing_off(job: TrainingJob) -> None:
+                job.pending_reason = message
+
+            self._update(snapshot, backing_off)
+            return
+
+        def next_attempt(job: TrainingJob) -> None:
+            job.attempt += 1
+            job.restart_cause = None
+            job.launched_at = None
+            job.stop_signalled_at = None
+            job.interruption_noticed_at = None
+            job.interruption_message = None
+            job.progress_first = job.progress_first_at = None
+            job.progress = job.progress_at = None
+            job.pending_reason = None
+            job.instances.clear()  # the new attempt's instances report afresh
+            if cause.kind == "interruption":
+                job.admitted_at = None  # the instances went back: queue for capacity again
+
+        snapshot = self._update(snapshot, next_attempt)
+        if snapshot.admitted_at is None:
+            self._admit(snapshot, backend)
+        else:
+            self._launch(snapshot, backend)
 
     def _wait_for_instances(
         self,
@@ -315,18 +554,7 @@ class Reconciler:
             self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, reason)
             return
         message = f"Waiting for {len(pending)} of {count} instances" + (f": {why}" if why else "")
-
-        def waiting(job: TrainingJob) -> None:
-            if (
-                not repository.record_transition(
-                    job, Status.IN_PROGRESS, Secondary.PENDING, message
-                )
-                and job.transitions[-1].message != message
-            ):
-                # Still waiting, for a reason the scheduler has since made clearer.
-                job.transitions[-1].message = message[:2048]
-
-        self._update(snapshot, waiting)
+        self._update(snapshot, lambda job: _wait(job, message))
 
     def _show_progress(self, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
         if not reports:
@@ -347,6 +575,7 @@ class Reconciler:
 
         def progress(job: TrainingJob) -> None:
             repository.record_transition(job, Status.IN_PROGRESS, phase, _PHASE_MESSAGES[phase])
+            job.pending_reason = None
             if phase == Phase.TRAINING and job.training_start_time is None and started:
                 job.training_start_time = min(started)
 
@@ -406,8 +635,11 @@ class Reconciler:
                 job.training_start_time = min(started)
             if job.training_start_time is not None:
                 job.training_end_time = max(ended) if ended else now
-            if job.launched_at is not None:
-                job.billable_seconds = math.ceil((now - job.launched_at).total_seconds())
+            _bill_attempt(job, now)
+            if snapshot.spec.use_spot_instances and job.billable_seconds:
+                job.spot_savings_percent = round(100 * (1 - self.settings.spot_price_ratio), 1)
+            job.pending_reason = None
+            job.restart_cause = None
 
         self._update(snapshot, finished)
 
@@ -462,6 +694,34 @@ class Reconciler:
             raise Superseded from exc
 
 
+def _wait(job: TrainingJob, message: str) -> None:
+    """The job waits (for capacity, for its instances), saying why; a changed reason
+    updates the current transition rather than adding one."""
+    job.pending_reason = message[:2048]
+    if (
+        not repository.record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)
+        and job.transitions[-1].message != message
+    ):
+        job.transitions[-1].message = message[:2048]
+
+
+def _bill_attempt(job: TrainingJob, ended: datetime) -> None:
+    """Add the attempt's time on instances to the job's, once: the attempt is then over."""
+    if job.launched_at is not None:
+        seconds = math.ceil((ended - job.launched_at).total_seconds())
+        job.billable_seconds = (job.billable_seconds or 0) + seconds
+        job.launched_at = None
+
+
+def _past_max_wait(snapshot: JobSnapshot) -> bool:
+    budget = snapshot.spec.max_wait
+    return (
+        snapshot.spec.use_spot_instances
+        and budget is not None
+        and utcnow() - snapshot.created_at > timedelta(seconds=budget)
+    )
+
+
 def _longest_pass(settings: Settings) -> float:
     """How long one pass may take, at most: a teardown that waits out every grace period
     of the slowest backend this server uses, then a margin."""
@@ -477,33 +737,44 @@ def _longest_pass(settings: Settings) -> float:
 
 def _first_failure(
     hosts: list[str], statuses: dict[str, InstanceStatus] | None, reports: dict[str, Report]
-) -> str | None:
-    """Why the job failed, from the earliest failing instance, or None if none failed."""
-    failed = sorted(
-        (r for r in reports.values() if r.phase in (Phase.FAILED, Phase.STOPPED)),
-        key=lambda r: r.training_ended_at or r.reported_at,
-    )
-    if failed:
-        first = failed[0]
-        if first.phase == Phase.STOPPED:
-            return f"InstanceStopped: {first.host} was stopped from outside Runyard"
-        return first.failure_reason or f"{first.host} failed with exit code {first.exit_code}"
+) -> Failure | None:
+    """Why the attempt failed, or None if no instance failed.
+
+    A lost instance is looked at first: when one vanishes, its peers' scripts fail too
+    (their collectives lose a member), and the cause is the infrastructure's, not theirs.
+    """
     for host in hosts:
         status = (statuses or {}).get(host)
         report = reports.get(host)
         if report is not None and report.phase in FINAL_PHASES:
             continue
         if status is None or status.state not in (InstanceState.RUNNING, InstanceState.PENDING):
-            code = (
-                ""
-                if status is None or status.exit_code is None
-                else f" (exit code {status.exit_code})"
-            )
+            exit_code = status.exit_code if status is not None else None
+            code = "" if exit_code is None else f" (exit code {exit_code})"
             why = f" ({status.reason})" if status and status.reason else ""
             last = (
                 f"; last output: {status.last_output[-600:]}"
                 if status and status.last_output
                 else ""
             )
-            return f"InstanceLost: {host} ended without reporting a result{code}{why}{last}"
-    return None
+            return Failure(
+                # Killed for using more memory than the instance has: the script's doing,
+                # and a restart would only do it again.
+                infrastructure=not (status is not None and "OOMKilled" in status.reason),
+                reason=f"InstanceLost: {host} ended without reporting a result{code}{why}{last}",
+                exit_code=exit_code,
+            )
+    failed = sorted(
+        (r for r in reports.values() if r.phase in (Phase.FAILED, Phase.STOPPED)),
+        key=lambda r: r.training_ended_at or r.reported_at,
+    )
+    if not failed:
+        return None
+    first = failed[0]
+    if first.phase == Phase.STOPPED:
+        return Failure(
+            infrastructure=True,
+            reason=f"InstanceStopped: {first.host} was stopped from outside Runyard",
+        )
+    reason = first.failure_reason or f"{first.host} failed with exit code {first.exit_code}"
+    return Failure(infrastructure=False, reason=reason, exit_code=first.exit_code)

@@ -7,6 +7,7 @@ to its final metrics, and every table must be known to the metadata Alembic comp
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -52,7 +53,34 @@ class TrainingJob(Base):
     training_end_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
     stop_signalled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Seconds on instances, summed over every attempt (time waiting for one is free).
     billable_seconds: Mapped[int | None] = mapped_column(Integer)
+    # For spot jobs: what the billable seconds saved against on-demand, in percent.
+    spot_savings_percent: Mapped[float | None] = mapped_column(Float)
+
+    # Who submitted it: the name of the API token, the unit of per-tenant quotas.
+    tenant: Mapped[str] = mapped_column(String(64), default="")
+    # When the job was given capacity for its instances; None while it queues for it.
+    admitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why the job waits (capacity, instances starting, a restart's back-off), for people.
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+
+    # Restarts: the attempt now running (0 is the first), and how many restarts each kind
+    # of failure caused. restart_cause holds why the job is restarting until it has.
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    infrastructure_restarts: Mapped[int] = mapped_column(Integer, default=0)
+    restart_cause: Mapped[str | None] = mapped_column(Text)
+    # A spot interruption notice for the current attempt (when, and what it said).
+    interruption_noticed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    interruption_message: Mapped[str | None] = mapped_column(Text)
+
+    # Progress the script reports (a fraction of 1): the first and the latest value of the
+    # current attempt, from which the remaining time is estimated.
+    progress_first: Mapped[float | None] = mapped_column(Float)
+    progress_first_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    progress: Mapped[float | None] = mapped_column(Float)
+    progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     # Optimistic concurrency between the API (submit, stop) and the reconciler.
     version: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -70,8 +98,28 @@ class TrainingJob(Base):
         order_by="JobFinalMetric.name", viewonly=True
     )
 
+    @property
+    def estimated_remaining_seconds(self) -> int | None:
+        """Seconds until the script's progress reaches 1, at the pace of this attempt
+        so far; None until two progress values, or once the job has ended."""
+        if self.status != "InProgress" or self.progress is None or self.progress_first is None:
+            return None
+        if self.progress_at is None or self.progress_first_at is None:
+            return None
+        done = self.progress - self.progress_first
+        took = (self.progress_at - self.progress_first_at).total_seconds()
+        if done <= 0 or took <= 0:
+            return None
+        remaining = (1 - self.progress) * took / done - (
+            utcnow() - self.progress_at
+        ).total_seconds()
+        return max(0, math.ceil(remaining))
+
     __mapper_args__ = {"version_id_col": version}
-    __table_args__ = (Index("ix_training_jobs_created", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_training_jobs_created", "created_at", "id"),
+        Index("ix_training_jobs_admitted", "status", "admitted_at"),
+    )
 
 
 class JobLease(Base):

@@ -12,6 +12,7 @@ from service.jobs.schemas import (
     NAME_PATTERN,
     DryRun,
     InstanceReport,
+    InterruptionNotice,
     JobCreate,
     JobPublic,
     JobsPage,
@@ -19,6 +20,7 @@ from service.jobs.schemas import (
 )
 from service.jobs.states import Status
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
+from service.kit.errors import NotFound
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
 
@@ -36,15 +38,17 @@ def create_training_job(
     spec: JobCreate,
     session: SessionDep,
     settings: SettingsDep,
-    _user: CurrentUser,
+    user: CurrentUser,
     dry_run: Annotated[
         bool, Query(description="Show what would be created; create nothing")
     ] = False,
 ) -> JobPublic | JSONResponse:
-    """Submit a training job (estimator-style spec)."""
+    """Submit a training job (estimator-style spec). Its tenant, for capacity quotas, is
+    the name of the token that submits it."""
     if dry_run:
-        return JSONResponse(service.dry_run(session, settings, spec).model_dump(mode="json"))
-    return to_public(service.submit(session, settings, spec))
+        plan = service.dry_run(session, settings, spec, user.name)
+        return JSONResponse(plan.model_dump(mode="json"))
+    return to_public(service.submit(session, settings, spec, user.name))
 
 
 @router.get("", response_model=JobsPage)
@@ -88,6 +92,28 @@ def report_instance_status(
     """Called by the runtime on an instance when its phase changes."""
     job = service.job_for_instance(session, name, host, principal)
     service.record_report(session, settings, job, host, report)
+
+
+@router.post("/{name}/instances/{host}/interruption", response_model=JobPublic)
+def notice_interruption(
+    name: JobName,
+    host: HostName,
+    notice: InterruptionNotice,
+    session: SessionDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+) -> JobPublic:
+    """A spot interruption notice for an instance of a spot job: its scripts get SIGTERM
+    and a grace period to checkpoint, then the job waits for capacity and resumes. The
+    runtime on EC2 sends it on the two-minute warning; a user token may send it to
+    rehearse an interruption on any backend."""
+    if principal.kind == "job":
+        job = service.job_for_instance(session, name, host, principal, live=True)
+    else:
+        job = service.get(session, name)
+        if host not in service.hosts(job):
+            raise NotFound(f"training job {name!r} has no host {host!r}")
+    return to_public(service.notice_interruption(session, settings, job, host, notice.message))
 
 
 def to_public(job: TrainingJob) -> JobPublic:

@@ -14,7 +14,14 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from runtime.modes import DISTRIBUTION_MODES
 
@@ -34,6 +41,11 @@ MAX_ENVIRONMENT_VALUE = 512
 MAX_TAGS = 50
 MAX_RUN_LIMIT = 28 * 24 * 3600
 MAX_METRIC_DEFINITIONS = 40
+MAX_RETRY_ATTEMPTS = 30
+MAX_RETRY_RULES = 20
+# SageMaker's default checkpoint_local_path; paths under it are rebased onto each
+# instance's base directory, so they also mean something on the local backend.
+DEFAULT_BASE_DIR = "/opt/ml"
 
 
 class _Strict(BaseModel):
@@ -98,7 +110,9 @@ class Distribution(_Strict):
 
 
 class Channel(_Strict):
+    # A prefix (every object under it), or a manifest file listing the objects.
     uri: str = Field(min_length=1, max_length=1024)
+    s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
     distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
     input_mode: Literal["File", "Pipe", "FastFile"] = "File"
     content_type: str | None = Field(default=None, max_length=256)
@@ -128,6 +142,37 @@ class MetricDefinition(_Strict):
         return value
 
 
+class ProgressMetric(_Strict):
+    """Which of the job's metrics tells how far training is: its value divided by
+    ``total`` is the fraction done (an epoch metric with the epoch count, say)."""
+
+    name: str = Field(min_length=1, max_length=255)
+    total: float = Field(default=1.0, gt=0)
+
+
+class RetryRule(_Strict):
+    """One rule of ``retry_rules``. A failure matches when its exit code is one of
+    ``on_exit_codes`` (when given) and its reason matches one of the regular expressions
+    ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
+    first rule that matches decides."""
+
+    on_exit_codes: list[int] = Field(default_factory=list, max_length=64)
+    on_failure_reasons: list[str] = Field(default_factory=list, max_length=16)
+    action: Literal["retry", "fail"]
+
+    @field_validator("on_failure_reasons")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for index, pattern in enumerate(value):
+            if not pattern or len(pattern) > 256:
+                raise ValueError(f"[{index}]: must be 1 to 256 characters")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"[{index}]: not a valid regular expression: {exc}") from exc
+        return value
+
+
 class JobCreate(_Strict):
     name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
     base_job_name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
@@ -152,6 +197,58 @@ class JobCreate(_Strict):
         default_factory=list, max_length=MAX_METRIC_DEFINITIONS
     )
     backend: str | None = Field(default=None, max_length=32)
+    # Where checkpoints are kept across restarts (s3:// or file://), and where the script
+    # writes them on the instance (absolute; SM_CHECKPOINT_DIR).
+    checkpoint_s3_uri: str | None = Field(default=None, min_length=1, max_length=1024)
+    checkpoint_local_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    # Restarts after an application failure that a rule says to retry; infrastructure
+    # failures (a lost instance, a spot interruption) are retried apart from these.
+    max_retry_attempts: int = Field(default=0, ge=0, le=MAX_RETRY_ATTEMPTS)
+    retry_rules: list[RetryRule] = Field(default_factory=list, max_length=MAX_RETRY_RULES)
+    use_spot_instances: bool = False
+    # With spot: the whole budget in seconds, waiting for capacity included (>= max_run).
+    max_wait: int | None = Field(default=None, ge=1, le=2 * MAX_RUN_LIMIT, validate_default=True)
+    # Jobs waiting for capacity start in priority order (higher first), then by age.
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    # The metric from which the job's progress and remaining time are estimated.
+    progress_metric: ProgressMetric | None = None
+
+    @field_validator("checkpoint_local_path")
+    @classmethod
+    def _absolute_checkpoint_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts or "\\" in value:
+            raise ValueError("must be an absolute path without '..'")
+        if path == PurePosixPath(DEFAULT_BASE_DIR) or path == PurePosixPath("/"):
+            raise ValueError(f"must be a directory of its own, not {value}")
+        return str(path)
+
+    @field_validator("progress_metric")
+    @classmethod
+    def _progress_metric_is_defined(
+        cls, value: ProgressMetric | None, info: ValidationInfo
+    ) -> ProgressMetric | None:
+        defined = {definition.name for definition in info.data.get("metric_definitions", [])}
+        if value is not None and value.name not in defined:
+            raise ValueError(f"{value.name[:40]!r} is not one of metric_definitions")
+        return value
+
+    @field_validator("max_wait")
+    @classmethod
+    def _spot_budget(cls, value: int | None, info: ValidationInfo) -> int | None:
+        spot, max_run = info.data.get("use_spot_instances"), info.data.get("max_run")
+        if value is not None and not spot:
+            raise ValueError("only applies with use_spot_instances")
+        if spot and value is None:
+            raise ValueError(
+                "required with use_spot_instances: the seconds the job may take in all, "
+                "waiting for spot capacity included (at least max_run)"
+            )
+        if value is not None and max_run is not None and value < max_run:
+            raise ValueError(f"{value} is less than max_run ({max_run}), which it includes")
+        return value
 
     @field_validator("entry_point")
     @classmethod
@@ -292,6 +389,14 @@ class JobPublic(_FromRow):
     training_end_time: datetime | None
     ended_at: datetime | None
     billable_seconds: int | None
+    spot_savings_percent: float | None
+    # Why the job waits, while it does (capacity, instances starting, a back-off).
+    pending_reason: str | None
+    attempt: int
+    restarts: int
+    infrastructure_restarts: int
+    progress: float | None
+    estimated_remaining_seconds: int | None
     transitions: list[TransitionPublic]
     instances: list[InstancePublic]
     final_metrics: list[FinalMetricPublic]
@@ -339,6 +444,12 @@ class DryRun(BaseModel):
     rendered: str
 
 
+class InterruptionNotice(_Strict):
+    """A spot interruption notice for one instance."""
+
+    message: str = Field(default="spot capacity reclaimed", min_length=1, max_length=512)
+
+
 class InstanceReport(_Strict):
     """Sent by the runtime on an instance when its phase changes."""
 
@@ -348,6 +459,9 @@ class InstanceReport(_Strict):
     exit_code: int | None = None
     failure_reason: str | None = None
     model_uri: str | None = Field(default=None, max_length=2048)
+    # Which start of the job the instance belongs to; an earlier attempt's report is
+    # ignored. Absent from runtimes that predate restarts.
+    attempt: int | None = Field(default=None, ge=0)
 
     @field_validator("failure_reason")
     @classmethod

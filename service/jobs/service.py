@@ -21,13 +21,20 @@ from sqlalchemy.orm.exc import StaleDataError
 from runtime import storage
 from runtime.archive import ArchiveError, check_archive
 from service.auth.service import Principal
+from service.capacity import service as capacity
 from service.instance_types import CATALOG
 from service.jobs import distribution, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import DryRun, InstanceReport, JobCreate, host_names, nul_location
 from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
 from service.kit.db import utcnow
-from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
+from service.kit.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    ResourceLimitExceeded,
+    SpecError,
+)
 from service.kit.tasks import enqueue_reconcile
 from service.settings import Settings
 
@@ -44,7 +51,9 @@ class PreparedJob:
     spec: JobCreate
 
 
-def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) -> PreparedJob:
+def prepare(
+    settings: Settings, spec: JobCreate, tenant: str, now: datetime | None = None
+) -> PreparedJob:
     """Check the rules that depend on this server's configuration."""
     from worker.backends import registry
 
@@ -76,11 +85,17 @@ def prepare(settings: Settings, spec: JobCreate, now: datetime | None = None) ->
             f"{spec.instance_count} is above this server's maximum "
             f"of {settings.max_instance_count}",
         )
+    impossible = capacity.never_fits(settings, spec.instance_type, spec.instance_count, tenant)
+    if impossible is not None:
+        raise SpecError(("instance_count",), f"can never start: {impossible}")
+    _check_retry_rules(spec)
     distribution.check(spec)
     _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
     output_path = spec.output_path or settings.artifact_root
-    _check_output_path(output_path)
+    _check_output_path(("output_path",), output_path)
+    if spec.checkpoint_s3_uri is not None:
+        _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
     name = spec.name or _generate_name(spec, now or utcnow())
     final = spec.model_copy(
         update={"name": name, "base_job_name": None, "backend": backend, "output_path": output_path}
@@ -152,30 +167,27 @@ def _check_tarball(spec: JobCreate, source: Path) -> None:
 def _check_inputs(spec: JobCreate) -> None:
     for name, channel in spec.inputs.items():
         loc = ("inputs", name)
-        # Other modes are part of the estimator's vocabulary but not of this build.
-        for field, supported in (
-            ("input_mode", "File"),
-            ("compression", "None"),
-        ):
-            if getattr(channel, field) != supported:
-                value = getattr(channel, field)
-                raise SpecError((*loc, field), f"{value} is not supported by this server yet")
+        # Every input mode and compression is served by the runtime (runtime.channels);
+        # what can be known here is whether the data is there. A manifest must be an
+        # object itself; its entries are checked on the instances, before the script.
+        manifest = channel.s3_data_type == "ManifestFile"
         try:
-            exists = storage.exists(channel.uri)
+            exists = storage.is_file(channel.uri) if manifest else storage.exists(channel.uri)
         except storage.StorageError as exc:
             raise SpecError((*loc, "uri"), str(exc)) from exc
         except OSError as exc:
             raise SpecError((*loc, "uri"), f"cannot read it: {exc.strerror or exc}") from exc
         if not exists:
-            raise SpecError((*loc, "uri"), f"{channel.uri} does not exist")
+            what = "is not a manifest file or object" if manifest else "does not exist"
+            raise SpecError((*loc, "uri"), f"{channel.uri} {what}")
 
 
-def dry_run(session: Session, settings: Settings, spec: JobCreate) -> DryRun:
+def dry_run(session: Session, settings: Settings, spec: JobCreate, tenant: str) -> DryRun:
     """Exactly what submitting would create (the backend's materialized plan), creating nothing."""
     from worker.backends import registry
     from worker.backends.base import REDACTED, JobRef, LaunchRequest
 
-    prepared = prepare(settings, spec)
+    prepared = prepare(settings, spec, tenant)
     if repository.name_taken(session, prepared.name):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
@@ -194,29 +206,45 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate) -> DryRun:
     )
 
 
-def _check_output_path(uri: str) -> None:
-    """The model must be storable there: a directory, or one that can be made; for S3, a
-    bucket this server can list (writing is only known when the model is written)."""
+def _check_output_path(loc: tuple[str, ...], uri: str) -> None:
+    """Outputs (the model, checkpoints) must be storable there: a directory, or one that
+    can be made; for S3, a bucket this server can list (writing is only known when the
+    first object is written)."""
     try:
         if storage.scheme(uri) == "s3":
             storage.is_dir(uri)  # a listing fails on a missing bucket or a denied one
             return
         path = storage.local_path(uri)
     except storage.StorageError as exc:
-        raise SpecError(("output_path",), str(exc)) from exc
+        raise SpecError(loc, str(exc)) from exc
     existing = path
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
-        raise SpecError(("output_path",), f"{uri}: {existing} is not a directory")
+        raise SpecError(loc, f"{uri}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecError(("output_path",), f"{uri}: {existing} is not writable by the server")
+        raise SpecError(loc, f"{uri}: {existing} is not writable by the server")
 
 
-def submit(session: Session, settings: Settings, spec: JobCreate) -> TrainingJob:
-    prepared = prepare(settings, spec)
+def _check_retry_rules(spec: JobCreate) -> None:
+    # A rule that retries with no attempts allowed would silently never retry.
+    if spec.max_retry_attempts == 0:
+        for index, rule in enumerate(spec.retry_rules):
+            if rule.action == "retry":
+                raise SpecError(
+                    ("retry_rules", index, "action"),
+                    "retries, but max_retry_attempts is 0: set how many retries are allowed",
+                )
+
+
+def submit(session: Session, settings: Settings, spec: JobCreate, tenant: str) -> TrainingJob:
+    prepared = prepare(settings, spec, tenant)
     if repository.name_taken(session, prepared.name):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
+    if settings.on_capacity_exceeded == "refuse":
+        busy = capacity.fits_now(session, settings, spec.instance_type, spec.instance_count, tenant)
+        if busy is not None:
+            raise ResourceLimitExceeded(busy)
     job = TrainingJob(
         id=uuid.uuid4().hex,
         name=prepared.name,
@@ -224,6 +252,7 @@ def submit(session: Session, settings: Settings, spec: JobCreate) -> TrainingJob
         backend=prepared.backend,
         status=Status.IN_PROGRESS,
         secondary_status="",
+        tenant=tenant,
     )
     repository.record_transition(
         job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
@@ -305,6 +334,8 @@ def record_report(
     """Store what the runtime on ``host`` says; the reconciler turns it into job state."""
     if job.status in TERMINAL:
         return  # late words from an instance being torn down change nothing
+    if report.attempt is not None and report.attempt != job.attempt:
+        return  # an earlier attempt's instance, torn down since: the job has moved on
     phase = Phase(report.phase)
     row = repository.instance(session, job.id, host)
     if row is None:
@@ -326,6 +357,27 @@ def record_report(
         row.model_uri = report.model_uri
     session.flush()
     enqueue_reconcile(session, settings, job.name)
+
+
+def notice_interruption(
+    session: Session, settings: Settings, job: TrainingJob, host: str, message: str
+) -> TrainingJob:
+    """A spot interruption notice for one of the job's instances (from the runtime on
+    EC2, which saw the two-minute warning, or sent by hand to simulate one): the
+    reconciler gives the scripts their grace, then restarts the job on new capacity."""
+    if not job.spec.get("use_spot_instances"):
+        raise Conflict(f"training job {job.name!r} does not run on spot instances")
+    if job.status != Status.IN_PROGRESS or job.launched_at is None:
+        raise Conflict(f"training job {job.name!r} has no running instances to interrupt")
+    if job.interruption_noticed_at is None:
+        job.interruption_noticed_at = utcnow()
+        job.interruption_message = f"{host}: {message}"[:1024]
+        try:
+            session.flush()
+        except StaleDataError as exc:
+            raise Conflict(f"training job {job.name!r} changed meanwhile; try again") from exc
+        enqueue_reconcile(session, settings, job.name)
+    return job
 
 
 def hosts(job: TrainingJob) -> list[str]:

@@ -60,4 +60,5 @@ PHASE_ORDER = {
 STOP_REASONS = {
     "StoppedByUser": Secondary.STOPPED,
     "MaxRuntimeExceeded": Secondary.MAX_RUNTIME_EXCEEDED,
+    "MaxWaitTimeExceeded": Secondary.MAX_WAIT_TIME_EXCEEDED,
 }

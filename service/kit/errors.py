@@ -47,6 +47,14 @@ class PayloadTooLarge(RunyardError):
     status_code = 413
 
 
+class ResourceLimitExceeded(RunyardError):
+    """As SageMaker's error of that name: the job does not fit what this server has free
+    now, and the server is configured to refuse rather than queue it."""
+
+    def detail(self) -> Any:
+        return f"ResourceLimitExceeded: {self.message}"
+
+
 class SpecError(RunyardError):
     """A field of a request is wrong; ``loc`` names it the way pydantic would."""
 

@@ -54,6 +54,12 @@ def ingest(session: Session, job_id: str, host: str, lines: list[LogLine]) -> in
     return len(fresh)
 
 
+def last_seq(session: Session, job_id: str) -> int:
+    """The highest line number stored for any host of the job (0 when none): a restarted
+    job's instances number their lines on from it."""
+    return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
+
+
 def has_lines(session: Session, job_id: str, host: str) -> bool:
     query = select(LogEvent.id).where(LogEvent.job_id == job_id, LogEvent.host == host).limit(1)
     return session.scalar(query) is not None

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -46,7 +46,9 @@ def extract(session: Session, job_id: str, host: str, lines: Sequence[LogLine]) 
         return 0
     session.add_all(points)
     session.flush()
-    _update_final(session, _latest_by_name(points))
+    latest = _latest_by_name(points)
+    _update_final(session, latest)
+    _update_progress(session, job_id, points)
     return len(points)
 
 
@@ -142,6 +144,42 @@ def _update_final(session: Session, points: list[MetricPoint]) -> None:
             where=statement.excluded.time >= JobFinalMetric.time,
         )
         session.execute(statement)
+
+
+def _update_progress(session: Session, job_id: str, points: list[MetricPoint]) -> None:
+    """Move the job's progress forward from its progress metric, if it names one. A plain
+    UPDATE, not a change of the ORM row: it must not count as a new version of the job,
+    which would make the reconciler's concurrent step start over."""
+    job = session.get(TrainingJob, job_id)
+    progress = (job.spec.get("progress_metric") if job is not None else None) or {}
+    values = [point for point in points if point.name == progress.get("name")]
+    if not values:
+        return
+    total = float(progress.get("total", 1.0))
+
+    def fraction_of(point: MetricPoint) -> float:
+        return min(max(point.value / total, 0.0), 1.0)
+
+    # Points come in seq order, so on equal times the later line counts as the latest.
+    first = min(values, key=lambda point: point.time)
+    point = max(reversed(values), key=lambda point: point.time)
+    fraction = fraction_of(point)
+    statement = (
+        update(TrainingJob)
+        .where(
+            TrainingJob.id == job_id,
+            # Another host's later value may be in already.
+            or_(TrainingJob.progress_at.is_(None), TrainingJob.progress_at <= point.time),
+        )
+        .values(
+            progress=fraction,
+            progress_at=point.time,
+            progress_first=func.coalesce(TrainingJob.progress_first, fraction_of(first)),
+            progress_first_at=func.coalesce(TrainingJob.progress_first_at, first.time),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(statement)
 
 
 def _latest_points(session: Session, job_id: str, name: str, limit: int) -> list[MetricPointPublic]:

@@ -143,7 +143,7 @@ def test_killed_worker_is_replaced_and_the_job_still_ends_right(stack: Stack) ->
     assert processes.marked_processes(job["id"]) == []
 
 
-def test_a_vanished_instance_fails_the_job(stack: Stack) -> None:
+def test_a_vanished_instance_restarts_the_job_and_leaves_nothing_of_it(stack: Stack) -> None:
     with stack.client() as client:
         job = stack.submit(
             client, "scripts", name="lost-1", entry_point="long_running.py", instance_count=2
@@ -153,10 +153,23 @@ def test_a_vanished_instance_fails_the_job(stack: Stack) -> None:
             pid for pid in processes.marked_processes(job["id"], "algo-2") if _is_runtime(pid)
         ]
         assert len(runtime) == 1
-        os.kill(runtime[0], 9)
+        first_attempt = set(processes.marked_processes(job["id"]))
+        os.kill(runtime[0], 9)  # the script it started is orphaned, still running
+        job = stack.wait_for(
+            client,
+            "lost-1",
+            lambda j: j["attempt"] == 1 and j["secondary_status"] == "Training",
+            timeout=60,
+        )
+        # Nothing of the lost attempt survives it, the orphaned script included.
+        assert not first_attempt & set(processes.marked_processes(job["id"]))
+        client.stop_job("lost-1")
         job = stack.wait_until_ended(client, "lost-1", timeout=60)
-    assert job["status"] == "Failed"
-    assert re.match(r"InstanceLost: algo-2 ended without reporting a result", job["failure_reason"])
+    assert (job["status"], job["infrastructure_restarts"]) == ("Stopped", 1)
+    restarting = next(t for t in job["transitions"] if t["secondary_status"] == "Restarting")
+    assert re.search(
+        r"InstanceLost: algo-2 ended without reporting a result", restarting["message"]
+    )
     assert processes.marked_processes(job["id"]) == []
 
 

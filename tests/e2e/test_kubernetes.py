@@ -170,6 +170,8 @@ def test_a_failing_container_fails_the_job_with_its_exit_code(
         pods.set("algo-2", exited(137, reason="OOMKilled"))
         ended = kube_stack.wait_until_ended(client, job["name"])
         assert ended["status"] == "Failed"
+        # Out of memory is the script's doing: not restarted as an infrastructure failure.
+        assert ended["infrastructure_restarts"] == 0
         assert "InstanceLost: algo-2" in ended["failure_reason"]
         assert "exit code 137" in ended["failure_reason"]
         assert "OOMKilled" in ended["failure_reason"]
@@ -180,6 +182,38 @@ def test_a_failing_container_fails_the_job_with_its_exit_code(
             ("algo-2", "runtime", "Training in progress"),
             ("algo-2", "runtime", "Killed"),
         ]
+        assert pods.left() == []
+
+
+def test_a_lost_pod_restarts_the_job_on_new_pods(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job, pods = _launched(kube_stack, kube_server, client)
+        pods.all_running(training=True)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+        first = {name for kind, name in pods.left() if kind == "pods"}
+        # Its node went away: the pod is gone, with no word from its runtime.
+        pods.api.delete_namespaced_pod(
+            manifests.pod_name(pods.base, "algo-2"), NAMESPACE, grace_period_seconds=0
+        )
+        restarted = kube_stack.wait_for(client, job["name"], lambda j: j["attempt"] == 1)
+        assert restarted["infrastructure_restarts"] == 1
+        pods.wait_created(2)
+        # The new pods carry the new attempt in their config; the first attempt's are gone.
+        config = pods.api.read_namespaced_config_map(pods.base, NAMESPACE)
+        assert json.loads(config.data["algo-1.runyard.json"])["attempt"] == 1
+        assert {name for kind, name in pods.left() if kind == "pods"} == first  # same names
+        pods.all_running()
+        for host in ("algo-1", "algo-2"):
+            runtime = pods.runtime(host)
+            runtime.attempt = 1
+            assert runtime.report("Completed", {"exit_code": 0}, deadline_seconds=10)
+            pods.set(host, exited(0))
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Completed", ended["failure_reason"]
+        restarting = next(t for t in ended["transitions"] if t["secondary_status"] == "Restarting")
+        assert "InstanceLost: algo-2" in restarting["message"]
         assert pods.left() == []
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import subprocess
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,6 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], "weights"), "w") as f:
     f.write(os.environ["SM_CURRENT_HOST"])
 print("trained", flush=True)
 """
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aws.MotoServer]:
-    with aws.moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
 
 
 @pytest.fixture

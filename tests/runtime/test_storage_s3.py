@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,10 @@ from tests import aws
 BUCKET = "data"
 
 
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[aws.MotoServer]:
-    with aws.moto_server(tmp_path_factory.mktemp("moto")) as server:
-        yield server
-
-
 @pytest.fixture
-def s3(moto: aws.MotoServer, monkeypatch: pytest.MonkeyPatch) -> Any:
-    moto.reset()
-    for name, value in moto.client_env().items():
-        monkeypatch.setenv(name, value)
-    client = moto.client("s3")
-    client.create_bucket(Bucket=BUCKET)
-    return client
+def s3(s3_client: Any) -> Any:
+    s3_client.create_bucket(Bucket=BUCKET)
+    return s3_client
 
 
 def _put(s3: Any, **objects: str) -> None:

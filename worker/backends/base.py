@@ -39,6 +39,9 @@ class LaunchError(RuntimeError):
 class JobRef:
     id: str
     name: str
+    # Which start of the job (0 the first; each restart one more): a backend whose names
+    # outlive a teardown (EC2's client tokens) must not adopt an earlier attempt's.
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class LaunchRequest:
     spec: JobCreate
     service_url: str
     token: str
+    # The number of this attempt's first log line on every host, after the last stored
+    # one: the service keeps only lines above each host's last seq.
+    first_log_seq: int = 1
 
     @property
     def hosts(self) -> list[str]:
@@ -93,6 +99,7 @@ def unshared_file_uris(spec: JobCreate, shared_root: str | None) -> list[tuple[s
     uris: dict[tuple[str | int, ...], str] = {
         ("source_uri",): spec.source_uri,
         ("output_path",): spec.output_path or "",
+        ("checkpoint_s3_uri",): spec.checkpoint_s3_uri or "",
         **{("inputs", name, "uri"): channel.uri for name, channel in sorted(spec.inputs.items())},
     }
     shared = f"{shared_root.rstrip('/')}/" if shared_root else None

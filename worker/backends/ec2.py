@@ -53,13 +53,16 @@ from worker.instance_config import instance_files
 JOB_ID_TAG = "runyard:job-id"
 JOB_NAME_TAG = "runyard:job-name"
 HOST_TAG = "runyard:host"
+# Which start of the job launched the instance: a restart's instances are new ones, and
+# the earlier attempt's, terminated, must not be taken for them.
+ATTEMPT_TAG = "runyard:attempt"
 TOKEN_ENV = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 BASE_DIR = "/opt/ml"
 # Every instance is a machine of its own, so the rendezvous port never collides.
 MASTER_PORT = 29500
-# EC2 allows 50 tags per instance: the job's own four plus one address per host.
+# EC2 allows 50 tags per instance: the job's own five plus one address per host.
 MAX_TAGS = 50
-_BASE_TAGS = 4
+_BASE_TAGS = 5
 # How much of an ended instance's console explains it in its status.
 LAST_OUTPUT_LINES = 20
 # The agent mpirun reaches the other instances through, run by the runtime's interpreter.
@@ -104,6 +107,7 @@ class Ec2Plan:
     instance_type: str
     ec2_type: str
     instances: list[Ec2Instance] = field(default_factory=list)
+    attempt: int = 0
 
 
 class Ec2Backend(Backend[Ec2Plan]):
@@ -146,7 +150,14 @@ class Ec2Backend(Backend[Ec2Plan]):
             shown["UserData"] = self._script(request, host, REDACTED)
             instances.append(Ec2Instance(host, args))
             public.append({"host": host, "run_instances": shown})
-        plan = Ec2Plan(request.job.id, request.job.name, spec.instance_type, ec2_type, instances)
+        plan = Ec2Plan(
+            request.job.id,
+            request.job.name,
+            spec.instance_type,
+            ec2_type,
+            instances,
+            request.job.attempt,
+        )
         summary = {
             "job_id": plan.job_id,
             "job_name": plan.job_name,
@@ -214,7 +225,7 @@ class Ec2Backend(Backend[Ec2Plan]):
         args: dict[str, Any] = {
             "MinCount": 1,
             "MaxCount": 1,
-            "ClientToken": client_token(request.job.id, host),
+            "ClientToken": client_token(request.job.id, host, request.job.attempt),
             "InstanceType": ec2_type,
         }
         if settings.image_id:
@@ -258,13 +269,13 @@ class Ec2Backend(Backend[Ec2Plan]):
             {"Key": JOB_NAME_TAG, "Value": request.job.name},
             {"Key": JOB_ID_TAG, "Value": request.job.id},
             {"Key": HOST_TAG, "Value": host},
+            {"Key": ATTEMPT_TAG, "Value": str(request.job.attempt)},
         ]
         args["TagSpecifications"] = [
             {"ResourceType": "instance", "Tags": tags},
             {"ResourceType": "volume", "Tags": [dict(tag) for tag in tags]},
         ]
-        # The job spec has no use_spot_instances field yet; a spec that carries one is obeyed.
-        if getattr(request.spec, "use_spot_instances", False):
+        if request.spec.use_spot_instances:
             args["InstanceMarketOptions"] = {
                 "MarketType": "spot",
                 "SpotOptions": {
@@ -286,6 +297,8 @@ class Ec2Backend(Backend[Ec2Plan]):
             network_interface=settings.network_interface,
             launch_agent=[python, "-m", LAUNCH_AGENT_MODULE],
             agent_port=settings.agent_port,
+            # On spot, the runtime watches for EC2's two-minute interruption warning.
+            spot_notice="ec2" if request.spec.use_spot_instances else None,
         )
         env = {
             "SM_BASE_DIR": BASE_DIR,
@@ -316,7 +329,7 @@ class Ec2Backend(Backend[Ec2Plan]):
         plan = materialized.plan
         launched: dict[str, dict[str, Any]] = {}
         try:
-            existing = _by_host(self._instances(plan.job_id))
+            existing = _by_host(self._instances(plan.job_id, attempt=plan.attempt))
             for instance in plan.instances:
                 # Adopt what an earlier attempt launched, in whatever state, as EC2 itself
                 # does for a repeated client token.
@@ -372,7 +385,7 @@ class Ec2Backend(Backend[Ec2Plan]):
         return bool(self._instances(job.id, LIVE_STATES))
 
     def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
-        instances = _by_host(self._instances(job.id))
+        instances = _by_host(self._instances(job.id, attempt=job.attempt))
         if not instances:
             return None
         return {host: self._status(host, instance) for host, instance in instances.items()}
@@ -388,7 +401,7 @@ class Ec2Backend(Backend[Ec2Plan]):
     def console(self, job: JobRef) -> dict[str, str]:
         return {
             host: self._console(instance["InstanceId"])[-CONSOLE_BYTES:]
-            for host, instance in _by_host(self._instances(job.id)).items()
+            for host, instance in _by_host(self._instances(job.id, attempt=job.attempt)).items()
         }
 
     def _console(self, instance_id: str) -> str:
@@ -439,8 +452,14 @@ class Ec2Backend(Backend[Ec2Plan]):
 
     # -- EC2 calls ----------------------------------------------------------------------
 
-    def _instances(self, job_id: str, states: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    def _instances(
+        self, job_id: str, states: tuple[str, ...] = (), *, attempt: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The job's instances (in ``states``, of ``attempt``; of every attempt when None,
+        as teardown wants)."""
         filters = [{"Name": f"tag:{JOB_ID_TAG}", "Values": [job_id]}]
+        if attempt is not None:
+            filters.append({"Name": f"tag:{ATTEMPT_TAG}", "Values": [str(attempt)]})
         if states:
             filters.append({"Name": "instance-state-name", "Values": list(states)})
         return list(self._describe(filters))
@@ -479,9 +498,12 @@ class Ec2Backend(Backend[Ec2Plan]):
                 self._sleep(0.5 * 2**attempt)
 
 
-def client_token(job_id: str, host: str) -> str:
-    """RunInstances' idempotency token: one per job and host, at most 64 characters."""
-    return f"{job_id}-{host}"[-64:]
+def client_token(job_id: str, host: str, attempt: int = 0) -> str:
+    """RunInstances' idempotency token: one per job, attempt and host, at most 64
+    characters. EC2 answers a repeated token with the instance it launched for it, even
+    terminated, so a restart needs tokens of its own."""
+    token = f"{job_id}-{host}" if attempt == 0 else f"{job_id}-{attempt}-{host}"
+    return token[-64:]
 
 
 def instance_state(instance: dict[str, Any]) -> InstanceState:

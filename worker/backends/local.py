@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime import mounts
 from runtime.launch.local_agent import write_hosts_file
 from worker.backends import processes
 from worker.backends.base import (
@@ -292,6 +293,10 @@ class LocalBackend(Backend[LocalPlan]):
             leader = self._leader(job_dir, instance.host)
             if leader is not None:
                 processes.forget_child(leader.pid)
+        # A runtime killed with SIGKILL leaves its FastFile (FUSE) mounts behind, served by
+        # no one: rmtree cannot enter them (ENOTCONN) and they would outlive the job.
+        # Detach them first; a lazy unmount cannot fail on a mount still in use.
+        mounts.unmount_under(job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)
 
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:

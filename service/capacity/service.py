@@ -1,0 +1,193 @@
+"""Capacity: which job may take instances now, and which must wait in line.
+
+Instances of a type are finite (``RUNYARD_CAPACITY``) and so is what each tenant may hold
+(``RUNYARD_TENANT_QUOTAS``, per type and in all under ``"*"``). A job holds its instances
+from admission until it ends or a spot interruption hands them back; all of a job's
+instances are admitted together, never some of them, so two half-admitted jobs can never
+wait on each other.
+
+Waiting jobs of a type form one line, by priority (higher first) and then by age. A job
+may not pass one ahead of it that waits for the type's capacity (else large jobs would
+starve behind a stream of small ones), but it may pass one that only waits for its own
+tenant's quota: one tenant's limit must not hold up the others.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.jobs.models import TrainingJob
+from service.jobs.states import TERMINAL, Status
+from service.settings import Settings
+
+ALL_TYPES = "*"
+# Any fixed number: the advisory lock that makes admission one decision at a time on
+# PostgreSQL (SQLite already serializes every write transaction).
+_ADMISSION_LOCK = 0x52554E59
+
+
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    # Why the job waits, for people; empty when admitted.
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """What one live job asks for or holds."""
+
+    job_id: str
+    name: str
+    tenant: str
+    instance_type: str
+    count: int
+    priority: int
+    created_at: datetime
+    admitted: bool
+
+
+def never_fits(settings: Settings, instance_type: str, count: int, tenant: str) -> str | None:
+    """Why a job of ``count`` instances could never start here, or None if it could."""
+    capacity = settings.capacity.get(instance_type)
+    if capacity is not None and count > capacity:
+        return f"{count} {instance_type} instances asked for; this server has {capacity}"
+    for scope, limit in _quotas(settings, tenant, instance_type):
+        if count > limit:
+            what = "instances" if scope == ALL_TYPES else f"{instance_type} instances"
+            return f"{count} {what} asked for; tenant {tenant!r} may hold {limit}"
+    return None
+
+
+def limited(settings: Settings, instance_type: str, tenant: str) -> bool:
+    """Whether anything bounds such a job at all (if not, it is admitted at once)."""
+    return instance_type in settings.capacity or bool(_quotas(settings, tenant, instance_type))
+
+
+def fits_now(
+    session: Session, settings: Settings, instance_type: str, count: int, tenant: str
+) -> str | None:
+    """Why a new job would have to wait now (for ``on_capacity_exceeded=refuse``), or None."""
+    claims = _live_claims(session)
+    waiting = _Claim("", "", tenant, instance_type, count, 0, datetime.max, admitted=False)
+    return _blocker(settings, _usage(claims), waiting)
+
+
+def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
+    """Admit ``job`` if its turn has come and its instances are free; else say why not.
+    Runs inside the caller's write transaction, which then records the admission."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_ADMISSION_LOCK)))
+    claims = _live_claims(session)
+    usage = _usage(claims)
+    mine = next((claim for claim in claims if claim.job_id == job.id), None)
+    if mine is None:
+        return Admission(False, "the job has ended")
+    line = sorted(
+        (
+            claim
+            for claim in claims
+            if not claim.admitted and claim.instance_type == mine.instance_type
+        ),
+        key=lambda claim: (-claim.priority, claim.created_at, claim.job_id),
+    )
+    for ahead in line:
+        blocker = _blocker(settings, usage, ahead)
+        if ahead.job_id == mine.job_id:
+            return Admission(False, blocker) if blocker else Admission(True)
+        if blocker is None:
+            # It will be admitted by its own pass: keep its instances for it.
+            usage.take(ahead)
+        elif _waits_for_capacity(settings, usage, ahead):
+            return Admission(
+                False,
+                f"Waiting in line for {mine.instance_type} capacity behind {ahead.name} "
+                f"({ahead.count} instances, priority {ahead.priority})",
+            )
+    return Admission(False, "the job is not waiting")  # unreachable: mine is in the line
+
+
+class _Usage:
+    """Instances held, by type and by (tenant, type or "*")."""
+
+    def __init__(self) -> None:
+        self.by_type: Counter[str] = Counter()
+        self.by_tenant: Counter[tuple[str, str]] = Counter()
+
+    def take(self, claim: _Claim) -> None:
+        self.by_type[claim.instance_type] += claim.count
+        self.by_tenant[claim.tenant, claim.instance_type] += claim.count
+        self.by_tenant[claim.tenant, ALL_TYPES] += claim.count
+
+
+def _usage(claims: list[_Claim]) -> _Usage:
+    usage = _Usage()
+    for claim in claims:
+        if claim.admitted:
+            usage.take(claim)
+    return usage
+
+
+def _blocker(settings: Settings, usage: _Usage, claim: _Claim) -> str | None:
+    """Why ``claim`` cannot be admitted with ``usage`` held, or None if it can."""
+    kind = claim.instance_type
+    capacity = settings.capacity.get(kind)
+    if capacity is not None and usage.by_type[kind] + claim.count > capacity:
+        return (
+            f"Waiting for capacity: {usage.by_type[kind]} of {capacity} {kind} instances "
+            f"are in use and the job needs {claim.count}"
+        )
+    for scope, limit in _quotas(settings, claim.tenant, kind):
+        held = usage.by_tenant[claim.tenant, scope]
+        if held + claim.count > limit:
+            what = "instances" if scope == ALL_TYPES else f"{kind} instances"
+            return (
+                f"Waiting for tenant {claim.tenant!r}'s quota: its jobs hold {held} of "
+                f"{limit} {what} and this one needs {claim.count}"
+            )
+    return None
+
+
+def _waits_for_capacity(settings: Settings, usage: _Usage, claim: _Claim) -> bool:
+    capacity = settings.capacity.get(claim.instance_type)
+    return capacity is not None and usage.by_type[claim.instance_type] + claim.count > capacity
+
+
+def _quotas(settings: Settings, tenant: str, instance_type: str) -> list[tuple[str, int]]:
+    quotas = settings.tenant_quotas.get(tenant, {})
+    return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
+
+
+def _live_claims(session: Session) -> list[_Claim]:
+    terminal = [str(status) for status in TERMINAL]
+    rows = session.execute(
+        select(
+            TrainingJob.id,
+            TrainingJob.name,
+            TrainingJob.tenant,
+            TrainingJob.spec,
+            TrainingJob.created_at,
+            TrainingJob.admitted_at,
+            TrainingJob.status,
+        ).where(TrainingJob.status.not_in(terminal))
+    )
+    return [
+        _Claim(
+            job_id=row.id,
+            name=row.name,
+            tenant=row.tenant,
+            instance_type=str(row.spec["instance_type"]),
+            count=int(row.spec["instance_count"]),
+            priority=int(row.spec.get("priority", 0)),
+            created_at=row.created_at,
+            # A job being stopped before it was admitted never takes instances.
+            admitted=row.admitted_at is not None,
+        )
+        for row in rows
+        if row.admitted_at is not None or row.status == Status.IN_PROGRESS
+    ]

@@ -1,0 +1,422 @@
+"""runtime.checkpoints: restore before the script, uploads while it runs, a final sync.
+
+The files are written by a real process, as a training script writes them, into a real
+directory; the store is a file:// directory or moto's S3 server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import storage
+from runtime.checkpoints import CheckpointSync, restore
+from runtime.config import InstanceConfig, load
+from runtime.filewatch import InotifyWatcher, NotWhole, PollingWatcher, Watcher, copy_whole
+from tests.instances import launch_request, write_instances
+
+BUCKET = "checkpoints"
+FAST_RETRIES = (0.01, 0.01)
+
+# Three versions of slow.pt, each written in chunks with flushes and a pause between, the
+# next one truncating the file right after the last closed it.
+WRITER = """
+import os, sys, time
+root = sys.argv[1]
+def write(relative, data, chunks=1):
+    path = os.path.join(root, relative)
+    with open(path, "wb") as f:
+        step = len(data) // chunks
+        for i in range(chunks):
+            f.write(data[i * step : (i + 1) * step] if i < chunks - 1 else data[i * step :])
+            f.flush()
+            if i < chunks - 1:
+                time.sleep(0.03)
+write("first.pt", b"1" * 1000)
+os.makedirs(os.path.join(root, "step-2", "shards"))
+write("step-2/shards/rank-0.pt", b"s" * 5000)
+write("model.pt.tmp", b"m" * 3000)
+os.replace(os.path.join(root, "model.pt.tmp"), os.path.join(root, "model.pt"))
+for version in b"ABC":
+    write("slow.pt", bytes([version]) * 400_000, chunks=4)
+"""
+SLOW_VERSIONS = {bytes([version]) * 400_000 for version in b"ABC"}
+WRITTEN = {
+    "first.pt": b"1" * 1000,
+    "step-2/shards/rank-0.pt": b"s" * 5000,
+    "model.pt": b"m" * 3000,
+    "slow.pt": b"C" * 400_000,
+}
+
+
+class Log:
+    """The lines the sync says, from whichever thread, with a way to wait for one."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+
+    def has(self, text: str) -> bool:
+        with self._lock:
+            return any(text in line for line in self.lines)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.01)
+
+
+def run_writer(script: str, root: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", script, str(root)])
+
+
+def stored(store: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(store).as_posix(): path.read_bytes()
+        for path in store.rglob("*")
+        if path.is_file() and not path.name.startswith(".")  # put_file's own temporaries
+    }
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoints"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def log() -> Log:
+    return Log()
+
+
+@pytest.fixture
+def sync_of(local: Path, store: Path, log: Log, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Starts a sync of ``local`` to ``store``; stops whatever a test left running."""
+    started: list[CheckpointSync] = []
+
+    def start(watcher: Watcher | None = None, **options: Any) -> CheckpointSync:
+        local.mkdir(exist_ok=True)
+        sync = CheckpointSync(
+            local, store.as_uri(), log, watcher=watcher, scratch_dir=tmp_path, **options
+        )
+        started.append(sync.start())
+        return sync
+
+    yield start
+    for sync in started:
+        sync.stop()
+
+
+def test_files_are_stored_whole_once_complete(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    sync = sync_of()
+    writer = run_writer(WRITER, local)
+    seen: set[bytes] = set()
+    while writer.poll() is None:  # look at the stored object while it is being rewritten
+        slow = store / "slow.pt"
+        if slow.exists():
+            seen.add(slow.read_bytes())
+        time.sleep(0.002)
+    assert writer.returncode == 0
+    wait_for(lambda: stored(store) == WRITTEN, "every file stored as last written")
+
+    assert seen <= SLOW_VERSIONS
+    # Every upload the sync made of slow.pt was of a whole version: never a part of one.
+    assert {u.size for u in sync.uploads if u.relative == "slow.pt"} <= {400_000}
+    assert log.has("(inotify)")
+    assert all(0 <= lag < 10 for lag in sync.lags)
+    assert sync.stop() == 0  # nothing was left for the final sync
+    assert log.has("Final checkpoint sync stored 0 file(s)")
+
+
+@pytest.mark.parametrize("kind", ["inotify", "polling"])
+def test_a_temporary_name_renamed_away_is_not_announced(local: Path, kind: str) -> None:
+    local.mkdir()
+    watcher: Watcher = InotifyWatcher(local) if kind == "inotify" else PollingWatcher(local, 0)
+    script = """
+import os, sys
+root = sys.argv[1]
+with open(os.path.join(root, "ckpt.tmp"), "wb") as f:
+    f.write(b"x" * 100)
+os.replace(os.path.join(root, "ckpt.tmp"), os.path.join(root, "ckpt.pt"))
+os.makedirs(os.path.join(root, "step-1.partial", "shards"))
+with open(os.path.join(root, "step-1.partial", "shards", "0.pt"), "wb") as f:
+    f.write(b"y")
+os.rename(os.path.join(root, "step-1.partial"), os.path.join(root, "step-1"))
+"""
+    assert run_writer(script, local).wait(timeout=30) == 0
+    try:
+        announced = [ready.path for _ in range(2) for ready in watcher.changes(0)]
+    finally:
+        watcher.close()
+    # A directory renamed into place counts as complete, as a renamed file does.
+    assert sorted(announced) == [local / "ckpt.pt", local / "step-1" / "shards" / "0.pt"]
+
+
+HOLDING_WRITER = """
+import os, sys
+path = os.path.join(sys.argv[1], "new-dir", "big.pt")
+os.makedirs(os.path.dirname(path))
+with open(path, "wb") as f:
+    f.write(b"half")
+    f.flush()
+    print("written", flush=True)
+    sys.stdin.readline()
+    f.write(b" and the rest")
+"""
+
+
+def _start_holding_writer(local: Path) -> subprocess.Popen[str]:
+    """A process that writes half a file into a new directory and keeps it open until
+    told to finish."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_WRITER, str(local)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline() == "written\n"
+    return writer
+
+
+def _finish(writer: subprocess.Popen[str]) -> None:
+    writer.communicate("go\n", timeout=30)
+    assert writer.returncode == 0
+
+
+def test_a_file_open_for_writing_is_not_copied(local: Path, tmp_path: Path) -> None:
+    local.mkdir()
+    writer = _start_holding_writer(local)
+    try:
+        with pytest.raises(NotWhole, match=r"^open for writing$"):
+            copy_whole(local / "new-dir" / "big.pt", tmp_path / "copy")
+    finally:
+        _finish(writer)
+    assert copy_whole(local / "new-dir" / "big.pt", tmp_path / "copy")[0] == 17
+    assert (tmp_path / "copy").read_bytes() == b"half and the rest"
+
+
+def test_a_file_found_half_written_in_a_new_directory_waits_for_its_close(local: Path) -> None:
+    local.mkdir()
+    watcher = InotifyWatcher(local)
+    try:
+        writer = _start_holding_writer(local)
+        try:
+            # The directory's watch came after the file was opened and written to.
+            assert watcher.changes(0) == []
+        finally:
+            _finish(writer)
+        announced = [ready.path for ready in watcher.changes(5)]
+    finally:
+        watcher.close()
+    assert announced == [local / "new-dir" / "big.pt"]
+
+
+def test_polling_when_inotify_is_not_used(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    local.mkdir()
+    sync = sync_of(watcher=PollingWatcher(local, interval=0.05))
+    script = """
+import os, sys
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "a", "b"))
+with open(os.path.join(root, "a", "b", "deep.pt"), "wb") as f:
+    f.write(b"d" * 2000)
+with open(os.path.join(root, "top.tmp"), "wb") as f:
+    f.write(b"t" * 10)
+os.replace(os.path.join(root, "top.tmp"), os.path.join(root, "top.pt"))
+"""
+    assert run_writer(script, local).wait(timeout=30) == 0
+    wanted = {"a/b/deep.pt": b"d" * 2000, "top.pt": b"t" * 10}
+    wait_for(lambda: stored(store) == wanted, "the polled files stored")
+    assert log.has("(polling every 0.05 s)")
+    assert sorted(u.relative for u in sync.uploads) == ["a/b/deep.pt", "top.pt"]
+
+
+def test_the_final_sync_stores_what_was_not_yet_uploaded(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    local.mkdir()
+    (local / "restored.pt").write_bytes(b"from the store")  # there before the sync starts
+    # A watcher that never gets round to looking: only the final sync can store anything.
+    sync = sync_of(watcher=PollingWatcher(local, interval=3600))
+    script = "import sys; open(sys.argv[1] + '/last.pt', 'wb').write(b'last words')"
+    assert run_writer(script, local).wait(timeout=30) == 0
+    assert stored(store) == {}
+
+    assert sync.stop() == 1
+    assert stored(store) == {"last.pt": b"last words"}  # restored.pt is stored already
+    assert log.has("Final checkpoint sync stored 1 file(s)")
+    assert [u.final for u in sync.uploads] == [True]
+
+
+def test_a_rewrite_right_before_stop_is_stored(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path
+) -> None:
+    sync = sync_of()
+    script = """
+import sys
+for version in (b"old", b"new"):
+    with open(sys.argv[1] + "/state.pt", "wb") as f:
+        f.write(version * 100_000)
+"""
+    assert run_writer(script, local).wait(timeout=30) == 0
+    sync.stop()
+    assert stored(store) == {"state.pt": b"new" * 100_000}
+
+
+def test_an_upload_that_keeps_failing_is_logged_and_the_rest_go_on(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    store.mkdir()
+    (store / "broken").write_text("a file where the upload needs a directory")
+    sync = sync_of(retry_delays=FAST_RETRIES)
+    script = """
+import os, sys
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "broken"))
+open(os.path.join(root, "broken", "x.pt"), "wb").write(b"x")
+open(os.path.join(root, "fine.pt"), "wb").write(b"f")
+"""
+    assert run_writer(script, local).wait(timeout=30) == 0
+    bad_uri = f"{store.as_uri()}/broken/x.pt"
+    wait_for(lambda: log.has(f"Could not store checkpoint at {bad_uri}"), "the failure logged")
+    wait_for(lambda: (store / "fine.pt").exists(), "the next file stored")
+    assert log.has("(attempt 1 of 3: ")
+    assert sync.failed == [bad_uri]
+
+    assert sync.stop() == 0  # tried once more, failed again: logged, not raised
+    assert log.has("Final checkpoint sync stored 0 file(s), 0 bytes, in ")
+    assert log.has("; 1 could not be stored")
+    assert sync.failed == [bad_uri, bad_uri]
+
+
+def test_an_upload_is_retried_until_the_store_takes_it(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    store.mkdir()
+    blocker = store / "blocked"
+    blocker.write_text("in the way")
+    sync_of(retry_delays=(0.1,) * 50)
+    script = """
+import os, sys
+os.makedirs(sys.argv[1] + "/blocked")
+open(sys.argv[1] + "/blocked/x.pt", "wb").write(b"x")
+"""
+    assert run_writer(script, local).wait(timeout=30) == 0
+    wait_for(lambda: log.has("retrying in 0.1 s"), "a failed attempt")
+    blocker.unlink()
+    wait_for(lambda: stored(store) == {"blocked/x.pt": b"x"}, "stored on a later attempt")
+    assert not log.has("Could not store")
+
+
+# -- restore -------------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, checkpoint_uri: str) -> InstanceConfig:
+    source = tmp_path / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    request = launch_request(source, checkpoint_s3_uri=checkpoint_uri)
+    return load(write_instances(tmp_path / "job", request)["algo-1"])
+
+
+def test_restore_copies_the_stored_tree_from_a_directory(tmp_path: Path, log: Log) -> None:
+    kept = tmp_path / "kept"
+    (kept / "step-3" / "shards").mkdir(parents=True)
+    (kept / "latest").write_text("step-3")
+    (kept / "step-3" / "shards" / "0.pt").write_bytes(b"0" * 2048)
+    config = _config(tmp_path, kept.as_uri())
+
+    restored = restore(config, log)
+
+    assert restored is not None
+    assert (restored.files, restored.bytes) == (2, 2054)
+    assert stored(config.paths.checkpoints) == {
+        "latest": b"step-3",
+        "step-3/shards/0.pt": b"0" * 2048,
+    }
+    assert log.has(f"Restored 2 checkpoint file(s), 2054 bytes, from {kept.as_uri()} into ")
+
+
+def test_restore_of_nothing_yet_starts_fresh(tmp_path: Path, log: Log) -> None:
+    config = _config(tmp_path, (tmp_path / "not-yet").as_uri())
+    restored = restore(config, log)
+    assert restored is not None
+    assert (restored.files, restored.bytes) == (0, 0)
+    assert log.has(f"No checkpoints under {config.checkpoint_uri} yet: starting fresh")
+    assert stored(config.paths.checkpoints) == {}
+
+
+@pytest.fixture
+def s3(s3_client: Any) -> Any:
+    s3_client.create_bucket(Bucket=BUCKET)
+    return s3_client
+
+
+def test_restore_from_s3(s3: Any, tmp_path: Path, log: Log) -> None:
+    for key, body in {"job/ckpt/latest": b"2", "job/ckpt/step-2/model.pt": b"m" * 100}.items():
+        s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+    s3.put_object(Bucket=BUCKET, Key="job/ckpt-other/x", Body=b"not ours")
+    config = _config(tmp_path, f"s3://{BUCKET}/job/ckpt")
+
+    restored = restore(config, log)
+
+    assert restored is not None
+    assert (restored.files, restored.bytes) == (2, 101)
+    assert stored(config.paths.checkpoints) == {"latest": b"2", "step-2/model.pt": b"m" * 100}
+    fresh = restore(_config(tmp_path / "second", f"s3://{BUCKET}/job/empty"), log)
+    assert fresh is not None
+    assert (fresh.files, fresh.bytes) == (0, 0)
+    assert log.has(f"No checkpoints under s3://{BUCKET}/job/empty yet: starting fresh")
+
+
+def test_restore_refuses_keys_that_leave_the_directory(s3: Any, tmp_path: Path) -> None:
+    s3.put_object(Bucket=BUCKET, Key="ckpt/../../escape", Body=b"evil")
+    s3.put_object(Bucket=BUCKET, Key="ckpt/fine", Body=b"ok")
+    config = _config(tmp_path, f"s3://{BUCKET}/ckpt")
+    with pytest.raises(
+        storage.StorageError, match=f"^restoring checkpoints: s3://{BUCKET}/ckpt: refused object"
+    ):
+        restore(config, Log())
+    assert stored(config.paths.checkpoints) == {}
+
+
+def test_sync_to_s3(s3: Any, tmp_path: Path, local: Path, log: Log) -> None:
+    local.mkdir()
+    sync = CheckpointSync(local, f"s3://{BUCKET}/job/ckpt", log, scratch_dir=tmp_path).start()
+    try:
+        script = """
+import os, sys
+os.makedirs(sys.argv[1] + "/step-1")
+with open(sys.argv[1] + "/step-1/model.pt", "wb") as f:
+    for _ in range(4):
+        f.write(b"w" * 250_000)
+        f.flush()
+"""
+        assert run_writer(script, local).wait(timeout=30) == 0
+    finally:
+        sync.stop()
+    body = s3.get_object(Bucket=BUCKET, Key="job/ckpt/step-1/model.pt")["Body"].read()
+    assert body == b"w" * 1_000_000
+    assert log.has(f"stored at s3://{BUCKET}/job/ckpt/step-1/model.pt (1.0 MB,")

@@ -1,0 +1,214 @@
+"""Capacity and quotas: jobs queue in priority then submission order, all of a job's
+instances are admitted together, and what can never fit is refused at submission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.auth.service import create_token
+from service.jobs import service
+from service.jobs.schemas import InstanceReport, JobCreate
+from service.kit.db import session_scope, utcnow
+from service.settings import Settings
+from tests.conftest import job_spec
+from tests.instances import SleepingInstances
+from worker.backends.base import Backend
+from worker.reconciler import Reconciler
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={
+            "capacity": {"local": 3},
+            "tenant_quotas": {"team-a": {"local": 1}},
+            "stop_grace_seconds": 0.0,
+            "teardown_grace_seconds": 0.5,
+        }
+    )
+
+
+def _reconciler(settings: Settings) -> Reconciler:
+    backend = SleepingInstances(settings.jobs_dir)
+
+    def build(_name: str, _settings: Settings) -> Backend[Any]:
+        return backend
+
+    return Reconciler(settings, build)
+
+
+def _submit(
+    settings: Settings, source_dir: Path, name: str, tenant: str = "admin", **spec: Any
+) -> str:
+    with session_scope(settings.database_url) as session:
+        job = JobCreate.model_validate(job_spec(source_dir, name=name, **spec))
+        return service.submit(session, settings, job, tenant).name
+
+
+def _state(settings: Settings, name: str) -> tuple[str, bool, str | None]:
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        return job.secondary_status, job.admitted_at is not None, job.pending_reason
+
+
+def _complete(settings: Settings, name: str, count: int) -> None:
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        for index in range(1, count + 1):
+            report = InstanceReport(phase="Completed", time=utcnow(), exit_code=0)
+            service.record_report(session, settings, job, f"algo-{index}", report)
+
+
+def _drive(reconciler: Reconciler, *names: str) -> None:
+    for name in names:
+        reconciler.reconcile(name)
+
+
+def test_a_job_over_capacity_waits_in_line_and_starts_when_instances_free(
+    settings: Settings, source_dir: Path
+) -> None:
+    reconciler = _reconciler(settings)
+    big = _submit(settings, source_dir, "big", instance_count=2)
+    second = _submit(settings, source_dir, "second", instance_count=2)
+    small = _submit(settings, source_dir, "small", instance_count=1)
+    _drive(reconciler, big, second, small)
+    assert _state(settings, big)[:2] == ("LaunchingInstances", True)
+    secondary, admitted, reason = _state(settings, second)
+    assert (secondary, admitted) == ("Pending", False)
+    assert reason == ("Waiting for capacity: 2 of 3 local instances are in use and the job needs 2")
+    # One instance is free, but `small` may not jump the line ahead of `second`: a stream
+    # of small jobs would otherwise starve it.
+    secondary, admitted, reason = _state(settings, small)
+    assert (secondary, admitted) == ("Pending", False)
+    assert reason == "Waiting in line for local capacity behind second (2 instances, priority 0)"
+    _complete(settings, big, 2)
+    _drive(reconciler, big, second, small)
+    assert _state(settings, big)[0] == "Completed"
+    assert _state(settings, second)[:2] == ("LaunchingInstances", True)
+    assert _state(settings, small)[:2] == ("LaunchingInstances", True)
+    _complete(settings, second, 2)
+    _complete(settings, small, 1)
+    _drive(reconciler, second, small)
+
+
+def test_higher_priority_goes_first(settings: Settings, source_dir: Path) -> None:
+    reconciler = _reconciler(settings)
+    holder = _submit(settings, source_dir, "holder", instance_count=3)
+    _drive(reconciler, holder)
+    early = _submit(settings, source_dir, "early", instance_count=2)
+    urgent = _submit(settings, source_dir, "urgent", instance_count=2, priority=10)
+    _drive(reconciler, early, urgent)
+    assert not _state(settings, early)[1]
+    assert not _state(settings, urgent)[1]
+    _complete(settings, holder, 3)
+    _drive(reconciler, holder, early, urgent)
+    assert _state(settings, urgent)[:2] == ("LaunchingInstances", True)
+    assert _state(settings, early)[2] == (
+        "Waiting for capacity: 2 of 3 local instances are in use and the job needs 2"
+    )
+    _complete(settings, urgent, 2)
+    _drive(reconciler, urgent, early)
+    assert _state(settings, early)[1]
+    _complete(settings, early, 2)
+    _drive(reconciler, early)
+
+
+def test_a_tenant_at_its_quota_waits_without_holding_up_others(
+    settings: Settings, source_dir: Path
+) -> None:
+    reconciler = _reconciler(settings)
+    first = _submit(settings, source_dir, "a-first", tenant="team-a")
+    second = _submit(settings, source_dir, "a-second", tenant="team-a")
+    other = _submit(settings, source_dir, "other", tenant="team-b")
+    _drive(reconciler, first, second, other)
+    assert _state(settings, first)[1]
+    assert _state(settings, second)[1:] == (
+        False,
+        "Waiting for tenant 'team-a''s quota: its jobs hold 1 of 1 local instances and this "
+        "one needs 1",
+    )
+    assert _state(settings, other)[1]  # passes the job held back by its own tenant's quota
+    for name in (first, other):
+        _complete(settings, name, 1)
+    _drive(reconciler, first, other, second)
+    assert _state(settings, second)[1]
+    _complete(settings, second, 1)
+    _drive(reconciler, second)
+
+
+def test_stopping_a_queued_job_ends_it_without_instances(
+    settings: Settings, source_dir: Path
+) -> None:
+    reconciler = _reconciler(settings)
+    holder = _submit(settings, source_dir, "holder", instance_count=3)
+    queued = _submit(settings, source_dir, "queued")
+    _drive(reconciler, holder, queued)
+    with session_scope(settings.database_url) as session:
+        service.stop(session, settings, queued)
+    _drive(reconciler, queued)
+    assert _state(settings, queued)[:2] == ("Stopped", False)
+    _complete(settings, holder, 3)
+    _drive(reconciler, holder)
+
+
+def _api(settings: Settings, tenant: str) -> TestClient:
+    with session_scope(settings.database_url) as session:
+        token = create_token(session, tenant)
+    client = TestClient(create_app(settings))
+    client.headers["Authorization"] = f"Bearer {token}"
+    return client
+
+
+def test_a_job_that_can_never_fit_is_refused_at_submission(
+    settings: Settings, source_dir: Path
+) -> None:
+    with _api(settings, "team-a") as client:
+        too_big = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=4))
+        over_quota = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
+        listed = client.get("/v1/training-jobs").json()["items"]
+    assert too_big.status_code == 422
+    assert too_big.json()["detail"] == [
+        {
+            "loc": ["body", "instance_count"],
+            "msg": "can never start: 4 local instances asked for; this server has 3",
+            "type": "value_error",
+        }
+    ]
+    assert over_quota.status_code == 422
+    assert over_quota.json()["detail"][0]["msg"] == (
+        "can never start: 2 local instances asked for; tenant 'team-a' may hold 1"
+    )
+    assert listed == []
+
+
+def test_refuse_mode_answers_resource_limit_exceeded(settings: Settings, source_dir: Path) -> None:
+    settings = settings.model_copy(update={"on_capacity_exceeded": "refuse"})
+    reconciler = _reconciler(settings)
+    with _api(settings, "team-b") as client:
+        first = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
+        assert first.status_code == 201
+        reconciler.reconcile(first.json()["name"])
+        refused = client.post(
+            "/v1/training-jobs", json=job_spec(source_dir, name="refused", instance_count=2)
+        )
+        assert refused.status_code == 400
+        assert refused.json()["detail"] == (
+            "ResourceLimitExceeded: Waiting for capacity: 2 of 3 local instances are in use "
+            "and the job needs 2"
+        )
+        assert client.get("/v1/training-jobs/refused").status_code == 404
+        assert (
+            client.post(
+                "/v1/training-jobs", json=job_spec(source_dir, name="fits", instance_count=1)
+            ).status_code
+            == 201
+        )
+    with session_scope(settings.database_url) as session:
+        for name in (first.json()["name"], "fits"):
+            service.stop(session, settings, name)
+    _drive(reconciler, first.json()["name"], "fits")

@@ -1,0 +1,321 @@
+"""Restarts, spot interruptions and max_wait, decided by the reconciler: real database,
+real local instances (processes that only sleep; the test plays their runtimes' part)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.jobs import service
+from service.jobs.schemas import InstanceReport, JobCreate
+from service.kit.db import session_scope, utcnow
+from service.kit.errors import Conflict
+from service.settings import Settings
+from tests.conftest import job_spec
+from tests.instances import SleepingInstances
+from worker.backends.base import Backend
+from worker.reconciler import Reconciler
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={
+            "stop_grace_seconds": 0.0,
+            "teardown_grace_seconds": 0.5,
+            "restart_backoff_seconds": 0.0,
+            "spot_grace_seconds": 5.0,
+        }
+    )
+
+
+def _backend(
+    settings: Settings,
+) -> tuple[SleepingInstances, Callable[[str, Settings], Backend[Any]]]:
+    backend = SleepingInstances(settings.jobs_dir)
+    return backend, lambda _name, _settings: backend
+
+
+def _submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
+    with session_scope(settings.database_url) as session:
+        job = JobCreate.model_validate(job_spec(source_dir, **spec))
+        return service.submit(session, settings, job, "admin").name
+
+
+def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
+    report = InstanceReport(phase=phase, time=utcnow(), **fields)  # type: ignore[arg-type]
+    with session_scope(settings.database_url) as session:
+        service.record_report(session, settings, service.get(session, name), host, report)
+
+
+def _job(settings: Settings, name: str) -> dict[str, Any]:
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        return {
+            "status": job.status,
+            "secondary": job.secondary_status,
+            "reason": job.failure_reason,
+            "attempt": job.attempt,
+            "restarts": job.restarts,
+            "infrastructure_restarts": job.infrastructure_restarts,
+            "billable_seconds": job.billable_seconds,
+            "pending_reason": job.pending_reason,
+            "instances": {row.host: row.phase for row in job.instances},
+            "transitions": [(t.secondary_status, t.message) for t in job.transitions],
+        }
+
+
+def _secondaries(job: dict[str, Any]) -> list[str]:
+    return [secondary for secondary, _message in job["transitions"]]
+
+
+def _fail(settings: Settings, name: str, exit_code: int, attempt: int) -> None:
+    _report(
+        settings,
+        name,
+        "algo-1",
+        "Failed",
+        exit_code=exit_code,
+        failure_reason=f"AlgorithmError: exit {exit_code}",
+        attempt=attempt,
+    )
+
+
+def test_a_retryable_exit_code_is_retried_up_to_the_limit(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(
+        settings,
+        source_dir,
+        max_retry_attempts=2,
+        retry_rules=[{"on_exit_codes": [75], "action": "retry"}],
+    )
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    for attempt in (0, 1):
+        _fail(settings, name, 75, attempt)
+        reconciler.reconcile(name)  # decides, tears down and launches the next attempt
+        job = _job(settings, name)
+        assert (job["status"], job["attempt"], job["restarts"]) == (
+            "InProgress",
+            attempt + 1,
+            attempt + 1,
+        )
+        assert job["instances"] == {}  # the new attempt's instances report afresh
+    _fail(settings, name, 75, 2)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert job["status"] == "Failed"
+    assert (
+        job["reason"] == "AlgorithmError: exit 75 (no retries left: 2 of max_retry_attempts used)"
+    )
+    assert backend.launches == [0, 1, 2]
+    restarting = [message for secondary, message in job["transitions"] if secondary == "Restarting"]
+    assert restarting == [
+        "Restarting (retry 1 of 2) after: AlgorithmError: exit 75",
+        "Restarting (retry 2 of 2) after: AlgorithmError: exit 75",
+    ]
+    assert job["infrastructure_restarts"] == 0
+    assert not (settings.jobs_dir / name).exists()
+
+
+def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_dir: Path) -> None:
+    name = _submit(
+        settings,
+        source_dir,
+        max_retry_attempts=3,
+        retry_rules=[{"on_exit_codes": [75], "action": "retry"}],
+    )
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _fail(settings, name, 1, 0)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["reason"], job["restarts"]) == (
+        "Failed",
+        "AlgorithmError: exit 1",
+        0,
+    )
+    assert backend.launches == [0]
+    assert "Restarting" not in _secondaries(job)
+
+
+def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, instance_count=2)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Training", attempt=0)
+    # algo-2's machine dies: its process group goes, with no word from its runtime.
+    pid = json.loads((settings.jobs_dir / name / "algo-2.pid.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(pid))
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["attempt"]) == ("InProgress", 1)
+    assert (job["restarts"], job["infrastructure_restarts"]) == (0, 1)
+    [message] = [m for s, m in job["transitions"] if s == "Restarting"]
+    assert message.startswith(
+        "Restarting after an infrastructure failure (1 of 3): InstanceLost: algo-2 ended"
+    )
+    assert backend.launches == [0, 1]
+    assert job["billable_seconds"] is not None  # the first attempt's time is billed
+    # A late word from the first attempt changes nothing of the second.
+    _report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="late", attempt=0)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "InProgress"
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    _report(settings, name, "algo-2", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Completed"
+
+
+def test_infrastructure_restarts_have_their_own_limit(settings: Settings, source_dir: Path) -> None:
+    settings = settings.model_copy(update={"max_infrastructure_restarts": 1})
+    name = _submit(settings, source_dir)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    for _ in range(2):
+        pid = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
+        os.killpg(pid, signal.SIGKILL)
+        _wait_for(lambda pid=pid: not _alive(pid))
+        reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert job["status"] == "Failed"
+    assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")
+    assert job["reason"].endswith(
+        "(not restarted: the job was already restarted 1 times after infrastructure failures)"
+    )
+    assert backend.launches == [0, 1]
+
+
+def test_a_rule_can_refuse_to_restart_an_infrastructure_failure(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(
+        settings,
+        source_dir,
+        retry_rules=[{"on_failure_reasons": ["^InstanceLost"], "action": "fail"}],
+    )
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    pid = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(pid))
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Failed"
+    assert backend.launches == [0]
+
+
+def test_a_retry_waits_out_its_back_off(settings: Settings, source_dir: Path) -> None:
+    settings = settings.model_copy(update={"restart_backoff_seconds": 30.0})
+    name = _submit(settings, source_dir, max_retry_attempts=1)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _fail(settings, name, 3, 0)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["secondary"], job["attempt"]) == ("Restarting", 0)
+    assert job["pending_reason"].startswith("Restarting in ")
+    assert "(back-off after a failed attempt)" in job["pending_reason"]
+    assert not (settings.jobs_dir / name).exists()  # torn down while it waits
+    reconciler.reconcile(name)  # still waiting: nothing launched
+    assert backend.launches == [0]
+    with session_scope(settings.database_url) as session:
+        service.stop(session, settings, name)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Stopped"
+
+
+def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    leader = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        service.notice_interruption(session, settings, job, "algo-1", "capacity reclaimed")
+    reconciler.reconcile(name)  # SIGTERM to the instance; the sleeper ends on it
+    _wait_for(lambda: not _alive(leader))
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["attempt"], job["infrastructure_restarts"]) == ("InProgress", 1, 1)
+    assert backend.launches == [0, 1]
+    [notice] = [m for s, m in job["transitions"] if s == "Interrupted"]
+    assert notice == (
+        "Spot interruption: algo-1: capacity reclaimed; the scripts got SIGTERM and 5 s "
+        "to save a checkpoint"
+    )
+    assert _secondaries(job)[-2:] == ["Interrupted", "LaunchingInstances"]
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(name)
+    with session_scope(settings.database_url) as session:
+        done = service.get(session, name)
+        assert done.status == "Completed"
+        assert done.spot_savings_percent == 70.0
+
+
+def test_only_a_spot_job_with_running_instances_takes_a_notice(
+    settings: Settings, source_dir: Path
+) -> None:
+    on_demand = _submit(settings, source_dir, name="on-demand")
+    spot = _submit(
+        settings, source_dir, name="spot", use_spot_instances=True, max_run=60, max_wait=60
+    )
+    with session_scope(settings.database_url) as session:
+        with pytest.raises(Conflict, match="does not run on spot instances"):
+            service.notice_interruption(
+                session, settings, service.get(session, on_demand), "algo-1", "x"
+            )
+        with pytest.raises(Conflict, match="has no running instances"):
+            service.notice_interruption(
+                session, settings, service.get(session, spot), "algo-1", "x"
+            )
+
+
+def test_a_spot_job_past_max_wait_is_stopped(settings: Settings, source_dir: Path) -> None:
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
+    _, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    time.sleep(1.2)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["secondary"]) == ("Stopped", "MaxWaitTimeExceeded")
+    stopping = next(m for s, m in job["transitions"] if s == "MaxWaitTimeExceeded")
+    assert "longer than max_wait (1 s)" in stopping
+    assert not (settings.jobs_dir / name).exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of this process has ended too.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -1,0 +1,76 @@
+"""Whether a failed attempt of a job is restarted or ends the job: policy as data.
+
+A failure is an application's (the script failed: its instance reported it) or the
+infrastructure's (an instance vanished, or was stopped from outside Runyard). The job's
+``retry_rules`` are tried in order and the first that matches decides; with none
+matching, infrastructure failures are restarted and application failures are not,
+unless the job allows retries and gives no rules at all (then every failure is
+retryable). Each kind has its own budget: ``max_retry_attempts`` for the application's,
+the server's ``max_infrastructure_restarts`` for the infrastructure's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from service.jobs.schemas import JobCreate, RetryRule
+
+
+@dataclass(frozen=True)
+class Failure:
+    infrastructure: bool
+    reason: str
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    retry: bool
+    # The failure reason; when the job fails, with why it was not retried.
+    reason: str
+
+
+def decide(
+    failure: Failure,
+    spec: JobCreate,
+    *,
+    restarts: int,
+    infrastructure_restarts: int,
+    max_infrastructure_restarts: int,
+) -> Verdict:
+    rule = next((rule for rule in spec.retry_rules if matches(rule, failure)), None)
+    if rule is not None:
+        wanted = rule.action == "retry"
+    elif failure.infrastructure:
+        wanted = True
+    else:
+        wanted = spec.max_retry_attempts > 0 and not spec.retry_rules
+    if not wanted:
+        return Verdict(False, failure.reason)
+    if failure.infrastructure and infrastructure_restarts >= max_infrastructure_restarts:
+        return Verdict(
+            False,
+            f"{failure.reason} (not restarted: the job was already restarted "
+            f"{infrastructure_restarts} times after infrastructure failures)",
+        )
+    if not failure.infrastructure and restarts >= spec.max_retry_attempts:
+        return Verdict(
+            False,
+            f"{failure.reason} (no retries left: {spec.max_retry_attempts} of "
+            f"max_retry_attempts used)",
+        )
+    return Verdict(True, failure.reason)
+
+
+def matches(rule: RetryRule, failure: Failure) -> bool:
+    if rule.on_exit_codes and failure.exit_code not in rule.on_exit_codes:
+        return False
+    return not rule.on_failure_reasons or any(
+        re.search(pattern, failure.reason) for pattern in rule.on_failure_reasons
+    )
+
+
+def backoff_seconds(restarts_so_far: int, base: float, cap: float) -> float:
+    """How long the next application retry waits: base, then twice as long each time."""
+    return float(min(base * 2**restarts_so_far, cap))
