@@ -28,9 +28,17 @@ def _free_port() -> int:
 
 @contextmanager
 def running_server() -> Iterator[Client]:
+    with server_and_home() as (client, _home):
+        yield client
+
+
+@contextmanager
+def server_and_home(settings: dict[str, str] | None = None) -> Iterator[tuple[Client, Path]]:
+    """The server's client and its RUNYARD_HOME, with ``settings`` (RUNYARD_* variables)."""
     with tempfile.TemporaryDirectory(prefix="runyard-bench-") as home:
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+        env.update(settings or {})
         env["RUNYARD_HOME"] = home
         with open(Path(home) / "server.log", "ab") as log:
             server = subprocess.Popen(
@@ -54,7 +62,7 @@ def running_server() -> Iterator[Client]:
                 time.sleep(0.1)
             time.sleep(1.0)  # let the worker connect to the broker before timing anything
             with Client(url, (Path(home) / "token").read_text().strip()) as client:
-                yield client
+                yield client, Path(home)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(30)
