@@ -208,7 +208,9 @@ def _listing(uri: str) -> list[StoredObject]:
         for directory, _dirs, names in os.walk(root):
             for name in names:
                 path = Path(directory, name)
-                if path.is_file() and not path.is_symlink():
+                # A link to a file is that file (a dataset of links into a shared store
+                # arrives whole); links to nothing, or to a directory, are not objects.
+                if path.is_file():
                     relative = path.relative_to(root).as_posix()
                     found.append(StoredObject(path.as_uri(), relative, path.stat().st_size))
     except OSError as exc:

@@ -178,3 +178,13 @@ def test_progress_lines_are_spaced_by_the_interval() -> None:
 )
 def test_sizes_read_as_people_write_them(count: float, shown: str) -> None:
     assert channels.human_bytes(int(count)) == shown
+
+
+def test_links_to_files_arrive_as_the_files(tmp_path: Path) -> None:
+    store = _write(tmp_path / "store", {"shard-0.bin": b"zero"})
+    data = _write(tmp_path / "data", {"labels.csv": b"a,b\n"})
+    (data / "shard-0.bin").symlink_to(store / "shard-0.bin")
+    (data / "dangling").symlink_to(tmp_path / "nowhere")
+    [config] = instance_configs(tmp_path, {"train": data.as_uri()})
+    channels.open_all(config, lambda _line: None).close()
+    assert files(config.paths.data / "train") == {"labels.csv": b"a,b\n", "shard-0.bin": b"zero"}
