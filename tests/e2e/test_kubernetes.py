@@ -217,6 +217,43 @@ def test_a_lost_pod_restarts_the_job_on_new_pods(
         assert pods.left() == []
 
 
+def test_a_spot_notice_moves_the_job_to_new_pods(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    with kube_stack.client() as client:
+        job = kube_stack.submit(
+            client,
+            "scripts",
+            entry_point="report_env.py",
+            instance_type=INSTANCE_TYPE,
+            instance_count=1,
+            use_spot_instances=True,
+            max_run=600,
+            max_wait=1200,
+        )
+        pods = Pods(kube_server, kube_stack, job)
+        pods.wait_created(1)
+        pods.all_running(training=True)
+        kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+        client.interrupt(job["name"], "algo-1", "rehearsal")
+        # The pod is deleted (SIGTERM, then its grace), and the job starts on a new one.
+        resumed = kube_stack.wait_for(client, job["name"], lambda j: j["attempt"] == 1)
+        assert resumed["infrastructure_restarts"] == 1
+        interrupted = next(
+            t for t in resumed["transitions"] if t["secondary_status"] == "Interrupted"
+        )
+        assert interrupted["message"].startswith("Spot interruption: algo-1: rehearsal")
+        pods.wait_created(1)
+        pods.all_running()
+        runtime = pods.runtime("algo-1")
+        runtime.attempt = 1
+        assert runtime.report("Completed", {"exit_code": 0}, deadline_seconds=10)
+        pods.set("algo-1", exited(0))
+        ended = kube_stack.wait_until_ended(client, job["name"])
+        assert ended["status"] == "Completed", ended["failure_reason"]
+        assert pods.left() == []
+
+
 def test_a_stop_deletes_the_pods_and_everything_else(
     kube_stack: Stack, kube_server: KubeServer
 ) -> None:
