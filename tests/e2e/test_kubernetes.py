@@ -185,6 +185,21 @@ def test_a_failing_container_fails_the_job_with_its_exit_code(
         assert pods.left() == []
 
 
+def _second_attempt_completes(
+    stack: Stack, client: Client, pods: Pods, job: dict[str, Any], hosts: tuple[str, ...]
+) -> dict[str, Any]:
+    """Run the restarted pods to a clean end, each runtime reporting as attempt 1."""
+    pods.all_running()
+    for host in hosts:
+        runtime = pods.runtime(host)
+        runtime.attempt = 1
+        assert runtime.report("Completed", {"exit_code": 0}, deadline_seconds=10)
+        pods.set(host, exited(0))
+    ended = stack.wait_until_ended(client, job["name"])
+    assert ended["status"] == "Completed", ended["failure_reason"]
+    return ended
+
+
 def test_a_lost_pod_restarts_the_job_on_new_pods(
     kube_stack: Stack, kube_server: KubeServer
 ) -> None:
@@ -204,14 +219,7 @@ def test_a_lost_pod_restarts_the_job_on_new_pods(
         config = pods.api.read_namespaced_config_map(pods.base, NAMESPACE)
         assert json.loads(config.data["algo-1.runyard.json"])["attempt"] == 1
         assert {name for kind, name in pods.left() if kind == "pods"} == first  # same names
-        pods.all_running()
-        for host in ("algo-1", "algo-2"):
-            runtime = pods.runtime(host)
-            runtime.attempt = 1
-            assert runtime.report("Completed", {"exit_code": 0}, deadline_seconds=10)
-            pods.set(host, exited(0))
-        ended = kube_stack.wait_until_ended(client, job["name"])
-        assert ended["status"] == "Completed", ended["failure_reason"]
+        ended = _second_attempt_completes(kube_stack, client, pods, job, ("algo-1", "algo-2"))
         restarting = next(t for t in ended["transitions"] if t["secondary_status"] == "Restarting")
         assert "InstanceLost: algo-2" in restarting["message"]
         assert pods.left() == []
@@ -244,13 +252,7 @@ def test_a_spot_notice_moves_the_job_to_new_pods(
         )
         assert interrupted["message"].startswith("Spot interruption: algo-1: rehearsal")
         pods.wait_created(1)
-        pods.all_running()
-        runtime = pods.runtime("algo-1")
-        runtime.attempt = 1
-        assert runtime.report("Completed", {"exit_code": 0}, deadline_seconds=10)
-        pods.set("algo-1", exited(0))
-        ended = kube_stack.wait_until_ended(client, job["name"])
-        assert ended["status"] == "Completed", ended["failure_reason"]
+        _second_attempt_completes(kube_stack, client, pods, job, ("algo-1",))
         assert pods.left() == []
 
 
