@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_valid
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.backend_settings import Ec2Settings, KubernetesSettings
+from service.instance_types import CATALOG
 
 DEFAULT_PORT = 8642
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
@@ -93,6 +94,22 @@ class Settings(BaseSettings):
             token = value.get_secret_value()
             if not token.startswith("ry_") or len(token) < 35 or not _printable(token):
                 raise ValueError("must be ry_ followed by at least 32 characters")
+        return value
+
+    @field_validator("capacity")
+    @classmethod
+    def _check_capacity_types(cls, value: dict[str, int]) -> dict[str, int]:
+        # A misspelt type would silently mean "unlimited".
+        _check_instance_types(value, "RUNYARD_CAPACITY")
+        return value
+
+    @field_validator("tenant_quotas")
+    @classmethod
+    def _check_quota_types(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        for tenant, quotas in value.items():
+            _check_instance_types(
+                {k: v for k, v in quotas.items() if k != "*"}, f"RUNYARD_TENANT_QUOTAS[{tenant!r}]"
+            )
         return value
 
     @field_validator("backends", mode="before")
@@ -173,3 +190,9 @@ def get_settings() -> Settings:
 def _printable(text: str) -> bool:
     """ASCII without spaces or controls: what fits in an Authorization header as it is."""
     return all("!" <= char <= "~" for char in text)
+
+
+def _check_instance_types(keys: dict[str, int], setting: str) -> None:
+    unknown = sorted(key for key in keys if key not in CATALOG)
+    if unknown:
+        raise ValueError(f"{setting}: unknown instance type(s) {', '.join(unknown)}")

@@ -212,3 +212,47 @@ def test_refuse_mode_answers_resource_limit_exceeded(settings: Settings, source_
         for name in (first.json()["name"], "fits"):
             service.stop(session, settings, name)
     _drive(reconciler, first.json()["name"], "fits")
+
+
+def test_refuse_mode_counts_jobs_accepted_but_not_yet_admitted(
+    settings: Settings, source_dir: Path
+) -> None:
+    settings = settings.model_copy(update={"on_capacity_exceeded": "refuse"})
+    reconciler = _reconciler(settings)
+    with _api(settings, "team-b") as client:
+        # No pass has run between the two: the first holds no instances yet, but will.
+        first = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
+        second = client.post(
+            "/v1/training-jobs", json=job_spec(source_dir, name="second", instance_count=2)
+        )
+    assert first.status_code == 201
+    assert second.status_code == 400
+    assert second.json()["detail"].startswith("ResourceLimitExceeded: Waiting for capacity")
+    with session_scope(settings.database_url) as session:
+        service.stop(session, settings, first.json()["name"])
+    _drive(reconciler, first.json()["name"])
+
+
+def test_a_tenants_small_job_does_not_pass_its_own_larger_one(
+    settings: Settings, source_dir: Path
+) -> None:
+    settings = settings.model_copy(update={"tenant_quotas": {"team-a": {"local": 2}}})
+    reconciler = _reconciler(settings)
+    holder = _submit(settings, source_dir, "a-holder", tenant="team-a")
+    large = _submit(settings, source_dir, "a-large", tenant="team-a", instance_count=2)
+    small = _submit(settings, source_dir, "a-small", tenant="team-a")
+    _drive(reconciler, holder, large, small)
+    assert _state(settings, large)[1] is False
+    assert _state(settings, small)[1:] == (
+        False,
+        "Waiting in line for tenant 'team-a''s quota behind a-large (2 instances, priority 0)",
+    )
+    _complete(settings, holder, 1)
+    _drive(reconciler, holder, small, large)
+    assert _state(settings, small)[1] is False
+    assert _state(settings, large)[1]
+    _complete(settings, large, 2)
+    _drive(reconciler, large, small)
+    assert _state(settings, small)[1]
+    _complete(settings, small, 1)
+    _drive(reconciler, small)

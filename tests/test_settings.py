@@ -77,3 +77,15 @@ def test_bad_backend_settings_name_the_field(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ValidationError, match=field):
         Settings()
+
+
+def test_capacity_and_quotas_refuse_unknown_instance_types(tmp_path: Path) -> None:
+    # A misspelt type would otherwise mean "no limit" without a word.
+    with pytest.raises(
+        ValidationError, match=r"RUNYARD_CAPACITY: unknown instance type\(s\) ml.p4d"
+    ):
+        Settings(home=tmp_path, capacity={"ml.p4d": 8})
+    with pytest.raises(ValidationError, match=r"RUNYARD_TENANT_QUOTAS\['team-a'\]: unknown"):
+        Settings(home=tmp_path, tenant_quotas={"team-a": {"*": 4, "gpu": 1}})
+    quotas = {"team-a": {"*": 4, "ml.p4d.24xlarge": 1}}
+    assert Settings(home=tmp_path, tenant_quotas=quotas).tenant_quotas == quotas

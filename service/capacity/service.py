@@ -9,7 +9,8 @@ wait on each other.
 Waiting jobs of a type form one line, by priority (higher first) and then by age. A job
 may not pass one ahead of it that waits for the type's capacity (else large jobs would
 starve behind a stream of small ones), but it may pass one that only waits for its own
-tenant's quota: one tenant's limit must not hold up the others.
+tenant's quota, and belongs to another tenant: one tenant's limit must not hold up the
+others, but its own small jobs must not starve its large one either.
 """
 
 from __future__ import annotations
@@ -72,17 +73,24 @@ def limited(settings: Settings, instance_type: str, tenant: str) -> bool:
 def fits_now(
     session: Session, settings: Settings, instance_type: str, count: int, tenant: str
 ) -> str | None:
-    """Why a new job would have to wait now (for ``on_capacity_exceeded=refuse``), or None."""
-    claims = _live_claims(session)
+    """Why a new job would have to wait now (for ``on_capacity_exceeded=refuse``), or None.
+
+    Every live job counts, admitted or not: one accepted a moment ago but not reconciled
+    yet will take its instances before this one could. Runs inside the submitting
+    transaction, under the admission lock, so two submissions cannot both take the last
+    instances."""
+    _lock_admission(session)
+    usage = _Usage()
+    for claim in _live_claims(session):
+        usage.take(claim)
     waiting = _Claim("", "", tenant, instance_type, count, 0, datetime.max, admitted=False)
-    return _blocker(settings, _usage(claims), waiting)
+    return _blocker(settings, usage, waiting)
 
 
 def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     """Admit ``job`` if its turn has come and its instances are free; else say why not.
     Runs inside the caller's write transaction, which then records the admission."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(select(func.pg_advisory_xact_lock(_ADMISSION_LOCK)))
+    _lock_admission(session)
     claims = _live_claims(session)
     usage = _usage(claims)
     mine = next((claim for claim in claims if claim.job_id == job.id), None)
@@ -109,7 +117,18 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
                 f"Waiting in line for {mine.instance_type} capacity behind {ahead.name} "
                 f"({ahead.count} instances, priority {ahead.priority})",
             )
+        elif ahead.tenant == mine.tenant:
+            return Admission(
+                False,
+                f"Waiting in line for tenant {mine.tenant!r}'s quota behind {ahead.name} "
+                f"({ahead.count} instances, priority {ahead.priority})",
+            )
     return Admission(False, "the job is not waiting")  # unreachable: mine is in the line
+
+
+def _lock_admission(session: Session) -> None:
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_ADMISSION_LOCK)))
 
 
 class _Usage:
