@@ -162,3 +162,26 @@ def test_bad_report_is_refused(api: TestClient, settings: Settings, source_dir: 
         ).status_code
         == 422
     )
+
+
+def test_a_nul_an_instance_sends_is_stored_replaced(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    # PostgreSQL's text cannot hold a NUL; a script may still print one.
+    headers = _instance_headers(api, settings, source_dir)
+    base = "/v1/training-jobs/job-1/instances/algo-1"
+    stored = api.post(f"{base}/logs", json={"lines": [_line(1, 0, "a\x00b")]}, headers=headers)
+    assert stored.json() == {"stored": 1}
+    report = {
+        "phase": "Failed",
+        "time": "2026-01-01T00:00:01Z",
+        "message": "ended\x00",
+        "exit_code": 1,
+        "failure_reason": "AlgorithmError: \x00",
+    }
+    assert api.post(f"{base}/status", json=report, headers=headers).status_code == 204
+    events = api.get("/v1/training-jobs/job-1/logs").json()["events"]
+    assert [e["message"] for e in events] == ["a\ufffdb"]
+    with session_scope(settings.database_url) as session:
+        row = session.scalars(select(JobInstance)).one()
+        assert (row.message, row.failure_reason) == ("ended\ufffd", "AlgorithmError: \ufffd")

@@ -9,6 +9,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from service.jobs import service
+from service.jobs.schemas import JobCreate
+from service.kit.errors import SpecError
+from service.settings import Settings
 from tests.conftest import job_spec
 
 
@@ -88,6 +92,16 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         "manifest that is a directory",
         {"inputs": {"train": {"uri": "file:///tmp", "s3_data_type": "ManifestFile"}}},
         ["inputs", "train", "uri"],
+    ),
+    (
+        "channel named like a Pipe channel's FIFO",
+        {
+            "inputs": {
+                "train": {"uri": "file:///tmp", "input_mode": "Pipe"},
+                "train_0": "file:///tmp",
+            }
+        },
+        ["inputs"],
     ),
     (
         "unknown input mode",
@@ -292,3 +306,19 @@ def test_errors_never_echo_the_input(api: TestClient, source_dir: Path) -> None:
     )
     assert response.status_code == 422
     assert "s3cr3t" not in response.text
+
+
+def test_a_backend_the_server_does_not_use_is_refused(settings: Settings, source_dir: Path) -> None:
+    # The server reaps and sizes its leases for its own backends only.
+    settings = settings.model_copy(
+        update={"backends": {"local": "local", "ml.m5.large": "kubernetes"}}
+    )
+    spec = JobCreate.model_validate(
+        job_spec(source_dir, instance_type="ml.m5.large", backend="ec2")
+    )
+    with pytest.raises(SpecError) as refused:
+        service.prepare(settings, spec, "admin")
+    assert refused.value.loc == ("backend",)
+    assert refused.value.field_message == (
+        "backend 'ec2' is not enabled on this server (RUNYARD_BACKENDS uses: kubernetes, local)"
+    )

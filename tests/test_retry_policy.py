@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from service.jobs.schemas import JobCreate
-from worker.retry_policy import Failure, backoff_seconds, decide
+from worker.retry_policy import MAX_REASON, Failure, backoff_seconds, decide
 
 OOM = Failure(infrastructure=False, reason="AlgorithmError: out of memory", exit_code=137)
 CRASH = Failure(infrastructure=False, reason="AlgorithmError: exit 3", exit_code=3)
@@ -78,3 +78,22 @@ def test_each_kind_spends_its_own_budget() -> None:
 
 def test_back_off_doubles_up_to_its_cap() -> None:
     assert [backoff_seconds(n, 1.0, 5.0) for n in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_a_long_reason_is_cut_to_keep_why_it_was_not_retried() -> None:
+    long = Failure(infrastructure=False, reason="AlgorithmError: " + "x" * 2000, exit_code=3)
+    verdict = decide(
+        long, _spec(), restarts=0, infrastructure_restarts=0, max_infrastructure_restarts=2
+    )
+    assert not verdict.retry
+    assert verdict.reason == long.reason  # never retried: nothing to add
+    spent = decide(
+        long,
+        _spec(max_retry_attempts=1),
+        restarts=1,
+        infrastructure_restarts=0,
+        max_infrastructure_restarts=2,
+    )
+    assert len(spent.reason) == MAX_REASON
+    assert spent.reason.startswith("AlgorithmError: xxx")
+    assert spent.reason.endswith("(no retries left: 1 of max_retry_attempts used)")

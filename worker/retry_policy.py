@@ -11,10 +11,13 @@ the server's ``max_infrastructure_restarts`` for the infrastructure's.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from service.jobs.schemas import JobCreate, RetryRule
+from service.kit import patterns
+
+# What a job's failure reason may hold (training_jobs.failure_reason).
+MAX_REASON = 1024
 
 
 @dataclass(frozen=True)
@@ -51,23 +54,34 @@ def decide(
     if failure.infrastructure and infrastructure_restarts >= max_infrastructure_restarts:
         return Verdict(
             False,
-            f"{failure.reason} (not restarted: the job was already restarted "
-            f"{infrastructure_restarts} times after infrastructure failures)",
+            _with_why(
+                failure.reason,
+                f" (not restarted: the job was already restarted {infrastructure_restarts} "
+                "times after infrastructure failures)",
+            ),
         )
     if not failure.infrastructure and restarts >= spec.max_retry_attempts:
         return Verdict(
             False,
-            f"{failure.reason} (no retries left: {spec.max_retry_attempts} of "
-            f"max_retry_attempts used)",
+            _with_why(
+                failure.reason,
+                f" (no retries left: {spec.max_retry_attempts} of max_retry_attempts used)",
+            ),
         )
     return Verdict(True, failure.reason)
+
+
+def _with_why(reason: str, why: str) -> str:
+    """The reason, cut to leave room for why it was not retried within MAX_REASON."""
+    return reason[: MAX_REASON - len(why)] + why
 
 
 def matches(rule: RetryRule, failure: Failure) -> bool:
     if rule.on_exit_codes and failure.exit_code not in rule.on_exit_codes:
         return False
     return not rule.on_failure_reasons or any(
-        re.search(pattern, failure.reason) for pattern in rule.on_failure_reasons
+        patterns.search(patterns.compile_pattern(pattern), failure.reason)
+        for pattern in rule.on_failure_reasons
     )
 
 

@@ -12,6 +12,7 @@ from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJo
 from service.jobs.states import TERMINAL, Status
 from service.kit.db import utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
+from service.kit.text import without_nul
 
 
 def get(session: Session, name: str, *, with_details: bool = False) -> TrainingJob | None:
@@ -88,7 +89,13 @@ def record_transition(
     job.status = status
     job.secondary_status = secondary
     job.transitions.append(
-        JobTransition(status=status, secondary_status=secondary, start_time=now, message=message)
+        JobTransition(
+            status=status,
+            secondary_status=secondary,
+            start_time=now,
+            # Messages quote providers and instances, whose words may hold a NUL.
+            message=without_nul(message),
+        )
     )
     return True
 

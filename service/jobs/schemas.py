@@ -24,6 +24,8 @@ from pydantic import (
 )
 
 from runtime.modes import DISTRIBUTION_MODES
+from service.kit import patterns
+from service.kit.text import StorableText, without_nul
 
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
@@ -134,8 +136,8 @@ class MetricDefinition(_Strict):
     @classmethod
     def _one_group(cls, value: str) -> str:
         try:
-            groups = re.compile(value).groups
-        except re.error as exc:
+            groups = patterns.compile_pattern(value).groups
+        except patterns.PatternError as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
         if groups != 1:
             raise ValueError(f"must have exactly one capture group (the value), has {groups}")
@@ -167,8 +169,8 @@ class RetryRule(_Strict):
             if not pattern or len(pattern) > 256:
                 raise ValueError(f"[{index}]: must be 1 to 256 characters")
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                patterns.compile_pattern(pattern)
+            except patterns.PatternError as exc:
                 raise ValueError(f"[{index}]: not a valid regular expression: {exc}") from exc
         return value
 
@@ -300,6 +302,14 @@ class JobCreate(_Strict):
         for name in value:
             if not _CHANNEL_NAME.match(name):
                 raise ValueError(f"channel name {name[:70]!r} must match [A-Za-z0-9.-_]{{1,64}}")
+        # A Pipe channel is read from FIFOs named <channel>_<epoch> beside the others.
+        pipes = [name for name, channel in value.items() if channel.input_mode == "Pipe"]
+        for name in value:
+            for pipe in pipes:
+                if re.fullmatch(re.escape(pipe) + r"_[0-9]+", name):
+                    raise ValueError(
+                        f"channel name {name!r} is taken by the FIFOs of Pipe channel {pipe!r}"
+                    )
         return value
 
     @field_validator("environment")
@@ -394,7 +404,9 @@ class JobPublic(_FromRow):
     pending_reason: str | None
     attempt: int
     restarts: int
+    # Including the spot interruptions, which are also counted on their own.
     infrastructure_restarts: int
+    interruptions: int
     progress: float | None
     estimated_remaining_seconds: int | None
     transitions: list[TransitionPublic]
@@ -447,7 +459,10 @@ class DryRun(BaseModel):
 class InterruptionNotice(_Strict):
     """A spot interruption notice for one instance."""
 
-    message: str = Field(default="spot capacity reclaimed", min_length=1, max_length=512)
+    message: StorableText = Field(default="spot capacity reclaimed", min_length=1, max_length=512)
+    # The attempt of the instance that got the notice: a late notice from an earlier
+    # attempt's instance must not interrupt the next one. Absent when a person sends it.
+    attempt: int | None = Field(default=None, ge=0)
 
 
 class InstanceReport(_Strict):
@@ -455,7 +470,7 @@ class InstanceReport(_Strict):
 
     phase: Literal["Downloading", "Training", "Uploading", "Completed", "Failed", "Stopped"]
     time: datetime
-    message: str = Field(default="", max_length=4096)
+    message: StorableText = Field(default="", max_length=4096)
     exit_code: int | None = None
     failure_reason: str | None = None
     model_uri: str | None = Field(default=None, max_length=2048)
@@ -466,4 +481,4 @@ class InstanceReport(_Strict):
     @field_validator("failure_reason")
     @classmethod
     def _truncate(cls, value: str | None) -> str | None:
-        return None if value is None else value[:1024]
+        return None if value is None else without_nul(value[:1024])

@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.kit.text import StorableText
+
 MAX_LINES_PER_BATCH = 5000
 
 
@@ -14,7 +16,7 @@ class LogLine(BaseModel):
     seq: int = Field(ge=1)
     time: datetime
     stream: Literal["stdout", "stderr", "runtime"]
-    message: str = Field(max_length=16 * 1024)
+    message: StorableText = Field(max_length=16 * 1024)
 
 
 class LogBatch(BaseModel):

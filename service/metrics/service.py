@@ -8,7 +8,6 @@ no point twice.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
+from service.kit import patterns
 from service.kit.errors import NotFound
 from service.logs.schemas import LogLine
 from service.metrics.schemas import MetricPointPublic, MetricSeries
@@ -30,7 +30,7 @@ SCRIPT_STREAMS = frozenset({"stdout", "stderr"})
 @dataclass(frozen=True)
 class _Definition:
     name: str
-    pattern: re.Pattern[str]
+    pattern: patterns.Pattern[str]
 
 
 def extract(session: Session, job_id: str, host: str, lines: Sequence[LogLine]) -> int:
@@ -69,12 +69,12 @@ def series(
 
 def _definitions(session: Session, job_id: str) -> list[_Definition]:
     # The route has just loaded the job, so this is normally the session's copy, not a
-    # query. Compiled once per batch: re caches patterns too, but only a few hundred.
+    # query. Compiled once per batch, as the engine's cache holds only so many.
     job = session.get(TrainingJob, job_id)
     if job is None:
         return []
     return [
-        _Definition(item["name"], re.compile(item["regex"]))
+        _Definition(item["name"], patterns.compile_pattern(item["regex"]))
         for item in job.spec.get("metric_definitions", [])
     ]
 
@@ -102,10 +102,10 @@ def _points(
                 )
 
 
-def _value(pattern: re.Pattern[str], message: str) -> float | None:
+def _value(pattern: patterns.Pattern[str], message: str) -> float | None:
     """The first match's group as a finite number, else None. NaN and infinities are
     dropped: they are not JSON, and a chart or a "final" value cannot use them."""
-    match = pattern.search(message)
+    match = patterns.search(pattern, message)
     if match is None or match.group(1) is None:
         return None
     try:
