@@ -74,7 +74,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
     if job.get("restarts") or job.get("infrastructure_restarts"):
         lines.append(
             f"Restarts:         {job.get('restarts', 0)} after application failures, "
-            f"{job.get('infrastructure_restarts', 0)} after infrastructure failures "
+            f"{job.get('infrastructure_restarts', 0)} after infrastructure failures, "
+            f"{job.get('interruptions', 0)} of them spot interruptions "
             f"(attempt {job.get('attempt', 0) + 1})"
         )
     if job.get("progress") is not None:

@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from service.jobs.schemas import JobCreate
-from worker.backends.base import JobRef, LaunchRequest, Materialized
+from worker.backends.base import (
+    InstanceState,
+    InstanceStatus,
+    JobRef,
+    LaunchRequest,
+    Materialized,
+)
 from worker.backends.local import LocalBackend, LocalPlan, free_port
 from worker.instance_config import instance_files
 
@@ -114,6 +120,10 @@ class SleepingInstances(LocalBackend):
     def __init__(self, jobs_dir: Path, teardown_grace: float = 0.5) -> None:
         super().__init__(jobs_dir, teardown_grace=teardown_grace)
         self.launches: list[int] = []
+        # Set, every instance reads as pending for this reason (a cluster with no room).
+        self.pending_reason: str | None = None
+        # Set, what every instance printed (in place of its real console).
+        self.console_text: str | None = None
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
         materialized = super().materialize(request)
@@ -125,3 +135,18 @@ class SleepingInstances(LocalBackend):
         config = materialized.plan.instances[0].files["input/config/runyard.json"]
         self.launches.append(json.loads(config)["attempt"])
         super().apply(materialized)
+
+    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
+        statuses = super().describe(job)
+        if statuses is None or self.pending_reason is None:
+            return statuses
+        return {
+            host: InstanceStatus(host, InstanceState.PENDING, reason=self.pending_reason)
+            for host in statuses
+        }
+
+    def console(self, job: JobRef) -> dict[str, str]:
+        consoles = super().console(job)
+        if self.console_text is None:
+            return consoles
+        return dict.fromkeys(consoles, self.console_text)

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from service.jobs import service
-from service.jobs.schemas import InstanceReport, JobCreate
+from service.jobs.schemas import InstanceReport, InterruptionNotice, JobCreate
 from service.kit.db import session_scope, utcnow
 from service.kit.errors import Conflict
+from service.logs import service as logs
+from service.logs.schemas import LogLine
 from service.settings import Settings
 from tests.conftest import job_spec
 from tests.instances import SleepingInstances
@@ -55,6 +57,23 @@ def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any)
         service.record_report(session, settings, service.get(session, name), host, report)
 
 
+def _notice(message: str, attempt: int | None = None) -> InterruptionNotice:
+    return InterruptionNotice(message=message, attempt=attempt)
+
+
+def _interrupt(settings: Settings, name: str, attempt: int | None = None) -> None:
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        service.notice_interruption(session, settings, job, "algo-1", _notice("gone", attempt))
+
+
+def _kill(settings: Settings, name: str, host: str) -> None:
+    """The instance's machine dies: its process group goes, with no word from its runtime."""
+    pid = json.loads((settings.jobs_dir / name / f"{host}.pid.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    _wait_for(lambda: not _alive(pid))
+
+
 def _job(settings: Settings, name: str) -> dict[str, Any]:
     with session_scope(settings.database_url) as session:
         job = service.get(session, name)
@@ -65,6 +84,7 @@ def _job(settings: Settings, name: str) -> dict[str, Any]:
             "attempt": job.attempt,
             "restarts": job.restarts,
             "infrastructure_restarts": job.infrastructure_restarts,
+            "interruptions": job.interruptions,
             "billable_seconds": job.billable_seconds,
             "pending_reason": job.pending_reason,
             "instances": {row.host: row.phase for row in job.instances},
@@ -251,7 +271,7 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     leader = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
     with session_scope(settings.database_url) as session:
         job = service.get(session, name)
-        service.notice_interruption(session, settings, job, "algo-1", "capacity reclaimed")
+        service.notice_interruption(session, settings, job, "algo-1", _notice("capacity reclaimed"))
     reconciler.reconcile(name)  # SIGTERM to the instance; the sleeper ends on it
     _wait_for(lambda: not _alive(leader))
     reconciler.reconcile(name)
@@ -282,11 +302,11 @@ def test_only_a_spot_job_with_running_instances_takes_a_notice(
     with session_scope(settings.database_url) as session:
         with pytest.raises(Conflict, match="does not run on spot instances"):
             service.notice_interruption(
-                session, settings, service.get(session, on_demand), "algo-1", "x"
+                session, settings, service.get(session, on_demand), "algo-1", _notice("x")
             )
         with pytest.raises(Conflict, match="has no running instances"):
             service.notice_interruption(
-                session, settings, service.get(session, spot), "algo-1", "x"
+                session, settings, service.get(session, spot), "algo-1", _notice("x")
             )
 
 
@@ -302,6 +322,142 @@ def test_a_spot_job_past_max_wait_is_stopped(settings: Settings, source_dir: Pat
     stopping = next(m for s, m in job["transitions"] if s == "MaxWaitTimeExceeded")
     assert "longer than max_wait (1 s)" in stopping
     assert not (settings.jobs_dir / name).exists()
+
+
+def test_spot_interruptions_leave_the_budget_for_lost_instances(
+    settings: Settings, source_dir: Path
+) -> None:
+    settings = settings.model_copy(
+        update={"max_infrastructure_restarts": 1, "spot_grace_seconds": 0.0}
+    )
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    _, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _interrupt(settings, name)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["attempt"] == 1
+    _kill(settings, name, "algo-1")
+    reconciler.reconcile(name)  # the one lost-instance restart allowed
+    job = _job(settings, name)
+    assert (job["status"], job["attempt"]) == ("InProgress", 2)
+    assert (job["infrastructure_restarts"], job["interruptions"]) == (2, 1)
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=2)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Completed"
+
+
+def test_a_notice_from_an_earlier_attempts_instance_is_ignored(
+    settings: Settings, source_dir: Path
+) -> None:
+    settings = settings.model_copy(update={"spot_grace_seconds": 0.0})
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _interrupt(settings, name, attempt=0)
+    reconciler.reconcile(name)
+    _interrupt(settings, name, attempt=0)  # the first instance's retry, arriving late
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["attempt"], job["interruptions"]) == (1, 1)
+    assert backend.launches == [0, 1]
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(name)
+
+
+def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
+    _interrupt(settings, name)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["attempt"]) == ("Completed", 0)
+    assert backend.launches == [0]
+
+
+def test_a_job_that_completed_in_time_is_not_stopped_for_max_wait(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
+    _, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
+    time.sleep(1.2)  # the pass that sees it comes after the deadline
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Completed"
+
+
+def test_instances_that_never_start_are_stopped_at_max_run(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir, max_run=1)
+    backend, build = _backend(settings)
+    backend.pending_reason = "0/3 nodes are available"  # pending with no start timeout
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)  # launches
+    reconciler.reconcile(name)  # sees them pending
+    assert _job(settings, name)["pending_reason"] == (
+        "Waiting for 1 of 1 instances: algo-1: 0/3 nodes are available"
+    )
+    time.sleep(1.2)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert job["pending_reason"] is None
+
+
+def test_a_failure_reason_too_long_to_store_keeps_why_it_was_not_retried(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir)
+    _, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="x" * 5000)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert job["status"] == "Failed"
+    assert len(job["reason"]) == 1024
+    assert job["reason"].startswith("xxx")
+
+
+def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        logs.ingest(session, job.id, "algo-1", [_line(1, "first attempt's line")])
+    _kill(settings, name, "algo-1")
+    backend.console_text = "cannot reach the service\x00!"
+    reconciler.reconcile(name)  # restarts; the first attempt shipped its own line
+    assert _job(settings, name)["attempt"] == 1
+    _kill(settings, name, "algo-1")
+    backend.console_text = "still cannot reach it"
+    settings_one = settings.model_copy(update={"max_infrastructure_restarts": 1})
+    Reconciler(settings_one, build).reconcile(name)
+    assert _job(settings, name)["status"] == "Failed"
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        page, _ = logs.page(session, job.id, host="algo-1", cursor=None, limit=10)
+        assert [(e.seq, e.message) for e in page] == [
+            (1, "first attempt's line"),
+            (2, "still cannot reach it"),
+        ]
+
+
+def _line(seq: int, message: str) -> LogLine:
+    return LogLine(seq=seq, time=utcnow(), stream="stdout", message=message)
 
 
 def _alive(pid: int) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -51,6 +51,7 @@ from service.jobs.states import (
     Status,
 )
 from service.kit.db import session_scope, utcnow
+from service.kit.text import without_nul
 from service.logs import service as logs
 from service.logs.schemas import LogLine
 from service.settings import Settings
@@ -73,6 +74,7 @@ log = logging.getLogger(__name__)
 MAX_PASSES_PER_TASK = 20
 MAX_CONSOLE_LINES = 5000
 MAX_LINE = 16 * 1024
+
 
 _PHASE_MESSAGES = {
     Phase.DOWNLOADING: "Downloading the code and input data",
@@ -149,6 +151,9 @@ class JobSnapshot:
     admitted_at: datetime | None
     restarts: int
     infrastructure_restarts: int
+    interruptions: int
+    attempt_first_log_seq: int
+    pending_reason: str | None
     restart_cause: RestartCause | None
     interruption_noticed_at: datetime | None
     interruption_message: str | None
@@ -171,6 +176,9 @@ class JobSnapshot:
             job.admitted_at,
             job.restarts,
             job.infrastructure_restarts,
+            job.interruptions,
+            job.attempt_first_log_seq,
+            job.pending_reason,
             RestartCause.load(job.restart_cause),
             job.interruption_noticed_at,
             job.interruption_message,
@@ -235,15 +243,12 @@ class Reconciler:
         if snapshot is None:
             return
         backend = self.build_backend(snapshot.backend, self.settings)
+        # While instances run, _observe weighs max_wait after what they reported (a job that
+        # completed in time is not stopped); otherwise it is weighed here.
+        running = snapshot.launched_at is not None and snapshot.restart_cause is None
         try:
-            if snapshot.status != Status.STOPPING and _past_max_wait(snapshot):
-                snapshot = self._stop_for(
-                    snapshot,
-                    "MaxWaitTimeExceeded",
-                    Secondary.MAX_WAIT_TIME_EXCEEDED,
-                    f"Stopping: the job took longer than max_wait ({snapshot.spec.max_wait} s), "
-                    "waiting for spot capacity included",
-                )
+            if snapshot.status != Status.STOPPING and not running and _past_max_wait(snapshot):
+                snapshot = self._stop_for_max_wait(snapshot)
             if snapshot.status == Status.STOPPING:
                 self._drive_stop(snapshot, backend)
             elif snapshot.restart_cause is not None:
@@ -283,7 +288,7 @@ class Reconciler:
                 reports,
                 Status.FAILED,
                 Secondary.FAILED,
-                reason[:1024],
+                reason,
                 teardown=teardown,
             )
 
@@ -314,7 +319,10 @@ class Reconciler:
         attempt = snapshot.ref.attempt
         message = f"Launching {count} {snapshot.spec.instance_type} instance{'s' * (count > 1)}"
         if attempt:
-            message += f" (attempt {attempt + 1}, resuming from the latest checkpoint)"
+            resuming = ", resuming from the latest checkpoint" * bool(
+                snapshot.spec.checkpoint_s3_uri
+            )
+            message += f" (attempt {attempt + 1}{resuming})"
 
         def launching(job: TrainingJob) -> None:
             repository.record_transition(
@@ -323,15 +331,12 @@ class Reconciler:
             job.pending_reason = None
 
         snapshot = self._update(snapshot, launching)
-        with session_scope(self.database_url) as session:
-            # This attempt's lines are numbered on from every line already stored.
-            first_log_seq = logs.last_seq(session, snapshot.ref.id) + 1
         request = LaunchRequest(
             job=snapshot.ref,
             spec=snapshot.spec,
             service_url=self.settings.public_url,
             token=job_token(self.settings.signing_key(), snapshot.ref.id),
-            first_log_seq=first_log_seq,
+            first_log_seq=snapshot.attempt_first_log_seq,
         )
         backend.submit(request)  # adopts what an earlier, interrupted attempt started
         now = utcnow()
@@ -346,14 +351,21 @@ class Reconciler:
         # instance seen gone here has its last report already committed.
         statuses = backend.describe(snapshot.ref)
         reports = self._reports(snapshot)
+        # What the instances already decided comes first: a job that finished before its
+        # deadline, or before a spot notice came, ends Completed even if this pass only
+        # runs after it.
+        if _completed(snapshot, reports):
+            self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
+            return
         if snapshot.interruption_noticed_at is not None:
             self._drive_interruption(snapshot, backend)
             return
-        # What the instances already decided comes first: a job that finished before its
-        # deadline ends Completed or Failed even if this pass only runs after it.
         failure = _first_failure(snapshot.hosts, statuses, reports)
         if failure is not None:
             self._on_failure(snapshot, backend, reports, failure)
+            return
+        # Instances that never start must not hold their capacity past the job's budgets.
+        if self._out_of_time(snapshot, backend):
             return
         pending = {
             host: status
@@ -363,28 +375,37 @@ class Reconciler:
         if pending:
             self._wait_for_instances(snapshot, backend, reports, pending)
             return
-        master = reports.get(snapshot.hosts[0])
-        # Under mpirun, the first instance's result is the job's: its mpirun ran every rank,
-        # and the others only hosted a daemon (which may have come and gone unseen).
-        decided_by_master = snapshot.mpi and master is not None and master.phase == Phase.COMPLETED
-        if decided_by_master or all(
-            host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
-        ):
-            self._finish(snapshot, backend, reports, Status.COMPLETED, Secondary.COMPLETED, None)
-            return
-        # max_run bounds the time on instances, over every attempt.
-        launched_at = snapshot.launched_at or utcnow()
-        ran = snapshot.billable_seconds + (utcnow() - launched_at).total_seconds()
-        if ran > snapshot.spec.max_run:
+        if snapshot.pending_reason is not None:
+            snapshot = self._update(snapshot, _stop_waiting)
+        self._show_progress(snapshot, reports)
+
+    def _out_of_time(self, snapshot: JobSnapshot, backend: Backend[Any]) -> bool:
+        """Stop the job if it is past max_wait (spot) or max_run; say whether it was."""
+        if _past_max_wait(snapshot):
+            stopping = self._stop_for_max_wait(snapshot)
+        else:
+            # max_run bounds the time on instances, over every attempt.
+            launched_at = snapshot.launched_at or utcnow()
+            ran = snapshot.billable_seconds + (utcnow() - launched_at).total_seconds()
+            if ran <= snapshot.spec.max_run:
+                return False
             stopping = self._stop_for(
                 snapshot,
                 "MaxRuntimeExceeded",
                 Secondary.MAX_RUNTIME_EXCEEDED,
                 f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)",
             )
-            self._drive_stop(stopping, backend)
-            return
-        self._show_progress(snapshot, reports)
+        self._drive_stop(stopping, backend)
+        return True
+
+    def _stop_for_max_wait(self, snapshot: JobSnapshot) -> JobSnapshot:
+        return self._stop_for(
+            snapshot,
+            "MaxWaitTimeExceeded",
+            Secondary.MAX_WAIT_TIME_EXCEEDED,
+            f"Stopping: the job took longer than max_wait ({snapshot.spec.max_wait} s), "
+            "waiting for spot capacity included",
+        )
 
     def _stop_for(
         self, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
@@ -409,7 +430,8 @@ class Reconciler:
             failure,
             snapshot.spec,
             restarts=snapshot.restarts,
-            infrastructure_restarts=snapshot.infrastructure_restarts,
+            # Spot interruptions are bounded by max_wait, not by this budget.
+            infrastructure_restarts=snapshot.infrastructure_restarts - snapshot.interruptions,
             max_infrastructure_restarts=self.settings.max_infrastructure_restarts,
         )
         if not verdict.retry:
@@ -476,6 +498,7 @@ class Reconciler:
             else:
                 job.infrastructure_restarts += 1
                 if kind == "interruption":
+                    job.interruptions += 1
                     message = f"{reason}; the job resumes when spot capacity is back"
                 else:
                     message = (
@@ -514,6 +537,11 @@ class Reconciler:
             return
 
         def next_attempt(job: TrainingJob) -> None:
+            session = object_session(job)
+            assert session is not None
+            # Every line of the attempt before is stored by now (its instances are gone):
+            # the next attempt's lines are numbered on from them.
+            job.attempt_first_log_seq = logs.last_seq(session, job.id) + 1
             job.attempt += 1
             job.restart_cause = None
             job.launched_at = None
@@ -611,6 +639,8 @@ class Reconciler:
         *,
         teardown: bool = True,
     ) -> None:
+        if failure_reason is not None:
+            failure_reason = without_nul(failure_reason)[: retry_policy.MAX_REASON]
         # Nothing of the job may be left once it reads as ended.
         if teardown:
             self._keep_consoles(snapshot, backend)
@@ -646,22 +676,30 @@ class Reconciler:
     def _keep_consoles(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
         """Store what an instance printed, if it never shipped a line itself (a runtime
         that could not reach the service): once the instance is removed, it is gone."""
-        consoles = backend.console(snapshot.ref)
-        now = utcnow()
-        with session_scope(self.database_url) as session:
-            for host, text in sorted(consoles.items()):
-                if not text.strip() or logs.has_lines(session, snapshot.ref.id, host):
-                    continue
-                lines = text.splitlines()[-MAX_CONSOLE_LINES:]
-                logs.ingest(
-                    session,
-                    snapshot.ref.id,
-                    host,
-                    [
-                        LogLine(seq=seq, time=now, stream="runtime", message=line[:MAX_LINE])
-                        for seq, line in enumerate(lines, start=1)
-                    ],
-                )
+        # Best effort: what cannot be kept must never keep the instances from going.
+        try:
+            consoles = backend.console(snapshot.ref)
+            now = utcnow()
+            first = snapshot.attempt_first_log_seq
+            with session_scope(self.database_url) as session:
+                for host, text in sorted(consoles.items()):
+                    if not text.strip() or logs.has_lines(session, snapshot.ref.id, host, first):
+                        continue
+                    lines = text.splitlines()[-MAX_CONSOLE_LINES:]
+                    start = max(first, logs.last_seq(session, snapshot.ref.id) + 1)
+                    logs.ingest(
+                        session,
+                        snapshot.ref.id,
+                        host,
+                        [
+                            LogLine(seq=seq, time=now, stream="runtime", message=line[:MAX_LINE])
+                            for seq, line in enumerate(lines, start=start)
+                        ],
+                    )
+        except (Superseded, OperationalError):
+            raise  # the database is away for now: the next pass keeps them
+        except Exception:
+            log.exception("keeping the consoles of %s failed", snapshot.ref.name)
 
     # -- reading and writing ----------------------------------------------------------
 
@@ -694,9 +732,25 @@ class Reconciler:
             raise Superseded from exc
 
 
+def _completed(snapshot: JobSnapshot, reports: dict[str, Report]) -> bool:
+    master = reports.get(snapshot.hosts[0])
+    # Under mpirun, the first instance's result is the job's: its mpirun ran every rank,
+    # and the others only hosted a daemon (which may have come and gone unseen).
+    if snapshot.mpi and master is not None and master.phase == Phase.COMPLETED:
+        return True
+    return all(
+        host in reports and reports[host].phase == Phase.COMPLETED for host in snapshot.hosts
+    )
+
+
+def _stop_waiting(job: TrainingJob) -> None:
+    job.pending_reason = None
+
+
 def _wait(job: TrainingJob, message: str) -> None:
     """The job waits (for capacity, for its instances), saying why; a changed reason
     updates the current transition rather than adding one."""
+    message = without_nul(message)
     job.pending_reason = message[:2048]
     if (
         not repository.record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)

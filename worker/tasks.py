@@ -37,7 +37,7 @@ def register(app: Celery, settings: Settings) -> None:
             # Redundant once the next sweep has sent its own.
             reconcile_job.apply_async([name], expires=settings.reconcile_interval * 5)
 
-    @app.task(name="runyard.reap", ignore_result=True)
+    @app.task(name="runyard.reap", ignore_result=True, shared=False)
     def reap() -> None:
         """Remove what a cluster still holds for jobs that have ended: left by a worker that
         died between ending a job and its teardown, or by someone re-creating objects.

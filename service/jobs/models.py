@@ -67,9 +67,14 @@ class TrainingJob(Base):
 
     # Restarts: the attempt now running (0 is the first), and how many restarts each kind
     # of failure caused. restart_cause holds why the job is restarting until it has.
+    # Spot interruptions are infrastructure restarts too, but max_wait bounds them, not
+    # max_infrastructure_restarts: they are counted apart as well.
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     infrastructure_restarts: Mapped[int] = mapped_column(Integer, default=0)
+    interruptions: Mapped[int] = mapped_column(Integer, default=0)
+    # The first log line number of the current attempt (lines number on across attempts).
+    attempt_first_log_seq: Mapped[int] = mapped_column(Integer, default=1)
     restart_cause: Mapped[str | None] = mapped_column(Text)
     # A spot interruption notice for the current attempt (when, and what it said).
     interruption_noticed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -113,7 +113,7 @@ def notice_interruption(
         job = service.get(session, name)
         if host not in service.hosts(job):
             raise NotFound(f"training job {name!r} has no host {host!r}")
-    return to_public(service.notice_interruption(session, settings, job, host, notice.message))
+    return to_public(service.notice_interruption(session, settings, job, host, notice))
 
 
 def to_public(job: TrainingJob) -> JobPublic:

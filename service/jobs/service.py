@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -25,7 +26,14 @@ from service.capacity import service as capacity
 from service.instance_types import CATALOG
 from service.jobs import distribution, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
-from service.jobs.schemas import DryRun, InstanceReport, JobCreate, host_names, nul_location
+from service.jobs.schemas import (
+    DryRun,
+    InstanceReport,
+    InterruptionNotice,
+    JobCreate,
+    host_names,
+    nul_location,
+)
 from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
 from service.kit.db import utcnow
 from service.kit.errors import (
@@ -79,6 +87,15 @@ def prepare(
         )
     if spec.instance_type not in registry.BACKENDS[backend]:
         raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
+    # Only the server's backends are reaped and sized for (the reconciler's lease), so a
+    # job may pick among them, not bring another.
+    enabled = sorted(set(settings.backends.values()))
+    if backend not in enabled:
+        raise SpecError(
+            ("backend",),
+            f"backend {backend!r} is not enabled on this server (RUNYARD_BACKENDS uses: "
+            f"{', '.join(enabled)})",
+        )
     if spec.instance_count > settings.max_instance_count:
         raise SpecError(
             ("instance_count",),
@@ -334,7 +351,12 @@ def record_report(
     """Store what the runtime on ``host`` says; the reconciler turns it into job state."""
     if job.status in TERMINAL:
         return  # late words from an instance being torn down change nothing
-    if report.attempt is not None and report.attempt != job.attempt:
+    # Read under a row lock: a restart committing meanwhile must not take this report for
+    # its new attempt's (PostgreSQL; SQLite's write transaction already excludes it).
+    attempt = session.scalar(
+        select(TrainingJob.attempt).where(TrainingJob.id == job.id).with_for_update()
+    )
+    if report.attempt is not None and report.attempt != attempt:
         return  # an earlier attempt's instance, torn down since: the job has moved on
     phase = Phase(report.phase)
     row = repository.instance(session, job.id, host)
@@ -360,7 +382,7 @@ def record_report(
 
 
 def notice_interruption(
-    session: Session, settings: Settings, job: TrainingJob, host: str, message: str
+    session: Session, settings: Settings, job: TrainingJob, host: str, notice: InterruptionNotice
 ) -> TrainingJob:
     """A spot interruption notice for one of the job's instances (from the runtime on
     EC2, which saw the two-minute warning, or sent by hand to simulate one): the
@@ -369,9 +391,11 @@ def notice_interruption(
         raise Conflict(f"training job {job.name!r} does not run on spot instances")
     if job.status != Status.IN_PROGRESS or job.launched_at is None:
         raise Conflict(f"training job {job.name!r} has no running instances to interrupt")
+    if notice.attempt is not None and notice.attempt != job.attempt:
+        return job  # from an earlier attempt's instance, which is gone already
     if job.interruption_noticed_at is None:
         job.interruption_noticed_at = utcnow()
-        job.interruption_message = f"{host}: {message}"[:1024]
+        job.interruption_message = f"{host}: {notice.message}"[:1024]
         try:
             session.flush()
         except StaleDataError as exc:

@@ -60,9 +60,12 @@ def last_seq(session: Session, job_id: str) -> int:
     return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
 
 
-def has_lines(session: Session, job_id: str, host: str) -> bool:
-    query = select(LogEvent.id).where(LogEvent.job_id == job_id, LogEvent.host == host).limit(1)
-    return session.scalar(query) is not None
+def has_lines(session: Session, job_id: str, host: str, from_seq: int = 1) -> bool:
+    """Whether ``host`` shipped any line numbered ``from_seq`` or later (an attempt's)."""
+    query = select(LogEvent.id).where(
+        LogEvent.job_id == job_id, LogEvent.host == host, LogEvent.seq >= from_seq
+    )
+    return session.scalar(query.limit(1)) is not None
 
 
 def page(
