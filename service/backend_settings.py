@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Kubernetes object names: DNS-1123 labels (pods, services) and subdomains.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class KubernetesSettings(BaseModel):
@@ -24,6 +25,8 @@ class KubernetesSettings(BaseModel):
     # A plain API URL with no credentials (a local proxy, `kubectl proxy`, a mock server).
     api_url: str | None = None
     namespace: str = Field(default="runyard-jobs", pattern=DNS_LABEL, max_length=63)
+    # The cluster's DNS domain: pods find each other as algo-N.<base>.<namespace>.svc.<it>.
+    cluster_domain: str = Field(default="cluster.local", pattern=DNS_SUBDOMAIN, max_length=253)
     image: str = "runyard/runtime:0.1.0"
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     image_pull_secrets: list[str] = Field(default_factory=list)
@@ -34,6 +37,7 @@ class KubernetesSettings(BaseModel):
     priority_class: str | None = None
     # All-or-nothing start: every pod must be scheduled within this many seconds, or the
     # job fails naming the cause ("fail") or keeps waiting with a pending reason ("wait").
+    # A scheduled pod still pulling its image is not waiting for capacity: not counted.
     schedule_timeout_seconds: float = Field(default=300.0, gt=0)
     on_unschedulable: Literal["fail", "wait"] = "fail"
     # Gang scheduling by an installed scheduler: a Volcano PodGroup, or a Kueue queue label.
@@ -61,8 +65,10 @@ class Ec2Settings(BaseModel):
     # An instance profile name, or its ARN.
     iam_instance_profile: str | None = None
     key_name: str | None = None
-    # How user-data installs the runtime on a fresh instance (pip arguments, no shell).
-    runtime_package: str = "runyard==0.1.0"
+    # How user-data installs the runtime on a fresh instance: pip arguments (no shell), such
+    # as the URL of the runyard wheel built from this release. Runyard is not on PyPI, so
+    # there is no default, and EC2 jobs are refused until it is set.
+    runtime_package: str | None = Field(default=None, min_length=1)
     # The AMI's interpreter: the runtime's virtual environment is built on it and still sees
     # its packages, so a Deep Learning AMI's torch and CUDA libraries are used as they are.
     python: str = "python3"

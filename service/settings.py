@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     # How long an interrupted spot instance's scripts get after SIGTERM (EC2 gives two
     # minutes' warning).
     spot_grace_seconds: float = Field(default=110.0, ge=0)
+    # A spot launch that finds no capacity tries again after this long, within max_wait.
+    spot_capacity_retry_seconds: float = Field(default=60.0, ge=0)
 
     # Worker timing. The sweep re-drives every live job this often, so it bounds how
     # long a lost broker message or a dead worker can delay a job.

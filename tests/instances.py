@@ -14,6 +14,7 @@ from worker.backends.base import (
     InstanceState,
     InstanceStatus,
     JobRef,
+    LaunchError,
     LaunchRequest,
     Materialized,
 )
@@ -124,6 +125,8 @@ class SleepingInstances(LocalBackend):
         self.pending_reason: str | None = None
         # Set, what every instance printed (in place of its real console).
         self.console_text: str | None = None
+        # How many launches to come the provider refuses for want of capacity.
+        self.out_of_capacity = 0
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
         materialized = super().materialize(request)
@@ -133,6 +136,9 @@ class SleepingInstances(LocalBackend):
 
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
         config = materialized.plan.instances[0].files["input/config/runyard.json"]
+        if self.out_of_capacity:
+            self.out_of_capacity -= 1
+            raise LaunchError("InsufficientInstanceCapacity: none left", capacity=True)
         self.launches.append(json.loads(config)["attempt"])
         super().apply(materialized)
 

@@ -8,6 +8,7 @@ write pod status (phase, conditions, exit codes) through the same API.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import uuid
 from collections.abc import Iterator
@@ -77,9 +78,10 @@ class KubeServer:
         return client.CoreV1Api(client.ApiClient(configuration))
 
     def set_log(self, pod: str, text: str) -> None:
-        """What the pod's container printed, as the kubelet would serve it."""
+        """What the pod's container printed, served as the kubelet would: the last
+        ``tailLines`` lines, then at most the first ``limitBytes`` of those."""
         path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"
-        self.emulator["get"][path] << _TEXT << text.encode()
+        self.emulator["get"][path] << _TEXT << functools.partial(_log, text.encode())
 
     def objects_of(self, job_id: str) -> list[tuple[str, str]]:
         """(kind, name) of every live object labelled with the job, of any kind."""
@@ -148,6 +150,25 @@ def unschedulable(message: str) -> dict[str, Any]:
             }
         ],
     }
+
+
+def starting(reason: str = "ContainerCreating", message: str = "") -> dict[str, Any]:
+    """Scheduled on a node, its container not started yet: pulling its image, or failing
+    to start (``reason`` as the kubelet says it)."""
+    waiting = {"reason": reason, **({"message": message} if message else {})}
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [_container({"waiting": waiting})],
+    }
+
+
+def _log(printed: bytes, request: Any) -> bytes:
+    lines = request.params.get("tailLines")
+    if lines is not None:
+        printed = b"".join(printed.splitlines(keepends=True)[-int(lines) :]) if int(lines) else b""
+    limit = request.params.get("limitBytes")
+    return printed if limit is None else printed[: int(limit)]
 
 
 def _container(state: dict[str, Any]) -> dict[str, Any]:

@@ -27,16 +27,19 @@ from pydantic import ValidationError
 
 from service.backend_settings import Ec2Settings
 from service.jobs.schemas import JobCreate
+from service.kit.errors import SpecError
 from service.settings import Settings
 from tests import aws
 from worker.backends import ec2_userdata, registry
 from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
-from worker.backends.ec2 import Ec2Backend, Ec2Error, instance_state
+from worker.backends.ec2 import ConsoleCache, Ec2Backend, Ec2Error, instance_state
 
 IMAGE = "ami-0abcdef1234567890"
 ARTIFACT_ROOT = "file:///srv/runyard/artifacts"
 SERVICE_URL = "http://runyard.internal:8642"
 TOKEN = "ryj_secret"
+# The runyard wheel, where an operator would host it for the instances.
+RUNTIME_WHEEL = "https://files.example.test/runyard-0.1.0-py3-none-any.whl"
 
 
 @pytest.fixture
@@ -55,6 +58,7 @@ def settings(ec2: Any) -> Ec2Settings:
         image_id=IMAGE,
         subnet_id=subnet,
         security_group_ids=[group["GroupId"]],
+        runtime_package=RUNTIME_WHEEL,
         teardown_timeout_seconds=5,
         poll_interval_seconds=0.02,
     )
@@ -340,6 +344,15 @@ def test_spot_is_asked_for_when_the_spec_says_so(ec2: Any, settings: Ec2Settings
 def test_plans_that_ec2_cannot_run_are_refused(ec2: Any, settings: Ec2Settings) -> None:
     with pytest.raises(Ec2Error, match="RUNYARD_EC2__IMAGE_ID or RUNYARD_EC2__LAUNCH_TEMPLATE"):
         _backend(ec2, Ec2Settings()).materialize(_request())
+    # Runyard is not on PyPI: nothing to install the runtime from until it is set.
+    assert Ec2Settings().runtime_package is None
+    unset = settings.model_copy(update={"runtime_package": None})
+    with pytest.raises(Ec2Error, match="set RUNYARD_EC2__RUNTIME_PACKAGE to what pip install"):
+        _backend(ec2, unset).materialize(_request())
+    with pytest.raises(SpecError, match="RUNYARD_EC2__RUNTIME_PACKAGE") as refused:
+        _backend(ec2, unset).check(_request().spec, SERVICE_URL)
+    assert refused.value.loc == ("backend",)
+    _backend(ec2, settings).check(_request().spec, SERVICE_URL)
     with pytest.raises(Ec2Error, match=r"'local' is not an ml\.\* type"):
         _backend(ec2, settings).materialize(_request(instance_type="local"))
     nfs = settings.model_copy(update={"artifact_nfs": "fs-1:/"})
@@ -594,6 +607,7 @@ def test_a_type_the_region_lacks_fails_naming_it(ec2: Any, settings: Ec2Settings
         "InvalidInstanceType.NotFound: The instance type 'p3.2xlarge' does not exist; "
         "no instance was left running"
     )
+    assert not failure.value.capacity  # never there: waiting would not help
     assert _instances(ec2, request.job.id) == []
     assert _backend(ec2, settings).describe(request.job) is None
 
@@ -622,6 +636,7 @@ def test_a_capacity_error_terminates_what_was_launched(ec2: Any, settings: Ec2Se
         f"InsufficientInstanceCapacity: {CAPACITY_MESSAGE}; "
         f"terminated the job's 1 launched instance(s): {launched['InstanceId']}"
     )
+    assert failure.value.capacity  # a spot job waits and tries again
     assert _tags(launched)["runyard:host"] == "algo-1"
     assert launched["State"]["Name"] == "terminated"
 
@@ -658,6 +673,51 @@ def test_describe_maps_ec2_states(ec2: Any, settings: Ec2Settings) -> None:
     assert instance_state({"State": {"Name": "pending"}}) == InstanceState.PENDING
     assert instance_state({"State": {"Name": "rebooting"}}) == InstanceState.UNKNOWN
     assert instance_state({}) == InstanceState.UNKNOWN
+
+
+def _count_calls(client: Any, operation: str) -> list[str]:
+    """Every ``operation`` call the client makes from now on, by instance id."""
+    calls: list[str] = []
+
+    def count(params: dict[str, Any], **_: Any) -> None:
+        calls.append(params.get("InstanceId", ""))
+
+    client.meta.events.register(f"provide-client-params.ec2.{operation}", count)
+    return calls
+
+
+def test_a_terminated_instances_console_is_read_once(ec2: Any, settings: Ec2Settings) -> None:
+    request = _request(instance_count=2)
+    backend = _backend(ec2, settings)
+    backend.submit(request)
+    first, second = _instances(ec2, request.job.id)
+    ec2.terminate_instances(InstanceIds=[first["InstanceId"]])
+    ec2.stop_instances(InstanceIds=[second["InstanceId"]])
+    calls = _count_calls(ec2, "GetConsoleOutput")
+    for _ in range(3):  # three reconcile passes
+        statuses = backend.describe(request.job)
+        assert statuses is not None
+        assert "Linux version" in statuses["algo-1"].last_output
+    assert backend.console(request.job)["algo-1"]
+    # Terminated: its console never changes again. Stopped: it may still.
+    assert calls.count(first["InstanceId"]) == 1
+    assert calls.count(second["InstanceId"]) == 4
+
+
+def test_the_console_cache_outlives_the_backend_and_stays_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto: aws.MotoServer
+) -> None:
+    # The reconciler builds a backend every pass: what they keep is the process's.
+    monkeypatch.setenv("RUNYARD_EC2__ENDPOINT_URL", moto.url)
+    settings = Settings(home=tmp_path)
+    one, two = registry.build("ec2", settings), registry.build("ec2", settings)
+    assert isinstance(one, Ec2Backend)
+    assert isinstance(two, Ec2Backend)
+    assert one._consoles is two._consoles
+    cache = ConsoleCache(size=2)
+    for instance_id in ("i-1", "i-2", "i-3"):
+        cache.put(instance_id, instance_id)
+    assert [cache.get(i) for i in ("i-1", "i-2", "i-3")] == [None, "i-2", "i-3"]
 
 
 def test_stop_and_teardown_leave_nothing_running(ec2: Any, settings: Ec2Settings) -> None:

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 
 from service.backend_settings import KubernetesSettings
 from service.jobs.schemas import JobCreate
+from service.kit.errors import SpecError
 from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 from tests.kube import (
@@ -28,10 +29,18 @@ from tests.kube import (
     exited,
     running,
     set_pod_status,
+    starting,
     unschedulable,
 )
 from worker.backends import kubernetes_manifests as manifests
-from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
+from worker.backends.base import (
+    CONSOLE_BYTES,
+    REDACTED,
+    InstanceState,
+    JobRef,
+    LaunchRequest,
+    TeardownError,
+)
 from worker.backends.kubernetes import KubernetesBackend, KubernetesError, _shared_client
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes_manifests.yaml"
@@ -65,14 +74,17 @@ def _backend(
     *,
     kill_wait: float = 10.0,
     stop_grace: float = 5.0,
+    spot_grace: float = 7.5,
+    artifact_root: str = "file:///srv/runyard/artifacts",
     **settings: Any,
 ) -> KubernetesBackend:
     configured = KubernetesSettings.model_validate({"api_url": url, **settings})
     return KubernetesBackend(
         lambda: _shared_client(configured.model_dump_json()),
         configured,
-        artifact_root="file:///srv/runyard/artifacts",
+        artifact_root=artifact_root,
         stop_grace=stop_grace,
+        spot_grace=spot_grace,
         teardown_grace=1,
         poll_interval=0.02,
         kill_wait=kill_wait,
@@ -155,6 +167,48 @@ def test_the_config_map_holds_each_hosts_config_with_cluster_addresses() -> None
     assert runyard["master_port"] == 29500
 
 
+def test_the_cluster_domain_is_a_setting() -> None:
+    objects = _backend(cluster_domain="k8s.example.internal").materialize(_request())
+    root, pod = objects.public["manifests"][0], objects.public["manifests"][-1]
+    base = root["metadata"]["name"]
+    domain = f"{base}.{NAMESPACE}.svc.k8s.example.internal"
+    resource = yaml.safe_load(root["data"]["algo-1.resourceconfig.json"])
+    assert resource["host_addresses"] == {
+        "algo-1": f"algo-1.{domain}",
+        "algo-2": f"algo-2.{domain}",
+    }
+    assert pod["spec"]["dnsConfig"] == {"searches": [domain]}
+    assert "cluster.local" not in objects.render()
+    with pytest.raises(ValueError, match="cluster_domain"):
+        KubernetesSettings(cluster_domain="Not A Domain")
+
+
+def test_pods_keep_the_longest_grace_for_evictions() -> None:
+    # A node drained for its spot capacity evicts with the pod's own grace: the spot one.
+    pod = _backend(stop_grace=5, spot_grace=110).materialize(_request()).public["manifests"][-1]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 110
+    pod = _backend(stop_grace=30.2, spot_grace=0).materialize(_request()).public["manifests"][-1]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 31
+
+
+def test_the_artifact_mount_is_the_roots_decoded_path() -> None:
+    backend = _backend(
+        artifact_root="file:///srv/run%20yard/artifacts", artifact_volume_claim="artifacts"
+    )
+    pod = backend.materialize(_request()).public["manifests"][-1]
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["artifacts"] == "/srv/run yard/artifacts"
+
+
+def test_a_loopback_service_url_is_refused() -> None:
+    backend, spec = _backend(artifact_volume_claim="artifacts"), _request().spec
+    for url in ("http://127.0.0.1:8642", "http://localhost:8642", "http://[::1]:8642"):
+        with pytest.raises(SpecError, match=r"pods cannot report to .*RUNYARD_PUBLIC_URL") as e:
+            backend.check(spec, url)
+        assert e.value.loc == ("backend",)
+    backend.check(spec, "http://runyard-api.runyard.svc:8642")
+
+
 def test_planning_needs_no_cluster() -> None:
     calls = []
 
@@ -202,6 +256,9 @@ def test_submit_creates_the_job_owned_by_its_config_map(cluster: KubeServer) -> 
     assert [(ref.kind, ref.name, ref.uid) for ref in pod.metadata.owner_references] == [
         ("ConfigMap", base, root_uid)
     ]
+    # Deletion is in the background, which blockOwnerDeletion never held up; setting it
+    # would need update on configmaps/finalizers where owner references are enforced.
+    assert pod.metadata.owner_references[0].block_owner_deletion is None
     secret = api.read_namespaced_secret(f"{base}-token", NAMESPACE)
     assert secret.string_data == {"token": "ryj_secret-token"}
     backend.teardown(request.job)
@@ -271,6 +328,55 @@ def test_an_unschedulable_pod_carries_the_schedulers_words(cluster: KubeServer) 
     backend.teardown(request.job)
 
 
+def test_only_pods_waiting_for_a_node_count_against_the_start_timeout(
+    cluster: KubeServer,
+) -> None:
+    backend = _backend(cluster.url)
+    request = _request(instance_count=3)
+    backend.submit(request)
+    api, job = cluster.api(), request.job
+    set_pod_status(api, _pod(cluster, job, "algo-1"), starting())  # pulling a big image
+    set_pod_status(api, _pod(cluster, job, "algo-2"), unschedulable("0/3 nodes are available"))
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert {host: (s.state, s.starting) for host, s in statuses.items()} == {
+        "algo-1": (InstanceState.PENDING, True),
+        "algo-2": (InstanceState.PENDING, False),
+        "algo-3": (InstanceState.PENDING, False),  # not even seen by the scheduler yet
+    }
+    # A pull that fails is news: waiting again, with the kubelet's words.
+    set_pod_status(api, _pod(cluster, job, "algo-1"), starting("ErrImagePull", "manifest unknown"))
+    statuses = backend.describe(job)
+    assert statuses is not None
+    assert statuses["algo-1"].state == InstanceState.PENDING
+    assert not statuses["algo-1"].starting
+    assert statuses["algo-1"].reason == "ErrImagePull: manifest unknown"
+    backend.teardown(job)
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("InvalidImageName", 'Failed to apply default image tag "Registry/Bad:": invalid'),
+        ("CreateContainerConfigError", 'secret "missing" not found'),
+        ("ErrImageNeverPull", 'Container image "x" is not present with pull policy of Never'),
+    ],
+)
+def test_a_container_that_can_never_start_ends_the_instance(
+    cluster: KubeServer, reason: str, message: str
+) -> None:
+    backend = _backend(cluster.url, on_unschedulable="wait")
+    request = _request(instance_count=1)
+    backend.submit(request)
+    set_pod_status(cluster.api(), _pod(cluster, request.job, "algo-1"), starting(reason, message))
+    statuses = backend.describe(request.job)
+    assert statuses is not None
+    assert statuses["algo-1"].state == InstanceState.EXITED
+    assert statuses["algo-1"].exit_code is None
+    assert statuses["algo-1"].reason == f"{reason}: {message}"
+    backend.teardown(request.job)
+
+
 def test_a_pulling_pod_explains_itself_from_its_container(cluster: KubeServer) -> None:
     backend = _backend(cluster.url)
     request = _request()
@@ -296,6 +402,31 @@ def test_a_pulling_pod_explains_itself_from_its_container(cluster: KubeServer) -
     backend.teardown(request.job)
 
 
+def _pod_deletions(cluster: KubeServer, base: str) -> list[str | None]:
+    """The grace of every delete sent for the job's pods, in order."""
+    return [
+        request.params.get("gracePeriodSeconds")
+        for request in cluster.emulator["delete"]
+        if f"/pods/{base}-algo-" in request.url.path
+    ]
+
+
+def test_cancel_gives_the_grace_it_is_asked_for(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url, stop_grace=4.2, spot_grace=110)
+    request = _request(job_id="6" * 32, instance_count=1)
+    base = manifests.base_name(request.job.name, request.job.id)
+    backend.submit(request)
+    backend.cancel(request.job, force=False)  # a stop: the stop grace, not the pod's own
+    assert _pod_deletions(cluster, base) == ["5"]
+    backend.submit(request)
+    backend.cancel(request.job, force=False, grace_seconds=110)  # a spot interruption
+    assert _pod_deletions(cluster, base)[1:] == ["110"]
+    backend.submit(request)
+    backend.cancel(request.job, force=True)
+    backend.teardown(request.job)
+    assert _pod_deletions(cluster, base)[2:] == ["0"]
+
+
 def test_cancel_deletes_the_pods_and_teardown_everything(cluster: KubeServer) -> None:
     backend = _backend(cluster.url, gang_scheduler="volcano", gang_queue="team-a")
     cluster.emulator.resources["scheduling.volcano.sh/v1beta1/podgroups"] = {}
@@ -312,6 +443,19 @@ def test_cancel_deletes_the_pods_and_teardown_everything(cluster: KubeServer) ->
     assert cluster.objects_of(JOB_ID) == []
     assert not backend.exists(request.job)
     backend.teardown(request.job)  # twice is harmless
+
+
+def test_the_console_is_the_end_of_the_log(cluster: KubeServer) -> None:
+    backend = _backend(cluster.url)
+    request = _request(job_id="7" * 32, instance_count=1)
+    backend.submit(request)
+    printed = "".join(f"step {n}: " + "x" * 90 + "\n" for n in range(5000))  # ~500 KB
+    cluster.set_log(_pod(cluster, request.job, "algo-1"), printed)
+    console = backend.console(request.job)["algo-1"]
+    assert console.endswith("step 4999: " + "x" * 90 + "\n")
+    assert len(console.encode()) <= CONSOLE_BYTES
+    assert printed.endswith(console)
+    backend.teardown(request.job)
 
 
 def test_held_jobs_are_found_from_the_cluster(cluster: KubeServer) -> None:
@@ -383,6 +527,7 @@ def settings(tmp_path: Path, database_url: str, kube_server: KubeServer) -> Sett
         kubernetes=KubernetesSettings(
             api_url=kube_server.url, artifact_volume_claim="runyard-artifacts"
         ),
+        public_url="http://runyard-api.runyard.svc:8642",
     )
 
 

@@ -22,7 +22,8 @@ def test_a_runaway_search_stops_at_the_time_limit() -> None:
     assert patterns.search(pattern, LINE) is None
     assert time.monotonic() - started < 2.0
     found = patterns.search(pattern, "aaaa")
-    assert found is not None and found.group(0) == "aaaa"
+    assert found is not None
+    assert found.group(0) == "aaaa"
 
 
 def test_a_retry_rule_with_a_runaway_pattern_does_not_match() -> None:

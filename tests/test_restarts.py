@@ -22,7 +22,7 @@ from service.logs.schemas import LogLine
 from service.settings import Settings
 from tests.conftest import job_spec
 from tests.instances import SleepingInstances
-from worker.backends.base import Backend
+from worker.backends.base import Backend, InstanceState, InstanceStatus
 from worker.reconciler import Reconciler
 
 
@@ -454,6 +454,61 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
             (1, "first attempt's line"),
             (2, "still cannot reach it"),
         ]
+
+
+@pytest.mark.parametrize("spot", [True, False])
+def test_a_spot_launch_without_capacity_waits_and_tries_again(
+    settings: Settings, source_dir: Path, spot: bool
+) -> None:
+    settings = settings.model_copy(update={"spot_capacity_retry_seconds": 0.3})
+    budget = {"use_spot_instances": True, "max_run": 600, "max_wait": 3600} if spot else {}
+    name = _submit(settings, source_dir, **budget)
+    backend, build = _backend(settings)
+    backend.out_of_capacity = 1
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    if not spot:  # on demand, the provider's refusal is the answer
+        assert job["status"] == "Failed"
+        assert job["reason"] == "LaunchError: InsufficientInstanceCapacity: none left"
+        return
+    assert (job["status"], job["secondary"]) == ("InProgress", "Pending")
+    assert job["pending_reason"] == (
+        "No spot capacity: InsufficientInstanceCapacity: none left; trying again in 0.3 s"
+    )
+    time.sleep(0.3)
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert (job["secondary"], job["attempt"], job["pending_reason"]) == (
+        "LaunchingInstances",
+        1,
+        None,
+    )
+    assert (job["restarts"], job["infrastructure_restarts"]) == (0, 0)
+    assert backend.launches == [1]
+    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(name)
+    assert _job(settings, name)["status"] == "Completed"
+
+
+def test_an_instance_that_cannot_start_as_the_job_asks_is_not_restarted(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = _submit(settings, source_dir)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    # As a pod whose image reference cannot be parsed reads on Kubernetes.
+    ended = InstanceStatus(
+        "algo-1", InstanceState.EXITED, reason="InvalidImageName: bad", job_caused=True
+    )
+    backend.describe = lambda _job: {"algo-1": ended}  # type: ignore[method-assign]
+    reconciler.reconcile(name)
+    job = _job(settings, name)
+    assert job["status"] == "Failed"
+    assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")
+    assert "InvalidImageName: bad" in job["reason"]
+    assert backend.launches == [0]
 
 
 def _line(seq: int, message: str) -> LogLine:

@@ -121,9 +121,11 @@ class Report:
 class RestartCause:
     """Why the job is restarting, kept in the job while the restart is under way."""
 
-    kind: Literal["application", "infrastructure", "interruption"]
+    # "capacity": a spot launch found no capacity; the job waits and tries again.
+    kind: Literal["application", "infrastructure", "interruption", "capacity"]
     reason: str
-    # Not before this (ISO time): the back-off of an application retry.
+    # Not before this (ISO time): the back-off of an application retry, or when a spot
+    # launch tries again.
     not_before: str
     # Set once the attempt's instances are gone and its time has been billed.
     torn_down: bool = False
@@ -264,7 +266,10 @@ class Reconciler:
         except LaunchError as exc:
             # The provider's refusal (capacity, a quota) is the reason, not a fault of ours.
             log.warning("launching %s was refused: %s", name, exc)
-            self._fail(name, backend, f"LaunchError: {exc}", teardown=True)
+            if exc.capacity and snapshot.spec.use_spot_instances:
+                self._await_spot_capacity(name, backend, exc)
+            else:
+                self._fail(name, backend, f"LaunchError: {exc}", teardown=True)
         except Exception as exc:
             # Anything else is a fault of the backend or of this code: retrying blindly
             # could launch paid instances forever, so the job fails, saying why.
@@ -290,6 +295,20 @@ class Reconciler:
                 Secondary.FAILED,
                 reason,
                 teardown=teardown,
+            )
+
+    def _await_spot_capacity(self, name: str, backend: Backend[Any], exc: LaunchError) -> None:
+        """No spot capacity now: give back what was taken, wait, then launch again (a new
+        attempt, so nothing of this one is adopted), within max_wait."""
+        current = self._load(name)
+        if current is not None:
+            delay = self.settings.spot_capacity_retry_seconds
+            self._begin_restart(
+                current,
+                backend,
+                "capacity",
+                f"No spot capacity: {exc}; trying again in {delay:g} s",
+                delay=delay,
             )
 
     def _admit(self, snapshot: JobSnapshot, backend: Backend[Any]) -> None:
@@ -450,7 +469,7 @@ class Reconciler:
         notice = snapshot.interruption_message or "spot capacity reclaimed"
         grace = self.settings.spot_grace_seconds
         if snapshot.stop_signalled_at is None:
-            backend.cancel(snapshot.ref, force=False)
+            backend.cancel(snapshot.ref, force=False, grace_seconds=grace)
             now = utcnow()
 
             def signalled(job: TrainingJob) -> None:
@@ -475,11 +494,12 @@ class Reconciler:
         self,
         snapshot: JobSnapshot,
         backend: Backend[Any],
-        kind: Literal["application", "infrastructure", "interruption"],
+        kind: Literal["application", "infrastructure", "interruption", "capacity"],
         reason: str,
+        *,
+        delay: float = 0.0,
     ) -> None:
         settings = self.settings
-        delay = 0.0
         if kind == "application":
             delay = retry_policy.backoff_seconds(
                 snapshot.restarts,
@@ -491,6 +511,9 @@ class Reconciler:
 
         def restarting(job: TrainingJob) -> None:
             job.restart_cause = cause.dump()
+            if kind == "capacity":
+                _wait(job, reason)
+                return
             if kind == "application":
                 job.restarts += 1
                 count = f"retry {job.restarts} of {snapshot.spec.max_retry_attempts}"
@@ -528,12 +551,13 @@ class Reconciler:
             snapshot = self._update(snapshot, torn_down)
         wait = (datetime.fromisoformat(cause.not_before) - utcnow()).total_seconds()
         if wait > 0:
-            message = f"Restarting in {math.ceil(wait)} s (back-off after a failed attempt)"
+            if cause.kind != "capacity":  # which says when it tries again itself
+                message = f"Restarting in {math.ceil(wait)} s (back-off after a failed attempt)"
 
-            def backing_off(job: TrainingJob) -> None:
-                job.pending_reason = message
+                def backing_off(job: TrainingJob) -> None:
+                    job.pending_reason = message
 
-            self._update(snapshot, backing_off)
+                self._update(snapshot, backing_off)
             return
 
         def next_attempt(job: TrainingJob) -> None:
@@ -552,7 +576,7 @@ class Reconciler:
             job.progress = job.progress_at = None
             job.pending_reason = None
             job.instances.clear()  # the new attempt's instances report afresh
-            if cause.kind == "interruption":
+            if cause.kind in ("interruption", "capacity"):
                 job.admitted_at = None  # the instances went back: queue for capacity again
 
         snapshot = self._update(snapshot, next_attempt)
@@ -574,10 +598,14 @@ class Reconciler:
         why = "; ".join(f"{host}: {s.reason}" for host, s in pending.items() if s.reason)
         waited = utcnow() - (snapshot.launched_at or utcnow())
         timeout = backend.start_timeout
-        if timeout is not None and waited > timedelta(seconds=timeout):
+        # Instances that have their machine and are only starting (pulling an image) do
+        # not wait for capacity: the start timeout is not theirs.
+        unplaced = {host: s for host, s in pending.items() if not s.starting}
+        if timeout is not None and unplaced and waited > timedelta(seconds=timeout):
+            unplaced_why = "; ".join(f"{h}: {s.reason}" for h, s in unplaced.items() if s.reason)
             reason = (
-                f"CapacityError: {len(pending)} of {count} instances were not running "
-                f"{timeout:g} s after launch" + (f": {why}" if why else "")
+                f"CapacityError: {len(unplaced)} of {count} instances were not running "
+                f"{timeout:g} s after launch" + (f": {unplaced_why}" if unplaced_why else "")
             )
             self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, reason)
             return
@@ -812,9 +840,11 @@ def _first_failure(
                 else ""
             )
             return Failure(
-                # Killed for using more memory than the instance has: the script's doing,
-                # and a restart would only do it again.
-                infrastructure=not (status is not None and "OOMKilled" in status.reason),
+                # Killed for using more memory than the instance has, or unable to start
+                # as the job asks: the job's doing, and a restart would only do it again.
+                infrastructure=not (
+                    status is not None and (status.job_caused or "OOMKilled" in status.reason)
+                ),
                 reason=f"InstanceLost: {host} ended without reporting a result{code}{why}{last}",
                 exit_code=exit_code,
             )

@@ -208,6 +208,7 @@ def test_a_short_secret_key_is_refused(chart: helm.Chart) -> None:
         ({"extraConfig": {"RUNYARD_SECRET_KEY": "x"}}, "RUNYARD_SECRET_KEY"),
         ({"imagePullSecret": []}, "imagePullSecret"),
         ({"adminToken": "secret"}, "/adminToken"),
+        ({"clusterDomain": "Cluster.Local"}, "/clusterDomain"),
     ],
 )
 def test_the_schema_rejects_wrong_values(
@@ -291,6 +292,7 @@ def test_the_kubernetes_values_are_the_backend_settings(chart: helm.Chart) -> No
         "context",
         "api_url",
         "artifact_volume_claim",  # from artifacts.persistence
+        "cluster_domain",  # from clusterDomain
     }
 
 
@@ -359,6 +361,16 @@ def test_every_kubernetes_setting_reaches_the_worker(
     assert settings.backends["ml.p4d.24xlarge"] == "ec2"
     assert settings.backends["ml.m5.large"] == "kubernetes"
     assert settings.max_instance_count == 32
+
+
+def test_the_cluster_domain_reaches_the_api_url_and_the_job_pods(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert chart.values["clusterDomain"] == KubernetesSettings().cluster_domain
+    values = {**REQUIRED, "clusterDomain": "k8s.example.internal"}
+    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    assert settings.kubernetes.cluster_domain == "k8s.example.internal"
+    assert settings.public_url.startswith(f"http://ry-runyard-api.{NAMESPACE}.svc.k8s.example.")
 
 
 def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:

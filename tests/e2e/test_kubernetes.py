@@ -49,6 +49,9 @@ def kube_stack(
                 }
             ),
             "RUNYARD_REAP_INTERVAL": "1",
+            # Where pods would reach the API (a loopback URL is refused for them); the
+            # runtimes this test plays report to the stack's own URL.
+            "RUNYARD_PUBLIC_URL": "http://runyard-api.runyard.svc:8642",
         }
     )
     stack.up()

@@ -8,10 +8,12 @@ task finds and adopts what an earlier attempt created instead of creating it twi
 
 from __future__ import annotations
 
+import ipaddress
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
+from urllib.parse import unquote, urlparse
 
 import yaml
 
@@ -32,7 +34,13 @@ class TeardownError(RuntimeError):
 
 class LaunchError(RuntimeError):
     """The provider would not start the job's instances (capacity, a quota, a refusal);
-    the message, naming the cause in the provider's words, is the job's failure reason."""
+    the message, naming the cause in the provider's words, is the job's failure reason.
+    ``capacity`` says the provider had no such instances to give now: a spot job then
+    waits and tries again, where any other job fails."""
+
+    def __init__(self, message: str, *, capacity: bool = False) -> None:
+        super().__init__(message)
+        self.capacity = capacity
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,13 @@ class InstanceStatus:
     # Why a PENDING instance waits, or why one ended, in the provider's words
     # ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu").
     reason: str = ""
+    # A PENDING instance that already has its machine and is only starting on it (a
+    # scheduled pod pulling its image): nothing is known to be wrong, and the start
+    # timeout, which bounds the wait for capacity, does not count it.
+    starting: bool = False
+    # An EXITED instance that ended for what the job itself asks for (an image that cannot
+    # be pulled or parsed, a missing Secret): a restart would only end the same way.
+    job_caused: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,22 @@ def unshared_file_uris(spec: JobCreate, shared_root: str | None) -> list[tuple[s
     ]
 
 
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine itself, which no other machine can reach."""
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: whether it resolves on the instances is the operator's call
+
+
+def file_uri_path(uri: str) -> str:
+    """The local path of a file:// URI, percent-escapes decoded (file:///a%20b -> /a b)."""
+    return unquote(urlparse(uri).path)
+
+
 class _PlanDumper(yaml.SafeDumper):
     pass
 
@@ -135,10 +166,15 @@ class Backend(ABC, Generic[PlanT]):
         self.apply(materialized)
         return materialized
 
-    def cancel(self, job: JobRef, *, force: bool) -> None:
-        """Ask every instance to end (SIGTERM-like), or end them at once with ``force``."""
+    def cancel(self, job: JobRef, *, force: bool, grace_seconds: float | None = None) -> None:
+        """Ask every instance to end (SIGTERM-like), or end them at once with ``force``.
+
+        ``grace_seconds`` is how long the scripts get before a backend that does the killing
+        itself (Kubernetes) kills them: the stop grace when None, the spot grace for an
+        interruption. Backends whose caller kills after the grace ignore it.
+        """
         if self.exists(job):
-            self._cancel_existing(job, force=force)
+            self._cancel_existing(job, force=force, grace_seconds=grace_seconds)
 
     def check(self, spec: JobCreate, service_url: str) -> None:
         """Refuse, at submission, a job this backend could never run here (raise SpecError
@@ -158,7 +194,9 @@ class Backend(ABC, Generic[PlanT]):
         """The state of each instance by host, or None when the job has none at all."""
 
     @abstractmethod
-    def _cancel_existing(self, job: JobRef, *, force: bool) -> None: ...
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None: ...
 
     @abstractmethod
     def teardown(self, job: JobRef) -> None:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import ipaddress
 import shlex
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from service.backend_settings import Ec2Settings
 from service.jobs.schemas import JobCreate
@@ -44,6 +44,8 @@ from worker.backends.base import (
     LaunchRequest,
     Materialized,
     TeardownError,
+    file_uri_path,
+    is_loopback,
     unshared_file_uris,
 )
 from worker.backends.processes import JOB_MARKER
@@ -86,10 +88,50 @@ EC2_STATES: dict[str, InstanceState] = {
 LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 # EC2's answers that mean "not this one" for instances EC2 may not show yet, or no longer.
 _NOT_FOUND = "InvalidInstanceID.NotFound"
+# How many terminated instances' consoles a worker process keeps (EC2 keeps 64 KiB each).
+KEPT_CONSOLES = 256
+
+
+# EC2's answers to RunInstances that mean "none to give now", not "never".
+CAPACITY_ERRORS = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacityOnHost",
+        "InsufficientReservedInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+    }
+)
 
 
 class Ec2Error(LaunchError):
     """EC2 refused what a job needs; the message names the instance type and EC2's words."""
+
+
+class ConsoleCache:
+    """The consoles of terminated instances by id, the most recently used kept. A terminated
+    instance's console never changes again, and the reconciler describes an ended instance
+    on every pass until its job is torn down: GetConsoleOutput once, not every pass."""
+
+    def __init__(self, size: int = KEPT_CONSOLES) -> None:
+        self._size = size
+        self._consoles: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, instance_id: str) -> str | None:
+        with self._lock:
+            console = self._consoles.get(instance_id)
+            if console is not None:
+                self._consoles.move_to_end(instance_id)
+            return console
+
+    def put(self, instance_id: str, console: str) -> None:
+        with self._lock:
+            self._consoles[instance_id] = console
+            self._consoles.move_to_end(instance_id)
+            while len(self._consoles) > self._size:
+                self._consoles.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -122,6 +164,7 @@ class Ec2Backend(Backend[Ec2Plan]):
         artifact_root: str,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        consoles: ConsoleCache | None = None,
     ) -> None:
         # A boto3 EC2 client, built by the caller: tests point it at a local moto server.
         self.client = client
@@ -130,11 +173,18 @@ class Ec2Backend(Backend[Ec2Plan]):
         self.start_timeout = settings.start_timeout_seconds
         self._sleep = sleep
         self._clock = clock
+        self._consoles = consoles if consoles is not None else ConsoleCache()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Ec2Backend:
-        client = _shared_client(settings.ec2.region, settings.ec2.endpoint_url)
-        return cls(client, settings.ec2, artifact_root=settings.artifact_root)
+        region, endpoint = settings.ec2.region, settings.ec2.endpoint_url
+        return cls(
+            _shared_client(region, endpoint),
+            settings.ec2,
+            artifact_root=settings.artifact_root,
+            # The reconciler builds a backend every pass: the cache outlives them.
+            consoles=_shared_consoles(region, endpoint),
+        )
 
     # -- planning ---------------------------------------------------------------------
 
@@ -189,6 +239,12 @@ class Ec2Backend(Backend[Ec2Plan]):
                 ("backend",),
                 "set RUNYARD_EC2__IMAGE_ID or RUNYARD_EC2__LAUNCH_TEMPLATE to run on EC2",
             )
+        if not self.settings.runtime_package:
+            yield (
+                ("backend",),
+                "set RUNYARD_EC2__RUNTIME_PACKAGE to what pip installs the runtime from on "
+                "the instances (the URL of this release's runyard wheel, say) to run on EC2",
+            )
         if self.settings.artifact_nfs and not self.artifact_root.startswith("file://"):
             yield (
                 ("backend",),
@@ -196,7 +252,7 @@ class Ec2Backend(Backend[Ec2Plan]):
             )
         if _BASE_TAGS + spec.instance_count > MAX_TAGS:
             yield (("instance_count",), f"at most {MAX_TAGS - _BASE_TAGS} EC2 instances per job")
-        if _is_loopback(service_url):
+        if is_loopback(service_url):
             yield (
                 ("backend",),
                 f"EC2 instances cannot report to {service_url}: "
@@ -314,12 +370,13 @@ class Ec2Backend(Backend[Ec2Plan]):
             host=host,
             hosts=request.hosts,
             python=settings.python,
-            pip_args=shlex.split(settings.runtime_package),
+            # Set: _problems refuses a plan without it before any script is written.
+            pip_args=shlex.split(settings.runtime_package or ""),
             files=files,
             env=env,
             address_wait_seconds=settings.address_wait_seconds,
             nfs_export=settings.artifact_nfs,
-            nfs_path=_file_path(self.artifact_root) if settings.artifact_nfs else None,
+            nfs_path=file_uri_path(self.artifact_root) if settings.artifact_nfs else None,
         )
         return ec2_userdata.render(boot)
 
@@ -340,7 +397,9 @@ class Ec2Backend(Backend[Ec2Plan]):
             ids = [item["InstanceId"] for item in launched.values()]
             cleanup = self._abandon(plan.job_id, ids)
             failed = next((i.host for i in plan.instances if i.host not in launched), None)
-            raise Ec2Error(_launch_failure(plan, failed, exc, cleanup)) from exc
+            raise Ec2Error(
+                _launch_failure(plan, failed, exc, cleanup), capacity=_out_of_capacity(exc)
+            ) from exc
 
     def _run(self, instance: Ec2Instance) -> dict[str, Any]:
         response = self.client.run_instances(**instance.run_instances)
@@ -394,31 +453,41 @@ class Ec2Backend(Backend[Ec2Plan]):
         state = instance_state(instance)
         last_output = ""
         if state == InstanceState.EXITED:
-            tail = self._console(instance["InstanceId"]).splitlines()[-LAST_OUTPUT_LINES:]
+            tail = self._console(instance).splitlines()[-LAST_OUTPUT_LINES:]
             last_output = "\n".join(tail)
         return InstanceStatus(host, state, last_output=last_output, reason=_reason(instance))
 
     def console(self, job: JobRef) -> dict[str, str]:
         return {
-            host: self._console(instance["InstanceId"])[-CONSOLE_BYTES:]
+            host: self._console(instance)[-CONSOLE_BYTES:]
             for host, instance in _by_host(self._instances(job.id, attempt=job.attempt)).items()
         }
 
-    def _console(self, instance_id: str) -> str:
+    def _console(self, instance: dict[str, Any]) -> str:
         """The instance's serial console (EC2 keeps its last 64 KiB), where cloud-init
         echoes everything user-data and the runtime print."""
         from botocore.exceptions import ClientError
 
+        instance_id = instance["InstanceId"]
+        terminated = instance.get("State", {}).get("Name") == "terminated"
+        if terminated and (kept := self._consoles.get(instance_id)) is not None:
+            return kept
         try:
             output = self.client.get_console_output(InstanceId=instance_id).get("Output")
         except ClientError:
             return ""  # gone for good, or not allowed: the state and reason still tell
-        return str(output or "")
+        console = str(output or "")
+        if terminated:
+            self._consoles.put(instance_id, console)
+        return console
 
-    def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
-        # EC2 has no SIGTERM to send; termination shuts the OS down, whose service manager
-        # signals the processes first. A gentler stop would run `kill -TERM` on the runtime
-        # through SSM Run Command, which needs the SSM agent and an instance role.
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None:
+        # EC2 has no SIGTERM to send, nor a grace to give; termination shuts the OS down,
+        # whose service manager signals the processes first. A gentler stop would run
+        # `kill -TERM` on the runtime through SSM Run Command, which needs the SSM agent and
+        # an instance role.
         self._terminate([i["InstanceId"] for i in self._instances(job.id, LIVE_STATES)])
 
     def teardown(self, job: JobRef) -> None:
@@ -511,6 +580,12 @@ def instance_state(instance: dict[str, Any]) -> InstanceState:
 
 
 @functools.lru_cache(maxsize=4)
+def _shared_consoles(region: str, endpoint_url: str | None) -> ConsoleCache:
+    """One console cache per endpoint and process, as the client is."""
+    return ConsoleCache()
+
+
+@functools.lru_cache(maxsize=4)
 def _shared_client(region: str, endpoint_url: str | None) -> Any:
     """One client per endpoint and process: building one loads EC2's whole API model."""
     import boto3
@@ -559,6 +634,11 @@ def _code(exc: Exception) -> str:
     return str(response.get("Error", {}).get("Code", ""))
 
 
+def _out_of_capacity(exc: Exception) -> bool:
+    response = getattr(exc, "response", None) or {}
+    return response.get("Error", {}).get("Code") in CAPACITY_ERRORS
+
+
 def _launch_failure(plan: Ec2Plan, host: str | None, exc: Exception, cleanup: str) -> str:
     what = f"{host} of {plan.job_name}" if host else plan.job_name
     response = getattr(exc, "response", None)
@@ -570,17 +650,3 @@ def _launch_failure(plan: Ec2Plan, host: str | None, exc: Exception, cleanup: st
     return (
         f"EC2 could not launch {what} as {plan.ec2_type} ({plan.instance_type}): {cause}; {cleanup}"
     )
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name: whether it resolves on the instances is the operator's call
-
-
-def _file_path(uri: str) -> str:
-    return unquote(urlparse(uri).path)

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from worker.backends.base import (
     LaunchRequest,
     Materialized,
     TeardownError,
+    is_loopback,
     unshared_file_uris,
 )
 from worker.backends.registry import CLUSTER_TYPES
@@ -58,6 +60,20 @@ POD_STATES: dict[str, InstanceState] = {
 }
 # Waiting reasons that are the normal course of starting a container, not news.
 _ROUTINE_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
+# Waiting reasons of a container that will never start as the pod stands, though the pod
+# stays Pending: the instance has ended, with that reason.
+_FAILED_WAITING = frozenset(
+    {
+        "InvalidImageName",  # the image reference cannot be parsed
+        "ErrImageNeverPull",  # imagePullPolicy Never, and the node lacks the image
+        "CreateContainerConfigError",  # a missing Secret or key, an impossible securityContext
+    }
+)
+# A pod's console is the end of its log: this many lines, fetched with a cap on bytes (the
+# kubelet cuts after tailing, so a cap alone would keep the log's start), then CONSOLE_BYTES
+# of it kept.
+CONSOLE_LINES = 2000
+_CONSOLE_FETCH_BYTES = 4 * CONSOLE_BYTES
 
 
 class KubernetesError(LaunchError):
@@ -84,6 +100,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         *,
         artifact_root: str,
         stop_grace: float = 30.0,
+        spot_grace: float = 110.0,
         teardown_grace: float = 5.0,
         poll_interval: float = 0.2,
         kill_wait: float = KILL_WAIT_SECONDS,
@@ -94,6 +111,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         self.namespace = settings.namespace
         self.artifact_root = artifact_root
         self.stop_grace = stop_grace
+        self.spot_grace = spot_grace
         self.teardown_grace = teardown_grace
         self.poll_interval = poll_interval
         self.kill_wait = kill_wait
@@ -108,12 +126,19 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             settings.kubernetes,
             artifact_root=settings.artifact_root,
             stop_grace=settings.stop_grace_seconds,
+            spot_grace=settings.spot_grace_seconds,
             teardown_grace=settings.teardown_grace_seconds,
         )
 
     # -- planning ---------------------------------------------------------------------
 
     def check(self, spec: JobCreate, service_url: str) -> None:
+        if is_loopback(service_url):
+            raise SpecError(
+                ("backend",),
+                f"pods cannot report to {service_url}: "
+                "set RUNYARD_PUBLIC_URL to an address they can reach",
+            )
         shared = self.artifact_root if self.settings.artifact_volume_claim else None
         unreadable = unshared_file_uris(spec, shared)
         if unreadable:
@@ -131,7 +156,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             self.settings,
             artifact_root=self.artifact_root,
             master_port=MASTER_PORT,
-            stop_grace_seconds=self.stop_grace,
+            grace_seconds=max(self.stop_grace, self.spot_grace),
         )
         base = manifests.base_name(request.job.name, request.job.id)
         plan = KubernetesPlan(request.job.id, request.job.name, self.namespace, base, objects)
@@ -216,7 +241,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         if phase is None:  # just created: not even the scheduler has seen it
             state = InstanceState.PENDING
         if state == InstanceState.PENDING:
-            return InstanceStatus(host, state, reason=self._pending_reason(pod))
+            return self._pending_status(host, pod)
         if state != InstanceState.EXITED:
             return InstanceStatus(host, state)
         terminated = _terminated(pod)
@@ -237,6 +262,18 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             exit_code=exit_code,
             last_output=self._log_tail(pod.metadata.name),
             reason=": ".join(why),
+        )
+
+    def _pending_status(self, host: str, pod: Any) -> InstanceStatus:
+        waiting = _waiting(pod)
+        if waiting is not None and waiting.reason in _FAILED_WAITING:
+            reason = ": ".join(part for part in (waiting.reason, waiting.message) if part)
+            return InstanceStatus(host, InstanceState.EXITED, reason=reason, job_caused=True)
+        # Scheduled and only starting: pulling the image, mounting volumes. A pull that
+        # fails (ErrImagePull, ImagePullBackOff) is news, and counts as waiting again.
+        starting = _scheduled(pod) and (waiting is None or waiting.reason in _ROUTINE_WAITING)
+        return InstanceStatus(
+            host, InstanceState.PENDING, reason=self._pending_reason(pod), starting=starting
         )
 
     def _pending_reason(self, pod: Any) -> str:
@@ -290,19 +327,30 @@ class KubernetesBackend(Backend[KubernetesPlan]):
 
     def console(self, job: JobRef) -> dict[str, str]:
         return {
-            host: self._log(pod.metadata.name, limit_bytes=CONSOLE_BYTES)
+            host: self._log(
+                pod.metadata.name, tail_lines=CONSOLE_LINES, limit_bytes=_CONSOLE_FETCH_BYTES
+            )[-CONSOLE_BYTES:]
             for host, pod in self._pods(job).items()
         }
 
-    def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None:
         # Kubernetes stops a container by deleting its pod: SIGTERM now, SIGKILL after the
-        # pod's grace period (the stop grace), or at once with grace 0.
+        # grace given here (the pod's own is the longest of all, for evictions), or at once
+        # with grace 0.
+        grace = 0 if force else self._grace(grace_seconds)
         for pod in self._pods(job).values():
-            self._delete("Pod", pod.metadata.name, grace=0 if force else None)
+            self._delete("Pod", pod.metadata.name, grace=grace)
+
+    def _grace(self, seconds: float | None) -> int:
+        return math.ceil(self.stop_grace if seconds is None else seconds)
 
     def teardown(self, job: JobRef) -> None:
         base = manifests.base_name(job.name, job.id)
-        self._delete_all(job, base, grace=None)
+        # The stop grace, as long as teardown waits; a pod still in a longer grace (an
+        # interruption's) has had it by now, and a second delete only shortens it.
+        self._delete_all(job, base, grace=self._grace(None))
         if not self._wait_until_gone(job, self.teardown_grace + self.stop_grace):
             self._delete_all(job, base, grace=0)
             if not self._wait_until_gone(job, self.kill_wait):
@@ -455,6 +503,18 @@ def _hosts(root: Any) -> list[str]:
 
 def _host_order(host: str) -> int:
     return int(host.rsplit("-", 1)[-1]) if host.rsplit("-", 1)[-1].isdigit() else 0
+
+
+def _scheduled(pod: Any) -> bool:
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return any(c.type == "PodScheduled" and c.status == "True" for c in conditions)
+
+
+def _waiting(pod: Any) -> Any:
+    for container in (pod.status.container_statuses if pod.status else None) or []:
+        if container.name == "runtime" and container.state and container.state.waiting:
+            return container.state.waiting
+    return None
 
 
 def _terminated(pod: Any) -> Any:

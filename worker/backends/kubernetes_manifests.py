@@ -24,7 +24,7 @@ from typing import Any
 from runtime.procfs import JOB_MARKER
 from service.backend_settings import KubernetesSettings
 from service.instance_types import CATALOG
-from worker.backends.base import LaunchRequest
+from worker.backends.base import LaunchRequest, file_uri_path
 from worker.instance_config import CONFIG_DIR, instance_files
 
 BASE_DIR = "/opt/ml"
@@ -57,9 +57,13 @@ def config_key(host: str, path: str) -> str:
     return f"{host}.{path.rsplit('/', 1)[-1]}"
 
 
-def host_address(host: str, base: str, namespace: str) -> str:
-    # The pod's hostname under the headless Service's subdomain.
-    return f"{host}.{base}.{namespace}.svc.cluster.local"
+def service_domain(base: str, settings: KubernetesSettings) -> str:
+    """The headless Service's DNS name, under which every pod of the job has its hostname."""
+    return f"{base}.{settings.namespace}.svc.{settings.cluster_domain}"
+
+
+def host_address(host: str, base: str, settings: KubernetesSettings) -> str:
+    return f"{host}.{service_domain(base, settings)}"
 
 
 def build(
@@ -68,13 +72,18 @@ def build(
     *,
     artifact_root: str,
     master_port: int,
-    stop_grace_seconds: float,
+    grace_seconds: float,
 ) -> list[dict[str, Any]]:
-    """Every object of the job, root first; the order in which apply() creates them."""
+    """Every object of the job, root first; the order in which apply() creates them.
+
+    ``grace_seconds`` is the longest any stop gives the scripts (a spot interruption's
+    grace is longer than a stop's): what the pods get when something other than Runyard
+    evicts them, such as a node drained before its spot capacity goes.
+    """
     namespace = settings.namespace
     base = base_name(request.job.name, request.job.id)
     hosts = request.hosts
-    addresses = {host: host_address(host, base, namespace) for host in hosts}
+    addresses = {host: host_address(host, base, settings) for host in hosts}
     labels = {LABEL_JOB_ID: request.job.id, LABEL_JOB_NAME: request.job.name}
     files = {
         host: instance_files(
@@ -136,7 +145,7 @@ def build(
                 owned=owned,
                 config_paths=sorted(files[host]),
                 artifact_root=artifact_root,
-                stop_grace_seconds=stop_grace_seconds,
+                grace_seconds=grace_seconds,
             )
         )
     # Each object its own data: shared lists would render as YAML anchors in a dry run.
@@ -148,14 +157,11 @@ def _metadata(
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels)}
     if owner is not None:
+        # No blockOwnerDeletion: only a foreground deletion waits on it, and Runyard deletes
+        # in the background; setting it needs update on configmaps/finalizers where owner
+        # references are enforced (OpenShift).
         metadata["ownerReferences"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "name": owner,
-                "uid": OWNER_UID_PLACEHOLDER,
-                "blockOwnerDeletion": True,
-            }
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": OWNER_UID_PLACEHOLDER}
         ]
     return metadata
 
@@ -186,7 +192,7 @@ def _pod(
     owned: dict[str, Any],
     config_paths: list[str],
     artifact_root: str,
-    stop_grace_seconds: float,
+    grace_seconds: float,
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {**owned, "name": pod_name(base, host), "labels": labels}
     scheduler: dict[str, Any] = {}
@@ -232,7 +238,7 @@ def _pod(
         {"name": SHARED_MEMORY, "emptyDir": {"medium": "Memory"}},
     ]
     if settings.artifact_volume_claim and artifact_root.startswith("file://"):
-        mounts.append({"name": "artifacts", "mountPath": artifact_root.removeprefix("file://")})
+        mounts.append({"name": "artifacts", "mountPath": file_uri_path(artifact_root)})
         volumes.append(
             {
                 "name": "artifacts",
@@ -243,10 +249,10 @@ def _pod(
         "hostname": host,
         "subdomain": base,
         # So a bare "algo-2" resolves, as SageMaker's hosts do.
-        "dnsConfig": {"searches": [f"{base}.{settings.namespace}.svc.cluster.local"]},
+        "dnsConfig": {"searches": [service_domain(base, settings)]},
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": math.ceil(stop_grace_seconds),
+        "terminationGracePeriodSeconds": math.ceil(grace_seconds),
         **scheduler,
         "containers": [
             {

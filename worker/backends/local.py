@@ -263,7 +263,10 @@ class LocalBackend(Backend[LocalPlan]):
             for instance in (plan.instances if plan else [])
         }
 
-    def _cancel_existing(self, job: JobRef, *, force: bool) -> None:
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None:
+        # The grace is the reconciler's to keep: it kills what is left once it has passed.
         sig = signal.SIGKILL if force else signal.SIGTERM
         job_dir = self.jobs_dir / job.name
         plan = self._load_plan(job_dir)

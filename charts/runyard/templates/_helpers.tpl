@@ -84,6 +84,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- $k := .Values.kubernetes }}
 {{- $s := dict
   "namespace" (include "runyard.jobsNamespace" .)
+  "cluster_domain" .Values.clusterDomain
   "image" (default (printf "runyard/runtime:%s" .Chart.AppVersion) $k.image)
   "image_pull_policy" $k.image_pull_policy
   "image_pull_secrets" $k.image_pull_secrets
