@@ -67,10 +67,15 @@ def chunks(item: ChannelObject, on_bytes: Callable[[int], None] | None = None) -
 
 def land(item: ChannelObject, target: Path, on_bytes: Callable[[int], None] | None = None) -> None:
     """Write the object's content to ``target``, which appears whole or not at all: a
-    failed or interrupted copy never leaves a file a reader could take for the object."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    os.close(fd)
+    failed or interrupted copy never leaves a file a reader could take for the object.
+    A StorageError names the object, and the target where this side failed (a full
+    disk, or something else already at that path)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        os.close(fd)
+    except OSError as exc:
+        raise _landing_error(item, target, exc) from exc
     try:
         if item.gzip:
             with open(temporary, "wb") as output:
@@ -79,9 +84,15 @@ def land(item: ChannelObject, target: Path, on_bytes: Callable[[int], None] | No
         else:
             storage.copy_object(item.uri, Path(temporary), on_bytes)
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _landing_error(item, target, exc) from exc
         raise
+
+
+def _landing_error(item: ChannelObject, target: Path, exc: OSError) -> storage.StorageError:
+    return storage.StorageError(f"{item.uri} -> {target}: cannot land it ({exc.strerror or exc})")
 
 
 def _counted(raw: Iterable[bytes], on_bytes: Callable[[int], None]) -> Iterator[bytes]:

@@ -198,7 +198,12 @@ def download(
     progress_interval: float = PROGRESS_INTERVAL,
 ) -> None:
     """File mode: every object into ``destination``, a few at a time, saying how far."""
-    destination.mkdir(parents=True, exist_ok=True)
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. a Pipe channel's FIFO already at that path
+        raise ChannelError(
+            f"channel {name}: cannot make its directory {destination} ({exc.strerror or exc})"
+        ) from exc
     total = sum(item.size for item in objects)
     progress = Progress(name, len(objects), total, say, interval=progress_interval)
     pool = ThreadPoolExecutor(PARALLEL_FETCHES, thread_name_prefix=f"fetch-{name}")

@@ -9,8 +9,11 @@ final sync stores whatever the thread had not.
 
 Complete means closed after writing, or renamed into place (runtime.filewatch says how
 that is seen). A file is copied aside before it is uploaded, and the copy kept only if no
-process was writing the file meanwhile: a stored object is always a whole version of its
-file, never a half-written one.
+process was writing the file meanwhile: a stored object is never torn between two writes.
+It is only as whole as the writer left it, though: a writer killed mid-write closes the
+file too, and that truncated file is stored. Scripts should write each checkpoint under a
+temporary name and rename it into place (``torch.save(state, "x.tmp"); os.replace("x.tmp",
+"x.pt")``): the name then only ever holds a whole file.
 
 As on SageMaker, every instance uploads to the same prefix. Scripts usually write
 checkpoints on one rank only; where instances write the same relative path, the last
@@ -43,7 +46,6 @@ from runtime.filewatch import (
     scan,
     stat_key,
 )
-from runtime.inotify import InotifyError
 
 Say = Callable[[str], None]
 
@@ -96,13 +98,20 @@ def _stored_objects(uri: str) -> list[tuple[str, int]]:
 
 
 def start_sync(config: InstanceConfig, say: Say) -> CheckpointSync | None:
-    """The running sync of the job's checkpoint directory; None when it keeps none."""
+    """The running sync of the job's checkpoint directory; None when it keeps none. A
+    StorageError naming the directory if it cannot be watched."""
     if config.checkpoint_uri is None:
         return None
     sync = CheckpointSync(
         config.paths.checkpoints, config.checkpoint_uri, say, scratch_dir=config.paths.base
     )
-    return sync.start()
+    try:
+        return sync.start()
+    except OSError as exc:
+        raise storage.StorageError(
+            f"storing checkpoints from {config.paths.checkpoints} at {config.checkpoint_uri}: "
+            f"{exc.strerror or exc}"
+        ) from exc
 
 
 # -- storing -----------------------------------------------------------------------------
@@ -125,7 +134,8 @@ class CheckpointSync:
     ``start()`` before the script starts, ``stop()`` after it ends: stop waits for the
     upload under way, then stores everything that differs from what was last stored.
     Uploads run on one thread, in the order the files became complete; a failed one is
-    retried after each of ``retry_delays`` and then logged, never raised.
+    retried after each of ``retry_delays`` and then logged (its URI kept in ``failed``),
+    never raised.
     """
 
     def __init__(
@@ -182,12 +192,13 @@ class CheckpointSync:
         thread.join()
         started = time.monotonic()
         pending = self._drain_watcher()
-        self._watcher.close()
+        with contextlib.suppress(Exception):  # a watcher already broken: the scan will do
+            self._watcher.close()
         failed_before = len(self.failed)
         final = [
             upload
             for path in self._unstored(pending)
-            if (upload := self._store(path, None, final=True)) is not None
+            if (upload := self._store_one(path, None, final=True)) is not None
         ]
         shutil.rmtree(self._scratch, ignore_errors=True)
         failed = len(self.failed) - failed_before
@@ -210,7 +221,11 @@ class CheckpointSync:
             while not self._stopping.is_set():
                 try:
                     self._upload_batch()
-                except InotifyError as exc:
+                except Exception as exc:
+                    # inotify gone (the directory removed and made again, no watches left,
+                    # a new directory it may not read): polling needs none of it.
+                    if isinstance(self._watcher, PollingWatcher):
+                        raise
                     self._fall_back(exc)
         except Exception as exc:  # a bug must not end the uploads silently
             self.say(
@@ -226,21 +241,26 @@ class CheckpointSync:
                 ready.path
             ):
                 continue  # stored as it is already
-            self._store(ready.path, ready, final=False)
+            self._store_one(ready.path, ready, final=False)
 
-    def _fall_back(self, exc: InotifyError) -> None:
+    def _fall_back(self, exc: Exception) -> None:
         assert self._watcher is not None
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(Exception):
             self._watcher.close()
-        self._watcher = PollingWatcher(self.root, reason=f"inotify stopped working: {exc}")
+        # Whatever is not stored as it is now, the polls announce once it holds still:
+        # files completed while inotify was failing must not wait for the final sync.
+        stored = {self.root / relative: key for relative, key in self._stored.items()}
+        self._watcher = PollingWatcher(
+            self.root, reason=f"inotify stopped working: {exc}", announced=stored
+        )
         self.say(f"Checkpoint uploads go on by {self._watcher.description}")
 
     def _drain_watcher(self) -> list[Path]:
         assert self._watcher is not None
         try:
             return [ready.path for ready in self._watcher.changes(0)]
-        except InotifyError:
-            return []
+        except Exception:
+            return []  # the scan in _unstored finds them all the same
 
     def _unstored(self, pending: list[Path]) -> list[Path]:
         """Files the watcher still had to hand, then those stat says were changed since
@@ -252,13 +272,24 @@ class CheckpointSync:
         ]
         return list(dict.fromkeys([*pending, *sorted(changed)]))
 
-    def _store(self, path: Path, ready: Ready | None, *, final: bool) -> Upload | None:
+    def _store_one(self, path: Path, ready: Ready | None, *, final: bool) -> Upload | None:
+        """Store one file; whatever goes wrong is that file's failure, not the sync's."""
+        relative = self._relative(path)
+        uri = f"{self.uri.rstrip('/')}/{relative}"  # to name it, should join refuse it
+        try:
+            uri = storage.join(self.uri, relative)
+            return self._store(path, relative, uri, ready, final=final)
+        except Exception as exc:  # e.g. a name S3 cannot take (not UTF-8)
+            self._failed(uri, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _store(
+        self, path: Path, relative: str, uri: str, ready: Ready | None, *, final: bool
+    ) -> Upload | None:
         assert self._scratch is not None  # set by start()
         assert self._watcher is not None
         if self._scratch in path.parents:
             return None  # our own staging copies, where scratch_dir is inside the tree
-        relative = self._relative(path)
-        uri = storage.join(self.uri, relative)
         with self._staging_file() as copy:
             try:
                 key = copy_whole(path, copy)

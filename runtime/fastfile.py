@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime import channel_data, fuse, mounts, storage
-from runtime.channel_data import ChannelObject
+from runtime.channel_data import ChannelError, ChannelObject
 
 DEVICE = "/dev/fuse"
 # The tree never changes while mounted: the kernel may keep what it learnt for this long.
@@ -254,7 +254,10 @@ class FastFileChannel:
         return self.tree.error
 
     def mount(self, mount: MountFunction = mount_fuse) -> FastFileChannel:
-        """Mount and start serving; an OSError if the mount cannot be made."""
+        """Mount and start serving; an OSError if /dev/fuse cannot be opened or the mount
+        cannot be made. Whatever fails after the mount is made takes the mount down
+        again and is raised as a ChannelError: the mount point must not be left to a
+        mount nobody serves, where every read would hang."""
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         # Non-blocking, so the serving thread waits in poll(), where stop() reaches it;
         # close-on-exec, so no script inherits the connection and keeps it alive.
@@ -264,8 +267,24 @@ class FastFileChannel:
         except BaseException:
             os.close(fd)
             raise
-        self.session = fuse.Session(fd, self.tree, log=self.say).start()
+        try:
+            self.session = fuse.Session(fd, self.tree, log=self.say).start()
+        except BaseException as exc:
+            self._unmount_unserved(fd)
+            if isinstance(exc, Exception):
+                raise ChannelError(
+                    f"channel {self.name}: could not serve the FastFile mount at "
+                    f"{self.mountpoint}: {exc!r}"
+                ) from exc
+            raise
         return self
+
+    def _unmount_unserved(self, fd: int) -> None:
+        try:
+            mounts.unmount_lazily(self.mountpoint)
+        except OSError as exc:
+            self.say(f"Channel {self.name}: could not unmount {self.mountpoint}: {exc}")
+        os.close(fd)
 
     def stop(self) -> None:
         """Unmount (lazily: a process still reading there cannot make this wait) and end

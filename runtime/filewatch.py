@@ -79,14 +79,22 @@ class Watcher(Protocol):
 class PollingWatcher:
     """Walks the tree every ``interval`` seconds; a file is complete once its size and
     mtime held over two polls (and, where leases tell, no process has it open for
-    writing). Files there when it starts count as already stored."""
+    writing). ``announced`` is what needs no announcing (what is stored already, as it
+    is); by default, the files there when it starts."""
 
-    def __init__(self, root: Path, interval: float = POLL_INTERVAL, reason: str = "") -> None:
+    def __init__(
+        self,
+        root: Path,
+        interval: float = POLL_INTERVAL,
+        reason: str = "",
+        *,
+        announced: dict[Path, StatKey] | None = None,
+    ) -> None:
         self.root = root
         self.interval = interval
         self.description = f"polling every {interval:g} s" + (f": {reason}" if reason else "")
         self._previous = scan(root)
-        self._announced = dict(self._previous)
+        self._announced = dict(self._previous if announced is None else announced)
         self._next_poll = time.monotonic() + interval
 
     def changes(self, timeout: float) -> list[Ready]:
@@ -306,7 +314,7 @@ def default_watcher(root: Path) -> Watcher:
     """inotify where the system has it, else polling (the description says why)."""
     try:
         return InotifyWatcher(root)
-    except inotify.InotifyError as exc:
+    except (inotify.InotifyError, OSError) as exc:  # OSError: a directory it may not list
         return PollingWatcher(root, reason=str(exc))
 
 

@@ -3,9 +3,10 @@
 The format is SageMaker's: a JSON array whose first element is ``{"prefix": "<uri>"}``
 and whose other elements are keys relative to it, ``[{"prefix": "s3://b/data/"},
 "train/a.csv", "train/b.csv"]``. Each object is the prefix and its key joined as strings
-(as SageMaker joins them, so the prefix usually ends in ``/``) and lands at its key. A
-manifest is checked whole before anything is fetched: a key that would land outside the
-channel, an empty key or one named twice refuses it, naming the manifest and the entry.
+(as SageMaker joins them, so the prefix usually ends in ``/``; after a ``file://`` prefix
+the key is percent-encoded, being a file name) and lands at its key. A manifest is checked
+whole before anything is fetched: a key that would land outside the channel, an empty key
+or one named twice refuses it, naming the manifest and the entry.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def parse(uri: str, raw: bytes) -> list[Entry]:
         if not isinstance(key, str):
             raise ManifestError(f"{where} must be a relative key (a string), not {key!r}")
         try:
-            check_key(prefix + key, key)
+            check_key(prefix, key)
         except storage.StorageError:
             raise ManifestError(
                 f"{where} {key!r}: not a relative path inside the channel "
@@ -69,5 +70,12 @@ def parse(uri: str, raw: bytes) -> list[Entry]:
         if key in seen:
             raise ManifestError(f"{where} {key!r}: named twice")
         seen.add(key)
-        entries.append(Entry(prefix + key, key))
+        entries.append(Entry(_object_uri(where, prefix, key), key))
     return entries
+
+
+def _object_uri(where: str, prefix: str, key: str) -> str:
+    try:
+        return storage.concat(prefix, key)
+    except storage.StorageError as exc:
+        raise ManifestError(f"{where} {key!r}: {exc}") from exc

@@ -11,9 +11,10 @@ open it for reading, streams, closes (the script sees EOF), and goes on to the n
 that closes early (it read what it wanted) breaks the pipe: that epoch ends quietly and
 the next FIFO is made. Each FIFO exists before a script could look for it: the first
 before ``start`` returns, each next one once the one before is opened. ``stop`` ends the
-thread wherever it waits and removes the FIFOs. A storage error ends the epoch early
-and makes no further FIFO; it is kept in ``error``, so the job fails naming the object
-even if the script made do with what it read.
+thread wherever it waits (in a read from storage, once that chunk has come) and removes
+the FIFOs. A storage error ends the epoch early and makes no further FIFO; it is kept in
+``error``, so the job fails naming the object even if the script made do with what it
+read.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class PipeChannel:
         # reading to release that wait.
         self._current: Path | None = None
         self._made: list[Path] = []
-        self._wake_read, self._wake_write = os.pipe()
+        # Wakes the writer from poll(); made by start(), closed by the writer thread as it
+        # ends (under the lock, so stop() never writes to a closed, reused descriptor).
+        self._wake: tuple[int, int] | None = None
         self._thread = threading.Thread(target=self._serve, name=f"pipe-{name}", daemon=True)
 
     def fifo(self, epoch: int) -> Path:
@@ -60,12 +63,18 @@ class PipeChannel:
 
     def start(self) -> PipeChannel:
         """Make ``<channel>_0`` before returning, so a script started next finds it."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
             self._make(self.fifo(0))
         except OSError as exc:
             raise ChannelError(f"channel {self.name}: cannot make {self.fifo(0)}: {exc}") from exc
-        self._thread.start()
+        try:
+            self._wake = os.pipe()
+            self._thread.start()
+        except BaseException:
+            self._close_wake()
+            self.fifo(0).unlink(missing_ok=True)
+            raise
         return self
 
     @property
@@ -80,7 +89,8 @@ class PipeChannel:
                 return
             self._stopping.set()
             current = self._current
-        os.write(self._wake_write, b"x")  # wakes a writer waiting for room in the pipe
+            if self._wake is not None:
+                os.write(self._wake[1], b"x")  # wakes a writer waiting for room in the pipe
         release = None
         if current is not None and self._thread.is_alive():
             # A writer blocked in open(2) waits for a reader: be one, without waiting for
@@ -88,22 +98,38 @@ class PipeChannel:
             with contextlib.suppress(FileNotFoundError):
                 release = os.open(current, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            self._thread.join(timeout)
             if self._thread.is_alive():
+                self._thread.join(timeout)
+            if self._thread.is_alive():
+                # Stuck in a read from storage: it sees the stop after that chunk.
                 self.say(f"Channel {self.name}: the Pipe writer did not stop in {timeout:.0f} s")
         finally:
             if release is not None:
                 os.close(release)
             for path in self._made:
                 path.unlink(missing_ok=True)
-            os.close(self._wake_read)
-            os.close(self._wake_write)
 
     def _serve(self) -> None:
+        try:
+            self._serve_epochs()
+        finally:
+            self._close_wake()
+
+    def _close_wake(self) -> None:
+        with self._lock:
+            wake, self._wake = self._wake, None
+        if wake is not None:
+            os.close(wake[0])
+            os.close(wake[1])
+
+    def _serve_epochs(self) -> None:
         epoch = 0
-        while True:
+        while not self._stopping.is_set():
             path = self.fifo(epoch)
-            fd = os.open(path, os.O_WRONLY)  # until a reader opens it (or stop() does)
+            try:
+                fd = os.open(path, os.O_WRONLY)  # until a reader opens it (or stop() does)
+            except FileNotFoundError:
+                return  # removed by a stop() that gave up waiting for this thread
             try:
                 # The next epoch's FIFO exists as soon as this one is being read: a script
                 # that opens it once this one ends (or once it has read enough of it)
@@ -136,23 +162,29 @@ class PipeChannel:
             return True
 
     def _stream(self, fd: int) -> None:
+        assert self._wake is not None  # made by start(), closed only when this thread ends
+        wake_read = self._wake[0]
         # Non-blocking from here: a write that must wait for the reader waits in poll(),
         # where stop() can reach it.
         os.set_blocking(fd, False)
         poller = select.poll()
         poller.register(fd, select.POLLOUT)
-        poller.register(self._wake_read, select.POLLIN)
+        poller.register(wake_read, select.POLLIN)
         for item in self.objects:
             for chunk in channel_data.chunks(item):
-                self._write(fd, memoryview(chunk), poller)
+                # A read from storage cannot be woken: a stop that came meanwhile is
+                # seen here, after it.
+                if self._stopping.is_set():
+                    raise _Stopped
+                self._write(fd, memoryview(chunk), poller, wake_read)
 
-    def _write(self, fd: int, data: memoryview, poller: select.poll) -> None:
+    def _write(self, fd: int, data: memoryview, poller: select.poll, wake_read: int) -> None:
         while data:
             try:
                 written = os.write(fd, data)
             except BlockingIOError:
                 ready = {ready_fd for ready_fd, _events in poller.poll()}
-                if self._wake_read in ready:
+                if wake_read in ready:
                     raise _Stopped from None
                 continue
             data = data[written:]
@@ -161,7 +193,13 @@ class PipeChannel:
         self.error = message
         self.say(f"Channel {self.name}: Pipe mode stopped: {message}")
         # No next epoch: a script opening it from now on gets ENOENT, and one already
-        # waiting in open(2) gets an empty epoch (EOF) rather than waiting forever.
-        with contextlib.suppress(OSError):  # ENXIO: no reader is waiting
-            os.close(os.open(next_fifo, os.O_WRONLY | os.O_NONBLOCK))
+        # waiting in open(2), or opening it before the unlink, gets an empty epoch (EOF)
+        # rather than waiting forever. Held open for reading and writing (which never
+        # waits on Linux) across the unlink, so no reader can slip in unanswered.
+        try:
+            held = os.open(next_fifo, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            held = None
         next_fifo.unlink(missing_ok=True)
+        if held is not None:
+            os.close(held)

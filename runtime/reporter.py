@@ -102,6 +102,15 @@ class ServiceClient:
         return self.post_with_retry("status", body, time.monotonic() + deadline_seconds)
 
 
+def _printable(text: str) -> str:
+    """``text`` as any UTF-8 output takes it: the bytes of a file name that are not UTF-8
+    (held as lone surrogates) written ``\\xff``, where printing them would raise."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class LogShipper:
     """Collects lines from every process of the instance and ships them in batches."""
 
@@ -121,7 +130,7 @@ class LogShipper:
         return self
 
     def emit(self, stream: str, message: str) -> None:
-        message = message.rstrip("\n")[:MAX_LINE]
+        message = _printable(message.rstrip("\n")[:MAX_LINE])
         if self.echo:
             print(f"[{stream}] {message}", flush=True)
         if self.client is None:

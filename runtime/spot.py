@@ -12,11 +12,14 @@ speaks the same protocol).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+
+log = logging.getLogger("runyard.runtime")
 
 DEFAULT_IMDS_URL = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 21600
@@ -69,13 +72,19 @@ class SpotNoticeWatcher:
             )
         except (urllib.error.URLError, OSError):
             return None  # 404 (no notice yet) included: HTTPError is a URLError
+        except Exception:  # a garbled answer (not HTTP, not text): ask again next time
+            log.warning("unexpected answer from the metadata service", exc_info=True)
+            return None
         return _describe(body)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             notice = self.check()
             if notice is not None:
-                self.on_notice(notice)
+                try:
+                    self.on_notice(notice)
+                except Exception:
+                    log.exception("handling the spot interruption notice failed")
                 return
             self._stop.wait(self.interval)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
 SUPPORTED_SCHEMES = ("file", "s3")
 # What decides which S3 client a process gets; a change (tests point at another server)
@@ -40,6 +40,10 @@ _S3_CLIENT_ENV = (
 
 # How much of an object is held in memory at a time when it is streamed.
 CHUNK_SIZE = 1 << 20
+# How put_file's temporary copies end (``.<name>.<random>.runyard-partial``): an upload
+# killed mid-copy leaves one behind, which listing, fetching and restoring must not take
+# for data. Distinct enough that no dataset's or script's own file ends so.
+PARTIAL_SUFFIX = ".runyard-partial"
 
 
 class StorageError(Exception):
@@ -65,20 +69,57 @@ def scheme(uri: str) -> str:
 
 
 def local_path(uri: str) -> Path:
-    """The absolute path a ``file://`` URI names."""
+    """The absolute path a ``file://`` URI names (percent-escapes decoded as the bytes of
+    a file name, so any name the file system holds round-trips)."""
     if scheme(uri) != "file":
         raise StorageError(f"{uri!r}: not a file:// URI")
     parts = urlsplit(uri)
     if parts.netloc not in ("", "localhost"):
         raise StorageError(f"{uri!r}: file URIs must not name a host")
-    path = unquote(parts.path)
+    if "?" in uri or "#" in uri:
+        # Read as a query or fragment, the rest of the name would be dropped silently.
+        raise StorageError(f"{uri!r}: file URIs must write '?' as %3F and '#' as %23")
+    path = os.fsdecode(unquote_to_bytes(parts.path))
     if not path.startswith("/"):
         raise StorageError(f"{uri!r}: file URIs must hold an absolute path (file:///...)")
     return Path(path)
 
 
 def join(uri: str, *parts: str) -> str:
-    return "/".join([uri.rstrip("/"), *(part.strip("/") for part in parts)])
+    """``uri`` with the path ``parts`` below it. In a ``file://`` URI each part is
+    percent-encoded (a file named ``a#1`` stays that file) and must stay below ``uri``."""
+    joined = "/".join([uri.rstrip("/"), *(_encoded(uri, part.strip("/")) for part in parts)])
+    if scheme(uri) == "file":
+        _check_inside(joined, local_path(uri))
+    return joined
+
+
+def concat(prefix: str, key: str) -> str:
+    """``prefix`` and ``key`` joined as strings, the way SageMaker joins a manifest's
+    prefix and keys (``s3://b/part-`` and ``0001``); ``key`` encoded as ``join`` does."""
+    joined = prefix + _encoded(prefix, key)
+    if scheme(prefix) == "file":
+        base = local_path(prefix)
+        _check_inside(joined, base if prefix.endswith("/") else base.parent)
+    return joined
+
+
+def _encoded(uri: str, part: str) -> str:
+    if scheme(uri) != "file":
+        return part  # S3 keys are the names themselves
+    return quote_from_bytes(os.fsencode(part), safe="/")
+
+
+def _check_inside(uri: str, base: Path) -> None:
+    # Lexically: a name that only looks like ".." once decoded is now encoded, so
+    # what remains is a real "." or ".." part.
+    if not Path(os.path.normpath(local_path(uri))).is_relative_to(os.path.normpath(base)):
+        raise StorageError(f"{uri}: refused: its path leaves {base}")
+
+
+def is_partial(name: str) -> bool:
+    """Whether a file name is one of put_file's temporary copies."""
+    return name.startswith(".") and name.endswith(PARTIAL_SUFFIX)
 
 
 def exists(uri: str) -> bool:
@@ -107,7 +148,9 @@ def put_file(source: Path, uri: str) -> None:
         return
     target = local_path(uri)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    fd, tmp_name = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
+    )
     os.close(fd)
     try:
         shutil.copyfile(source, tmp_name)
@@ -210,7 +253,7 @@ def _listing(uri: str) -> list[StoredObject]:
                 path = Path(directory, name)
                 # A link to a file is that file (a dataset of links into a shared store
                 # arrives whole); links to nothing, or to a directory, are not objects.
-                if path.is_file():
+                if path.is_file() and not is_partial(name):
                     relative = path.relative_to(root).as_posix()
                     found.append(StoredObject(path.as_uri(), relative, path.stat().st_size))
     except OSError as exc:
@@ -251,13 +294,23 @@ def _fetch_local_tree(uri: str, destination: Path) -> Path:
     destination.mkdir(parents=True, exist_ok=True)
     try:
         if source.is_dir():
-            shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(
+                source,
+                destination,
+                symlinks=True,
+                dirs_exist_ok=True,
+                ignore=_partial_copies,
+            )
             return destination
         target = destination / source.name
         shutil.copyfile(source, target)
         return target
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+def _partial_copies(_directory: str, names: list[str]) -> set[str]:
+    return {name for name in names if is_partial(name)}
 
 
 # -- s3:// -------------------------------------------------------------------------------

@@ -43,6 +43,9 @@ from runtime.reporter import LogShipper, ServiceClient
 RUNTIME_STREAM = "runtime"
 # Where the code's requirements (and the code, if it is a package) are installed.
 DEPENDENCIES = ".dependencies"
+# How long the service is tried with a spot notice before the scripts are stopped here:
+# a part of the two minutes EC2 gives, the rest left to the scripts.
+SPOT_NOTICE_DEADLINE = 30.0
 
 
 class SetupError(Exception):
@@ -112,7 +115,10 @@ class Trainer:
         except remote_agent.AgentError as exc:
             return self.fail(1, f"InternalServerError: {exc}")
         # Ranks run on every instance (under MPI, started from the first): each uploads.
-        self.checkpoint_sync = checkpoints.start_sync(config, self.say)
+        try:
+            self.checkpoint_sync = checkpoints.start_sync(config, self.say)
+        except storage.StorageError as exc:
+            return self.fail(1, f"ClientError: {exc}")
         self._watch_for_spot_notice()
         started = time.monotonic()
         if launch_plan.waits_for_mpi:
@@ -254,8 +260,12 @@ class Trainer:
         # However the script ended, and before the final report: what it wrote last is
         # stored too (the final sync logs how many files that took).
         sync, self.checkpoint_sync = self.checkpoint_sync, None
-        if sync is not None:
+        if sync is None:
+            return
+        try:
             sync.stop()
+        except Exception as exc:  # stop() means never to raise; the script's result stands
+            self.say(f"The final checkpoint sync failed: {exc!r}")
 
     def _watch_for_spot_notice(self) -> None:
         """On an EC2 spot instance, tell the service of the two-minute warning: it gives
@@ -266,7 +276,14 @@ class Trainer:
 
         def notice(message: str) -> None:
             self.say(f"Spot interruption notice: {message}")
-            client.post_with_retry("interruption", {"message": message}, time.monotonic() + 60)
+            deadline = time.monotonic() + SPOT_NOTICE_DEADLINE
+            # The attempt, so that a notice arriving late cannot interrupt the next one.
+            body = {"message": message[:512], "attempt": self.config.attempt}
+            if not client.post_with_retry("interruption", body, deadline):
+                # The notice is EC2's own and the instance goes regardless: the scripts
+                # still get their SIGTERM and the time left to checkpoint.
+                self.say("Could not tell the service of the notice: stopping the scripts here")
+                self.stop.set()
 
         self.spot_watch = spot.SpotNoticeWatcher(notice).start()
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from runtime import channel_data, channels, storage
+from runtime import channel_data, channels, pipe, storage
+from runtime.channel_data import ChannelObject
 from tests.channels import files, gzipped, instance_configs
 
 BUCKET = "data"
@@ -188,3 +189,32 @@ def test_links_to_files_arrive_as_the_files(tmp_path: Path) -> None:
     [config] = instance_configs(tmp_path, {"train": data.as_uri()})
     channels.open_all(config, lambda _line: None).close()
     assert files(config.paths.data / "train") == {"labels.csv": b"a,b\n", "shard-0.bin": b"zero"}
+
+
+def test_a_local_failure_to_land_names_the_object_and_where(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", {"x.csv": b"x"})
+    item = ChannelObject((data / "x.csv").as_uri(), "x.csv", 1)
+    inputs = tmp_path / "input" / "data"
+    # A Pipe channel "train" makes its FIFO train_0 where a channel "train_0" would land.
+    fifos = pipe.PipeChannel("train", [item], inputs, lambda _line: None).start()
+    try:
+        taken = inputs / "train_0"
+        with pytest.raises(storage.StorageError) as caught:
+            channel_data.land(item, taken / "x.csv")
+        assert str(caught.value) == (
+            f"{item.uri} -> {taken / 'x.csv'}: cannot land it (File exists)"
+        )
+        with pytest.raises(channels.ChannelError, match=r"^channel train_0: cannot make its "):
+            channels.download("train_0", [item], taken, lambda _line: None)
+    finally:
+        fifos.stop()
+
+
+def test_an_object_that_would_replace_a_directory_fails_naming_both(tmp_path: Path) -> None:
+    data = _write(tmp_path / "data", {"x.csv": b"x"})
+    item = ChannelObject((data / "x.csv").as_uri(), "x.csv", 1)
+    target = tmp_path / "landing" / "x.csv"
+    (target / "already").mkdir(parents=True)
+    with pytest.raises(storage.StorageError, match=f"^{item.uri} -> {target}: cannot land it"):
+        channel_data.land(item, target)
+    assert os.listdir(target.parent) == ["x.csv"]  # and no temporary left beside it

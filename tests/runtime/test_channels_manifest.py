@@ -129,3 +129,14 @@ def test_a_missing_manifest_on_s3_names_it(tmp_path: Path, s3: Any) -> None:
     (config,) = instance_configs(tmp_path, {"train": _channel(uri)})
     with pytest.raises(storage.StorageError, match=f"^{uri}: no such object$"):
         channels.open_all(config, lambda _line: None)
+
+
+def test_file_keys_are_file_names_never_uri_syntax(tmp_path: Path) -> None:
+    # "%2e%2e" is a directory's real name here; decoded, it would read outside the prefix.
+    root = _dataset(tmp_path, ["a#1.csv", "b?.csv", "%2e%2e/x.csv"])
+    (tmp_path / "x.csv").write_text("outside the prefix")
+    keys = ["a#1.csv", "b?.csv", "%2e%2e/x.csv"]
+    uri = _manifest(tmp_path, [{"prefix": f"{root.as_uri()}/"}, *keys])
+    (config,) = instance_configs(tmp_path, {"train": _channel(uri)})
+    channels.open_all(config, lambda _line: None).close()
+    assert files(config.paths.data / "train") == {key: f"content of {key}".encode() for key in keys}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -213,3 +214,112 @@ def test_two_channels_stream_side_by_side(tmp_path: Path) -> None:
     finally:
         inputs.close()
     assert not os.listdir(config.paths.data)
+
+
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_failed_start_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    fifos = tmp_path / "fifos"
+    fifos.mkdir()
+    (fifos / "train_0").write_text("something already there")
+    channel = pipe.PipeChannel("train", [], fifos, lambda _line: None)
+    before = _open_descriptors()
+    with pytest.raises(channels.ChannelError, match="cannot make"):
+        channel.start()
+    assert _open_descriptors() == before
+    channel.stop()  # what closing the inputs does; nothing to end
+
+
+def test_a_writer_stuck_reading_storage_ends_after_that_read(tmp_path: Path) -> None:
+    # The object is a FIFO this test writes into: the writer waits on storage for as long
+    # as the test likes, where no stop can wake it.
+    slow = tmp_path / "slow-object"
+    os.mkfifo(slow)
+    objects = [ChannelObject(slow.as_uri(), "slow", 0)]
+    said: list[str] = []
+    channel = pipe.PipeChannel("train", objects, tmp_path / "fifos", said.append).start()
+    before_stop = _open_descriptors()
+    chunk = 1 << 20
+    received = bytearray()
+    first_chunk_read = threading.Event()
+
+    def read() -> None:
+        with open(channel.fifo(0), "rb") as fifo:
+            while len(received) < chunk:
+                received.extend(fifo.read(chunk - len(received)))
+            first_chunk_read.set()
+            received.extend(fifo.read())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with open(slow, "wb") as storage_side:  # opened once the writer streams the object
+        storage_side.write(b"a" * chunk)
+        storage_side.flush()
+        assert first_chunk_read.wait(10)
+        channel.stop(timeout=0.2)  # the writer is in the next read from storage
+        assert any("did not stop in 0 s" in line for line in said)
+        assert channel.serving
+        storage_side.write(b"b" * chunk)  # the next chunk arrives, the stop is seen
+        storage_side.flush()
+        wait_for(lambda: not channel.serving, "the writer to end after its read")
+    reader.join(10)
+    assert not reader.is_alive()
+    assert received == b"a" * chunk  # ended where it stopped
+    # Its wake descriptors were closed by the writer itself, once it had ended.
+    assert len(before_stop - _open_descriptors()) >= 2
+    assert list((tmp_path / "fifos").iterdir()) == []
+
+
+READER = """
+import sys
+print("opening", flush=True)
+with open(sys.argv[1], "rb") as fifo:
+    sys.stdout.write("read %d bytes" % len(fifo.read()))
+"""
+
+
+def test_a_reader_opening_the_next_epoch_as_the_stream_fails_is_not_stranded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.gz").write_bytes(b"not gzip")
+    objects = [ChannelObject((data / "a.gz").as_uri(), "a", 8, gzip=True)]
+    channel = pipe.PipeChannel("train", objects, tmp_path / "fifos", lambda _line: None)
+    next_fifo = channel.fifo(1)
+    readers: list[subprocess.Popen[str]] = []
+    real_open = os.open
+
+    def open_then_let_a_reader_in(path: Any, flags: int, *args: Any) -> int:
+        # The failing writer's own open of the next FIFO: a script's reader comes just
+        # after it, before the FIFO is gone (the race, held open for the test).
+        try:
+            return real_open(path, flags, *args)
+        finally:
+            if Path(path) == next_fifo and not readers:
+                reader = subprocess.Popen(
+                    [sys.executable, "-c", READER, str(next_fifo)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                readers.append(reader)
+                assert reader.stdout is not None
+                assert reader.stdout.readline() == "opening\n"
+                time.sleep(0.5)  # by now in open(2), waiting for a writer
+
+    monkeypatch.setattr(pipe.os, "open", open_then_let_a_reader_in)
+    channel.start()
+    try:
+        assert _read_all(channel.fifo(0)) == b""
+        wait_for(lambda: channel.error is not None, "the stream to fail")
+        [reader] = readers
+        try:
+            output, _ = reader.communicate(timeout=10)
+        finally:
+            reader.kill()
+        assert output == "read 0 bytes"  # an empty epoch, not a wait for ever
+        assert not next_fifo.exists()
+    finally:
+        channel.stop()

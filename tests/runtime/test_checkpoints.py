@@ -6,6 +6,7 @@ directory; the store is a file:// directory or moto's S3 server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -17,10 +18,18 @@ from typing import Any
 import pytest
 
 from runtime import storage
-from runtime.checkpoints import CheckpointSync, restore
+from runtime.checkpoints import CheckpointSync, restore, start_sync
 from runtime.config import InstanceConfig, load
-from runtime.filewatch import InotifyWatcher, NotWhole, PollingWatcher, Watcher, copy_whole
+from runtime.filewatch import (
+    InotifyWatcher,
+    NotWhole,
+    PollingWatcher,
+    Ready,
+    Watcher,
+    copy_whole,
+)
 from tests.instances import launch_request, write_instances
+from tests.runtime.uploads import kill_an_upload
 
 BUCKET = "checkpoints"
 FAST_RETRIES = (0.01, 0.01)
@@ -331,6 +340,108 @@ open(sys.argv[1] + "/blocked/x.pt", "wb").write(b"x")
     assert not log.has("Could not store")
 
 
+def test_names_with_uri_characters_are_stored_under_those_names(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, tmp_path: Path
+) -> None:
+    names = ["model#3.pt", "what?.pt", "100%.pt", "%2e%2e/%2e%2e/escape.pt"]
+    sync = sync_of()
+    script = """
+import os, sys
+for name in sys.argv[2:]:
+    path = os.path.join(sys.argv[1], name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(name.encode())
+"""
+    writer = subprocess.run([sys.executable, "-c", script, str(local), *names], timeout=30)
+    assert writer.returncode == 0
+    wanted = {name: name.encode() for name in names}
+    wait_for(lambda: stored(store) == wanted, "every file stored under its own name")
+    sync.stop()
+    assert stored(store) == wanted
+    assert not (tmp_path.parent / "escape.pt").exists()
+    assert sync.failed == []
+
+
+RECREATING_WRITER = """
+import os, shutil, sys
+root = sys.argv[1]
+shutil.rmtree(root)  # the checkpoint directory taken down and made again
+os.makedirs(root)
+with open(os.path.join(root, "fresh.pt"), "wb") as f:
+    f.write(b"after the rmtree")
+"""
+
+
+def test_files_written_while_inotify_fails_are_stored_before_the_final_sync(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    store.mkdir()
+    (store / "busy").write_text("a file where the upload needs a directory")
+    # Each failed attempt keeps the upload thread away from inotify for a second.
+    sync = sync_of(retry_delays=(1.0, 1.0))
+    script = (
+        "import os, sys; os.makedirs(sys.argv[1] + '/busy'); open(sys.argv[1] + '/busy/x', 'w')"
+    )
+    assert run_writer(script, local).wait(timeout=30) == 0
+    wait_for(lambda: log.has("retrying in 1 s"), "the thread kept busy")
+    # Done while the thread is away: the watched directory is gone, fresh.pt complete.
+    assert run_writer(RECREATING_WRITER, local).wait(timeout=30) == 0
+
+    wait_for(lambda: (store / "fresh.pt").exists(), "fresh.pt stored")
+    assert (store / "fresh.pt").read_bytes() == b"after the rmtree"
+    assert log.has("Checkpoint uploads go on by polling every 1 s: inotify stopped working")
+    sync.stop()
+    assert [u.relative for u in sync.uploads] == ["fresh.pt"]
+    assert not sync.uploads[0].final
+
+
+class _FailingWatcher:
+    """inotify as it fails where it cannot read a directory: an error that is no
+    InotifyError, once the test has written its file."""
+
+    description = "inotify"
+
+    def __init__(self) -> None:
+        self.written = threading.Event()
+
+    def changes(self, timeout: float) -> list[Ready]:
+        if self.written.wait(timeout):
+            raise PermissionError(13, "Permission denied", "a new directory")
+        return []
+
+    def unchanged(self, ready: Ready) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_any_watcher_error_falls_back_to_polling(
+    sync_of: Callable[..., CheckpointSync], local: Path, store: Path, log: Log
+) -> None:
+    watcher = _FailingWatcher()
+    sync = sync_of(watcher=watcher)
+    script = "import sys; open(sys.argv[1] + '/epoch-1.pt', 'wb').write(b'one')"
+    assert run_writer(script, local).wait(timeout=30) == 0
+    watcher.written.set()
+
+    wait_for(lambda: stored(store) == {"epoch-1.pt": b"one"}, "stored by polling")
+    assert log.has("inotify stopped working: [Errno 13] Permission denied")
+    assert not log.has("Checkpoint uploads stopped")
+    sync.stop()
+    assert [u.final for u in sync.uploads] == [False]
+
+
+def test_start_sync_names_a_checkpoint_directory_it_cannot_make(tmp_path: Path) -> None:
+    config = _config(tmp_path, (tmp_path / "kept").as_uri())
+    config.paths.checkpoints.parent.mkdir(parents=True, exist_ok=True)
+    config.paths.checkpoints.write_text("a file where the directory goes")
+    with pytest.raises(
+        storage.StorageError, match=f"^storing checkpoints from {config.paths.checkpoints} at "
+    ):
+        start_sync(config, Log())
+
+
 # -- restore -------------------------------------------------------------------------------
 
 
@@ -420,3 +531,52 @@ with open(sys.argv[1] + "/step-1/model.pt", "wb") as f:
     body = s3.get_object(Bucket=BUCKET, Key="job/ckpt/step-1/model.pt")["Body"].read()
     assert body == b"w" * 1_000_000
     assert log.has(f"stored at s3://{BUCKET}/job/ckpt/step-1/model.pt (1.0 MB,")
+
+
+def test_restore_skips_what_a_killed_upload_left(tmp_path: Path, log: Log) -> None:
+    kept = tmp_path / "kept"
+    whole, bigger = tmp_path / "whole.pt", tmp_path / "bigger.pt"
+    whole.write_bytes(b"w" * 500)
+    bigger.write_bytes(b"b" * 5000)
+    storage.put_file(whole, storage.join(kept.as_uri(), "step-1", "model.pt"))
+    kill_an_upload(bigger, storage.join(kept.as_uri(), "step-1", "model.pt"))
+    assert len(os.listdir(kept / "step-1")) == 2  # the model and the cut-off copy
+    config = _config(tmp_path, kept.as_uri())
+
+    restored = restore(config, log)
+
+    assert restored is not None
+    assert (restored.files, restored.bytes) == (1, 500)
+    local = config.paths.checkpoints
+    assert [p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()] == [
+        "step-1/model.pt"
+    ]
+
+
+def test_a_file_s3_cannot_name_fails_alone(s3: Any, tmp_path: Path, local: Path, log: Log) -> None:
+    local.mkdir()
+    sync = CheckpointSync(
+        local, f"s3://{BUCKET}/ckpt", log, scratch_dir=tmp_path, retry_delays=FAST_RETRIES
+    ).start()
+    try:
+        script = """
+import os, sys, time
+root = os.fsencode(sys.argv[1])
+open(os.path.join(root, b"caf\\xe9.pt"), "wb").write(b"latin-1 name")
+time.sleep(0.5)
+open(os.path.join(root, b"later.pt"), "wb").write(b"still stored")
+"""
+        assert run_writer(script, local).wait(timeout=30) == 0
+        bad_uri = f"s3://{BUCKET}/ckpt/" + os.fsdecode(b"caf\xe9.pt")
+        wait_for(
+            lambda: log.has("stored at s3://checkpoints/ckpt/later.pt"), "the next file stored"
+        )
+        assert sync.failed == [bad_uri]
+        assert not log.has("Checkpoint uploads stopped")
+    finally:
+        final = sync.stop()  # tries the file again, fails again: logged, never raised
+    assert final == 0
+    assert sync.failed == [bad_uri, bad_uri]
+    assert log.has("; 1 could not be stored")
+    body = s3.get_object(Bucket=BUCKET, Key="ckpt/later.pt")["Body"].read()
+    assert body == b"still stored"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,34 @@ def test_without_a_checkpoint_uri_nothing_is_synced(tmp_path: Path) -> None:
     assert (base / "checkpoints" / "x.pt").exists()
     for phrase in ("No checkpoints", "Restored", "Uploading checkpoints", "checkpoint sync"):
         assert phrase not in output
+
+
+BUCKET = "checkpoints"
+ODD_NAME_SCRIPT = """
+import os
+ckpt = os.fsencode(os.environ["SM_CHECKPOINT_DIR"])
+with open(os.path.join(ckpt, b"caf\\xe9.pt"), "wb") as f:  # not UTF-8: no S3 key
+    f.write(b"latin-1 name")
+with open(os.path.join(ckpt, b"model.pt"), "wb") as f:
+    f.write(b"model")
+"""
+
+
+def test_a_checkpoint_s3_cannot_store_does_not_fail_a_finished_job(
+    tmp_path: Path, s3_client: Any
+) -> None:
+    s3_client.create_bucket(Bucket=BUCKET)
+    request = launch_request(
+        _source(tmp_path, ODD_NAME_SCRIPT), checkpoint_s3_uri=f"s3://{BUCKET}/job"
+    )
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+
+    # Strict UTF-8 output, as under most locales: the odd name must not break the log.
+    process = start_runtime(base, PYTHONIOENCODING="utf-8")
+    output, _ = process.communicate(timeout=60)
+
+    assert process.returncode == 0, output
+    assert not (base / "output" / "failure").exists()
+    assert f"Could not store checkpoint at s3://{BUCKET}/job/caf\\xe9.pt: " in output
+    assert "1 could not be stored" in output
+    assert s3_client.get_object(Bucket=BUCKET, Key="job/model.pt")["Body"].read() == b"model"

@@ -288,6 +288,38 @@ def test_a_refused_mount_falls_back_to_file_mode(tmp_path: Path) -> None:
     assert said[-1].startswith("Channel train: 2 objects, 3 B in ")
 
 
+def _fuse_descriptors() -> list[str]:
+    fds = Path("/proc/self/fd")
+    return [fd.name for fd in fds.iterdir() if os.path.realpath(fd) == fastfile.DEVICE]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [RuntimeError("can't start new thread"), OSError(errno.EMFILE, "Too many open files")],
+)
+def test_a_mount_that_cannot_be_served_is_taken_down_not_left_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
+    source = _write(tmp_path / "data", {"x.csv": b"x"})
+    mountpoint = tmp_path / "mnt"
+
+    def cannot_serve(_session: fuse.Session) -> fuse.Session:
+        raise failure  # the mount is made by now: nothing would ever answer its requests
+
+    # Threads that will not start cannot be had on demand: the one stand-in here.
+    monkeypatch.setattr(fuse.Session, "start", cannot_serve)
+    try:
+        # Not File mode's fallback: it would download into a mount nobody serves.
+        with pytest.raises(channels.ChannelError, match="could not serve the FastFile mount"):
+            fastfile.serve(
+                "train", _objects(source), mountpoint, tmp_path / "cache", lambda _line: None
+            )
+        assert mountpoint.as_posix() not in mounts.mount_points()
+        assert _fuse_descriptors() == []
+    finally:
+        mounts.unmount_under(tmp_path)
+
+
 def test_readdir_pages_through_a_large_directory(
     tmp_path: Path, mounted: Callable[..., fastfile.FastFileChannel]
 ) -> None:
