@@ -177,10 +177,7 @@ def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     _report(settings, name, "algo-1", "Training", attempt=0)
-    # algo-2's machine dies: its process group goes, with no word from its runtime.
-    pid = json.loads((settings.jobs_dir / name / "algo-2.pid.json").read_text())["pid"]
-    os.killpg(pid, signal.SIGKILL)
-    _wait_for(lambda: not _alive(pid))
+    _kill(settings, name, "algo-2")
     reconciler.reconcile(name)
     job = _job(settings, name)
     assert (job["status"], job["attempt"]) == ("InProgress", 1)
@@ -208,9 +205,7 @@ def test_infrastructure_restarts_have_their_own_limit(settings: Settings, source
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     for _ in range(2):
-        pid = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
-        os.killpg(pid, signal.SIGKILL)
-        _wait_for(lambda pid=pid: not _alive(pid))
+        _kill(settings, name, "algo-1")
         reconciler.reconcile(name)
     job = _job(settings, name)
     assert job["status"] == "Failed"
@@ -232,9 +227,7 @@ def test_a_rule_can_refuse_to_restart_an_infrastructure_failure(
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    pid = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
-    os.killpg(pid, signal.SIGKILL)
-    _wait_for(lambda: not _alive(pid))
+    _kill(settings, name, "algo-1")
     reconciler.reconcile(name)
     assert _job(settings, name)["status"] == "Failed"
     assert backend.launches == [0]

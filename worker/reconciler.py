@@ -595,21 +595,19 @@ class Reconciler:
         """All or nothing: every instance runs within the backend's start timeout, or the
         job fails naming why they wait, and whatever did start is removed with it."""
         count = len(snapshot.hosts)
-        why = "; ".join(f"{host}: {s.reason}" for host, s in pending.items() if s.reason)
         waited = utcnow() - (snapshot.launched_at or utcnow())
         timeout = backend.start_timeout
         # Instances that have their machine and are only starting (pulling an image) do
         # not wait for capacity: the start timeout is not theirs.
         unplaced = {host: s for host, s in pending.items() if not s.starting}
         if timeout is not None and unplaced and waited > timedelta(seconds=timeout):
-            unplaced_why = "; ".join(f"{h}: {s.reason}" for h, s in unplaced.items() if s.reason)
             reason = (
                 f"CapacityError: {len(unplaced)} of {count} instances were not running "
-                f"{timeout:g} s after launch" + (f": {unplaced_why}" if unplaced_why else "")
+                f"{timeout:g} s after launch{_why(unplaced)}"
             )
             self._finish(snapshot, backend, reports, Status.FAILED, Secondary.FAILED, reason)
             return
-        message = f"Waiting for {len(pending)} of {count} instances" + (f": {why}" if why else "")
+        message = f"Waiting for {len(pending)} of {count} instances{_why(pending)}"
         self._update(snapshot, lambda job: _wait(job, message))
 
     def _show_progress(self, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
@@ -758,6 +756,12 @@ class Reconciler:
                 return JobSnapshot.of(job)
         except StaleDataError as exc:
             raise Superseded from exc
+
+
+def _why(statuses: dict[str, InstanceStatus]) -> str:
+    """The provider's words for each instance that has some, as ": algo-1: ...; ..."."""
+    why = "; ".join(f"{host}: {s.reason}" for host, s in statuses.items() if s.reason)
+    return f": {why}" if why else ""
 
 
 def _completed(snapshot: JobSnapshot, reports: dict[str, Report]) -> bool:
