@@ -1,21 +1,23 @@
-"""A throwaway `runyard server` on its defaults, in a temporary RUNYARD_HOME."""
+"""A throwaway `runyard server` on its defaults, in a temporary RUNYARD_HOME, and what the
+benchmarks read from its jobs' logs."""
 
 from __future__ import annotations
 
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import httpx
-
-from runyard.client import Client
+from runyard.client import Client, admin_token, wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,19 +52,60 @@ def server_and_home(settings: dict[str, str] | None = None) -> Iterator[tuple[Cl
             )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("server did not start")
-                time.sleep(0.1)
+            if not wait_until_up(url, alive=lambda: server.poll() is None):
+                raise RuntimeError(f"server did not start; see {Path(home) / 'server.log'}")
             time.sleep(1.0)  # let the worker connect to the broker before timing anything
-            with Client(url, (Path(home) / "token").read_text().strip()) as client:
+            with Client(url, admin_token(Path(home))) as client:
                 yield client, Path(home)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(30)
+
+
+def log_lines(client: Client, name: str) -> list[dict[str, str]]:
+    """The lines of a job's log (its other events left out)."""
+    return [event for event in client.logs(name) if "message" in event]
+
+
+def first_line_at(events: list[dict[str, str]], text: str, after: datetime) -> datetime | None:
+    """When the first line holding ``text`` came after ``after``; None: none did."""
+    times = [
+        datetime.fromisoformat(event["time"])
+        for event in events
+        if text in event["message"] and datetime.fromisoformat(event["time"]) > after
+    ]
+    return min(times) if times else None
+
+
+def wait_for_line(client: Client, name: str, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in event["message"] for event in log_lines(client, name)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} never printed {text!r}")
+        time.sleep(0.05)
+
+
+def resume_figures(
+    job: dict[str, Any], events: list[dict[str, str]], lost: datetime, epochs: int
+) -> list[float]:
+    """Seconds from ``lost`` (an instance gone) until a job of examples/checkpointing,
+    restarted and completed since, was seen Restarting, had its script resume from its
+    checkpoint, and had trained an epoch again."""
+    assert job["status"] == "Completed", job
+    restarting = next(t for t in job["transitions"] if t["secondary_status"] == "Restarting")
+    resumed = first_line_at(events, "resumed from checkpoint at epoch", lost)
+    trained = first_line_at(events, f"/{epochs} loss", resumed or lost)
+    if resumed is None or trained is None:
+        raise RuntimeError(f"{job['name']} did not resume after losing an instance")
+    return [
+        (datetime.fromisoformat(restarting["start_time"]) - lost).total_seconds(),
+        (resumed - lost).total_seconds(),
+        (trained - lost).total_seconds(),
+    ]
+
+
+def print_medians(heading: str, labels: list[str], results: list[list[float]]) -> None:
+    """Under ``heading``, the median of each column of ``results``, by its label."""
+    print(f"\n{heading}:")
+    for label, values in zip(labels, zip(*results, strict=True), strict=True):
+        print(f"  {label:<26} {statistics.median(values):.2f} s")

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.checkpoints import CheckpointSync
-from runtime.filewatch import PollingWatcher
+from runtime.checkpoints.filewatch import PollingWatcher
 from tests import aws
 
 MB = 1_000_000

@@ -21,11 +21,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.backend_settings import KubernetesSettings
+from provisioning.base import JobRef, LaunchRequest
+from provisioning.kubernetes.backend import KubernetesBackend, _shared_client
+from provisioning.kubernetes.settings import KubernetesSettings
 from service.jobs.schemas import JobCreate
 from tests.kube import KubeServer
-from worker.backends.base import JobRef, LaunchRequest
-from worker.backends.kubernetes import KubernetesBackend, _shared_client
 
 
 def _request(instances: int) -> LaunchRequest:
@@ -38,9 +38,11 @@ def _request(instances: int) -> LaunchRequest:
             "instance_type": "ml.g5.xlarge",
             "instance_count": instances,
             "distribution": {"torch_distributed": {"enabled": True}},
+            "output_path": "file:///srv/artifacts",
         }
     )
-    return LaunchRequest(JobRef(job_id, spec.name or ""), spec, "http://api:8642", "token")
+    job = JobRef(job_id, spec.name or "")
+    return LaunchRequest(job, spec.job_spec(), "http://api:8642", "token")
 
 
 def _timed(server: KubeServer, step: Any) -> tuple[float, int]:

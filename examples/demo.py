@@ -12,22 +12,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from runyard.client import DEFAULT_URL, discover, runyard_home
+from runyard.client import DEFAULT_URL, discover, is_up, runyard_home, wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 RUNYARD = [sys.executable, "-m", "runyard"]
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def run(*args: str) -> int:
@@ -43,13 +33,15 @@ def start_server(home: Path) -> subprocess.Popen[bytes]:
         server = subprocess.Popen(
             [*RUNYARD, "server"], stdout=handle, stderr=subprocess.STDOUT, cwd=REPO
         )
-    deadline = time.monotonic() + 60
-    while not healthy(DEFAULT_URL):
-        if server.poll() is not None or time.monotonic() > deadline:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            sys.exit(f"the server did not start (is port 8642 taken?):\n{tail}")
-        print(".", end="", flush=True)
-        time.sleep(0.3)
+    started = wait_until_up(
+        DEFAULT_URL,
+        alive=lambda: server.poll() is None,
+        interval=0.3,
+        waiting=lambda: print(".", end="", flush=True),
+    )
+    if not started:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        sys.exit(f"the server did not start (is port 8642 taken?):\n{tail}")
     print(f" up at {DEFAULT_URL}", flush=True)
     return server
 
@@ -67,7 +59,7 @@ def main() -> int:
     home = runyard_home()
     url, _token = discover()
     server = None
-    if healthy(url):
+    if is_up(url):
         print(f"Using the Runyard server already running at {url}")
     else:
         server = start_server(home)

@@ -8,6 +8,7 @@ the service never mistakes a finished instance for a lost one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -16,29 +17,27 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from runtime import (
-    archive,
-    channels,
-    checkpoints,
-    failure,
-    hyperparameters,
-    install,
-    launch,
-    resources,
-    spot,
-    storage,
-)
-from runtime.config import ConfigError, InstanceConfig, load
-from runtime.environment import PRIVATE_VARIABLES, script_environment
-from runtime.install import InstallError
-from runtime.launch import mpi, remote_agent
+from contract import archive, hyperparameters, storage, variables
+from contract.failures import fit, instance_lost
+from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
+from contract.layout import IMAGE_BASE_DIR
+from contract.phases import FINAL_PHASES, Phase
+from runtime import channels, checkpoints, launch
+from runtime.instance import install, resources
+from runtime.instance.environment import script_environment
+from runtime.instance.install import InstallError
+from runtime.instance.peers import PeerWatch
+from runtime.launch import handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
-from runtime.launch.workers import GroupResult, WorkerGroup
-from runtime.reporter import LogShipper, ServiceClient
+from runtime.launch.workers import GroupResult, Launch, WorkerGroup
+from runtime.linux import namespaces, procfs
+from runtime.reporting import failure, spot
+from runtime.reporting.reporter import LogShipper, ServiceClient
 
 RUNTIME_STREAM = "runtime"
 # Where the code's requirements (and the code, if it is a package) are installed.
@@ -46,6 +45,8 @@ DEPENDENCIES = ".dependencies"
 # How long the service is tried with a spot notice before the scripts are stopped here:
 # a part of the two minutes EC2 gives, the rest left to the scripts.
 SPOT_NOTICE_DEADLINE = 30.0
+# How long the scripts of an instance that lost the job's network get to end on SIGTERM.
+LOST_GRACE = 10.0
 
 
 class SetupError(Exception):
@@ -65,16 +66,21 @@ class Trainer:
         self.spot_watch: spot.SpotNoticeWatcher | None = None
         # Pipe and FastFile channels serve while the script runs; closed when run() ends.
         self.inputs: channels.Inputs | None = None
+        # Why this instance lost the job's network, once it has.
+        self.lost: str | None = None
+        # Why the runtime itself stopped the scripts, where it did; else the stop came as
+        # SIGTERM from outside (the service's stop, max_run, max_wait, a restart).
+        self.stopped_here: str | None = None
 
     def say(self, message: str) -> None:
         self.shipper.emit(RUNTIME_STREAM, message)
 
-    def report(self, phase: str, **fields: object) -> None:
+    def report(self, phase: Phase, **fields: object) -> None:
         if self.client is None:
             return
         # Progress is worth a short wait; the final result is worth a long one, since
         # without it the service cannot tell a finished instance from a lost one.
-        final = phase in ("Completed", "Failed", "Stopped")
+        final = phase in FINAL_PHASES
         self.client.report(phase, fields, deadline_seconds=300.0 if final else 30.0)
 
     def on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
@@ -89,10 +95,18 @@ class Trainer:
                 self.inputs.close()
 
     def _run(self) -> int:
+        if self.config.isolation == Isolation.NAMESPACES:
+            try:
+                self.config = self._become_host()
+            except (OSError, ConfigError) as exc:
+                return self.fail(1, f"InternalServerError: the instance's namespaces: {exc}")
         config = self.config
         paths = config.paths
+        if config.is_master:
+            for notice in config.notices:
+                self.say(notice)
         try:
-            self.report("Downloading")
+            self.report(Phase.DOWNLOADING)
             paths.create()
             self._fetch()
         except (
@@ -104,7 +118,7 @@ class Trainer:
             return self.fail(1, f"ClientError: {exc}")
         if self.stop.is_set():
             return self._stopped()
-        self.report("Training")
+        self.report(Phase.TRAINING)
         try:
             launch_plan = self._plan()
             agent_key = self._prepare_agent()
@@ -120,37 +134,133 @@ class Trainer:
         except storage.StorageError as exc:
             return self.fail(1, f"ClientError: {exc}")
         self._watch_for_spot_notice()
-        started = time.monotonic()
-        if launch_plan.waits_for_mpi:
-            try:
-                result = self._wait_for_mpi(agent_key)
-            except remote_agent.AgentError as exc:
-                return self.fail(1, f"InternalServerError: {exc}")
-        else:
-            count = len(launch_plan.specs)
-            self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
-            result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
-            elapsed = time.monotonic() - started
-            self.say(f"Script exited with code {result.exit_code} after {elapsed:.1f} s")
+        try:
+            with self._job_network(), self._watching_peers():
+                if launch_plan.waits_for_mpi:
+                    result = self._wait_for_mpi(agent_key)
+                else:
+                    result = self._run_scripts(launch_plan)
+        except remote_agent.AgentError as exc:
+            return self.fail(1, f"InternalServerError: {exc}")
         self._end_checkpoint_sync()
+        if self.lost is not None:
+            return self.fail(1, instance_lost(f"{config.current_host} {self.lost}"))
         if result.stopped or self.stop.is_set():
             return self._stopped()
         if self.inputs is not None and (input_error := self.inputs.error()) is not None:
             # A channel could not deliver all its data: the script's result cannot stand.
             return self.fail(1, f"ClientError: {input_error}")
+        if lost_daemons := handover.lost(paths.base):
+            # An instance went while mpirun ran: its ranks' work is gone, whatever the
+            # exit status says.
+            reason = instance_lost(f"mpirun lost an instance's daemon: {lost_daemons[0]}")
+            return self.fail(result.exit_code or 1, reason)
         if result.exit_code != 0:
+            if agent_failures := handover.failures(paths.base):
+                # mpirun could not start its daemon on an instance: not the script's doing.
+                reason = (
+                    f"InternalServerError: mpirun could not start its daemon: {agent_failures[0]}"
+                )
+                return self.fail(result.exit_code, reason)
             return self.fail(result.exit_code, self._reason(result))
         model_uri = None
         if config.is_master:
-            self.report("Uploading")
+            self.report(Phase.UPLOADING)
             try:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
                 return self.fail(1, f"UploadError: could not store the model: {exc}")
         paths.success.touch()
         self._finish_logs()
-        self.report("Completed", exit_code=0, model_uri=model_uri)
+        self.report(Phase.COMPLETED, exit_code=0, model_uri=model_uri)
         return 0
+
+    def _become_host(self) -> InstanceConfig:
+        """As PID 1 of the instance's own namespaces: its host name, its peers' names, and
+        its directory at /opt/ml, from where everything else then reads it."""
+        config = self.config
+        if config.network_namespace is None:
+            raise ConfigError("an instance with namespaces needs its network_namespace")
+        namespaces.become_host(
+            config.current_host,
+            config.host_addresses,
+            config.paths.base,
+            Path(IMAGE_BASE_DIR),
+            config.paths.base / ".runyard" / "hosts",
+            config.network_namespace,
+        )
+        os.environ[variables.BASE_DIR] = IMAGE_BASE_DIR
+        # Temporary files of its own, as a machine has: the machine's /tmp is shared with
+        # other instances, whose processes have the same small pids in their namespaces
+        # (Open MPI's daemon names its session directory after its pid), and it stays
+        # visible since the job's own paths may lie in it.
+        scratch = Path(IMAGE_BASE_DIR) / ".runyard" / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
+        os.environ["TMPDIR"] = str(scratch)
+        return load(Path(IMAGE_BASE_DIR))
+
+    @contextlib.contextmanager
+    def _job_network(self) -> Iterator[None]:
+        """Where the job's processes run: in the instance's own network namespace, if it has
+        one (this runtime keeps the machine's network, to report, fetch and store)."""
+        if self.config.network_namespace is None:
+            yield
+            return
+        with namespaces.network(self.config.network_namespace):
+            yield
+
+    @contextlib.contextmanager
+    def _watching_peers(self) -> Iterator[None]:
+        """While the job's processes run, whether this instance still reaches its peers
+        (where it has a network of its own)."""
+        config = self.config
+        peers = {h: a for h, a in config.host_addresses.items() if h != config.current_host}
+        if config.peer_timeout_seconds is None or not peers or config.shared_machine:
+            yield
+            return
+        watch = PeerWatch(peers, config.peer_timeout_seconds, self._lose_network).start()
+        try:
+            yield
+        finally:
+            watch.stop()
+
+    def _lose_network(self, why: str) -> None:
+        """This instance lost the job's network: its scripts get SIGTERM and a grace to
+        save (a script blocked in a collective may never take it), then it reports itself
+        lost, and the job restarts from its latest checkpoint."""
+        self.lost = why
+        self.stopped_here = "this instance lost the job's network"
+        self.say(f"This instance {why}: it has lost the job's network; ending its scripts")
+        self.stop.set()
+        timer = threading.Timer(LOST_GRACE, self._kill_own_processes)
+        timer.daemon = True
+        timer.start()
+
+    def _kill_own_processes(self) -> None:
+        config = self.config
+        others = [
+            pid
+            for pid in procfs.marked_processes(config.job_id, config.current_host)
+            if pid != os.getpid()
+        ]
+        procfs.signal_pids(others, signal.SIGKILL)
+
+    def _run_scripts(self, launch_plan: Launch) -> GroupResult:
+        started = time.monotonic()
+        count = len(launch_plan.specs)
+        self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
+        result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
+        elapsed = time.monotonic() - started
+        if result.stopped or self.stop.is_set():
+            # The script's own exit code says nothing here: the stop ended it. Which stop
+            # it was, the service says: in the job's last line, or its restart's transition.
+            cause = (
+                self.stopped_here or "the instance got SIGTERM: its job is stopping or restarting"
+            )
+            self.say(f"Script ended after {elapsed:.1f} s: {cause}")
+        else:
+            self.say(f"Script exited with code {result.exit_code} after {elapsed:.1f} s")
+        return result
 
     def _fetch(self) -> None:
         config = self.config
@@ -175,7 +285,7 @@ class Trainer:
         else:
             raise SetupError(f"source {uri} does not exist")
 
-    def _plan(self) -> launch.Launch:
+    def _plan(self) -> Launch:
         config = self.config
         gpus, cpus = resources.num_gpus(), resources.num_cpus()
         installed = install.install(config.paths.code, config.paths.base / DEPENDENCIES, self.say)
@@ -194,11 +304,16 @@ class Trainer:
         return launch.plan(config, argv, env, num_gpus=gpus)
 
     def _prepare_agent(self) -> bytes | None:
-        """Where instances are separate machines, mpirun reaches them through Runyard's
-        own launch agent, authenticated with a key derived from the job's token; the
-        first instance leaves the key where mpirun's calls to the agent find it."""
+        """Under mpirun, the instance is ready for its daemon from now on (the launch
+        agents wait until it is). Where instances are separate machines, mpirun reaches
+        them through Runyard's own launch agent, authenticated with a key derived from the
+        job's token; the first instance leaves the key where mpirun's calls to the agent
+        find it."""
         config = self.config
-        if config.agent_port is None or config.mode not in launch.MPI_MODES:
+        if config.mode is None or not config.mode.uses_mpi:
+            return None
+        handover.mark_ready(config.paths.base)
+        if config.agent_port is None:
             return None
         key = remote_agent.job_key(os.environ)
         if config.is_master:
@@ -211,7 +326,7 @@ class Trainer:
             return mpi.wait_for_daemon(config, self.stop, self.say)
         # The daemon runs as the local agent would run it: in the instance's environment
         # (the job marker included), less what user code must never see.
-        env = {k: v for k, v in os.environ.items() if k not in PRIVATE_VARIABLES}
+        env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
         with remote_agent.serving(config, agent_key, env, self.say):
             return mpi.wait_for_daemon(config, self.stop, self.say)
 
@@ -229,14 +344,14 @@ class Trainer:
 
     def fail(self, exit_code: int, reason: str) -> int:
         self._end_checkpoint_sync()
-        reason = reason[: failure.MAX_REASON]
+        reason = fit(reason)
         paths = self.config.paths
         if failure.read_failure_file(paths.failure) is None:
             paths.output.mkdir(parents=True, exist_ok=True)
             paths.failure.write_text(reason)
         self.say(f"Failed: {reason}")
         self._finish_logs()
-        self.report("Failed", exit_code=exit_code, failure_reason=reason)
+        self.report(Phase.FAILED, exit_code=exit_code, failure_reason=reason)
         return exit_code or 1
 
     def _stopped(self) -> int:
@@ -253,7 +368,7 @@ class Trainer:
                 self.say(f"Could not store the model on stop: {exc}")
         self.say("Stopped")
         self._finish_logs()
-        self.report("Stopped", model_uri=model_uri)
+        self.report(Phase.STOPPED, model_uri=model_uri)
         return 0
 
     def _end_checkpoint_sync(self) -> None:
@@ -283,6 +398,7 @@ class Trainer:
                 # The notice is EC2's own and the instance goes regardless: the scripts
                 # still get their SIGTERM and the time left to checkpoint.
                 self.say("Could not tell the service of the notice: stopping the scripts here")
+                self.stopped_here = "stopped on a spot interruption notice"
                 self.stop.set()
 
         self.spot_watch = spot.SpotNoticeWatcher(notice).start()
@@ -295,7 +411,7 @@ class Trainer:
 
 
 def main() -> int:
-    base = Path(os.environ.get("SM_BASE_DIR", "/opt/ml"))
+    base = Path(os.environ.get(variables.BASE_DIR, IMAGE_BASE_DIR))
     try:
         config = load(base)
     except ConfigError as exc:

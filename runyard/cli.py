@@ -6,17 +6,30 @@ RUNYARD_TOKEN). Errors print one line and exit non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
 
-from runyard.client import Client, RunyardError
-from runyard.output import describe_lines, final_summary, job_table, log_line, transition_line
+from contract.layout import IMAGE_BASE_DIR
+from runyard import variables
+from runyard.client import DEFAULT_PORT, Client, Progress, RunyardError, discover
+from runyard.inputs import as_uri
+from runyard.output import (
+    describe_lines,
+    final_summary,
+    job_table,
+    log_line,
+    still_running,
+    submitted,
+    transition_line,
+)
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -45,26 +58,39 @@ def main() -> None:
 # -- running the service ---------------------------------------------------------------
 
 
+def _listening(command: Callable[..., None]) -> Callable[..., None]:
+    """--host and --port, for the commands that serve the API."""
+    command = click.option(
+        "--port",
+        default=DEFAULT_PORT,
+        envvar=variables.PORT,
+        show_default=True,
+        type=int,
+        help=f"Port to listen on (or {variables.PORT}).",
+    )(command)
+    return click.option(
+        "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
+    )(command)
+
+
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8642, show_default=True, type=int, help="Port to listen on.")
+@_listening
 def server(host: str, port: int) -> None:
     """Run the API, worker and beat together on the embedded defaults.
 
     Everything lives in RUNYARD_HOME (default ~/.runyard): a SQLite database, a SQLite
     broker, the artifact store, and the admin token (written to RUNYARD_HOME/token).
     """
-    from service.server import run_all
+    from runyard.server import run_all
 
     run_all(_server_settings(port), host, port)
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8642, show_default=True, type=int, help="Port to listen on.")
+@_listening
 def api(host: str, port: int) -> None:
     """Run only the API (migrates the database first). For compose and Kubernetes."""
-    from service.server import run_api
+    from runyard.server import run_api
 
     run_api(_server_settings(port), host, port)
 
@@ -73,7 +99,7 @@ def api(host: str, port: int) -> None:
 @click.option("--concurrency", default=4, show_default=True, type=int, help="Tasks run at once.")
 def worker(concurrency: int) -> None:
     """Run only the Celery worker that drives jobs and their instances."""
-    from service.server import run_worker
+    from runyard.server import run_worker
     from service.settings import get_settings
 
     run_worker(get_settings(), concurrency)
@@ -82,7 +108,7 @@ def worker(concurrency: int) -> None:
 @main.command()
 def beat() -> None:
     """Run only Celery beat, which re-drives every live job periodically."""
-    from service.server import run_beat
+    from runyard.server import run_beat
     from service.settings import get_settings
 
     run_beat(get_settings())
@@ -91,7 +117,7 @@ def beat() -> None:
 @main.command()
 def migrate() -> None:
     """Bring the database schema up to date and make sure an admin token exists."""
-    from service.server import prepare
+    from runyard.server import prepare
     from service.settings import get_settings
 
     prepare(get_settings())
@@ -103,7 +129,7 @@ def _server_settings(port: int) -> Settings:
 
     from service.settings import Settings
 
-    if os.environ.get("RUNYARD_PUBLIC_URL"):
+    if os.environ.get(variables.PUBLIC_URL):
         return Settings()
     # Instances reach the server on the port it listens on.
     return Settings(public_url=f"http://127.0.0.1:{port}")
@@ -190,7 +216,8 @@ def _load_spec_file(path: Path) -> dict[str, Any]:
     "--checkpoint-s3-uri", help="Where checkpoints are kept across restarts (s3:// or file://)."
 )
 @click.option(
-    "--checkpoint-local-path", help="Where the script writes them (default /opt/ml/checkpoints)."
+    "--checkpoint-local-path",
+    help=f"Where the script writes them (default {IMAGE_BASE_DIR}/checkpoints).",
 )
 @click.option(
     "--use-spot-instances",
@@ -228,12 +255,13 @@ def submit(
     here = spec_file.parent if spec_file else Path.cwd()
     if "source_dir" in spec:
         from_file = here / str(spec.pop("source_dir"))
-        source_dir = source_dir or from_file
+        if flags.get("source_uri") is None:  # else the flag's stored code wins
+            source_dir = source_dir or from_file
     if isinstance(spec.get("inputs"), dict):
         spec["inputs"] = {
             name: _channel_uris(value, here) for name, value in spec["inputs"].items()
         }
-    spec.update({key: value for key, value in flags.items() if value is not None})
+    _override(spec, {key: value for key, value in flags.items() if value is not None})
     if distribution is not None:
         try:
             spec["distribution"] = json.loads(distribution)
@@ -249,32 +277,65 @@ def submit(
     if inputs:
         spec["inputs"] = {
             **spec.get("inputs", {}),
-            **{k: _as_uri(v, Path.cwd()) for k, v in _pairs(inputs, "-i").items()},
+            **{k: as_uri(v, Path.cwd()) for k, v in _pairs(inputs, "-i").items()},
         }
     with Client() as client:
         if source_dir is not None:
-            spec["source_uri"] = client.upload_source(source_dir)
+            # A dry run stores no code: the server checks it and says where it would go.
+            spec["source_uri"] = client.upload_source(
+                source_dir,
+                entry_point=spec.get("entry_point"),
+                dry_run=dry_run,
+                progress=_upload_progress(source_dir),
+            )
         if "source_uri" not in spec:
             raise RunyardError("give --source-dir (local code) or --source-uri (stored code)")
         if dry_run:
             click.echo(client.create_job(spec, dry_run=True)["rendered"])
             return
         job = client.create_job(spec)
-        click.echo(f"Submitted training job {job['name']}")
+        click.echo(submitted(job["name"]))
         if wait or show_logs:
             sys.exit(_follow(client, job["name"], show_logs))
 
 
-def _as_uri(value: str, relative_to: Path) -> str:
-    """A URI as given, or a local path (relative to ``relative_to``) as a file:// URI."""
-    return value if "://" in value else (relative_to / value).resolve().as_uri()
+# A job's name is given one way: a name from the flags replaces a prefix from the file,
+# and the other way round.
+_NAMING = ("name", "base_job_name")
+
+
+def _override(spec: dict[str, Any], flags: dict[str, Any]) -> None:
+    if any(key in flags for key in _NAMING):
+        for key in _NAMING:
+            spec.pop(key, None)
+    spec.update(flags)
+
+
+# Smaller uploads take no time worth watching.
+PROGRESS_FROM_BYTES = 1 << 20
+
+
+def _upload_progress(source_dir: Path) -> Progress:
+    """A progress bar on stderr for a large upload: moving on a terminal, one line
+    elsewhere (a CI log)."""
+
+    @contextlib.contextmanager
+    def bar(size: int) -> Iterator[Callable[[int], object]]:
+        if size < PROGRESS_FROM_BYTES:
+            yield lambda _sent: None
+            return
+        label = f"Uploading {source_dir} ({size / (1 << 20):.1f} MiB)"
+        with click.progressbar(length=size, label=label, file=sys.stderr) as shown:
+            yield shown.update
+
+    return bar
 
 
 def _channel_uris(channel: Any, relative_to: Path) -> Any:
     if isinstance(channel, str):
-        return _as_uri(channel, relative_to)
+        return as_uri(channel, relative_to)
     if isinstance(channel, dict) and isinstance(channel.get("uri"), str):
-        return {**channel, "uri": _as_uri(channel["uri"], relative_to)}
+        return {**channel, "uri": as_uri(channel["uri"], relative_to)}
     return channel
 
 
@@ -288,7 +349,7 @@ def _follow(client: Client, name: str, show_logs: bool) -> int:
         else:
             job = _watch(client, name)
     except KeyboardInterrupt:
-        click.echo(f"\n{name} keeps running; `runyard stop {name}` stops it.", err=True)
+        click.echo(f"\n{still_running(name)}", err=True)
         return 130
     for line in final_summary(job):
         click.echo(line)
@@ -357,13 +418,14 @@ def _final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
 @click.argument("name")
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.option("--host", help="Only this host's lines, e.g. algo-2.")
-def logs(name: str, follow: bool, host: str | None) -> None:
+@click.option("--timestamps", is_flag=True, help="Begin each line with the time it was printed.")
+def logs(name: str, follow: bool, host: str | None, timestamps: bool) -> None:
     """Print a job's logs, each line prefixed by its host."""
     with Client() as client:
         lines = client.follow_logs(name, host=host) if follow else client.logs(name, host=host)
         for item in lines:
             if "end" not in item:
-                click.echo(log_line(item))
+                click.echo(log_line(item, timestamp=timestamps))
 
 
 @main.command()
@@ -394,6 +456,13 @@ def interrupt(name: str, host: str, message: str) -> None:
 
 
 @main.command()
+def url() -> None:
+    """Print the URL of the server the CLI talks to: RUNYARD_URL, or the one `runyard
+    server` recorded in RUNYARD_HOME."""
+    click.echo(discover()[0])
+
+
+@main.command()
 @click.option(
     "--create", "create_name", metavar="NAME", help="Mint another API token with this name."
 )
@@ -404,5 +473,7 @@ def token(create_name: str | None) -> None:
             click.echo(client.create_token(create_name))
             return
         if not client.token:
-            raise RunyardError("no token found; start `runyard server` once, or set RUNYARD_TOKEN")
+            raise RunyardError(
+                f"no token found; start `runyard server` once, or set {variables.TOKEN}"
+            )
         click.echo(client.token)

@@ -6,23 +6,32 @@ if set, else what ``runyard server`` wrote into ``RUNYARD_HOME`` (``~/.runyard``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from runtime.archive import make_tarball
+from contract.archive import ArchiveError, check_archive, make_tarball
+from runyard import variables
 
-DEFAULT_URL = "http://127.0.0.1:8642"
+DEFAULT_PORT = 8642
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 # Not worth shipping to a training instance.
 PACKING_EXCLUDES = frozenset(
     {"__pycache__", ".git", ".ipynb_checkpoints", ".mypy_cache", ".pytest_cache"}
 )
+
+
+UPLOAD_CHUNK = 1 << 20
+# Given an upload's size in bytes, the context it is sent in, which hears of each chunk.
+Progress = Callable[[int], AbstractContextManager[Callable[[int], object]]]
 
 
 class RunyardError(Exception):
@@ -34,25 +43,54 @@ class RunyardError(Exception):
 
 
 def runyard_home() -> Path:
-    return Path(os.environ.get("RUNYARD_HOME", "~/.runyard")).expanduser()
+    return Path(os.environ.get(variables.HOME, "~/.runyard")).expanduser()
 
 
 def discover() -> tuple[str, str | None]:
     """(server URL, token) from the environment or RUNYARD_HOME."""
     home = runyard_home()
-    url = os.environ.get("RUNYARD_URL")
+    url = os.environ.get(variables.URL)
     if not url:
         try:
             url = json.loads((home / "server.json").read_text())["url"]
         except (OSError, ValueError, KeyError):
             url = DEFAULT_URL
-    token = os.environ.get("RUNYARD_TOKEN")
-    if not token:
-        try:
-            token = (home / "token").read_text().strip() or None
-        except OSError:
-            token = None
-    return url, token
+    return url, os.environ.get(variables.TOKEN) or admin_token(home)
+
+
+def admin_token(home: Path) -> str | None:
+    """The admin token ``runyard server`` wrote into its RUNYARD_HOME, if it did."""
+    try:
+        return (home / "token").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def is_up(url: str) -> bool:
+    """Whether a Runyard server answers its health probe at ``url``."""
+    try:
+        return httpx.get(f"{url.rstrip('/')}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def wait_until_up(
+    url: str,
+    *,
+    timeout: float = 60.0,
+    alive: Callable[[], bool] = lambda: True,
+    interval: float = 0.1,
+    waiting: Callable[[], None] = lambda: None,
+) -> bool:
+    """Wait for a server just started to answer; False once ``timeout`` has passed or
+    ``alive`` says its process has ended. ``waiting`` is called between attempts."""
+    deadline = time.monotonic() + timeout
+    while not is_up(url):
+        if not alive() or time.monotonic() > deadline:
+            return False
+        waiting()
+        time.sleep(interval)
+    return True
 
 
 class Client:
@@ -184,20 +222,37 @@ class Client:
 
     # -- sources and tokens -------------------------------------------------------------
 
-    def upload_source(self, source_dir: Path) -> str:
-        """Pack ``source_dir`` as a .tar.gz, store it on the server, return its source_uri."""
+    def upload_source(
+        self,
+        source_dir: Path,
+        *,
+        entry_point: str | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> str:
+        """Pack ``source_dir`` as a .tar.gz, store it on the server, return its source_uri.
+
+        The bundle is checked here first, as the server would check it (and
+        ``entry_point``, when given, must be one of its files), so nothing is sent for
+        code that would be refused. With ``dry_run`` the server checks it and says where
+        it would be stored, storing nothing. ``progress`` hears of the bytes sent.
+        """
         if not source_dir.is_dir():
             raise RunyardError(f"source directory {source_dir} does not exist")
         with tempfile.TemporaryDirectory(prefix="runyard-pack-") as scratch:
             bundle = make_tarball(
                 source_dir, Path(scratch) / "source.tar.gz", exclude=PACKING_EXCLUDES
             )
-            with open(bundle, "rb") as handle:
+            _check_bundle(bundle, source_dir, entry_point)
+            size = bundle.stat().st_size
+            with (progress or _silent)(size) as sent:
                 result = self._json(
                     "POST",
                     "/v1/sources",
-                    content=handle,
-                    headers={"Content-Type": "application/gzip"},
+                    params={"dry_run": "true"} if dry_run else {},
+                    content=_chunks(bundle, sent),
+                    # Sent as it is read, yet with its length: no chunked encoding.
+                    headers={"Content-Type": "application/gzip", "Content-Length": str(size)},
                 )
         return str(result["source_uri"])
 
@@ -235,10 +290,31 @@ def _error(response: httpx.Response) -> RunyardError:
             parts.append(f"{'.'.join(loc) or 'request'}: {item.get('msg')}")
         detail = "; ".join(parts)
     if response.status_code == 401:
-        detail = f"{detail} (token from RUNYARD_TOKEN or {runyard_home() / 'token'})"
+        detail = f"{detail} (token from {variables.TOKEN} or {runyard_home() / 'token'})"
     return RunyardError(
         f"{detail or response.reason_phrase} (HTTP {response.status_code})", response.status_code
     )
+
+
+def _check_bundle(bundle: Path, source_dir: Path, entry_point: str | None) -> None:
+    try:
+        files = check_archive(bundle)
+    except ArchiveError as exc:
+        raise RunyardError(f"source directory {source_dir}: {exc}") from exc
+    if entry_point is not None and os.path.normpath(entry_point) not in files:
+        raise RunyardError(f"entry_point: {entry_point} is not a file in {source_dir}")
+
+
+@contextlib.contextmanager
+def _silent(_size: int) -> Iterator[Callable[[int], object]]:
+    yield lambda _sent: None
+
+
+def _chunks(bundle: Path, sent: Callable[[int], object]) -> Iterator[bytes]:
+    with open(bundle, "rb") as handle:
+        while chunk := handle.read(UPLOAD_CHUNK):
+            yield chunk
+            sent(len(chunk))
 
 
 def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, str, str | None]]:

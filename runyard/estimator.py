@@ -5,16 +5,64 @@ est = Estimator(entry_point="train.py", source_dir="src", instance_type="local",
                 hyperparameters={"epochs": 3})
 est.fit({"train": "data/"}, wait=True, logs=True)
 print(est.model_data)
+
+SageMaker's own estimator arguments are accepted, so code written for it runs with its
+imports changed; those Runyard has no use for (``role``, ``sagemaker_session``, network
+and encryption settings, Debugger and Profiler) are named once in a log line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from runyard.client import Client, RunyardError
-from runyard.output import final_summary, log_line
+from runyard.inputs import channels, note_unused
+from runyard.output import final_summary, log_line, still_running, submitted
+
+# The SageMaker estimator arguments (EstimatorBase, Framework and the framework classes)
+# that mean nothing to Runyard: AWS identities and sessions, VPC and KMS settings,
+# Debugger, Profiler, warm pools, heterogeneous clusters, Git and recipe sources.
+SAGEMAKER_ONLY = frozenset(
+    {
+        "role",
+        "sagemaker_session",
+        "keep_alive_period_in_seconds",
+        "volume_kms_key",
+        "output_kms_key",
+        "subnets",
+        "security_group_ids",
+        "model_uri",
+        "model_channel_name",
+        "encrypt_inter_container_traffic",
+        "enable_network_isolation",
+        "rules",
+        "debugger_hook_config",
+        "tensorboard_output_config",
+        "enable_sagemaker_metrics",
+        "profiler_config",
+        "disable_profiler",
+        "git_config",
+        "container_log_level",
+        "code_location",
+        "dependencies",
+        "instance_groups",
+        "training_repository_access_mode",
+        "training_repository_credentials_provider_arn",
+        "enable_infra_check",
+        "container_entry_point",
+        "container_arguments",
+        "disable_output_compression",
+        "enable_remote_debug",
+        "enable_session_tag_chaining",
+        "training_plan",
+        "instance_placement_config",
+        "compiler_config",
+        "training_recipe",
+        "recipe_overrides",
+    }
+)
 
 
 class JobFailedError(RunyardError):
@@ -27,6 +75,10 @@ class JobFailedError(RunyardError):
 
 
 class Estimator:
+    # Set by the framework classes (runyard.pytorch, runyard.tensorflow), as SageMaker
+    # picks the framework by class.
+    framework: ClassVar[str | None] = None
+
     def __init__(
         self,
         entry_point: str,
@@ -40,7 +92,7 @@ class Estimator:
         output_path: str | None = None,
         max_run: int | None = None,
         environment: dict[str, str] | None = None,
-        tags: list[dict[str, str]] | None = None,
+        tags: list[dict[str, str]] | dict[str, str] | None = None,
         backend: str | None = None,
         volume_size: int | None = None,
         metric_definitions: list[dict[str, str]] | None = None,
@@ -52,11 +104,27 @@ class Estimator:
         retry_rules: list[dict[str, Any]] | None = None,
         priority: int | None = None,
         progress_metric: dict[str, Any] | None = None,
+        image_uri: str | None = None,
+        framework_version: str | None = None,
+        py_version: str | None = None,
+        input_mode: str | None = None,
         client: Client | None = None,
+        **sagemaker_only: Any,
     ) -> None:
+        unknown = sorted(set(sagemaker_only) - SAGEMAKER_ONLY)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
+            )
+        note_unused(type(self).__name__, **sagemaker_only)
         self.entry_point = entry_point
         self.source_dir = Path(source_dir) if source_dir is not None else None
+        self.input_mode = input_mode
         self.spec: dict[str, Any] = {
+            "framework": self.framework,
+            "image_uri": image_uri,
+            "framework_version": framework_version,
+            "py_version": py_version,
             "instance_type": instance_type,
             "instance_count": instance_count,
             "distribution": distribution or {},
@@ -65,10 +133,10 @@ class Estimator:
             "output_path": output_path,
             "max_run": max_run,
             "environment": environment or {},
-            "tags": tags or [],
+            "tags": _tags(tags),
             "backend": backend,
             "volume_size": volume_size,
-            "metric_definitions": metric_definitions,
+            "metric_definitions": _metric_definitions(metric_definitions),
             "checkpoint_s3_uri": checkpoint_s3_uri,
             "checkpoint_local_path": checkpoint_local_path,
             "use_spot_instances": use_spot_instances or None,
@@ -83,40 +151,57 @@ class Estimator:
 
     def fit(
         self,
-        inputs: dict[str, str] | str | None = None,
-        *,
+        inputs: Any = None,
         wait: bool = True,
-        logs: bool = True,
+        logs: bool | str = True,
         job_name: str | None = None,
+        experiment_config: dict[str, str] | None = None,
+        *,
         echo: Callable[[str], None] = print,
     ) -> dict[str, Any]:
         """Submit the job; with ``wait``, block until it ends (raising JobFailedError unless
-        it Completed) and, with ``logs``, print its lines as they come."""
+        it Completed) and, with ``logs``, print its lines as they come.
+
+        ``inputs``: channel name -> URI, local path, channel dict or TrainingInput (one
+        alone is the ``training`` channel). ``logs`` also takes SageMaker's words ("All",
+        "None", ...). Ctrl-C stops the watching, not the job.
+        """
+        note_unused("fit", experiment_config=experiment_config)
+        job = self.client.create_job(self._spec(inputs, job_name))
+        self.latest_training_job = job
+        echo(submitted(job["name"]))
+        if not wait:
+            return job
+        try:
+            job = self._watch(job["name"], logs not in (False, "None"), echo)
+        except KeyboardInterrupt:
+            echo(still_running(job["name"]))
+            raise
+        if job["status"] != "Completed":
+            raise JobFailedError(job)
+        return job
+
+    def _spec(self, inputs: Any, job_name: str | None) -> dict[str, Any]:
         source_dir, entry_point = self._code()
         spec = {key: value for key, value in self.spec.items() if value is not None}
         spec["entry_point"] = entry_point
-        spec["source_uri"] = self.client.upload_source(source_dir)
-        if isinstance(inputs, str):
-            inputs = {"training": inputs}
-        spec["inputs"] = {name: _as_uri(uri) for name, uri in (inputs or {}).items()}
+        spec["inputs"] = channels(inputs, self.input_mode)
+        spec["source_uri"] = self.client.upload_source(source_dir, entry_point=entry_point)
         if job_name:
             spec["name"] = job_name
             spec.pop("base_job_name", None)
-        job = self.client.create_job(spec)
-        self.latest_training_job = job
-        if not wait:
-            return job
+        return spec
+
+    def _watch(self, name: str, logs: bool, echo: Callable[[str], None]) -> dict[str, Any]:
         if logs:
-            for item in self.client.follow_logs(job["name"]):
+            for item in self.client.follow_logs(name):
                 if "end" not in item:
                     echo(log_line(item))
-        job = self.client.wait(job["name"])
+        job = self.client.wait(name)
         self.latest_training_job = job
         if logs:
             for line in final_summary(job):
                 echo(line)
-        if job["status"] != "Completed":
-            raise JobFailedError(job)
         return job
 
     @property
@@ -140,8 +225,24 @@ class Estimator:
         return script.resolve().parent, script.name
 
 
-def _as_uri(value: str) -> str:
-    return value if "://" in value else Path(value).resolve().as_uri()
+def _tags(tags: list[dict[str, str]] | dict[str, str] | None) -> list[dict[str, str]]:
+    """SageMaker's tags (``[{"Key": k, "Value": v}]`` or ``{k: v}``) in the API's words."""
+    if isinstance(tags, Mapping):
+        return [{"key": key, "value": value} for key, value in tags.items()]
+    return [_lowercase_keys(tag) for tag in tags or []]
+
+
+def _metric_definitions(
+    definitions: list[dict[str, str]] | None,
+) -> list[dict[str, str]] | None:
+    """SageMaker's ``[{"Name": ..., "Regex": ...}]`` in the API's words."""
+    return None if definitions is None else [_lowercase_keys(item) for item in definitions]
+
+
+def _lowercase_keys(item: Mapping[str, Any]) -> dict[str, Any]:
+    # "Key"/"Value" and "Name"/"Regex" are CreateTrainingJob's spelling; the API's fields
+    # are the same words in lower case.
+    return {key.lower(): value for key, value in item.items()}
 
 
 __all__ = ["Estimator", "JobFailedError"]

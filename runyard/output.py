@@ -7,9 +7,20 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 
-def log_line(event: dict[str, Any]) -> str:
+def log_line(event: dict[str, Any], *, timestamp: bool = False) -> str:
     tag = " [runyard]" if event.get("stream") == "runtime" else ""
-    return f"[{event['host']}]{tag} {event['message']}"
+    # As `docker logs --timestamps` and `kubectl logs --timestamps`: the time first.
+    when = f"{event['time']} " if timestamp else ""
+    return f"{when}[{event['host']}]{tag} {event['message']}"
+
+
+def submitted(name: str) -> str:
+    return f"Submitted training job {name}"
+
+
+def still_running(name: str) -> str:
+    """What to tell someone who stopped watching a job (Ctrl-C): it was not stopped."""
+    return f"{name} keeps running; `runyard stop {name}` stops it."
 
 
 def artifact_location(uri: str | None) -> str | None:
@@ -37,12 +48,17 @@ def final_summary(job: dict[str, Any]) -> list[str]:
     seconds = training_seconds(job)
     if seconds is not None:
         lines.append(f"Training time: {seconds:.1f} s (billable: {job.get('billable_seconds')} s)")
-    if job.get("failure_reason"):
-        lines.append(f"Failure reason: {job['failure_reason']}")
-    model = artifact_location(job.get("model_artifacts"))
-    if model:
-        lines.append(f"Model: {model}")
-    return lines
+    return lines + _outcome(job, width=0)
+
+
+def _outcome(job: dict[str, Any], width: int) -> list[str]:
+    """Why the job failed and where its model went, each that it has, labels padded to
+    ``width``."""
+    fields = (
+        ("Failure reason:", job.get("failure_reason")),
+        ("Model:", artifact_location(job.get("model_artifacts"))),
+    )
+    return [f"{label:<{width}} {value}" for label, value in fields if value]
 
 
 def _duration(seconds: int) -> str:
@@ -60,7 +76,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
     lines = [
         f"Name:             {job['name']}",
         f"Status:           {job['status']} ({job['secondary_status']})",
-        f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}",
+        f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}"
+        + (f" ({job['isolation']})" if job.get("isolation") else ""),
         f"Entry point:      {spec['entry_point']}",
         f"Created:          {job['created_at']}",
         f"Training start:   {job.get('training_start_time') or '-'}",
@@ -82,11 +99,7 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         left = job.get("estimated_remaining_seconds")
         eta = f", about {_duration(left)} left" if left is not None else ""
         lines.append(f"Progress:         {100 * job['progress']:.1f}%{eta}")
-    if job.get("failure_reason"):
-        lines.append(f"Failure reason:   {job['failure_reason']}")
-    model = artifact_location(job.get("model_artifacts"))
-    if model:
-        lines.append(f"Model:            {model}")
+    lines += _outcome(job, width=17)
     lines.append("Transitions:")
     lines += [f"  {transition_line(item)}" for item in job["transitions"]]
     if job.get("instances"):

@@ -15,8 +15,9 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.backend_settings import Ec2Settings, KubernetesSettings
-from service.instance_types import CATALOG
+from provisioning.catalog import CATALOG
+from provisioning.ec2.settings import Ec2Settings
+from provisioning.kubernetes.settings import KubernetesSettings
 
 DEFAULT_PORT = 8642
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
@@ -45,6 +46,15 @@ class Settings(BaseSettings):
     )
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     ec2: Ec2Settings = Field(default_factory=Ec2Settings)
+    # How the local backend keeps a job's instances apart: "auto" gives each its own Linux
+    # namespaces (host name, address, /opt/ml, processes) where the worker may make them
+    # (root, with util-linux and iproute2), and lets them share the machine elsewhere;
+    # "namespaces" refuses jobs where it cannot; "shared" never uses namespaces.
+    local_isolation: Literal["auto", "namespaces", "shared"] = "auto"
+    # A local instance with namespaces that reaches none of its peers for this many seconds
+    # (after it did) has lost the job's network: the job restarts, as after any
+    # infrastructure failure, instead of hanging in a collective until max_run. 0: never.
+    peer_timeout_seconds: float = Field(default=60.0, ge=0)
     max_instance_count: int = Field(default=16, ge=1)
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
 
@@ -85,6 +95,9 @@ class Settings(BaseSettings):
     # Log lines and metric points of a job are deleted this many days after it ended
     # (0 keeps them forever); a job's description, final metrics included, stays.
     log_retention_days: int = Field(default=30, ge=0)
+    # Uploaded code that no job refers to is deleted this many days after its last upload
+    # (0 keeps it forever); code a job refers to is kept as long as the job is.
+    source_retention_days: int = Field(default=7, ge=0)
     _signing_key: bytes | None = PrivateAttr(default=None)
     # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
     queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.config import InstanceConfig, load
+from contract.instance_config import InstanceConfig, load
 from tests.instances import launch_request, write_instances
 
 WAIT_SECONDS = 20.0

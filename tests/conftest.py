@@ -6,22 +6,25 @@ rather than skips when it is down, so a green run always means both databases pa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from runyard.server import prepare
 from service.app import create_app
+from service.auth.tokens import job_token
 from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
-from service.server import prepare
 from service.settings import Settings
+from tests import postgres
 
 pytest_plugins = ["tests.kube", "tests.aws"]
 
@@ -40,18 +43,18 @@ def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+def empty_postgres_database() -> contextlib.AbstractContextManager[str]:
+    """A new, empty PostgreSQL database, dropped when done."""
+    return postgres.empty_database(POSTGRES_ADMIN_URL, "runyard_test")
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A database of its own for this test session, dropped at the end."""
-    name = f"runyard_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
-    yield url
-    get_engine(url).dispose()
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with empty_postgres_database() as url:
+        upgrade(url)
+        yield url
+        get_engine(url).dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -116,3 +119,23 @@ def job_spec(source_dir: Path, **overrides: object) -> dict[str, object]:
     }
     spec.update(overrides)
     return spec
+
+
+def log_line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
+    """One line of a batch's object form (``{"lines": [...]}``, which runtimes before
+    packed batches send), at second ``second`` of a fixed minute."""
+    return {
+        "seq": seq,
+        "time": f"2026-01-01T00:00:{second:02d}Z",
+        "stream": stream,
+        "message": message,
+    }
+
+
+def submit_for_instances(
+    api: TestClient, settings: Settings, source_dir: Path, **spec: object
+) -> dict[str, str]:
+    """Submits a job over the API; returns the headers its instances report with."""
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec))
+    assert response.status_code == 201, response.text
+    return {"Authorization": f"Bearer {job_token(settings.signing_key(), response.json()['id'])}"}

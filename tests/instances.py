@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.jobs.schemas import JobCreate
-from worker.backends.base import (
+from provisioning.base import (
     InstanceState,
     InstanceStatus,
     JobRef,
@@ -18,8 +17,9 @@ from worker.backends.base import (
     LaunchRequest,
     Materialized,
 )
-from worker.backends.local import LocalBackend, LocalPlan, free_port
-from worker.instance_config import instance_files
+from provisioning.instance_files import instance_files
+from provisioning.local.backend import LocalBackend, LocalPlan, free_port
+from service.jobs.schemas import JobCreate
 
 
 def launch_request(source: Path, **spec: Any) -> LaunchRequest:
@@ -33,7 +33,7 @@ def launch_request(source: Path, **spec: Any) -> LaunchRequest:
     values.update(spec)
     return LaunchRequest(
         job=JobRef(id="0" * 32, name=values["name"]),
-        spec=JobCreate.model_validate(values),
+        spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://127.0.0.1:1",
         token="unused",
     )
@@ -119,7 +119,8 @@ class SleepingInstances(LocalBackend):
     part and reports for them. ``launches`` lists the attempt of every launch."""
 
     def __init__(self, jobs_dir: Path, teardown_grace: float = 0.5) -> None:
-        super().__init__(jobs_dir, teardown_grace=teardown_grace)
+        # Sleepers need no namespaces: the test plays their runtimes' part.
+        super().__init__(jobs_dir, teardown_grace=teardown_grace, isolation="shared")
         self.launches: list[int] = []
         # Set, every instance reads as pending for this reason (a cluster with no room).
         self.pending_reason: str | None = None

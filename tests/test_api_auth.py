@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from runyard.server import prepare
 from service.app import PUBLIC_PATHS, ROUTERS, create_app
 from service.auth.models import ApiToken
 from service.auth.tokens import job_token
 from service.kit.db import session_scope
-from service.server import prepare
 from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,26 @@ def test_mpi_options_that_are_allowed_pass(api: TestClient, source_dir: Path) ->
     )
     response = api.post("/v1/training-jobs", json=spec)
     assert response.status_code == 201, response.text
+
+
+def test_model_parallel_parameters_reach_the_script_as_mp_parameters(
+    api: TestClient, source_dir: Path
+) -> None:
+    parameters = {"microbatches": 4, "ddp": True, "sharded_data_parallel_degree": 2}
+    distribution = {
+        "mpi": {"enabled": True, "processes_per_host": 2},
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
+    }
+    spec = job_spec(source_dir, instance_count=2, distribution=distribution)
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["hyperparameters"]["mp_parameters"] == parameters
+
+    # As SageMaker's SDK sends them itself: kept as sent.
+    sent = {"mp_parameters": json.dumps(parameters), "epochs": 2}
+    spec = job_spec(
+        source_dir, name="job-2", instance_count=2, distribution=distribution, hyperparameters=sent
+    )
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["hyperparameters"] == sent

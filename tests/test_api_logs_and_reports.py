@@ -3,62 +3,188 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import event, select
 
-from service.auth.tokens import job_token
 from service.jobs.models import JobInstance, TrainingJob
-from service.kit.db import session_scope
+from service.kit.db import get_engine, session_scope
 from service.settings import Settings
-from tests.conftest import job_spec
-
-
-def _instance_headers(
-    api: TestClient, settings: Settings, source_dir: Path, **spec: Any
-) -> dict[str, str]:
-    job = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec)).json()
-    return {"Authorization": f"Bearer {job_token(settings.signing_key(), job['id'])}"}
-
-
-def _line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
-    return {
-        "seq": seq,
-        "time": f"2026-01-01T00:00:{second:02d}Z",
-        "stream": stream,
-        "message": message,
-    }
+from tests.conftest import job_spec, log_line, submit_for_instances
 
 
 def test_retried_log_batch_is_stored_once(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _instance_headers(api, settings, source_dir)
-    batch = {"lines": [_line(1, 0, "one"), _line(2, 1, "two")]}
+    headers = submit_for_instances(api, settings, source_dir)
+    batch = {"lines": [log_line(1, 0, "one"), log_line(2, 1, "two")]}
     url = "/v1/training-jobs/job-1/instances/algo-1/logs"
     assert api.post(url, json=batch, headers=headers).json() == {"stored": 2}
     assert api.post(url, json=batch, headers=headers).json() == {"stored": 0}
-    overlapping = {"lines": [_line(2, 1, "two"), _line(3, 2, "three")]}
+    overlapping = {"lines": [log_line(2, 1, "two"), log_line(3, 2, "three")]}
     assert api.post(url, json=overlapping, headers=headers).json() == {"stored": 1}
     events = api.get("/v1/training-jobs/job-1/logs").json()["events"]
     assert [e["message"] for e in events] == ["one", "two", "three"]
 
 
+def test_a_batch_is_stored_whole_with_its_times_in_utc(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    # As many lines as a batch may hold, one of them stamped in another time zone.
+    lines = [log_line(seq, 0, f"line {seq}") for seq in range(1, 5001)]
+    lines[-1]["time"] = "2026-01-01T02:00:01.250000+02:00"
+    assert api.post(url, json={"lines": lines}, headers=headers).json() == {"stored": 5000}
+    events = api.get("/v1/training-jobs/job-1/logs", params={"limit": 10_000}).json()["events"]
+    assert [e["message"] for e in events] == [f"line {seq}" for seq in range(1, 5001)]
+    assert datetime.fromisoformat(events[-1]["time"]) == datetime(
+        2026, 1, 1, 0, 0, 1, 250000, tzinfo=UTC
+    )
+
+
+def test_a_packed_batch_is_numbered_from_its_first_seq_with_its_times_exact(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    # What the runtime sends: rows of [seconds since the epoch, stream, message].
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    start = datetime(2026, 11, 23, 22, 59, 59, 999_998, tzinfo=UTC)
+    stamps = [(start + timedelta(microseconds=n)).timestamp() for n in range(5000)]
+    rows = [[stamp, "stdout", f"line {n}"] for n, stamp in enumerate(stamps)]
+    rows[1][1] = "stderr"
+    batch = {"first_seq": 1, "rows": rows}
+    assert api.post(url, json=batch, headers=headers).json() == {"stored": 5000}
+    # Retried whole, then overlapping with the object form: only new seqs are stored.
+    assert api.post(url, json=batch, headers=headers).json() == {"stored": 0}
+    later = {
+        "first_seq": 5000,
+        "rows": [[stamps[-1], "stdout", "again"], [stamps[-1], "stdout", "new"]],
+    }
+    assert api.post(url, json=later, headers=headers).json() == {"stored": 1}
+    events = api.get("/v1/training-jobs/job-1/logs", params={"limit": 10_000}).json()["events"]
+    assert [e["seq"] for e in events] == list(range(1, 5002))
+    assert [e["message"] for e in events[:3]] == ["line 0", "line 1", "line 2"]
+    assert events[1]["stream"] == "stderr"
+    assert events[-1]["message"] == "new"
+    # Microseconds survive the float, across a second's change.
+    times = [datetime.fromisoformat(e["time"]) for e in events[:3]]
+    assert times == [
+        start,
+        start + timedelta(microseconds=1),
+        datetime(2026, 11, 23, 23, tzinfo=UTC),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ({"rows": [[1.0, "stdout", "no first_seq"]]}, "body"),
+        ({"first_seq": 1, "rows": [], "lines": []}, "body"),
+        ({"first_seq": 0, "rows": [[1.0, "stdout", "x"]]}, "first_seq"),
+        ({"first_seq": 1, "rows": [[-1.0, "stdout", "before 1970"]]}, "rows.0.0"),
+        ({"first_seq": 1, "rows": [[1e12, "stdout", "after 9999"]]}, "rows.0.0"),
+        ({"first_seq": 1, "rows": [[1.0, "stdin", "x"]]}, "rows.0.1"),
+        ({"first_seq": 1, "rows": [[1.0, "stdout"]]}, "rows.0.2"),
+        ({"first_seq": 1, "rows": [[1.0, "stdout", "x" * 16_385]]}, "rows.0.2"),
+        (
+            {
+                "lines": [
+                    {
+                        "seq": 1,
+                        "time": "2026-01-01T00:00:00",
+                        "stream": "stdout",
+                        "message": "naive",
+                    }
+                ]
+            },
+            "lines.0.time",
+        ),
+    ],
+)
+def test_a_bad_batch_is_refused_naming_the_field(
+    api: TestClient, settings: Settings, source_dir: Path, batch: dict[str, object], field: str
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    response = api.post(url, json=batch, headers=headers)
+    assert response.status_code == 422, response.text
+    locations = [".".join(map(str, error["loc"])) for error in response.json()["detail"]]
+    assert f"body.{field}".removesuffix(".body") in locations, locations
+    assert api.get("/v1/training-jobs/job-1/logs").json()["events"] == []
+
+
+def test_a_packed_time_that_is_not_a_number_is_refused(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = {
+        **submit_for_instances(api, settings, source_dir),
+        "Content-Type": "application/json",
+    }
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    for stamp in ("NaN", "Infinity"):
+        body = f'{{"first_seq": 1, "rows": [[{stamp}, "stdout", "x"]]}}'
+        response = api.post(url, content=body, headers=headers)
+        assert response.status_code == 422, (stamp, response.text)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_batch_finds_the_hosts_last_line_without_reading_the_others(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    # A new job's lines are newer than PostgreSQL's statistics: a query it plans for one
+    # row must still read one row, not every line the host has shipped.
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    for first in range(1, 40_001, 5000):
+        rows = [[1.0 + n, "stdout", f"line {n}"] for n in range(first, first + 5000)]
+        api.post(url, json={"first_seq": first, "rows": rows}, headers=headers)
+    statements: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().startswith("SELECT") and "log_events" in statement:
+            statements.append((statement, parameters))
+
+    engine = get_engine(settings.database_url)
+    event.listen(engine, "before_cursor_execute", keep)
+    try:
+        batch = {"first_seq": 40_001, "rows": [[50_000.0, "stdout", "last"]]}
+        assert api.post(url, json=batch, headers=headers).json() == {"stored": 1}
+    finally:
+        event.remove(engine, "before_cursor_execute", keep)
+    assert statements
+    with engine.connect() as connection:
+        for statement, parameters in statements:
+            plan = connection.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", parameters
+            ).scalar_one()
+            assert _rows_read(plan[0]["Plan"]) <= 2, (statement, plan)
+
+
+def _rows_read(node: dict[str, Any]) -> int:
+    """The most rows any scan in a query plan returned."""
+    own = node["Actual Rows"] if "Scan" in node["Node Type"] else 0
+    return max([own, *(_rows_read(child) for child in node.get("Plans", []))])
+
+
 def test_logs_merge_hosts_by_time_and_filter_by_host(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _instance_headers(api, settings, source_dir, instance_count=2)
+    headers = submit_for_instances(api, settings, source_dir, instance_count=2)
     base = "/v1/training-jobs/job-1/instances"
     api.post(
         f"{base}/algo-2/logs",
-        json={"lines": [_line(1, 1, "b1"), _line(2, 3, "b2")]},
+        json={"lines": [log_line(1, 1, "b1"), log_line(2, 3, "b2")]},
         headers=headers,
     )
     api.post(
         f"{base}/algo-1/logs",
-        json={"lines": [_line(1, 0, "a1"), _line(2, 2, "a2", "stderr")]},
+        json={"lines": [log_line(1, 0, "a1"), log_line(2, 2, "a2", "stderr")]},
         headers=headers,
     )
 
@@ -85,13 +211,31 @@ def test_logs_merge_hosts_by_time_and_filter_by_host(
     assert refused.status_code == 422
 
 
+@pytest.mark.parametrize("follow", [False, True], ids=["page", "follow"])
+def test_a_host_the_job_does_not_have_is_refused_by_name(
+    api: TestClient, settings: Settings, source_dir: Path, follow: bool
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir, instance_count=2)
+    lines = {"lines": [log_line(1, 0, "a1")]}
+    api.post("/v1/training-jobs/job-1/instances/algo-1/logs", json=lines, headers=headers)
+    # Ended, so that a stream that is not refused ends too, rather than wait for lines.
+    with session_scope(settings.database_url) as session:
+        session.scalars(select(TrainingJob)).one().status = "Completed"
+    params = {"host": "algo-7", **({"follow": "true"} if follow else {})}
+    response = api.get("/v1/training-jobs/job-1/logs", params=params)
+    assert response.status_code == 404, response.text
+    assert response.json()["detail"] == (
+        "training job 'job-1' has no host 'algo-7'; its hosts are algo-1, algo-2"
+    )
+
+
 def test_follow_streams_events_then_ends_with_the_job(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _instance_headers(api, settings, source_dir)
+    headers = submit_for_instances(api, settings, source_dir)
     api.post(
         "/v1/training-jobs/job-1/instances/algo-1/logs",
-        json={"lines": [_line(1, 0, "first"), _line(2, 1, "second")]},
+        json={"lines": [log_line(1, 0, "first"), log_line(2, 1, "second")]},
         headers=headers,
     )
     with session_scope(settings.database_url) as session:
@@ -121,7 +265,7 @@ def test_follow_streams_events_then_ends_with_the_job(
 def test_phase_reports_are_recorded_and_final_ones_stick(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _instance_headers(api, settings, source_dir)
+    headers = submit_for_instances(api, settings, source_dir)
     url = "/v1/training-jobs/job-1/instances/algo-1/status"
     for body in (
         {"phase": "Downloading", "time": "2026-01-01T00:00:00Z"},
@@ -147,7 +291,7 @@ def test_phase_reports_are_recorded_and_final_ones_stick(
 
 
 def test_bad_report_is_refused(api: TestClient, settings: Settings, source_dir: Path) -> None:
-    headers = _instance_headers(api, settings, source_dir)
+    headers = submit_for_instances(api, settings, source_dir)
     url = "/v1/training-jobs/job-1/instances/algo-1/status"
     assert (
         api.post(
@@ -155,7 +299,7 @@ def test_bad_report_is_refused(api: TestClient, settings: Settings, source_dir: 
         ).status_code
         == 422
     )
-    lines = {"lines": [_line(0, 0, "seq must start at one")]}
+    lines = {"lines": [log_line(0, 0, "seq must start at one")]}
     assert (
         api.post(
             "/v1/training-jobs/job-1/instances/algo-1/logs", json=lines, headers=headers
@@ -168,9 +312,9 @@ def test_a_nul_an_instance_sends_is_stored_replaced(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
     # PostgreSQL's text cannot hold a NUL; a script may still print one.
-    headers = _instance_headers(api, settings, source_dir)
+    headers = submit_for_instances(api, settings, source_dir)
     base = "/v1/training-jobs/job-1/instances/algo-1"
-    stored = api.post(f"{base}/logs", json={"lines": [_line(1, 0, "a\x00b")]}, headers=headers)
+    stored = api.post(f"{base}/logs", json={"lines": [log_line(1, 0, "a\x00b")]}, headers=headers)
     assert stored.json() == {"stored": 1}
     report = {
         "phase": "Failed",

@@ -41,6 +41,11 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     ("hyperparameter key too long", {"hyperparameters": {"k" * 257: 1}}, ["hyperparameters"]),
     ("hyperparameter value too long", {"hyperparameters": {"k": "v" * 2500}}, ["hyperparameters"]),
+    (
+        "hyperparameters too large together for the script's environment",
+        {"hyperparameters": _many(53, lambda i: (f"k{i}", "v" * 2490))},
+        ["hyperparameters"],
+    ),
     ("environment key pattern", {"environment": {"1BAD": "x"}}, ["environment"]),
     ("environment key with dash", {"environment": {"BAD-KEY": "x"}}, ["environment"]),
     ("environment reserved key", {"environment": {"RUNYARD_JOB_TOKEN": "x"}}, ["environment"]),
@@ -66,10 +71,69 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["distribution"],
     ),
     (
-        "distribution mode not in this build",
+        "model parallel without mpi",
         {"distribution": {"smdistributed": {"modelparallel": {"enabled": True}}}},
-        ["distribution", "smdistributed", "modelparallel"],
+        ["distribution", "mpi"],
     ),
+    *[
+        (
+            f"model parallel {case}",
+            {
+                "instance_count": 2,
+                "distribution": {
+                    "mpi": {"enabled": True, "processes_per_host": 2},
+                    "smdistributed": {"modelparallel": {"enabled": True, "parameters": given}},
+                },
+            },
+            ["distribution", "smdistributed", "modelparallel", "parameters", *named],
+        )
+        for case, given, named in [
+            ("parameters not an object", [1], []),
+            (
+                "tensor parallel",
+                {"tensor_parallel_degree": 2, "ddp": True},
+                ["tensor_parallel_degree"],
+            ),
+            ("unknown parameter", {"partition": 2}, ["partition"]),
+            ("partitions not dividing", {"partitions": 3, "ddp": True}, ["partitions"]),
+            ("partitions as a bool", {"partitions": True}, ["partitions"]),
+            (
+                "two names disagree",
+                {"partitions": 2, "pipeline_parallel_degree": 4},
+                ["pipeline_parallel_degree"],
+            ),
+            ("no microbatches", {"partitions": 4, "microbatches": 0}, ["microbatches"]),
+            ("too few microbatches", {"partitions": 4, "microbatches": 2}, ["microbatches"]),
+            (
+                "unknown pipeline",
+                {"partitions": 4, "pipeline": "1f1b", "microbatches": 4},
+                ["pipeline"],
+            ),
+            (
+                "sharding not dividing",
+                {"sharded_data_parallel_degree": 3, "ddp": True},
+                ["sharded_data_parallel_degree"],
+            ),
+            (
+                "sharding with a pipeline",
+                {
+                    "partitions": 2,
+                    "sharded_data_parallel_degree": 2,
+                    "ddp": True,
+                    "microbatches": 2,
+                },
+                ["sharded_data_parallel_degree"],
+            ),
+            ("replicas without ddp", {"partitions": 2, "microbatches": 2}, ["ddp"]),
+            ("fp16 and bf16", {"fp16": True, "bf16": True, "ddp": True}, ["bf16"]),
+            ("memory weight above one", {"memory_weight": 2, "ddp": True}, ["memory_weight"]),
+            (
+                "default partition too high",
+                {"partitions": 2, "default_partition": 2, "ddp": True, "microbatches": 2},
+                ["default_partition"],
+            ),
+        ]
+    ],
     ("instance_count zero", {"instance_count": 0}, ["instance_count"]),
     ("instance_count above maximum", {"instance_count": 17}, ["instance_count"]),
     ("unknown instance type", {"instance_type": "ml.nope.large"}, ["instance_type"]),
@@ -274,7 +338,7 @@ def test_duplicate_name_is_a_conflict_and_stores_nothing_new(
 def test_archive_source_must_hold_the_entry_point(
     api: TestClient, tmp_path: Path, source_dir: Path
 ) -> None:
-    from runtime.archive import make_tarball
+    from contract.archive import make_tarball
 
     bundle = make_tarball(source_dir, tmp_path / "code.tar.gz")
     ok = api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=bundle.as_uri()))
@@ -321,4 +385,76 @@ def test_a_backend_the_server_does_not_use_is_refused(settings: Settings, source
     assert refused.value.loc == ("backend",)
     assert refused.value.field_message == (
         "backend 'ec2' is not enabled on this server (RUNYARD_BACKENDS uses: kubernetes, local)"
+    )
+
+
+BAD_NAMES = ["bad_name", "-bad", "bad-", "a" * 64, "", "name with spaces", "bad\n"]
+
+
+@pytest.mark.parametrize("field", ["name", "base_job_name"])
+@pytest.mark.parametrize("bad", BAD_NAMES, ids=[repr(name) for name in BAD_NAMES])
+def test_a_bad_job_name_is_explained_in_words(
+    api: TestClient, source_dir: Path, field: str, bad: str
+) -> None:
+    spec = {**job_spec(source_dir), "name": None, field: bad}
+    response = api.post("/v1/training-jobs", json={k: v for k, v in spec.items() if v is not None})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", field]
+    assert error["msg"].endswith(
+        "must be 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
+    )
+    assert "[" not in error["msg"]  # no regular expression
+
+
+def test_a_bad_job_name_in_a_path_is_explained_in_words(api: TestClient) -> None:
+    response = api.get("/v1/training-jobs/bad_name")
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["path", "name"]
+    assert "letters, digits and hyphens" in error["msg"]
+    assert "[" not in error["msg"]
+
+
+UNKNOWN_KEYS: list[tuple[dict[str, Any], list[str], str]] = [
+    ({"torch_distribute": {"enabled": True}}, ["torch_distribute"], "torch_distributed"),
+    ({"mpi": {"enable": True}}, ["mpi", "enable"], "enabled"),
+    (
+        {"mpi": {"enabled": True, "process_per_host": 2}},
+        ["mpi", "process_per_host"],
+        "processes_per_host",
+    ),
+    (
+        {"smdistributed": {"dataparalel": {"enabled": True}}},
+        ["smdistributed", "dataparalel"],
+        "dataparallel",
+    ),
+    ({"parameterserver": {"enabled": True}}, ["parameterserver"], "parameter_server"),
+]
+
+
+@pytest.mark.parametrize(
+    ("distribution", "loc", "meant"), UNKNOWN_KEYS, ids=[meant for _, _, meant in UNKNOWN_KEYS]
+)
+def test_an_unknown_distribution_key_suggests_the_nearest(
+    api: TestClient, source_dir: Path, distribution: dict[str, Any], loc: list[str], meant: str
+) -> None:
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir, distribution=distribution))
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "distribution", *loc]
+    assert error["msg"] == f"unknown key; did you mean {meant!r}?"
+    assert _stored_jobs(api) == []
+
+
+def test_an_unknown_key_like_no_other_lists_the_keys(api: TestClient, source_dir: Path) -> None:
+    response = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, distribution={"horovod": {}})
+    )
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "distribution", "horovod"]
+    assert error["msg"] == (
+        "unknown key; the keys are torch_distributed, pytorchddp, mpi, parameter_server, "
+        "smdistributed, multi_worker_mirrored_strategy"
     )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from provisioning.base import Backend
 from service.app import create_app
 from service.auth.service import create_token
 from service.jobs import service
@@ -17,7 +18,6 @@ from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
 from tests.instances import SleepingInstances
-from worker.backends.base import Backend
 from worker.reconciler import Reconciler
 
 

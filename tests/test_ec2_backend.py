@@ -10,6 +10,7 @@ capacity error on the second of several launches, and instances that never termi
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import json
 import random
@@ -25,14 +26,15 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from pydantic import ValidationError
 
-from service.backend_settings import Ec2Settings
+from provisioning import registry
+from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
+from provisioning.ec2 import userdata as ec2_userdata
+from provisioning.ec2.backend import ConsoleCache, Ec2Backend, Ec2Error, instance_state
+from provisioning.ec2.settings import Ec2Settings
 from service.jobs.schemas import JobCreate
-from service.kit.errors import SpecError
+from service.kit.errors import SpecError, refuse
 from service.settings import Settings
 from tests import aws
-from worker.backends import ec2_userdata, registry
-from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
-from worker.backends.ec2 import ConsoleCache, Ec2Backend, Ec2Error, instance_state
 
 IMAGE = "ami-0abcdef1234567890"
 ARTIFACT_ROOT = "file:///srv/runyard/artifacts"
@@ -77,7 +79,8 @@ def _request(name: str = "job-1", job_id: str = "a" * 32, **spec: Any) -> Launch
         "output_path": "s3://runyard/output",
     }
     values.update(spec)
-    return LaunchRequest(JobRef(job_id, name), JobCreate.model_validate(values), SERVICE_URL, TOKEN)
+    spec = JobCreate.model_validate(values).job_spec()
+    return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, TOKEN)
 
 
 def _instances(client: Any, job_id: str) -> list[dict[str, Any]]:
@@ -202,7 +205,11 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "first_log_seq": 1,
   "checkpoint_uri": null,
   "checkpoint_local_path": null,
-  "spot_notice": null
+  "spot_notice": null,
+  "isolation": "machine",
+  "network_namespace": null,
+  "notices": [],
+  "peer_timeout_seconds": null
 }
 RUNYARD_EOF
 
@@ -226,6 +233,9 @@ for host in algo-1 algo-2; do
   done
   echo "$address $host" >> /etc/hosts
 done
+
+# The instance's SageMaker host name: what its scripts and MPI see as this machine's.
+hostname algo-2
 
 cd /opt/ml
 export SM_BASE_DIR=/opt/ml
@@ -322,7 +332,7 @@ def test_spot_is_asked_for_when_the_spec_says_so(ec2: Any, settings: Ec2Settings
     request = _request()
     spot = LaunchRequest(
         request.job,
-        request.spec.model_copy(update={"use_spot_instances": True}),
+        dataclasses.replace(request.spec, use_spot_instances=True),
         SERVICE_URL,
         TOKEN,
     )
@@ -350,9 +360,9 @@ def test_plans_that_ec2_cannot_run_are_refused(ec2: Any, settings: Ec2Settings) 
     with pytest.raises(Ec2Error, match="set RUNYARD_EC2__RUNTIME_PACKAGE to what pip install"):
         _backend(ec2, unset).materialize(_request())
     with pytest.raises(SpecError, match="RUNYARD_EC2__RUNTIME_PACKAGE") as refused:
-        _backend(ec2, unset).check(_request().spec, SERVICE_URL)
+        refuse(_backend(ec2, unset).check(_request().spec, SERVICE_URL))
     assert refused.value.loc == ("backend",)
-    _backend(ec2, settings).check(_request().spec, SERVICE_URL)
+    refuse(_backend(ec2, settings).check(_request().spec, SERVICE_URL))
     with pytest.raises(Ec2Error, match=r"'local' is not an ml\.\* type"):
         _backend(ec2, settings).materialize(_request(instance_type="local"))
     nfs = settings.model_copy(update={"artifact_nfs": "fs-1:/"})
@@ -402,6 +412,7 @@ case "$url" in
 esac
 """,
         "shutdown": '#!/bin/bash\necho "$*" >> "$RECORD/shutdown"\n',
+        "hostname": '#!/bin/bash\necho "$*" >> "$RECORD/hostname"\n',
         # python3 -m venv --system-site-packages DIR: a venv whose pip and train record.
         "python3": """#!/bin/bash
 mkdir -p "$4/bin"
@@ -492,6 +503,7 @@ def test_user_data_writes_the_files_resolves_peers_runs_and_shuts_down(tmp_path:
     assert train["env"]["SM_BASE_DIR"] == "/opt/ml"
     assert "X-aws-ec2-metadata-token: tok" in (record / "curl").read_text()
     assert (record / "shutdown").read_text() == "-h now\n"
+    assert (record / "hostname").read_text() == "algo-2\n"  # its SageMaker name
     assert not list(tmp_path.rglob("pwned"))
 
 

@@ -18,9 +18,19 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from service.backend_settings import KubernetesSettings
+from provisioning.base import (
+    CONSOLE_BYTES,
+    REDACTED,
+    InstanceState,
+    JobRef,
+    LaunchRequest,
+    TeardownError,
+)
+from provisioning.kubernetes import manifests
+from provisioning.kubernetes.backend import KubernetesBackend, KubernetesError, _shared_client
+from provisioning.kubernetes.settings import KubernetesSettings
 from service.jobs.schemas import JobCreate
-from service.kit.errors import SpecError
+from service.kit.errors import SpecError, refuse
 from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 from tests.kube import (
@@ -32,16 +42,6 @@ from tests.kube import (
     starting,
     unschedulable,
 )
-from worker.backends import kubernetes_manifests as manifests
-from worker.backends.base import (
-    CONSOLE_BYTES,
-    REDACTED,
-    InstanceState,
-    JobRef,
-    LaunchRequest,
-    TeardownError,
-)
-from worker.backends.kubernetes import KubernetesBackend, KubernetesError, _shared_client
 
 GOLDEN = Path(__file__).parent / "golden" / "kubernetes_manifests.yaml"
 KUBERNETES_VERSION = "1.37.0"
@@ -63,7 +63,7 @@ def _request(job_id: str = JOB_ID, name: str = "Bert-Large-2026", **spec: Any) -
     values.update(spec)
     return LaunchRequest(
         job=JobRef(job_id, name),
-        spec=JobCreate.model_validate(values),
+        spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://runyard-api.runyard.svc:8642",
         token="ryj_secret-token",
     )
@@ -204,9 +204,9 @@ def test_a_loopback_service_url_is_refused() -> None:
     backend, spec = _backend(artifact_volume_claim="artifacts"), _request().spec
     for url in ("http://127.0.0.1:8642", "http://localhost:8642", "http://[::1]:8642"):
         with pytest.raises(SpecError, match=r"pods cannot report to .*RUNYARD_PUBLIC_URL") as e:
-            backend.check(spec, url)
+            refuse(backend.check(spec, url))
         assert e.value.loc == ("backend",)
-    backend.check(spec, "http://runyard-api.runyard.svc:8642")
+    refuse(backend.check(spec, "http://runyard-api.runyard.svc:8642"))
 
 
 def test_planning_needs_no_cluster() -> None:

@@ -10,21 +10,23 @@ from pathlib import Path
 
 import pytest
 
+from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
+from provisioning.local import processes
+from provisioning.local.backend import LocalBackend, LocalPlan, share_cpus
 from tests.instances import launch_request
-from worker.backends import processes
-from worker.backends.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
-from worker.backends.local import LocalBackend, LocalPlan, share_cpus
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
 
 
 def _backend(tmp_path: Path, python: str = "/opt/python/bin/python3") -> LocalBackend:
+    # The instances share the machine here (tests/test_local_namespaces.py has the rest).
     return LocalBackend(
         tmp_path / "jobs",
         python=python,
         environ=ENVIRON,
         allocate_port=lambda: 29500,
         cpus=[0, 1, 2, 3, 4],
+        isolation="shared",
     )
 
 
@@ -108,6 +110,13 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "checkpoint_uri": None,
         "checkpoint_local_path": None,
         "spot_notice": None,
+        "isolation": "shared",
+        "network_namespace": None,
+        "notices": [
+            "The instances of this job share this machine's host name and network: "
+            "RUNYARD_LOCAL_ISOLATION is shared"
+        ],
+        "peer_timeout_seconds": None,
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"
@@ -122,7 +131,9 @@ def _fake_runtime(
     handling is tested on its own."""
     program = tmp_path / "fake_runtime.py"
     program.write_text(script)
-    backend = LocalBackend(tmp_path / "jobs", python=sys.executable, teardown_grace=2.0)
+    backend = LocalBackend(
+        tmp_path / "jobs", python=sys.executable, teardown_grace=2.0, isolation="shared"
+    )
     request = _request(tmp_path, instance_count=2)
     materialized = backend.materialize(request)
     for instance in materialized.plan.instances:

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from runtime import fastfile, mounts
-from worker.backends.base import JobRef
-from worker.backends.local import LocalBackend
+from provisioning.base import JobRef
+from provisioning.local.backend import LocalBackend
+from runtime.channels import fastfile
+from runtime.linux import mounts
 
 # A stand-in for a runtime with a FastFile channel: it mounts, says so, and waits.
 MOUNTING_RUNTIME = """
 import sys
 from pathlib import Path
-from runtime import fastfile
-from runtime.channel_data import ChannelObject
+from runtime.channels import fastfile
+from runtime.channels.channel_data import ChannelObject
 mountpoint, cache = Path(sys.argv[1]), Path(sys.argv[2])
 fastfile.FastFileChannel("train", [ChannelObject("file:///unused", "x", 1)], mountpoint, cache,
                          print).mount()

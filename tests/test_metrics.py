@@ -14,33 +14,16 @@ from sqlalchemy import func, select
 
 from runyard import cli
 from runyard.client import Client, RunyardError
-from service.auth.tokens import job_token
 from service.jobs.models import MetricPoint
 from service.kit.db import session_scope
 from service.settings import Settings
-from tests.conftest import job_spec
+from tests.conftest import job_spec, log_line, submit_for_instances
 
 DEFINITIONS = [
     {"name": "train:loss", "regex": r"loss: ([-+0-9.eE]+)"},
     {"name": "valid:acc", "regex": r"acc=(\S+)"},
 ]
 JOB = "/v1/training-jobs/job-1"
-
-
-def _submit(api: TestClient, settings: Settings, source_dir: Path, **spec: Any) -> dict[str, str]:
-    """Submits job-1; returns the headers its instances post with."""
-    response = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec))
-    assert response.status_code == 201, response.text
-    return {"Authorization": f"Bearer {job_token(settings.signing_key(), response.json()['id'])}"}
-
-
-def _line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
-    return {
-        "seq": seq,
-        "time": f"2026-01-01T00:00:{second:02d}Z",
-        "stream": stream,
-        "message": message,
-    }
 
 
 def _ship(
@@ -117,7 +100,7 @@ def test_good_definitions_are_kept_in_the_spec(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
     definitions = [*DEFINITIONS, {"name": "lr", "regex": r"(?:lr|rate)=(?P<value>[0-9.]+)"}]
-    _submit(api, settings, source_dir, metric_definitions=definitions)
+    submit_for_instances(api, settings, source_dir, metric_definitions=definitions)
     job = api.get(JOB).json()
     assert job["spec"]["metric_definitions"] == definitions
     assert job["final_metrics"] == []
@@ -129,23 +112,25 @@ def test_good_definitions_are_kept_in_the_spec(
 def test_points_come_from_every_hosts_script_output_once(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _submit(api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS)
-    first = [_line(1, 0, "epoch 1 loss: 0.9 acc=0.5"), _line(2, 2, "loss: 0.7", "stderr")]
+    headers = submit_for_instances(
+        api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS
+    )
+    first = [log_line(1, 0, "epoch 1 loss: 0.9 acc=0.5"), log_line(2, 2, "loss: 0.7", "stderr")]
     assert _ship(api, headers, "algo-1", *first) == {"stored": 2}
     _ship(
         api,
         headers,
         "algo-2",
-        _line(1, 1, "loss: 1.5e-1"),
-        _line(2, 3, "loss: 0.1", "runtime"),  # the runtime's own line, not the script's
-        _line(3, 4, "nothing to see"),
-        _line(4, 5, "loss: . acc=high"),  # matches, but no number
-        _line(5, 6, "acc=nan loss: inf"),  # not finite
-        _line(6, 7, "acc=0.75"),
+        log_line(1, 1, "loss: 1.5e-1"),
+        log_line(2, 3, "loss: 0.1", "runtime"),  # the runtime's own line, not the script's
+        log_line(3, 4, "nothing to see"),
+        log_line(4, 5, "loss: . acc=high"),  # matches, but no number
+        log_line(5, 6, "acc=nan loss: inf"),  # not finite
+        log_line(6, 7, "acc=0.75"),
     )
     # A retried batch (and one overlapping it) adds no point twice.
     assert _ship(api, headers, "algo-1", *first) == {"stored": 0}
-    assert _ship(api, headers, "algo-1", first[1], _line(3, 8, "loss: 0.5")) == {"stored": 1}
+    assert _ship(api, headers, "algo-1", first[1], log_line(3, 8, "loss: 0.5")) == {"stored": 1}
 
     assert _points(api) == {
         "train:loss": [
@@ -163,8 +148,8 @@ def test_points_come_from_every_hosts_script_output_once(
 def test_a_job_without_definitions_stores_no_points(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _submit(api, settings, source_dir)
-    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9"))
+    headers = submit_for_instances(api, settings, source_dir)
+    _ship(api, headers, "algo-1", log_line(1, 0, "loss: 0.9"))
     assert api.get(f"{JOB}/metrics").json() == {"metrics": []}
     with session_scope(settings.database_url) as session:
         assert session.scalar(select(func.count()).select_from(MetricPoint)) == 0
@@ -176,8 +161,8 @@ def test_a_job_without_definitions_stores_no_points(
 def test_metrics_route_filters_by_name_and_limits_to_the_latest(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _submit(api, settings, source_dir, metric_definitions=DEFINITIONS)
-    _ship(api, headers, "algo-1", *(_line(i, i, f"loss: {i}") for i in range(1, 6)))
+    headers = submit_for_instances(api, settings, source_dir, metric_definitions=DEFINITIONS)
+    _ship(api, headers, "algo-1", *(log_line(i, i, f"loss: {i}") for i in range(1, 6)))
 
     assert _points(api, name="train:loss", limit=2) == {
         "train:loss": [("04", "algo-1", 4.0), ("05", "algo-1", 5.0)]
@@ -197,10 +182,12 @@ def test_metrics_route_filters_by_name_and_limits_to_the_latest(
 def test_final_metrics_hold_the_latest_value_of_each_metric(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    headers = _submit(api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS)
-    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9"), _line(2, 5, "loss: 0.4 acc=0.8"))
+    headers = submit_for_instances(
+        api, settings, source_dir, instance_count=2, metric_definitions=DEFINITIONS
+    )
+    _ship(api, headers, "algo-1", log_line(1, 0, "loss: 0.9"), log_line(2, 5, "loss: 0.4 acc=0.8"))
     # algo-2's batch arrives later but its values are older: they are not the final ones.
-    _ship(api, headers, "algo-2", _line(1, 3, "loss: 0.6"), _line(2, 9, "acc=0.85"))
+    _ship(api, headers, "algo-2", log_line(1, 3, "loss: 0.6"), log_line(2, 9, "acc=0.85"))
 
     final = api.get(JOB).json()["final_metrics"]
     assert [(m["name"], m["value"], m["time"][17:19]) for m in final] == [
@@ -232,13 +219,13 @@ def _client_on(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> Client:
 def test_describe_shows_the_last_value_of_each_metric(
     api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    headers = _submit(api, settings, source_dir, metric_definitions=DEFINITIONS)
+    headers = submit_for_instances(api, settings, source_dir, metric_definitions=DEFINITIONS)
     client = _client_on(api, monkeypatch)
     result = CliRunner().invoke(cli.main, ["describe", "job-1"])
     assert result.exit_code == 0, result.output
     assert "Metrics:" not in result.output
 
-    _ship(api, headers, "algo-1", _line(1, 0, "loss: 0.9 acc=0.5"), _line(2, 1, "loss: 0.25"))
+    _ship(api, headers, "algo-1", log_line(1, 0, "loss: 0.9 acc=0.5"), log_line(2, 1, "loss: 0.25"))
     result = CliRunner().invoke(cli.main, ["describe", "job-1"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -258,7 +245,7 @@ def test_describe_shows_the_last_value_of_each_metric(
 def test_a_progress_metric_gives_progress_and_the_time_left(
     api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    headers = _submit(
+    headers = submit_for_instances(
         api,
         settings,
         source_dir,

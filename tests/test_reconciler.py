@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
+from provisioning.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
+from provisioning.local.backend import LocalBackend, LocalPlan
 from service.jobs import service
-from service.jobs.schemas import InstanceReport, JobCreate
-from service.kit.db import session_scope, utcnow
+from service.kit.db import session_scope, to_micros, utcnow
+from service.logs import service as logs
+from service.logs.schemas import Line
 from service.settings import Settings
-from tests.conftest import job_spec
 from tests.instances import SleepingInstances
-from worker.backends.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
-from worker.backends.local import LocalBackend, LocalPlan
+from tests.jobs import job_state, report, submit
 from worker.reconciler import Reconciler
 
 
@@ -26,34 +27,16 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"stop_grace_seconds": 0.0, "teardown_grace_seconds": 0.5})
 
 
-def _submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
-    with session_scope(settings.database_url) as session:
-        return service.submit(
-            session, settings, JobCreate.model_validate(job_spec(source_dir, **spec)), "admin"
-        ).name
-
-
-def _job(settings: Settings, name: str) -> dict[str, Any]:
-    with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
-        return {
-            "status": job.status,
-            "secondary": job.secondary_status,
-            "reason": job.failure_reason,
-            "transitions": [t.secondary_status for t in job.transitions],
-        }
-
-
 def test_a_launch_that_cannot_start_fails_the_job_with_the_reason(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
 
     def broken(_name: str, _settings: Settings) -> LocalBackend:
         return LocalBackend(settings.jobs_dir, python="/nonexistent/python3", teardown_grace=1)
 
     Reconciler(settings, broken).reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Failed", "Failed")
     assert job["reason"].startswith("InternalServerError: FileNotFoundError:")
     assert "/nonexistent/python3" in job["reason"]
@@ -61,14 +44,39 @@ def test_a_launch_that_cannot_start_fails_the_job_with_the_reason(
 
 
 def test_stop_before_launch_launches_nothing(settings: Settings, source_dir: Path) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     with session_scope(settings.database_url) as session:
         service.stop(session, settings, name)
     Reconciler(settings).reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "Stopped")
-    assert job["transitions"] == ["Starting", "Stopping", "Stopped"]
+    assert job["secondaries"] == ["Starting", "Stopping", "Stopped"]
     assert not (settings.jobs_dir / name).exists()
+    assert _log(settings, name) == [
+        ("algo-1", 1, "Training job stopped at a user's request (runyard stop, or StopTrainingJob)")
+    ]
+
+
+def test_why_a_job_stopped_is_its_logs_last_line(settings: Settings, source_dir: Path) -> None:
+    name = submit(settings, source_dir, instance_count=2)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(name)
+    printed = [Line(seq, to_micros(utcnow()), "stdout", f"step {seq}") for seq in (1, 2, 3)]
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        logs.ingest(session, job.id, "algo-1", printed[:2])
+        logs.ingest(session, job.id, "algo-2", printed)
+        service.stop(session, settings, name)
+    reconciler.reconcile(name)
+    assert job_state(settings, name)["status"] == "Stopped"
+    *instances, last = _log(settings, name)
+    assert len(instances) == 5
+    # Numbered on from every line of the job, so that no line of its host can follow it.
+    assert last == (
+        "algo-1",
+        4,
+        "Training job stopped at a user's request (runyard stop, or StopTrainingJob)",
+    )
 
 
 class _StopDuringLaunch(LocalBackend):
@@ -86,21 +94,21 @@ class _StopDuringLaunch(LocalBackend):
 
 
 def test_a_stop_during_launch_is_not_overwritten(settings: Settings, source_dir: Path) -> None:
-    name = _submit(settings, source_dir, entry_point="train.py")
+    name = submit(settings, source_dir, entry_point="train.py")
     backend = _StopDuringLaunch(settings, name)
 
     def build(_name: str, _settings: Settings) -> Backend[Any]:
         return backend
 
     Reconciler(settings, build).reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "Stopped")
-    assert job["transitions"][-2:] == ["Stopping", "Stopped"]
+    assert job["secondaries"][-2:] == ["Stopping", "Stopped"]
     assert not (settings.jobs_dir / name).exists()
 
 
 def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_dir: Path) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     seen: list[LaunchRequest] = []
 
     class Recording(LocalBackend):
@@ -117,39 +125,62 @@ def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_di
     with session_scope(settings.database_url) as session:
         service.stop(session, settings, name)
     Reconciler(settings).reconcile(name)
-    assert _job(settings, name)["status"] == "Stopped"
+    assert job_state(settings, name)["status"] == "Stopped"
     assert not (settings.jobs_dir / name).exists()
+
+
+def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = submit(settings, source_dir)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(name)
+    reason = (
+        "AlgorithmError: ValueError: bad shape, exit code: 1\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/ml/code/train.py", line 3, in <module>\n'
+        "    raise ValueError('bad shape')"
+    )
+    report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason=reason)
+    reconciler.reconcile(name)
+    job = job_state(settings, name)
+    assert (job["status"], job["reason"]) == ("Failed", reason)
+    assert job["transitions"][-1] == (
+        "Failed",
+        "Training job failed: AlgorithmError: ValueError: bad shape, exit code: 1",
+    )
+
+
+def _log(settings: Settings, name: str) -> list[tuple[str, int, str]]:
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name)
+        rows, _ = logs.page(session, job.id, host=None, cursor=None, limit=100)
+        return [(row.host, row.seq, row.message) for row in rows]
 
 
 def _sleepers(settings: Settings) -> Callable[[str, Settings], Backend[Any]]:
     return lambda _name, _settings: SleepingInstances(settings.jobs_dir)
 
 
-def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
-    report = InstanceReport(phase=phase, time=utcnow(), **fields)  # type: ignore[arg-type]
-    with session_scope(settings.database_url) as session:
-        service.record_report(session, settings, service.get(session, name), host, report)
-
-
 def test_progress_follows_the_slowest_instance_and_never_goes_back(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, instance_count=2)
+    name = submit(settings, source_dir, instance_count=2)
     reconciler = Reconciler(settings, _sleepers(settings))
     reconciler.reconcile(name)  # launches
-    _report(settings, name, "algo-1", "Downloading")
-    _report(settings, name, "algo-1", "Training")
+    report(settings, name, "algo-1", "Downloading")
+    report(settings, name, "algo-1", "Training")
     reconciler.reconcile(name)  # algo-2 has said nothing yet: the job is not training
-    assert _job(settings, name)["secondary"] == "Downloading"
-    _report(settings, name, "algo-2", "Downloading")
+    assert job_state(settings, name)["secondary"] == "Downloading"
+    report(settings, name, "algo-2", "Downloading")
     reconciler.reconcile(name)
-    _report(settings, name, "algo-2", "Training")
+    report(settings, name, "algo-2", "Training")
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
-    _report(settings, name, "algo-2", "Completed", exit_code=0)
+    report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
+    report(settings, name, "algo-2", "Completed", exit_code=0)
     reconciler.reconcile(name)
-    job = _job(settings, name)
-    assert job["transitions"] == [
+    job = job_state(settings, name)
+    assert job["secondaries"] == [
         "Starting",
         "LaunchingInstances",
         "Downloading",
@@ -162,24 +193,27 @@ def test_progress_follows_the_slowest_instance_and_never_goes_back(
 def test_a_job_that_finished_in_time_is_not_stopped_for_max_run(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, max_run=1)
+    name = submit(settings, source_dir, max_run=1)
     reconciler = Reconciler(settings, _sleepers(settings))
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Completed", exit_code=0)
+    report(settings, name, "algo-1", "Completed", exit_code=0)
     time.sleep(1.2)  # the next pass comes after the deadline
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Completed"
+    assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_a_job_still_running_at_max_run_is_stopped(settings: Settings, source_dir: Path) -> None:
-    name = _submit(settings, source_dir, max_run=1)
+    name = submit(settings, source_dir, max_run=1)
     reconciler = Reconciler(settings, _sleepers(settings))
     reconciler.reconcile(name)
     time.sleep(1.2)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
     assert not (settings.jobs_dir / name).exists()
+    assert _log(settings, name) == [
+        ("algo-1", 1, "Training job stopped: its max_run of 1 s was reached")
+    ]
 
 
 def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir: Path) -> None:
@@ -191,11 +225,11 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
             raise TeardownError(f"processes of {job.name} survived SIGKILL: [4242]")
 
     backend = Stuck(settings.jobs_dir)
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     Reconciler(settings, lambda _n, _s: backend).reconcile(name)
-    _report(settings, name, "algo-1", "Completed", exit_code=0)
+    report(settings, name, "algo-1", "Completed", exit_code=0)
     Reconciler(settings, lambda _n, _s: backend).reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert "TeardownError: processes of job-1 survived SIGKILL: [4242]" in job["reason"]
     assert calls == [name]  # not retried in a loop

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
+from provisioning.base import Backend, InstanceState, InstanceStatus
 from service.jobs import service
-from service.jobs.schemas import InstanceReport, InterruptionNotice, JobCreate
-from service.kit.db import session_scope, utcnow
+from service.jobs.schemas import InterruptionNotice
+from service.kit.db import session_scope, to_micros, utcnow
 from service.kit.errors import Conflict
 from service.logs import service as logs
-from service.logs.schemas import LogLine
+from service.logs.schemas import Line
 from service.settings import Settings
-from tests.conftest import job_spec
 from tests.instances import SleepingInstances
-from worker.backends.base import Backend, InstanceState, InstanceStatus
+from tests.jobs import job_state, report, submit
 from worker.reconciler import Reconciler
 
 
@@ -45,18 +45,6 @@ def _backend(
     return backend, lambda _name, _settings: backend
 
 
-def _submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
-    with session_scope(settings.database_url) as session:
-        job = JobCreate.model_validate(job_spec(source_dir, **spec))
-        return service.submit(session, settings, job, "admin").name
-
-
-def _report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
-    report = InstanceReport(phase=phase, time=utcnow(), **fields)  # type: ignore[arg-type]
-    with session_scope(settings.database_url) as session:
-        service.record_report(session, settings, service.get(session, name), host, report)
-
-
 def _notice(message: str, attempt: int | None = None) -> InterruptionNotice:
     return InterruptionNotice(message=message, attempt=attempt)
 
@@ -74,30 +62,8 @@ def _kill(settings: Settings, name: str, host: str) -> None:
     _wait_for(lambda: not _alive(pid))
 
 
-def _job(settings: Settings, name: str) -> dict[str, Any]:
-    with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
-        return {
-            "status": job.status,
-            "secondary": job.secondary_status,
-            "reason": job.failure_reason,
-            "attempt": job.attempt,
-            "restarts": job.restarts,
-            "infrastructure_restarts": job.infrastructure_restarts,
-            "interruptions": job.interruptions,
-            "billable_seconds": job.billable_seconds,
-            "pending_reason": job.pending_reason,
-            "instances": {row.host: row.phase for row in job.instances},
-            "transitions": [(t.secondary_status, t.message) for t in job.transitions],
-        }
-
-
-def _secondaries(job: dict[str, Any]) -> list[str]:
-    return [secondary for secondary, _message in job["transitions"]]
-
-
 def _fail(settings: Settings, name: str, exit_code: int, attempt: int) -> None:
-    _report(
+    report(
         settings,
         name,
         "algo-1",
@@ -111,7 +77,7 @@ def _fail(settings: Settings, name: str, exit_code: int, attempt: int) -> None:
 def test_a_retryable_exit_code_is_retried_up_to_the_limit(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(
+    name = submit(
         settings,
         source_dir,
         max_retry_attempts=2,
@@ -123,7 +89,7 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
     for attempt in (0, 1):
         _fail(settings, name, 75, attempt)
         reconciler.reconcile(name)  # decides, tears down and launches the next attempt
-        job = _job(settings, name)
+        job = job_state(settings, name)
         assert (job["status"], job["attempt"], job["restarts"]) == (
             "InProgress",
             attempt + 1,
@@ -132,7 +98,7 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
         assert job["instances"] == {}  # the new attempt's instances report afresh
     _fail(settings, name, 75, 2)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert (
         job["reason"] == "AlgorithmError: exit 75 (no retries left: 2 of max_retry_attempts used)"
@@ -148,7 +114,7 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
 
 
 def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_dir: Path) -> None:
-    name = _submit(
+    name = submit(
         settings,
         source_dir,
         max_retry_attempts=3,
@@ -159,27 +125,27 @@ def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_d
     reconciler.reconcile(name)
     _fail(settings, name, 1, 0)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["reason"], job["restarts"]) == (
         "Failed",
         "AlgorithmError: exit 1",
         0,
     )
     assert backend.launches == [0]
-    assert "Restarting" not in _secondaries(job)
+    assert "Restarting" not in job["secondaries"]
 
 
 def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, instance_count=2)
+    name = submit(settings, source_dir, instance_count=2)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Training", attempt=0)
+    report(settings, name, "algo-1", "Training", attempt=0)
     _kill(settings, name, "algo-2")
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("InProgress", 1)
     assert (job["restarts"], job["infrastructure_restarts"]) == (0, 1)
     [message] = [m for s, m in job["transitions"] if s == "Restarting"]
@@ -189,25 +155,48 @@ def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
     assert backend.launches == [0, 1]
     assert job["billable_seconds"] is not None  # the first attempt's time is billed
     # A late word from the first attempt changes nothing of the second.
-    _report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="late", attempt=0)
+    report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="late", attempt=0)
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "InProgress"
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
-    _report(settings, name, "algo-2", "Completed", exit_code=0, attempt=1)
+    assert job_state(settings, name)["status"] == "InProgress"
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    report(settings, name, "algo-2", "Completed", exit_code=0, attempt=1)
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Completed"
+    assert job_state(settings, name)["status"] == "Completed"
+
+
+def test_an_mpi_job_whose_worker_instance_died_is_not_completed_by_mpirun_saying_so(
+    settings: Settings, source_dir: Path
+) -> None:
+    # Open MPI's prterun can exit 0 after losing a daemon: algo-1 then reports Completed
+    # although algo-2's ranks died with their instance mid-training.
+    mpi = {"mpi": {"enabled": True, "processes_per_host": 1}}
+    name = submit(settings, source_dir, instance_count=2, distribution=mpi)
+    _, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(name)
+    _kill(settings, name, "algo-2")
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
+    reconciler.reconcile(name)
+    job = job_state(settings, name)
+    assert (job["status"], job["attempt"], job["infrastructure_restarts"]) == ("InProgress", 1, 1)
+    [message] = [m for s, m in job["transitions"] if s == "Restarting"]
+    assert "InstanceLost: algo-2 ended without reporting a result" in message
+    # Its daemon's instance still running or done with a word: algo-1's result stands.
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(name)
+    assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_infrastructure_restarts_have_their_own_limit(settings: Settings, source_dir: Path) -> None:
     settings = settings.model_copy(update={"max_infrastructure_restarts": 1})
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     for _ in range(2):
         _kill(settings, name, "algo-1")
         reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")
     assert job["reason"].endswith(
@@ -219,7 +208,7 @@ def test_infrastructure_restarts_have_their_own_limit(settings: Settings, source
 def test_a_rule_can_refuse_to_restart_an_infrastructure_failure(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(
+    name = submit(
         settings,
         source_dir,
         retry_rules=[{"on_failure_reasons": ["^InstanceLost"], "action": "fail"}],
@@ -229,19 +218,19 @@ def test_a_rule_can_refuse_to_restart_an_infrastructure_failure(
     reconciler.reconcile(name)
     _kill(settings, name, "algo-1")
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Failed"
+    assert job_state(settings, name)["status"] == "Failed"
     assert backend.launches == [0]
 
 
 def test_a_retry_waits_out_its_back_off(settings: Settings, source_dir: Path) -> None:
     settings = settings.model_copy(update={"restart_backoff_seconds": 30.0})
-    name = _submit(settings, source_dir, max_retry_attempts=1)
+    name = submit(settings, source_dir, max_retry_attempts=1)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     _fail(settings, name, 3, 0)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["secondary"], job["attempt"]) == ("Restarting", 0)
     assert job["pending_reason"].startswith("Restarting in ")
     assert "(back-off after a failed attempt)" in job["pending_reason"]
@@ -251,13 +240,13 @@ def test_a_retry_waits_out_its_back_off(settings: Settings, source_dir: Path) ->
     with session_scope(settings.database_url) as session:
         service.stop(session, settings, name)
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Stopped"
+    assert job_state(settings, name)["status"] == "Stopped"
 
 
 def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
@@ -268,7 +257,7 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     reconciler.reconcile(name)  # SIGTERM to the instance; the sleeper ends on it
     _wait_for(lambda: not _alive(leader))
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["attempt"], job["infrastructure_restarts"]) == ("InProgress", 1, 1)
     assert backend.launches == [0, 1]
     [notice] = [m for s, m in job["transitions"] if s == "Interrupted"]
@@ -276,8 +265,8 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
         "Spot interruption: algo-1: capacity reclaimed; the scripts got SIGTERM and 5 s "
         "to save a checkpoint"
     )
-    assert _secondaries(job)[-2:] == ["Interrupted", "LaunchingInstances"]
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    assert job["secondaries"][-2:] == ["Interrupted", "LaunchingInstances"]
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
     reconciler.reconcile(name)
     with session_scope(settings.database_url) as session:
         done = service.get(session, name)
@@ -288,8 +277,8 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
 def test_only_a_spot_job_with_running_instances_takes_a_notice(
     settings: Settings, source_dir: Path
 ) -> None:
-    on_demand = _submit(settings, source_dir, name="on-demand")
-    spot = _submit(
+    on_demand = submit(settings, source_dir, name="on-demand")
+    spot = submit(
         settings, source_dir, name="spot", use_spot_instances=True, max_run=60, max_wait=60
     )
     with session_scope(settings.database_url) as session:
@@ -304,13 +293,13 @@ def test_only_a_spot_job_with_running_instances_takes_a_notice(
 
 
 def test_a_spot_job_past_max_wait_is_stopped(settings: Settings, source_dir: Path) -> None:
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     time.sleep(1.2)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxWaitTimeExceeded")
     stopping = next(m for s, m in job["transitions"] if s == "MaxWaitTimeExceeded")
     assert "longer than max_wait (1 s)" in stopping
@@ -323,28 +312,28 @@ def test_spot_interruptions_leave_the_budget_for_lost_instances(
     settings = settings.model_copy(
         update={"max_infrastructure_restarts": 1, "spot_grace_seconds": 0.0}
     )
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
     _interrupt(settings, name)
     reconciler.reconcile(name)
-    assert _job(settings, name)["attempt"] == 1
+    assert job_state(settings, name)["attempt"] == 1
     _kill(settings, name, "algo-1")
     reconciler.reconcile(name)  # the one lost-instance restart allowed
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("InProgress", 2)
     assert (job["infrastructure_restarts"], job["interruptions"]) == (2, 1)
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=2)
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=2)
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Completed"
+    assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_a_notice_from_an_earlier_attempts_instance_is_ignored(
     settings: Settings, source_dir: Path
 ) -> None:
     settings = settings.model_copy(update={"spot_grace_seconds": 0.0})
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
@@ -352,24 +341,24 @@ def test_a_notice_from_an_earlier_attempts_instance_is_ignored(
     reconciler.reconcile(name)
     _interrupt(settings, name, attempt=0)  # the first instance's retry, arriving late
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["attempt"], job["interruptions"]) == (1, 1)
     assert backend.launches == [0, 1]
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
     reconciler.reconcile(name)
 
 
 def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
     _interrupt(settings, name)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("Completed", 0)
     assert backend.launches == [0]
 
@@ -377,31 +366,31 @@ def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
 def test_a_job_that_completed_in_time_is_not_stopped_for_max_wait(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
     time.sleep(1.2)  # the pass that sees it comes after the deadline
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Completed"
+    assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_instances_that_never_start_are_stopped_at_max_run(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir, max_run=1)
+    name = submit(settings, source_dir, max_run=1)
     backend, build = _backend(settings)
     backend.pending_reason = "0/3 nodes are available"  # pending with no start timeout
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)  # launches
     reconciler.reconcile(name)  # sees them pending
-    assert _job(settings, name)["pending_reason"] == (
+    assert job_state(settings, name)["pending_reason"] == (
         "Waiting for 1 of 1 instances: algo-1: 0/3 nodes are available"
     )
     time.sleep(1.2)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
     assert job["pending_reason"] is None
 
@@ -409,13 +398,13 @@ def test_instances_that_never_start_are_stopped_at_max_run(
 def test_a_failure_reason_too_long_to_store_keeps_why_it_was_not_retried(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    _report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="x" * 5000)
+    report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="x" * 5000)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert len(job["reason"]) == 1024
     assert job["reason"].startswith("xxx")
@@ -424,7 +413,7 @@ def test_a_failure_reason_too_long_to_store_keeps_why_it_was_not_retried(
 def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
@@ -434,12 +423,12 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
     _kill(settings, name, "algo-1")
     backend.console_text = "cannot reach the service\x00!"
     reconciler.reconcile(name)  # restarts; the first attempt shipped its own line
-    assert _job(settings, name)["attempt"] == 1
+    assert job_state(settings, name)["attempt"] == 1
     _kill(settings, name, "algo-1")
     backend.console_text = "still cannot reach it"
     settings_one = settings.model_copy(update={"max_infrastructure_restarts": 1})
     Reconciler(settings_one, build).reconcile(name)
-    assert _job(settings, name)["status"] == "Failed"
+    assert job_state(settings, name)["status"] == "Failed"
     with session_scope(settings.database_url) as session:
         job = service.get(session, name)
         page, _ = logs.page(session, job.id, host="algo-1", cursor=None, limit=10)
@@ -455,12 +444,12 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
 ) -> None:
     settings = settings.model_copy(update={"spot_capacity_retry_seconds": 0.3})
     budget = {"use_spot_instances": True, "max_run": 600, "max_wait": 3600} if spot else {}
-    name = _submit(settings, source_dir, **budget)
+    name = submit(settings, source_dir, **budget)
     backend, build = _backend(settings)
     backend.out_of_capacity = 1
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     if not spot:  # on demand, the provider's refusal is the answer
         assert job["status"] == "Failed"
         assert job["reason"] == "LaunchError: InsufficientInstanceCapacity: none left"
@@ -471,7 +460,7 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
     )
     time.sleep(0.3)
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert (job["secondary"], job["attempt"], job["pending_reason"]) == (
         "LaunchingInstances",
         1,
@@ -479,15 +468,15 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
     )
     assert (job["restarts"], job["infrastructure_restarts"]) == (0, 0)
     assert backend.launches == [1]
-    _report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
     reconciler.reconcile(name)
-    assert _job(settings, name)["status"] == "Completed"
+    assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_an_instance_that_cannot_start_as_the_job_asks_is_not_restarted(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = _submit(settings, source_dir)
+    name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(name)
@@ -497,15 +486,15 @@ def test_an_instance_that_cannot_start_as_the_job_asks_is_not_restarted(
     )
     backend.describe = lambda _job: {"algo-1": ended}  # type: ignore[method-assign]
     reconciler.reconcile(name)
-    job = _job(settings, name)
+    job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")
     assert "InvalidImageName: bad" in job["reason"]
     assert backend.launches == [0]
 
 
-def _line(seq: int, message: str) -> LogLine:
-    return LogLine(seq=seq, time=utcnow(), stream="stdout", message=message)
+def _line(seq: int, message: str) -> Line:
+    return Line(seq, to_micros(utcnow()), "stdout", message)
 
 
 def _alive(pid: int) -> bool:

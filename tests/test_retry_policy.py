@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from contract.limits import MAX_REASON
 from service.jobs.schemas import JobCreate
-from worker.retry_policy import MAX_REASON, Failure, backoff_seconds, decide
+from worker.retry_policy import Failure, backoff_seconds, decide
 
 OOM = Failure(infrastructure=False, reason="AlgorithmError: out of memory", exit_code=137)
 CRASH = Failure(infrastructure=False, reason="AlgorithmError: exit 3", exit_code=3)
@@ -97,3 +98,19 @@ def test_a_long_reason_is_cut_to_keep_why_it_was_not_retried() -> None:
     assert len(spent.reason) == MAX_REASON
     assert spent.reason.startswith("AlgorithmError: xxx")
     assert spent.reason.endswith("(no retries left: 1 of max_retry_attempts used)")
+
+
+def test_a_traceback_cut_for_why_it_was_not_retried_keeps_its_exception() -> None:
+    frames = [f'  File "/opt/ml/code/train.py", line {n}, in step{n}' for n in range(60)]
+    text = "\n".join(["Traceback (most recent call last):", *frames, "ValueError: bad shard 7"])
+    failure = Failure(infrastructure=False, reason=text, exit_code=1)
+    spent = decide(
+        failure,
+        _spec(max_retry_attempts=1),
+        restarts=1,
+        infrastructure_restarts=0,
+        max_infrastructure_restarts=2,
+    )
+    assert len(spent.reason) <= MAX_REASON
+    assert spent.reason.startswith("Traceback (most recent call last):")
+    assert "ValueError: bad shard 7 (no retries left" in spent.reason

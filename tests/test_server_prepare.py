@@ -6,9 +6,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from runyard.server import prepare
 from service.app import create_app
 from service.kit.db import get_engine
-from service.server import prepare
 from tests.conftest import make_settings
 
 

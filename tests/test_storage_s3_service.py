@@ -5,15 +5,16 @@ from __future__ import annotations
 import io
 import tarfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from runtime.archive import make_tarball
+from contract.archive import make_tarball
+from runyard.server import prepare
 from service.app import create_app
-from service.server import prepare
 from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 
@@ -53,7 +54,7 @@ def test_uploaded_source_lands_in_the_bucket(
     s3_api: TestClient, s3: Any, source_dir: Path, tmp_path: Path
 ) -> None:
     uri, bundle = _upload(s3_api, source_dir, tmp_path)
-    assert uri.startswith(f"{ROOT}/sources/")
+    assert uri.startswith(f"{ROOT}/_sources/")
     assert uri.endswith(".tar.gz")
     key = uri.removeprefix(f"s3://{BUCKET}/")
     assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == bundle
@@ -140,3 +141,22 @@ def test_an_output_path_in_a_missing_bucket_is_refused(
     assert response.status_code == 422, response.text
     assert "output_path" in response.text
     assert "no such bucket" in response.text
+
+
+def test_uploaded_sources_no_job_refers_to_are_deleted_from_the_bucket(
+    s3_api: TestClient, s3: Any, s3_settings: Settings, source_dir: Path, tmp_path: Path
+) -> None:
+    from service.kit.db import session_scope, utcnow
+    from service.sources.retention import prune_unreferenced
+
+    used, _ = _upload(s3_api, source_dir, tmp_path)
+    assert s3_api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=used)).is_success
+    (source_dir / "train.py").write_text("print('unused')\n")
+    unused, _ = _upload(s3_api, source_dir, tmp_path)
+    # Objects cannot be made older here: the clock is moved instead.
+    with session_scope(s3_settings.database_url, readonly=True) as session:
+        assert prune_unreferenced(session, s3_settings, now=utcnow() + timedelta(days=1)) == []
+        later = utcnow() + timedelta(days=s3_settings.source_retention_days + 1)
+        assert prune_unreferenced(session, s3_settings, now=later) == [unused]
+    keys = [item["Key"] for item in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert keys == [used.removeprefix(f"s3://{BUCKET}/")]

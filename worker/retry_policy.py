@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.failures import fit
+from contract.limits import MAX_REASON
 from service.jobs.schemas import JobCreate, RetryRule
 from service.kit import patterns
-
-# What a job's failure reason may hold (training_jobs.failure_reason).
-MAX_REASON = 1024
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def decide(
 
 def _with_why(reason: str, why: str) -> str:
     """The reason, cut to leave room for why it was not retried within MAX_REASON."""
-    return reason[: MAX_REASON - len(why)] + why
+    return fit(reason, MAX_REASON - len(why)) + why
 
 
 def matches(rule: RetryRule, failure: Failure) -> bool:

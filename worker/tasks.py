@@ -8,14 +8,15 @@ from typing import Any
 
 from celery import Celery
 
+from provisioning import registry
+from provisioning.base import Backend, JobRef
 from service.jobs import repository
+from service.kit import broker
 from service.kit.db import session_scope
-from service.kit.tasks import RECONCILE_TASK
+from service.kit.enqueue import RECONCILE_TASK
 from service.metrics import retention
 from service.settings import Settings
-from worker import broker
-from worker.backends import registry
-from worker.backends.base import Backend, JobRef
+from service.sources import retention as source_retention
 from worker.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,19 @@ def register(app: Celery, settings: Settings) -> None:
                 pruned.log_lines,
                 pruned.metric_points,
                 settings.log_retention_days,
+            )
+
+    @app.task(name="runyard.prune_sources", ignore_result=True, shared=False)
+    def prune_sources() -> None:
+        """Delete uploaded code that no job refers to, once it is older than the
+        retention period (RUNYARD_SOURCE_RETENTION_DAYS)."""
+        with session_scope(settings.database_url, readonly=True) as session:
+            removed = source_retention.prune_unreferenced(session, settings)
+        if removed:
+            log.info(
+                "deleted %d uploaded sources no job refers to, last uploaded over %d days ago",
+                len(removed),
+                settings.source_retention_days,
             )
 
     @app.task(name="runyard.prune_broker", ignore_result=True)

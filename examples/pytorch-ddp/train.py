@@ -1,13 +1,15 @@
-"""A small classifier trained with torch.distributed DDP on synthetic data.
+"""A small classifier trained with torch.distributed DDP.
 
 Written as a SageMaker PyTorch script would be: hyperparameters arrive as arguments,
 paths come from SM_* variables, the launcher sets the rendezvous variables, and the model
-is saved to SM_MODEL_DIR by rank 0.
+is saved to SM_MODEL_DIR by rank 0. It trains on the CSV files of its ``train`` channel
+(``make_data.py`` writes some) or, without one, on data it makes up the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
 import json
 import os
@@ -44,12 +46,30 @@ def synthetic_dataset(
     return inputs, labels
 
 
+def channel_dataset(channel: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows of features and a label, from the channel's CSV files."""
+    rows = [row for path in sorted(channel.glob("*.csv")) for row in csv.reader(path.open())]
+    if not rows:
+        return None
+    table = torch.tensor([[float(value) for value in row] for row in rows])
+    return table[:, :-1], table[:, -1].long()
+
+
+def load_dataset(args: argparse.Namespace, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    channel = os.environ.get("SM_CHANNEL_TRAIN")
+    found = channel_dataset(Path(channel)) if channel else None
+    if rank == 0:
+        print(f"training on {'the train channel' if found else 'made-up data'}")
+    return found or synthetic_dataset(args.samples, args.features, args.classes)
+
+
 def train(args: argparse.Namespace, rank: int, world: int) -> None:
-    inputs, labels = synthetic_dataset(args.samples, args.features, args.classes)
+    inputs, labels = load_dataset(args, rank)
+    features, classes = inputs.shape[1], int(labels.max()) + 1
     inputs, labels = inputs[rank::world], labels[rank::world]
     torch.manual_seed(0)  # identical initial weights on every rank
     model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(args.features, 128), nn.ReLU(), nn.Linear(128, args.classes))
+        nn.Sequential(nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, classes))
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -3,6 +3,12 @@
 DDP's buckets are the fusion buffers: gradients fill one up to ``bucket_cap_mb`` and it
 is reduced while backward goes on. Everything else (parameter broadcast at start, buffer
 sync, ``no_sync``, state_dict layout) is torch's own.
+
+Unless told otherwise, the parameters' gradients are views into the fusion buffers
+(torch's ``gradient_as_bucket_view``, off in torch by default): backward writes each
+gradient into its buffer, and nothing is copied in before the reduction nor out after it.
+On CPU that is 6-10% more steps a second than torch DDP as it comes
+(``bench/dataparallel_step.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class DistributedDataParallel(nn.parallel.DistributedDataParallel):
                 "Runyard DistributedDataParallel reduces over the whole job; "
                 "process_group must be None"
             )
+        ddp_options.setdefault("gradient_as_bucket_view", True)
         if broadcast_buffers is not None:
             # Passed on only when given: torch 2.13 deprecates the argument itself.
             ddp_options["broadcast_buffers"] = broadcast_buffers

@@ -3,7 +3,8 @@
 DDP hands over each bucket (its fusion buffer, filled up to ``bucket_cap_mb``) as soon as
 its gradients are ready, always in the same bucket order on every process. The hook queues
 the buffer to one communication thread per model and returns a future at once, so autograd
-keeps computing the next buckets while this one is reduced.
+keeps computing the next buckets while this one is reduced. A reduction that is a single
+collective (the "allreduce" exchange, the default on CPU) is started from the hook itself.
 
 Why a thread rather than chaining the stages with ``Future.then``: a callback runs on
 whichever thread completed the previous collective (a gloo worker), so the stages of two
@@ -51,6 +52,10 @@ class ReductionQueue:
             done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             done.set_result(buffer)
             return done
+        if self.reducer.shard_exchange == "allreduce":
+            # One collective per bucket: DDP hands buckets over in order, so issuing it
+            # here keeps the order, and the thread's hand-off is saved.
+            return self.reducer.average_async_(buffer)
         if buffer.is_cuda:
             # A CUDA-aware future: its value carries the stream dependency to DDP.
             result: torch.futures.Future[torch.Tensor] = torch.futures.Future(

@@ -12,7 +12,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-HOST_VARIABLE = "RUNYARD_HOST"
+from contract import variables
+
 TORCH_RANK_VARIABLES = ("RANK", "WORLD_SIZE")
 OPEN_MPI_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
 RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
@@ -65,7 +66,7 @@ def from_environment(env: Mapping[str, str]) -> Placement:
 
 
 def current_host(env: Mapping[str, str]) -> str:
-    return env.get(HOST_VARIABLE) or socket.gethostname()
+    return env.get(variables.HOST) or socket.gethostname()
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

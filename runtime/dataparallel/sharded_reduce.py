@@ -14,12 +14,20 @@ buffer is first padded to a multiple of L*I):
    instances;
 4. instance share: each slab goes back from its local owner to the instance.
 
-Two ways to run the reduce/share pairs (``ShardExchange``):
+Three ways to run it (``ShardExchange``):
+- "reduce_scatter": reduce-scatter, then all-gather, at each level: NCCL's
+  bandwidth-optimal rings, and the default for CUDA tensors.
 - "reduce_to_owner": one ``reduce`` onto each owner, then one ``broadcast`` from it, all
-  in place: the parameter-server pattern. On gloo it is the faster one (gloo's
-  reduce_scatter and all_gather_single exist in torch 2.13 but are slower than its
-  allreduce on CPU), and every backend has both collectives.
-- "reduce_scatter": reduce-scatter, then all-gather: NCCL's bandwidth-optimal rings.
+  in place: the parameter-server pattern; every backend has both collectives.
+- "allreduce": the default on CPU. No hierarchy: one ``all_reduce`` over every process,
+  whose ring already reduces each shard on one process and gathers it back. On gloo
+  every link of a machine's processes is the same loopback, so a hierarchy only adds
+  hops, and gloo's allreduce is by far its fastest collective: measured on CPU
+  (``bench/dataparallel_allreduce.py``, ``bench/dataparallel_step.py``), the two
+  hierarchical exchanges reached 0.6-0.9x of it, and so 0.8-0.87x of torch DDP's step
+  throughput; the single allreduce matches DDP. Reduce-to-owner through all-to-all and
+  all-gather, which would let compressed shards be summed in float32, was slower still
+  (0.56-0.78x).
 
 Only steps 2 and 3 cross instances, so only they are compressed. The average is taken
 before compressing (each process's slab divided by the world size), which keeps fp16 sums
@@ -39,26 +47,27 @@ import torch.distributed as dist
 from runtime.dataparallel.groups import HierarchyGroups
 
 Compression = Literal["fp16", "bf16"]
-ShardExchange = Literal["reduce_to_owner", "reduce_scatter"]
+ShardExchange = Literal["reduce_to_owner", "reduce_scatter", "allreduce"]
 
 COMPRESSED_DTYPES: dict[Compression, torch.dtype] = {
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
 }
-SHARD_EXCHANGES: tuple[ShardExchange, ...] = ("reduce_to_owner", "reduce_scatter")
+SHARD_EXCHANGES: tuple[ShardExchange, ...] = ("reduce_to_owner", "reduce_scatter", "allreduce")
 
 
 def default_shard_exchange(device: torch.device) -> ShardExchange:
     """By where the gradients live: NCCL carries CUDA tensors, gloo the CPU's (whatever
     name the backend was registered under, smddp included)."""
-    return "reduce_scatter" if device.type == "cuda" else "reduce_to_owner"
+    return "reduce_scatter" if device.type == "cuda" else "allreduce"
 
 
 @dataclass(frozen=True)
 class CollectiveRecord:
     """One stage the reduction ran, for tests and diagnostics."""
 
-    stage: str  # "<instance|cross>_<reduce_scatter|all_gather|reduce|broadcast>"
+    # "<instance|cross>_<reduce_scatter|all_gather|reduce|broadcast>", or "world_allreduce"
+    stage: str
     group_ranks: tuple[int, ...]
     input_numel: int
     output_numel: int
@@ -102,12 +111,15 @@ class ShardedReducer:
             groups.instance_ranks.index(groups.rank),
         )
         self._cross = _Level("cross", groups.cross_group, groups.cross_ranks, groups.owned_shard)
+        self._world = _Level("world", None, tuple(range(groups.world_size)), groups.rank)
 
     def average_(self, flat: torch.Tensor) -> torch.Tensor:
         """Replaces the 1-D ``flat`` with its average over every process, in place."""
         groups = self.groups
         if groups.world_size == 1:
             return flat
+        if self.shard_exchange == "allreduce":
+            return self._allreduce(flat)
         per_instance, instances = groups.processes_per_instance, groups.instance_count
         padded = flat
         if self.shard_exchange == "reduce_scatter":
@@ -129,6 +141,26 @@ class ShardedReducer:
         if padded is not flat:
             flat.copy_(padded[: flat.numel()])
         return flat
+
+    def _allreduce(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.average_async_(flat).wait()
+
+    def average_async_(self, flat: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+        """The "allreduce" exchange, started at once: one collective, so buckets issued in
+        order from the caller's thread stay in order, and need no thread of their own."""
+        flat.div_(self.groups.world_size)
+        wire = flat
+        if self.compression is not None:
+            wire = flat.to(COMPRESSED_DTYPES[self.compression])
+        self._record(self._world, "allreduce", wire, wire)
+        work = dist.all_reduce(wire, async_op=True)
+        assert work is not None  # async_op=True always gives the work
+
+        def finished(_: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+            return flat.copy_(wire) if wire is not flat else flat
+
+        done: torch.futures.Future[torch.Tensor] = work.get_future().then(finished)
+        return done
 
     def _reduce(self, tensor: torch.Tensor, level: _Level) -> torch.Tensor:
         """Sums ``tensor`` over the level's group; returns this process's chunk of the

@@ -6,6 +6,13 @@ import os
 import sys
 from pathlib import Path
 
+# Runs what follows with the interpreter's directory ($0) first on PATH, whatever PATH the
+# job's environment gives: `python`, `pip` or `torchrun` in a shell script or behind a
+# `#!/usr/bin/env python` line are then the job's, as in SageMaker's containers, and not
+# whatever the machine that started the instance has first. The directory is an argument,
+# never part of the shell text.
+_INTERPRETER_FIRST = 'export PATH="$0${PATH:+:$PATH}"; exec "$@"'
+
 
 class EntryPointError(Exception):
     pass
@@ -23,9 +30,15 @@ def command(code_dir: Path, entry_point: str, args: list[str], *, as_module: boo
     if path.suffix == ".py":
         return [sys.executable, str(path), *args]
     if path.suffix == ".sh":
-        return ["/bin/sh", str(path), *args]
+        return _interpreter_first(["/bin/sh", str(path), *args])
     if os.access(path, os.X_OK):
-        return [str(path), *args]
+        return _interpreter_first([str(path), *args])
     raise EntryPointError(
         f"entry point {entry_point} is not a .py or .sh file and is not executable"
     )
+
+
+def _interpreter_first(argv: list[str]) -> list[str]:
+    # Not resolved: a virtual environment's python is a link out of the environment.
+    interpreter_dir = str(Path(sys.executable).parent)
+    return ["/bin/sh", "-c", _INTERPRETER_FIRST, interpreter_dir, *argv]

@@ -1,10 +1,12 @@
-"""The launch agent of the local backend: what ssh is to mpirun on a cluster.
+"""The launch agent of the local backend when its instances share the machine: what ssh
+is to mpirun on a cluster.
 
 mpirun calls ``<agent> <host> <command...>`` to start its daemon "on" a host. Here every
 instance is a directory on this machine, so the command runs in that instance's code
 directory, with its environment and its share of the CPUs, as written by the backend in
-the hosts file. The command is Open MPI's own daemon line, which it writes for a remote
-shell, so it is run by one, exactly as sshd would.
+the hosts file, once the instance is ready for it (``handover``). The command is Open
+MPI's own daemon line, which it writes for a remote shell, so it is run by one, exactly as
+sshd would.
 
     python -m runtime.launch.local_agent <hosts.json> <host> <command...>
 """
@@ -13,29 +15,59 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from runtime.launch import handover
+
+# What ssh exits with when it cannot reach or log in to a host; mpirun knows it as such.
+UNREACHABLE = 255
+
 
 def write_hosts_file(path: Path, hosts: dict[str, dict[str, Any]]) -> None:
-    """``hosts``: host -> {"cwd": str, "env": {...}, "cpus": [int, ...]}."""
+    """``hosts``: host -> {"base": str, "cwd": str, "env": {...}, "cpus": [int, ...]}."""
     path.write_text(json.dumps(hosts, indent=2))
 
 
-def main() -> None:
+def main() -> int:
     if len(sys.argv) < 4:
-        sys.exit("usage: python -m runtime.launch.local_agent <hosts.json> <host> <command...>")
+        return _give_up(
+            "usage: python -m runtime.launch.local_agent <hosts.json> <host> <command...>"
+        )
     hosts_file, host, *command = sys.argv[1:]
     hosts = json.loads(Path(hosts_file).read_text())
     if host not in hosts:
-        sys.exit(f"local launch agent: no instance named {host!r} in this job")
+        return _give_up(f"no instance named {host!r} in this job")
     instance = hosts[host]
+    try:
+        patience = handover.patience()
+    except handover.PatienceError as exc:
+        return _give_up(str(exc))
+    if not handover.wait_until_ready(Path(instance["base"]), patience):
+        return _give_up(f"{host} was not ready for mpirun's daemon within {patience:g} s")
     if instance.get("cpus"):
         os.sched_setaffinity(0, instance["cpus"])
-    os.chdir(instance["cwd"])
-    os.execve("/bin/sh", ["/bin/sh", "-c", " ".join(command)], instance["env"])
+    # Waited for, not exec'd: a daemon that cannot start is told to the caller. (It runs
+    # on in a session of its own once it is up, and mpirun ends it at the end.)
+    status = subprocess.call(
+        ["/bin/sh", "-c", " ".join(command)], cwd=instance["cwd"], env=instance["env"]
+    )
+    if status != 0:
+        handover.record_failure(f"the daemon on {host} exited with status {_shell_status(status)}")
+    return _shell_status(status)
+
+
+def _shell_status(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode  # as a shell reports a signal
+
+
+def _give_up(message: str) -> int:
+    handover.record_failure(message)
+    print(f"local launch agent: {message}", file=sys.stderr, flush=True)
+    return UNREACHABLE
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

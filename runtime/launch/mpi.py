@@ -1,5 +1,6 @@
-"""Open MPI jobs (``mpi``, ``pytorchddp``, ``smdistributed.dataparallel``), as SageMaker
-runs them: ``mpirun`` on the first instance starts every rank, reaching the other
+"""The mpirun launcher (the modes whose record names it: ``mpi``, ``pytorchddp``,
+``smdistributed.dataparallel``), as SageMaker runs them: ``mpirun`` on the first instance
+starts every rank, reaching the other
 instances through a launch agent the backend provides (for the local backend, one that
 runs the command in that instance's directory and environment; where instances are
 separate machines, runtime.launch.remote_agent, whose server the other instances run while
@@ -10,6 +11,7 @@ daemon started on them, and end when it does.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -17,10 +19,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime import procfs
-from runtime.config import InstanceConfig
-from runtime.launch.workers import GroupResult
+from contract import variables
+from contract.instance_config import InstanceConfig
+from contract.modes import Mode, processes_per_host
+from runtime.launch.workers import GroupResult, Launch, WorkerSpec
+from runtime.linux import procfs
 
+# Put on PYTHONPATH for the modes that run Runyard's libraries under SageMaker's name:
+# `import smdistributed...` is then Runyard's library, and nowhere else does that name exist.
+COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
 # The per-instance daemon of Open MPI 5 (PRRTE) and of Open MPI 4.
 DAEMON_NAMES = ("prted", "orted")
 # Variables that mpirun forwards from the first instance to every rank, as SageMaker does
@@ -30,7 +37,7 @@ FORWARDED = (
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "PYTHONUNBUFFERED",
-    "TRAINING_JOB_NAME",
+    variables.TRAINING_JOB_NAME,
     "MASTER_ADDR",
     "MASTER_PORT",
     "GLOO_SOCKET_IFNAME",
@@ -52,10 +59,28 @@ def find_mpirun() -> str:
     return found
 
 
-def processes_per_host(config: InstanceConfig, mode: str, num_gpus: int) -> int:
-    """As configured (only ``mpi`` offers the option), else one per GPU, else one."""
-    given = config.distribution_section(mode).get("processes_per_host")
-    return int(given) if given else max(num_gpus, 1)
+def plan(
+    config: InstanceConfig, mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+) -> Launch:
+    if not config.is_master:
+        return Launch(waits_for_mpi=True)
+    options = mode.launch_options(config.distribution) if mode is not None else {}
+    # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
+    env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
+    if mode is not None and mode.libraries:
+        env = {**env, "PYTHONPATH": _prepend(str(COMPAT_DIR), env.get("PYTHONPATH"))}
+    argv = mpirun_command(
+        config,
+        entry,
+        env,
+        per_host=processes_per_host(options, gpus),
+        custom_options=shlex.split(options.get("custom_mpi_options", "")),
+    )
+    return Launch([WorkerSpec(argv, env, config.paths.code)])
+
+
+def _prepend(path: str, existing: str | None) -> str:
+    return path if not existing else f"{path}:{existing}"
 
 
 def mpirun_command(
@@ -90,13 +115,17 @@ def mpirun_command(
         "--tag-output",
     ]
     if config.shared_machine:
-        # Open MPI names its shared-memory segments after the hostname and the local rank,
-        # so ranks of two instances on one machine would share (and corrupt) one segment,
-        # and crash. Such instances talk over loopback TCP, as separate machines would.
-        argv += ["--mca", "btl", "self,tcp"]
+        # Instances that share one machine share its host name, which Open MPI takes for
+        # the node's. Its shared-memory segments are named after it and the local rank, so
+        # ranks of two instances would share (and corrupt) one segment: such instances talk
+        # over loopback TCP, as separate machines would. And the ranks disagree on which
+        # of them share a node (each counts the others of its host name, or only those of
+        # its own daemon), so the hierarchical collectives (coll/han), which split the
+        # world by node, hang in the first collective: they are left out.
+        argv += ["--mca", "btl", "self,tcp", "--mca", "coll", "^han"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
-    forwarded = [name for name in env if name in FORWARDED or name.startswith("SM_")]
+    forwarded = [name for name in env if name in FORWARDED or name.startswith(variables.SM_PREFIX)]
     forwarded += [name for name in config.environment if name not in forwarded]
     for name in forwarded:
         argv += ["-x", name]

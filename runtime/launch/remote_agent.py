@@ -47,14 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from runtime import procfs
-from runtime.config import ConfigError, InstanceConfig, Paths, load
+from contract import variables
+from contract.instance_config import ConfigError, InstanceConfig, load
+from contract.layout import Paths
+from runtime.launch import handover
+from runtime.linux import procfs
 
-TOKEN_VARIABLE = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
-# How long the client keeps trying to reach a host: mpirun may call it before that host's
-# runtime has fetched its code and data and started listening.
-PATIENCE_VARIABLE = "RUNYARD_AGENT_CONNECT_TIMEOUT"
-DEFAULT_PATIENCE = 600.0
 CONNECT_ATTEMPT = 5.0
 # A peer gets this long to authenticate before its connection is closed.
 HANDSHAKE_TIMEOUT = 10.0
@@ -67,18 +65,19 @@ UNREACHABLE = 255
 
 NONCE = 32
 MAX_REQUEST = 1 << 20
-MAX_REASON = 4096
+MAX_REFUSAL = 4096
 CHUNK = 1 << 16
 _HEADER = struct.Struct("!cI")
 _STATUS = struct.Struct("!i")
 CHALLENGE, REQUEST, ACCEPT, REFUSE = b"C", b"R", b"A", b"N"
 STDOUT, STDERR, EXIT = b"1", b"2", b"X"
 _KEY_CONTEXT = b"runyard launch agent v1"
-# In the environment of every process a command starts, so that the ones that leave its
-# process group are still found and ended with it.
-COMMAND_MARKER = "RUNYARD_AGENT_COMMAND"
 
 Say = Callable[[str], None]
+
+
+class DaemonLost(Exception):
+    """The connection to a daemon's agent broke while the daemon ran."""
 
 
 class AgentError(Exception):
@@ -95,9 +94,9 @@ class Refused(Exception):
 def job_key(environ: Mapping[str, str]) -> bytes:
     """Derived, so that a file the script could read never holds the token itself, which
     is also the instance's credential toward the service."""
-    token = environ.get(TOKEN_VARIABLE)
+    token = environ.get(variables.JOB_TOKEN)
     if not token:
-        raise AgentError(f"{TOKEN_VARIABLE} is not set: the launch agent cannot authenticate")
+        raise AgentError(f"{variables.JOB_TOKEN} is not set: the launch agent cannot authenticate")
     return hmac.new(token.encode(), _KEY_CONTEXT, hashlib.sha256).digest()
 
 
@@ -260,7 +259,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         except Refused as exc:
             self.say(f"Launch agent: refused the connection from {peer}: {exc}")
             with contextlib.suppress(OSError):
-                _send(sock, REFUSE, str(exc).encode()[:MAX_REASON])
+                _send(sock, REFUSE, str(exc).encode()[:MAX_REFUSAL])
             return
         sock.settimeout(None)
         _keep_alive(sock)
@@ -289,7 +288,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
             process = subprocess.Popen(
                 ["/bin/sh", "-c", command],
                 cwd=self.cwd,
-                env={**self.env, COMMAND_MARKER: marker},
+                env={**self.env, variables.AGENT_COMMAND: marker},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -403,7 +402,7 @@ def end_processes(pgid: int | None, marker: str, grace: float = KILL_GRACE) -> N
 
 
 def _marked(marker: str) -> list[int]:
-    wanted = f"{COMMAND_MARKER}={marker}".encode()
+    wanted = f"{variables.AGENT_COMMAND}={marker}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -484,9 +483,17 @@ def main(argv: list[str] | None = None) -> int:
         config = _own_config()
         if host == config.current_host:
             _run_here(config, command)
-        return _run_there(config, host, command)
+        status = _run_there(config, host, command)
     except AgentError as exc:
+        handover.record_failure(str(exc))
         return _give_up(str(exc))
+    except DaemonLost as exc:
+        handover.record_failure(str(exc), lost=True)
+        return _give_up(str(exc))
+    if status != 0:
+        # The command is mpirun's daemon, which exits at once once it runs on its own.
+        handover.record_failure(f"the daemon on {host} exited with status {status}")
+    return status
 
 
 def _give_up(message: str) -> int:
@@ -495,9 +502,11 @@ def _give_up(message: str) -> int:
 
 
 def _own_config() -> InstanceConfig:
-    base = os.environ.get("SM_BASE_DIR")
+    base = os.environ.get(variables.BASE_DIR)
     if not base:
-        raise AgentError("SM_BASE_DIR is not set (mpirun starts this from the Runyard runtime)")
+        raise AgentError(
+            f"{variables.BASE_DIR} is not set (mpirun starts this from the Runyard runtime)"
+        )
     try:
         config = load(Path(base))
     except ConfigError as exc:
@@ -521,20 +530,16 @@ def _run_there(config: InstanceConfig, host: str, command: str) -> int:
     port = config.agent_port
     assert port is not None  # checked in _own_config
     key = read_key_file(config.paths)
-    with _connect(host, address, port, _patience()) as sock:
+    try:
+        patience = handover.patience()
+    except handover.PatienceError as exc:
+        raise AgentError(str(exc)) from None
+    with _connect(host, address, port, patience) as sock:
         sock.settimeout(HANDSHAKE_TIMEOUT)
         _handshake(sock, key, host, command)
         sock.settimeout(None)  # a daemon may stay silent for as long as the job runs
         _keep_alive(sock)
         return _relay_output(sock, host)
-
-
-def _patience() -> float:
-    raw = os.environ.get(PATIENCE_VARIABLE, "")
-    try:
-        return float(raw) if raw else DEFAULT_PATIENCE
-    except ValueError:
-        raise AgentError(f"{PATIENCE_VARIABLE} must be a number of seconds, not {raw!r}") from None
 
 
 def _connect(host: str, address: str, port: int, patience: float) -> socket.socket:
@@ -568,7 +573,7 @@ def _handshake(sock: socket.socket, key: bytes, host: str, command: str) -> None
         nonce = secrets.token_bytes(NONCE)
         body = json.dumps({"host": host, "command": command}).encode()
         _send(sock, REQUEST, nonce + _mac(key, b"client", challenge, nonce, body) + body)
-        kind, payload = _receive(sock, MAX_REASON)
+        kind, payload = _receive(sock, MAX_REFUSAL)
     except OSError as exc:
         raise AgentError(f"the launch agent of {host} did not answer: {exc}") from exc
     if kind == REFUSE:
@@ -584,7 +589,7 @@ def _relay_output(sock: socket.socket, host: str) -> int:
         try:
             kind, payload = _receive(sock, CHUNK)
         except OSError as exc:
-            raise AgentError(f"lost the connection to the launch agent of {host}: {exc}") from exc
+            raise DaemonLost(f"lost the connection to the launch agent of {host}: {exc}") from exc
         if kind == EXIT:
             status: int = _STATUS.unpack(payload)[0]
             return status

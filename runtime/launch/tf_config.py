@@ -12,9 +12,12 @@ the structure and the order of the entries are SageMaker's.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from runtime.config import InstanceConfig
+from contract.instance_config import InstanceConfig
+from contract.modes import Mode
+from runtime.launch.workers import Launch, WorkerSpec
 
 TASK_PORT = 2222
 PS_PORT = 2223
@@ -55,3 +58,10 @@ def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
         "environment": "cloud",
         "task": {"index": config.hosts.index(config.current_host), "type": "worker"},
     }
+
+
+def plan_multi_worker(
+    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], _gpus: int
+) -> Launch:
+    tf_env = {**env, "TF_CONFIG": json.dumps(multi_worker_mirrored(config))}
+    return Launch([WorkerSpec(entry, tf_env, config.paths.code)])

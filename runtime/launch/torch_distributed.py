@@ -6,8 +6,15 @@ algo-1, which is all ``torch.distributed.init_process_group()`` needs.
 
 from __future__ import annotations
 
-from runtime.config import InstanceConfig
-from runtime.launch.workers import WorkerSpec
+from contract.instance_config import InstanceConfig
+from contract.modes import Mode
+from runtime.launch.workers import Launch, WorkerSpec
+
+
+def plan(
+    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+) -> Launch:
+    return Launch(worker_specs(config, entry, env, max(gpus, 1)))
 
 
 def worker_specs(

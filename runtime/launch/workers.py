@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import IO
 
 Sink = Callable[[str, str], None]
-STDERR_TAIL = 60
+# Enough lines for a deep traceback, heading and all (a library's stack, a DataLoader
+# worker's carried in its exception), which the failure reason is made from.
+STDERR_TAIL = 200
 PUMP_GRACE = 1.0
 
 
@@ -27,6 +29,15 @@ class WorkerSpec:
     # A helper that serves the others (a TensorFlow parameter server) and runs until told
     # to stop: the instance is done when every other process is, and then it is ended.
     auxiliary: bool = False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one instance starts for its job's distribution mode."""
+
+    specs: list[WorkerSpec] = field(default_factory=list)
+    # An instance of an MPI job other than the first: mpirun starts its ranks.
+    waits_for_mpi: bool = False
 
 
 @dataclass

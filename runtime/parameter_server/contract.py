@@ -11,17 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from contract import variables
 from runtime.parameter_server.errors import ParameterServerError
 
 Role = Literal["server", "worker"]
 
-ROLE = "RUNYARD_PS_ROLE"
-NUM_SERVERS = "RUNYARD_PS_NUM_SERVERS"
-RANK = "RUNYARD_PS_RANK"
-WORLD_SIZE = "RUNYARD_PS_WORLD_SIZE"
+ROLE = variables.PS_ROLE
+NUM_SERVERS = variables.PS_NUM_SERVERS
+RANK = variables.PS_RANK
+WORLD_SIZE = variables.PS_WORLD_SIZE
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
-HOST = "RUNYARD_HOST"
+HOST = variables.HOST
 LOCAL_RANK = "LOCAL_RANK"
 
 

@@ -79,6 +79,9 @@ class TrainingJob(Base):
     # A spot interruption notice for the current attempt (when, and what it said).
     interruption_noticed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     interruption_message: Mapped[str | None] = mapped_column(Text)
+    # What keeps the instances apart, as the backend launched them (machine, namespaces,
+    # shared); None until they are launched.
+    isolation: Mapped[str | None] = mapped_column(String(16))
 
     # Progress the script reports (a fraction of 1): the first and the latest value of the
     # current attempt, from which the remaining time is estimated.

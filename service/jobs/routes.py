@@ -4,12 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
+from pydantic import AfterValidator
 
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
-    NAME_PATTERN,
+    NAME_SCHEMA,
     DryRun,
     InstanceReport,
     InterruptionNotice,
@@ -17,14 +18,16 @@ from service.jobs.schemas import (
     JobPublic,
     JobsPage,
     JobSummary,
+    job_name,
 )
 from service.jobs.states import Status
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import NotFound
+from service.kit.text import LookupText
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
 
-JobName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+JobName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA), AfterValidator(job_name)]
 HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]
 
 
@@ -56,7 +59,7 @@ def list_training_jobs(
     session: ReadSessionDep,
     _user: CurrentUser,
     status: Annotated[Status | None, Query(description="Only jobs in this status")] = None,
-    name_prefix: Annotated[str | None, Query(max_length=63)] = None,
+    name_prefix: Annotated[LookupText | None, Query(max_length=63)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> JobsPage:

@@ -7,31 +7,47 @@ backends) are checked in ``service.jobs.service``; everything else is checked he
 
 from __future__ import annotations
 
-import json
+import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from runtime.modes import DISTRIBUTION_MODES
+from contract import hyperparameters, limits, modes, variables
+from contract.failures import fit
+from contract.layout import IMAGE_BASE_DIR
+from contract.phases import Phase
+from contract.spec import Channel as ChannelSpec
+from contract.spec import JobSpec
 from service.kit import patterns
-from service.kit.text import StorableText, without_nul
+from service.kit.text import Loc, StorableText, find_surrogate, unstorable, without_nul
 
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+MAX_NAME = 63
+# The pattern in words, for people: a regular expression in an error helps few of them.
+NAME_RULE = (
+    "must be 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
+)
+# The OpenAPI schema still shows the pattern, for programs.
+NAME_SCHEMA: dict[str, Any] = {"pattern": NAME_PATTERN, "maxLength": MAX_NAME}
+_NAME = re.compile(NAME_PATTERN)
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-# Environment names the runtime itself sets; a job may not override them.
-_RESERVED_ENV_PREFIXES = ("RUNYARD_",)
 
 MAX_HYPERPARAMETERS = 100
 MAX_HYPERPARAMETER_KEY = 256
@@ -45,70 +61,138 @@ MAX_RUN_LIMIT = 28 * 24 * 3600
 MAX_METRIC_DEFINITIONS = 40
 MAX_RETRY_ATTEMPTS = 30
 MAX_RETRY_RULES = 20
-# SageMaker's default checkpoint_local_path; paths under it are rebased onto each
-# instance's base directory, so they also mean something on the local backend.
-DEFAULT_BASE_DIR = "/opt/ml"
+
+
+def job_name(value: str) -> str:
+    """A job name as SageMaker allows them (``name``, ``base_job_name``, the API's paths)."""
+    if len(value) > MAX_NAME or not _NAME.fullmatch(value):
+        raise ValueError(NAME_RULE)
+    return value
+
+
+def invalid(title: str, loc: Loc, message: str) -> ValidationError:
+    """A validation error at ``loc`` below the model being validated: what a validator
+    raises to name a key inside a field, where a ValueError would name only the field."""
+    return ValidationError.from_exception_data(
+        title, [{"type": PydanticCustomError("value_error", message), "loc": loc, "input": None}]
+    )
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _suggest_known_keys(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # pydantic only says that an unknown key is not permitted; a typo deserves the key
+        # that was meant ("torch_distribute", "enable").
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(_is_unknown_key(error) for error in errors):
+                raise
+            known = list(cls.model_fields)
+            raise ValidationError.from_exception_data(
+                exc.title, [_with_known_keys(error, known) for error in errors]
+            ) from None
+
+
+def _is_unknown_key(error: ErrorDetails) -> bool:
+    # Only this model's own keys: a nested model has explained its own already.
+    return error["type"] == "extra_forbidden" and len(error["loc"]) == 1
+
+
+def _with_known_keys(error: ErrorDetails, known: list[str]) -> InitErrorDetails:
+    message = error["msg"]
+    if _is_unknown_key(error):
+        close = difflib.get_close_matches(str(error["loc"][0]), known, n=1)
+        message = (
+            f"unknown key; did you mean {close[0]!r}?"
+            if close
+            else f"unknown key; the keys are {', '.join(known)}"
+        )
+    return {
+        "type": PydanticCustomError(error["type"], message),
+        "loc": error["loc"],
+        "input": error["input"],
+    }
 
 
 class _Toggle(_Strict):
     enabled: bool = False
 
 
-class MpiDistribution(_Toggle):
-    processes_per_host: int | None = Field(default=None, ge=1, le=64)
-    custom_mpi_options: str = ""
-
-
-class DataParallelDistribution(_Toggle):
-    custom_mpi_options: str = ""
-
-
-class ModelParallelDistribution(_Toggle):
-    parameters: dict[str, Any] = Field(default_factory=dict)
-
-
-class SmdistributedDistribution(_Strict):
-    dataparallel: DataParallelDistribution | None = None
-    modelparallel: ModelParallelDistribution | None = None
-
-
-class Distribution(_Strict):
+class _Distribution(_Strict):
     """The estimator's ``distribution`` dict; unknown keys are refused."""
 
-    torch_distributed: _Toggle | None = None
-    pytorchddp: _Toggle | None = None
-    mpi: MpiDistribution | None = None
-    parameter_server: _Toggle | None = None
-    smdistributed: SmdistributedDistribution | None = None
-    multi_worker_mirrored_strategy: _Toggle | None = None
-
-    def section(self, mode: str) -> Any:
-        """The options of a mode by dotted name (``smdistributed.dataparallel``), or None."""
-        section: Any = self
-        for part in mode.split("."):
-            section = getattr(section, part, None)
-        return section
+    def as_dict(self) -> dict[str, Any]:
+        """As the estimator's dict, the modes not given left out: what the mode records
+        (``contract.modes``) and the instances read."""
+        return self.model_dump(exclude_none=True)
 
     def enabled_modes(self) -> list[str]:
         """Dotted names of every enabled mode, e.g. ``["smdistributed.dataparallel"]``."""
-        return [
-            mode
-            for mode in DISTRIBUTION_MODES
-            if (section := self.section(mode)) is not None and section.enabled
-        ]
+        return [mode.name for mode in modes.enabled_modes(self.as_dict())]
 
     @model_validator(mode="after")
-    def _one_mode(self) -> Distribution:
-        modes = self.enabled_modes()
-        if len(modes) > 1:
+    def _one_mode(self) -> Self:
+        too_many = modes.too_many(self.as_dict())
+        if too_many:
             raise ValueError(
-                f"enables {' and '.join(modes)}; a job runs under exactly one distribution mode"
+                f"enables {' and '.join(too_many)}; a job runs under exactly one distribution "
+                "mode (and, for smdistributed.modelparallel, mpi beside it)"
             )
         return self
+
+
+def _option_field(option: modes.Option) -> tuple[Any, Any]:
+    """One key of a mode's options as a field: its type and its default."""
+    if option.kind is dict:
+        return dict[str, Any], Field(default_factory=dict)
+    kind = option.kind if option.default is not None else option.kind | None
+    return kind, Field(default=option.default, ge=option.minimum, le=option.maximum)
+
+
+def _options_model(mode: modes.Mode) -> type[_Strict]:
+    """A mode's options: ``enabled``, and whatever else its record says it takes."""
+    if mode.takes is None:
+        return _Toggle
+    keys: dict[str, Any] = {key: _option_field(option) for key, option in mode.takes.keys.items()}
+    return create_model(mode.takes.title, __base__=_Toggle, **keys)
+
+
+def _distribution_keys(under: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of ``distribution`` below the keys ``under``, in the records' order:
+    each a mode's options, or a group of modes' (``smdistributed``)."""
+    keys: dict[str, Any] = {}
+    for mode in modes.MODES:
+        path = tuple(mode.name.split("."))
+        if len(path) <= len(under) or path[: len(under)] != under:
+            continue
+        key = path[len(under)]
+        if key in keys:  # a group, given by an earlier mode of it
+            continue
+        if len(path) == len(under) + 1:
+            model = _options_model(mode)
+        else:
+            title = f"{key.capitalize()}Distribution"
+            model = create_model(title, __base__=_Strict, **_distribution_keys((*under, key)))
+        keys[key] = (model | None, None)
+    return keys
+
+
+# Its keys come from the mode records (``contract.modes``), so a mode is added in one
+# place; the type checker knows only what every such model does.
+if TYPE_CHECKING:
+    Distribution = _Distribution
+else:
+    Distribution = create_model(
+        "Distribution",
+        __base__=_Distribution,
+        __doc__=_Distribution.__doc__,
+        **_distribution_keys(),
+    )
 
 
 class Channel(_Strict):
@@ -176,8 +260,8 @@ class RetryRule(_Strict):
 
 
 class JobCreate(_Strict):
-    name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
-    base_job_name: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
+    base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     entry_point: str = Field(min_length=1, max_length=256)
     source_uri: str = Field(min_length=1, max_length=1024)
     # SageMaker picks the framework by estimator class; Runyard's one estimator says it.
@@ -215,6 +299,49 @@ class JobCreate(_Strict):
     # The metric from which the job's progress and remaining time are estimated.
     progress_metric: ProgressMetric | None = None
 
+    def job_spec(self) -> JobSpec:
+        """The job as the backends and its instances see it; only a prepared spec (whose
+        output_path the server has set) has one."""
+        if self.output_path is None:
+            raise ValueError("the job is not prepared: its output_path is not set")
+        return JobSpec(
+            entry_point=self.entry_point,
+            source_uri=self.source_uri,
+            instance_type=self.instance_type,
+            output_path=self.output_path,
+            instance_count=self.instance_count,
+            volume_size=self.volume_size,
+            framework=self.framework,
+            image_uri=self.image_uri,
+            hyperparameters=dict(self.hyperparameters),
+            distribution=self.distribution.as_dict(),
+            inputs={
+                name: ChannelSpec(**channel.model_dump()) for name, channel in self.inputs.items()
+            },
+            environment=dict(self.environment),
+            checkpoint_s3_uri=self.checkpoint_s3_uri,
+            checkpoint_local_path=self.checkpoint_local_path,
+            use_spot_instances=self.use_spot_instances,
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        # Before the fields: pydantic would store a surrogate in a key as U+FFFD, and pass
+        # one in a value on to the database, which cannot store it.
+        found = find_surrogate(value)
+        if found is None:
+            return value
+        what = "value" if found.key is None else f"key {found.key[:40]!r}"
+        raise invalid(
+            cls.__name__, found.loc, f"{what} must be valid Unicode, without unpaired surrogates"
+        )
+
+    @field_validator("name", "base_job_name")
+    @classmethod
+    def _name_rule(cls, value: str | None) -> str | None:
+        return None if value is None else job_name(value)
+
     @field_validator("checkpoint_local_path")
     @classmethod
     def _absolute_checkpoint_path(cls, value: str | None) -> str | None:
@@ -223,7 +350,9 @@ class JobCreate(_Strict):
         path = PurePosixPath(value)
         if not path.is_absolute() or ".." in path.parts or "\\" in value:
             raise ValueError("must be an absolute path without '..'")
-        if path == PurePosixPath(DEFAULT_BASE_DIR) or path == PurePosixPath("/"):
+        # The instance's base directory itself: checkpoints need a directory of their own
+        # (a path under it means the same place below each instance's base directory).
+        if path == PurePosixPath(IMAGE_BASE_DIR) or path == PurePosixPath("/"):
             raise ValueError(f"must be a directory of its own, not {value}")
         return str(path)
 
@@ -270,20 +399,10 @@ class JobCreate(_Strict):
             seen.add(definition.name)
         return value
 
-    @field_validator("hyperparameters")
+    @field_validator("hyperparameters", "environment")
     @classmethod
-    def _hyperparameter_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if len(value) > MAX_HYPERPARAMETERS:
-            raise ValueError(f"at most {MAX_HYPERPARAMETERS} hyperparameters, got {len(value)}")
-        for key, item in value.items():
-            if not key or len(key) > MAX_HYPERPARAMETER_KEY:
-                raise ValueError(f"key {key[:40]!r}: must be 1 to {MAX_HYPERPARAMETER_KEY} chars")
-            try:
-                encoded = encode_hyperparameter(item)
-            except ValueError as exc:  # NaN or infinity: not JSON, so no script could read it
-                raise ValueError(f"{key!r}: numbers must be finite") from exc
-            if len(encoded) > MAX_HYPERPARAMETER_VALUE:
-                raise ValueError(f"{key!r}: value longer than {MAX_HYPERPARAMETER_VALUE} chars")
+    def _map_limits(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        _MAP_LIMITS[str(info.field_name)].check(value)
         return value
 
     @field_validator("inputs", mode="before")
@@ -312,29 +431,83 @@ class JobCreate(_Strict):
                     )
         return value
 
-    @field_validator("environment")
-    @classmethod
-    def _environment_limits(cls, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_ENVIRONMENT:
-            raise ValueError(f"at most {MAX_ENVIRONMENT} variables, got {len(value)}")
+
+@dataclass(frozen=True)
+class _MapLimits:
+    """SageMaker's limits on a map (hyperparameters, environment): how many entries, which
+    keys, and how long each value may be once it is text."""
+
+    noun: str
+    most: int
+    key_problem: Callable[[str], str | None]
+    text: Callable[[str, Any], str]
+    longest: int
+
+    def check(self, value: dict[str, Any]) -> None:
+        if len(value) > self.most:
+            raise ValueError(f"at most {self.most} {self.noun}, got {len(value)}")
         for key, item in value.items():
-            if not _ENV_KEY.match(key) or len(key) > MAX_ENVIRONMENT_KEY:
-                raise ValueError(f"key {key[:40]!r} must match [a-zA-Z_][a-zA-Z0-9_]*")
-            if key.startswith(_RESERVED_ENV_PREFIXES):
-                raise ValueError(f"key {key!r}: names starting with RUNYARD_ are reserved")
-            if len(item) > MAX_ENVIRONMENT_VALUE:
-                raise ValueError(f"{key!r}: value longer than {MAX_ENVIRONMENT_VALUE} chars")
-        return value
+            problem = self.key_problem(key)
+            if problem is not None:
+                raise ValueError(problem)
+            if len(self.text(key, item)) > self.longest:
+                raise ValueError(f"{key!r}: value longer than {self.longest} chars")
 
 
-def host_names(instance_count: int) -> list[str]:
-    """A job's instances are named algo-1 .. algo-N, as on SageMaker."""
-    return [f"algo-{index}" for index in range(1, instance_count + 1)]
+def _hyperparameter_key_problem(key: str) -> str | None:
+    if not key or len(key) > MAX_HYPERPARAMETER_KEY:
+        return f"key {key[:40]!r}: must be 1 to {MAX_HYPERPARAMETER_KEY} chars"
+    return None
 
 
-def encode_hyperparameter(value: Any) -> str:
-    """A hyperparameter as it is stored in hyperparameters.json (JSON, like the SageMaker SDK)."""
-    return json.dumps(value, allow_nan=False)
+def _encoded_hyperparameter(key: str, value: Any) -> str:
+    try:
+        return hyperparameters.encode(value)
+    except ValueError as exc:  # NaN or infinity: not JSON, so no script could read it
+        raise ValueError(f"{key!r}: numbers must be finite") from exc
+
+
+def _environment_key_problem(key: str) -> str | None:
+    if not _ENV_KEY.match(key) or len(key) > MAX_ENVIRONMENT_KEY:
+        return f"key {key[:40]!r} must match [a-zA-Z_][a-zA-Z0-9_]*"
+    # Names the runtime itself sets: a job may not override them.
+    if key.startswith(variables.RESERVED_PREFIX):
+        return f"key {key!r}: names starting with {variables.RESERVED_PREFIX} are reserved"
+    return None
+
+
+_MAP_LIMITS = {
+    "hyperparameters": _MapLimits(
+        "hyperparameters",
+        MAX_HYPERPARAMETERS,
+        _hyperparameter_key_problem,
+        _encoded_hyperparameter,
+        MAX_HYPERPARAMETER_VALUE,
+    ),
+    "environment": _MapLimits(
+        "variables",
+        MAX_ENVIRONMENT,
+        _environment_key_problem,
+        lambda _key, item: str(item),
+        MAX_ENVIRONMENT_VALUE,
+    ),
+}
+
+
+def hyperparameters_too_large(values: dict[str, Any]) -> str | None:
+    """Why ``values`` cannot reach the script, or None. Each passes the limits on its own,
+    but together they go into single variables of the script's environment (SM_HPS,
+    SM_USER_ARGS, SM_TRAINING_ENV), and Linux refuses to start a program with a longer
+    one; checked when a job is submitted, not each time a stored spec is read."""
+    size = limits.hyperparameter_bytes(values)
+    if size <= limits.MAX_HYPERPARAMETER_BYTES:
+        return None
+    return (
+        f"together they take {size} bytes of the script's environment, over the "
+        f"{limits.MAX_HYPERPARAMETER_BYTES} that fit: SM_HPS, SM_USER_ARGS and "
+        f"SM_TRAINING_ENV each carry them all as JSON, and Linux allows one variable "
+        f"{limits.MAX_ARG_STRLEN} bytes, some of SM_TRAINING_ENV's for the rest of the job"
+    )
 
 
 def nul_location(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
@@ -400,6 +573,9 @@ class JobPublic(_FromRow):
     ended_at: datetime | None
     billable_seconds: int | None
     spot_savings_percent: float | None
+    # What keeps the instances apart: "namespaces" (each a host of its own on the server's
+    # machine), "shared" (they share it), "machine" (pods, EC2 instances); None until launch.
+    isolation: str | None
     # Why the job waits, while it does (capacity, instances starting, a back-off).
     pending_reason: str | None
     attempt: int
@@ -468,7 +644,7 @@ class InterruptionNotice(_Strict):
 class InstanceReport(_Strict):
     """Sent by the runtime on an instance when its phase changes."""
 
-    phase: Literal["Downloading", "Training", "Uploading", "Completed", "Failed", "Stopped"]
+    phase: Phase
     time: datetime
     message: StorableText = Field(default="", max_length=4096)
     exit_code: int | None = None
@@ -481,4 +657,12 @@ class InstanceReport(_Strict):
     @field_validator("failure_reason")
     @classmethod
     def _truncate(cls, value: str | None) -> str | None:
-        return None if value is None else without_nul(value[:1024])
+        return None if value is None else without_nul(fit(value))
+
+    @field_validator("model_uri")
+    @classmethod
+    def _storable_uri(cls, value: str | None) -> str | None:
+        # The job keeps it and the model is fetched from it: refused, not repaired.
+        if value is not None and (problem := unstorable(value)) is not None:
+            raise ValueError(problem)
+        return value

@@ -19,32 +19,39 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from runtime import storage
-from runtime.archive import ArchiveError, check_archive
+from contract import modes, storage
+from contract.archive import ArchiveError, check_archive
+from contract.hosts import host_names
+from contract.limits import MAX_REASON
+from contract.phases import FINAL_PHASES, Phase
+from provisioning import registry
+from provisioning.base import REDACTED, JobRef, LaunchRequest
+from provisioning.catalog import CATALOG
 from service.auth.service import Principal
 from service.capacity import service as capacity
-from service.instance_types import CATALOG
-from service.jobs import distribution, repository
+from service.jobs import repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
     InstanceReport,
     InterruptionNotice,
     JobCreate,
-    host_names,
+    hyperparameters_too_large,
     nul_location,
 )
-from service.jobs.states import FINAL_PHASES, TERMINAL, Phase, Secondary, Status
+from service.jobs.states import TERMINAL, Secondary, Status
 from service.kit.db import utcnow
+from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
     Forbidden,
     NotFound,
     ResourceLimitExceeded,
     SpecError,
+    refuse,
 )
-from service.kit.tasks import enqueue_reconcile
 from service.settings import Settings
+from service.sources import service as sources
 
 _TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
 STOP_ATTEMPTS = 3
@@ -60,13 +67,19 @@ class PreparedJob:
 
 
 def prepare(
-    settings: Settings, spec: JobCreate, tenant: str, now: datetime | None = None
+    settings: Settings,
+    spec: JobCreate,
+    tenant: str,
+    now: datetime | None = None,
+    *,
+    source_checked: bool = False,
 ) -> PreparedJob:
-    """Check the rules that depend on this server's configuration."""
-    from worker.backends import registry
-
+    """Check the rules that depend on this server's configuration; ``source_checked``
+    skips the source, which a dry run of its upload has checked."""
     if (where := nul_location(spec.model_dump(mode="json"))) is not None:
         raise SpecError(where, "must not contain NUL characters")
+    if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
+        raise SpecError(("hyperparameters",), too_large)
     if spec.name is not None and spec.base_job_name is not None:
         raise SpecError(("name",), "give name or base_job_name, not both")
     instance_type = CATALOG.get(spec.instance_type)
@@ -106,8 +119,13 @@ def prepare(
     if impossible is not None:
         raise SpecError(("instance_count",), f"can never start: {impossible}")
     _check_retry_rules(spec)
-    distribution.check(spec)
-    _check_source(spec, settings.max_source_bytes)
+    distribution = spec.distribution.as_dict()
+    gpus = CATALOG[spec.instance_type].gpus
+    refuse(
+        modes.problems(distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus)
+    )
+    if not source_checked:
+        _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
     output_path = spec.output_path or settings.artifact_root
     _check_output_path(("output_path",), output_path)
@@ -115,10 +133,17 @@ def prepare(
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
     name = spec.name or _generate_name(spec, now or utcnow())
     final = spec.model_copy(
-        update={"name": name, "base_job_name": None, "backend": backend, "output_path": output_path}
+        update={
+            "name": name,
+            "base_job_name": None,
+            "backend": backend,
+            "output_path": output_path,
+            # One the client sent is kept.
+            "hyperparameters": {**modes.hyperparameters(distribution), **spec.hyperparameters},
+        }
     )
     # What only the backend knows: whether its instances could reach the code and data.
-    registry.build(backend, settings).check(final, settings.public_url)
+    refuse(registry.build(backend, settings).check(final.job_spec(), settings.public_url))
     return PreparedJob(name=name, backend=backend, spec=final)
 
 
@@ -200,17 +225,16 @@ def _check_inputs(spec: JobCreate) -> None:
 
 
 def dry_run(session: Session, settings: Settings, spec: JobCreate, tenant: str) -> DryRun:
-    """Exactly what submitting would create (the backend's materialized plan), creating nothing."""
-    from worker.backends import registry
-    from worker.backends.base import REDACTED, JobRef, LaunchRequest
-
-    prepared = prepare(settings, spec, tenant)
+    """Exactly what submitting would create (the backend's materialized plan), creating nothing.
+    The source may be one still to be uploaded (a dry run stores no code either)."""
+    pending = sources.is_pending(settings, spec.source_uri)
+    prepared = prepare(settings, spec, tenant, source_checked=pending)
     if repository.name_taken(session, prepared.name):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
     request = LaunchRequest(
         job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
-        spec=prepared.spec,
+        spec=prepared.spec.job_spec(),
         service_url=settings.public_url,
         token=REDACTED,
     )
@@ -395,7 +419,7 @@ def notice_interruption(
         return job  # from an earlier attempt's instance, which is gone already
     if job.interruption_noticed_at is None:
         job.interruption_noticed_at = utcnow()
-        job.interruption_message = f"{host}: {notice.message}"[:1024]
+        job.interruption_message = f"{host}: {notice.message}"[:MAX_REASON]
         try:
             session.flush()
         except StaleDataError as exc:

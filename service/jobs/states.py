@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from contract.phases import Phase
+
 
 class Status(StrEnum):
     IN_PROGRESS = "InProgress"
@@ -32,19 +34,6 @@ class Secondary(StrEnum):
     COMPLETED = "Completed"
     FAILED = "Failed"
 
-
-class Phase(StrEnum):
-    """What the runtime on one instance says it is doing."""
-
-    DOWNLOADING = "Downloading"
-    TRAINING = "Training"
-    UPLOADING = "Uploading"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    STOPPED = "Stopped"
-
-
-FINAL_PHASES = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.STOPPED})
 
 # How far along each phase is; the job shows the phase of its slowest running instance.
 PHASE_ORDER = {

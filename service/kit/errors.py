@@ -7,11 +7,14 @@ whether pydantic or a domain rule refused the field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+
+from contract.problems import Problem
 
 
 class RunyardError(Exception):
@@ -68,6 +71,12 @@ class SpecError(RunyardError):
 
     def detail(self) -> Any:
         return [{"loc": [self.source, *self.loc], "msg": self.field_message, "type": "value_error"}]
+
+
+def refuse(problems: Iterable[Problem]) -> None:
+    """Raise the first problem found below the API (a mode, a backend) as a SpecError."""
+    for problem in problems:
+        raise SpecError(problem.loc, problem.message)
 
 
 def install_error_handler(app: FastAPI) -> None:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from service.kit.errors import SpecError
+from service.kit.text import unstorable
 
 IdT = TypeVar("IdT", str, int)
 
@@ -24,6 +25,9 @@ def decode_cursor(cursor: str, id_type: type[IdT]) -> tuple[datetime, IdT]:
         when = datetime.fromisoformat(time)
         if not isinstance(row_id, id_type) or when.tzinfo is None:
             raise TypeError(row_id)
+        # Only a forged cursor holds what no row id can (it would reach SQL and fail there).
+        if isinstance(row_id, str) and unstorable(row_id):
+            raise ValueError(row_id)
         return when, row_id
     except (ValueError, TypeError) as exc:
         raise SpecError(("cursor",), "not a cursor this server issued", source="query") from exc

@@ -2,14 +2,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.jobs import service as jobs
 from service.jobs.routes import HostName, JobName
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
+from service.kit.text import LookupText
 from service.logs import service
 from service.logs.schemas import LogBatch, LogEventPublic, LogsPage
 
@@ -27,7 +29,7 @@ def get_logs(
     settings: SettingsDep,
     _user: CurrentUser,
     host: Annotated[
-        str | None, Query(max_length=32, description="Only this host, e.g. algo-1")
+        LookupText | None, Query(max_length=32, description="Only this host, e.g. algo-1")
     ] = None,
     follow: Annotated[
         bool, Query(description="Stream new lines as server-sent events until the job ends")
@@ -38,8 +40,8 @@ def get_logs(
 ) -> LogsPage | StreamingResponse:
     """A job's log lines, all hosts merged by time, or one host's."""
     job = jobs.get(session, name)
+    hosts = service.hosts_to_read(job, host)
     if follow:
-        hosts = [host] if host else jobs.hosts(job)
         position = service.parse_position(last_event_id, hosts)
         return StreamingResponse(
             service.follow(settings, job.id, position),
@@ -53,14 +55,31 @@ def get_logs(
     )
 
 
+async def _log_batch(request: Request) -> LogBatch:
+    """The body, validated from its JSON text in one pass: for a batch of thousands of
+    lines about twice as fast as decoding it first, as FastAPI does with a body model."""
+    try:
+        return LogBatch.model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        raise RequestValidationError(
+            [{**error, "loc": ("body", *error["loc"])} for error in errors]
+        ) from exc
+
+
+LogBatchBody = Annotated[LogBatch, Depends(_log_batch)]
+
+
 @router.post("/{name}/instances/{host}/logs", response_model=Ingested, include_in_schema=False)
 def ingest_logs(
     name: JobName,
     host: HostName,
-    batch: LogBatch,
-    session: SessionDep,
+    # Dependencies run in this order: a caller without a token learns that first, and
+    # no body of theirs is read.
     principal: CurrentPrincipal,
+    session: SessionDep,
+    batch: LogBatchBody,
 ) -> Ingested:
     """Called by the runtime on an instance with its next lines."""
     job = jobs.job_for_instance(session, name, host, principal, live=True)
-    return Ingested(stored=service.ingest(session, job.id, host, batch.lines))
+    return Ingested(stored=service.ingest(session, job.id, host, batch.stored()))

@@ -17,12 +17,14 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs import service as jobs
+from service.jobs.models import TrainingJob
 from service.jobs.states import TERMINAL
 from service.kit.db import session_scope
-from service.kit.errors import SpecError
+from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
+from service.logs import repository
 from service.logs.models import LogEvent
-from service.logs.schemas import LogEventPublic, LogLine
+from service.logs.schemas import Line, LogEventPublic
 from service.metrics import service as metrics
 from service.settings import Settings
 
@@ -31,27 +33,35 @@ KEEPALIVE_SECONDS = 15.0
 FOLLOW_BATCH = 1000
 
 
-def ingest(session: Session, job_id: str, host: str, lines: list[LogLine]) -> int:
+def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
     """Store the lines not stored yet (a retried batch repeats seqs); returns how many."""
+    # The last line by the unique index, read backwards: max() is planned as a scan of
+    # every line of the host where PostgreSQL's statistics predate the job, a cost that
+    # grew with each batch.
     last = session.scalar(
-        select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id, LogEvent.host == host)
+        select(LogEvent.seq)
+        .where(LogEvent.job_id == job_id, LogEvent.host == host)
+        .order_by(LogEvent.seq.desc())
+        .limit(1)
     )
     fresh = sorted((line for line in lines if line.seq > (last or 0)), key=lambda line: line.seq)
-    session.add_all(
-        LogEvent(
-            job_id=job_id,
-            host=host,
-            stream=line.stream,
-            seq=line.seq,
-            time=line.time,
-            message=line.message,
-        )
-        for line in fresh
-    )
-    session.flush()
+    repository.insert_lines(session, job_id, host, fresh)
     # Only from the lines stored just now: a retried batch must not count a value twice.
     metrics.extract(session, job_id, host, fresh)
     return len(fresh)
+
+
+def hosts_to_read(job: TrainingJob, host: str | None) -> list[str]:
+    """The hosts a reader asked for: the job's, or the one named, which must be one of
+    them; else a typo in the name would read as a host that printed nothing."""
+    hosts = jobs.hosts(job)
+    if not host:
+        return hosts
+    if host not in hosts:
+        raise NotFound(
+            f"training job {job.name!r} has no host {host!r}; its hosts are {', '.join(hosts)}"
+        )
+    return [host]
 
 
 def last_seq(session: Session, job_id: str) -> int:

@@ -8,6 +8,7 @@ from service.auth.deps import CurrentUser
 from service.jobs import service as jobs
 from service.jobs.routes import JobName
 from service.kit.deps import ReadSessionDep
+from service.kit.text import LookupText
 from service.metrics import service
 from service.metrics.schemas import MetricsPublic
 
@@ -20,7 +21,7 @@ def get_metrics(
     session: ReadSessionDep,
     _user: CurrentUser,
     metric: Annotated[
-        str | None,
+        LookupText | None,
         Query(alias="name", min_length=1, max_length=255, description="Only this metric"),
     ] = None,
     limit: Annotated[

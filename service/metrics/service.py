@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import Table, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
 from service.kit import patterns
+from service.kit.db import from_micros
 from service.kit.errors import NotFound
-from service.logs.schemas import LogLine
+from service.logs.schemas import Line
 from service.metrics.schemas import MetricPointPublic, MetricSeries
 
 # The runtime's own lines are not the script's output and never hold its metrics.
 SCRIPT_STREAMS = frozenset({"stdout", "stderr"})
+# Points are stored with one executemany on the table: a batch of lines can hold
+# thousands, and ORM objects would cost several times the insert.
+_METRIC_POINTS = cast(Table, MetricPoint.__table__)
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,19 @@ class _Definition:
     pattern: patterns.Pattern[str]
 
 
-def extract(session: Session, job_id: str, host: str, lines: Sequence[LogLine]) -> int:
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """A metric_points row, as it is inserted."""
+
+    job_id: str
+    name: str
+    host: str
+    seq: int
+    time: datetime
+    value: float
+
+
+def extract(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> int:
     """Store the points found in ``lines`` (new lines of one host, in seq order) and move
     each metric's latest value forward; returns how many points were stored."""
     if not lines:
@@ -44,8 +61,7 @@ def extract(session: Session, job_id: str, host: str, lines: Sequence[LogLine]) 
     points = list(_points(job_id, host, definitions, lines))
     if not points:
         return 0
-    session.add_all(points)
-    session.flush()
+    session.execute(insert(_METRIC_POINTS), [asdict(point) for point in points])
     latest = _latest_by_name(points)
     _update_final(session, latest)
     _update_progress(session, job_id, points)
@@ -84,21 +100,16 @@ def _defined_names(spec: dict[str, Any]) -> list[str]:
 
 
 def _points(
-    job_id: str, host: str, definitions: list[_Definition], lines: Iterable[LogLine]
-) -> Iterable[MetricPoint]:
+    job_id: str, host: str, definitions: list[_Definition], lines: Iterable[Line]
+) -> Iterable[_Point]:
     for line in lines:
         if line.stream not in SCRIPT_STREAMS:
             continue
         for definition in definitions:
             value = _value(definition.pattern, line.message)
             if value is not None:
-                yield MetricPoint(
-                    job_id=job_id,
-                    name=definition.name,
-                    host=host,
-                    seq=line.seq,
-                    time=line.time,
-                    value=value,
+                yield _Point(
+                    job_id, definition.name, host, line.seq, from_micros(line.micros), value
                 )
 
 
@@ -115,9 +126,9 @@ def _value(pattern: patterns.Pattern[str], message: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _latest_by_name(points: list[MetricPoint]) -> list[MetricPoint]:
+def _latest_by_name(points: list[_Point]) -> list[_Point]:
     # Points come in seq order, so on equal times the later line wins.
-    latest: dict[str, MetricPoint] = {}
+    latest: dict[str, _Point] = {}
     for point in points:
         current = latest.get(point.name)
         if current is None or point.time >= current.time:
@@ -125,7 +136,7 @@ def _latest_by_name(points: list[MetricPoint]) -> list[MetricPoint]:
     return list(latest.values())
 
 
-def _update_final(session: Session, points: list[MetricPoint]) -> None:
+def _update_final(session: Session, points: list[_Point]) -> None:
     """Upsert each metric's latest value, keeping a later one already stored (another
     host may have reported it). One statement per metric, so two hosts' batches racing
     on the same metric cannot fail on the primary key."""
@@ -146,7 +157,7 @@ def _update_final(session: Session, points: list[MetricPoint]) -> None:
         session.execute(statement)
 
 
-def _update_progress(session: Session, job_id: str, points: list[MetricPoint]) -> None:
+def _update_progress(session: Session, job_id: str, points: list[_Point]) -> None:
     """Move the job's progress forward from its progress metric, if it names one. A plain
     UPDATE, not a change of the ORM row: it must not count as a new version of the job,
     which would make the reconciler's concurrent step start over."""
@@ -157,7 +168,7 @@ def _update_progress(session: Session, job_id: str, points: list[MetricPoint]) -
         return
     total = float(progress.get("total", 1.0))
 
-    def fraction_of(point: MetricPoint) -> float:
+    def fraction_of(point: _Point) -> float:
         return min(max(point.value / total, 0.0), 1.0)
 
     # Points come in seq order, so on equal times the later line counts as the latest.

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from service.auth.deps import CurrentUser
@@ -18,6 +21,7 @@ class SourceStored(BaseModel):
     "",
     status_code=201,
     response_model=SourceStored,
+    responses={200: {"model": SourceStored, "description": "dry_run=true: nothing stored"}},
     openapi_extra={
         "requestBody": {
             "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}
@@ -25,7 +29,15 @@ class SourceStored(BaseModel):
     },
 )
 async def upload_source(
-    request: Request, settings: SettingsDep, _user: CurrentUser
-) -> SourceStored:
+    request: Request,
+    settings: SettingsDep,
+    _user: CurrentUser,
+    dry_run: Annotated[
+        bool, Query(description="Check the bundle and say where it would be stored; store nothing")
+    ] = False,
+) -> SourceStored | JSONResponse:
     """Store a source bundle (the body: a .tar.gz) and return the ``source_uri`` to submit with."""
-    return SourceStored(source_uri=await service.store(settings, request.stream()))
+    stored = SourceStored(
+        source_uri=await service.store(settings, request.stream(), dry_run=dry_run)
+    )
+    return JSONResponse(stored.model_dump()) if dry_run else stored

@@ -1,4 +1,5 @@
-"""The reduction is the hierarchical, instance-sharded one and not a plain allreduce: the
+"""Which collectives the reduction runs: on CPU by default one allreduce over the job; the
+hierarchical, instance-sharded exchanges when asked for (the default on CUDA): the
 collectives each process ran, on which groups, and which shard each instance reduced."""
 
 from __future__ import annotations
@@ -40,13 +41,29 @@ def test_groups_follow_runyard_host_not_rank_order(training_job: TrainingJob) ->
         )
 
 
-def test_gloo_defaults_to_reduce_to_owner(training_job: TrainingJob) -> None:
-    assert {rank["shard_exchange"] for rank in training_job.ranks} == {"reduce_to_owner"}
+def test_gradients_are_views_of_the_fusion_buffers(training_job: TrainingJob) -> None:
+    # Nothing copied into the buffers before a reduction nor out after it; the training
+    # tests show the parameters still follow one-process training.
+    assert {rank["gradient_as_bucket_view"] for rank in training_job.ranks} == {True}
+
+
+def test_gloo_defaults_to_one_allreduce_per_bucket(training_job: TrainingJob) -> None:
+    assert {rank["shard_exchange"] for rank in training_job.ranks} == {"allreduce"}
+    for seen in training_job.ranks:
+        records = seen["records"]["runyard"]
+        assert len(records) > 6, "expected several buffers per step"
+        assert {record["stage"] for record in records} == {"world_allreduce"}
+        assert {tuple(record["group_ranks"]) for record in records} == {
+            tuple(range(training_job.world_size))
+        }
 
 
 @pytest.mark.parametrize(
     ("scenario", "reduce_stage", "share_stage"),
-    [("runyard", "reduce", "broadcast"), ("runyard_scatter", "reduce_scatter", "all_gather")],
+    [
+        ("runyard_owner", "reduce", "broadcast"),
+        ("runyard_scatter", "reduce_scatter", "all_gather"),
+    ],
 )
 def test_each_bucket_runs_the_hierarchical_stages(
     training_job: TrainingJob, scenario: str, reduce_stage: str, share_stage: str
@@ -85,7 +102,7 @@ def test_each_bucket_runs_the_hierarchical_stages(
             )
 
 
-@pytest.mark.parametrize("scenario", ["runyard", "runyard_scatter"])
+@pytest.mark.parametrize("scenario", ["runyard_owner", "runyard_scatter"])
 def test_each_instance_reduces_its_own_shard(training_job: TrainingJob, scenario: str) -> None:
     hosts = training_job.layout.hosts
     shard_of_host: dict[str, set[int]] = {}

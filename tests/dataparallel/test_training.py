@@ -22,13 +22,13 @@ def params(job: TrainingJob, scenario: str) -> torch.Tensor:
     return torch.tensor(job.ranks[0]["params"][scenario])
 
 
-@pytest.mark.parametrize("scenario", ["runyard", "runyard_scatter"])
+@pytest.mark.parametrize("scenario", ["runyard", "runyard_owner", "runyard_scatter"])
 def test_matches_single_process_training(training_job: TrainingJob, scenario: str) -> None:
     reference = single_process_reference(training_job.world_size)
     torch.testing.assert_close(params(training_job, scenario), reference, **EXACT)
 
 
-@pytest.mark.parametrize("scenario", ["runyard", "runyard_scatter"])
+@pytest.mark.parametrize("scenario", ["runyard", "runyard_owner", "runyard_scatter"])
 def test_matches_torch_ddp(training_job: TrainingJob, scenario: str) -> None:
     torch.testing.assert_close(
         params(training_job, scenario), params(training_job, "torch_ddp"), **EXACT

@@ -32,11 +32,17 @@ Records = dict[str, list[dp.CollectiveRecord]]
 
 
 def scenarios(records: Records) -> dict[str, Callable[[nn.Module], nn.Module]]:
-    """Each builds the DDP model of one way of training; the first two record the
+    """Each builds the DDP model of one way of training; the first three record the
     collectives their reduction runs."""
     return {
         "runyard": lambda model: dp.DistributedDataParallel(
             model, bucket_cap_mb=BUCKET_CAP_MB, on_collective=records["runyard"].append
+        ),
+        "runyard_owner": lambda model: dp.DistributedDataParallel(
+            model,
+            bucket_cap_mb=BUCKET_CAP_MB,
+            shard_exchange="reduce_to_owner",
+            on_collective=records["runyard_owner"].append,
         ),
         "runyard_scatter": lambda model: dp.DistributedDataParallel(
             model,
@@ -89,7 +95,7 @@ def reduction_threads_after_models_are_gone() -> int:
 def run(out: Path) -> None:
     rank, world = dp.get_rank(), dp.get_world_size()
     batches = [rank_batch(step, world, rank) for step in range(STEPS)]
-    records: Records = {"runyard": [], "runyard_scatter": []}
+    records: Records = {"runyard": [], "runyard_owner": [], "runyard_scatter": []}
     seen: dict[str, Any] = {"rank": rank, "params": {}, "divergence": {}}
     # torch.distributed's own collectives on the group Runyard initialised.
     total = torch.tensor([float(rank)])
@@ -106,6 +112,7 @@ def run(out: Path) -> None:
             assert isinstance(model, dp.DistributedDataParallel)
             reducer = model.sharded_reducer
             seen["shard_exchange"] = reducer.shard_exchange
+            seen["gradient_as_bucket_view"] = model.gradient_as_bucket_view
             seen["instance_ranks"] = list(reducer.groups.instance_ranks)
             seen["cross_ranks"] = list(reducer.groups.cross_ranks)
             seen["direct_errors"] = direct_reduction_errors(model)

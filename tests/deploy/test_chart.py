@@ -18,11 +18,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.backend_settings import KubernetesSettings
-from service.instance_types import CATALOG
+from provisioning.catalog import CATALOG
+from provisioning.kubernetes import backend as kubernetes_backend
+from provisioning.kubernetes.settings import KubernetesSettings
 from service.settings import Settings
 from tests.deploy.support import REPO, SERVICE_COMMANDS, assert_health_route, check_runyard_args
-from worker.backends import kubernetes as kubernetes_backend
 
 CHART = REPO / "charts" / "runyard"
 RELEASE, NAMESPACE = "ry", "ml"

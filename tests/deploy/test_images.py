@@ -243,9 +243,11 @@ def runtime_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_runtime_wheel_holds_the_runtime_and_nothing_else(runtime_wheel: Path) -> None:
     names = set(zipfile.ZipFile(runtime_wheel).namelist())
     packages = {name.split("/")[0] for name in names if not name.startswith("runyard-")}
-    assert packages == {"runtime"}
+    # The runtime and the one package it imports: the contract every part agrees on.
+    assert packages == {"runtime", "contract"}
     # Every module, the smdistributed compatibility package included.
     assert _python_files("runtime") <= names
+    assert _python_files("contract") <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(runtime_wheel).read(entry_points).decode()
     assert "train = runtime.train:main" in text
@@ -292,7 +294,15 @@ def test_service_wheel_ships_the_migrations_and_the_cli(tmp_path: Path) -> None:
     index = next(i for i, stage in enumerate(stages) if stage.all("COPY"))
     wheel = _build_wheel(SERVICE, index, tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
-    for package in ("service", "worker", "runtime", "runyard", "migrations"):
+    for package in (
+        "contract",
+        "provisioning",
+        "service",
+        "worker",
+        "runtime",
+        "runyard",
+        "migrations",
+    ):
         assert _python_files(package) <= names, package
     assert "migrations/script.py.mako" in names
     assert any(re.fullmatch(r"migrations/versions/0001_\w+\.py", name) for name in names)

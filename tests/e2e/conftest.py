@@ -16,18 +16,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psycopg
 import pytest
 
-from runyard.client import Client
+from provisioning.local import processes
+from provisioning.local.backend import free_port
+from runyard.client import Client, admin_token, wait_until_up
+from tests import postgres
 from tests.conftest import POSTGRES_ADMIN_URL, RABBITMQ_URL, REDIS_URL
-from worker.backends import processes
-from worker.backends.local import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TERMINAL = ("Completed", "Failed", "Stopped")
+
+
+def log_lines(client: Client, name: str) -> list[str]:
+    """What a job's instances printed, in order (its other events left out)."""
+    return [str(event["message"]) for event in client.logs(name) if "message" in event]
 
 
 class Stack:
@@ -64,23 +68,15 @@ class Stack:
 
     def up(self) -> Stack:
         self.home.mkdir(parents=True, exist_ok=True)
-        self.start("api", "--port", str(self.port))
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or self.processes["api"].poll() is not None:
-                raise RuntimeError(f"API did not start:\n{self.log_tail('api')}")
-            time.sleep(0.1)
+        api = self.start("api", "--port", str(self.port))
+        if not wait_until_up(self.url, alive=lambda: api.poll() is None):
+            raise RuntimeError(f"API did not start:\n{self.log_tail('api')}")
         self.start("worker")
         self.start("beat")
         return self
 
     def client(self) -> Client:
-        return Client(self.url, (self.home / "token").read_text().strip())
+        return Client(self.url, admin_token(self.home))
 
     def kill(self, part: str) -> None:
         process = self.processes.pop(part)
@@ -172,29 +168,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert running.down() == [], "processes of finished jobs were left running"
 
 
-def _postgres_database() -> tuple[str, Callable[[], None]]:
-    name = f"runyard_e2e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}", drop
-
-
 @pytest.fixture(scope="module", params=[pytest.param("redis", marks=pytest.mark.redis), "rabbitmq"])
 def server_stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
     """A team's deployment: PostgreSQL with Redis or RabbitMQ as the broker."""
-    database_url, drop = _postgres_database()
     broker = REDIS_URL if request.param == "redis" else RABBITMQ_URL
-    running = Stack(tmp_path_factory.mktemp(f"runyard-{request.param}"), database_url, broker).up()
-    try:
-        yield running
-        assert running.down() == [], "processes of finished jobs were left running"
-    finally:
-        running.down()  # a no-op unless the assertion above was never reached
-        drop()
+    with postgres.empty_database(POSTGRES_ADMIN_URL, "runyard_e2e") as database_url:
+        home = tmp_path_factory.mktemp(f"runyard-{request.param}")
+        running = Stack(home, database_url, broker).up()
+        try:
+            yield running
+            assert running.down() == [], "processes of finished jobs were left running"
+        finally:
+            running.down()  # a no-op unless the assertion above was never reached

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import pty
 import re
 import shutil
+import signal
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from runyard import Estimator, JobFailedError
+from runyard import Estimator, JobFailedError, TrainingInput
+from runyard.pytorch import PyTorch
+from runyard.tensorflow import TensorFlow
 from tests.e2e.conftest import EXAMPLES, Stack
 
 pytestmark = pytest.mark.e2e
@@ -185,7 +192,9 @@ def test_help_on_every_command() -> None:
         "describe",
         "logs",
         "stop",
+        "interrupt",
         "token",
+        "url",
     ]
     for command in [None, *commands]:
         args = [sys.executable, "-m", "runyard", *([command] if command else []), "--help"]
@@ -229,3 +238,251 @@ def test_estimator_raises_when_the_job_fails(stack: Stack) -> None:
         )
         with pytest.raises(JobFailedError, match="FileNotFoundError"):
             estimator.fit(logs=False)
+
+
+def _stored_sources(stack: Stack) -> list[str]:
+    folder = stack.home / "artifacts" / "_sources"
+    return sorted(path.name for path in folder.iterdir()) if folder.exists() else []
+
+
+def _code(tmp_path: Path, marker: str, extra_bytes: int = 0) -> Path:
+    """Code no other test uploads (so whether it is stored is this test's doing)."""
+    code = tmp_path / f"code-{marker}"
+    shutil.copytree(EXAMPLES / "scripts", code)
+    (code / "marker.txt").write_text(marker)
+    if extra_bytes:
+        # Random, so that compression leaves it as large as it is.
+        (code / "weights.bin").write_bytes(os.urandom(extra_bytes))
+    return code
+
+
+def test_a_dry_run_stores_no_code(stack: Stack, tmp_path: Path) -> None:
+    code = _code(tmp_path, "dry-run")
+    before = _stored_sources(stack)
+    args = ["submit", "--name", "dry-2", "-s", str(code), "-e", "report_env.py", "-t", "local"]
+    planned = _runyard(stack, *args, "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert _stored_sources(stack) == before
+    uri = re.search(r"file://\S*/_sources/[0-9a-f]{64}\.tar\.gz", planned.stdout)
+    assert uri, planned.stdout
+
+    # What the plan showed is where the code goes when the job is submitted.
+    submitted = _runyard(stack, *args)
+    assert submitted.returncode == 0, submitted.stderr
+    with stack.client() as client:
+        assert client.get_job("dry-2")["spec"]["source_uri"] == uri.group(0)
+    assert len(_stored_sources(stack)) == len(before) + 1
+
+    missing = _runyard(stack, "submit", "-s", str(code), "-e", "nope.py", "-t", "local")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"error: entry_point: nope.py is not a file in {code}"
+
+
+def test_flags_override_the_spec_file_name_or_prefix(stack: Stack, tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        f"base_job_name: from-file\nsource_dir: {EXAMPLES / 'scripts'}\n"
+        "entry_point: report_env.py\ninstance_type: local\n"
+    )
+    named = _runyard(stack, "submit", str(spec), "--name", "flag-wins")
+    assert named.returncode == 0, named.stderr
+    assert named.stdout.strip() == "Submitted training job flag-wins"
+
+    spec.write_text(spec.read_text().replace("base_job_name: from-file", "name: from-file"))
+    prefixed = _runyard(stack, "submit", str(spec), "--base-job-name", "flag-prefix")
+    assert prefixed.returncode == 0, prefixed.stderr
+    assert prefixed.stdout.startswith("Submitted training job flag-prefix-")
+
+    # Code already stored, named by a flag, instead of the file's source_dir.
+    stored = (EXAMPLES / "scripts").as_uri()
+    elsewhere = _runyard(stack, "submit", str(spec), "--name", "flag-uri", "--source-uri", stored)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    with stack.client() as client:
+        assert client.get_job("flag-uri")["spec"]["source_uri"] == stored
+
+
+def _on_a_terminal(stack: Stack, *args: str) -> tuple[int, str]:
+    """Runs the CLI with its stderr on a pseudo-terminal; returns what the terminal got."""
+    env = {k: v for k, v in stack.env.items() if not k.startswith("RUNYARD_")}
+    env["RUNYARD_HOME"] = str(stack.home)
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runyard", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    return process.wait(timeout=120), shown.decode(errors="replace")
+
+
+def test_a_large_upload_shows_its_progress(stack: Stack, tmp_path: Path) -> None:
+    code = _code(tmp_path, "large", extra_bytes=3 << 20)
+    args = ["submit", "-s", str(code), "-e", "report_env.py", "-t", "local", "--dry-run"]
+    # In a log: one line that says what goes up.
+    logged = _runyard(stack, *args)
+    assert logged.returncode == 0, logged.stderr
+    assert re.fullmatch(rf"Uploading {re.escape(str(code))} \(3\.0 MiB\)\n", logged.stderr)
+    # On a terminal: a bar that fills.
+    status, shown = _on_a_terminal(stack, *args)
+    assert status == 0, shown
+    assert re.search(r"Uploading .* \(3\.0 MiB\) +\[#+\] +100%", shown), shown
+
+    # Small code goes up without a word.
+    small = _runyard(stack, "submit", "-s", str(EXAMPLES / "scripts"), *args[3:])
+    assert small.returncode == 0, small.stderr
+    assert small.stderr == ""
+
+
+def test_logs_with_timestamps(stack: Stack) -> None:
+    plain = _runyard(stack, "logs", "cli-1").stdout.splitlines()
+    stamped = _runyard(stack, "logs", "cli-1", "--timestamps").stdout.splitlines()
+    assert len(stamped) == len(plain) > 0
+    for line, without in zip(stamped, plain, strict=True):
+        when, _, rest = line.partition(" ")
+        assert rest == without
+        datetime.fromisoformat(when)
+    followed = _runyard(stack, "logs", "cli-1", "-f", "--timestamps").stdout.splitlines()
+    assert followed == stamped
+
+
+def test_logs_of_a_host_the_job_does_not_have_are_an_error(stack: Stack) -> None:
+    for follow in ([], ["-f"]):
+        result = _runyard(stack, "logs", "cli-1", "--host", "algo-7", *follow)
+        assert result.returncode == 1, (follow, result.stdout)
+        assert result.stderr.startswith("error: "), (follow, result.stderr)
+        assert "algo-7" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_url_prints_the_server_the_cli_uses(stack: Stack) -> None:
+    assert _runyard(stack, "url").stdout.strip() == stack.url
+
+
+def _shards(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    for index in range(4):
+        (data / f"part-{index}.csv").write_text(f"{index}\n")
+    return data
+
+
+def test_sagemaker_code_runs_with_its_imports_changed(
+    stack: Stack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = _shards(tmp_path)
+    printed: list[str] = []
+    with stack.client() as client, caplog.at_level(logging.WARNING, logger="runyard"):
+        estimator = PyTorch(
+            entry_point="report_env.py",
+            source_dir=str(EXAMPLES / "scripts"),
+            role="arn:aws:iam::111122223333:role/SageMakerRole",
+            framework_version="2.3",
+            py_version="py311",
+            instance_type="local",
+            instance_count=2,
+            base_job_name="sm-compat",
+            hyperparameters={"epochs": 1},
+            client=client,
+        )
+        job = estimator.fit(
+            {"train": TrainingInput(str(data), distribution="ShardedByS3Key")},
+            logs="All",
+            echo=printed.append,
+        )
+    assert [record.getMessage() for record in caplog.records] == [
+        "PyTorch: Runyard does not use role; ignored"
+    ]
+    # The job's name comes first, before any line of it.
+    assert printed[0] == f"Submitted training job {job['name']}"
+    assert job["name"].startswith("sm-compat-")
+    # Sharded by key: object i goes to instance i mod 2.
+    assert any(
+        '[algo-1] seen {"epochs": 1, "files": ["part-0.csv", "part-2.csv"]' in line
+        for line in printed
+    )
+    assert any(
+        '[algo-2] seen {"epochs": 1, "files": ["part-1.csv", "part-3.csv"]' in line
+        for line in printed
+    )
+    assert job["spec"]["framework_version"] == "2.3"
+
+
+def test_fit_takes_channel_dicts_and_a_tensorflow_estimator(stack: Stack, tmp_path: Path) -> None:
+    data = _shards(tmp_path)
+    printed: list[str] = []
+    with stack.client() as client:
+        estimator = TensorFlow(
+            "py310",
+            "2.16",
+            entry_point="report_env.py",
+            source_dir=EXAMPLES / "scripts",
+            instance_type="local",
+            input_mode="FastFile",
+            client=client,
+        )
+        job = estimator.fit(
+            {"train": {"uri": str(data), "distribution": "ShardedByS3Key"}},
+            wait=False,
+            echo=printed.append,
+        )
+        assert printed == [f"Submitted training job {job['name']}"]
+        assert job["spec"]["framework"] == "tensorflow"
+        assert job["spec"]["inputs"]["train"] == {
+            "uri": data.as_uri(),
+            "distribution": "ShardedByS3Key",
+            "input_mode": "FastFile",
+            "s3_data_type": "S3Prefix",
+            "content_type": None,
+            "compression": "None",
+        }
+        assert stack.wait_until_ended(client, job["name"])["status"] == "Completed"
+
+
+SDK_SCRIPT = """
+import sys
+from runyard import Client, Estimator
+
+with Client(sys.argv[1], sys.argv[2]) as client:
+    Estimator(
+        "long_running.py", source_dir=sys.argv[3], instance_type="local", client=client
+    ).fit(echo=lambda line: print(line, flush=True))
+"""
+
+
+def test_ctrl_c_in_fit_says_the_job_keeps_running_and_how_to_stop_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    script = tmp_path / "fit.py"
+    script.write_text(SDK_SCRIPT)
+    with stack.client() as client:
+        fitting = subprocess.Popen(
+            [sys.executable, str(script), stack.url, client.token or "", str(EXAMPLES / "scripts")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert fitting.stdout is not None
+        name = fitting.stdout.readline().strip().removeprefix("Submitted training job ")
+        # Watching: the script's first lines have come through.
+        for line in fitting.stdout:
+            if "tick 0" in line:
+                break
+        fitting.send_signal(signal.SIGINT)
+        rest, errors = fitting.communicate(timeout=60)
+        assert fitting.returncode != 0
+        assert f"{name} keeps running; `runyard stop {name}` stops it." in rest.splitlines()
+        assert "KeyboardInterrupt" in errors
+        assert client.get_job(name)["status"] == "InProgress"
+        client.stop_job(name)
+        assert stack.wait_until_ended(client, name)["status"] == "Stopped"

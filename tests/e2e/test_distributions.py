@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from provisioning.local import processes
 from runyard.client import Client
 from tests.e2e.conftest import Stack
-from worker.backends import processes
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runtime import storage
+from contract import storage
+from provisioning.local import processes
 from tests.e2e.conftest import Stack
-from worker.backends import processes
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +26,21 @@ def _messages(client: Any, name: str, host: str | None = None) -> list[str]:
 def _pid_alive(pid: int) -> bool:
     identity = processes.identify(pid)
     return identity is not None and processes.is_alive(identity)
+
+
+def _machine_pids(job_id: str, reported: list[int]) -> list[int]:
+    """This machine's pids of the processes a script reported from inside its instance
+    (the same numbers where the instance has no PID namespace of its own)."""
+    found = []
+    for pid in processes.marked_processes(job_id):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        nspids = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+        if int(nspids[-1]) in reported:
+            found.append(pid)
+    return found
 
 
 def test_torch_distributed_job_completes_with_both_ranks_and_a_model(stack: Stack) -> None:
@@ -68,9 +83,14 @@ def test_failing_script_ends_failed_with_its_error(stack: Stack) -> None:
         stack.submit(client, "scripts", name="fails-1", entry_point="fail.py", instance_count=2)
         job = stack.wait_until_ended(client, "fails-1")
     assert job["status"] == "Failed"
-    assert job["failure_reason"] == (
+    exception, heading, *frames = job["failure_reason"].splitlines()
+    assert exception == (
         "AlgorithmError: FileNotFoundError: no training data at /data/train.csv, exit code: 1"
     )
+    # Then the stack, its innermost frame last.
+    assert heading == "Traceback (most recent call last):"
+    assert re.fullmatch(r'  File ".*/fail\.py", line 7, in load', frames[-2])
+    assert frames[-1] == '    raise FileNotFoundError(f"no training data at {path}")'
     assert processes.marked_processes(job["id"]) == []
 
 
@@ -84,12 +104,14 @@ def test_stop_ends_every_process_of_the_job(stack: Stack) -> None:
             "stop-1",
             lambda job: len([m for m in _messages(client, "stop-1") if m.startswith("pids")]) == 2,
         )
-        pids = [
+        reported = [
             int(pid)
             for line in _messages(client, "stop-1")
             if line.startswith("pids")
             for pid in line.split()[1:]
         ]
+        pids = _machine_pids(client.get_job("stop-1")["id"], reported)
+        assert len(pids) == len(reported)
         assert all(_pid_alive(pid) for pid in pids)
         stopping = client.stop_job("stop-1")
         assert stopping["status"] == "Stopping"
@@ -98,6 +120,17 @@ def test_stop_ends_every_process_of_the_job(stack: Stack) -> None:
     assert (job["status"], job["secondary_status"]) == ("Stopped", "Stopped")
     assert [t["secondary_status"] for t in job["transitions"]][-2:] == ["Stopping", "Stopped"]
     assert lines.count("saved on SIGTERM") == 2  # each script got its chance to save
+    # The log says what ended the scripts, not that they exited as if done.
+    assert (
+        lines[-1] == "Training job stopped at a user's request (runyard stop, or StopTrainingJob)"
+    )
+    assert not [line for line in lines if "exited with code 0" in line]
+    ended = [line for line in lines if line.startswith("Script ended after")]
+    assert len(ended) == 2, lines
+    assert all(
+        line.endswith("the instance got SIGTERM: its job is stopping or restarting")
+        for line in ended
+    )
     assert job["model_artifacts"], "what the script saved on SIGTERM is kept"
     assert not any(_pid_alive(pid) for pid in pids)
     assert processes.marked_processes(job["id"]) == []
@@ -107,7 +140,10 @@ def test_max_run_stops_the_job(stack: Stack) -> None:
     with stack.client() as client:
         stack.submit(client, "scripts", name="maxrun-1", entry_point="long_running.py", max_run=3)
         job = stack.wait_until_ended(client, "maxrun-1", timeout=60)
+        lines = _messages(client, "maxrun-1")
     assert (job["status"], job["secondary_status"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert lines[-1] == "Training job stopped: its max_run of 3 s was reached"
+    assert not [line for line in lines if "exited with code 0" in line]
     assert "MaxRuntimeExceeded" in [t["secondary_status"] for t in job["transitions"]]
     assert 3 <= job["billable_seconds"] <= 20
     assert processes.marked_processes(job["id"]) == []
@@ -195,7 +231,10 @@ def test_logs_survive_the_instances(stack: Stack) -> None:
 
 
 def _is_runtime(pid: int) -> bool:
+    """The instance's runtime itself, not the unshare that leads an instance with
+    namespaces of its own."""
     try:
-        return b"runtime.train" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+    return b"runtime.train" in argv and not argv[0].endswith(b"unshare")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import tarfile
 import time
 from collections.abc import Iterator
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 import torch
 
+from provisioning.local import network
 from runyard.client import Client
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import Stack, log_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +39,8 @@ def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         {
             "RUNYARD_SPOT_GRACE_SECONDS": "20",
             "RUNYARD_RESTART_BACKOFF_SECONDS": "0.5",
+            # An instance cut off from the job's network is found lost within seconds.
+            "RUNYARD_PEER_TIMEOUT_SECONDS": "5",
         }
     )
     stack.up()
@@ -56,13 +60,9 @@ def _submit(stack: Stack, client: Client, tmp_path: Path, **spec: Any) -> dict[s
     )
 
 
-def _lines(client: Client, name: str) -> list[str]:
-    return [event["message"] for event in client.logs(name) if "message" in event]
-
-
 def _wait_for_line(stack: Stack, client: Client, name: str, text: str) -> None:
     deadline = time.monotonic() + 120
-    while not any(text in line for line in _lines(client, name)):
+    while not any(text in line for line in log_lines(client, name)):
         if time.monotonic() > deadline:
             pytest.fail(f"{name} never printed {text!r}\n{stack.diagnostics()}")
         time.sleep(0.1)
@@ -102,7 +102,7 @@ def test_a_killed_instance_restarts_the_job_from_its_checkpoint(
         pid_file = fault_stack.home / "jobs" / name / "algo-2.pid.json"
         os.killpg(json.loads(pid_file.read_text())["pid"], signal.SIGKILL)
         job = _ended(fault_stack, client, name)
-        lines = _lines(client, name)
+        lines = log_lines(client, name)
         assert job["status"] == "Completed", fault_stack.explain(job, list(client.logs(name)))
     assert (job["restarts"], job["infrastructure_restarts"], job["attempt"]) == (0, 1, 1)
     secondaries = [t["secondary_status"] for t in job["transitions"]]
@@ -111,6 +111,38 @@ def test_a_killed_instance_restarts_the_job_from_its_checkpoint(
     assert "InstanceLost: algo-2 ended without reporting a result" in restarting["message"]
     # Both instances of the second attempt resumed where the checkpoint left off (at least
     # the epoch seen before the kill), and no epoch was lost or trained twice.
+    resumed = _resumed_at(lines)
+    assert len(resumed) == 2, lines
+    assert resumed[0] == resumed[1] >= 6, lines
+    assert _trained_epochs(job, tmp_path) == list(range(EPOCHS))
+
+
+def test_an_instance_cut_off_the_network_restarts_the_job_from_its_checkpoint(
+    fault_stack: Stack, tmp_path: Path
+) -> None:
+    with fault_stack.client() as client:
+        job = _submit(
+            fault_stack,
+            client,
+            tmp_path,
+            instance_count=2,
+            distribution={"torch_distributed": {"enabled": True}},
+        )
+        name = job["name"]
+        assert job["spec"]["instance_count"] == 2
+        _wait_for_line(fault_stack, client, name, f"epoch 6/{EPOCHS}")
+        assert client.get_job(name)["isolation"] == "namespaces"
+        # algo-2's link to the job's network goes down: it and algo-1 no longer reach each
+        # other, their collectives block, and nothing ends by itself.
+        veth = network.plan(job["id"], ["algo-1", "algo-2"]).port("algo-2").veth
+        subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+        job = _ended(fault_stack, client, name)
+        lines = log_lines(client, name)
+        assert job["status"] == "Completed", fault_stack.explain(job, list(client.logs(name)))
+    assert (job["restarts"], job["infrastructure_restarts"], job["attempt"]) == (0, 1, 1)
+    restarting = next(t for t in job["transitions"] if t["secondary_status"] == "Restarting")
+    assert "InstanceLost: algo-" in restarting["message"]
+    assert "lost the job's network" in " ".join(lines)
     resumed = _resumed_at(lines)
     assert len(resumed) == 2, lines
     assert resumed[0] == resumed[1] >= 6, lines
@@ -131,7 +163,7 @@ def test_a_spot_interruption_checkpoints_then_resumes(fault_stack: Stack, tmp_pa
         _wait_for_line(fault_stack, client, name, f"epoch 4/{EPOCHS}")
         client.interrupt(name, "algo-1", "capacity reclaimed")
         job = _ended(fault_stack, client, name)
-        lines = _lines(client, name)
+        lines = log_lines(client, name)
         assert job["status"] == "Completed", fault_stack.explain(job, list(client.logs(name)))
     # The script got SIGTERM, saved, and the next attempt resumed right there.
     [saved] = [line for line in lines if line.startswith("SIGTERM: checkpoint at epoch")]
@@ -179,7 +211,7 @@ def test_a_retryable_exit_code_is_retried_and_resumes(fault_stack: Stack, tmp_pa
             retry_rules=[{"on_exit_codes": [75], "action": "retry"}],
         )
         job = _ended(fault_stack, client, job["name"])
-        lines = _lines(client, job["name"])
+        lines = log_lines(client, job["name"])
     assert job["status"] == "Completed", job["failure_reason"]
     assert (job["restarts"], job["infrastructure_restarts"]) == (1, 0)
     assert _resumed_at(lines) == [3]
@@ -197,7 +229,7 @@ def test_a_retryable_failure_is_retried_up_to_the_limit(fault_stack: Stack, tmp_
             retry_rules=[{"on_exit_codes": [75], "action": "retry"}],
         )
         job = _ended(fault_stack, client, job["name"])
-        lines = _lines(client, job["name"])
+        lines = log_lines(client, job["name"])
     assert job["status"] == "Failed"
     assert (job["restarts"], job["attempt"]) == (2, 2)
     assert job["failure_reason"].endswith("(no retries left: 2 of max_retry_attempts used)")

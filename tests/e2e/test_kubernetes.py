@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from runtime.reporter import ServiceClient
+from contract.hosts import host_names
+from provisioning.kubernetes import manifests
+from provisioning.kubernetes.manifests import LABEL_JOB_NAME
+from runtime.reporting.reporter import ServiceClient
 from runyard.client import Client
-from service.jobs.schemas import host_names
 from tests.e2e.conftest import Stack
 from tests.kube import NAMESPACE, KubeServer, exited, running, set_pod_status, unschedulable
-from worker.backends import kubernetes_manifests as manifests
-from worker.backends.kubernetes_manifests import LABEL_JOB_NAME
 
 pytestmark = pytest.mark.e2e
 

@@ -6,9 +6,9 @@ import tarfile
 
 import pytest
 
-from runtime import storage
+from contract import storage
+from provisioning.local import processes
 from tests.e2e.conftest import Stack
-from worker.backends import processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

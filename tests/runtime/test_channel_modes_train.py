@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import fastfile, mounts, storage
+from contract import storage
+from runtime.channels import fastfile
+from runtime.linux import mounts
 from tests.channels import gzipped
 from tests.instances import launch_request, start_runtime, write_instances
 

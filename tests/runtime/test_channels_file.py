@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from runtime import channel_data, channels, pipe, storage
-from runtime.channel_data import ChannelObject
+from contract import storage
+from runtime import channels
+from runtime.channels import channel_data, pipe
+from runtime.channels.channel_data import ChannelObject
 from tests.channels import files, gzipped, instance_configs
 
 BUCKET = "data"

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from runtime import channels, manifest, storage
+from contract import storage
+from runtime import channels
+from runtime.channels import manifest
 from tests.channels import files, instance_configs
 
 BUCKET = "data"

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from runtime import channels, pipe
-from runtime.channel_data import ChannelObject
-from runtime.config import InstanceConfig
+from contract.instance_config import InstanceConfig
+from runtime import channels
+from runtime.channels import pipe
+from runtime.channels.channel_data import ChannelObject
 from tests.channels import gzipped, instance_configs, wait_for
 
 BUCKET = "data"

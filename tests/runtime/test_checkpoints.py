@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from runtime import storage
+from contract import storage
+from contract.instance_config import InstanceConfig, load
 from runtime.checkpoints import CheckpointSync, restore, start_sync
-from runtime.config import InstanceConfig, load
-from runtime.filewatch import (
+from runtime.checkpoints.filewatch import (
     InotifyWatcher,
     NotWhole,
     PollingWatcher,

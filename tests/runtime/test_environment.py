@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runtime.config import load
-from runtime.environment import script_environment
+from contract.instance_config import load
+from runtime.instance.environment import script_environment
 from tests.instances import launch_request, write_instances
 
 CONTRACT = [
@@ -66,6 +66,10 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     assert env["MY_FLAG"] == "on"
     assert env["SM_MODEL_DIR"] == str(base / "model")
     assert env["SM_CHECKPOINT_DIR"] == str(base / "checkpoints")
+    # Where SageMaker's own toolkit (sagemaker-training) looks for the instance's layout,
+    # here too where instances share the machine and /opt/ml is not theirs.
+    assert env["SAGEMAKER_BASE_DIR"] == str(base)
+    assert env["SM_BASE_DIR"] == str(base)
     assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
     assert env["SM_CURRENT_HOST"] == "algo-2"
     assert json.loads(env["SM_CHANNELS"]) == ["eval", "train"]

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from runtime import channel_data, channels, fastfile, fuse, mounts, storage
-from runtime.channel_data import ChannelObject
+from contract import storage
+from runtime import channels
+from runtime.channels import channel_data, fastfile
+from runtime.channels.channel_data import ChannelObject
+from runtime.linux import fuse, mounts
 from tests.channels import files, gzipped, instance_configs, wait_for
 
 BUCKET = "data"

@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.config import InstanceConfig, load
-from runtime.launch import COMPAT_DIR, plan, tf_config
+import pytest
+
+from contract.instance_config import InstanceConfig, load
+from runtime.launch import plan, tf_config
+from runtime.launch.mpi import COMPAT_DIR
 from tests.instances import launch_request, write_instances
 
 
@@ -143,6 +146,30 @@ def test_instances_on_one_machine_talk_over_tcp_only(tmp_path: Path) -> None:
     (mpirun,) = plan(config, ["python", "train.py"], {}, num_gpus=0).specs
     argv = mpirun.argv
     assert argv[argv.index("btl") - 1 : argv.index("btl") + 2] == ["--mca", "btl", "self,tcp"]
+
+
+@pytest.mark.parametrize(
+    "distribution",
+    [
+        {"mpi": {"enabled": True}},
+        {"pytorchddp": {"enabled": True}},
+        {"smdistributed": {"dataparallel": {"enabled": True}}},
+    ],
+    ids=["mpi", "pytorchddp", "smdistributed.dataparallel"],
+)
+def test_every_mpi_mode_on_one_machine_leaves_out_the_per_node_collectives(
+    tmp_path: Path, distribution: dict[str, Any]
+) -> None:
+    # Instances on one machine share its host name, so Open MPI's ranks disagree on which
+    # of them share a node, and coll/han (which splits the world by node) would hang.
+    config = _configs(tmp_path, distribution=distribution)["algo-1"]
+    config = InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
+    for shared in (True, False):
+        on_one = InstanceConfig(**{**config.__dict__, "shared_machine": shared})
+        (mpirun,) = plan(on_one, ["python", "train.py"], {}, num_gpus=0).specs
+        options = list(zip(mpirun.argv, mpirun.argv[1:], mpirun.argv[2:], strict=False))
+        assert (("--mca", "coll", "^han") in options) is shared, mpirun.argv
+        assert (("--mca", "btl", "self,tcp") in options) is shared, mpirun.argv
 
 
 def test_data_parallel_jobs_see_the_compatibility_package(tmp_path: Path) -> None:

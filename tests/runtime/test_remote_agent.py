@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -26,12 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime import procfs
-from runtime.config import InstanceConfig, load
-from runtime.launch import remote_agent
+from contract import variables
+from contract.instance_config import InstanceConfig, load
+from provisioning.base import JobRef, LaunchRequest
+from provisioning.local.backend import free_port
+from runtime.launch import handover, remote_agent
+from runtime.linux import procfs
 from tests.instances import launch_request, start_runtime, write_networked_instances
-from worker.backends.base import JobRef, LaunchRequest
-from worker.backends.local import free_port
 
 ADDRESSES = {"algo-1": "127.0.0.1", "algo-2": "127.0.0.2"}
 TOKEN = "job-token-for-tests"
@@ -53,8 +55,8 @@ class Cluster:
         """algo-2's server, with the environment its runtime would give commands."""
         env = {
             "PATH": os.environ["PATH"],
-            procfs.JOB_MARKER: self.job_id,
-            procfs.HOST_MARKER: "algo-2",
+            variables.JOB_ID: self.job_id,
+            variables.HOST: "algo-2",
         }
         config = self.config("algo-2")
         return remote_agent.serving(config, self.key, env, self.logs.append, **options)
@@ -64,7 +66,7 @@ class Cluster:
         return {
             **os.environ,
             "SM_BASE_DIR": str(self.bases["algo-1"]),
-            remote_agent.PATIENCE_VARIABLE: str(patience),
+            variables.AGENT_CONNECT_TIMEOUT: str(patience),
         }
 
     def run_client(self, command: str, patience: float = 5.0) -> subprocess.CompletedProcess[str]:
@@ -119,9 +121,22 @@ def cluster(tmp_path: Path) -> Cluster:
     )
     for base in bases.values():
         (base / "code").mkdir(parents=True)
-    key = remote_agent.job_key({remote_agent.TOKEN_VARIABLE: TOKEN})
+    key = remote_agent.job_key({variables.JOB_TOKEN: TOKEN})
     remote_agent.write_key_file(load(bases["algo-1"]).paths, key)
     return Cluster(job_id, bases, key, [])
+
+
+# algo-2's agent in a process of its own, as in its runtime: argv base directory, key.
+SERVE_ALONE = """
+import os, sys, time
+from pathlib import Path
+from contract.instance_config import load
+from runtime.launch import remote_agent
+env = {key: os.environ[key] for key in ("PATH", "RUNYARD_JOB_ID", "RUNYARD_HOST")}
+with remote_agent.serving(load(Path(sys.argv[1])), bytes.fromhex(sys.argv[2]), env, print):
+    print("serving", flush=True)
+    time.sleep(120)
+"""
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -155,6 +170,8 @@ def test_output_and_exit_status_are_relayed(cluster: Cluster) -> None:
     assert rest == "x" * 300_000  # more than one frame's worth
     assert done.stderr == "err\n"
     assert killed.returncode == 128 + 9  # as a shell reports a signal
+    # Commands that ended, whatever their status, lost no instance.
+    assert handover.lost(cluster.bases["algo-1"]) == []
     assert len([line for line in cluster.logs if "running a command for 127.0." in line]) == 2
 
 
@@ -236,6 +253,29 @@ def test_stopping_the_server_ends_the_commands_still_running(cluster: Cluster) -
         assert client.wait(timeout=10) != 0
 
 
+def test_an_instance_that_goes_while_its_command_runs_is_recorded_lost(cluster: Cluster) -> None:
+    # algo-2's machine dies: its agent, and the connection with it, go at once (the
+    # runtime then fails the job as an instance lost, whatever mpirun's exit status).
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVE_ALONE, str(cluster.bases["algo-2"]), cluster.key.hex()],
+        env={**os.environ, variables.JOB_ID: cluster.job_id, variables.HOST: "algo-2"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with server:
+        assert server.stdout is not None
+        assert "serving" in iter(lambda: server.stdout.readline().strip(), "")  # type: ignore[union-attr]
+        client = cluster.start_client('sleep 60 & echo "$$ $!"; wait')
+        processes = _started(client)
+        server.kill()
+    with client:
+        assert client.wait(timeout=10) != 0
+    procfs.signal_pids([process.pid for process in processes], signal.SIGKILL)
+    [lost] = handover.lost(cluster.bases["algo-1"])
+    assert lost.startswith("lost the connection to the launch agent of algo-2")
+    assert handover.failures(cluster.bases["algo-1"]) == []
+
+
 def test_the_client_gives_up_as_ssh_does_when_no_agent_listens(cluster: Cluster) -> None:
     started = time.monotonic()
     done = cluster.run_client("true", patience=1.0)
@@ -261,7 +301,7 @@ def test_an_mpi_job_across_two_addresses_runs_through_the_agent(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     shutil.copy(EXAMPLES / "mpi_hello.py", tmp_path / "src" / "train.py")
-    env = {procfs.JOB_MARKER: cluster.job_id, remote_agent.TOKEN_VARIABLE: TOKEN}
+    env = {variables.JOB_ID: cluster.job_id, variables.JOB_TOKEN: TOKEN}
     master = start_runtime(cluster.bases["algo-1"], RUNYARD_HOST="algo-1", **env)
     # algo-2 starts only once mpirun is already calling on it: the client waits for it.
     _wait_until(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runtime.spot import SpotNoticeWatcher
+from runtime.reporting.spot import SpotNoticeWatcher
 from tests.instances import launch_request, start_runtime, write_instances
 
 TOKEN = "imds-session-token"

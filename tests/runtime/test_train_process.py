@@ -6,7 +6,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from runtime import storage
+from contract import storage
 from tests.instances import launch_request, start_runtime, write_instances
 
 CHECKING_SCRIPT = """

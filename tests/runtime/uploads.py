@@ -11,7 +11,7 @@ from pathlib import Path
 KILLED_UPLOAD = """
 import resource, signal, sys
 from pathlib import Path
-from runtime import storage
+from contract import storage
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the kernel's default kills
 resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
 storage.put_file(Path(sys.argv[1]), sys.argv[2])

@@ -1,38 +1,11 @@
-"""``smdistributed.dataparallel.torch.distributed``: SageMaker's process-group API
-(v1.3 and before), on Runyard's library and torch.distributed's default group."""
+"""``smdistributed.dataparallel.torch.distributed``: SageMaker's process-group API (v1.3
+and before), on Runyard's library and torch.distributed's default group.
 
-from runtime.dataparallel import (
-    ReduceOp,
-    all_gather,
-    all_reduce,
-    all_to_all_single,
-    barrier,
-    broadcast,
-    get_local_rank,
-    get_local_size,
-    get_rank,
-    get_world_size,
-    group,
-    is_available,
-    is_initialized,
-    reduce,
-)
-from runtime.dataparallel.sagemaker import init_process_group
+Runyard's data-parallel API holds every name of SageMaker's (a few more besides), so this
+module is Runyard's, re-exported whole, with SageMaker's ``init_process_group``: the one
+name that means more here (``runtime.dataparallel.sagemaker`` says what).
+"""
 
-__all__ = [
-    "ReduceOp",
-    "all_gather",
-    "all_reduce",
-    "all_to_all_single",
-    "barrier",
-    "broadcast",
-    "get_local_rank",
-    "get_local_size",
-    "get_rank",
-    "get_world_size",
-    "group",
-    "init_process_group",
-    "is_available",
-    "is_initialized",
-    "reduce",
-]
+from runtime.dataparallel import *  # noqa: F403
+from runtime.dataparallel import __all__ as __all__
+from runtime.dataparallel.sagemaker import init_process_group as init_process_group

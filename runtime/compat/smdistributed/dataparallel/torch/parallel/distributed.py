@@ -1,10 +1,7 @@
 """``smdistributed.dataparallel.torch.parallel.distributed``, as SageMaker's announcement
-imports it: the process-group API and DistributedDataParallel in one module."""
+imports it: the process-group API and DistributedDataParallel in one module, which the
+sibling ``distributed`` module already is."""
 
-from runtime.dataparallel import DistributedDataParallel
-
-# A facade: the process-group API is the sibling module's, re-exported whole.
 from ..distributed import *  # noqa: F403
-from ..distributed import __all__ as _PROCESS_GROUP_API
-
-__all__ = [*_PROCESS_GROUP_API, "DistributedDataParallel"]
+from ..distributed import __all__ as __all__
+from ..distributed import init_process_group as init_process_group

@@ -1,0 +1,281 @@
+"""The config files an instance is given under ``<base>/input/config/``, and the whole
+config the runtime reads from them.
+
+Three are SageMaker's own (hyperparameters, resource and input-data config, in its key
+names, so scripts that read them directly keep working); ``runyard.json`` carries what
+only Runyard's runtime needs. Every backend writes them
+(``provisioning.instance_files``), by whatever means it has; the runtime reads them with
+``load``. The key names of each are defined here once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from contract import hyperparameters as hp
+from contract import modes
+from contract.layout import (
+    HYPERPARAMETERS_FILE,
+    INPUT_DATA_CONFIG_FILE,
+    RESOURCE_CONFIG_FILE,
+    RUNYARD_CONFIG_FILE,
+    Paths,
+    checkpoint_dir,
+)
+from contract.spec import Channel
+
+# SageMaker's name for the one group of instances a job has.
+GROUP_NAME = "homogeneousCluster"
+
+
+class ConfigError(Exception):
+    """A config file is missing or malformed."""
+
+
+class Isolation(StrEnum):
+    """What keeps one instance of a job apart from the others."""
+
+    # A machine of its own: a pod, an EC2 instance.
+    MACHINE = "machine"
+    # Linux namespaces on the server's machine: its own host name, network address,
+    # /opt/ml and processes, as a machine of its own would have.
+    NAMESPACES = "namespaces"
+    # Nothing: the instances share the server's machine, its host name and network
+    # (where namespaces cannot be used).
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunyardConfig:
+    """``runyard.json``: its keys are these fields, written in this order."""
+
+    job_name: str
+    job_id: str
+    entry_point: str
+    source_uri: str
+    distribution: dict[str, Any] = field(default_factory=dict)
+    channels: dict[str, str] = field(default_factory=dict)
+    output_path: str
+    environment: dict[str, str] = field(default_factory=dict)
+    master_addr: str
+    master_port: int
+    framework: str = "pytorch"
+    # How mpirun on the first instance reaches the others (argv prefix; empty if the
+    # backend has none).
+    launch_agent: tuple[str, ...] = ()
+    # Where instances are separate machines: the port of the runtime's own launch agent
+    # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
+    agent_port: int | None = None
+    # Every instance of the job runs on this one machine (the local backend), under the
+    # same hostname: Open MPI's shared-memory segments are named after the hostname and
+    # each instance's local ranks, so two instances' ranks would map the same segment.
+    shared_machine: bool = False
+    # Which start of the job this is (0 the first), sent with every report so the service
+    # can tell this attempt's words from a late one of an earlier attempt.
+    attempt: int = 0
+    # The number of this attempt's first log line (lines of earlier attempts are stored).
+    first_log_seq: int = 1
+    # Where checkpoints are kept across restarts; None when the job keeps none.
+    checkpoint_uri: str | None = None
+    # Where the script writes them on the instance, as the job gave it (a path under the
+    # image's base directory means the same place under this instance's).
+    checkpoint_local_path: str | None = None
+    # Where the runtime learns of a spot interruption itself ("ec2": the instance metadata
+    # service); None where the service is told some other way.
+    spot_notice: str | None = None
+    isolation: str = Isolation.MACHINE.value
+    # With namespaces: the instance's network namespace (a path), where the runtime puts
+    # the processes it starts for the job; the runtime itself keeps the machine's network,
+    # to report, fetch and store.
+    network_namespace: str | None = None
+    # What the first instance says once in the job's log before anything else (why the
+    # instances share the machine, say).
+    notices: tuple[str, ...] = ()
+    # Where instances have a network of their own: after how long without reaching any of
+    # its peers an instance has lost the job's network (and the job restarts); None: never.
+    peer_timeout_seconds: float | None = None
+
+    def to_json(self) -> str:
+        return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunyardConfig:
+        return cls(**_runyard_fields(data))
+
+
+def _runyard_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``runyard.json``'s values by field: leniently where a key may be absent (its field's
+    default), strictly where one is present."""
+    values = {}
+    for item in fields(RunyardConfig):
+        if item.name in data:
+            read = _READERS.get(item.name)
+            values[item.name] = (
+                data[item.name] if read is None else read(item.name, data[item.name])
+            )
+        elif item.default is MISSING and item.default_factory is MISSING:
+            raise ConfigError(f"instance config is missing {item.name!r}")
+    return values
+
+
+def _optional_port(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigError(f"{name} must be a TCP port number, not {value!r}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
+# How a present value is read, for the fields that are not taken as they are.
+_READERS: dict[str, Callable[[str, Any], Any]] = {
+    "distribution": lambda _name, value: dict(value),
+    "channels": lambda _name, value: dict(value),
+    "environment": lambda _name, value: dict(value),
+    "master_port": lambda _name, value: int(value),
+    "launch_agent": lambda _name, value: tuple(value),
+    "agent_port": _optional_port,
+    "shared_machine": lambda _name, value: value is True,
+    "attempt": _count,
+    "first_log_seq": _count,
+    "checkpoint_uri": lambda _name, value: value or None,
+    "checkpoint_local_path": lambda _name, value: value or None,
+    "spot_notice": lambda _name, value: value or None,
+    "network_namespace": lambda _name, value: value or None,
+    "notices": lambda _name, value: tuple(str(line) for line in value),
+    "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
+}
+
+
+def resource_config(
+    host: str,
+    hosts: list[str],
+    instance_type: str,
+    *,
+    network_interface: str,
+    host_addresses: dict[str, str],
+) -> dict[str, Any]:
+    """``resourceconfig.json``: SageMaker's keys, and Runyard's ``host_addresses`` so hosts
+    can be reached where names do not resolve."""
+    return {
+        "current_host": host,
+        "current_instance_type": instance_type,
+        "current_group_name": GROUP_NAME,
+        "hosts": hosts,
+        "network_interface_name": network_interface,
+        "instance_groups": [
+            {"instance_group_name": GROUP_NAME, "instance_type": instance_type, "hosts": hosts}
+        ],
+        "host_addresses": host_addresses,
+    }
+
+
+def input_data_config(inputs: Mapping[str, Channel]) -> dict[str, dict[str, Any]]:
+    """``inputdataconfig.json``: each channel in SageMaker's key names."""
+    config: dict[str, dict[str, Any]] = {}
+    for name, channel in sorted(inputs.items()):
+        entry: dict[str, Any] = {
+            "TrainingInputMode": channel.input_mode,
+            "S3DataType": channel.s3_data_type,
+            "S3DistributionType": channel.distribution,
+            "RecordWrapperType": "None",
+            "CompressionType": channel.compression,
+        }
+        if channel.content_type:
+            entry["ContentType"] = channel.content_type
+        config[name] = entry
+    return config
+
+
+def hyperparameters_file(values: Mapping[str, Any]) -> dict[str, str]:
+    """``hyperparameters.json``: every value JSON-encoded, as the SageMaker SDK sends them."""
+    return {key: hp.encode(values[key]) for key in sorted(values)}
+
+
+def dump(data: Mapping[str, Any]) -> str:
+    """A config file's text: what every backend writes byte for byte."""
+    return json.dumps(data, indent=2) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceConfig(RunyardConfig):
+    """Everything the runtime knows of its instance: ``runyard.json``'s fields, what the
+    SageMaker files say, and where the base directory is."""
+
+    paths: Paths
+    current_host: str
+    hosts: list[str]
+    host_addresses: dict[str, str]
+    instance_type: str
+    network_interface: str
+    resource_config: dict[str, Any]
+    input_data_config: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    framework_params: dict[str, Any]
+
+    @property
+    def master_host(self) -> str:
+        return self.hosts[0]
+
+    @property
+    def is_master(self) -> bool:
+        return self.current_host == self.master_host
+
+    @property
+    def node_rank(self) -> int:
+        return self.hosts.index(self.current_host)
+
+    @property
+    def mode(self) -> modes.Mode | None:
+        """The distribution mode that is enabled, if any."""
+        return modes.enabled_mode(self.distribution)
+
+
+def load(base: Path) -> InstanceConfig:
+    config_dir = Paths(base).config
+    runyard = _read(config_dir / RUNYARD_CONFIG_FILE)
+    paths = Paths(base, checkpoint_dir(base, runyard.get("checkpoint_local_path")))
+    resource = _read(paths.config / RESOURCE_CONFIG_FILE)
+    input_data = _read(paths.config / INPUT_DATA_CONFIG_FILE, default={})
+    raw_hps = _read(paths.config / HYPERPARAMETERS_FILE, default={})
+    user_hps, framework = hp.split_framework(hp.decode(raw_hps))
+    try:
+        return InstanceConfig(
+            **_runyard_fields(runyard),
+            paths=paths,
+            current_host=resource["current_host"],
+            hosts=list(resource["hosts"]),
+            host_addresses=dict(resource.get("host_addresses", {})),
+            instance_type=resource.get("current_instance_type", "local"),
+            network_interface=resource.get("network_interface_name", "eth0"),
+            resource_config=resource,
+            input_data_config=input_data,
+            hyperparameters=user_hps,
+            framework_params=framework,
+        )
+    except KeyError as exc:
+        raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
+
+
+def _read(path: Path, default: dict[str, Any] | None = None) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        if default is not None:
+            return default
+        raise ConfigError(f"{path} is missing") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    return data

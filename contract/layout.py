@@ -1,0 +1,95 @@
+"""An instance's base directory, laid out as SageMaker's ``/opt/ml``.
+
+In the training image (pods, EC2 instances) the base directory is ``/opt/ml`` itself; the
+local backend gives every instance a directory of its own. A path that a job spec gives
+under ``/opt/ml`` (``checkpoint_local_path``) means the same place below whichever base
+directory the instance has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+IMAGE_BASE_DIR = "/opt/ml"
+# The config files, relative to the base directory.
+CONFIG_DIR = "input/config"
+HYPERPARAMETERS_FILE = "hyperparameters.json"
+RESOURCE_CONFIG_FILE = "resourceconfig.json"
+INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
+RUNYARD_CONFIG_FILE = "runyard.json"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The base directory laid out as SageMaker's /opt/ml."""
+
+    base: Path
+    # checkpoint_local_path, where the job gives one; else checkpoints/ in the base dir.
+    checkpoint_dir: Path | None = None
+
+    @property
+    def code(self) -> Path:
+        return self.base / "code"
+
+    @property
+    def input(self) -> Path:
+        return self.base / "input"
+
+    @property
+    def config(self) -> Path:
+        return self.base / CONFIG_DIR
+
+    @property
+    def data(self) -> Path:
+        return self.base / "input" / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data(self) -> Path:
+        return self.base / "output" / "data"
+
+    @property
+    def intermediate(self) -> Path:
+        return self.base / "output" / "intermediate"
+
+    @property
+    def failure(self) -> Path:
+        return self.base / "output" / "failure"
+
+    @property
+    def success(self) -> Path:
+        return self.base / "output" / "success"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.checkpoint_dir or self.base / "checkpoints"
+
+    def create(self) -> None:
+        for path in (
+            self.code,
+            self.data,
+            self.model,
+            self.output_data,
+            self.intermediate,
+            self.checkpoints,
+        ):
+            path.mkdir(parents=True, exist_ok=True)
+
+
+def checkpoint_dir(base: Path, local_path: str | None) -> Path | None:
+    """Where the script's checkpoints go: a path under /opt/ml is taken as relative to
+    this instance's base directory (so /opt/ml/checkpoints is <base>/checkpoints)."""
+    if not local_path:
+        return None
+    path = Path(local_path)
+    if path.is_relative_to(IMAGE_BASE_DIR):
+        return base / path.relative_to(IMAGE_BASE_DIR)
+    return path

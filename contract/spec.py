@@ -1,0 +1,53 @@
+"""A job as its instances need it: what every backend launches and every instance config
+says, and nothing of how the API received it.
+
+The API validates its own request schema (``service.jobs.schemas.JobCreate``) and maps it
+onto a ``JobSpec`` once the job is accepted; the backends and the instance config see
+only this. Field names are the API's, so a problem found below the API (``Problem.loc``)
+names the field a user wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract.hosts import host_names
+
+
+@dataclass(frozen=True)
+class Channel:
+    """An input channel, in the terms of SageMaker's InputDataConfig."""
+
+    # A prefix (every object under it), or a manifest file listing the objects.
+    uri: str
+    s3_data_type: str = "S3Prefix"
+    distribution: str = "FullyReplicated"
+    input_mode: str = "File"
+    content_type: str | None = None
+    compression: str = "None"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    entry_point: str
+    source_uri: str
+    instance_type: str
+    # Where the model goes: the job's own, or the server's artifact root.
+    output_path: str
+    instance_count: int = 1
+    volume_size: int = 30
+    framework: str = "pytorch"
+    image_uri: str | None = None
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    # As the estimator's ``distribution`` dict, modes not given left out.
+    distribution: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Channel] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    checkpoint_s3_uri: str | None = None
+    checkpoint_local_path: str | None = None
+    use_spot_instances: bool = False
+
+    @property
+    def hosts(self) -> list[str]:
+        return host_names(self.instance_count)

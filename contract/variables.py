@@ -1,0 +1,113 @@
+"""The variables an instance's runtime is started with, the same on every backend, and
+the other ``RUNYARD_*`` names that Runyard's processes hand one another.
+
+The runtime reads the first group before it has read any config file: where its base
+directory is, whom to report to and with what credential. A job's own ``environment`` may
+not set names that start with ``RUNYARD_``, and the token never reaches user code. The
+SageMaker variables a script sees (``SM_*``, SM_BASE_DIR among them) are named at the end;
+the runtime sets them from the instance config (``runtime.instance.environment``).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Every name Runyard keeps for itself starts so.
+RESERVED_PREFIX = "RUNYARD_"
+
+# The instance's base directory: layout.IMAGE_BASE_DIR in the training image.
+BASE_DIR = "SM_BASE_DIR"
+SERVICE_URL = "RUNYARD_SERVICE_URL"
+JOB_NAME = "RUNYARD_JOB_NAME"
+# Carried by every process of the job, so those that left their process group are still
+# found (and ended) by it.
+JOB_ID = "RUNYARD_JOB_ID"
+# Which instance a process runs on (algo-2): on the local backend several instances share
+# one machine, so the machine's host name cannot tell them apart.
+HOST = "RUNYARD_HOST"
+# The instance's credential toward the service.
+JOB_TOKEN = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+# Never handed to user code.
+PRIVATE = (JOB_TOKEN,)
+
+
+def instance_environment(
+    *, base_dir: str, service_url: str, job_name: str, job_id: str, host: str, token: str | None
+) -> dict[str, str]:
+    """What the runtime of one instance is started with (beside what its machine has).
+    ``token`` None leaves the token out, for a backend that hands it over another way."""
+    environment = {
+        BASE_DIR: base_dir,
+        "PYTHONUNBUFFERED": "1",
+        SERVICE_URL: service_url,
+        JOB_NAME: job_name,
+        JOB_ID: job_id,
+        HOST: host,
+    }
+    if token is not None:
+        environment[JOB_TOKEN] = token
+    return environment
+
+
+# Set by the parameter-server launcher for each process of Runyard's parameter server for
+# PyTorch (runtime.parameter_server reads them): its role and its RPC rank among all.
+PS_ROLE = "RUNYARD_PS_ROLE"
+PS_NUM_SERVERS = "RUNYARD_PS_NUM_SERVERS"
+PS_RANK = "RUNYARD_PS_RANK"
+PS_WORLD_SIZE = "RUNYARD_PS_WORLD_SIZE"
+
+# The launch agent between instances: how long its client keeps trying to reach a host,
+# and the mark it puts on every process a command starts.
+AGENT_CONNECT_TIMEOUT = "RUNYARD_AGENT_CONNECT_TIMEOUT"
+AGENT_COMMAND = "RUNYARD_AGENT_COMMAND"
+# Where the EC2 instance metadata service is, if not at its own address (tests).
+IMDS_URL = "RUNYARD_IMDS_URL"
+
+# What a user script sees, named as SageMaker's containers name them (the runtime builds
+# them from the instance config, in ``runtime.instance.environment``). Each constant is
+# spelled as its variable, so a search for the variable finds where it is set.
+SM_PREFIX = "SM_"
+TRAINING_JOB_NAME = "TRAINING_JOB_NAME"
+# Where SageMaker's own training toolkit looks for /opt/ml when it is elsewhere.
+SAGEMAKER_BASE_DIR = "SAGEMAKER_BASE_DIR"
+SM_MODEL_DIR = "SM_MODEL_DIR"
+SM_INPUT_DIR = "SM_INPUT_DIR"
+SM_INPUT_CONFIG_DIR = "SM_INPUT_CONFIG_DIR"
+SM_OUTPUT_DIR = "SM_OUTPUT_DIR"
+SM_OUTPUT_DATA_DIR = "SM_OUTPUT_DATA_DIR"
+SM_OUTPUT_INTERMEDIATE_DIR = "SM_OUTPUT_INTERMEDIATE_DIR"
+SM_CHECKPOINT_DIR = "SM_CHECKPOINT_DIR"
+SM_CHANNELS = "SM_CHANNELS"
+SM_HPS = "SM_HPS"
+SM_HOSTS = "SM_HOSTS"
+SM_CURRENT_HOST = "SM_CURRENT_HOST"
+SM_CURRENT_INSTANCE_TYPE = "SM_CURRENT_INSTANCE_TYPE"
+SM_NUM_GPUS = "SM_NUM_GPUS"
+SM_NUM_CPUS = "SM_NUM_CPUS"
+SM_RESOURCE_CONFIG = "SM_RESOURCE_CONFIG"
+SM_INPUT_DATA_CONFIG = "SM_INPUT_DATA_CONFIG"
+SM_USER_ENTRY_POINT = "SM_USER_ENTRY_POINT"
+SM_USER_ARGS = "SM_USER_ARGS"
+SM_FRAMEWORK_PARAMS = "SM_FRAMEWORK_PARAMS"
+SM_TRAINING_ENV = "SM_TRAINING_ENV"
+SM_LOG_LEVEL = "SM_LOG_LEVEL"
+SM_NETWORK_INTERFACE_NAME = "SM_NETWORK_INTERFACE_NAME"
+SM_MODULE_NAME = "SM_MODULE_NAME"
+SM_MODULE_DIR = "SM_MODULE_DIR"
+SM_CHANNEL_PREFIX = "SM_CHANNEL_"
+SM_HP_PREFIX = "SM_HP_"
+
+
+def sm_channel(name: str) -> str:
+    """The variable that holds a channel's directory (SM_CHANNEL_TRAIN)."""
+    return SM_CHANNEL_PREFIX + _upper(name)
+
+
+def sm_hp(key: str) -> str:
+    """The variable that holds one hyperparameter (SM_HP_LEARNING_RATE)."""
+    return SM_HP_PREFIX + _upper(key)
+
+
+def _upper(name: str) -> str:
+    # Anything but a letter, a digit or an underscore cannot be part of a variable's name.
+    return re.sub(r"[^A-Z0-9_]", "_", name.upper())

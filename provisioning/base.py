@@ -1,0 +1,254 @@
+"""What every provisioner backend offers the reconciler.
+
+The base class owns the policy; a backend fills in small hooks. ``materialize`` is pure:
+it builds exactly what ``apply`` would create (process argv, pod manifests, RunInstances
+arguments) and that is what a dry run shows. Names derive from the job id, so a retried
+task finds and adopts what an earlier attempt created instead of creating it twice.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from urllib.parse import unquote, urlparse
+
+import yaml
+
+from contract.instance_config import Isolation
+from contract.problems import Problem
+from contract.spec import JobSpec
+
+if TYPE_CHECKING:
+    from provisioning.ec2.settings import Ec2Settings
+    from provisioning.kubernetes.settings import KubernetesSettings
+
+PlanT = TypeVar("PlanT")
+
+REDACTED = "<redacted>"
+# How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
+KILL_WAIT_SECONDS = 10.0
+# How much of an instance's console is kept when it is the only record of the instance.
+CONSOLE_BYTES = 256 * 1024
+
+
+class TeardownError(RuntimeError):
+    """Something of the job could not be removed; the message says what."""
+
+
+class LaunchError(RuntimeError):
+    """The provider would not start the job's instances (capacity, a quota, a refusal);
+    the message, naming the cause in the provider's words, is the job's failure reason.
+    ``capacity`` says the provider had no such instances to give now: a spot job then
+    waits and tries again, where any other job fails."""
+
+    def __init__(self, message: str, *, capacity: bool = False) -> None:
+        super().__init__(message)
+        self.capacity = capacity
+
+
+@dataclass(frozen=True)
+class JobRef:
+    id: str
+    name: str
+    # Which start of the job (0 the first; each restart one more): a backend whose names
+    # outlive a teardown (EC2's client tokens) must not adopt an earlier attempt's.
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a backend needs to start the instances of one job."""
+
+    job: JobRef
+    spec: JobSpec
+    service_url: str
+    token: str
+    # The number of this attempt's first log line on every host, after the last stored
+    # one: the service keeps only lines above each host's last seq.
+    first_log_seq: int = 1
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.spec.hosts
+
+
+class ServerSettings(Protocol):
+    """What building a backend reads of the server's settings (the service's Settings)."""
+
+    @property
+    def jobs_dir(self) -> Path: ...
+
+    @property
+    def artifact_root(self) -> str: ...
+
+    @property
+    def kubernetes(self) -> KubernetesSettings: ...
+
+    @property
+    def ec2(self) -> Ec2Settings: ...
+
+    @property
+    def stop_grace_seconds(self) -> float: ...
+
+    @property
+    def spot_grace_seconds(self) -> float: ...
+
+    @property
+    def teardown_grace_seconds(self) -> float: ...
+
+    @property
+    def local_isolation(self) -> str: ...
+
+    @property
+    def peer_timeout_seconds(self) -> float: ...
+
+
+class InstanceState(StrEnum):
+    # Created but not yet running: waiting for a node, an image, or capacity.
+    PENDING = "Pending"
+    RUNNING = "Running"
+    EXITED = "Exited"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    host: str
+    state: InstanceState
+    exit_code: int | None = None
+    # The last lines the instance printed itself, to explain an instance that vanished.
+    last_output: str = ""
+    # Why a PENDING instance waits, or why one ended, in the provider's words
+    # ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu").
+    reason: str = ""
+    # A PENDING instance that already has its machine and is only starting on it (a
+    # scheduled pod pulling its image): nothing is known to be wrong, and the start
+    # timeout, which bounds the wait for capacity, does not count it.
+    starting: bool = False
+    # An EXITED instance that ended for what the job itself asks for (an image that cannot
+    # be pulled or parsed, a missing Secret): a restart would only end the same way.
+    job_caused: bool = False
+
+
+@dataclass(frozen=True)
+class Materialized(Generic[PlanT]):
+    backend: str
+    plan: PlanT
+    # The plan as plain data, secrets replaced by REDACTED: what a dry run returns.
+    public: dict[str, Any] = field(default_factory=dict)
+    # What keeps the job's instances apart (contract.instance_config.Isolation).
+    isolation: str = Isolation.MACHINE.value
+
+    def render(self) -> str:
+        """The plan for people: YAML, with file contents shown as they will be written."""
+        return yaml.dump(self.public, Dumper=_PlanDumper, sort_keys=False, width=100)
+
+
+def unshared_file_uris(spec: JobSpec, shared_root: str | None) -> list[tuple[str | int, ...]]:
+    """The fields whose file:// URIs instances on other machines cannot read: all of them,
+    unless they lie under ``shared_root`` (the artifact root, mounted on every instance)."""
+    uris: dict[tuple[str | int, ...], str] = {
+        ("source_uri",): spec.source_uri,
+        ("output_path",): spec.output_path,
+        ("checkpoint_s3_uri",): spec.checkpoint_s3_uri or "",
+        **{("inputs", name, "uri"): channel.uri for name, channel in sorted(spec.inputs.items())},
+    }
+    shared = f"{shared_root.rstrip('/')}/" if shared_root else None
+    return [
+        loc
+        for loc, uri in uris.items()
+        if uri.startswith("file:") and not (shared and (uri + "/").startswith(shared))
+    ]
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine itself, which no other machine can reach."""
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: whether it resolves on the instances is the operator's call
+
+
+def file_uri_path(uri: str) -> str:
+    """The local path of a file:// URI, percent-escapes decoded (file:///a%20b -> /a b)."""
+    return unquote(urlparse(uri).path)
+
+
+class _PlanDumper(yaml.SafeDumper):
+    pass
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_PlanDumper.add_representer(str, _text)
+
+
+class Backend(ABC, Generic[PlanT]):
+    name: ClassVar[str]
+    instance_types: ClassVar[frozenset[str]]
+    # How long every instance of a job may stay PENDING before the job fails (all or
+    # nothing); None waits for as long as it takes.
+    start_timeout: float | None = None
+
+    def submit(self, request: LaunchRequest) -> Materialized[PlanT]:
+        """Create the job's instances, or adopt them if an earlier attempt already did."""
+        materialized = self.materialize(request)
+        self.apply(materialized)
+        return materialized
+
+    def cancel(self, job: JobRef, *, force: bool, grace_seconds: float | None = None) -> None:
+        """Ask every instance to end (SIGTERM-like), or end them at once with ``force``.
+
+        ``grace_seconds`` is how long the scripts get before a backend that does the killing
+        itself (Kubernetes) kills them: the stop grace when None, the spot grace for an
+        interruption. Backends whose caller kills after the grace ignore it.
+        """
+        if self.exists(job):
+            self._cancel_existing(job, force=force, grace_seconds=grace_seconds)
+
+    def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
+        """Why this backend could never run the job here (checked at submission, so it is
+        refused naming the field); the default accepts whatever the catalog allows."""
+        return []
+
+    @abstractmethod
+    def materialize(self, request: LaunchRequest) -> Materialized[PlanT]: ...
+
+    @abstractmethod
+    def apply(self, materialized: Materialized[PlanT]) -> None: ...
+
+    @abstractmethod
+    def exists(self, job: JobRef) -> bool: ...
+
+    @abstractmethod
+    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
+        """The state of each instance by host, or None when the job has none at all."""
+
+    @abstractmethod
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None: ...
+
+    @abstractmethod
+    def teardown(self, job: JobRef) -> None:
+        """End and remove everything the job has, waiting until nothing of it is left."""
+
+    def console(self, job: JobRef) -> dict[str, str]:
+        """What each instance's runtime printed itself, by host, read before teardown removes
+        it: the only record of an instance whose runtime never reached the service."""
+        return {}
+
+    def held_jobs(self) -> list[JobRef]:
+        """Every job this backend still holds anything for (pods, instances), found from
+        the provider's side: what the reaper compares with the jobs still live."""
+        return []

@@ -1,0 +1,1 @@
+"""The EC2 backend: one instance per host, through boto3."""

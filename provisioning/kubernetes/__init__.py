@@ -1,0 +1,1 @@
+"""The Kubernetes backend: one pod per instance, through the official client."""

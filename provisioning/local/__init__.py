@@ -1,0 +1,1 @@
+"""The local backend: each instance a process group on the server's machine."""

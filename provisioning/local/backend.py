@@ -1,0 +1,520 @@
+"""The local backend: each instance is a process group on this machine.
+
+Layout under ``<jobs_dir>/<job name>/``::
+
+    plan.json           the materialized plan, so a retried launch adopts, never re-plans
+    algo-N/             the instance's base directory (SM_BASE_DIR), laid out as in images
+    algo-N.pid.json     (pid, start ticks) of the instance's leader
+    algo-N.console.log  what the runtime itself printed (its last words if it dies)
+
+Where Linux namespaces can be used (root, util-linux and iproute2 at hand), each instance
+is a host of its own: its runtime is PID 1 of new UTS, mount and PID namespaces made by
+``unshare`` (the leader is unshare itself), takes its SageMaker host name, shows its
+directory at /opt/ml, and starts the job's processes in a network namespace of its own on
+the job's private network (``network``). Elsewhere, or with RUNYARD_LOCAL_ISOLATION=shared,
+the instances share the machine: they live on loopback, the rendezvous port picked once at
+planning, and the first instance says so in the job's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from contract import variables
+from contract.instance_config import Isolation
+from contract.layout import Paths
+from contract.problems import Problem
+from contract.spec import JobSpec
+from provisioning.base import (
+    CONSOLE_BYTES,
+    KILL_WAIT_SECONDS,
+    REDACTED,
+    Backend,
+    InstanceState,
+    InstanceStatus,
+    JobRef,
+    LaunchError,
+    LaunchRequest,
+    Materialized,
+    TeardownError,
+)
+from provisioning.catalog import LOCAL_TYPES
+from provisioning.instance_files import instance_files
+from provisioning.local import network, processes
+from runtime.launch.local_agent import write_hosts_file
+from runtime.linux import mounts
+
+LOOPBACK = "127.0.0.1"
+HOSTS_FILE = "hosts.json"
+# Each instance with namespaces is a machine of its own: the rendezvous and the launch
+# agent have their usual ports.
+MASTER_PORT = 29500
+AGENT_PORT = 7077
+# What an instance inherits from the worker's environment; everything else (database
+# URLs, broker credentials) stays out of reach of user code.
+INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+
+
+@dataclass(frozen=True)
+class LocalInstance:
+    host: str
+    base_dir: str
+    argv: list[str]
+    env: dict[str, str]
+    files: dict[str, str]
+    # The CPUs this instance may use: a job's instances split the machine between them
+    # as separate machines would, instead of each spawning a thread per core of all of it.
+    cpus: list[int]
+
+
+@dataclass(frozen=True)
+class LocalPlan:
+    job_id: str
+    job_name: str
+    job_dir: str
+    master_port: int
+    instances: list[LocalInstance]
+    isolation: str = Isolation.SHARED.value
+    # The job's private network, with namespaces.
+    network: network.JobNetwork | None = None
+
+
+def share_cpus(available: Sequence[int], instances: int) -> list[list[int]]:
+    """Split ``available`` CPUs into ``instances`` equal parts (one CPU each, round robin,
+    when there are more instances than CPUs)."""
+    cpus = sorted(available)
+    size = len(cpus) // instances
+    if size == 0:
+        return [[cpus[index % len(cpus)]] for index in range(instances)]
+    return [cpus[index * size : (index + 1) * size] for index in range(instances)]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class LocalBackend(Backend[LocalPlan]):
+    name = "local"
+    instance_types = LOCAL_TYPES
+
+    def __init__(
+        self,
+        jobs_dir: Path,
+        *,
+        python: str = sys.executable,
+        environ: Mapping[str, str] | None = None,
+        allocate_port: Callable[[], int] = free_port,
+        cpus: Sequence[int] | None = None,
+        teardown_grace: float = 5.0,
+        isolation: str = "auto",
+        peer_timeout: float | None = 60.0,
+    ) -> None:
+        self.jobs_dir = jobs_dir
+        self.python = python
+        self.environ = os.environ if environ is None else environ
+        self.allocate_port = allocate_port
+        self.cpus = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
+        self.teardown_grace = teardown_grace
+        # "auto": namespaces where they can be used; "namespaces": only so; "shared": never.
+        self.isolation = isolation
+        # With namespaces, an instance that reaches none of its peers for this long has lost
+        # the job's network (runtime.instance.peers); None: never said.
+        self.peer_timeout = peer_timeout
+
+    def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
+        if self.isolation != "namespaces" or (why := network.unavailable()) is None:
+            return []
+        return [Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")]
+
+    def _isolation(self) -> tuple[Isolation, str]:
+        """How this server's instances are kept apart, and why not, when they are not."""
+        if self.isolation == "shared":
+            return Isolation.SHARED, "RUNYARD_LOCAL_ISOLATION is shared"
+        why = network.unavailable()
+        if why is None:
+            return Isolation.NAMESPACES, ""
+        if self.isolation == "namespaces":
+            raise LaunchError(f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")
+        return Isolation.SHARED, why
+
+    # -- planning ---------------------------------------------------------------------
+
+    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        job_dir = self.jobs_dir / request.job.name
+        previous = self._load_plan(job_dir)
+        if previous is not None and previous.job_id == request.job.id:
+            # Adopted as it was planned: the instances may be running by that plan.
+            isolation, why = Isolation(previous.isolation), ""
+        else:
+            previous = None
+            isolation, why = self._isolation()
+        if isolation == Isolation.NAMESPACES:
+            plan = self._plan_hosts(request, job_dir)
+        else:
+            port = previous.master_port if previous else self.allocate_port()
+            plan = self._plan_shared(request, job_dir, port, why)
+        return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
+
+    def _plan_hosts(self, request: LaunchRequest, job_dir: Path) -> LocalPlan:
+        """Each instance a host of its own: its namespaces, its address, port and agent."""
+        net = network.plan(request.job.id, request.hosts)
+        unshare = shutil.which("unshare") or "unshare"
+        # The runtime dies with its leader (--kill-child): whatever kills the instance kills
+        # all of it, as PID 1's end takes every process of its namespace along.
+        leader = [unshare, "--uts", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+        leader.append("--")
+        instances = [
+            self._instance(
+                request,
+                job_dir,
+                host,
+                cpus,
+                [*leader, self.python, "-m", "runtime.train"],
+                host_addresses=net.addresses,
+                master_port=MASTER_PORT,
+                network_interface=network.INTERFACE,
+                launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
+                agent_port=AGENT_PORT,
+                isolation=Isolation.NAMESPACES,
+                network_namespace=net.port(host).namespace_path,
+                notices=self._cpu_notice(request),
+                peer_timeout_seconds=self.peer_timeout,
+            )
+            for host, cpus in zip(
+                request.hosts, share_cpus(self.cpus, len(request.hosts)), strict=True
+            )
+        ]
+        return LocalPlan(
+            request.job.id,
+            request.job.name,
+            str(job_dir),
+            MASTER_PORT,
+            instances,
+            isolation=Isolation.NAMESPACES.value,
+            network=net,
+        )
+
+    def _plan_shared(
+        self, request: LaunchRequest, job_dir: Path, master_port: int, why: str
+    ) -> LocalPlan:
+        """The instances share this machine: loopback, one host name, the local agent."""
+        notices = (
+            f"The instances of this job share this machine's host name and network: {why}",
+            *self._cpu_notice(request),
+        )
+        instances = [
+            self._instance(
+                request,
+                job_dir,
+                host,
+                cpus,
+                [self.python, "-m", "runtime.train"],
+                host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+                master_port=master_port,
+                network_interface="lo",
+                launch_agent=[
+                    self.python,
+                    "-m",
+                    "runtime.launch.local_agent",
+                    str(job_dir / HOSTS_FILE),
+                ],
+                shared_machine=True,
+                isolation=Isolation.SHARED,
+                notices=notices,
+            )
+            for host, cpus in zip(
+                request.hosts, share_cpus(self.cpus, len(request.hosts)), strict=True
+            )
+        ]
+        return LocalPlan(request.job.id, request.job.name, str(job_dir), master_port, instances)
+
+    def _instance(
+        self,
+        request: LaunchRequest,
+        job_dir: Path,
+        host: str,
+        cpus: list[int],
+        argv: list[str],
+        **files: Any,
+    ) -> LocalInstance:
+        base_dir = job_dir / host
+        inherited = {key: self.environ[key] for key in INHERITED_ENV if key in self.environ}
+        env = {
+            **inherited,
+            **variables.instance_environment(
+                base_dir=str(base_dir),
+                service_url=request.service_url,
+                job_name=request.job.name,
+                job_id=request.job.id,
+                host=host,
+                token=request.token,
+            ),
+        }
+        config = instance_files(request, host, **files)
+        return LocalInstance(host, str(base_dir), argv, env, config, cpus)
+
+    def _cpu_notice(self, request: LaunchRequest) -> tuple[str, ...]:
+        count, cpus = len(request.hosts), len(self.cpus)
+        if count <= cpus:
+            return ()
+        return (
+            f"{count} instances share this machine's {cpus} CPU{'s' * (cpus > 1)}: each has "
+            "one, which others use too, so they run slower than on machines of their own",
+        )
+
+    # -- side effects -----------------------------------------------------------------
+
+    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+        plan = materialized.plan
+        job_dir = Path(plan.job_dir)
+        previous = self._load_plan(job_dir)
+        if previous is not None and previous.job_id != plan.job_id:
+            # Left by an earlier job of the same name (a reset database, say); its
+            # processes, if any, are ended with it.
+            self.teardown(JobRef(previous.job_id, previous.job_name))
+        job_dir.mkdir(parents=True, exist_ok=True)
+        plan_file = job_dir / "plan.json"
+        if not plan_file.exists():
+            # What a later attempt needs to adopt the instances: hosts, port, pid files.
+            # Never the token: the instances' own scripts can read this directory.
+            _write_private(plan_file, json.dumps(materialized.public, indent=2))
+        if plan.network is not None:
+            network.create(plan.network)
+        elif not (job_dir / HOSTS_FILE).exists():
+            # What the launch agent needs to run a command "on" each instance for mpirun.
+            write_hosts_file(
+                job_dir / HOSTS_FILE,
+                {
+                    instance.host: {
+                        "base": instance.base_dir,
+                        "cwd": str(Paths(Path(instance.base_dir)).code),
+                        "env": {
+                            k: v for k, v in instance.env.items() if k not in variables.PRIVATE
+                        },
+                        "cpus": instance.cpus,
+                    }
+                    for instance in plan.instances
+                },
+            )
+        if not os.access(self.python, os.X_OK):
+            # Said here, as starting it would say it: under unshare it would only fail
+            # once inside, as an instance that died.
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self.python)
+        for instance in plan.instances:
+            self._launch(job_dir, plan.job_id, instance)
+
+    def _launch(self, job_dir: Path, job_id: str, instance: LocalInstance) -> None:
+        pid_file = job_dir / f"{instance.host}.pid.json"
+        if pid_file.exists():
+            return  # launched by an earlier attempt: adopt it
+        # An attempt may have died between starting the process and recording it.
+        stray = [
+            identity
+            for pid in processes.marked_processes(job_id, instance.host)
+            if (identity := processes.identify(pid)) is not None
+        ]
+        if stray:
+            oldest = min(stray, key=lambda identity: identity.start_ticks)
+            _write_private(pid_file, json.dumps(asdict(oldest)))
+            return
+        base_dir = Path(instance.base_dir)
+        for relative, content in instance.files.items():
+            target = base_dir / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        with open(job_dir / f"{instance.host}.console.log", "ab") as console:
+            process = subprocess.Popen(
+                instance.argv,
+                env=instance.env,
+                cwd=base_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        processes.remember_child(process)
+        # Set before the interpreter has started any thread or child, so all inherit it.
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(process.pid, instance.cpus)
+        identity = processes.identify(process.pid) or processes.ProcessId(process.pid, -1)
+        _write_private(pid_file, json.dumps(asdict(identity)))
+
+    def exists(self, job: JobRef) -> bool:
+        return (self.jobs_dir / job.name).exists() or bool(processes.marked_processes(job.id))
+
+    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        if plan is None:
+            return None
+        statuses = {}
+        for instance in plan.instances:
+            leader = self._leader(job_dir, instance.host)
+            if leader is None:
+                statuses[instance.host] = InstanceStatus(instance.host, InstanceState.UNKNOWN)
+            elif processes.is_alive(leader):
+                statuses[instance.host] = InstanceStatus(instance.host, InstanceState.RUNNING)
+            else:
+                statuses[instance.host] = InstanceStatus(
+                    instance.host,
+                    InstanceState.EXITED,
+                    exit_code=processes.child_exit_code(leader.pid),
+                    last_output=_tail(job_dir / f"{instance.host}.console.log"),
+                )
+        return statuses
+
+    def console(self, job: JobRef) -> dict[str, str]:
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        return {
+            instance.host: _tail_bytes(job_dir / f"{instance.host}.console.log", CONSOLE_BYTES)
+            for instance in (plan.instances if plan else [])
+        }
+
+    def _cancel_existing(
+        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
+    ) -> None:
+        # The grace is the reconciler's to keep: it kills what is left once it has passed.
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        for instance in plan.instances if plan else []:
+            leader = self._leader(job_dir, instance.host)
+            runtime = self._runtime(plan, leader)
+            if not force and runtime is not None and processes.is_alive(runtime):
+                # As a container runtime does: SIGTERM to the instance's runtime alone,
+                # which passes it on to the scripts exactly once.
+                processes.signal_process(runtime, signal.SIGTERM)
+                continue
+            # Killing, or the runtime is gone and no one else will pass it on: its group
+            # gets the signal, and so does whatever left the group but carries the marker.
+            if leader is not None:
+                processes.signal_group(leader, sig, job.id)
+            processes.signal_pids(processes.marked_processes(job.id, instance.host), sig)
+
+    def teardown(self, job: JobRef) -> None:
+        self.cancel(job, force=False)
+        if not self._wait_until_gone(job, self.teardown_grace):
+            self.cancel(job, force=True)
+            if not self._wait_until_gone(job, KILL_WAIT_SECONDS):
+                left = processes.marked_processes(job.id)
+                raise TeardownError(f"processes of {job.name} survived SIGKILL: {left}")
+        job_dir = self.jobs_dir / job.name
+        plan = self._load_plan(job_dir)
+        for instance in plan.instances if plan else []:
+            leader = self._leader(job_dir, instance.host)
+            if leader is not None:
+                processes.forget_child(leader.pid)
+        if plan is not None and plan.network is not None:
+            network.remove(plan.network)
+        # A runtime killed with SIGKILL leaves its FastFile (FUSE) mounts behind, served by
+        # no one: rmtree cannot enter them (ENOTCONN) and they would outlive the job.
+        # Detach them first; a lazy unmount cannot fail on a mount still in use. (Those of
+        # an instance with namespaces went with its mount namespace.)
+        mounts.unmount_under(job_dir)
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+    def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            statuses = self.describe(job) or {}
+            running = any(s.state == InstanceState.RUNNING for s in statuses.values())
+            if not running and not processes.marked_processes(job.id):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    @staticmethod
+    def _leader(job_dir: Path, host: str) -> processes.ProcessId | None:
+        try:
+            data = json.loads((job_dir / f"{host}.pid.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return processes.ProcessId(int(data["pid"]), int(data["start_ticks"]))
+
+    @staticmethod
+    def _runtime(
+        plan: LocalPlan | None, leader: processes.ProcessId | None
+    ) -> processes.ProcessId | None:
+        """The instance's runtime: the leader itself, or under namespaces the leader's one
+        child (unshare waits for it, and passes it no signal)."""
+        if leader is None or plan is None or plan.isolation != Isolation.NAMESPACES:
+            return leader
+        children = [
+            identity
+            for pid in processes.children(leader.pid)
+            if (identity := processes.identify(pid))
+        ]
+        return children[0] if children else None
+
+    @staticmethod
+    def _load_plan(job_dir: Path) -> LocalPlan | None:
+        try:
+            data = json.loads((job_dir / "plan.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        instances = [LocalInstance(**item) for item in data.pop("instances")]
+        net = data.pop("network", None)
+        if net is not None:
+            net = network.JobNetwork(net["bridge"], [network.Port(**p) for p in net["ports"]])
+        return LocalPlan(**data, instances=instances, network=net)
+
+
+def _public(plan: LocalPlan) -> dict[str, Any]:
+    data = asdict(plan)
+    for instance in data["instances"]:
+        for name in variables.PRIVATE:
+            if name in instance["env"]:
+                instance["env"][name] = REDACTED
+    return data
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(_tail_bytes(path, 8192).splitlines()[-lines:])
+
+
+def _tail_bytes(path: Path, size: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)

@@ -1,0 +1,1 @@
+"""``smdistributed.modelparallel``: Runyard model parallel under SageMaker's names."""

@@ -1,0 +1,75 @@
+"""parameter_server jobs: parameter servers beside the workers, as the framework expects.
+
+TensorFlow, as SageMaker's TensorFlow container does it: TF_CONFIG for the script, and a
+``ps`` task on every instance (``runtime.launch.tensorflow_ps``) that serves until the
+script is done. PyTorch: one Runyard parameter server per instance (RPC ranks 0..S-1, in
+host order), then the workers (ranks S.., host by host), as ``runtime.parameter_server``
+expects.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from contract import variables
+from contract.instance_config import InstanceConfig
+from contract.modes import Mode
+from runtime.launch import tf_config
+from runtime.launch.workers import Launch, WorkerSpec
+
+
+def plan(
+    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+) -> Launch:
+    if config.framework == "tensorflow":
+        return Launch(_tensorflow(config, entry, env))
+    return Launch(_pytorch(config, entry, env, max(gpus, 1)))
+
+
+def _tensorflow(config: InstanceConfig, entry: list[str], env: dict[str, str]) -> list[WorkerSpec]:
+    code = config.paths.code
+    ps_env = {**env, "TF_CONFIG": json.dumps(tf_config.parameter_server(config, ps_task=True))}
+    script_env = {**env, "TF_CONFIG": json.dumps(tf_config.parameter_server(config, ps_task=False))}
+    ps_task = WorkerSpec(
+        [sys.executable, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True
+    )
+    return [ps_task, WorkerSpec(entry, script_env, code)]
+
+
+def _pytorch(
+    config: InstanceConfig, entry: list[str], env: dict[str, str], workers_per_host: int
+) -> list[WorkerSpec]:
+    servers = len(config.hosts)
+    common = {
+        **env,
+        "MASTER_ADDR": config.master_addr,
+        "MASTER_PORT": str(config.master_port),
+        variables.PS_NUM_SERVERS: str(servers),
+        variables.PS_WORLD_SIZE: str(servers * (1 + workers_per_host)),
+    }
+    # The server only applies optimizer steps: one thread leaves the CPUs to the workers,
+    # which, several to an instance, also get one each (as under torchrun).
+    server_env = {
+        **common,
+        variables.PS_ROLE: "server",
+        variables.PS_RANK: str(config.node_rank),
+        "OMP_NUM_THREADS": common.get("OMP_NUM_THREADS", "1"),
+    }
+    if workers_per_host > 1:
+        common.setdefault("OMP_NUM_THREADS", "1")
+    specs = [
+        WorkerSpec(
+            [sys.executable, "-m", "runtime.parameter_server"], server_env, config.paths.code
+        )
+    ]
+    for local_rank in range(workers_per_host):
+        rank = servers + config.node_rank * workers_per_host + local_rank
+        worker_env = {
+            **common,
+            variables.PS_ROLE: "worker",
+            variables.PS_RANK: str(rank),
+            "LOCAL_RANK": str(local_rank),
+        }
+        specs.append(WorkerSpec(entry, worker_env, config.paths.code))
+    return specs

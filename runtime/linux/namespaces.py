@@ -1,0 +1,93 @@
+"""An instance as a host of its own, from the inside: the runtime is started as PID 1 of
+new UTS, mount and PID namespaces (util-linux ``unshare``, by the local backend) and makes
+them the host SageMaker describes; the instance's network namespace (made with iproute2's
+``ip netns``) is entered only to start the job's processes.
+
+sethostname comes with the standard library; setns(2) and mount(2) are reached through
+ctypes, as ``mounts`` does: the runtime takes no dependencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from runtime.linux.mounts import mount
+
+# <sched.h>, <sys/mount.h>
+CLONE_NEWNET = 0x40000000
+MS_BIND = 0x1000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+
+HOSTS_FILE = Path("/etc/hosts")
+SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 (the instance's own, mounted below)
+SYSFS = Path("/sys")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.setns.restype = ctypes.c_int
+    return libc
+
+
+def become_host(
+    name: str,
+    addresses: dict[str, str],
+    base: Path,
+    image_base: Path,
+    hosts_file: Path,
+    network_namespace: str,
+) -> None:
+    """Take the host name ``name``; make every host's name resolve (``hosts_file``, written
+    here, bound over /etc/hosts); show ``base`` at ``image_base``; give the instance shared
+    memory of its own, and a /sys that shows its own network's interfaces. Only this
+    instance's mount namespace sees any of it."""
+    socket.sethostname(name)
+    hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    hosts_file.write_text(hosts_text(name, addresses))
+    _bind(hosts_file, HOSTS_FILE)
+    image_base.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
+    _bind(base, image_base)
+    mount("shm", SHARED_MEMORY, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    # sysfs shows the interfaces of the network namespace of whoever mounts it.
+    with network(network_namespace):
+        mount("sysfs", SYSFS, "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")
+
+
+def hosts_text(name: str, addresses: dict[str, str]) -> str:
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    lines += [f"{address}\t{host}" for host, address in addresses.items()]
+    if name not in addresses:
+        lines.append(f"127.0.1.1\t{name}")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def network(path: str) -> Iterator[None]:
+    """The calling thread in the network namespace at ``path`` for the block: what it
+    starts there (processes, threads, listening sockets) stays there after it."""
+    with open("/proc/thread-self/ns/net", "rb") as own, open(path, "rb") as target:
+        _setns(target.fileno())
+        try:
+            yield
+        finally:
+            _setns(own.fileno())
+
+
+def _setns(fd: int) -> None:
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), "setns")
+
+
+def _bind(source: Path, target: Path) -> None:
+    mount(str(source), target, "", MS_BIND, "")

@@ -1,0 +1,169 @@
+"""Saving and resuming: ``smp.save``/``smp.load`` (one file per part, or one whole file),
+and ``smp.save_checkpoint``/``smp.resume_from_checkpoint``, whose checkpoints are
+torch.distributed.checkpoint's: every rank writes its own shards in parallel, and any
+layout of ranks can load them. Under a job with ``checkpoint_s3_uri``, a checkpoint
+written below ``/opt/ml/checkpoints`` is uploaded by the runtime's checkpoint sync and
+is there again after an automatic restart. ``full_state_dict`` rebuilds the whole
+model's state_dict from a checkpoint, with no process group, for use outside the job.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+from runtime.modelparallel import state as smp_state
+
+# The file in a checkpoint folder that names its newest tag, as SageMaker's library has.
+NEWEST = "newest"
+USER_CONTENT = "user_content.pt"
+
+
+def _partial_name(path: str | Path, state: smp_state.State) -> str:
+    # One file per part of the model: its stage, and its shard where the states are sharded.
+    suffix = f"_{state.pp_rank}_0"
+    if state.mesh is not None:
+        suffix += f"_{state.mesh.get_local_rank('shard')}"
+    return f"{path}{suffix}"
+
+
+def _writes(state: smp_state.State, partial: bool) -> bool:
+    if not partial:
+        return state.rank == 0
+    # Every part is written by one rank: the first replica (or shard group) holding it.
+    if state.mesh is not None:
+        return state.mesh.get_local_rank("replicate") == 0
+    return state.dp_rank == 0
+
+
+def save(obj: Any, f: str | Path, partial: bool = True, **torch_save_options: Any) -> None:
+    """``partial``: each part of the model to a file of its own (``f`` with its stage's
+    suffix); else ``f`` whole, written by the first rank."""
+    state = smp_state.current()
+    if _writes(state, partial):
+        target = _partial_name(f, state) if partial else str(f)
+        torch.save(obj, target, **torch_save_options)
+    dist.barrier()
+
+
+def load(f: str | Path, partial: bool = True, **torch_load_options: Any) -> Any:
+    state = smp_state.current()
+    source = _partial_name(f, state) if partial else str(f)
+    torch_load_options.setdefault("weights_only", False)
+    return torch.load(source, **torch_load_options)
+
+
+def save_checkpoint(
+    path: str | Path,
+    tag: str,
+    partial: bool = True,
+    model: Any = None,
+    optimizer: Any = None,
+    user_content: Any = None,
+    num_kept_partial_checkpoints: int | None = None,
+    **_sagemaker_options: Any,
+) -> None:
+    """The model's and optimizer's states (the script's wrapped ones by default) under
+    ``path/tag``, each rank its own shards; ``user_content`` beside them."""
+    state = smp_state.current()
+    model = model or state.model
+    optimizer = optimizer or state.optimizer
+    if model is None:
+        raise RuntimeError("smp.save_checkpoint: no smp.DistributedModel to save")
+    folder = Path(path) / tag
+    states = _states(model, optimizer)
+    dcp_save(states, checkpoint_id=str(folder))
+    if state.rank == 0:
+        torch.save(user_content, folder / USER_CONTENT)
+        _write_newest(Path(path), tag)
+        if num_kept_partial_checkpoints:
+            _prune(Path(path), keep=num_kept_partial_checkpoints)
+    dist.barrier()
+
+
+def resume_from_checkpoint(
+    path: str | Path,
+    tag: str | None = None,
+    partial: bool = True,
+    strict: bool = True,
+    load_optimizer: bool = True,
+    **_sagemaker_options: Any,
+) -> Any:
+    """Loads the newest checkpoint under ``path`` (or ``tag``'s) into the wrapped model and
+    optimizer; returns its ``user_content``."""
+    state = smp_state.current()
+    if state.model is None:
+        raise RuntimeError(
+            "smp.resume_from_checkpoint: wrap the model in smp.DistributedModel first"
+        )
+    tag = tag or (Path(path) / NEWEST).read_text().strip()
+    folder = Path(path) / tag
+    optimizer = state.optimizer if load_optimizer else None
+    states = _states(state.model, optimizer)
+    dcp_load(states, checkpoint_id=str(folder))
+    module = state.model.own_module
+    set_model_state_dict(module, states["model"])
+    if optimizer is not None:
+        set_optimizer_state_dict(
+            module, optimizer.optimizer, states["optimizer"], options=_OPTIMIZER_LAYOUT
+        )
+    return torch.load(folder / USER_CONTENT, weights_only=False)
+
+
+# The optimizer's state keyed by parameter name, one entry per parameter and setting: a
+# checkpoint is then the union of what every stage wrote, and any layout of stages, or
+# the whole model before its stages are built, loads the entries it holds.
+_OPTIMIZER_LAYOUT = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def _states(model: Any, optimizer: Any) -> dict[str, Any]:
+    """This rank's part: its stage's (a pipeline), or its shards, or the whole model
+    (before a pipeline is built, which is when scripts resume)."""
+    module = model.own_module
+    states: dict[str, Any] = {"model": get_model_state_dict(module)}
+    if optimizer is not None:
+        states["optimizer"] = get_optimizer_state_dict(
+            module, optimizer.optimizer, options=_OPTIMIZER_LAYOUT
+        )
+    return states
+
+
+def _write_newest(path: Path, tag: str) -> None:
+    # Written aside and renamed: a crash never leaves a half-written name.
+    with tempfile.NamedTemporaryFile("w", dir=path, delete=False) as file:
+        file.write(tag)
+    Path(file.name).replace(path / NEWEST)
+
+
+def _prune(path: Path, keep: int) -> None:
+    tags = sorted(
+        (folder for folder in path.iterdir() if (folder / USER_CONTENT).exists()),
+        key=lambda folder: folder.stat().st_mtime,
+    )
+    for folder in tags[:-keep]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def full_state_dict(checkpoint: str | Path) -> dict[str, Any]:
+    """The whole model's state_dict rebuilt from a checkpoint folder (``path/tag``) by
+    torch's own converter; needs no process group."""
+    with tempfile.TemporaryDirectory() as scratch:
+        whole = Path(scratch) / "whole.pt"
+        dcp_to_torch_save(str(checkpoint), str(whole))
+        states = torch.load(whole, weights_only=False)
+    return dict(states["model"])

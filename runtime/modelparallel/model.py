@@ -1,0 +1,258 @@
+"""``smp.DistributedModel``: the script's model, kept in step across the job's processes.
+
+Without pipeline stages (``partitions`` 1) each replica holds the whole model: plainly
+replicated under torch's DistributedDataParallel, or, with
+``sharded_data_parallel_degree`` d > 1, sharded across groups of d ranks with FSDP2's
+``fully_shard`` on a 2-D mesh (replicate x shard): inside a group, parameters are
+all-gathered for compute and gradients reduce-scattered; across groups, the shards'
+gradients are all-reduced (MiCS's two hops).
+
+A step over M microbatches yields the gradient of the mean loss over the global batch:
+``backward`` scales each microbatch's loss by 1/M, and the replicas' gradients are
+averaged once, after the last microbatch (every earlier one skips the synchronisation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed._composable.checkpoint_activation import (
+    checkpoint as checkpoint_activations,
+)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+
+from runtime.modelparallel import state as smp_state
+from runtime.modelparallel.activations import offloaded
+from runtime.modelparallel.pipeline import (
+    ModelCall,
+    Pipeline,
+    Probed,
+    Released,
+    agreed_split_points,
+    held_again,
+    release_others,
+    shapes,
+)
+from runtime.modelparallel.precision import autocast, low_precision
+
+
+class DistributedModel(nn.Module):
+    def __init__(
+        self,
+        module: nn.Module,
+        trace_device: str = "cpu",
+        backward_passes_per_step: int = 1,
+        average_grads_across_microbatches: bool = True,
+        **_sagemaker_options: Any,
+    ) -> None:
+        super().__init__()
+        state = smp_state.current()
+        if state.model is not None:
+            raise RuntimeError("smp.DistributedModel may wrap one model per process")
+        self.backward_passes_per_step = max(int(backward_passes_per_step), 1)
+        self.average_grads_across_microbatches = average_grads_across_microbatches
+        self._passes = 0
+        self._microbatch_scale = 1.0
+        self._inner = module
+        # Pipeline stages: built at the first step (runtime.modelparallel.pipeline).
+        self.pipeline: Pipeline | None = None
+        self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
+        # Other stages' parameters, whose storage this rank gave back once split.
+        self._released: Released = []
+        self._probing = False
+        self._replaying: _Replay | None = None
+        _materialize(module, state.device)
+        for checkpointed in state.checkpointed:
+            checkpoint_activations(checkpointed)
+        self.wrapped: nn.Module = _distribute(module, state)
+        state.model = self
+
+    # -- what scripts call ------------------------------------------------------------
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._probing:
+            raise Probed(ModelCall(args, kwargs))
+        if self._replaying is not None:
+            return self._replaying.output
+        if smp_state.current().topology.pp_size > 1:
+            raise RuntimeError("a model in pipeline stages runs inside an smp.step function")
+        state = smp_state.current()
+        with autocast(state), offloaded(state):
+            return self.wrapped(*args, **kwargs)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of one microbatch's loss, scaled so a step's gradients are those of the
+        mean loss over its microbatches (and by the loss scale, under fp16). In pipeline
+        stages, the schedule runs the backward: the loss is handed to it."""
+        state = smp_state.current()
+        loss_scale = state.optimizer.loss_scale if state.optimizer is not None else 1.0
+        if self._replaying is not None:
+            # The schedule averages over the microbatches itself.
+            self._replaying.loss = loss * loss_scale if loss_scale != 1.0 else loss
+            return
+        scale = self._microbatch_scale * loss_scale
+        torch.autograd.backward(loss * scale if scale != 1.0 else loss)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        """The whole model's parameters and buffers, gathered, on every rank."""
+        if self.pipeline is not None:
+            return _gathered_stages(self.pipeline.module.state_dict())
+        if isinstance(self._inner, FSDPModule):
+            options = StateDictOptions(full_state_dict=True)
+            return get_model_state_dict(self._inner, options=options)
+        return self._inner.state_dict(*args, **kwargs)
+
+    def local_state_dict(self) -> dict[str, Any]:
+        """This rank's part: its stage's, or its shards (DTensors) where the states are
+        sharded."""
+        if self.pipeline is not None:
+            return self.pipeline.module.state_dict()
+        return self._inner.state_dict()
+
+    def load_state_dict(  # type: ignore[override]
+        self, state_dict: dict[str, Any], strict: bool = True
+    ) -> Any:
+        """Loads a whole state_dict (``state_dict()``'s) or this rank's own part
+        (``local_state_dict()``'s)."""
+        if self.pipeline is not None:
+            stage = self.pipeline.module
+            own = stage.state_dict().keys()
+            return stage.load_state_dict(
+                {key: value for key, value in state_dict.items() if key in own}, strict=strict
+            )
+        if isinstance(self._inner, FSDPModule) and not _is_local(state_dict):
+            options = StateDictOptions(full_state_dict=True, strict=strict)
+            return set_model_state_dict(self._inner, state_dict, options=options)
+        return self._inner.load_state_dict(state_dict, strict=strict)
+
+    @property
+    def module(self) -> nn.Module:
+        """The script's own module (sharded in place where the states are sharded)."""
+        return self._inner
+
+    # -- what ``smp.step`` calls ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """The model's call raises Probed with its arguments."""
+        self._probing = True
+        try:
+            yield
+        finally:
+            self._probing = False
+
+    @contextlib.contextmanager
+    def replaying(self, output: Any) -> Iterator[_Replay]:
+        """The model's call returns ``output`` (the last stage's); ``backward`` keeps its loss."""
+        self._replaying = _Replay(output)
+        try:
+            yield self._replaying
+        finally:
+            self._replaying = None
+
+    def build_pipeline(self, example: ModelCall) -> Pipeline:
+        """The stages for calls shaped as ``example``: built at the first step, and again
+        for each new shape of call, split at the same blocks and sharing their
+        parameters."""
+        state = smp_state.current()
+        key = shapes(example)
+        if self.pipeline is None:
+            points = agreed_split_points(self._inner, state, example)
+            self.pipeline = Pipeline(self._inner, state, example, points)
+            self._pipelines[key] = self.pipeline
+            if state.optimizer is not None:
+                state.optimizer.keep_only(self.pipeline.module)
+            self._released = release_others(self._inner, self.pipeline.module)
+        if key not in self._pipelines:
+            with held_again(self._released):
+                self._pipelines[key] = Pipeline(self._inner, state, example, self.pipeline.points)
+        return self._pipelines[key]
+
+    @property
+    def own_module(self) -> nn.Module:
+        """The module whose parameters this rank updates: its stage once the pipeline is
+        built, else the whole (possibly sharded) model."""
+        return self.pipeline.module if self.pipeline is not None else self._inner
+
+    @contextlib.contextmanager
+    def microbatch(self, index: int, count: int) -> Iterator[None]:
+        """Runs microbatch ``index`` of ``count``: gradients synchronise after the last
+        one of every ``backward_passes_per_step``-th step only."""
+        last = index == count - 1
+        if last and torch.is_grad_enabled():  # an evaluation step is no backward pass
+            self._passes += 1
+        sync = last and self._passes % self.backward_passes_per_step == 0
+        self._microbatch_scale = 1.0 / count if self.average_grads_across_microbatches else 1.0
+        try:
+            if isinstance(self.wrapped, DistributedDataParallel) and not sync:
+                with self.wrapped.no_sync():
+                    yield
+            elif isinstance(self._inner, FSDPModule):
+                self._inner.set_requires_gradient_sync(sync)
+                yield
+            else:
+                yield
+        finally:
+            self._microbatch_scale = 1.0
+
+
+@dataclass
+class _Replay:
+    output: Any
+    loss: torch.Tensor | None = None
+
+
+def _gathered_stages(own: dict[str, Any]) -> dict[str, Any]:
+    state = smp_state.current()
+    stages: list[Any] = [None] * state.topology.pp_size
+    local = {key: value.detach().cpu() for key, value in own.items()}
+    dist.all_gather_object(stages, local, group=state.pp_group)
+    return {key: value for stage in stages for key, value in stage.items()}
+
+
+def _materialize(module: nn.Module, device: torch.device) -> None:
+    """Parameters made on the meta device (``delay_param_initialization``) get storage and
+    their modules' own initialisation; the rest move to this rank's device."""
+    if any(tensor.is_meta for tensor in [*module.parameters(), *module.buffers()]):
+        module.to_empty(device=device)
+        for child in module.modules():
+            reset = getattr(child, "reset_parameters", None)
+            if callable(reset):
+                reset()
+    else:
+        module.to(device)
+
+
+def _distribute(module: nn.Module, state: smp_state.State) -> nn.Module:
+    if state.mesh is not None:
+        policy = MixedPrecisionPolicy(param_dtype=low_precision(state), reduce_dtype=torch.float32)
+        # Each block of a stack (a ModuleList's items) is gathered on its own, so only one
+        # block's parameters are whole at a time; the root takes what is left.
+        for stack in [m for m in module.modules() if isinstance(m, nn.ModuleList)]:
+            for block in stack:
+                fully_shard(block, mesh=state.mesh, mp_policy=policy)
+        fully_shard(module, mesh=state.mesh, mp_policy=policy)
+        return module
+    if state.topology.pp_size > 1:
+        return module  # split into stages at the first step; replicas average per stage
+    if state.topology.dp_size > 1:
+        device_ids = [state.device.index] if state.device.type == "cuda" else None
+        return DistributedDataParallel(module, device_ids=device_ids, process_group=state.dp_group)
+    return module
+
+
+def _is_local(state_dict: dict[str, Any]) -> bool:
+    return any(isinstance(value, DTensor) for value in state_dict.values())

@@ -1,0 +1,257 @@
+"""The runtime's line to the service: phase reports and every log line, over HTTP.
+
+Standard library only: this runs in every training image. Each host numbers its lines;
+a batch that is retried after a lost response is recognised by the service by those
+numbers, so retrying is always safe. Lines wait in memory while the service is away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from contract import variables
+from contract.limits import MAX_LINE, MAX_LOG_BATCH
+from contract.phases import Phase
+
+log = logging.getLogger("runyard.runtime")
+
+# As many lines as the service takes in one batch: each batch costs a request and a
+# commit, so a script printing fast is shipped in few.
+MAX_BATCH = MAX_LOG_BATCH
+# A batch's text stops growing past this (a batch of long lines is a large request).
+MAX_BATCH_TEXT = 4 * 1024 * 1024
+# The longest a line waits to go out with others: `runyard logs -f` stays this live.
+BATCH_INTERVAL = 0.2
+MAX_BUFFERED = 200_000
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class ServiceClient:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        job_name: str,
+        host: str,
+        timeout: float = 10.0,
+        *,
+        attempt: int | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"service URL must be http(s), got {url!r}")
+        self.base = f"{url.rstrip('/')}/v1/training-jobs/{quote(job_name)}/instances/{quote(host)}"
+        self.token = token
+        self.timeout = timeout
+        # Sent with every report: the service ignores the words of an earlier attempt.
+        self.attempt = attempt
+
+    @classmethod
+    def from_env(cls, job_name: str, host: str, attempt: int = 0) -> ServiceClient | None:
+        url = os.environ.get(variables.SERVICE_URL)
+        token = os.environ.get(variables.JOB_TOKEN)
+        if not url or not token:
+            return None  # run without a service (e.g. by hand): logs go to stdout only
+        return cls(url, token, job_name, host, attempt=attempt)
+
+    def post(self, path: str, body: dict[str, Any]) -> None:
+        request = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
+            f"{self.base}/{path}",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            response.read()
+
+    def post_with_retry(self, path: str, body: dict[str, Any], deadline: float) -> bool:
+        """Retry transient failures until ``deadline`` (monotonic); False if never delivered."""
+        delay = 0.2
+        while True:
+            try:
+                self.post(path, body)
+                return True
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500 and exc.code != 429:
+                    log.error("service refused %s: %s %s", path, exc.code, exc.read()[:500])
+                    return False
+                error: Exception = exc
+            except (urllib.error.URLError, OSError) as exc:
+                error = exc
+            if time.monotonic() + delay > deadline:
+                log.error("could not reach the service for %s: %s", path, error)
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def report(
+        self,
+        phase: Phase,
+        fields: Mapping[str, object] | None = None,
+        deadline_seconds: float = 300.0,
+    ) -> bool:
+        given = {key: value for key, value in (fields or {}).items() if value is not None}
+        body = {"phase": phase, "time": now_iso(), **given}
+        if self.attempt is not None:
+            body["attempt"] = self.attempt
+        return self.post_with_retry("status", body, time.monotonic() + deadline_seconds)
+
+
+def _printable(text: str) -> str:
+    """``text`` as any UTF-8 output takes it: the bytes of a file name that are not UTF-8
+    (held as lone surrogates) written ``\\xff``, where printing them would raise."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class LogShipper:
+    """Collects lines from every process of the instance and ships them in batches.
+
+    ``emit`` is called by the threads that read the scripts' pipes, for every line, so it
+    only numbers, stamps and keeps the line: echoing, encoding and sending happen on the
+    shipper's own thread, a batch at a time, and a script never waits on the network.
+    """
+
+    def __init__(self, client: ServiceClient | None, echo: bool = True, first_seq: int = 1) -> None:
+        self.client = client
+        self.echo = echo
+        # Guards what follows; notified when a full batch is waiting, or on close.
+        self._ready = threading.Condition()
+        # Numbered and stamped, in seq order: the service keeps only seqs above the last
+        # one it stored for the host, so lines must leave in the order they were numbered.
+        self._pending: list[_Line] = []
+        # A restarted job's instances number their lines on from the last attempt's.
+        self._seq = first_seq - 1
+        self._stamp = 0.0
+        self._dropped = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
+
+    def start(self) -> LogShipper:
+        self._thread.start()
+        return self
+
+    def emit(self, stream: str, message: str) -> None:
+        if self.client is None and not self.echo:
+            return
+        message = _printable(message.rstrip("\n")[:MAX_LINE])
+        with self._ready:
+            if len(self._pending) >= MAX_BUFFERED:
+                self._dropped += 1  # the service has been away too long
+                return
+            self._append(stream, message)
+            if len(self._pending) == MAX_BATCH:
+                self._ready.notify()
+
+    def close(self, timeout: float = 120.0) -> None:
+        """Ship what is left, waiting at most ``timeout`` seconds."""
+        with self._ready:
+            if self._dropped:
+                note = f"{self._dropped} log lines were dropped while the service was unreachable"
+                self._append("runtime", note)
+                self._dropped = 0
+            self._closing = True
+            self._ready.notify()
+        if self._thread.ident is None:  # never started: what was emitted still goes out
+            self._thread.start()
+        self._thread.join(timeout)
+
+    def _append(self, stream: str, message: str) -> None:
+        """Numbered and stamped under the lock, so seqs follow the order lines came in."""
+        self._seq += 1
+        # Never before the line above, should the clock step back: a follower reads a
+        # host's lines by time, and relies on times rising with seqs.
+        self._stamp = max(time.time(), self._stamp)
+        self._pending.append(_Line(self._seq, self._stamp, stream, message))
+
+    def _run(self) -> None:
+        while (batch := self._take()) is not None:
+            if not batch:
+                continue
+            if self.echo:
+                _echo(batch)
+            if self.client is not None:
+                self._deliver(self.client, batch)
+
+    def _take(self) -> list[_Line] | None:
+        """The next batch, once a full one waits or BATCH_INTERVAL has passed (empty if
+        nothing came); None once closing with nothing left."""
+        with self._ready:
+            if len(self._pending) < MAX_BATCH and not self._closing:
+                self._ready.wait(BATCH_INTERVAL)
+            if not self._pending:
+                return None if self._closing else []
+            size = _batch_size(self._pending)
+            batch = self._pending[:size]
+            del self._pending[:size]
+            return batch
+
+    def _deliver(self, client: ServiceClient, batch: list[_Line]) -> None:
+        """Send ``batch`` until it is taken or refused; the same batch again after a
+        failure, which the service recognises by its seqs."""
+        # Packed: the lines' seqs follow each other, so only the first is sent, and each
+        # line is a row, which the service reads five times faster than an object.
+        body = {"first_seq": batch[0].seq, "rows": [line.row() for line in batch]}
+        delay = BATCH_INTERVAL
+        while not self._ship(client, body):
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _ship(self, client: ServiceClient, body: dict[str, Any]) -> bool:
+        try:
+            client.post("logs", body)
+            return True
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 and exc.code != 429:
+                log.error("service refused a log batch: %s", exc.code)
+                return True  # resending the same batch would be refused again
+            return False
+        except (urllib.error.URLError, OSError):
+            return False
+
+
+class _Line(NamedTuple):
+    seq: int
+    stamp: float
+    stream: str
+    message: str
+
+    def row(self) -> tuple[float, str, str]:
+        return (self.stamp, self.stream, self.message)
+
+
+def _batch_size(pending: list[_Line]) -> int:
+    """How many of the first pending lines make one batch: at most MAX_BATCH lines and
+    MAX_BATCH_TEXT characters of text, but always at least one line."""
+    size, budget = 0, MAX_BATCH_TEXT
+    for line in itertools.islice(pending, MAX_BATCH):
+        budget -= len(line.message)
+        if size and budget < 0:
+            break
+        size += 1
+    return size
+
+
+def _echo(batch: list[_Line]) -> None:
+    # One write for the batch: a line each would cost a system call each. A console that
+    # is gone must not stop the lines from reaching the service.
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.write("".join(f"[{line.stream}] {line.message}\n" for line in batch))
+        sys.stdout.flush()

@@ -1,0 +1,73 @@
+"""How the API and the worker reach the broker: the same URL, transport and queue for the
+one that only sends and the one that also consumes.
+
+The embedded broker is kombu's SQLAlchemy transport, polled often enough to start jobs
+fast. kombu hands every transport option to ``create_engine``, so the polling interval
+cannot be passed as an option; a subclass carries it instead.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from kombu.transport import sqlalchemy as kombu_sqlalchemy
+from sqlalchemy import Boolean, DateTime, column, create_engine, delete, table
+
+from service.settings import Settings
+
+SQLA_PREFIX = "sqla+"
+# Redis and SQS redeliver an unacknowledged message after this: it must outlast any task.
+VISIBILITY_TIMEOUT = 3600
+# The sqla transport's message table, as far as pruning needs it. kombu's model calls the
+# column ``sent_at``, but it is named ``timestamp`` in the database.
+_MESSAGES = table("kombu_message", column("visible", Boolean), column("timestamp", DateTime))
+
+
+def connection_config(settings: Settings) -> dict[str, Any]:
+    """Celery's settings for the broker connection, the queue and the message format."""
+    broker_url = settings.broker_url
+    transport_options: dict[str, object] = {}
+    extra: dict[str, object] = {}
+    if is_sqla(broker_url):
+        # A bare SQLAlchemy URL plus an explicit transport class (see above).
+        extra["broker_transport"] = polling_transport(settings.broker_poll_interval)
+        broker_url = broker_url.removeprefix(SQLA_PREFIX)
+    else:
+        transport_options["visibility_timeout"] = VISIBILITY_TIMEOUT
+    return {
+        "broker_url": broker_url,
+        "broker_transport_options": transport_options,
+        "broker_connection_retry_on_startup": True,
+        "task_default_queue": settings.queue,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        **extra,
+    }
+
+
+def polling_transport(interval: float) -> type[kombu_sqlalchemy.Transport]:
+    return type(
+        "PollingSqlaTransport", (kombu_sqlalchemy.Transport,), {"polling_interval": interval}
+    )
+
+
+def is_sqla(broker_url: str) -> bool:
+    return broker_url.startswith(SQLA_PREFIX)
+
+
+def prune_delivered(broker_url: str, older_than: timedelta) -> int:
+    """Delete messages delivered over ``older_than`` ago: the sqla transport only marks
+    them invisible, so without this the broker's database grows for ever."""
+    engine = create_engine(broker_url.removeprefix(SQLA_PREFIX))
+    # kombu stamps a message as it delivers it, in local time without a zone.
+    cutoff = datetime.now() - older_than
+    delivered = _MESSAGES.c.visible.is_(False) & (_MESSAGES.c.timestamp < cutoff)
+    try:
+        with engine.begin() as connection:
+            result = connection.execute(delete(_MESSAGES).where(delivered))
+            return int(getattr(result, "rowcount", 0) or 0)
+    finally:
+        engine.dispose()

@@ -1,0 +1,56 @@
+"""Storing a batch of log lines in one statement.
+
+A batch is thousands of lines and none is read back in the request, so neither ORM objects
+nor SQLAlchemy's per-row parameter handling are spent on them: SQLite takes one executemany
+of plain tuples on the driver's cursor (twice as fast as the same rows through an insert()
+construct), and PostgreSQL a COPY, which its server applies several times faster than the
+same rows as INSERTs. Both write the time column's text as its type would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import closing
+from typing import Any
+
+from sqlalchemy import bindparam, insert
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Session
+
+from service.kit.db import utc_column_text
+from service.logs.models import log_events
+from service.logs.schemas import Line
+
+_COLUMNS = ("job_id", "host", "stream", "seq", "time", "message")
+
+
+def insert_lines(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> None:
+    """Store ``lines`` of ``host`` as they are (the caller leaves out those stored)."""
+    if not lines:
+        return
+    connection = session.connection()
+    rows = (
+        (job_id, host, line.stream, line.seq, utc_column_text(line.micros), line.message)
+        for line in lines
+    )
+    driver = connection.connection.driver_connection
+    assert driver is not None  # an open connection's, inside the request's transaction
+    if connection.dialect.name == "postgresql":
+        _copy(driver, rows)
+    else:
+        _executemany(driver, connection.dialect, rows)
+
+
+def _copy(driver: Any, rows: Iterable[tuple[Any, ...]]) -> None:
+    statement = f"COPY {log_events.name} ({', '.join(_COLUMNS)}) FROM STDIN"
+    with driver.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _executemany(driver: Any, dialect: Dialect, rows: Iterable[tuple[Any, ...]]) -> None:
+    # SQLAlchemy writes the statement: the driver's placeholders, in _COLUMNS' order.
+    values: dict[str, Any] = {column: bindparam(column) for column in _COLUMNS}
+    statement = str(insert(log_events).values(values).compile(dialect=dialect))
+    with closing(driver.cursor()) as cursor:
+        cursor.executemany(statement, rows)

@@ -1,0 +1,159 @@
+"""The contract's records agree with the parts that use them: every mode's options have a
+place in the API's schema and a launcher in the runtime, runyard.json reads back what was
+written, and a job's stage follows from its columns alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from contract import modes
+from contract.instance_config import ConfigError, RunyardConfig
+from provisioning.base import JobRef
+from runtime.launch import LAUNCHERS
+from service.jobs.schemas import Distribution, JobCreate
+from service.jobs.states import Status
+from worker.reconciler.snapshot import JobSnapshot, RestartCause, Stage
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_every_launcher_a_mode_names_is_in_the_runtime() -> None:
+    named = {mode.launcher for mode in modes.MODES if mode.launcher is not None}
+    assert named | {modes.Launcher.SCRIPT} == set(LAUNCHERS) == set(modes.Launcher)
+
+
+@pytest.mark.parametrize("mode", modes.MODES, ids=lambda mode: mode.name)
+def test_every_mode_has_its_options_in_the_api_schema(mode: modes.Mode) -> None:
+    *parents, last = mode.name.split(".")
+    distribution: dict[str, object] = {last: {"enabled": True}}
+    for parent in reversed(parents):
+        distribution = {parent: distribution}
+    parsed = Distribution.model_validate(distribution)
+    assert parsed.enabled_modes() == [mode.name]
+    assert modes.enabled_mode(parsed.as_dict()) == mode
+
+
+def test_a_mode_without_the_mode_it_runs_under_is_a_problem_naming_that() -> None:
+    distribution = {"smdistributed": {"modelparallel": {"enabled": True}}}
+    [problem] = modes.problems(distribution, "pytorch", instance_count=1, gpus=0)
+    assert problem.loc == ("distribution", "mpi")
+    assert "enable mpi too" in problem.message
+    [framework, *_] = modes.problems(distribution, "tensorflow", instance_count=1, gpus=0)
+    assert "runs pytorch scripts" in framework.message
+
+
+def test_model_parallel_runs_under_mpi_with_its_launch_options() -> None:
+    distribution = {
+        "mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": "-x A=1"},
+        "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"ddp": True}}},
+    }
+    mode = modes.enabled_mode(distribution)
+    assert mode is not None
+    assert mode.name == "smdistributed.modelparallel"
+    assert mode.libraries
+    assert modes.too_many(distribution) == []
+    options = mode.launch_options(distribution)
+    assert options["processes_per_host"] == 2
+    assert options["custom_mpi_options"] == "-x A=1"
+    assert modes.problems(distribution, "pytorch", instance_count=2, gpus=0) == []
+    # Degrees are weighed against every process the job starts: 2 instances x 2.
+    sharded = {**distribution["smdistributed"]["modelparallel"]}
+    sharded["parameters"] = {"ddp": True, "sharded_data_parallel_degree": 4}
+    distribution["smdistributed"] = {"modelparallel": sharded}
+    assert modes.problems(distribution, "pytorch", instance_count=2, gpus=0) == []
+    assert modes.problems(distribution, "pytorch", instance_count=1, gpus=0)
+
+
+def test_runyard_json_reads_back_what_was_written() -> None:
+    written = RunyardConfig(
+        job_name="job-1",
+        job_id="0" * 32,
+        entry_point="train.py",
+        source_uri="file:///src",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+        channels={"train": "file:///data"},
+        output_path="file:///out",
+        environment={"A": "1"},
+        master_addr="10.0.0.1",
+        master_port=29500,
+        launch_agent=("python3", "-m", "runtime.launch.remote_agent"),
+        agent_port=7077,
+        attempt=2,
+        first_log_seq=41,
+        checkpoint_uri="s3://b/ckpt",
+        checkpoint_local_path="/opt/ml/checkpoints",
+        spot_notice="ec2",
+    )
+    data = json.loads(written.to_json())
+    assert list(data) == [item.name for item in dataclasses.fields(RunyardConfig)]
+    assert RunyardConfig.from_json(data) == written
+    with pytest.raises(ConfigError, match="'master_port'"):
+        RunyardConfig.from_json({key: value for key, value in data.items() if key != "master_port"})
+    with pytest.raises(ConfigError, match="agent_port must be a TCP port"):
+        RunyardConfig.from_json({**data, "agent_port": 70000})
+
+
+def _snapshot(**columns: object) -> JobSnapshot:
+    values: dict[str, object] = {
+        "ref": JobRef("0" * 32, "job-1"),
+        "version": 1,
+        "status": Status.IN_PROGRESS,
+        "secondary_status": "Starting",
+        "spec": JobCreate(entry_point="train.py", source_uri="file:///src", instance_type="local"),
+        "backend": "local",
+        "launched_at": None,
+        "stop_reason": None,
+        "stop_signalled_at": None,
+        "created_at": NOW,
+        "admitted_at": None,
+        "restarts": 0,
+        "infrastructure_restarts": 0,
+        "interruptions": 0,
+        "attempt_first_log_seq": 1,
+        "pending_reason": None,
+        "restart_cause": None,
+        "interruption_noticed_at": None,
+        "interruption_message": None,
+        "billable_seconds": 0,
+    }
+    values.update(columns)
+    return JobSnapshot(**values)  # type: ignore[arg-type]
+
+
+def test_a_jobs_stage_follows_from_its_columns() -> None:
+    cause = RestartCause("application", "exit 1", NOW.isoformat())
+    assert _snapshot().stage == Stage.QUEUED
+    assert _snapshot(admitted_at=NOW).stage == Stage.LAUNCHING
+    assert _snapshot(admitted_at=NOW, launched_at=NOW).stage == Stage.RUNNING
+    restarting = _snapshot(admitted_at=NOW, launched_at=NOW, restart_cause=cause)
+    assert restarting.stage == Stage.RESTARTING
+    # A stop outranks everything else, a restart under way included.
+    stopping = dataclasses.replace(restarting, status=Status.STOPPING)
+    assert stopping.stage == Stage.STOPPING
+
+
+def test_an_unprepared_spec_has_no_job_spec(tmp_path: Path) -> None:
+    spec = JobCreate(entry_point="train.py", source_uri=tmp_path.as_uri(), instance_type="local")
+    with pytest.raises(ValueError, match="output_path"):
+        spec.job_spec()
+    prepared = spec.model_copy(update={"output_path": "file:///out"}).job_spec()
+    assert (prepared.output_path, prepared.hosts) == ("file:///out", ["algo-1"])
+
+
+def test_pipeline_stages_run_where_their_degrees_divide_the_ranks() -> None:
+    def distribution(partitions: int) -> dict[str, object]:
+        parameters = {"partitions": partitions, "microbatches": 4, "ddp": True}
+        return {
+            "mpi": {"enabled": True, "processes_per_host": 2},
+            "smdistributed": {"modelparallel": {"enabled": True, "parameters": parameters}},
+        }
+
+    assert modes.problems(distribution(2), "pytorch", instance_count=2, gpus=0) == []
+    [problem] = modes.problems(distribution(3), "pytorch", instance_count=2, gpus=0)
+    assert problem.loc[-1] == "partitions"
+    assert "3 does not divide the job's 4 processes" in problem.message

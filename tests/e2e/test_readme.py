@@ -1,0 +1,259 @@
+"""Every example in the README runs as written, against a real `runyard server`.
+
+The README's blocks run in their order, as someone following it would run them:
+
+- a shell block in its own `bash -e -o pipefail`, from a directory laid out as a checkout
+  (the repository's top-level entries linked in, so what the blocks write lands there, not
+  in the repository), in the environment an activated `.venv` gives, with a RUNYARD_HOME
+  and a port of its own (RUNYARD_PORT);
+- a Python block with `python`, from that directory;
+- a YAML block headed `# <name>.yaml` is saved under that name, for the blocks that use it.
+
+Only the blocks named in SKIPPED do not run, each for the reason given there. When all
+have run, every job they made has ended as they meant it to, and every metric their specs
+define was found in the job's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from provisioning.local import processes
+from provisioning.local.backend import free_port
+from runyard.client import Client, admin_token, wait_until_up
+from tests.e2e.conftest import REPO
+
+pytestmark = pytest.mark.e2e
+
+README = REPO / "README.md"
+# A line only that block has -> why it cannot run here.
+SKIPPED = {
+    "make demo": "`make test` runs this whole suite, this test included, and both first "
+    "run `make install` into the .venv the tests run from",
+    "docker compose build": "needs Docker",
+    "docker compose exec -T api runyard token": "needs Docker (the compose stack)",
+    "docker build -f service/Dockerfile": "needs Docker and a registry to push to",
+    "helm install runyard charts/runyard": "needs a Kubernetes cluster",
+    "sudo mount -t nfs4": "needs root and an EFS or NFS export (the EC2 backend's artifacts)",
+    "aws ec2 authorize-security-group-ingress": "needs an AWS account (EC2 security groups)",
+}
+BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
+# The jobs the README stops on purpose; every other job must complete.
+STOPPED_BY_THE_README = {"forever"}
+_FILE_HEADER = re.compile(r"# ([\w.-]+\.ya?ml)\n")
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    text: str
+    line: int
+
+    @property
+    def skipped_because(self) -> str | None:
+        return next((why for marker, why in SKIPPED.items() if marker in self.text), None)
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line} ({self.language})"
+
+
+def _blocks() -> list[Block]:
+    return [
+        Block(token.info.strip(), token.content, token.map[0] + 1 if token.map else 0)
+        for token in MarkdownIt().parse(README.read_text())
+        if token.type == "fence" and token.info.strip() in ("sh", "python", "yaml")
+    ]
+
+
+BLOCKS = _blocks()
+
+
+@dataclass
+class Reader:
+    """Someone following the README: a checkout to stand in, a shell environment, and the
+    server their first block started."""
+
+    checkout: Path
+    scratch: Path
+    env: dict[str, str]
+    url: str
+    home: Path
+    shells: list[int] = field(default_factory=list)
+
+    def run(self, block: Block) -> tuple[int, str]:
+        log = self.scratch / f"line-{block.line}.log"
+        if block.language == "sh":
+            command = ["bash", "-e", "-o", "pipefail", "-c", block.text]
+        else:
+            # Outside the checkout, so `runyard` is imported as installed, as the server is.
+            script = self.scratch / f"line-{block.line}.py"
+            script.write_text(block.text)
+            command = [str(self.checkout / ".venv" / "bin" / "python"), str(script)]
+        with open(log, "wb") as output:
+            # A session of its own: what a block leaves running in the background (the
+            # server) is found and stopped through it at the end.
+            process = subprocess.Popen(
+                command,
+                cwd=self.checkout,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self.shells.append(process.pid)
+            try:
+                status = process.wait(BLOCK_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                status = -1
+        return status, log.read_text(errors="replace")
+
+    def client(self) -> Client:
+        return Client(self.url, admin_token(self.home))
+
+    def stop(self) -> list[int]:
+        """Stop what the blocks left running; returns the processes of jobs left behind."""
+        job_ids = self._job_ids()
+        for group in self.shells:
+            _signal_group(group, signal.SIGTERM)
+        if not _groups_gone(self.shells, timeout=60):
+            for group in self.shells:
+                _signal_group(group, signal.SIGKILL)
+        leftovers = [pid for job_id in job_ids for pid in processes.marked_processes(job_id)]
+        processes.signal_pids(leftovers, signal.SIGKILL)
+        return leftovers
+
+    def _job_ids(self) -> list[str]:
+        try:
+            with self.client() as client:
+                return [client.get_job(item["name"])["id"] for item in _all_jobs(client)]
+        except Exception:
+            return []
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signum)
+
+
+def _groups_gone(groups: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(_alive(group) for group in groups):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _all_jobs(client: Client) -> list[dict[str, object]]:
+    items, cursor = [], None
+    while True:
+        page = client.list_jobs(limit=100, cursor=cursor)
+        items += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+
+
+# What a build writes into a checkout (the README's `pip wheel` among them): made fresh in
+# the reader's checkout, never linked to the repository's.
+_BUILD_OUTPUTS = ("build", "dist", ".egg-info")
+
+
+def _checkout(root: Path) -> Path:
+    """The repository's top-level entries linked into ``root``, and the .venv the tests run
+    from: README paths resolve, and what blocks write stays in ``root``."""
+    root.mkdir()
+    for entry in sorted(REPO.iterdir()):
+        if not entry.name.startswith(".") and not entry.name.endswith(_BUILD_OUTPUTS):
+            (root / entry.name).symlink_to(entry)
+    (root / ".venv").symlink_to(Path(sys.prefix))
+    return root
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
+    base = tmp_path_factory.mktemp("readme")
+    checkout = _checkout(base / "checkout")
+    scratch = base / "blocks"
+    scratch.mkdir()
+    home = base / "runyard-home"
+    port = free_port()
+    venv_bin = checkout / ".venv" / "bin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
+    env.update(
+        RUNYARD_HOME=str(home),
+        RUNYARD_PORT=str(port),
+        PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(checkout / ".venv"),
+    )
+    following = Reader(checkout, scratch, env, f"http://127.0.0.1:{port}", home)
+    yield following
+    assert following.stop() == [], "processes of the README's jobs were left running"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_block_runs_as_written(reader: Reader, block: Block) -> None:
+    if block.skipped_because:
+        pytest.skip(block.skipped_because)
+    if block.language == "yaml":
+        named = _FILE_HEADER.match(block.text)
+        if named is None:
+            pytest.fail(f"{block}: a YAML block must say which file it is (# name.yaml)")
+        (reader.checkout / named.group(1)).write_text(block.text)
+        return
+    status, output = reader.run(block)
+    assert status == 0, f"{block} exited {status}:\n{output[-6000:]}"
+    if "runyard server &" in block.text:
+        # As the reader does: wait for the server to say it is ready before going on.
+        assert wait_until_up(reader.url, timeout=120), f"the server did not start:\n{output}"
+
+
+def test_every_job_the_readme_made_ended_as_meant(reader: Reader) -> None:
+    with reader.client() as client:
+        jobs = {str(item["name"]): client.get_job(str(item["name"])) for item in _all_jobs(client)}
+    assert jobs, "the README's blocks made no job"
+    for name, job in jobs.items():
+        expected = "Stopped" if name in STOPPED_BY_THE_README else "Completed"
+        assert job["status"] == expected, f"{name}: {job['status']}: {job['failure_reason']}"
+
+
+def test_every_metric_the_readme_defines_is_found(reader: Reader) -> None:
+    """A metric's regular expression must match what the example prints (`loss 0.4559`):
+    each one every completed job defines has points."""
+    defined = 0
+    with reader.client() as client:
+        for item in _all_jobs(client):
+            job = client.get_job(str(item["name"]))
+            if job["status"] != "Completed":
+                continue
+            for series in client.metrics(job["name"]):
+                defined += 1
+                assert series["points"], f"{job['name']}: {series['name']} matched no line"
+    assert defined, "no job the README ran defines a metric"
+
+
+def test_every_skipped_block_is_one_of_the_readme() -> None:
+    for marker in SKIPPED:
+        found = [block for block in BLOCKS if marker in block.text]
+        assert len(found) == 1, f"{marker!r} names {len(found)} README blocks"

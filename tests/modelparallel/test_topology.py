@@ -1,0 +1,56 @@
+"""Where ranks stand under each placement, and which ranks shard together."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.modelparallel.step import StepOutput, _split
+from runtime.modelparallel.topology import Topology
+
+
+def test_cluster_puts_a_replicas_stages_on_adjacent_ranks() -> None:
+    topology = Topology(8, pp_size=2, placement="cluster")
+    assert topology.pp_group(0) == [0, 1]
+    assert topology.dp_group(1) == [1, 3, 5, 7]
+    assert [topology.pp_rank(r) for r in range(8)] == [0, 1] * 4
+    assert all(topology.rank_of(topology.pp_rank(r), topology.dp_rank(r)) == r for r in range(8))
+
+
+def test_spread_puts_the_replicas_of_a_stage_on_adjacent_ranks() -> None:
+    topology = Topology(8, pp_size=2, placement="spread")
+    assert topology.dp_group(0) == [0, 1, 2, 3]
+    assert topology.pp_group(1) == [1, 5]
+    assert all(topology.rank_of(topology.pp_rank(r), topology.dp_rank(r)) == r for r in range(8))
+
+
+def test_shard_groups_are_adjacent_ranks_replicated_across() -> None:
+    topology = Topology(8, shard_degree=4)
+    assert topology.shard_mesh() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert topology.replicate_size == 2
+
+
+def test_degrees_that_do_not_divide_are_refused() -> None:
+    with pytest.raises(ValueError, match="do not divide"):
+        Topology(6, pp_size=4)
+    with pytest.raises(ValueError, match="do not divide"):
+        Topology(6, shard_degree=4)
+
+
+def test_tensors_split_into_microbatches_and_the_rest_stays_whole() -> None:
+    x = torch.arange(8).view(4, 2)
+    parts = _split({"ids": x, "scale": 2.0}, 2, 0, "batch")
+    assert torch.equal(parts[1]["ids"], x[2:])
+    assert parts[0]["scale"] == 2.0
+    columns = _split(torch.arange(6).view(2, 3), 3, 1, "wide")
+    assert [c.shape for c in columns] == [torch.Size([2, 1])] * 3
+    with pytest.raises(ValueError, match="'x' has 3 rows"):
+        _split(torch.zeros(3, 1), 2, 0, "x")
+
+
+def test_step_outputs_reduce_across_microbatches() -> None:
+    output = StepOutput([torch.tensor(1.0), torch.tensor(3.0)])
+    assert output.reduce_mean().item() == 2.0
+    assert output.reduce_sum().item() == 4.0
+    assert output.stack().tolist() == [1.0, 3.0]
+    assert StepOutput([torch.ones(2, 1), torch.zeros(1, 1)]).concat().shape == (3, 1)

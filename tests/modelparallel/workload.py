@@ -1,0 +1,69 @@
+"""The model and data every model-parallel correctness test trains, and the one-process
+training on the whole global batch that the library's runs must follow."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GLOBAL_BATCH = 16
+FEATURES = 8
+STEPS = 3
+LR = 0.01
+
+
+class Block(nn.Module):
+    """A residual block that counts how often it runs (recomputation included)."""
+
+    runs = 0
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        Block.runs += 1
+        return h + torch.tanh(self.linear(h))
+
+
+class Stack(nn.Module):
+    """A small stack of blocks (a ModuleList, as transformers have) with a head."""
+
+    def __init__(self, width: int = 16, depth: int = 3) -> None:
+        super().__init__()
+        self.embed = nn.Linear(FEATURES, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+        self.head = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def model() -> Stack:
+    torch.manual_seed(0)
+    return Stack()
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(100 + step)
+    x = torch.randn(GLOBAL_BATCH, FEATURES, generator=generator)
+    y = torch.randn(GLOBAL_BATCH, 1, generator=generator)
+    return x, y
+
+
+def loss_of(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return ((output.float() - target) ** 2).mean()
+
+
+def single_process_reference(steps: int = STEPS) -> dict[str, torch.Tensor]:
+    reference = model()
+    optimizer = torch.optim.Adam(reference.parameters(), lr=LR)
+    for step in range(steps):
+        x, y = batch(step)
+        optimizer.zero_grad()
+        loss_of(reference(x), y).backward()
+        optimizer.step()
+    return {key: value.detach().clone() for key, value in reference.state_dict().items()}

@@ -1,0 +1,141 @@
+"""Drives each job from what the database says toward what its backend reports.
+
+Level-triggered and idempotent: a pass reads the job afresh, asks the backend what exists,
+and takes one step. Running it twice, late, or after a crash is harmless, which is what
+lets broker messages be mere triggers. Side effects (starting or ending processes) happen
+outside any transaction; writes check the job's version so a concurrent stop from the API
+is never overwritten.
+
+Order of a job's life::
+
+    InProgress/Starting -> [Pending: waiting for capacity] -> LaunchingInstances
+        -> Downloading -> Training -> Uploading
+        -> Completed | Failed            (the instances' reports decide)
+    ... -> Restarting | Interrupted -> (tear down, back off) -> [Pending] -> Launching...
+                                         (a retried failure, a spot interruption)
+    Stopping/(Stopping|MaxRuntimeExceeded|MaxWaitTimeExceeded) -> Stopped
+
+A pass derives the job's stage (``snapshot.Stage``) and hands it to that stage's handler:
+
+    Stopping    ending.drive_stop            the scripts' grace, then Stopped
+    Restarting  restarts.continue_restart    tear down, back off, the next attempt
+    Queued      starting.admit               take capacity, or wait in line
+    Launching   starting.launch              the backend starts the instances
+    Running     running.observe              the instances' reports decide
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from provisioning import registry
+from provisioning.base import KILL_WAIT_SECONDS, Backend, LaunchError, TeardownError
+from service.jobs import repository
+from service.kit.db import session_scope
+from service.settings import Settings
+from worker.reconciler import ending, restarts, running, starting
+from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Stage, Superseded, load
+
+log = logging.getLogger(__name__)
+
+MAX_PASSES_PER_TASK = 20
+
+HANDLERS: dict[Stage, Callable[[Pass, JobSnapshot], None]] = {
+    Stage.STOPPING: ending.drive_stop,
+    Stage.RESTARTING: restarts.continue_restart,
+    Stage.QUEUED: starting.admit,
+    Stage.LAUNCHING: starting.launch,
+    Stage.RUNNING: running.observe,
+}
+
+
+class Reconciler:
+    def __init__(
+        self,
+        settings: Settings,
+        build_backend: Callable[[str, Settings], Backend[Any]] = registry.build,
+    ) -> None:
+        self.settings = settings
+        self.database_url = settings.database_url
+        self.build_backend = build_backend
+        # The lease must outlast the longest pass (a teardown waiting out its grace, then
+        # the SIGKILL wait), or a second worker could take over mid-teardown.
+        self.lease_seconds = max(settings.reconcile_lease_seconds, _longest_pass(settings))
+
+    def reconcile(self, name: str) -> None:
+        """Run passes over the job until nothing more is asked of it."""
+        owner = uuid.uuid4().hex
+        ttl = self.lease_seconds
+        with session_scope(self.database_url) as session:
+            # Ask first, then try to claim: if the holder lets go in between, we get the
+            # lease; if it does not, it sees the request and runs another pass itself.
+            repository.request_reconcile(session, name)
+        with session_scope(self.database_url) as session:
+            if not repository.claim_lease(session, name, owner, ttl):
+                return
+        try:
+            for _ in range(MAX_PASSES_PER_TASK):
+                with session_scope(self.database_url) as session:
+                    if not repository.start_pass(session, name, owner, ttl):
+                        return  # the lease lapsed and someone else took it
+                try:
+                    self.run_pass(name)
+                except Superseded:
+                    continue
+                with session_scope(self.database_url) as session:
+                    if repository.release_lease(session, name, owner):
+                        return
+        finally:
+            with session_scope(self.database_url) as session:
+                repository.drop_lease(session, name, owner)
+
+    def run_pass(self, name: str) -> None:
+        snapshot = load(self.database_url, name)
+        if snapshot is None:
+            return
+        step = Pass(self.settings, self.build_backend(snapshot.backend, self.settings))
+        try:
+            # While instances run, running.observe weighs max_wait after what they
+            # reported (a job that completed in time is not stopped); here otherwise.
+            if snapshot.stage not in (Stage.STOPPING, Stage.RUNNING) and ending.past_max_wait(
+                snapshot
+            ):
+                snapshot = ending.stop_for_max_wait(step, snapshot)
+            HANDLERS[snapshot.stage](step, snapshot)
+        except RETRIED:
+            raise
+        except LaunchError as exc:
+            # The provider's refusal (capacity, a quota) is the reason, not a fault of ours.
+            log.warning("launching %s was refused: %s", name, exc)
+            if exc.capacity and snapshot.spec.use_spot_instances:
+                restarts.await_spot_capacity(step, name, exc)
+            else:
+                ending.fail(step, name, f"LaunchError: {exc}", teardown=True)
+        except Exception as exc:
+            # Anything else is a fault of the backend or of this code: retrying blindly
+            # could launch paid instances forever, so the job fails, saying why.
+            log.exception("reconciling %s failed; failing the job", name)
+            # A teardown that already failed would only fail again; the reason names what
+            # was left behind.
+            ending.fail(
+                step,
+                name,
+                f"InternalServerError: {type(exc).__name__}: {exc}",
+                teardown=not isinstance(exc, TeardownError),
+            )
+
+
+def _longest_pass(settings: Settings) -> float:
+    """How long one pass may take, at most: a teardown that waits out every grace period
+    of the slowest backend this server uses, then a margin."""
+    used = set(settings.backends.values())
+    local = settings.teardown_grace_seconds + KILL_WAIT_SECONDS
+    waits = [local]
+    if "kubernetes" in used:  # pods get the stop grace, then teardown's own, then a kill
+        waits.append(settings.stop_grace_seconds + local)
+    if "ec2" in used:
+        waits.append(settings.ec2.teardown_timeout_seconds)
+    return max(waits) + 5.0

@@ -1,0 +1,209 @@
+"""Stopping, finishing and billing: how a job ends, whatever ends it.
+
+A stop (by a person, max_run or max_wait) gives the scripts their grace, then ends the job
+Stopped with the secondary status that names why, and says why in the job's log as well:
+the instances only know that they were told to stop. Finishing tears every instance down
+first, keeps the consoles of instances that never shipped a line, then records the result
+and bills the attempt: nothing of the job may be left once it reads as ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import object_session
+
+from contract.failures import fit
+from contract.limits import MAX_LINE
+from provisioning.base import InstanceState
+from service.jobs import repository
+from service.jobs.models import TrainingJob
+from service.jobs.states import STOP_REASONS, Secondary, Status
+from service.kit.db import session_scope, to_micros, utcnow
+from service.kit.text import without_nul
+from service.logs import repository as log_repository
+from service.logs import service as logs
+from service.logs.schemas import Line
+from worker.reconciler.snapshot import JobSnapshot, Pass, Report, Superseded
+
+log = logging.getLogger(__name__)
+
+MAX_CONSOLE_LINES = 5000
+
+
+def past_max_wait(snapshot: JobSnapshot) -> bool:
+    budget = snapshot.spec.max_wait
+    return (
+        snapshot.spec.use_spot_instances
+        and budget is not None
+        and utcnow() - snapshot.created_at > timedelta(seconds=budget)
+    )
+
+
+def stop_for_max_wait(step: Pass, snapshot: JobSnapshot) -> JobSnapshot:
+    return stop_for(
+        step,
+        snapshot,
+        "MaxWaitTimeExceeded",
+        Secondary.MAX_WAIT_TIME_EXCEEDED,
+        f"Stopping: the job took longer than max_wait ({snapshot.spec.max_wait} s), "
+        "waiting for spot capacity included",
+    )
+
+
+def stop_for(
+    step: Pass, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
+) -> JobSnapshot:
+    def stopping(job: TrainingJob) -> None:
+        job.stop_reason = reason
+        job.pending_reason = None
+        repository.record_transition(job, Status.STOPPING, secondary, message)
+
+    return step.update(snapshot, stopping)
+
+
+def drive_stop(step: Pass, snapshot: JobSnapshot) -> None:
+    backend = step.backend
+    if snapshot.stop_signalled_at is None:
+        backend.cancel(snapshot.ref, force=False)
+        now = utcnow()
+
+        def signalled(job: TrainingJob) -> None:
+            job.stop_signalled_at = now
+
+        snapshot = step.update(snapshot, signalled)
+    signalled_at = snapshot.stop_signalled_at or utcnow()
+    statuses = backend.describe(snapshot.ref) or {}
+    running = any(s.state == InstanceState.RUNNING for s in statuses.values())
+    grace = timedelta(seconds=step.settings.stop_grace_seconds)
+    if running and utcnow() - signalled_at < grace:
+        return  # give the scripts their grace period; the sweep comes back
+    reports = step.reports(snapshot)
+    secondary = STOP_REASONS.get(snapshot.stop_reason or "", Secondary.STOPPED)
+    why = _why_stopped(snapshot, secondary)
+    finish(step, snapshot, reports, Status.STOPPED, secondary, None, why=why)
+
+
+def _why_stopped(snapshot: JobSnapshot, secondary: Secondary) -> str:
+    spec = snapshot.spec
+    return {
+        Secondary.MAX_RUNTIME_EXCEEDED: (
+            f"Training job stopped: its max_run of {spec.max_run} s was reached"
+        ),
+        Secondary.MAX_WAIT_TIME_EXCEEDED: (
+            f"Training job stopped: its max_wait of {spec.max_wait} s was reached, "
+            "waiting for spot capacity included"
+        ),
+    }.get(secondary, "Training job stopped at a user's request (runyard stop, or StopTrainingJob)")
+
+
+def fail(step: Pass, name: str, reason: str, *, teardown: bool) -> None:
+    """Fail the job as it is now (the step that failed may have moved it on)."""
+    current = step.load(name)
+    if current is not None:
+        reports = step.reports(current)
+        finish(step, current, reports, Status.FAILED, Secondary.FAILED, reason, teardown=teardown)
+
+
+def finish(
+    step: Pass,
+    snapshot: JobSnapshot,
+    reports: dict[str, Report],
+    status: Status,
+    secondary: Secondary,
+    failure_reason: str | None,
+    *,
+    teardown: bool = True,
+    why: str | None = None,
+) -> None:
+    """End the job; ``why``, if given, becomes the last line of its log."""
+    if failure_reason is not None:
+        failure_reason = fit(without_nul(failure_reason))
+    # Nothing of the job may be left once it reads as ended.
+    if teardown:
+        keep_consoles(step, snapshot)
+        step.backend.teardown(snapshot.ref)
+    now = utcnow()
+    master = reports.get(snapshot.hosts[0])
+    started = [r.training_started_at for r in reports.values() if r.training_started_at]
+    ended = [r.training_ended_at for r in reports.values() if r.training_ended_at]
+    # The reason's first line says what failed; a traceback's frames below it are the
+    # failure reason's to show.
+    summary = (failure_reason or "").partition("\n")[0][:200]
+    message = {
+        Status.COMPLETED: "Training job completed",
+        Status.FAILED: f"Training job failed: {summary}",
+        Status.STOPPED: "Training job stopped",
+    }[status]
+    spot_price_ratio = step.settings.spot_price_ratio
+
+    def finished(job: TrainingJob) -> None:
+        repository.record_transition(job, status, secondary, message, now)
+        if why is not None:
+            _log_last_line(job, snapshot.hosts[0], why, now)
+        job.failure_reason = failure_reason
+        job.model_artifacts = master.model_uri if master else None
+        job.ended_at = now
+        # A short job may end before any pass saw it training.
+        if job.training_start_time is None and started:
+            job.training_start_time = min(started)
+        if job.training_start_time is not None:
+            job.training_end_time = max(ended) if ended else now
+        bill_attempt(job, now)
+        if snapshot.spec.use_spot_instances and job.billable_seconds:
+            job.spot_savings_percent = round(100 * (1 - spot_price_ratio), 1)
+        job.pending_reason = None
+        job.restart_cause = None
+
+    step.update(snapshot, finished)
+
+
+def _log_last_line(job: TrainingJob, host: str, message: str, at: datetime) -> None:
+    """A line of the service's own in the job's log, stored with the job's end: its
+    instances are gone by then, so none of their lines can come after it."""
+    session = object_session(job)
+    if session is None:
+        return  # not a job being written: nothing to store the line with
+    seq = logs.last_seq(session, job.id) + 1
+    line = Line(seq, to_micros(at), "runtime", message[:MAX_LINE])
+    log_repository.insert_lines(session, job.id, host, [line])
+
+
+def keep_consoles(step: Pass, snapshot: JobSnapshot) -> None:
+    """Store what an instance printed, if it never shipped a line itself (a runtime that
+    could not reach the service): once the instance is removed, it is gone."""
+    # Best effort: what cannot be kept must never keep the instances from going.
+    try:
+        consoles = step.backend.console(snapshot.ref)
+        now = utcnow()
+        first = snapshot.attempt_first_log_seq
+        with session_scope(step.settings.database_url) as session:
+            for host, text in sorted(consoles.items()):
+                if not text.strip() or logs.has_lines(session, snapshot.ref.id, host, first):
+                    continue
+                lines = text.splitlines()[-MAX_CONSOLE_LINES:]
+                start = max(first, logs.last_seq(session, snapshot.ref.id) + 1)
+                logs.ingest(
+                    session,
+                    snapshot.ref.id,
+                    host,
+                    [
+                        Line(seq, to_micros(now), "runtime", line[:MAX_LINE])
+                        for seq, line in enumerate(lines, start=start)
+                    ],
+                )
+    except (Superseded, OperationalError):
+        raise  # the database is away for now: the next pass keeps them
+    except Exception:
+        log.exception("keeping the consoles of %s failed", snapshot.ref.name)
+
+
+def bill_attempt(job: TrainingJob, ended: datetime) -> None:
+    """Add the attempt's time on instances to the job's, once: the attempt is then over."""
+    if job.launched_at is not None:
+        seconds = math.ceil((ended - job.launched_at).total_seconds())
+        job.billable_seconds = (job.billable_seconds or 0) + seconds
+        job.launched_at = None

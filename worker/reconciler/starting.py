@@ -1,0 +1,85 @@
+"""Admission and launch: a queued job takes its instances from the capacity, all together,
+or waits in line saying why; an admitted one has its backend start them."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import object_session
+
+from provisioning.base import LaunchRequest
+from service.auth.tokens import job_token
+from service.capacity import service as capacity
+from service.jobs import repository
+from service.jobs.models import TrainingJob
+from service.jobs.states import Secondary, Status
+from service.kit.db import utcnow
+from service.kit.text import without_nul
+from worker.reconciler.snapshot import JobSnapshot, Pass
+
+
+def admit(step: Pass, snapshot: JobSnapshot) -> None:
+    """Take the job's instances from the capacity, all together, or wait in line."""
+    settings = step.settings
+    spec = snapshot.spec
+
+    def admitting(job: TrainingJob) -> None:
+        session = object_session(job)
+        bounded = capacity.limited(settings, spec.instance_type, job.tenant)
+        if session is None or not bounded:
+            verdict = capacity.Admission(True)
+        else:
+            verdict = capacity.decide(session, settings, job)
+        if verdict.admitted:
+            job.admitted_at = utcnow()
+            job.pending_reason = None
+        else:
+            wait(job, verdict.reason)
+
+    snapshot = step.update(snapshot, admitting)
+    if snapshot.admitted_at is not None:
+        launch(step, snapshot)
+
+
+def launch(step: Pass, snapshot: JobSnapshot) -> None:
+    count = snapshot.spec.instance_count
+    attempt = snapshot.ref.attempt
+    message = f"Launching {count} {snapshot.spec.instance_type} instance{'s' * (count > 1)}"
+    if attempt:
+        resuming = ", resuming from the latest checkpoint" * bool(snapshot.spec.checkpoint_s3_uri)
+        message += f" (attempt {attempt + 1}{resuming})"
+
+    def launching(job: TrainingJob) -> None:
+        repository.record_transition(
+            job, Status.IN_PROGRESS, Secondary.LAUNCHING_INSTANCES, message
+        )
+        job.pending_reason = None
+
+    snapshot = step.update(snapshot, launching)
+    settings = step.settings
+    request = LaunchRequest(
+        job=snapshot.ref,
+        spec=snapshot.spec.job_spec(),
+        service_url=settings.public_url,
+        token=job_token(settings.signing_key(), snapshot.ref.id),
+        first_log_seq=snapshot.attempt_first_log_seq,
+    )
+    # Adopts what an earlier, interrupted attempt started.
+    materialized = step.backend.submit(request)
+    now = utcnow()
+
+    def launched(job: TrainingJob) -> None:
+        job.launched_at = now
+        job.isolation = materialized.isolation
+
+    step.update(snapshot, launched)
+
+
+def wait(job: TrainingJob, message: str) -> None:
+    """The job waits (for capacity, for its instances), saying why; a changed reason
+    updates the current transition rather than adding one."""
+    message = without_nul(message)
+    job.pending_reason = message[:2048]
+    if (
+        not repository.record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)
+        and job.transitions[-1].message != message
+    ):
+        job.transitions[-1].message = message[:2048]
