@@ -6,6 +6,10 @@ machine. Each figure is the median over iterations of the slowest rank's time; b
 bandwidth = bytes x 2(n-1)/n / time, the usual convention for an allreduce.
 
     .venv/bin/python bench/dataparallel_allreduce.py [--sizes-mb 1,4,16,64,256] [--procs 2,4]
+        [--compression none,bf16,fp16]
+
+With compression, Runyard moves half the bytes and the torch column stays float32: the
+ratio is what compressing buys over gloo's (or NCCL's) float32 allreduce.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from runtime.dataparallel.sharded_reduce import (
 MB = 2**20
 
 
-def iterations_for(size_mb: int, budget_mb: int) -> int:
-    return max(3, min(20, budget_mb // size_mb))
+def iterations_for(size_mb: float, budget_mb: int) -> int:
+    return max(3, min(20, int(budget_mb / size_mb)))
 
 
 def timed(operation: Callable[[], object], device: torch.device, iterations: int) -> float:
@@ -60,29 +64,34 @@ def timed(operation: Callable[[], object], device: torch.device, iterations: int
 
 
 def worker(
-    sizes_mb: list[int], budget_mb: int, compression: str | None, exchange: str | None
+    sizes_mb: list[float], budget_mb: int, compressions: list[str], exchange: str | None
 ) -> None:
     dp.init_process_group()
     device = worker_device()
-    reducer = ShardedReducer(
-        hierarchy_groups(),
-        compression=compression,  # type: ignore[arg-type]
-        shard_exchange=exchange or default_shard_exchange(device),  # type: ignore[arg-type]
-    )
+    reducers = {
+        name: ShardedReducer(
+            hierarchy_groups(),
+            compression=None if name == "none" else name,  # type: ignore[arg-type]
+            shard_exchange=exchange or default_shard_exchange(device),  # type: ignore[arg-type]
+        )
+        for name in compressions
+    }
     results = []
     for size_mb in sizes_mb:
-        tensor = torch.randn(size_mb * MB // 4, device=device)
+        tensor = torch.randn(int(size_mb * MB) // 4, device=device)
         iterations = iterations_for(size_mb, budget_mb)
-        runyard = timed(partial(reducer.average_, tensor), device, iterations)
         plain = timed(partial(dist.all_reduce, tensor, op=dist.ReduceOp.AVG), device, iterations)
-        results.append({"size_mb": size_mb, "torch": plain, "runyard": runyard})
+        row: dict[str, float] = {"size_mb": size_mb, "torch": plain}
+        for name, reducer in reducers.items():
+            row[name] = timed(partial(reducer.average_, tensor), device, iterations)
+        results.append(row)
     if dp.get_rank() == 0:
         report(results)
     dist.barrier()
     dp.destroy_process_group()
 
 
-def bus_bandwidth(size_mb: int, processes: int, seconds: float) -> float:
+def bus_bandwidth(size_mb: float, processes: int, seconds: float) -> float:
     return size_mb * MB * 2 * (processes - 1) / processes / seconds / 1e9
 
 
@@ -93,40 +102,48 @@ def main() -> None:
     parser.add_argument(
         "--budget-mb", type=int, default=128, help="iterations per size: budget / size, 3..20"
     )
-    parser.add_argument("--compression", choices=["fp16", "bf16"], default=None)
+    parser.add_argument(
+        "--compression",
+        default="none",
+        help="comma-separated, each one column: none, fp16, bf16 (the wire's type)",
+    )
     parser.add_argument(
         "--exchange", choices=SHARD_EXCHANGES, default=None, help="default: by device"
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sizes = [int(size) for size in args.sizes_mb.split(",")]
+    sizes = [float(size) for size in args.sizes_mb.split(",")]
+    compressions = args.compression.split(",")
+    if unknown := set(compressions) - {"none", "fp16", "bf16"}:
+        parser.error(f"--compression: unknown {sorted(unknown)}")
     if args.worker:
-        worker(sizes, args.budget_mb, args.compression, args.exchange)
+        worker(sizes, args.budget_mb, compressions, args.exchange)
         return
 
+    print(f"machine: {machine()}; exchange: {args.exchange or 'default for the device'}")
     print(
-        f"machine: {machine()}; compression: {args.compression or 'none'}; "
-        f"exchange: {args.exchange or 'default for the device'}"
-    )
-    print(
-        f"{'size':>7} {'procs':>5} | {'torch all_reduce':>22} | {'Runyard sharded':>22} | "
-        f"{'Runyard/torch':>13}"
+        f"{'size':>8} {'procs':>5} | {'torch all_reduce fp32':>22} | "
+        + " | ".join(f"{'Runyard ' + name:>22} {'/torch':>6}" for name in compressions)
     )
     forwarded = [
         "--sizes-mb", args.sizes_mb, "--budget-mb", str(args.budget_mb),
-        *(["--compression", args.compression] if args.compression else []),
+        "--compression", args.compression,
         *(["--exchange", args.exchange] if args.exchange else []),
     ]  # fmt: skip
     for processes in usable_process_counts([int(p) for p in args.procs.split(",")]):
         for row in launch(Path(__file__), processes, forwarded):
             size = row["size_mb"]
             torch_bw = bus_bandwidth(size, processes, row["torch"])
-            runyard_bw = bus_bandwidth(size, processes, row["runyard"])
+            cells = []
+            for name in compressions:
+                runyard_bw = bus_bandwidth(size, processes, row[name])
+                cells.append(
+                    f"{row[name] * 1e3:8.1f} ms {runyard_bw:7.2f} GB/s "
+                    f"{runyard_bw / torch_bw:5.2f}x"
+                )
             print(
-                f"{size:>4} MB {processes:>5} | "
-                f"{row['torch'] * 1e3:8.1f} ms {torch_bw:7.2f} GB/s | "
-                f"{row['runyard'] * 1e3:8.1f} ms {runyard_bw:7.2f} GB/s | "
-                f"{runyard_bw / torch_bw:12.2f}x"
+                f"{size:>5g} MB {processes:>5} | "
+                f"{row['torch'] * 1e3:8.1f} ms {torch_bw:7.2f} GB/s | " + " | ".join(cells)
             )
 
 

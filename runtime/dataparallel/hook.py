@@ -52,9 +52,11 @@ class ReductionQueue:
             done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             done.set_result(buffer)
             return done
-        if self.reducer.shard_exchange == "allreduce":
+        if self.reducer.starts_at_once(buffer):
             # One collective per bucket: DDP hands buckets over in order, so issuing it
-            # here keeps the order, and the thread's hand-off is saved.
+            # here keeps the order, and the thread's hand-off is saved. (Compressed
+            # buffers averaged point to point go to the thread: those messages are not
+            # collectives, so they need no order against these.)
             return self.reducer.average_async_(buffer)
         if buffer.is_cuda:
             # A CUDA-aware future: its value carries the stream dependency to DDP.
