@@ -16,14 +16,12 @@ and its launcher in ``runtime.launch`` (``LAUNCHERS``).
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from contract import modelparallel
+from contract import modelparallel, mpi_options
 from contract.problems import Problem
 
 
@@ -63,7 +61,7 @@ class Options:
 
 
 # mpirun's own options, for the modes whose launcher is mpirun and that SageMaker lets
-# pass them; refused where they would break the launch (``mpi_option_problems``).
+# pass them; only those ``contract.mpi_options`` allows.
 _CUSTOM_MPI_OPTIONS = Option(str, "")
 
 
@@ -128,9 +126,9 @@ class Mode:
             )
             found.append(Problem(under.loc, message))
             return found
-        mpi_options = options.get("custom_mpi_options")
-        if mpi_options is not None:
-            found += mpi_option_problems(str(mpi_options), (*self.loc, "custom_mpi_options"))
+        custom = options.get("custom_mpi_options")
+        if custom is not None:
+            found += mpi_options.problems(str(custom), (*self.loc, "custom_mpi_options"))
         if self.launcher is None:
             found.append(Problem(self.loc, f"{self.name} is not supported by this server yet"))
         if self.check is not None and not found:
@@ -239,45 +237,3 @@ def processes_per_host(options: Mapping[str, Any], gpus: int) -> int:
     offers the option), else one per GPU, else one."""
     given = options.get("processes_per_host")
     return int(given) if given else max(gpus, 1)
-
-
-# mpirun options Runyard sets itself from the job: a second value would break the launch
-# (hosts, process counts) or isolation (another launch agent, another install prefix).
-_RESERVED_MPI_OPTIONS = (
-    "-np",
-    "-n",
-    "--np",
-    "-c",
-    "-H",
-    "-host",
-    "--host",
-    "--hosts",
-    "-hostfile",
-    "--hostfile",
-    "-machinefile",
-    "--machinefile",
-    "--default-hostfile",
-    "--prefix",
-    "--launch-agent",
-)
-_RESERVED_MCA = re.compile(r"^(plm|prte_hnp|ess)")
-# mpirun hands MCA values on to a shell on every instance: none of these may reach it.
-_SHELL_SPECIAL = re.compile(r"[$`;|&<>\\\"'\n(){}*?!]")
-
-
-def mpi_option_problems(options: str, loc: tuple[str, ...]) -> list[Problem]:
-    """What in ``custom_mpi_options`` may not be there (the first thing found)."""
-    try:
-        tokens = shlex.split(options)
-    except ValueError as exc:
-        return [Problem(loc, f"cannot be split into arguments: {exc}")]
-    for index, token in enumerate(tokens):
-        flag = token.split("=", 1)[0]
-        if flag in _RESERVED_MPI_OPTIONS:
-            return [Problem(loc, f"{flag} is set by Runyard from the job and may not be given")]
-        if _SHELL_SPECIAL.search(token):
-            return [Problem(loc, f"{token!r}: shell special characters are not allowed")]
-        after_mca = index > 0 and tokens[index - 1] in ("--mca", "-mca", "--prtemca", "--pmixmca")
-        if after_mca and _RESERVED_MCA.match(token):
-            return [Problem(loc, f"the MCA parameter {token} is set by Runyard")]
-    return []

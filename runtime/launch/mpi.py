@@ -11,7 +11,6 @@ daemon started on them, and end when it does.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 import threading
@@ -19,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from contract import variables
+from contract import mpi_options, variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode, processes_per_host
 from runtime.launch.workers import GroupResult, Launch, WorkerSpec
@@ -69,12 +68,13 @@ def plan(
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
     if mode is not None and mode.libraries:
         env = {**env, "PYTHONPATH": _prepend(str(COMPAT_DIR), env.get("PYTHONPATH"))}
+    # Checked again here: a job stored before a rule changed runs under today's rules.
+    try:
+        custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
+    except mpi_options.MpiOptionError as exc:
+        raise MpiSetupError(f"custom_mpi_options: {exc}") from exc
     argv = mpirun_command(
-        config,
-        entry,
-        env,
-        per_host=processes_per_host(options, gpus),
-        custom_options=shlex.split(options.get("custom_mpi_options", "")),
+        config, entry, env, per_host=processes_per_host(options, gpus), custom=custom
     )
     return Launch([WorkerSpec(argv, env, config.paths.code)])
 
@@ -89,13 +89,17 @@ def mpirun_command(
     env: dict[str, str],
     *,
     per_host: int,
-    custom_options: list[str],
+    custom: list[mpi_options.Argument],
 ) -> list[str]:
     if not config.launch_agent:
         raise MpiSetupError("this backend gave no launch agent to reach the other instances")
     if any(" " in part for part in config.launch_agent):
         raise MpiSetupError("the launch agent's command may not contain spaces")
-    interface = config.network_interface
+    # What the job's options set themselves replaces Runyard's default for it: Open MPI
+    # refuses an option or MCA parameter given twice, and takes the first -x of a name.
+    options = {argument.option for argument in custom}
+    params = {argument.mca_param for argument in custom} - {None}
+    variables_set = {argument.variable for argument in custom} - {None}
     argv = [
         find_mpirun(),
         "--host",
@@ -105,15 +109,12 @@ def mpirun_command(
         "--prtemca",
         "plm_ssh_agent",
         " ".join(config.launch_agent),
-        "--mca",
-        "btl_tcp_if_include",
-        interface,
-        "--bind-to",
-        "none",
-        "--map-by",
-        "slot",
-        "--tag-output",
     ]
+    if not params & {"btl_tcp_if_include", "btl_tcp_if_exclude"}:
+        argv += ["--mca", "btl_tcp_if_include", config.network_interface]
+    argv += [] if "--bind-to" in options else ["--bind-to", "none"]
+    argv += [] if "--map-by" in options else ["--map-by", "slot"]
+    argv.append("--tag-output")
     if config.shared_machine:
         # Instances that share one machine share its host name, which Open MPI takes for
         # the node's. Its shared-memory segments are named after it and the local rank, so
@@ -121,15 +122,18 @@ def mpirun_command(
         # over loopback TCP, as separate machines would. And the ranks disagree on which
         # of them share a node (each counts the others of its host name, or only those of
         # its own daemon), so the hierarchical collectives (coll/han), which split the
-        # world by node, hang in the first collective: they are left out.
+        # world by node, hang in the first collective: they are left out. These two win
+        # over the job's own choice of components (the command run is logged).
         argv += ["--mca", "btl", "self,tcp", "--mca", "coll", "^han"]
+        custom = [argument for argument in custom if argument.mca_param not in ("btl", "coll")]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     forwarded = [name for name in env if name in FORWARDED or name.startswith(variables.SM_PREFIX)]
     forwarded += [name for name in config.environment if name not in forwarded]
     for name in forwarded:
-        argv += ["-x", name]
-    argv += custom_options
+        if name not in variables_set:
+            argv += ["-x", name]
+    argv += [word for argument in custom for word in argument.words]
     # Each rank goes through a shim that gives it torch's rank variables too.
     argv += [sys.executable, "-m", "runtime.launch.mpi_rank", *entry]
     return argv

@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from contract import hyperparameters, limits, modes, variables
+from contract import hyperparameters, limits, modes, mpi_options, variables
 from contract.failures import fit
 from contract.layout import IMAGE_BASE_DIR
 from contract.phases import Phase
@@ -473,6 +473,10 @@ def _environment_key_problem(key: str) -> str | None:
     # Names the runtime itself sets: a job may not override them.
     if key.startswith(variables.RESERVED_PREFIX):
         return f"key {key!r}: names starting with {variables.RESERVED_PREFIX} are reserved"
+    # Under mpirun the job's environment is mpirun's own: held to what custom_mpi_options
+    # may set, or Open MPI's launch would be the job's to change.
+    if (problem := mpi_options.open_mpi_variable_problem(key)) is not None:
+        return f"key {key!r}: {problem}"
     return None
 
 
