@@ -51,3 +51,15 @@ class JobSpec:
     @property
     def hosts(self) -> list[str]:
         return host_names(self.instance_count)
+
+    def storage_uris(self) -> dict[tuple[str | int, ...], str]:
+        """Every URI the job reads or writes, by the field that gives it."""
+        uris: dict[tuple[str | int, ...], str] = {
+            ("source_uri",): self.source_uri,
+            ("output_path",): self.output_path,
+        }
+        if self.checkpoint_s3_uri:
+            uris[("checkpoint_s3_uri",)] = self.checkpoint_s3_uri
+        for name, channel in sorted(self.inputs.items()):
+            uris[("inputs", name, "uri")] = channel.uri
+        return uris

@@ -151,16 +151,10 @@ class Materialized(Generic[PlanT]):
 def unshared_file_uris(spec: JobSpec, shared_root: str | None) -> list[tuple[str | int, ...]]:
     """The fields whose file:// URIs instances on other machines cannot read: all of them,
     unless they lie under ``shared_root`` (the artifact root, mounted on every instance)."""
-    uris: dict[tuple[str | int, ...], str] = {
-        ("source_uri",): spec.source_uri,
-        ("output_path",): spec.output_path,
-        ("checkpoint_s3_uri",): spec.checkpoint_s3_uri or "",
-        **{("inputs", name, "uri"): channel.uri for name, channel in sorted(spec.inputs.items())},
-    }
     shared = f"{shared_root.rstrip('/')}/" if shared_root else None
     return [
         loc
-        for loc, uri in uris.items()
+        for loc, uri in spec.storage_uris().items()
         if uri.startswith("file:") and not (shared and (uri + "/").startswith(shared))
     ]
 

@@ -7,14 +7,17 @@ database, a SQLite-backed Celery broker and a ``file://`` artifact store. That i
 
 from __future__ import annotations
 
+import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from contract import storage
 from provisioning.catalog import CATALOG
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import KubernetesSettings
@@ -32,6 +35,9 @@ class Settings(BaseSettings):
     database_url: str = ""
     broker_url: str = ""
     artifact_root: str = ""
+    # The directories a job's file:// URIs (source, channels, output, checkpoints) may
+    # name; the artifact root, when it is file://, is always one of them.
+    file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     public_url: str = ""
     secret_key: SecretStr | None = None
     # The admin token, where a deployment manages it (each API replica of a Helm release
@@ -127,6 +133,27 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("file_roots", mode="before")
+    @classmethod
+    def _parse_file_roots(cls, value: object) -> object:
+        # RUNYARD_FILE_ROOTS="/data:/scratch" (as PATH is written) or a JSON list.
+        if isinstance(value, str):
+            import json
+
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [item for item in text.split(":") if item.strip()]
+        return value
+
+    @field_validator("file_roots")
+    @classmethod
+    def _absolute_file_roots(cls, value: list[Path]) -> list[Path]:
+        for root in value:
+            if not root.is_absolute():
+                raise ValueError(f"RUNYARD_FILE_ROOTS: {str(root)!r} is not an absolute path")
+        return [Path(os.path.normpath(root)) for root in value]
+
     @field_validator("backends", mode="before")
     @classmethod
     def _parse_backends(cls, value: object) -> object:
@@ -156,6 +183,10 @@ class Settings(BaseSettings):
             self.public_url = f"http://127.0.0.1:{DEFAULT_PORT}"
         self.public_url = self.public_url.rstrip("/")
         self.artifact_root = self.artifact_root.rstrip("/")
+        if urlsplit(self.artifact_root).scheme == "file":
+            artifacts = Path(os.path.normpath(storage.local_path(self.artifact_root)))
+            if artifacts not in self.file_roots:
+                self.file_roots = [*self.file_roots, artifacts]
         if (
             self.secret_key is not None
             and self.environment != "development"

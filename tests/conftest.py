@@ -78,6 +78,8 @@ def make_settings(home: Path, database_url: str, **overrides: object) -> Setting
         "database_url": database_url,
         "broker_url": f"sqla+sqlite:///{home / 'broker.db'}",
         "queue": f"runyard-test-{uuid.uuid4().hex[:8]}",
+        # Tests keep their sources, data and outputs beside the home, in their tmp_path.
+        "file_roots": [home.parent],
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from provisioning.base import REDACTED, JobRef, LaunchRequest
 from provisioning.catalog import CATALOG
 from service.auth.service import Principal
 from service.capacity import service as capacity
-from service.jobs import repository
+from service.jobs import file_roots, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
@@ -124,10 +124,13 @@ def prepare(
     refuse(
         modes.problems(distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus)
     )
+    output_path = spec.output_path or settings.artifact_root
+    # Before anything looks at the files: a refusal must not tell what is there.
+    located = spec.model_copy(update={"output_path": output_path}).job_spec()
+    refuse(file_roots.problems(located, settings.file_roots))
     if not source_checked:
         _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
-    output_path = spec.output_path or settings.artifact_root
     _check_output_path(("output_path",), output_path)
     if spec.checkpoint_s3_uri is not None:
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)

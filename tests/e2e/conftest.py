@@ -46,6 +46,9 @@ class Stack:
             "RUNYARD_BROKER_URL": broker_url,
             "RUNYARD_PUBLIC_URL": self.url,
             "RUNYARD_QUEUE": f"runyard-e2e-{uuid.uuid4().hex[:8]}",
+            # Tests keep their code and data in pytest's temporary directories (beside the
+            # home) and in the examples.
+            "RUNYARD_FILE_ROOTS": f"{home.parent}:{EXAMPLES}",
             # Fast clocks, so failures and stops are seen within a test's patience.
             "RUNYARD_RECONCILE_INTERVAL": "0.5",
             "RUNYARD_RECONCILE_LEASE_SECONDS": "5",

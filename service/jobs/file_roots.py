@@ -1,0 +1,62 @@
+"""Where a job's ``file://`` URIs may point: inside the directories the server's
+administrator allows (``RUNYARD_FILE_ROOTS``, and the artifact root).
+
+The server reads a job's source to check it, and its instances read the channels and
+write the model and checkpoints with the server's rights (on the local backend, as the
+server's user): a URI elsewhere would let a job read or write whatever the server can.
+
+A URI is judged in two steps. First by its path alone, ``..`` and percent-escapes
+resolved as ``contract.storage`` resolves them: a path outside every root is refused
+with one message, whatever is or is not there, so a refusal tells nothing of the server's
+files. Only a path inside a root is then looked at on disk: its symbolic links resolved,
+it must still be inside one (a link inside a root to a place outside is refused too).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from contract import storage
+from contract.problems import Problem
+from contract.spec import JobSpec
+
+
+def problems(spec: JobSpec, roots: Sequence[Path]) -> list[Problem]:
+    """The first of the job's file:// URIs that leads outside ``roots``, as a problem."""
+    for loc, uri in spec.storage_uris().items():
+        problem = _problem(uri, roots)
+        if problem is not None:
+            return [Problem(loc, problem)]
+    return []
+
+
+def _problem(uri: str, roots: Sequence[Path]) -> str | None:
+    try:
+        if storage.scheme(uri) != "file":
+            return None
+        path = storage.local_path(uri)
+    except storage.StorageError:
+        return None  # malformed or unsupported: the checks after this one say why
+    if "\x00" in str(path):
+        return f"{uri}: a file name cannot hold NUL (%00)"
+    outside = (
+        f"{uri}: outside the directories this server lets jobs use "
+        f"({', '.join(str(root) for root in roots) or 'none'}; RUNYARD_FILE_ROOTS)"
+    )
+    if not _inside(os.path.normpath(path), _forms(roots)):
+        return outside
+    if not _inside(os.path.realpath(path), _forms(roots)):
+        return f"{uri}: leads outside the directories this server lets jobs use, through a link"
+    return None
+
+
+def _forms(roots: Iterable[Path]) -> set[str]:
+    # A root as configured and with its own links resolved: /data may be a link to
+    # /mnt/data, and a path is then inside it written either way.
+    return {form for root in roots for form in (os.path.normpath(root), os.path.realpath(root))}
+
+
+def _inside(path: str, roots: set[str]) -> bool:
+    return any(Path(path).is_relative_to(root) for root in roots)
