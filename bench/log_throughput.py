@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from runtime.reporting.reporter import LogShipper, ServiceClient
 from runyard.client import Client
-from service.auth.tokens import job_token
+from service.auth.tokens import instance_token
 from tests import postgres
 
 SCRIPT = """\
@@ -182,7 +182,8 @@ def _ingest(client: Client, home: Path, source: Path, lines: int) -> float:
     )
     try:
         _wait_for_training(client, name)
-        token = job_token((home / "secret_key").read_text().strip().encode(), job["id"])
+        key = (home / "secret_key").read_text().strip().encode()
+        token = instance_token(key, job["id"], "algo-1")
         shipper = LogShipper(
             ServiceClient(client.url, token, name, "algo-1"),
             echo=False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -66,7 +67,8 @@ class LaunchRequest:
     job: JobRef
     spec: JobSpec
     service_url: str
-    token: str
+    # Each host's own token: an instance may report for itself and nothing else.
+    tokens: Mapping[str, str]
     # The number of this attempt's first log line on every host, after the last stored
     # one: the service keeps only lines above each host's last seq.
     first_log_seq: int = 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,14 @@ import yaml
 
 from contract.layout import IMAGE_BASE_DIR
 from runyard import variables
-from runyard.client import DEFAULT_PORT, Client, Progress, RunyardError, discover
+from runyard.client import (
+    DEFAULT_PORT,
+    PROJECT_VARIABLE,
+    Client,
+    Progress,
+    RunyardError,
+    discover,
+)
 from runyard.inputs import as_uri
 from runyard.output import (
     describe_lines,
@@ -28,7 +36,9 @@ from runyard.output import (
     log_line,
     still_running,
     submitted,
+    table,
     transition_line,
+    when,
 )
 
 if TYPE_CHECKING:
@@ -48,11 +58,20 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="runyard")
-def main() -> None:
+@click.option(
+    "--project",
+    metavar="NAME",
+    envvar=PROJECT_VARIABLE,
+    help=f"Work in this project (default: the token's own; {PROJECT_VARIABLE}).",
+)
+def main(project: str | None) -> None:
     """Runyard: self-hosted managed training jobs.
 
     Start the server with `runyard server`, then submit a script with `runyard submit`.
     """
+    if project:
+        # Every Client made below works in it.
+        os.environ[PROJECT_VARIABLE] = project
 
 
 # -- running the service ---------------------------------------------------------------
@@ -466,14 +485,83 @@ def url() -> None:
 @click.option(
     "--create", "create_name", metavar="NAME", help="Mint another API token with this name."
 )
-def token(create_name: str | None) -> None:
-    """Print the API token the CLI uses, or create another one."""
+@click.option(
+    "--role",
+    type=click.Choice(["viewer", "member", "admin"]),
+    default="member",
+    show_default=True,
+    help="With --create: what the new token may do in its project.",
+)
+@click.option(
+    "--project",
+    metavar="NAME",
+    help="With --create or --revoke: the token's project (default: your own).",
+)
+@click.option("--list", "list_tokens", is_flag=True, help="List the project's tokens (admins).")
+@click.option("--revoke", "revoke_name", metavar="NAME", help="Revoke the token of this name.")
+def token(
+    create_name: str | None,
+    role: str,
+    project: str | None,
+    list_tokens: bool,
+    revoke_name: str | None,
+) -> None:
+    """Print the API token the CLI uses, or create, list or revoke tokens.
+
+    A project's admins manage its tokens; a server administrator, any project's."""
+    if sum(bool(x) for x in (create_name, list_tokens, revoke_name)) > 1:
+        raise click.UsageError("give one of --create, --list and --revoke")
     with Client() as client:
         if create_name:
-            click.echo(client.create_token(create_name))
+            created = client.create_token(create_name, project=project, role=role)
+            click.echo(
+                f"# {created['name']}: {created['role']} in project {created['project']}",
+                err=True,
+            )
+            click.echo(created["token"])
+            return
+        if list_tokens:
+            rows = [
+                [
+                    t["project"],
+                    t["name"],
+                    t["role"] + " (server admin)" * t["server_admin"],
+                    when(t["created_at"]),
+                    when(t["last_used_at"]),
+                ]
+                for t in client.list_tokens()
+            ]
+            for line in table(["PROJECT", "NAME", "ROLE", "CREATED", "LAST USED"], rows):
+                click.echo(line)
+            return
+        if revoke_name:
+            client.revoke_token(revoke_name, project=project or client.project)
+            click.echo(f"revoked {revoke_name}")
             return
         if not client.token:
             raise RunyardError(
                 f"no token found; start `runyard server` once, or set {variables.TOKEN}"
             )
         click.echo(client.token)
+
+
+@main.group("project")
+def project_group() -> None:
+    """Projects: every job and token belongs to one."""
+
+
+@project_group.command("create")
+@click.argument("name")
+def project_create(name: str) -> None:
+    """Create a project (server administrators)."""
+    with Client() as client:
+        click.echo(client.create_project(name)["name"])
+
+
+@project_group.command("list")
+def project_list() -> None:
+    """The projects your token reaches."""
+    with Client() as client:
+        rows = [[p["name"], when(p["created_at"])] for p in client.list_projects()]
+    for line in table(["NAME", "CREATED"], rows):
+        click.echo(line)

@@ -93,15 +93,29 @@ def wait_until_up(
     return True
 
 
+# Which project the CLI and SDK work in, for a token that reaches several.
+PROJECT_VARIABLE = "RUNYARD_PROJECT"
+
+
 class Client:
     def __init__(
-        self, url: str | None = None, token: str | None = None, timeout: float = 30.0
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        project: str | None = None,
     ) -> None:
         found_url, found_token = discover()
         self.url = (url or found_url).rstrip("/")
         self.token = token or found_token
+        # The project jobs are looked up and submitted in: the token's own unless given
+        # (a server administrator's token reaches every project).
+        self.project = project or os.environ.get(PROJECT_VARIABLE) or None
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        params = {"project": self.project} if self.project else {}
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, params=params, timeout=timeout
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -256,8 +270,27 @@ class Client:
                 )
         return str(result["source_uri"])
 
-    def create_token(self, name: str) -> str:
-        return str(self._json("POST", "/v1/tokens", json={"name": name})["token"])
+    def create_token(
+        self, name: str, *, project: str | None = None, role: str = "member"
+    ) -> dict[str, Any]:
+        body = {"name": name, "project": project or self.project, "role": role}
+        return self._json("POST", "/v1/tokens", json={k: v for k, v in body.items() if v})
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/v1/tokens")["items"])
+
+    def revoke_token(self, name: str, *, project: str | None = None) -> None:
+        params = {"project": project} if project else {}
+        self._json("DELETE", f"/v1/tokens/{name}", params=params)
+
+    def create_project(self, name: str) -> dict[str, Any]:
+        return self._json("POST", "/v1/projects", json={"name": name})
+
+    def list_projects(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/v1/projects")["items"])
+
+    def me(self) -> dict[str, Any]:
+        return self._json("GET", "/v1/me")
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -271,6 +304,8 @@ class Client:
             ) from exc
         if response.status_code >= 400:
             raise _error(response)
+        if response.status_code == 204:
+            return {}
         data: dict[str, Any] = response.json()
         return data
 

@@ -113,19 +113,28 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
 def job_table(items: list[dict[str, Any]]) -> list[str]:
     if not items:
         return ["no training jobs"]
-    rows = [("NAME", "STATUS", "SECONDARY", "INSTANCES", "CREATED")]
-    rows += [
-        (
+    rows = [
+        [
             item["name"],
             item["status"],
             item["secondary_status"],
             f"{item['instance_count']} x {item['instance_type']}",
-            item["created_at"][:19].replace("T", " "),
-        )
+            when(item["created_at"]),
+        ]
         for item in items
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return table(["NAME", "STATUS", "SECONDARY", "INSTANCES", "CREATED"], rows)
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell, as kubectl prints them."""
+    rows = [header, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+
+
+def when(stamp: str | None) -> str:
+    return stamp[:19].replace("T", " ") if stamp else "-"

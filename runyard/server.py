@@ -46,6 +46,12 @@ def prepare(settings: Settings) -> str:
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     upgrade(settings.database_url)
     settings.signing_key()
+    if settings.tenant_quotas:
+        print(
+            "runyard: RUNYARD_TENANT_QUOTAS is deprecated: its entries now apply to the "
+            "projects of those names; set RUNYARD_PROJECT_QUOTAS instead",
+            file=sys.stderr,
+        )
     with session_scope(settings.database_url) as session:
         configured = settings.admin_token.get_secret_value() if settings.admin_token else None
         return ensure_admin_token(session, settings.home / "token", configured)

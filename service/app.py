@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from service.auth.deps import admit
+from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
 from service.jobs.routes import router as jobs_router
 from service.kit.errors import install_error_handler
@@ -12,11 +14,21 @@ from service.metrics.routes import router as metrics_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
 
-# Open without a token: the health probe (for load balancers and Kubernetes) and the API
-# documentation, which holds no data.
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# Open without a token: the health probe (for load balancers and Kubernetes), the API
+# documentation, which holds no data, and signing in to the console.
+PUBLIC_PATHS = frozenset(
+    {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/v1/session"}
+)
 # Every route of these requires a token.
-ROUTERS = (jobs_router, logs_router, metrics_router, sources_router, tokens_router)
+ROUTERS = (
+    jobs_router,
+    logs_router,
+    metrics_router,
+    sources_router,
+    tokens_router,
+    projects_router,
+    me_router,
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -27,9 +39,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs",
     )
     app.state.settings = settings or get_settings()
-    install_error_handler(app)
+    install_error_handler(app, admit)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(session_router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

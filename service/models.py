@@ -1,6 +1,6 @@
 """Every table, imported in one place so the metadata (and Alembic) sees them all."""
 
-from service.auth.models import ApiToken
+from service.auth.models import ApiToken, Project
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
 from service.kit.db import Base
 from service.logs.models import LogEvent
@@ -12,5 +12,6 @@ __all__ = [
     "JobLease",
     "JobTransition",
     "LogEvent",
+    "Project",
     "TrainingJob",
 ]

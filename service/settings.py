@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from contract import storage
@@ -65,9 +72,13 @@ class Settings(BaseSettings):
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
 
     # Capacity: how many instances of each type exist to run jobs on (a type missing here
-    # has no limit), and per tenant (the API token's name) how many of each type, or of
-    # all types together under "*", its jobs may hold at once.
+    # has no limit), and per project how many of each type, or of all types together under
+    # "*", its jobs may hold at once.
     capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    project_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
+    # Deprecated: the quotas of before projects, keyed by what was then the tenant. Each
+    # entry now applies to the project of that name (a project's own entry in
+    # RUNYARD_PROJECT_QUOTAS wins); the server warns at start while it is set.
     tenant_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
     # A job that does not fit now waits in line ("queue"), or is refused at submission
     # with ResourceLimitExceeded ("refuse").
@@ -124,14 +135,23 @@ class Settings(BaseSettings):
         _check_instance_types(value, "RUNYARD_CAPACITY")
         return value
 
-    @field_validator("tenant_quotas")
+    @field_validator("project_quotas", "tenant_quotas")
     @classmethod
-    def _check_quota_types(cls, value: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-        for tenant, quotas in value.items():
+    def _check_quota_types(
+        cls, value: dict[str, dict[str, int]], info: ValidationInfo
+    ) -> dict[str, dict[str, int]]:
+        variable = f"RUNYARD_{str(info.field_name).upper()}"
+        for project, quotas in value.items():
             _check_instance_types(
-                {k: v for k, v in quotas.items() if k != "*"}, f"RUNYARD_TENANT_QUOTAS[{tenant!r}]"
+                {k: v for k, v in quotas.items() if k != "*"}, f"{variable}[{project!r}]"
             )
         return value
+
+    def quotas_of(self, project: str) -> dict[str, int]:
+        """What ``project``'s jobs may hold, by instance type and "*" for all types."""
+        if project in self.project_quotas:
+            return self.project_quotas[project]
+        return self.tenant_quotas.get(project, {})
 
     @field_validator("file_roots", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from runyard.server import prepare
 from service.app import create_app
-from service.auth.tokens import job_token
+from service.auth.tokens import instance_token
 from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
@@ -135,9 +135,14 @@ def log_line(seq: int, second: int, message: str, stream: str = "stdout") -> dic
 
 
 def submit_for_instances(
-    api: TestClient, settings: Settings, source_dir: Path, **spec: object
+    api: TestClient, settings: Settings, source_dir: Path, host: str = "algo-1", **spec: object
 ) -> dict[str, str]:
-    """Submits a job over the API; returns the headers its instances report with."""
+    """Submits a job over the API; returns the headers ``host`` reports with."""
     response = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec))
     assert response.status_code == 201, response.text
-    return {"Authorization": f"Bearer {job_token(settings.signing_key(), response.json()['id'])}"}
+    return instance_headers(settings, response.json()["id"], host)
+
+
+def instance_headers(settings: Settings, job_id: str, host: str = "algo-1") -> dict[str, str]:
+    """What the runtime on ``host`` of a job sends its reports with."""
+    return {"Authorization": f"Bearer {instance_token(settings.signing_key(), job_id, host)}"}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contract.hosts import host_names
 from provisioning.base import (
     InstanceState,
     InstanceStatus,
@@ -35,7 +36,7 @@ def launch_request(source: Path, **spec: Any) -> LaunchRequest:
         job=JobRef(id="0" * 32, name=values["name"]),
         spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://127.0.0.1:1",
-        token="unused",
+        tokens=dict.fromkeys(host_names(int(values.get("instance_count", 1))), "unused"),
     )
 
 

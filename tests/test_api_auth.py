@@ -13,7 +13,7 @@ from sqlalchemy import select
 from runyard.server import prepare
 from service.app import PUBLIC_PATHS, ROUTERS, create_app
 from service.auth.models import ApiToken
-from service.auth.tokens import job_token
+from service.auth.tokens import instance_token
 from service.kit.db import session_scope
 from service.settings import Settings
 from tests.conftest import job_spec, make_settings
@@ -41,8 +41,8 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
-    # interruption), sources, tokens.
-    assert len(routes) == 11, routes
+    # interruption), sources, tokens (mint, list, revoke), projects (create, list), me.
+    assert len(routes) == 16, routes
 
 
 @pytest.mark.parametrize(
@@ -64,23 +64,25 @@ def test_health_and_docs_are_open(settings: Settings) -> None:
         assert client.get("/docs").status_code == 200
 
 
-def test_job_token_cannot_use_user_routes(
+def test_instance_token_cannot_use_user_routes(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
     job = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
-    token = job_token(settings.signing_key(), job["id"])
+    token = instance_token(settings.signing_key(), job["id"], "algo-1")
     headers = {"Authorization": f"Bearer {token}"}
     assert api.get("/v1/training-jobs", headers=headers).status_code == 403
     assert api.get("/v1/training-jobs/job-1", headers=headers).status_code == 403
     assert api.post("/v1/training-jobs/job-1/stop", headers=headers).status_code == 403
 
 
-def test_job_token_reports_only_for_its_own_job(
+def test_instance_token_reports_only_for_its_own_instance(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    first = api.post("/v1/training-jobs", json=job_spec(source_dir, name="first")).json()
+    first = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, name="first", instance_count=2)
+    ).json()
     api.post("/v1/training-jobs", json=job_spec(source_dir, name="second"))
-    token = job_token(settings.signing_key(), first["id"])
+    token = instance_token(settings.signing_key(), first["id"], "algo-1")
     headers = {"Authorization": f"Bearer {token}"}
     line = {
         "lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]
@@ -97,10 +99,20 @@ def test_job_token_reports_only_for_its_own_job(
         ).status_code
         == 403
     )
-    # A host the job does not have.
+    # Another instance of the same job: algo-1 may not speak for it.
+    status = {"phase": "Training", "time": "2026-01-01T00:00:00Z"}
+    for path, body in (("logs", line), ("status", status)):
+        refused = api.post(
+            f"/v1/training-jobs/first/instances/algo-2/{path}", json=body, headers=headers
+        )
+        assert refused.status_code == 403, refused.text
+    # A host the job does not have, with a token made for it.
+    stray = instance_token(settings.signing_key(), first["id"], "algo-3")
     assert (
         api.post(
-            "/v1/training-jobs/first/instances/algo-2/logs", json=line, headers=headers
+            "/v1/training-jobs/first/instances/algo-3/logs",
+            json=line,
+            headers={"Authorization": f"Bearer {stray}"},
         ).status_code
         == 404
     )
@@ -108,9 +120,11 @@ def test_job_token_reports_only_for_its_own_job(
     assert api.post("/v1/training-jobs/first/instances/algo-1/logs", json=line).status_code == 403
 
 
-def test_forged_job_token_is_refused(api: TestClient, settings: Settings, source_dir: Path) -> None:
+def test_forged_instance_token_is_refused(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
     job = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
-    forged = job_token(b"some other key", job["id"])
+    forged = instance_token(b"some other key", job["id"], "algo-1")
     headers = {"Authorization": f"Bearer {forged}"}
     line = {
         "lines": [{"seq": 1, "time": "2026-01-01T00:00:00Z", "stream": "stdout", "message": "hi"}]
@@ -142,6 +156,7 @@ def test_a_configured_admin_token_is_the_one_every_replica_uses(
     assert (tmp_path / "replica-2" / "token").read_text().strip() == token
     with session_scope(database_url) as session:
         assert session.scalars(select(ApiToken.name)).all() == ["admin"]
+        assert session.scalars(select(ApiToken.server_admin)).all() == [True]
     with TestClient(create_app(second)) as client:
         response = client.get("/v1/training-jobs", headers={"Authorization": f"Bearer {token}"})
         assert response.status_code == 200

@@ -15,6 +15,7 @@ from service.jobs.models import TrainingJob
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
+from tests.jobs import SERVER_ADMIN
 
 
 def _set_status(settings: Settings, name: str, status: str) -> None:
@@ -137,7 +138,7 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
     assert '"epochs": "2"' in instances[1]["files"]["input/config/hyperparameters.json"]
     assert "algo-2" in result["rendered"]
     assert api.get("/v1/training-jobs").json()["items"] == []
-    assert not (settings.jobs_dir / "job-1").exists()
+    assert not settings.jobs_dir.exists() or not any(settings.jobs_dir.iterdir())
 
 
 def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) -> None:
@@ -162,11 +163,11 @@ def test_stop_that_races_a_reconciler_write_rereads_and_stops(
     api.post("/v1/training-jobs", json=job_spec(source_dir))
     session = get_sessionmaker(settings.database_url)()
     try:
-        service.get(session, "job-1")  # the API's read ...
+        service.get(session, "job-1", SERVER_ADMIN)  # the API's read ...
         with session_scope(settings.database_url) as other:  # ... then the reconciler writes
             job = other.scalars(select(TrainingJob)).one()
             job.secondary_status = Secondary.LAUNCHING_INSTANCES
-        stopped = service.stop(session, settings, "job-1")
+        stopped = service.stop(session, settings, "job-1", SERVER_ADMIN)
         session.commit()
         assert stopped.status == Status.STOPPING
     finally:
@@ -196,7 +197,7 @@ def test_simultaneous_submissions_of_one_name_conflict(
         session = make_session()
         try:
             # Blocks on the name until `first` commits.
-            service.submit(session, settings, spec, "admin")
+            service.submit(session, settings, spec, "default")
         except Conflict as exc:
             outcome.append(exc)
         finally:
@@ -204,7 +205,7 @@ def test_simultaneous_submissions_of_one_name_conflict(
             session.close()
 
     try:
-        service.submit(first, settings, spec, "admin")
+        service.submit(first, settings, spec, "default")
         racer = threading.Thread(target=second_submission)
         racer.start()
         racer.join(0.5)

@@ -11,13 +11,15 @@ from fastapi.testclient import TestClient
 
 from provisioning.base import Backend
 from service.app import create_app
-from service.auth.service import create_token
+from service.auth.models import Project
+from service.auth.service import create_project, create_token
 from service.jobs import service
 from service.jobs.schemas import InstanceReport, JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
 from tests.instances import SleepingInstances
+from tests.jobs import SERVER_ADMIN, job_id, named
 from worker.reconciler import Reconciler
 
 
@@ -26,7 +28,7 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(
         update={
             "capacity": {"local": 3},
-            "tenant_quotas": {"team-a": {"local": 1}},
+            "project_quotas": {"team-a": {"local": 1}},
             "stop_grace_seconds": 0.0,
             "teardown_grace_seconds": 0.5,
         }
@@ -43,22 +45,22 @@ def _reconciler(settings: Settings) -> Reconciler:
 
 
 def _submit(
-    settings: Settings, source_dir: Path, name: str, tenant: str = "admin", **spec: Any
+    settings: Settings, source_dir: Path, name: str, project: str = "default", **spec: Any
 ) -> str:
     with session_scope(settings.database_url) as session:
         job = JobCreate.model_validate(job_spec(source_dir, name=name, **spec))
-        return service.submit(session, settings, job, tenant).name
+        return service.submit(session, settings, job, project).name
 
 
 def _state(settings: Settings, name: str) -> tuple[str, bool, str | None]:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = named(session, name)
         return job.secondary_status, job.admitted_at is not None, job.pending_reason
 
 
 def _complete(settings: Settings, name: str, count: int) -> None:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = named(session, name)
         for index in range(1, count + 1):
             report = InstanceReport(phase="Completed", time=utcnow(), exit_code=0)
             service.record_report(session, settings, job, f"algo-{index}", report)
@@ -66,7 +68,7 @@ def _complete(settings: Settings, name: str, count: int) -> None:
 
 def _drive(reconciler: Reconciler, *names: str) -> None:
     for name in names:
-        reconciler.reconcile(name)
+        reconciler.reconcile(job_id(reconciler.settings, name))
 
 
 def test_a_job_over_capacity_waits_in_line_and_starts_when_instances_free(
@@ -118,21 +120,21 @@ def test_higher_priority_goes_first(settings: Settings, source_dir: Path) -> Non
     _drive(reconciler, early)
 
 
-def test_a_tenant_at_its_quota_waits_without_holding_up_others(
+def test_a_project_at_its_quota_waits_without_holding_up_others(
     settings: Settings, source_dir: Path
 ) -> None:
     reconciler = _reconciler(settings)
-    first = _submit(settings, source_dir, "a-first", tenant="team-a")
-    second = _submit(settings, source_dir, "a-second", tenant="team-a")
-    other = _submit(settings, source_dir, "other", tenant="team-b")
+    first = _submit(settings, source_dir, "a-first", project="team-a")
+    second = _submit(settings, source_dir, "a-second", project="team-a")
+    other = _submit(settings, source_dir, "other", project="team-b")
     _drive(reconciler, first, second, other)
     assert _state(settings, first)[1]
     assert _state(settings, second)[1:] == (
         False,
-        "Waiting for tenant 'team-a''s quota: its jobs hold 1 of 1 local instances and this "
+        "Waiting for project 'team-a''s quota: its jobs hold 1 of 1 local instances and this "
         "one needs 1",
     )
-    assert _state(settings, other)[1]  # passes the job held back by its own tenant's quota
+    assert _state(settings, other)[1]  # passes the job held back by its own project's quota
     for name in (first, other):
         _complete(settings, name, 1)
     _drive(reconciler, first, other, second)
@@ -149,16 +151,18 @@ def test_stopping_a_queued_job_ends_it_without_instances(
     queued = _submit(settings, source_dir, "queued")
     _drive(reconciler, holder, queued)
     with session_scope(settings.database_url) as session:
-        service.stop(session, settings, queued)
+        service.stop(session, settings, queued, SERVER_ADMIN, named(session, queued).project)
     _drive(reconciler, queued)
     assert _state(settings, queued)[:2] == ("Stopped", False)
     _complete(settings, holder, 3)
     _drive(reconciler, holder)
 
 
-def _api(settings: Settings, tenant: str) -> TestClient:
+def _api(settings: Settings, project: str) -> TestClient:
     with session_scope(settings.database_url) as session:
-        token = create_token(session, tenant)
+        if session.get(Project, project) is None:
+            create_project(session, project)
+        token = create_token(session, "someone", project=project)
     client = TestClient(create_app(settings))
     client.headers["Authorization"] = f"Bearer {token}"
     return client
@@ -181,7 +185,7 @@ def test_a_job_that_can_never_fit_is_refused_at_submission(
     ]
     assert over_quota.status_code == 422
     assert over_quota.json()["detail"][0]["msg"] == (
-        "can never start: 2 local instances asked for; tenant 'team-a' may hold 1"
+        "can never start: 2 local instances asked for; project 'team-a' may hold 1"
     )
     assert listed == []
 
@@ -192,7 +196,7 @@ def test_refuse_mode_answers_resource_limit_exceeded(settings: Settings, source_
     with _api(settings, "team-b") as client:
         first = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
         assert first.status_code == 201
-        reconciler.reconcile(first.json()["name"])
+        reconciler.reconcile(first.json()["id"])
         refused = client.post(
             "/v1/training-jobs", json=job_spec(source_dir, name="refused", instance_count=2)
         )
@@ -210,7 +214,7 @@ def test_refuse_mode_answers_resource_limit_exceeded(settings: Settings, source_
         )
     with session_scope(settings.database_url) as session:
         for name in (first.json()["name"], "fits"):
-            service.stop(session, settings, name)
+            service.stop(session, settings, name, SERVER_ADMIN, named(session, name).project)
     _drive(reconciler, first.json()["name"], "fits")
 
 
@@ -229,23 +233,29 @@ def test_refuse_mode_counts_jobs_accepted_but_not_yet_admitted(
     assert second.status_code == 400
     assert second.json()["detail"].startswith("ResourceLimitExceeded: Waiting for capacity")
     with session_scope(settings.database_url) as session:
-        service.stop(session, settings, first.json()["name"])
+        service.stop(
+            session,
+            settings,
+            first.json()["name"],
+            SERVER_ADMIN,
+            named(session, first.json()["name"]).project,
+        )
     _drive(reconciler, first.json()["name"])
 
 
-def test_a_tenants_small_job_does_not_pass_its_own_larger_one(
+def test_a_projects_small_job_does_not_pass_its_own_larger_one(
     settings: Settings, source_dir: Path
 ) -> None:
-    settings = settings.model_copy(update={"tenant_quotas": {"team-a": {"local": 2}}})
+    settings = settings.model_copy(update={"project_quotas": {"team-a": {"local": 2}}})
     reconciler = _reconciler(settings)
-    holder = _submit(settings, source_dir, "a-holder", tenant="team-a")
-    large = _submit(settings, source_dir, "a-large", tenant="team-a", instance_count=2)
-    small = _submit(settings, source_dir, "a-small", tenant="team-a")
+    holder = _submit(settings, source_dir, "a-holder", project="team-a")
+    large = _submit(settings, source_dir, "a-large", project="team-a", instance_count=2)
+    small = _submit(settings, source_dir, "a-small", project="team-a")
     _drive(reconciler, holder, large, small)
     assert _state(settings, large)[1] is False
     assert _state(settings, small)[1:] == (
         False,
-        "Waiting in line for tenant 'team-a''s quota behind a-large (2 instances, priority 0)",
+        "Waiting in line for project 'team-a''s quota behind a-large (2 instances, priority 0)",
     )
     _complete(settings, holder, 1)
     _drive(reconciler, holder, small, large)

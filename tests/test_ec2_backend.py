@@ -26,6 +26,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from pydantic import ValidationError
 
+from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
 from provisioning.ec2 import userdata as ec2_userdata
@@ -39,7 +40,7 @@ from tests import aws
 IMAGE = "ami-0abcdef1234567890"
 ARTIFACT_ROOT = "file:///srv/runyard/artifacts"
 SERVICE_URL = "http://runyard.internal:8642"
-TOKEN = "ryj_secret"
+TOKEN = "ryi_secret"
 # The runyard wheel, where an operator would host it for the instances.
 RUNTIME_WHEEL = "https://files.example.test/runyard-0.1.0-py3-none-any.whl"
 
@@ -70,6 +71,11 @@ def _backend(client: Any, settings: Ec2Settings) -> Ec2Backend:
     return Ec2Backend(client, settings, artifact_root=ARTIFACT_ROOT)
 
 
+def _tokens(spec: JobSpec) -> dict[str, str]:
+    """Each instance's own token."""
+    return {host: f"{TOKEN}-{host}" for host in spec.hosts}
+
+
 def _request(name: str = "job-1", job_id: str = "a" * 32, **spec: Any) -> LaunchRequest:
     values: dict[str, Any] = {
         "name": name,
@@ -80,7 +86,7 @@ def _request(name: str = "job-1", job_id: str = "a" * 32, **spec: Any) -> Launch
     }
     values.update(spec)
     spec = JobCreate.model_validate(values).job_spec()
-    return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, TOKEN)
+    return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, _tokens(spec))
 
 
 def _instances(client: Any, job_id: str) -> list[dict[str, Any]]:
@@ -318,7 +324,7 @@ def test_dry_run_is_the_exact_run_instances_call(ec2: Any) -> None:
     # What is sent: the same call, the real token, the script gzipped for cloud-init.
     sent = materialized.plan.instances[1].run_instances
     script = gzip.decompress(sent["UserData"]).decode()
-    assert script == GOLDEN_USER_DATA.replace(f"'{REDACTED}'", TOKEN)
+    assert script == GOLDEN_USER_DATA.replace(f"'{REDACTED}'", f"{TOKEN}-algo-2")
     assert {**sent, "UserData": GOLDEN_USER_DATA} == second["run_instances"]
     assert TOKEN not in materialized.render()
     # Pure: planning again gives the same bytes (one client token, one set of arguments)
@@ -334,7 +340,7 @@ def test_spot_is_asked_for_when_the_spec_says_so(ec2: Any, settings: Ec2Settings
         request.job,
         dataclasses.replace(request.spec, use_spot_instances=True),
         SERVICE_URL,
-        TOKEN,
+        request.tokens,
     )
     backend = _backend(ec2, settings)
     [on_demand] = backend.materialize(request).plan.instances
@@ -372,7 +378,9 @@ def test_plans_that_ec2_cannot_run_are_refused(ec2: Any, settings: Ec2Settings) 
         Ec2Error, match=r"cannot report to http://127\.0\.0\.1:8642: set RUNYARD_PUB"
     ):
         _backend(ec2, settings).materialize(
-            LaunchRequest(_request().job, _request().spec, "http://127.0.0.1:8642", TOKEN)
+            LaunchRequest(
+                _request().job, _request().spec, "http://127.0.0.1:8642", _request().tokens
+            )
         )
     local_files = _request(
         source_uri=f"{ARTIFACT_ROOT}/sources/abc.tar.gz",
@@ -550,7 +558,7 @@ def test_submit_launches_one_tagged_instance_per_host(ec2: Any, settings: Ec2Set
         script = gzip.decompress(base64.b64decode(user_data["UserData"]["Value"])).decode()
         assert script == gzip.decompress(planned.run_instances["UserData"]).decode()
         assert f"export RUNYARD_HOST={host}\n" in script
-        assert f"export RUNYARD_JOB_TOKEN={TOKEN}\n" in script
+        assert f"export RUNYARD_JOB_TOKEN={TOKEN}-{host}\n" in script
         behaviour = ec2.describe_instance_attribute(
             InstanceId=instance_id, Attribute="instanceInitiatedShutdownBehavior"
         )
@@ -591,7 +599,7 @@ def test_a_restart_launches_new_instances_and_sees_only_them(
     # The next attempt: new client tokens, so EC2 launches instead of answering with the
     # terminated instances, and only its own instances describe the job.
     second = LaunchRequest(
-        JobRef(first.job.id, first.job.name, attempt=1), first.spec, SERVICE_URL, TOKEN
+        JobRef(first.job.id, first.job.name, attempt=1), first.spec, SERVICE_URL, first.tokens
     )
     materialized = backend.submit(second)
     tokens = [i.run_instances["ClientToken"] for i in materialized.plan.instances]

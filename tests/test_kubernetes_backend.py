@@ -18,6 +18,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from contract.hosts import host_names
 from provisioning.base import (
     CONSOLE_BYTES,
     REDACTED,
@@ -65,7 +66,7 @@ def _request(job_id: str = JOB_ID, name: str = "Bert-Large-2026", **spec: Any) -
         job=JobRef(job_id, name),
         spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://runyard-api.runyard.svc:8642",
-        token="ryj_secret-token",
+        tokens={host: f"ryi_secret-{host}" for host in host_names(values["instance_count"])},
     )
 
 
@@ -149,10 +150,17 @@ def test_pods_get_the_instance_types_resources_and_the_token_only_by_reference()
     }
     token = next(env for env in container["env"] if env["name"] == "RUNYARD_JOB_TOKEN")
     assert "value" not in token
-    assert materialized.public["manifests"][1]["stringData"] == {"token": REDACTED}
-    # The real plan keeps the token for apply(); only what is shown is redacted.
-    assert materialized.plan.objects[1]["stringData"] == {"token": "ryj_secret-token"}
-    assert "ryj_secret-token" not in materialized.render()
+    assert token["valueFrom"]["secretKeyRef"]["key"] == "token-algo-2"  # the last pod's own
+    assert materialized.public["manifests"][1]["stringData"] == {
+        "token-algo-1": REDACTED,
+        "token-algo-2": REDACTED,
+    }
+    # The real plan keeps each instance's token for apply(); only what is shown is redacted.
+    assert materialized.plan.objects[1]["stringData"] == {
+        "token-algo-1": "ryi_secret-algo-1",
+        "token-algo-2": "ryi_secret-algo-2",
+    }
+    assert "ryi_secret" not in materialized.render()
 
 
 def test_the_config_map_holds_each_hosts_config_with_cluster_addresses() -> None:
@@ -260,7 +268,9 @@ def test_submit_creates_the_job_owned_by_its_config_map(cluster: KubeServer) -> 
     # would need update on configmaps/finalizers where owner references are enforced.
     assert pod.metadata.owner_references[0].block_owner_deletion is None
     secret = api.read_namespaced_secret(f"{base}-token", NAMESPACE)
-    assert secret.string_data == {"token": "ryj_secret-token"}
+    assert secret.string_data == {
+        f"token-{host}": f"ryi_secret-{host}" for host in host_names(request.spec.instance_count)
+    }
     backend.teardown(request.job)
     assert cluster.objects_of(JOB_ID) == []
 
@@ -551,7 +561,10 @@ def test_a_dry_run_shows_the_manifests_and_creates_nothing(
     assert result["backend"] == "kubernetes"
     kinds = [manifest["kind"] for manifest in result["plan"]["manifests"]]
     assert kinds == ["ConfigMap", "Secret", "Service", "Pod", "Pod"]
-    assert result["plan"]["manifests"][1]["stringData"] == {"token": REDACTED}
+    assert result["plan"]["manifests"][1]["stringData"] == {
+        "token-algo-1": REDACTED,
+        "token-algo-2": REDACTED,
+    }
     assert "kind: Pod" in result["rendered"]
     assert kube_server.all_objects() == before
     assert api.get("/v1/training-jobs").json()["items"] == []

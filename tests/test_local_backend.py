@@ -17,6 +17,9 @@ from tests.instances import launch_request
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
 
+# Where the local backend keeps a job: under its id (names repeat across projects).
+JOB_ID = "0" * 32
+
 
 def _backend(tmp_path: Path, python: str = "/opt/python/bin/python3") -> LocalBackend:
     # The instances share the machine here (tests/test_local_namespaces.py has the rest).
@@ -35,7 +38,8 @@ def _request(tmp_path: Path, **spec: object) -> LaunchRequest:
     source.mkdir(exist_ok=True)
     (source / "train.py").write_text("print('x')\n")
     request = launch_request(source, **spec)
-    return LaunchRequest(request.job, request.spec, "http://127.0.0.1:8642", "ryj_secret")
+    tokens = {host: f"ryi_secret-{host}" for host in request.hosts}
+    return LaunchRequest(request.job, request.spec, "http://127.0.0.1:8642", tokens)
 
 
 def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
@@ -47,7 +51,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         environment={"MY_FLAG": "1"},
     )
     materialized = _backend(tmp_path).materialize(request)
-    jobs = tmp_path / "jobs" / "job-1"
+    jobs = tmp_path / "jobs" / JOB_ID
     second = materialized.public["instances"][1]
     assert second["host"] == "algo-2"
     assert second["argv"] == ["/opt/python/bin/python3", "-m", "runtime.train"]
@@ -119,8 +123,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "peer_timeout_seconds": None,
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
-    assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryj_secret"
-    assert "ryj_secret" not in materialized.render()
+    assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryi_secret-algo-2"
+    assert "ryi_secret" not in materialized.render()
     assert not (tmp_path / "jobs").exists()
 
 
@@ -155,7 +159,7 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
     backend.apply(materialized)  # a retried launch adopts, it does not start twice
     assert {host: _pid(tmp_path, host) for host in hosts} == first
     # The instances' scripts can read the job directory: no credential may be left there.
-    assert "ryj_secret" not in (tmp_path / "jobs" / "job-1" / "plan.json").read_text()
+    assert "ryi_secret" not in (tmp_path / "jobs" / JOB_ID / "plan.json").read_text()
 
     statuses = backend.describe(job)
     assert statuses is not None
@@ -165,7 +169,7 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
     backend.teardown(job)
     assert processes.marked_processes(job.id) == []
     assert backend.describe(job) is None
-    assert not (tmp_path / "jobs" / "job-1").exists()
+    assert not (tmp_path / "jobs" / JOB_ID).exists()
 
 
 def test_teardown_reaches_an_unmarked_child_after_the_runtime_died(tmp_path: Path) -> None:
@@ -182,7 +186,7 @@ def test_teardown_reaches_an_unmarked_child_after_the_runtime_died(tmp_path: Pat
     backend.apply(materialized)
     leaders = [
         processes.ProcessId(
-            **json.loads((tmp_path / "jobs" / "job-1" / f"{h}.pid.json").read_text())
+            **json.loads((tmp_path / "jobs" / JOB_ID / f"{h}.pid.json").read_text())
         )
         for h in ("algo-1", "algo-2")
     ]
@@ -232,21 +236,26 @@ def test_instance_runs_on_its_share_of_cpus(tmp_path: Path) -> None:
     backend.teardown(job)
 
 
-def test_a_directory_left_by_another_job_of_the_name_is_not_adopted(tmp_path: Path) -> None:
+def test_two_jobs_of_one_name_run_side_by_side(tmp_path: Path) -> None:
+    # Names repeat across projects: each job keeps its own directory and processes.
     backend, materialized, job = _fake_runtime(tmp_path, "import time; time.sleep(60)")
     backend.apply(materialized)
-    # The same name, another job (the database was reset while the old one ran).
-    newer = LaunchRequest(
-        JobRef("1" * 32, job.name), _request(tmp_path, instance_count=2).spec, "http://x", "t"
-    )
-    replacement = backend.materialize(newer)
+    twin = JobRef("1" * 32, job.name)
+    request = _request(tmp_path, instance_count=2)
+    replacement = backend.materialize(LaunchRequest(twin, request.spec, "http://x", request.tokens))
     for instance in replacement.plan.instances:
         instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
     backend.apply(replacement)
-    assert processes.marked_processes(job.id) == []
-    statuses = backend.describe(JobRef("1" * 32, job.name)) or {}
-    assert statuses["algo-1"].state == InstanceState.RUNNING
-    backend.teardown(JobRef("1" * 32, job.name))
+    try:
+        for ref in (job, twin):
+            statuses = backend.describe(ref) or {}
+            assert [s.state for s in statuses.values()] == [InstanceState.RUNNING] * 2
+            assert len(processes.marked_processes(ref.id)) >= 2
+    finally:
+        backend.teardown(twin)
+    assert processes.marked_processes(twin.id) == []
+    assert processes.marked_processes(job.id) != []  # the other job's are untouched
+    backend.teardown(job)
 
 
 def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
@@ -257,7 +266,7 @@ def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
 
 
 def _pid(tmp_path: Path, host: str) -> int:
-    return int(json.loads((tmp_path / "jobs" / "job-1" / f"{host}.pid.json").read_text())["pid"])
+    return int(json.loads((tmp_path / "jobs" / JOB_ID / f"{host}.pid.json").read_text())["pid"])
 
 
 def _wait_for(condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 
 from service.kit.db import get_engine
 from service.kit.migrate import upgrade
@@ -16,3 +19,44 @@ def test_migrated_schema_matches_the_models(database_url: str) -> None:
         context = MigrationContext.configure(connection, opts={"compare_type": False})
         differences = compare_metadata(context, Base.metadata)
     assert differences == []
+
+
+def test_jobs_and_tokens_from_before_projects_move_to_the_default_project(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, "0007")
+    with get_engine(url).begin() as connection:
+        for token_id, name in ((1, "admin"), (2, "ci"), (3, "ci")):
+            connection.execute(
+                text(
+                    "INSERT INTO api_tokens (id, name, prefix, token_hash, created_at) "
+                    "VALUES (:id, :name, 'ry_', :hash, CURRENT_TIMESTAMP)"
+                ),
+                {"id": token_id, "name": name, "hash": f"hash-{token_id}"},
+            )
+        connection.execute(
+            text(
+                "INSERT INTO training_jobs (id, name, spec, backend, status, secondary_status, "
+                "tenant, created_at, updated_at, attempt, restarts, infrastructure_restarts, "
+                "interruptions, attempt_first_log_seq, version) VALUES ('j1', 'job-1', '{}', "
+                "'local', 'Completed', 'Completed', 'ci', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                "0, 0, 0, 0, 1, 1)"
+            )
+        )
+    upgrade(url)
+    with get_engine(url).connect() as connection:
+        tokens = connection.execute(
+            text("SELECT name, project, role, server_admin FROM api_tokens ORDER BY id")
+        ).all()
+        jobs = connection.execute(text("SELECT name, project FROM training_jobs")).all()
+        projects = connection.execute(text("SELECT name FROM projects")).scalars().all()
+    # Everyone could do everything before: each keeps that within the default project, and
+    # a repeated name gets its id so names are unique within the project.
+    assert [tuple(row) for row in tokens] == [
+        ("admin", "default", "admin", False),
+        ("ci", "default", "admin", False),
+        ("ci-3", "default", "admin", False),
+    ]
+    assert [tuple(row) for row in jobs] == [("job-1", "default")]
+    assert projects == ["default"]

@@ -17,7 +17,7 @@ from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
 from tests.instances import SleepingInstances
-from tests.jobs import job_state, report, submit
+from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
 from worker.reconciler import Reconciler
 
 
@@ -35,23 +35,23 @@ def test_a_launch_that_cannot_start_fails_the_job_with_the_reason(
     def broken(_name: str, _settings: Settings) -> LocalBackend:
         return LocalBackend(settings.jobs_dir, python="/nonexistent/python3", teardown_grace=1)
 
-    Reconciler(settings, broken).reconcile(name)
+    Reconciler(settings, broken).reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Failed", "Failed")
     assert job["reason"].startswith("InternalServerError: FileNotFoundError:")
     assert "/nonexistent/python3" in job["reason"]
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
 
 
 def test_stop_before_launch_launches_nothing(settings: Settings, source_dir: Path) -> None:
     name = submit(settings, source_dir)
     with session_scope(settings.database_url) as session:
-        service.stop(session, settings, name)
-    Reconciler(settings).reconcile(name)
+        service.stop(session, settings, name, SERVER_ADMIN)
+    Reconciler(settings).reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "Stopped")
     assert job["secondaries"] == ["Starting", "Stopping", "Stopped"]
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
     assert _log(settings, name) == [
         ("algo-1", 1, "Training job stopped at a user's request (runyard stop, or StopTrainingJob)")
     ]
@@ -60,14 +60,14 @@ def test_stop_before_launch_launches_nothing(settings: Settings, source_dir: Pat
 def test_why_a_job_stopped_is_its_logs_last_line(settings: Settings, source_dir: Path) -> None:
     name = submit(settings, source_dir, instance_count=2)
     reconciler = Reconciler(settings, _sleepers(settings))
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     printed = [Line(seq, to_micros(utcnow()), "stdout", f"step {seq}") for seq in (1, 2, 3)]
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         logs.ingest(session, job.id, "algo-1", printed[:2])
         logs.ingest(session, job.id, "algo-2", printed)
-        service.stop(session, settings, name)
-    reconciler.reconcile(name)
+        service.stop(session, settings, name, SERVER_ADMIN)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Stopped"
     *instances, last = _log(settings, name)
     assert len(instances) == 5
@@ -89,7 +89,7 @@ class _StopDuringLaunch(LocalBackend):
 
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
         with session_scope(self.settings.database_url) as session:
-            service.stop(session, self.settings, self.job_name)
+            service.stop(session, self.settings, self.job_name, SERVER_ADMIN)
         super().apply(materialized)
 
 
@@ -100,14 +100,14 @@ def test_a_stop_during_launch_is_not_overwritten(settings: Settings, source_dir:
     def build(_name: str, _settings: Settings) -> Backend[Any]:
         return backend
 
-    Reconciler(settings, build).reconcile(name)
+    Reconciler(settings, build).reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "Stopped")
     assert job["secondaries"][-2:] == ["Stopping", "Stopped"]
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
 
 
-def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_dir: Path) -> None:
+def test_launch_request_carries_a_token_per_instance(settings: Settings, source_dir: Path) -> None:
     name = submit(settings, source_dir)
     seen: list[LaunchRequest] = []
 
@@ -117,16 +117,20 @@ def test_launch_request_carries_a_job_scoped_token(settings: Settings, source_di
             return super().materialize(request)
 
     Reconciler(settings, lambda _n, _s: Recording(settings.jobs_dir, teardown_grace=1)).reconcile(
-        name
+        job_id(settings, name)
     )
-    from service.auth.tokens import job_id_from_token
+    from service.auth.tokens import instance_from_token
 
-    assert job_id_from_token(settings.signing_key(), seen[0].token) == seen[0].job.id
+    # One token per instance, each good for that instance alone.
+    assert {
+        host: instance_from_token(settings.signing_key(), token)
+        for host, token in seen[0].tokens.items()
+    } == {host: (seen[0].job.id, host) for host in seen[0].hosts}
     with session_scope(settings.database_url) as session:
-        service.stop(session, settings, name)
-    Reconciler(settings).reconcile(name)
+        service.stop(session, settings, name, SERVER_ADMIN)
+    Reconciler(settings).reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Stopped"
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
 
 
 def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
@@ -134,7 +138,7 @@ def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
 ) -> None:
     name = submit(settings, source_dir)
     reconciler = Reconciler(settings, _sleepers(settings))
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     reason = (
         "AlgorithmError: ValueError: bad shape, exit code: 1\n"
         "Traceback (most recent call last):\n"
@@ -142,7 +146,7 @@ def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
         "    raise ValueError('bad shape')"
     )
     report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason=reason)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["reason"]) == ("Failed", reason)
     assert job["transitions"][-1] == (
@@ -153,7 +157,7 @@ def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
 
 def _log(settings: Settings, name: str) -> list[tuple[str, int, str]]:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         rows, _ = logs.page(session, job.id, host=None, cursor=None, limit=100)
         return [(row.host, row.seq, row.message) for row in rows]
 
@@ -167,18 +171,20 @@ def test_progress_follows_the_slowest_instance_and_never_goes_back(
 ) -> None:
     name = submit(settings, source_dir, instance_count=2)
     reconciler = Reconciler(settings, _sleepers(settings))
-    reconciler.reconcile(name)  # launches
+    reconciler.reconcile(job_id(settings, name))  # launches
     report(settings, name, "algo-1", "Downloading")
     report(settings, name, "algo-1", "Training")
-    reconciler.reconcile(name)  # algo-2 has said nothing yet: the job is not training
+    reconciler.reconcile(
+        job_id(settings, name)
+    )  # algo-2 has said nothing yet: the job is not training
     assert job_state(settings, name)["secondary"] == "Downloading"
     report(settings, name, "algo-2", "Downloading")
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-2", "Training")
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
     report(settings, name, "algo-2", "Completed", exit_code=0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["secondaries"] == [
         "Starting",
@@ -187,7 +193,7 @@ def test_progress_follows_the_slowest_instance_and_never_goes_back(
         "Training",
         "Completed",
     ]
-    assert not (settings.jobs_dir / name).exists()  # the sleepers were torn down
+    assert not job_dir(settings, name).exists()  # the sleepers were torn down
 
 
 def test_a_job_that_finished_in_time_is_not_stopped_for_max_run(
@@ -195,22 +201,22 @@ def test_a_job_that_finished_in_time_is_not_stopped_for_max_run(
 ) -> None:
     name = submit(settings, source_dir, max_run=1)
     reconciler = Reconciler(settings, _sleepers(settings))
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0)
     time.sleep(1.2)  # the next pass comes after the deadline
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
 def test_a_job_still_running_at_max_run_is_stopped(settings: Settings, source_dir: Path) -> None:
     name = submit(settings, source_dir, max_run=1)
     reconciler = Reconciler(settings, _sleepers(settings))
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     time.sleep(1.2)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
     assert _log(settings, name) == [
         ("algo-1", 1, "Training job stopped: its max_run of 1 s was reached")
     ]
@@ -226,9 +232,9 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
 
     backend = Stuck(settings.jobs_dir)
     name = submit(settings, source_dir)
-    Reconciler(settings, lambda _n, _s: backend).reconcile(name)
+    Reconciler(settings, lambda _n, _s: backend).reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0)
-    Reconciler(settings, lambda _n, _s: backend).reconcile(name)
+    Reconciler(settings, lambda _n, _s: backend).reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert "TeardownError: processes of job-1 survived SIGKILL: [4242]" in job["reason"]
@@ -238,4 +244,4 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
 
 def _job_id(settings: Settings, name: str) -> str:
     with session_scope(settings.database_url) as session:
-        return service.get(session, name).id
+        return service.get(session, name, SERVER_ADMIN).id

@@ -22,7 +22,7 @@ from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
 from tests.instances import SleepingInstances
-from tests.jobs import job_state, report, submit
+from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
 from worker.reconciler import Reconciler
 
 
@@ -51,13 +51,13 @@ def _notice(message: str, attempt: int | None = None) -> InterruptionNotice:
 
 def _interrupt(settings: Settings, name: str, attempt: int | None = None) -> None:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         service.notice_interruption(session, settings, job, "algo-1", _notice("gone", attempt))
 
 
 def _kill(settings: Settings, name: str, host: str) -> None:
     """The instance's machine dies: its process group goes, with no word from its runtime."""
-    pid = json.loads((settings.jobs_dir / name / f"{host}.pid.json").read_text())["pid"]
+    pid = json.loads((job_dir(settings, name) / f"{host}.pid.json").read_text())["pid"]
     os.killpg(pid, signal.SIGKILL)
     _wait_for(lambda: not _alive(pid))
 
@@ -85,10 +85,12 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
     )
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     for attempt in (0, 1):
         _fail(settings, name, 75, attempt)
-        reconciler.reconcile(name)  # decides, tears down and launches the next attempt
+        reconciler.reconcile(
+            job_id(settings, name)
+        )  # decides, tears down and launches the next attempt
         job = job_state(settings, name)
         assert (job["status"], job["attempt"], job["restarts"]) == (
             "InProgress",
@@ -97,7 +99,7 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
         )
         assert job["instances"] == {}  # the new attempt's instances report afresh
     _fail(settings, name, 75, 2)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert (
@@ -110,7 +112,7 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
         "Restarting (retry 2 of 2) after: AlgorithmError: exit 75",
     ]
     assert job["infrastructure_restarts"] == 0
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
 
 
 def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_dir: Path) -> None:
@@ -122,9 +124,9 @@ def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_d
     )
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _fail(settings, name, 1, 0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["reason"], job["restarts"]) == (
         "Failed",
@@ -141,10 +143,10 @@ def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
     name = submit(settings, source_dir, instance_count=2)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Training", attempt=0)
     _kill(settings, name, "algo-2")
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("InProgress", 1)
     assert (job["restarts"], job["infrastructure_restarts"]) == (0, 1)
@@ -156,11 +158,11 @@ def test_a_lost_instance_restarts_the_job_as_an_infrastructure_failure(
     assert job["billable_seconds"] is not None  # the first attempt's time is billed
     # A late word from the first attempt changes nothing of the second.
     report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="late", attempt=0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "InProgress"
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
     report(settings, name, "algo-2", "Completed", exit_code=0, attempt=1)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
@@ -173,17 +175,17 @@ def test_an_mpi_job_whose_worker_instance_died_is_not_completed_by_mpirun_saying
     name = submit(settings, source_dir, instance_count=2, distribution=mpi)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _kill(settings, name, "algo-2")
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["attempt"], job["infrastructure_restarts"]) == ("InProgress", 1, 1)
     [message] = [m for s, m in job["transitions"] if s == "Restarting"]
     assert "InstanceLost: algo-2 ended without reporting a result" in message
     # Its daemon's instance still running or done with a word: algo-1's result stands.
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
@@ -192,10 +194,10 @@ def test_infrastructure_restarts_have_their_own_limit(settings: Settings, source
     name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     for _ in range(2):
         _kill(settings, name, "algo-1")
-        reconciler.reconcile(name)
+        reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")
@@ -215,9 +217,9 @@ def test_a_rule_can_refuse_to_restart_an_infrastructure_failure(
     )
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _kill(settings, name, "algo-1")
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Failed"
     assert backend.launches == [0]
 
@@ -227,19 +229,19 @@ def test_a_retry_waits_out_its_back_off(settings: Settings, source_dir: Path) ->
     name = submit(settings, source_dir, max_retry_attempts=1)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _fail(settings, name, 3, 0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["secondary"], job["attempt"]) == ("Restarting", 0)
     assert job["pending_reason"].startswith("Restarting in ")
     assert "(back-off after a failed attempt)" in job["pending_reason"]
-    assert not (settings.jobs_dir / name).exists()  # torn down while it waits
-    reconciler.reconcile(name)  # still waiting: nothing launched
+    assert not job_dir(settings, name).exists()  # torn down while it waits
+    reconciler.reconcile(job_id(settings, name))  # still waiting: nothing launched
     assert backend.launches == [0]
     with session_scope(settings.database_url) as session:
-        service.stop(session, settings, name)
-    reconciler.reconcile(name)
+        service.stop(session, settings, name, SERVER_ADMIN)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Stopped"
 
 
@@ -249,14 +251,14 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
-    leader = json.loads((settings.jobs_dir / name / "algo-1.pid.json").read_text())["pid"]
+    reconciler.reconcile(job_id(settings, name))
+    leader = json.loads((job_dir(settings, name) / "algo-1.pid.json").read_text())["pid"]
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         service.notice_interruption(session, settings, job, "algo-1", _notice("capacity reclaimed"))
-    reconciler.reconcile(name)  # SIGTERM to the instance; the sleeper ends on it
+    reconciler.reconcile(job_id(settings, name))  # SIGTERM to the instance; the sleeper ends on it
     _wait_for(lambda: not _alive(leader))
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["attempt"], job["infrastructure_restarts"]) == ("InProgress", 1, 1)
     assert backend.launches == [0, 1]
@@ -267,9 +269,9 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     )
     assert job["secondaries"][-2:] == ["Interrupted", "LaunchingInstances"]
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     with session_scope(settings.database_url) as session:
-        done = service.get(session, name)
+        done = service.get(session, name, SERVER_ADMIN)
         assert done.status == "Completed"
         assert done.spot_savings_percent == 70.0
 
@@ -284,11 +286,15 @@ def test_only_a_spot_job_with_running_instances_takes_a_notice(
     with session_scope(settings.database_url) as session:
         with pytest.raises(Conflict, match="does not run on spot instances"):
             service.notice_interruption(
-                session, settings, service.get(session, on_demand), "algo-1", _notice("x")
+                session,
+                settings,
+                service.get(session, on_demand, SERVER_ADMIN),
+                "algo-1",
+                _notice("x"),
             )
         with pytest.raises(Conflict, match="has no running instances"):
             service.notice_interruption(
-                session, settings, service.get(session, spot), "algo-1", _notice("x")
+                session, settings, service.get(session, spot, SERVER_ADMIN), "algo-1", _notice("x")
             )
 
 
@@ -296,14 +302,14 @@ def test_a_spot_job_past_max_wait_is_stopped(settings: Settings, source_dir: Pat
     name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     time.sleep(1.2)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxWaitTimeExceeded")
     stopping = next(m for s, m in job["transitions"] if s == "MaxWaitTimeExceeded")
     assert "longer than max_wait (1 s)" in stopping
-    assert not (settings.jobs_dir / name).exists()
+    assert not job_dir(settings, name).exists()
 
 
 def test_spot_interruptions_leave_the_budget_for_lost_instances(
@@ -315,17 +321,17 @@ def test_spot_interruptions_leave_the_budget_for_lost_instances(
     name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _interrupt(settings, name)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["attempt"] == 1
     _kill(settings, name, "algo-1")
-    reconciler.reconcile(name)  # the one lost-instance restart allowed
+    reconciler.reconcile(job_id(settings, name))  # the one lost-instance restart allowed
     job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("InProgress", 2)
     assert (job["infrastructure_restarts"], job["interruptions"]) == (2, 1)
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=2)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
@@ -336,16 +342,16 @@ def test_a_notice_from_an_earlier_attempts_instance_is_ignored(
     name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _interrupt(settings, name, attempt=0)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     _interrupt(settings, name, attempt=0)  # the first instance's retry, arriving late
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["attempt"], job["interruptions"]) == (1, 1)
     assert backend.launches == [0, 1]
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
 
 
 def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
@@ -354,10 +360,10 @@ def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
     name = submit(settings, source_dir, use_spot_instances=True, max_run=600, max_wait=3600)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
     _interrupt(settings, name)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["attempt"]) == ("Completed", 0)
     assert backend.launches == [0]
@@ -369,10 +375,10 @@ def test_a_job_that_completed_in_time_is_not_stopped_for_max_wait(
     name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
     time.sleep(1.2)  # the pass that sees it comes after the deadline
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
@@ -383,13 +389,13 @@ def test_instances_that_never_start_are_stopped_at_max_run(
     backend, build = _backend(settings)
     backend.pending_reason = "0/3 nodes are available"  # pending with no start timeout
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)  # launches
-    reconciler.reconcile(name)  # sees them pending
+    reconciler.reconcile(job_id(settings, name))  # launches
+    reconciler.reconcile(job_id(settings, name))  # sees them pending
     assert job_state(settings, name)["pending_reason"] == (
         "Waiting for 1 of 1 instances: algo-1: 0/3 nodes are available"
     )
     time.sleep(1.2)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["status"], job["secondary"]) == ("Stopped", "MaxRuntimeExceeded")
     assert job["pending_reason"] is None
@@ -401,9 +407,9 @@ def test_a_failure_reason_too_long_to_store_keeps_why_it_was_not_retried(
     name = submit(settings, source_dir)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Failed", exit_code=1, failure_reason="x" * 5000)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert len(job["reason"]) == 1024
@@ -416,21 +422,21 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
     name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         logs.ingest(session, job.id, "algo-1", [_line(1, "first attempt's line")])
     _kill(settings, name, "algo-1")
     backend.console_text = "cannot reach the service\x00!"
-    reconciler.reconcile(name)  # restarts; the first attempt shipped its own line
+    reconciler.reconcile(job_id(settings, name))  # restarts; the first attempt shipped its own line
     assert job_state(settings, name)["attempt"] == 1
     _kill(settings, name, "algo-1")
     backend.console_text = "still cannot reach it"
     settings_one = settings.model_copy(update={"max_infrastructure_restarts": 1})
-    Reconciler(settings_one, build).reconcile(name)
+    Reconciler(settings_one, build).reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Failed"
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name)
+        job = service.get(session, name, SERVER_ADMIN)
         page, _ = logs.page(session, job.id, host="algo-1", cursor=None, limit=10)
         assert [(e.seq, e.message) for e in page] == [
             (1, "first attempt's line"),
@@ -448,7 +454,7 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
     backend, build = _backend(settings)
     backend.out_of_capacity = 1
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     if not spot:  # on demand, the provider's refusal is the answer
         assert job["status"] == "Failed"
@@ -459,7 +465,7 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
         "No spot capacity: InsufficientInstanceCapacity: none left; trying again in 0.3 s"
     )
     time.sleep(0.3)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["secondary"], job["attempt"], job["pending_reason"]) == (
         "LaunchingInstances",
@@ -469,7 +475,7 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
     assert (job["restarts"], job["infrastructure_restarts"]) == (0, 0)
     assert backend.launches == [1]
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
 
@@ -479,13 +485,13 @@ def test_an_instance_that_cannot_start_as_the_job_asks_is_not_restarted(
     name = submit(settings, source_dir)
     backend, build = _backend(settings)
     reconciler = Reconciler(settings, build)
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     # As a pod whose image reference cannot be parsed reads on Kubernetes.
     ended = InstanceStatus(
         "algo-1", InstanceState.EXITED, reason="InvalidImageName: bad", job_caused=True
     )
     backend.describe = lambda _job: {"algo-1": ended}  # type: ignore[method-assign]
-    reconciler.reconcile(name)
+    reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert job["status"] == "Failed"
     assert job["reason"].startswith("InstanceLost: algo-1 ended without reporting a result")

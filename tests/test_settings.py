@@ -85,7 +85,20 @@ def test_capacity_and_quotas_refuse_unknown_instance_types(tmp_path: Path) -> No
         ValidationError, match=r"RUNYARD_CAPACITY: unknown instance type\(s\) ml.p4d"
     ):
         Settings(home=tmp_path, capacity={"ml.p4d": 8})
+    with pytest.raises(ValidationError, match=r"RUNYARD_PROJECT_QUOTAS\['team-a'\]: unknown"):
+        Settings(home=tmp_path, project_quotas={"team-a": {"*": 4, "gpu": 1}})
     with pytest.raises(ValidationError, match=r"RUNYARD_TENANT_QUOTAS\['team-a'\]: unknown"):
         Settings(home=tmp_path, tenant_quotas={"team-a": {"*": 4, "gpu": 1}})
     quotas = {"team-a": {"*": 4, "ml.p4d.24xlarge": 1}}
-    assert Settings(home=tmp_path, tenant_quotas=quotas).tenant_quotas == quotas
+    assert Settings(home=tmp_path, project_quotas=quotas).quotas_of("team-a") == quotas["team-a"]
+
+
+def test_deprecated_tenant_quotas_apply_to_the_project_of_that_name(tmp_path: Path) -> None:
+    settings = Settings(
+        home=tmp_path,
+        tenant_quotas={"team-a": {"*": 4}, "team-b": {"*": 2}},
+        project_quotas={"team-b": {"*": 1}},
+    )
+    assert settings.quotas_of("team-a") == {"*": 4}
+    assert settings.quotas_of("team-b") == {"*": 1}  # the project's own entry wins
+    assert settings.quotas_of("team-c") == {}

@@ -26,17 +26,17 @@ def register(app: Celery, settings: Settings) -> None:
     reconciler = Reconciler(settings)
 
     @app.task(name=RECONCILE_TASK, ignore_result=True)
-    def reconcile_job(job_name: str) -> None:
-        reconciler.reconcile(job_name)
+    def reconcile_job(job_id: str) -> None:
+        reconciler.reconcile(job_id)
 
     @app.task(name="runyard.sweep", ignore_result=True)
     def sweep() -> None:
         """Re-drive every live job, so no lost message or dead worker strands one."""
         with session_scope(settings.database_url) as session:
-            names = repository.live_job_names(session)
-        for name in names:
+            job_ids = repository.live_job_ids(session)
+        for job_id in job_ids:
             # Redundant once the next sweep has sent its own.
-            reconcile_job.apply_async([name], expires=settings.reconcile_interval * 5)
+            reconcile_job.apply_async([job_id], expires=settings.reconcile_interval * 5)
 
     @app.task(name="runyard.reap", ignore_result=True, shared=False)
     def reap() -> None:

@@ -195,7 +195,7 @@ class Ec2Backend(Backend[Ec2Plan]):
         instances: list[Ec2Instance] = []
         public: list[dict[str, Any]] = []
         for host in request.hosts:
-            args = self._run_instances_args(request, host, ec2_type, request.token)
+            args = self._run_instances_args(request, host, ec2_type, request.tokens[host])
             shown = self._run_instances_args(request, host, ec2_type, REDACTED)
             shown["UserData"] = self._script(request, host, REDACTED)
             instances.append(Ec2Instance(host, args))

@@ -4,7 +4,7 @@ Per job, in the configured namespace::
 
     ConfigMap <base>            the root: every instance's config files; the others are
                                 owned by it, so deleting it deletes the whole job
-    Secret    <base>-token      the per-job token the runtime reports with
+    Secret    <base>-token      each instance's token, which its runtime reports with
     Service   <base>            headless, so algo-N.<base> resolve before pods are ready
     Pod       <base>-algo-N     one per instance: the runtime image running `train`
     PodGroup  <base>            only with the Volcano gang scheduler
@@ -28,7 +28,12 @@ from provisioning.catalog import CATALOG
 from provisioning.instance_files import instance_files
 from provisioning.kubernetes.settings import KubernetesSettings
 
-TOKEN_KEY = "token"  # noqa: S105 (the key's name in the Secret, not a secret)
+
+def token_key(host: str) -> str:
+    """The key of ``host``'s own token in the job's Secret (each pod reads only its own)."""
+    return f"token-{host}"
+
+
 LABEL_JOB_ID = "runyard.io/job-id"
 LABEL_JOB_NAME = "runyard.io/job-name"
 LABEL_HOST = "runyard.io/host"
@@ -113,7 +118,7 @@ def build(
         "kind": "Secret",
         "metadata": {**owned, "name": f"{base}-token"},
         "type": "Opaque",
-        "stringData": {TOKEN_KEY: request.token},
+        "stringData": {token_key(host): request.tokens[host] for host in request.hosts},
     }
     service = {
         "apiVersion": "v1",
@@ -219,7 +224,7 @@ def _pod(
         *({"name": name, "value": value} for name, value in environment.items()),
         {
             "name": variables.JOB_TOKEN,
-            "valueFrom": {"secretKeyRef": {"name": f"{base}-token", "key": TOKEN_KEY}},
+            "valueFrom": {"secretKeyRef": {"name": f"{base}-token", "key": token_key(host)}},
         },
     ]
     mounts: list[dict[str, Any]] = [

@@ -1,6 +1,6 @@
 """The local backend: each instance is a process group on this machine.
 
-Layout under ``<jobs_dir>/<job name>/``::
+Layout under ``<jobs_dir>/<job id>/`` (names repeat across projects; ids do not)::
 
     plan.json           the materialized plan, so a retried launch adopts, never re-plans
     algo-N/             the instance's base directory (SM_BASE_DIR), laid out as in images
@@ -168,7 +168,7 @@ class LocalBackend(Backend[LocalPlan]):
     # -- planning ---------------------------------------------------------------------
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        job_dir = self.jobs_dir / request.job.name
+        job_dir = self.jobs_dir / request.job.id
         previous = self._load_plan(job_dir)
         if previous is not None and previous.job_id == request.job.id:
             # Adopted as it was planned: the instances may be running by that plan.
@@ -275,7 +275,7 @@ class LocalBackend(Backend[LocalPlan]):
                 job_name=request.job.name,
                 job_id=request.job.id,
                 host=host,
-                token=request.token,
+                token=request.tokens[host],
             ),
         }
         config = instance_files(request, host, **files)
@@ -368,10 +368,10 @@ class LocalBackend(Backend[LocalPlan]):
         _write_private(pid_file, json.dumps(asdict(identity)))
 
     def exists(self, job: JobRef) -> bool:
-        return (self.jobs_dir / job.name).exists() or bool(processes.marked_processes(job.id))
+        return (self.jobs_dir / job.id).exists() or bool(processes.marked_processes(job.id))
 
     def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
-        job_dir = self.jobs_dir / job.name
+        job_dir = self.jobs_dir / job.id
         plan = self._load_plan(job_dir)
         if plan is None:
             return None
@@ -392,7 +392,7 @@ class LocalBackend(Backend[LocalPlan]):
         return statuses
 
     def console(self, job: JobRef) -> dict[str, str]:
-        job_dir = self.jobs_dir / job.name
+        job_dir = self.jobs_dir / job.id
         plan = self._load_plan(job_dir)
         return {
             instance.host: _tail_bytes(job_dir / f"{instance.host}.console.log", CONSOLE_BYTES)
@@ -404,7 +404,7 @@ class LocalBackend(Backend[LocalPlan]):
     ) -> None:
         # The grace is the reconciler's to keep: it kills what is left once it has passed.
         sig = signal.SIGKILL if force else signal.SIGTERM
-        job_dir = self.jobs_dir / job.name
+        job_dir = self.jobs_dir / job.id
         plan = self._load_plan(job_dir)
         for instance in plan.instances if plan else []:
             leader = self._leader(job_dir, instance.host)
@@ -427,7 +427,7 @@ class LocalBackend(Backend[LocalPlan]):
             if not self._wait_until_gone(job, KILL_WAIT_SECONDS):
                 left = processes.marked_processes(job.id)
                 raise TeardownError(f"processes of {job.name} survived SIGKILL: {left}")
-        job_dir = self.jobs_dir / job.name
+        job_dir = self.jobs_dir / job.id
         plan = self._load_plan(job_dir)
         for instance in plan.instances if plan else []:
             leader = self._leader(job_dir, instance.host)

@@ -1,40 +1,95 @@
-"""Who is calling: every route but the health check and the docs needs a bearer token."""
+"""Who is calling: every route but the health check, the docs and the console's pages
+needs a bearer token or a console session."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
-from service.auth.service import Principal, authenticate
+from service.auth import sessions
+from service.auth.access import Principal
+from service.auth.service import authenticate, authenticate_token_id, needs_touch, touch
 from service.kit.db import session_scope
 from service.kit.deps import SettingsDep
 from service.kit.errors import Forbidden, Unauthorized
+from service.settings import Settings
 
+# Where no credentials are asked for: signing in takes a token in its body.
+OPEN_PATHS = frozenset({"/v1/session"})
 _bearer = HTTPBearer(auto_error=False)
+_cookie = APIKeyCookie(name=sessions.COOKIE, auto_error=False)
 
 
 def get_principal(
+    request: Request,
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    cookie: Annotated[str | None, Depends(_cookie)],
 ) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    principal = identify(request, settings, credentials, cookie)
+    request.state.principal = principal
+    return principal
+
+
+def identify(
+    request: Request,
+    settings: Settings,
+    credentials: HTTPAuthorizationCredentials | None,
+    cookie: str | None,
+) -> Principal:
+    key = settings.signing_key()
     # A short read of its own: the request's transaction starts only when the route
     # needs it, so an upload streaming in holds no database lock.
-    with session_scope(settings.database_url, readonly=True) as session:
-        principal = authenticate(session, settings.signing_key(), credentials.credentials)
-    if principal is None:
-        raise Unauthorized("invalid or revoked token")
+    with session_scope(settings.database_url, readonly=True) as db:
+        if credentials is not None and credentials.scheme.lower() == "bearer":
+            principal = authenticate(db, key, credentials.credentials)
+            if principal is None:
+                raise Unauthorized("invalid or revoked token")
+        elif cookie is not None:
+            session = sessions.read(key, cookie)
+            principal = authenticate_token_id(db, session.token_id) if session else None
+            if session is None or principal is None:
+                raise Unauthorized("the console session has ended; sign in again")
+            if not sessions.csrf_ok(
+                key, session, request.method, request.headers.get(sessions.CSRF_HEADER)
+            ):
+                raise Forbidden(
+                    f"a console request that changes anything needs {sessions.CSRF_HEADER}"
+                )
+        else:
+            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+    if principal.token_id is not None and needs_touch(principal):
+        with session_scope(settings.database_url) as db:
+            touch(db, principal.token_id)
     return principal
 
 
 def require_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     if principal.kind != "user":
-        raise Forbidden("job tokens may only report for their own job")
+        raise Forbidden("instance tokens may only report for their own instance")
     return principal
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 CurrentUser = Annotated[Principal, Depends(require_user)]
+
+
+def admit(request: Request) -> None:
+    """Refuse a request whose body failed validation if it would have been refused for its
+    credentials (those are checked first, but a body that is not JSON at all is found
+    before any route's dependencies run)."""
+    if request.scope["path"] in OPEN_PATHS:
+        return
+    if getattr(request.state, "principal", None) is not None:
+        return
+    settings: Settings = request.app.state.settings
+    authorization = request.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    credentials = (
+        HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
+        if scheme and token.strip()
+        else None
+    )
+    identify(request, settings, credentials, request.cookies.get(sessions.COOKIE))

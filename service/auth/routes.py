@@ -1,25 +1,151 @@
+"""Tokens, projects, and the caller's own identity and console session."""
+
 from __future__ import annotations
 
-from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Request, Response
 
+from service.auth import service, sessions
+from service.auth.access import Principal, Role
 from service.auth.deps import CurrentUser
-from service.auth.service import create_token
-from service.kit.deps import SessionDep
+from service.auth.schemas import (
+    Me,
+    ProjectCreate,
+    ProjectPublic,
+    ProjectsPage,
+    SignIn,
+    TokenCreate,
+    TokenCreated,
+    TokenPublic,
+    TokensPage,
+)
+from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
+from service.kit.errors import Forbidden, NotFound, Unauthorized, replies
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+projects_router = APIRouter(prefix="/v1/projects", tags=["projects"])
+me_router = APIRouter(prefix="/v1", tags=["identity"])
+# Open without a token: signing in is how a browser gets its session.
+session_router = APIRouter(prefix="/v1", tags=["identity"])
 
 
-class TokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+@router.post(
+    "", status_code=201, response_model=TokenCreated, responses=replies(401, 403, 404, 409, 422)
+)
+def mint_token(body: TokenCreate, session: SessionDep, user: CurrentUser) -> TokenCreated:
+    """Create a token in a project with a role; shown once, only its hash is kept. A
+    project's admins mint for their project; a server administrator for any."""
+    project = body.project or user.project
+    if not user.sees(project):
+        raise NotFound(f"no project named {project!r}")
+    user.require(Role.ADMIN, project, "minting a token")
+    token = service.create_token(session, body.name, project=project, role=Role.of(body.role))
+    return TokenCreated(name=body.name, project=project, role=body.role, token=token)
 
 
-class TokenCreated(BaseModel):
-    name: str
-    token: str
+@router.get("", response_model=TokensPage, responses=replies(401, 403))
+def list_tokens(session: ReadSessionDep, user: CurrentUser) -> TokensPage:
+    """The project's tokens in force (every project's, for a server administrator):
+    names, roles and use, never the secrets. Listing them needs the admin role."""
+    user.require(Role.ADMIN, user.project, "listing tokens")
+    return TokensPage(
+        items=[
+            TokenPublic(
+                name=row.name,
+                project=row.project,
+                role=row.role,
+                server_admin=row.server_admin,
+                created_at=row.created_at,
+                last_used_at=row.last_used_at,
+            )
+            for row in service.list_tokens(session, user)
+        ]
+    )
 
 
-@router.post("", status_code=201, response_model=TokenCreated)
-def mint_token(body: TokenCreate, session: SessionDep, _user: CurrentUser) -> TokenCreated:
-    """Create another API token. It is shown once; only its hash is kept."""
-    return TokenCreated(name=body.name, token=create_token(session, body.name))
+@router.delete("/{name}", status_code=204, responses=replies(401, 403, 404, 422))
+def revoke_token(
+    name: str, session: SessionDep, user: CurrentUser, project: str | None = None
+) -> None:
+    """Revoke a token at once: its requests and console sessions are refused from now."""
+    project = project or user.project
+    if not user.sees(project):
+        raise NotFound(f"project {project!r} has no token named {name!r}")
+    service.revoke_token(session, user, project, name)
+
+
+@projects_router.post(
+    "", status_code=201, response_model=ProjectPublic, responses=replies(401, 403, 409, 422)
+)
+def create_project(body: ProjectCreate, session: SessionDep, user: CurrentUser) -> ProjectPublic:
+    """Create a project (server administrators only)."""
+    if not user.server_admin:
+        raise Forbidden("creating a project needs a server administrator's token")
+    project = service.create_project(session, body.name)
+    return ProjectPublic(name=project.name, created_at=project.created_at)
+
+
+@projects_router.get("", response_model=ProjectsPage, responses=replies(401))
+def list_projects(session: ReadSessionDep, user: CurrentUser) -> ProjectsPage:
+    """The projects the caller reaches: its own, or every one for a server administrator."""
+    return ProjectsPage(
+        items=[
+            ProjectPublic(name=p.name, created_at=p.created_at)
+            for p in service.list_projects(session, user)
+        ]
+    )
+
+
+@me_router.get("/me", response_model=Me, responses=replies(401, 403))
+def who_am_i(request: Request, settings: SettingsDep, user: CurrentUser) -> Me:
+    """The caller's token: its name, project and role (and, in a console session, the
+    CSRF token its changing requests must send)."""
+    csrf = None
+    cookie = request.cookies.get(sessions.COOKIE)
+    if cookie and "authorization" not in request.headers:
+        session = sessions.read(settings.signing_key(), cookie)
+        csrf = session.csrf(settings.signing_key()) if session else None
+    return _me(user, csrf)
+
+
+@session_router.post("/session", response_model=Me, responses=replies(401, 422))
+def sign_in(
+    body: SignIn, request: Request, response: Response, session: SessionDep, settings: SettingsDep
+) -> Me:
+    """Begin a console session with a token: sets an HttpOnly session cookie."""
+    principal = service.authenticate(session, settings.signing_key(), body.token)
+    if principal is None or principal.kind != "user" or principal.token_id is None:
+        raise Unauthorized("invalid or revoked token")
+    began = sessions.begin(settings.signing_key(), principal.token_id)
+    response.set_cookie(
+        sessions.COOKIE,
+        began.value,
+        max_age=sessions.LIFETIME_SECONDS,
+        path=_cookie_path(request),
+        secure=request.url.scheme == "https" or settings.public_url.startswith("https://"),
+        httponly=True,
+        samesite="strict",
+    )
+    return _me(principal, began.csrf(settings.signing_key()))
+
+
+@session_router.delete("/session", status_code=204)
+def sign_out(request: Request, response: Response) -> None:
+    """End the console session (its cookie is cleared; the token itself stays valid)."""
+    response.delete_cookie(
+        sessions.COOKIE, path=_cookie_path(request), httponly=True, samesite="strict"
+    )
+
+
+def _cookie_path(request: Request) -> str:
+    # Behind an Ingress under a prefix, the cookie belongs to that prefix alone.
+    return (request.scope.get("root_path") or "") + "/"
+
+
+def _me(principal: Principal, csrf: str | None) -> Me:
+    return Me(
+        name=principal.name,
+        project=principal.project,
+        role=principal.role.label,
+        server_admin=principal.server_admin,
+        csrf_token=csrf,
+    )

@@ -3,66 +3,177 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.auth import tokens
-from service.auth.models import ApiToken
+from service.auth.access import Principal, Role
+from service.auth.models import DEFAULT_PROJECT, ApiToken, Project
+from service.kit.db import utcnow
+from service.kit.errors import Conflict, NotFound
+
+# last_used_at is a hint for people, not an audit log: written at most this often, so a
+# busy client does not turn every read into a write.
+TOUCH_EVERY = timedelta(minutes=1)
 
 
-@dataclass(frozen=True)
-class Principal:
-    kind: Literal["user", "job"]
-    name: str
-    job_id: str | None = None
-
-
-def create_token(session: Session, name: str, token: str | None = None) -> str:
+def create_token(
+    session: Session,
+    name: str,
+    token: str | None = None,
+    *,
+    project: str = DEFAULT_PROJECT,
+    role: Role = Role.MEMBER,
+    server_admin: bool = False,
+) -> str:
     """Store a new user token (or the one given) and return it; this is the only time it
     is readable."""
+    if session.get(Project, project) is None:
+        raise NotFound(f"no project named {project!r}")
+    taken = session.scalar(
+        select(ApiToken.id).where(
+            ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
+        )
+    )
+    if taken is not None:
+        raise Conflict(f"project {project!r} already has a token named {name!r}")
+    # A revoked token's name may be used again: the old row keeps its history under a
+    # name that says so.
+    for old in session.scalars(
+        select(ApiToken).where(ApiToken.project == project, ApiToken.name == name)
+    ):
+        old.name = f"{name}~revoked-{old.id}"[:64]
     token = token or tokens.new_user_token()
-    session.add(ApiToken(name=name, prefix=token[:12], token_hash=tokens.hash_token(token)))
+    session.add(
+        ApiToken(
+            name=name,
+            project=project,
+            role=role.label,
+            server_admin=server_admin,
+            prefix=token[:12],
+            token_hash=tokens.hash_token(token),
+        )
+    )
     session.flush()
     return token
 
 
+def list_tokens(session: Session, principal: Principal) -> list[ApiToken]:
+    """The tokens of the caller's project (every project's, for a server administrator)."""
+    query = select(ApiToken).where(ApiToken.revoked_at.is_(None))
+    if not principal.server_admin:
+        query = query.where(ApiToken.project == principal.project)
+    return list(session.scalars(query.order_by(ApiToken.project, ApiToken.name)))
+
+
+def revoke_token(session: Session, principal: Principal, project: str, name: str) -> None:
+    principal.require(Role.ADMIN, project, "revoking a token")
+    row = session.scalar(
+        select(ApiToken).where(
+            ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
+        )
+    )
+    if row is None:
+        raise NotFound(f"project {project!r} has no token named {name!r}")
+    row.revoked_at = utcnow()
+    session.flush()
+
+
+def create_project(session: Session, name: str) -> Project:
+    if session.get(Project, name) is not None:
+        raise Conflict(f"a project named {name!r} already exists")
+    project = Project(name=name)
+    session.add(project)
+    session.flush()
+    return project
+
+
+def list_projects(session: Session, principal: Principal) -> list[Project]:
+    query = select(Project).order_by(Project.name)
+    if not principal.server_admin:
+        query = query.where(Project.name == principal.project)
+    return list(session.scalars(query))
+
+
 def authenticate(session: Session, signing_key: bytes, token: str) -> Principal | None:
-    job_id = tokens.job_id_from_token(signing_key, token)
-    if job_id is not None:
-        return Principal(kind="job", name=f"job:{job_id}", job_id=job_id)
+    instance = tokens.instance_from_token(signing_key, token)
+    if instance is not None:
+        job_id, host = instance
+        return Principal(
+            kind="job", name=f"job:{job_id}:{host}", project="", job_id=job_id, host=host
+        )
     row = session.scalar(
         select(ApiToken).where(
             ApiToken.token_hash == tokens.hash_token(token), ApiToken.revoked_at.is_(None)
         )
     )
-    if row is None:
-        return None
-    return Principal(kind="user", name=row.name)
+    return None if row is None else principal_of(row)
+
+
+def authenticate_token_id(session: Session, token_id: int) -> Principal | None:
+    """The holder of a token still in force (a console session refers to its token by id,
+    so revoking the token ends the session too)."""
+    row = session.get(ApiToken, token_id)
+    return None if row is None or row.revoked_at is not None else principal_of(row)
+
+
+def principal_of(row: ApiToken) -> Principal:
+    return Principal(
+        kind="user",
+        name=row.name,
+        project=row.project,
+        role=Role.of(row.role),
+        server_admin=row.server_admin,
+        token_id=row.id,
+        last_used_at=row.last_used_at,
+    )
+
+
+def needs_touch(principal: Principal) -> bool:
+    last = principal.last_used_at
+    return principal.token_id is not None and (last is None or last < utcnow() - TOUCH_EVERY)
+
+
+def touch(session: Session, token_id: int) -> None:
+    """Note that the token was used now."""
+    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
 
 
 def ensure_admin_token(session: Session, token_file: Path, configured: str | None = None) -> str:
-    """Make sure ``token_file`` holds a valid admin token: the configured one (stored if new:
-    every replica of a deployment then shares it), else the file's, else a new one."""
-    if configured is not None:
-        if not session.scalar(
-            select(ApiToken.id).where(ApiToken.token_hash == tokens.hash_token(configured))
-        ):
-            create_token(session, "admin", configured)
-        _write_token(token_file, configured)
-        return configured
-    if token_file.exists():
-        existing = token_file.read_text().strip()
-        if existing and session.scalar(
-            select(ApiToken.id).where(ApiToken.token_hash == tokens.hash_token(existing))
-        ):
-            return existing
-    token = create_token(session, "admin")
+    """Make sure ``token_file`` holds a valid server administrator's token: the configured
+    one (stored if new: every replica of a deployment then shares it), else the file's,
+    else a new one."""
+    if session.get(Project, DEFAULT_PROJECT) is None:
+        session.add(Project(name=DEFAULT_PROJECT))
+        session.flush()
+    candidates = [configured] if configured is not None else []
+    if configured is None and token_file.exists():
+        candidates.append(token_file.read_text().strip())
+    for token in filter(None, candidates):
+        row = session.scalar(
+            select(ApiToken).where(ApiToken.token_hash == tokens.hash_token(token))
+        )
+        # A configured token is the operator's word, whatever became of it since.
+        if row is not None and (token == configured or row.revoked_at is None):
+            row.server_admin = True
+            session.flush()
+            _write_token(token_file, token)
+            return token
+    token = create_token(
+        session, _free_admin_name(session), configured, role=Role.ADMIN, server_admin=True
+    )
     _write_token(token_file, token)
     return token
+
+
+def _free_admin_name(session: Session) -> str:
+    names = set(session.scalars(select(ApiToken.name).where(ApiToken.project == DEFAULT_PROJECT)))
+    if "admin" not in names:
+        return "admin"
+    return next(f"admin-{n}" for n in range(2, len(names) + 3) if f"admin-{n}" not in names)
 
 
 def _write_token(token_file: Path, token: str) -> None:

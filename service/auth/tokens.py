@@ -1,8 +1,10 @@
 """Token formats.
 
-User tokens (``ry_...``) are random and stored hashed. Job tokens (``ryj_<job id>_<mac>``)
-are derived from the job id with the server's signing key, so every attempt to launch a
-job's instances hands out the same token and nothing needs to be stored or cleaned up.
+User tokens (``ry_...``) are random and stored hashed. Instance tokens
+(``ryi_<job id>_<host>_<mac>``) are derived from the job id and the instance's host name
+with the server's signing key, so every attempt to launch a job's instances hands out the
+same tokens and nothing needs to be stored or cleaned up; each instance reports for
+itself alone.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hmac
 import secrets
 
 USER_PREFIX = "ry_"
-JOB_PREFIX = "ryj_"
+INSTANCE_PREFIX = "ryi_"
 
 
 def new_user_token() -> str:
@@ -23,19 +25,22 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def job_token(key: bytes, job_id: str) -> str:
-    return f"{JOB_PREFIX}{job_id}_{_job_mac(key, job_id)}"
+def instance_token(key: bytes, job_id: str, host: str) -> str:
+    return f"{INSTANCE_PREFIX}{job_id}_{host}_{_instance_mac(key, job_id, host)}"
 
 
-def job_id_from_token(key: bytes, token: str) -> str | None:
-    """The job a job token was issued for, or None if it is not a valid job token."""
-    if not token.startswith(JOB_PREFIX):
+def instance_from_token(key: bytes, token: str) -> tuple[str, str] | None:
+    """The job and host an instance token was issued for, or None if it is not one."""
+    if not token.startswith(INSTANCE_PREFIX):
         return None
-    job_id, _, mac = token[len(JOB_PREFIX) :].partition("_")
-    if not job_id or not hmac.compare_digest(mac, _job_mac(key, job_id)):
+    parts = token[len(INSTANCE_PREFIX) :].split("_")
+    if len(parts) != 3:
         return None
-    return job_id
+    job_id, host, mac = parts
+    if not job_id or not host or not hmac.compare_digest(mac, _instance_mac(key, job_id, host)):
+        return None
+    return job_id, host
 
 
-def _job_mac(key: bytes, job_id: str) -> str:
-    return hmac.new(key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
+def _instance_mac(key: bytes, job_id: str, host: str) -> str:
+    return hmac.new(key, f"instance:{job_id}:{host}".encode(), hashlib.sha256).hexdigest()

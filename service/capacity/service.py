@@ -1,6 +1,6 @@
 """Capacity: which job may take instances now, and which must wait in line.
 
-Instances of a type are finite (``RUNYARD_CAPACITY``) and so is what each tenant may hold
+Instances of a type are finite (``RUNYARD_CAPACITY``) and so is what each project may hold
 (``RUNYARD_TENANT_QUOTAS``, per type and in all under ``"*"``). A job holds its instances
 from admission until it ends or a spot interruption hands them back; all of a job's
 instances are admitted together, never some of them, so two half-admitted jobs can never
@@ -9,7 +9,7 @@ wait on each other.
 Waiting jobs of a type form one line, by priority (higher first) and then by age. A job
 may not pass one ahead of it that waits for the type's capacity (else large jobs would
 starve behind a stream of small ones), but it may pass one that only waits for its own
-tenant's quota, and belongs to another tenant: one tenant's limit must not hold up the
+project's quota, and belongs to another project: one project's limit must not hold up the
 others, but its own small jobs must not starve its large one either.
 """
 
@@ -45,7 +45,7 @@ class _Claim:
 
     job_id: str
     name: str
-    tenant: str
+    project: str
     instance_type: str
     count: int
     priority: int
@@ -53,25 +53,25 @@ class _Claim:
     admitted: bool
 
 
-def never_fits(settings: Settings, instance_type: str, count: int, tenant: str) -> str | None:
+def never_fits(settings: Settings, instance_type: str, count: int, project: str) -> str | None:
     """Why a job of ``count`` instances could never start here, or None if it could."""
     capacity = settings.capacity.get(instance_type)
     if capacity is not None and count > capacity:
         return f"{count} {instance_type} instances asked for; this server has {capacity}"
-    for scope, limit in _quotas(settings, tenant, instance_type):
+    for scope, limit in _quotas(settings, project, instance_type):
         if count > limit:
             what = "instances" if scope == ALL_TYPES else f"{instance_type} instances"
-            return f"{count} {what} asked for; tenant {tenant!r} may hold {limit}"
+            return f"{count} {what} asked for; project {project!r} may hold {limit}"
     return None
 
 
-def limited(settings: Settings, instance_type: str, tenant: str) -> bool:
+def limited(settings: Settings, instance_type: str, project: str) -> bool:
     """Whether anything bounds such a job at all (if not, it is admitted at once)."""
-    return instance_type in settings.capacity or bool(_quotas(settings, tenant, instance_type))
+    return instance_type in settings.capacity or bool(_quotas(settings, project, instance_type))
 
 
 def fits_now(
-    session: Session, settings: Settings, instance_type: str, count: int, tenant: str
+    session: Session, settings: Settings, instance_type: str, count: int, project: str
 ) -> str | None:
     """Why a new job would have to wait now (for ``on_capacity_exceeded=refuse``), or None.
 
@@ -83,7 +83,7 @@ def fits_now(
     usage = _Usage()
     for claim in _live_claims(session):
         usage.take(claim)
-    waiting = _Claim("", "", tenant, instance_type, count, 0, datetime.max, admitted=False)
+    waiting = _Claim("", "", project, instance_type, count, 0, datetime.max, admitted=False)
     return _blocker(settings, usage, waiting)
 
 
@@ -117,10 +117,10 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
                 f"Waiting in line for {mine.instance_type} capacity behind {ahead.name} "
                 f"({ahead.count} instances, priority {ahead.priority})",
             )
-        elif ahead.tenant == mine.tenant:
+        elif ahead.project == mine.project:
             return Admission(
                 False,
-                f"Waiting in line for tenant {mine.tenant!r}'s quota behind {ahead.name} "
+                f"Waiting in line for project {mine.project!r}'s quota behind {ahead.name} "
                 f"({ahead.count} instances, priority {ahead.priority})",
             )
     return Admission(False, "the job is not waiting")  # unreachable: mine is in the line
@@ -132,16 +132,16 @@ def _lock_admission(session: Session) -> None:
 
 
 class _Usage:
-    """Instances held, by type and by (tenant, type or "*")."""
+    """Instances held, by type and by (project, type or "*")."""
 
     def __init__(self) -> None:
         self.by_type: Counter[str] = Counter()
-        self.by_tenant: Counter[tuple[str, str]] = Counter()
+        self.by_project: Counter[tuple[str, str]] = Counter()
 
     def take(self, claim: _Claim) -> None:
         self.by_type[claim.instance_type] += claim.count
-        self.by_tenant[claim.tenant, claim.instance_type] += claim.count
-        self.by_tenant[claim.tenant, ALL_TYPES] += claim.count
+        self.by_project[claim.project, claim.instance_type] += claim.count
+        self.by_project[claim.project, ALL_TYPES] += claim.count
 
 
 def _usage(claims: list[_Claim]) -> _Usage:
@@ -161,12 +161,12 @@ def _blocker(settings: Settings, usage: _Usage, claim: _Claim) -> str | None:
             f"Waiting for capacity: {usage.by_type[kind]} of {capacity} {kind} instances "
             f"are in use and the job needs {claim.count}"
         )
-    for scope, limit in _quotas(settings, claim.tenant, kind):
-        held = usage.by_tenant[claim.tenant, scope]
+    for scope, limit in _quotas(settings, claim.project, kind):
+        held = usage.by_project[claim.project, scope]
         if held + claim.count > limit:
             what = "instances" if scope == ALL_TYPES else f"{kind} instances"
             return (
-                f"Waiting for tenant {claim.tenant!r}'s quota: its jobs hold {held} of "
+                f"Waiting for project {claim.project!r}'s quota: its jobs hold {held} of "
                 f"{limit} {what} and this one needs {claim.count}"
             )
     return None
@@ -177,8 +177,8 @@ def _waits_for_capacity(settings: Settings, usage: _Usage, claim: _Claim) -> boo
     return capacity is not None and usage.by_type[claim.instance_type] + claim.count > capacity
 
 
-def _quotas(settings: Settings, tenant: str, instance_type: str) -> list[tuple[str, int]]:
-    quotas = settings.tenant_quotas.get(tenant, {})
+def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[str, int]]:
+    quotas = settings.quotas_of(project)
     return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
 
 
@@ -188,7 +188,7 @@ def _live_claims(session: Session) -> list[_Claim]:
         select(
             TrainingJob.id,
             TrainingJob.name,
-            TrainingJob.tenant,
+            TrainingJob.project,
             TrainingJob.spec,
             TrainingJob.created_at,
             TrainingJob.admitted_at,
@@ -199,7 +199,7 @@ def _live_claims(session: Session) -> list[_Claim]:
         _Claim(
             job_id=row.id,
             name=row.name,
-            tenant=row.tenant,
+            project=row.project,
             instance_type=str(row.spec["instance_type"]),
             count=int(row.spec["instance_count"]),
             priority=int(row.spec.get("priority", 0)),

@@ -35,7 +35,7 @@ class TrainingJob(Base):
     __tablename__ = "training_jobs"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String(63), unique=True)
+    name: Mapped[str] = mapped_column(String(63))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     backend: Mapped[str] = mapped_column(String(32))
 
@@ -58,8 +58,8 @@ class TrainingJob(Base):
     # For spot jobs: what the billable seconds saved against on-demand, in percent.
     spot_savings_percent: Mapped[float | None] = mapped_column(Float)
 
-    # Who submitted it: the name of the API token, the unit of per-tenant quotas.
-    tenant: Mapped[str] = mapped_column(String(64), default="")
+    # The project it belongs to: who may see it, and whose capacity quota it counts against.
+    project: Mapped[str] = mapped_column(String(64), default="default", index=True)
     # When the job was given capacity for its instances; None while it queues for it.
     admitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Why the job waits (capacity, instances starting, a restart's back-off), for people.
@@ -127,6 +127,8 @@ class TrainingJob(Base):
     __table_args__ = (
         Index("ix_training_jobs_created", "created_at", "id"),
         Index("ix_training_jobs_admitted", "status", "admitted_at"),
+        # A name is unique within its project, as SageMaker's are within an account.
+        UniqueConstraint("project", "name", name="uq_training_jobs_project_name"),
     )
 
 

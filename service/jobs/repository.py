@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Result, ScalarSelect, and_, or_, select, update
+from sqlalchemy import Result, and_, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
@@ -15,29 +15,47 @@ from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
 
 
-def get(session: Session, name: str, *, with_details: bool = False) -> TrainingJob | None:
-    query = select(TrainingJob).where(TrainingJob.name == name)
-    if with_details:
+def get(
+    session: Session, name: str, project: str, *, with_details: bool = False
+) -> TrainingJob | None:
+    """The job of that name in ``project`` (names are unique within a project)."""
+    return _one(
+        session, TrainingJob.project == project, TrainingJob.name == name, details=with_details
+    )
+
+
+def get_by_id(session: Session, job_id: str, *, with_details: bool = False) -> TrainingJob | None:
+    return _one(session, TrainingJob.id == job_id, details=with_details)
+
+
+def _one(session: Session, *where: Any, details: bool) -> TrainingJob | None:
+    query = select(TrainingJob).where(*where)
+    if details:
         query = query.options(
             selectinload(TrainingJob.transitions), selectinload(TrainingJob.instances)
         )
     return session.scalar(query)
 
 
-def name_taken(session: Session, name: str) -> bool:
-    return session.scalar(select(TrainingJob.id).where(TrainingJob.name == name)) is not None
+def name_taken(session: Session, name: str, project: str) -> bool:
+    query = select(TrainingJob.id).where(TrainingJob.project == project, TrainingJob.name == name)
+    return session.scalar(query) is not None
 
 
 def page(
     session: Session,
     *,
+    project: str | None,
     status: str | None,
     name_prefix: str | None,
     limit: int,
     cursor: str | None,
 ) -> tuple[list[TrainingJob], str | None]:
-    """Newest first; the cursor is the (created_at, id) of the last job of the previous page."""
+    """Newest first; the cursor is the (created_at, id) of the last job of the previous
+    page. ``project`` None: every project's."""
     query = select(TrainingJob)
+    if project is not None:
+        query = query.where(TrainingJob.project == project)
     if status:
         query = query.where(TrainingJob.status == status)
     if name_prefix:
@@ -63,11 +81,9 @@ def status_of(session: Session, job_id: str) -> str | None:
     return session.scalar(select(TrainingJob.status).where(TrainingJob.id == job_id))
 
 
-def live_job_names(session: Session) -> list[str]:
+def live_job_ids(session: Session) -> list[str]:
     terminal = [str(status) for status in TERMINAL]
-    return list(
-        session.scalars(select(TrainingJob.name).where(TrainingJob.status.not_in(terminal)))
-    )
+    return list(session.scalars(select(TrainingJob.id).where(TrainingJob.status.not_in(terminal))))
 
 
 def ended_job_ids(session: Session, ids: list[str]) -> set[str]:
@@ -115,22 +131,16 @@ def instances(session: Session, job_id: str) -> list[JobInstance]:
 # go. Plain conditional UPDATEs, so this works the same on SQLite and PostgreSQL.
 
 
-def _lease_of(name: str) -> ScalarSelect[str]:
-    return select(TrainingJob.id).where(TrainingJob.name == name).scalar_subquery()
+def request_reconcile(session: Session, job_id: str) -> None:
+    session.execute(update(JobLease).where(JobLease.job_id == job_id).values(requested=True))
 
 
-def request_reconcile(session: Session, name: str) -> None:
-    session.execute(
-        update(JobLease).where(JobLease.job_id == _lease_of(name)).values(requested=True)
-    )
-
-
-def claim_lease(session: Session, name: str, owner: str, ttl: float) -> bool:
+def claim_lease(session: Session, job_id: str, owner: str, ttl: float) -> bool:
     now = utcnow()
     result = session.execute(
         update(JobLease)
         .where(
-            JobLease.job_id == _lease_of(name),
+            JobLease.job_id == job_id,
             or_(JobLease.until.is_(None), JobLease.until < now),
         )
         .values(owner=owner, until=now + timedelta(seconds=ttl))
@@ -138,22 +148,22 @@ def claim_lease(session: Session, name: str, owner: str, ttl: float) -> bool:
     return _changed(result)
 
 
-def start_pass(session: Session, name: str, owner: str, ttl: float) -> bool:
+def start_pass(session: Session, job_id: str, owner: str, ttl: float) -> bool:
     """Renew the lease and consume pending requests; False if the lease was lost."""
     result = session.execute(
         update(JobLease)
-        .where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+        .where(JobLease.job_id == job_id, JobLease.owner == owner)
         .values(requested=False, until=utcnow() + timedelta(seconds=ttl))
     )
     return _changed(result)
 
 
-def release_lease(session: Session, name: str, owner: str) -> bool:
+def release_lease(session: Session, job_id: str, owner: str) -> bool:
     """Let go unless someone asked for another pass meanwhile; True when released."""
     result = session.execute(
         update(JobLease)
         .where(
-            JobLease.job_id == _lease_of(name),
+            JobLease.job_id == job_id,
             JobLease.owner == owner,
             JobLease.requested.is_(False),
         )
@@ -162,16 +172,16 @@ def release_lease(session: Session, name: str, owner: str) -> bool:
     if _changed(result):
         return True
     still_ours = session.scalar(
-        select(JobLease.job_id).where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+        select(JobLease.job_id).where(JobLease.job_id == job_id, JobLease.owner == owner)
     )
     return still_ours is None
 
 
-def drop_lease(session: Session, name: str, owner: str) -> None:
+def drop_lease(session: Session, job_id: str, owner: str) -> None:
     """Let go whatever is pending: the holder is giving up (an error, or done)."""
     session.execute(
         update(JobLease)
-        .where(JobLease.job_id == _lease_of(name), JobLease.owner == owner)
+        .where(JobLease.job_id == job_id, JobLease.owner == owner)
         .values(owner=None, until=None)
     )
 

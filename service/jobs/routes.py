@@ -6,7 +6,9 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator
 
+from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal, CurrentUser
+from service.auth.schemas import NAME_PATTERN
 from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
@@ -22,20 +24,32 @@ from service.jobs.schemas import (
 )
 from service.jobs.states import Status
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
-from service.kit.errors import NotFound
+from service.kit.errors import NotFound, replies
 from service.kit.text import LookupText
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
 
 JobName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA), AfterValidator(job_name)]
 HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]
+ProjectName = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=64,
+        pattern=NAME_PATTERN,
+        description="The project (default: the token's)",
+    ),
+]
 
 
 @router.post(
     "",
     status_code=201,
     response_model=JobPublic,
-    responses={200: {"model": DryRun, "description": "dry_run=true: what would be created"}},
+    responses={
+        200: {"model": DryRun, "description": "dry_run=true: what would be created"},
+        **replies(401, 403, 404, 409, 422),
+    },
 )
 def create_training_job(
     spec: JobCreate,
@@ -45,42 +59,61 @@ def create_training_job(
     dry_run: Annotated[
         bool, Query(description="Show what would be created; create nothing")
     ] = False,
+    project: ProjectName = None,
 ) -> JobPublic | JSONResponse:
-    """Submit a training job (estimator-style spec). Its tenant, for capacity quotas, is
-    the name of the token that submits it."""
+    """Submit a training job (estimator-style spec) to the caller's project (a server
+    administrator may name another). The project's capacity quotas apply to it."""
+    project = project or user.project
+    if not user.sees(project):
+        raise NotFound(f"no project named {project!r}")
+    user.require(Role.MEMBER, project, "submitting a job")
     if dry_run:
-        plan = service.dry_run(session, settings, spec, user.name)
+        plan = service.dry_run(session, settings, spec, project)
         return JSONResponse(plan.model_dump(mode="json"))
-    return to_public(service.submit(session, settings, spec, user.name))
+    return to_public(service.submit(session, settings, spec, project))
 
 
-@router.get("", response_model=JobsPage)
+@router.get("", response_model=JobsPage, responses=replies(401, 422))
 def list_training_jobs(
     session: ReadSessionDep,
-    _user: CurrentUser,
+    user: CurrentUser,
     status: Annotated[Status | None, Query(description="Only jobs in this status")] = None,
     name_prefix: Annotated[LookupText | None, Query(max_length=63)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
+    project: ProjectName = None,
 ) -> JobsPage:
-    """Jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    """The project's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the
+    next page. A server administrator sees every project's, or ``project``'s."""
     rows, next_cursor = service.list_jobs(
-        session, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+        session,
+        user,
+        project=project,
+        status=status,
+        name_prefix=name_prefix,
+        limit=limit,
+        cursor=cursor,
     )
     return JobsPage(items=[_summary(job) for job in rows], next_cursor=next_cursor)
 
 
-@router.get("/{name}", response_model=JobPublic)
-def describe_training_job(name: JobName, session: ReadSessionDep, _user: CurrentUser) -> JobPublic:
-    return to_public(service.get(session, name))
+@router.get("/{name}", response_model=JobPublic, responses=replies(401, 404, 422))
+def describe_training_job(
+    name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
+) -> JobPublic:
+    return to_public(service.get(session, name, user, project))
 
 
-@router.post("/{name}/stop", response_model=JobPublic)
+@router.post("/{name}/stop", response_model=JobPublic, responses=replies(401, 403, 404, 409, 422))
 def stop_training_job(
-    name: JobName, session: SessionDep, settings: SettingsDep, _user: CurrentUser
+    name: JobName,
+    session: SessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    project: ProjectName = None,
 ) -> JobPublic:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
-    return to_public(service.stop(session, settings, name))
+    return to_public(service.stop(session, settings, name, user, project))
 
 
 @router.post("/{name}/instances/{host}/status", status_code=204, include_in_schema=False)
@@ -97,7 +130,11 @@ def report_instance_status(
     service.record_report(session, settings, job, host, report)
 
 
-@router.post("/{name}/instances/{host}/interruption", response_model=JobPublic)
+@router.post(
+    "/{name}/instances/{host}/interruption",
+    response_model=JobPublic,
+    responses=replies(401, 403, 404, 409, 422),
+)
 def notice_interruption(
     name: JobName,
     host: HostName,
@@ -105,6 +142,7 @@ def notice_interruption(
     session: SessionDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
+    project: ProjectName = None,
 ) -> JobPublic:
     """A spot interruption notice for an instance of a spot job: its scripts get SIGTERM
     and a grace period to checkpoint, then the job waits for capacity and resumes. The
@@ -113,7 +151,8 @@ def notice_interruption(
     if principal.kind == "job":
         job = service.job_for_instance(session, name, host, principal, live=True)
     else:
-        job = service.get(session, name)
+        job = service.get(session, name, principal, project)
+        principal.require(Role.MEMBER, job.project, "interrupting a job")
         if host not in service.hosts(job):
             raise NotFound(f"training job {name!r} has no host {host!r}")
     return to_public(service.notice_interruption(session, settings, job, host, notice))

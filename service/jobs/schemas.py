@@ -565,6 +565,7 @@ class FinalMetricPublic(_FromRow):
 class JobPublic(_FromRow):
     name: str
     id: str
+    project: str
     status: str
     secondary_status: str
     failure_reason: str | None
@@ -597,6 +598,7 @@ class JobPublic(_FromRow):
 
 class JobSummary(_FromRow):
     name: str
+    project: str
     status: str
     secondary_status: str
     instance_type: str
@@ -612,6 +614,7 @@ class JobSummary(_FromRow):
         if isinstance(spec, dict):
             return {
                 "name": value.name,
+                "project": value.project,
                 "status": value.status,
                 "secondary_status": value.secondary_status,
                 "instance_type": spec["instance_type"],

@@ -27,7 +27,7 @@ from contract.phases import FINAL_PHASES, Phase
 from provisioning import registry
 from provisioning.base import REDACTED, JobRef, LaunchRequest
 from provisioning.catalog import CATALOG
-from service.auth.service import Principal
+from service.auth.access import Principal, Role
 from service.capacity import service as capacity
 from service.jobs import file_roots, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
@@ -69,7 +69,7 @@ class PreparedJob:
 def prepare(
     settings: Settings,
     spec: JobCreate,
-    tenant: str,
+    project: str,
     now: datetime | None = None,
     *,
     source_checked: bool = False,
@@ -115,7 +115,7 @@ def prepare(
             f"{spec.instance_count} is above this server's maximum "
             f"of {settings.max_instance_count}",
         )
-    impossible = capacity.never_fits(settings, spec.instance_type, spec.instance_count, tenant)
+    impossible = capacity.never_fits(settings, spec.instance_type, spec.instance_count, project)
     if impossible is not None:
         raise SpecError(("instance_count",), f"can never start: {impossible}")
     _check_retry_rules(spec)
@@ -227,19 +227,19 @@ def _check_inputs(spec: JobCreate) -> None:
             raise SpecError((*loc, "uri"), f"{channel.uri} {what}")
 
 
-def dry_run(session: Session, settings: Settings, spec: JobCreate, tenant: str) -> DryRun:
+def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str) -> DryRun:
     """Exactly what submitting would create (the backend's materialized plan), creating nothing.
     The source may be one still to be uploaded (a dry run stores no code either)."""
     pending = sources.is_pending(settings, spec.source_uri)
-    prepared = prepare(settings, spec, tenant, source_checked=pending)
-    if repository.name_taken(session, prepared.name):
+    prepared = prepare(settings, spec, project, source_checked=pending)
+    if repository.name_taken(session, prepared.name, project):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
     request = LaunchRequest(
         job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
         spec=prepared.spec.job_spec(),
         service_url=settings.public_url,
-        token=REDACTED,
+        tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
     )
     materialized = backend.materialize(request)
     return DryRun(
@@ -281,12 +281,14 @@ def _check_retry_rules(spec: JobCreate) -> None:
                 )
 
 
-def submit(session: Session, settings: Settings, spec: JobCreate, tenant: str) -> TrainingJob:
-    prepared = prepare(settings, spec, tenant)
-    if repository.name_taken(session, prepared.name):
+def submit(session: Session, settings: Settings, spec: JobCreate, project: str) -> TrainingJob:
+    prepared = prepare(settings, spec, project)
+    if repository.name_taken(session, prepared.name, project):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     if settings.on_capacity_exceeded == "refuse":
-        busy = capacity.fits_now(session, settings, spec.instance_type, spec.instance_count, tenant)
+        busy = capacity.fits_now(
+            session, settings, spec.instance_type, spec.instance_count, project
+        )
         if busy is not None:
             raise ResourceLimitExceeded(busy)
     job = TrainingJob(
@@ -296,7 +298,7 @@ def submit(session: Session, settings: Settings, spec: JobCreate, tenant: str) -
         backend=prepared.backend,
         status=Status.IN_PROGRESS,
         secondary_status="",
-        tenant=tenant,
+        project=project,
     )
     repository.record_transition(
         job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
@@ -307,22 +309,44 @@ def submit(session: Session, settings: Settings, spec: JobCreate, tenant: str) -
         session.flush()
     except IntegrityError as exc:  # the same name, submitted at the same moment
         raise Conflict(f"a training job named {prepared.name!r} already exists") from exc
-    enqueue_reconcile(session, settings, job.name)
+    enqueue_reconcile(session, settings, job.id)
     return job
 
 
-def get(session: Session, name: str) -> TrainingJob:
-    job = repository.get(session, name, with_details=True)
+# No project has this name (names are checked against NAME_PATTERN): a filter that matches
+# nothing, for a project the caller may not list.
+_NO_PROJECT = "/"
+
+
+def get(session: Session, name: str, viewer: Principal, project: str | None = None) -> TrainingJob:
+    """The job of that name in the caller's project (a server administrator may name
+    another). A project the caller cannot see holds no jobs: the answer is the same
+    NotFound as for a name no job has."""
+    project = project or viewer.project
+    job = (
+        repository.get(session, name, project, with_details=True) if viewer.sees(project) else None
+    )
     if job is None:
         raise NotFound(f"no training job named {name!r}")
     return job
 
 
 def list_jobs(
-    session: Session, *, status: str | None, name_prefix: str | None, limit: int, cursor: str | None
+    session: Session,
+    viewer: Principal,
+    *,
+    project: str | None,
+    status: str | None,
+    name_prefix: str | None,
+    limit: int,
+    cursor: str | None,
 ) -> tuple[list[TrainingJob], str | None]:
+    """The jobs of the caller's project (a server administrator: of ``project``, or of
+    every project); another project asked for by name lists nothing."""
+    if not viewer.server_admin:
+        project = viewer.project if project in (None, viewer.project) else _NO_PROJECT
     return repository.page(
-        session, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+        session, project=project, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
     )
 
 
@@ -330,11 +354,14 @@ def status_of(session: Session, job_id: str) -> str:
     return repository.status_of(session, job_id) or ""
 
 
-def stop(session: Session, settings: Settings, name: str) -> TrainingJob:
+def stop(
+    session: Session, settings: Settings, name: str, user: Principal, project: str | None = None
+) -> TrainingJob:
     # The reconciler may write the job between our read and our write (the version check
     # catches it); read again and decide again.
     for _ in range(STOP_ATTEMPTS):
-        job = get(session, name)
+        job = get(session, name, user, project)
+        user.require(Role.MEMBER, job.project, "stopping a job")
         if job.status in TERMINAL:
             raise Conflict(f"training job {name!r} has already ended ({job.status})")
         if job.status == Status.STOPPING:
@@ -351,7 +378,7 @@ def stop(session: Session, settings: Settings, name: str) -> TrainingJob:
             session.expunge_all()
     else:
         raise Conflict(f"training job {name!r} kept changing; try again")
-    enqueue_reconcile(session, settings, job.name)
+    enqueue_reconcile(session, settings, job.id)
     return job
 
 
@@ -360,11 +387,14 @@ def job_for_instance(
 ) -> TrainingJob:
     """The job an instance reports for; only that job's own token may report for it, and
     with ``live`` only while the job has not ended (its instances are gone by then)."""
-    job = repository.get(session, name)
-    if job is None:
-        raise NotFound(f"no training job named {name!r}")
-    if principal.kind != "job" or principal.job_id != job.id:
-        raise Forbidden("only the job's own instances may report for it")
+    if principal.kind != "job" or principal.job_id is None:
+        raise Forbidden("only a job's own instances may report for it")
+    # The token names the job; the path's name must agree with it.
+    job = repository.get_by_id(session, principal.job_id)
+    if job is None or job.name != name:
+        raise Forbidden("an instance may report for itself only")
+    if principal.host != host:
+        raise Forbidden("an instance may report for itself only")
     if host not in hosts(job):
         raise NotFound(f"training job {name!r} has no host {host!r}")
     if live and job.status in TERMINAL:
@@ -405,7 +435,7 @@ def record_report(
     if report.model_uri:
         row.model_uri = report.model_uri
     session.flush()
-    enqueue_reconcile(session, settings, job.name)
+    enqueue_reconcile(session, settings, job.id)
 
 
 def notice_interruption(
@@ -427,7 +457,7 @@ def notice_interruption(
             session.flush()
         except StaleDataError as exc:
             raise Conflict(f"training job {job.name!r} changed meanwhile; try again") from exc
-        enqueue_reconcile(session, settings, job.name)
+        enqueue_reconcile(session, settings, job.id)
     return job
 
 

@@ -28,18 +28,18 @@ _senders: dict[str, Celery] = {}
 _senders_lock = threading.Lock()
 
 
-def enqueue_reconcile(session: Session, settings: Settings, job_name: str) -> None:
-    after_commit(session, lambda: send_reconcile(settings, job_name))
+def enqueue_reconcile(session: Session, settings: Settings, job_id: str) -> None:
+    after_commit(session, lambda: send_reconcile(settings, job_id))
 
 
-def send_reconcile(settings: Settings, job_name: str) -> None:
+def send_reconcile(settings: Settings, job_id: str) -> None:
     try:
-        _sender(settings).send_task(RECONCILE_TASK, args=[job_name], retry=False)
+        _sender(settings).send_task(RECONCILE_TASK, args=[job_id], retry=False)
     except Exception:  # the sweep will pick the job up; a trigger must never fail a request
         log.warning(
             "could not enqueue %s for %s; the sweep will retry",
             RECONCILE_TASK,
-            job_name,
+            job_id,
             exc_info=True,
         )
 

@@ -7,12 +7,14 @@ whether pydantic or a domain rule refused the field.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from contract.problems import Problem
 
@@ -79,7 +81,12 @@ def refuse(problems: Iterable[Problem]) -> None:
         raise SpecError(problem.loc, problem.message)
 
 
-def install_error_handler(app: FastAPI) -> None:
+# Called before a 422 is sent, with the request: raises Unauthorized (or Forbidden) if the
+# caller is not allowed in at all, so that no body is judged for someone without a token.
+AdmissionCheck = Callable[[Request], None]
+
+
+def install_error_handler(app: FastAPI, admit: AdmissionCheck | None = None) -> None:
     @app.exception_handler(RunyardError)
     async def _handle(_request: Request, exc: RunyardError) -> JSONResponse:
         return JSONResponse(
@@ -87,7 +94,12 @@ def install_error_handler(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if admit is not None:
+            try:
+                await run_in_threadpool(admit, request)
+            except RunyardError as refused:
+                return await _handle(request, refused)
         # Where and why, never the offending input: it may be a secret (an environment
         # value) or not even representable as JSON (NaN).
         errors = [
@@ -95,3 +107,24 @@ def install_error_handler(app: FastAPI) -> None:
             for error in exc.errors()
         ]
         return JSONResponse(status_code=422, content={"detail": errors})
+
+
+class ErrorBody(BaseModel):
+    """Every error reply: a sentence, or for a 422 where and why each field is wrong."""
+
+    detail: str | list[dict[str, Any]]
+
+
+_REPLIES = {
+    401: "No token, or a revoked or invalid one",
+    403: "The token's role does not allow this",
+    404: "No such thing in the caller's projects",
+    409: "The request conflicts with the current state",
+    413: "The upload is larger than the server accepts",
+    422: "A field is wrong (the reply names it)",
+}
+
+
+def replies(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The error replies a route gives, for its OpenAPI document."""
+    return {code: {"model": ErrorBody, "description": _REPLIES[code]} for code in codes}

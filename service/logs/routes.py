@@ -9,8 +9,9 @@ from pydantic import BaseModel, ValidationError
 
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.jobs import service as jobs
-from service.jobs.routes import HostName, JobName
+from service.jobs.routes import HostName, JobName, ProjectName
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
+from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.logs import service
 from service.logs.schemas import LogBatch, LogEventPublic, LogsPage
@@ -22,12 +23,12 @@ class Ingested(BaseModel):
     stored: int
 
 
-@router.get("/{name}/logs", response_model=LogsPage)
+@router.get("/{name}/logs", response_model=LogsPage, responses=replies(401, 404, 422))
 def get_logs(
     name: JobName,
     session: ReadSessionDep,
     settings: SettingsDep,
-    _user: CurrentUser,
+    user: CurrentUser,
     host: Annotated[
         LookupText | None, Query(max_length=32, description="Only this host, e.g. algo-1")
     ] = None,
@@ -37,9 +38,10 @@ def get_logs(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     last_event_id: Annotated[str | None, Header(max_length=4096)] = None,
+    project: ProjectName = None,
 ) -> LogsPage | StreamingResponse:
     """A job's log lines, all hosts merged by time, or one host's."""
-    job = jobs.get(session, name)
+    job = jobs.get(session, name, user, project)
     hosts = service.hosts_to_read(job, host)
     if follow:
         position = service.parse_position(last_event_id, hosts)

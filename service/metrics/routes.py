@@ -6,8 +6,9 @@ from fastapi import APIRouter, Query
 
 from service.auth.deps import CurrentUser
 from service.jobs import service as jobs
-from service.jobs.routes import JobName
+from service.jobs.routes import JobName, ProjectName
 from service.kit.deps import ReadSessionDep
+from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.metrics import service
 from service.metrics.schemas import MetricsPublic
@@ -15,11 +16,11 @@ from service.metrics.schemas import MetricsPublic
 router = APIRouter(prefix="/v1/training-jobs", tags=["metrics"])
 
 
-@router.get("/{name}/metrics", response_model=MetricsPublic)
+@router.get("/{name}/metrics", response_model=MetricsPublic, responses=replies(401, 404, 422))
 def get_metrics(
     name: JobName,
     session: ReadSessionDep,
-    _user: CurrentUser,
+    user: CurrentUser,
     metric: Annotated[
         LookupText | None,
         Query(alias="name", min_length=1, max_length=255, description="Only this metric"),
@@ -27,7 +28,8 @@ def get_metrics(
     limit: Annotated[
         int, Query(ge=1, le=10_000, description="At most this many points per metric, the latest")
     ] = 1000,
+    project: ProjectName = None,
 ) -> MetricsPublic:
     """Each metric of the job's ``metric_definitions`` with its points, ordered by time."""
-    job = jobs.get(session, name)
+    job = jobs.get(session, name, user, project)
     return MetricsPublic(metrics=service.series(session, job, name=metric, limit=limit))

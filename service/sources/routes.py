@@ -6,8 +6,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from service.auth.access import Role
 from service.auth.deps import CurrentUser
 from service.kit.deps import SettingsDep
+from service.kit.errors import replies
 from service.sources import service
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
@@ -21,7 +23,10 @@ class SourceStored(BaseModel):
     "",
     status_code=201,
     response_model=SourceStored,
-    responses={200: {"model": SourceStored, "description": "dry_run=true: nothing stored"}},
+    responses={
+        200: {"model": SourceStored, "description": "dry_run=true: nothing stored"},
+        **replies(401, 403, 413, 422),
+    },
     openapi_extra={
         "requestBody": {
             "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}
@@ -31,12 +36,13 @@ class SourceStored(BaseModel):
 async def upload_source(
     request: Request,
     settings: SettingsDep,
-    _user: CurrentUser,
+    user: CurrentUser,
     dry_run: Annotated[
         bool, Query(description="Check the bundle and say where it would be stored; store nothing")
     ] = False,
 ) -> SourceStored | JSONResponse:
     """Store a source bundle (the body: a .tar.gz) and return the ``source_uri`` to submit with."""
+    user.require(Role.MEMBER, user.project, "uploading source code")
     stored = SourceStored(
         source_uri=await service.store(settings, request.stream(), dry_run=dry_run)
     )

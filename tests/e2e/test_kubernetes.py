@@ -82,7 +82,7 @@ class Pods:
     def runtime(self, host: str) -> ServiceClient:
         """The client the runtime in this pod reports with, holding the pod's token."""
         secret = self.api.read_namespaced_secret(f"{self.base}-token", NAMESPACE)
-        token = secret.string_data[manifests.TOKEN_KEY]
+        token = secret.string_data[manifests.token_key(host)]
         return ServiceClient(self.stack.url, token, self.job["name"], host)
 
     def left(self) -> list[tuple[str, str]]:

@@ -65,35 +65,35 @@ class Reconciler:
         # the SIGKILL wait), or a second worker could take over mid-teardown.
         self.lease_seconds = max(settings.reconcile_lease_seconds, _longest_pass(settings))
 
-    def reconcile(self, name: str) -> None:
+    def reconcile(self, job_id: str) -> None:
         """Run passes over the job until nothing more is asked of it."""
         owner = uuid.uuid4().hex
         ttl = self.lease_seconds
         with session_scope(self.database_url) as session:
             # Ask first, then try to claim: if the holder lets go in between, we get the
             # lease; if it does not, it sees the request and runs another pass itself.
-            repository.request_reconcile(session, name)
+            repository.request_reconcile(session, job_id)
         with session_scope(self.database_url) as session:
-            if not repository.claim_lease(session, name, owner, ttl):
+            if not repository.claim_lease(session, job_id, owner, ttl):
                 return
         try:
             for _ in range(MAX_PASSES_PER_TASK):
                 with session_scope(self.database_url) as session:
-                    if not repository.start_pass(session, name, owner, ttl):
+                    if not repository.start_pass(session, job_id, owner, ttl):
                         return  # the lease lapsed and someone else took it
                 try:
-                    self.run_pass(name)
+                    self.run_pass(job_id)
                 except Superseded:
                     continue
                 with session_scope(self.database_url) as session:
-                    if repository.release_lease(session, name, owner):
+                    if repository.release_lease(session, job_id, owner):
                         return
         finally:
             with session_scope(self.database_url) as session:
-                repository.drop_lease(session, name, owner)
+                repository.drop_lease(session, job_id, owner)
 
-    def run_pass(self, name: str) -> None:
-        snapshot = load(self.database_url, name)
+    def run_pass(self, job_id: str) -> None:
+        snapshot = load(self.database_url, job_id)
         if snapshot is None:
             return
         step = Pass(self.settings, self.build_backend(snapshot.backend, self.settings))
@@ -109,20 +109,20 @@ class Reconciler:
             raise
         except LaunchError as exc:
             # The provider's refusal (capacity, a quota) is the reason, not a fault of ours.
-            log.warning("launching %s was refused: %s", name, exc)
+            log.warning("launching %s was refused: %s", snapshot.ref.name, exc)
             if exc.capacity and snapshot.spec.use_spot_instances:
-                restarts.await_spot_capacity(step, name, exc)
+                restarts.await_spot_capacity(step, job_id, exc)
             else:
-                ending.fail(step, name, f"LaunchError: {exc}", teardown=True)
+                ending.fail(step, job_id, f"LaunchError: {exc}", teardown=True)
         except Exception as exc:
             # Anything else is a fault of the backend or of this code: retrying blindly
             # could launch paid instances forever, so the job fails, saying why.
-            log.exception("reconciling %s failed; failing the job", name)
+            log.exception("reconciling %s failed; failing the job", snapshot.ref.name)
             # A teardown that already failed would only fail again; the reason names what
             # was left behind.
             ending.fail(
                 step,
-                name,
+                job_id,
                 f"InternalServerError: {type(exc).__name__}: {exc}",
                 teardown=not isinstance(exc, TeardownError),
             )

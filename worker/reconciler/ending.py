@@ -100,9 +100,9 @@ def _why_stopped(snapshot: JobSnapshot, secondary: Secondary) -> str:
     }.get(secondary, "Training job stopped at a user's request (runyard stop, or StopTrainingJob)")
 
 
-def fail(step: Pass, name: str, reason: str, *, teardown: bool) -> None:
+def fail(step: Pass, job_id: str, reason: str, *, teardown: bool) -> None:
     """Fail the job as it is now (the step that failed may have moved it on)."""
-    current = step.load(name)
+    current = step.load(job_id)
     if current is not None:
         reports = step.reports(current)
         finish(step, current, reports, Status.FAILED, Secondary.FAILED, reason, teardown=teardown)

@@ -78,10 +78,10 @@ def drive_interruption(step: Pass, snapshot: JobSnapshot) -> None:
     begin_restart(step, snapshot, "interruption", f"Spot interruption: {notice}")
 
 
-def await_spot_capacity(step: Pass, name: str, exc: LaunchError) -> None:
+def await_spot_capacity(step: Pass, job_id: str, exc: LaunchError) -> None:
     """No spot capacity now: give back what was taken, wait, then launch again (a new
     attempt, so nothing of this one is adopted), within max_wait."""
-    current = step.load(name)
+    current = step.load(job_id)
     if current is not None:
         delay = step.settings.spot_capacity_retry_seconds
         begin_restart(

@@ -167,10 +167,10 @@ def _from_row(cls: type[_Snapshot], row: object, **converted: Any) -> _Snapshot:
     return cls(**copied, **converted)
 
 
-def load(database_url: str, name: str) -> JobSnapshot | None:
+def load(database_url: str, job_id: str) -> JobSnapshot | None:
     """The job as it is now, or None once it has ended (or never existed)."""
     with session_scope(database_url) as session:
-        job = repository.get(session, name)
+        job = repository.get_by_id(session, job_id)
         if job is None or job.status in TERMINAL:
             return None
         return snapshot_of(job)
@@ -184,8 +184,8 @@ class Pass:
     settings: Settings
     backend: Backend[Any]
 
-    def load(self, name: str) -> JobSnapshot | None:
-        return load(self.settings.database_url, name)
+    def load(self, job_id: str) -> JobSnapshot | None:
+        return load(self.settings.database_url, job_id)
 
     def reports(self, snapshot: JobSnapshot) -> dict[str, Report]:
         with session_scope(self.settings.database_url) as session:
@@ -196,7 +196,7 @@ class Pass:
         """Apply ``change`` to the job unless it moved on since ``snapshot`` was taken."""
         try:
             with session_scope(self.settings.database_url) as session:
-                job = repository.get(session, snapshot.ref.name, with_details=True)
+                job = repository.get_by_id(session, snapshot.ref.id, with_details=True)
                 if job is None or job.version != snapshot.version:
                     raise Superseded
                 change(job)

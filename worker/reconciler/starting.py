@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy.orm import object_session
 
 from provisioning.base import LaunchRequest
-from service.auth.tokens import job_token
+from service.auth.tokens import instance_token
 from service.capacity import service as capacity
 from service.jobs import repository
 from service.jobs.models import TrainingJob
@@ -23,7 +23,7 @@ def admit(step: Pass, snapshot: JobSnapshot) -> None:
 
     def admitting(job: TrainingJob) -> None:
         session = object_session(job)
-        bounded = capacity.limited(settings, spec.instance_type, job.tenant)
+        bounded = capacity.limited(settings, spec.instance_type, job.project)
         if session is None or not bounded:
             verdict = capacity.Admission(True)
         else:
@@ -59,7 +59,10 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         job=snapshot.ref,
         spec=snapshot.spec.job_spec(),
         service_url=settings.public_url,
-        token=job_token(settings.signing_key(), snapshot.ref.id),
+        tokens={
+            host: instance_token(settings.signing_key(), snapshot.ref.id, host)
+            for host in snapshot.hosts
+        },
         first_log_seq=snapshot.attempt_first_log_seq,
     )
     # Adopts what an earlier, interrupted attempt started.

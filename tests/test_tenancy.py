@@ -1,0 +1,325 @@
+"""Projects and roles: every user route against every kind of caller.
+
+Project ``alpha`` holds a job; its viewer, member and admin act on it, and so do a member
+of project ``beta``, the server administrator, a caller without a token, a revoked token
+and an instance's token. Another project's job must be invisible (404 everywhere, absent
+from lists), roles must hold (403), and credentials come before everything else (401).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.auth.access import Role
+from service.auth.tokens import instance_token
+from service.settings import Settings
+from tests.conftest import job_spec
+
+JOB = "shared-name"
+VIEWER, MEMBER, ADMIN = Role.VIEWER, Role.MEMBER, Role.ADMIN
+# What a caller who may not reach a thing is told, by why.
+UNAUTHENTICATED, FORBIDDEN, INVISIBLE = 401, 403, 404
+
+
+@dataclass(frozen=True)
+class Route:
+    label: str
+    method: str
+    path: str
+    needs: Role
+    body: dict[str, Any] | None = None
+
+
+def _routes(source_dir: Path) -> list[Route]:
+    job = f"/v1/training-jobs/{JOB}"
+    return [
+        Route("describe", "GET", f"{job}?project=alpha", VIEWER),
+        Route("logs", "GET", f"{job}/logs?project=alpha", VIEWER),
+        Route("metrics", "GET", f"{job}/metrics?project=alpha", VIEWER),
+        Route("stop", "POST", f"{job}/stop?project=alpha", MEMBER),
+        Route(
+            "interrupt",
+            "POST",
+            f"{job}/instances/algo-1/interruption?project=alpha",
+            MEMBER,
+            {"message": "rehearsal"},
+        ),
+        Route(
+            "submit",
+            "POST",
+            "/v1/training-jobs?project=alpha",
+            MEMBER,
+            job_spec(source_dir),  # a generated name each time
+        ),
+        Route(
+            "dry run",
+            "POST",
+            "/v1/training-jobs?project=alpha&dry_run=true",
+            MEMBER,
+            job_spec(source_dir, name="planned"),
+        ),
+        Route("list tokens", "GET", "/v1/tokens", ADMIN),
+        Route(
+            "mint token",
+            "POST",
+            "/v1/tokens",
+            ADMIN,
+            {"name": "minted", "project": "alpha", "role": "viewer"},
+        ),
+        Route("revoke token", "DELETE", "/v1/tokens/spare?project=alpha", ADMIN),
+    ]
+
+
+@dataclass
+class World:
+    api: TestClient
+    tokens: dict[str, str | None]
+    alpha_job: dict[str, Any]
+    beta_job: dict[str, Any]
+
+    def call(self, caller: str, route: Route) -> int:
+        token = self.tokens[caller]
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.api.headers.pop("Authorization", None)
+        response = self.api.request(route.method, route.path, json=route.body, headers=headers)
+        return response.status_code
+
+
+def _mint(api: TestClient, admin: str, name: str, project: str, role: str) -> str:
+    response = api.post(
+        "/v1/tokens",
+        json={"name": name, "project": project, "role": role},
+        headers={"Authorization": f"Bearer {admin}"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["project"] == project
+    return str(response.json()["token"])
+
+
+@pytest.fixture
+def world(api: TestClient, settings: Settings, admin_token: str, source_dir: Path) -> World:
+    for project in ("alpha", "beta"):
+        assert api.post("/v1/projects", json={"name": project}).status_code == 201
+    tokens: dict[str, str | None] = {
+        "alpha viewer": _mint(api, admin_token, "vera", "alpha", "viewer"),
+        "alpha member": _mint(api, admin_token, "mo", "alpha", "member"),
+        "alpha admin": _mint(api, admin_token, "ada", "alpha", "admin"),
+        # Named like alpha's member: a name says nothing about the project.
+        "beta member": _mint(api, admin_token, "mo", "beta", "member"),
+        "server admin": admin_token,
+        "no token": None,
+    }
+    revoked = _mint(api, admin_token, "gone", "alpha", "admin")
+    assert api.delete("/v1/tokens/gone", params={"project": "alpha"}).status_code == 204
+    tokens["revoked token"] = revoked
+    _mint(api, admin_token, "spare", "alpha", "viewer")  # for the revoke cells
+
+    def submit(project: str) -> dict[str, Any]:
+        response = api.post(
+            "/v1/training-jobs",
+            params={"project": project},
+            json=job_spec(source_dir, name=JOB, use_spot_instances=True, max_wait=90000),
+        )
+        assert response.status_code == 201, response.text
+        return dict(response.json())
+
+    alpha_job, beta_job = submit("alpha"), submit("beta")
+    tokens["instance token"] = instance_token(settings.signing_key(), alpha_job["id"], "algo-1")
+    return World(api, tokens, alpha_job, beta_job)
+
+
+CALLERS = {
+    # caller: (role in alpha, or None if alpha is not theirs)
+    "alpha viewer": VIEWER,
+    "alpha member": MEMBER,
+    "alpha admin": ADMIN,
+    "server admin": ADMIN,
+}
+
+
+def _expected(caller: str, route: Route) -> int | None:
+    """The refusal ``caller`` gets on ``route``, or None if it is let through."""
+    if caller in ("no token", "revoked token"):
+        return UNAUTHENTICATED
+    if caller == "instance token":
+        # An instance reports its own spot notice; nothing else of a user's is its.
+        return None if route.label == "interrupt" else FORBIDDEN
+    if caller == "beta member":
+        # Listing its own project's tokens is a beta admin's, not a member's.
+        return FORBIDDEN if route.label == "list tokens" else INVISIBLE
+    role = CALLERS[caller]
+    return None if role >= route.needs else FORBIDDEN
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        "alpha viewer",
+        "alpha member",
+        "alpha admin",
+        "beta member",
+        "server admin",
+        "no token",
+        "revoked token",
+        "instance token",
+    ],
+)
+def test_every_user_route_for_every_caller(world: World, source_dir: Path, caller: str) -> None:
+    seen = {}
+    for route in _routes(source_dir):
+        code = world.call(caller, route)
+        expected = _expected(caller, route)
+        if expected is None:
+            # Let through: whatever the route then says of the job's state.
+            assert code not in (401, 403, 404), (caller, route.label, code)
+        else:
+            assert code == expected, (caller, route.label, code)
+        seen[route.label] = code
+    assert len(seen) == len(_routes(source_dir))
+
+
+def test_another_projects_jobs_are_absent_from_lists_and_names_repeat(world: World) -> None:
+    def listed(caller: str, **params: str) -> list[tuple[str, str]]:
+        response = world.api.get(
+            "/v1/training-jobs",
+            params=params,
+            headers={"Authorization": f"Bearer {world.tokens[caller]}"},
+        )
+        assert response.status_code == 200, response.text
+        return [(item["project"], item["name"]) for item in response.json()["items"]]
+
+    assert listed("alpha viewer") == [("alpha", JOB)]
+    assert listed("beta member") == [("beta", JOB)]
+    assert listed("beta member", project="alpha") == []  # asking for alpha's shows nothing
+    assert sorted(listed("server admin")) == [("alpha", JOB), ("beta", JOB)]
+    assert listed("server admin", project="beta") == [("beta", JOB)]
+    # The same name in two projects is two jobs; each project sees its own.
+    mine = world.api.get(
+        f"/v1/training-jobs/{JOB}",
+        headers={"Authorization": f"Bearer {world.tokens['beta member']}"},
+    )
+    assert mine.json()["id"] == world.beta_job["id"] != world.alpha_job["id"]
+
+
+def test_a_dry_run_does_not_tell_whether_another_project_has_a_name(
+    world: World, source_dir: Path
+) -> None:
+    headers = {"Authorization": f"Bearer {world.tokens['beta member']}"}
+    spec = job_spec(source_dir, name="only-in-alpha")
+    alpha = {"Authorization": f"Bearer {world.tokens['alpha member']}"}
+    assert world.api.post("/v1/training-jobs", json=spec, headers=alpha).status_code == 201
+    dry = world.api.post("/v1/training-jobs?dry_run=true", json=spec, headers=headers)
+    assert dry.status_code == 200, dry.text  # free in beta, whatever alpha holds
+    again = world.api.post("/v1/training-jobs?dry_run=true", json=spec, headers=alpha)
+    assert again.status_code == 409
+
+
+def test_tokens_are_listed_per_project_without_secrets(world: World) -> None:
+    def names(caller: str) -> set[tuple[str, str, str]]:
+        response = world.api.get(
+            "/v1/tokens", headers={"Authorization": f"Bearer {world.tokens[caller]}"}
+        )
+        assert response.status_code == 200, response.text
+        for item in response.json()["items"]:
+            assert "token" not in item
+            assert "token_hash" not in item
+        return {(i["project"], i["name"], i["role"]) for i in response.json()["items"]}
+
+    assert names("alpha admin") == {
+        ("alpha", "vera", "viewer"),
+        ("alpha", "mo", "member"),
+        ("alpha", "ada", "admin"),
+        ("alpha", "spare", "viewer"),
+    }
+    assert ("beta", "mo", "member") in names("server admin")
+
+
+def test_a_project_admin_mints_only_for_its_own_project(world: World) -> None:
+    headers = {"Authorization": f"Bearer {world.tokens['alpha admin']}"}
+    own = world.api.post("/v1/tokens", json={"name": "new", "role": "member"}, headers=headers)
+    assert own.status_code == 201
+    assert own.json()["project"] == "alpha"
+    other = world.api.post(
+        "/v1/tokens", json={"name": "x", "project": "beta", "role": "admin"}, headers=headers
+    )
+    assert other.status_code == 404
+    taken = world.api.post("/v1/tokens", json={"name": "vera"}, headers=headers)
+    assert taken.status_code == 409
+    project = world.api.post("/v1/projects", json={"name": "gamma"}, headers=headers)
+    assert project.status_code == 403
+
+
+def test_a_revoked_token_is_refused_at_once(world: World) -> None:
+    token = world.tokens["alpha viewer"]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert world.api.get("/v1/training-jobs", headers=headers).status_code == 200
+    revoked = world.api.delete(
+        "/v1/tokens/vera",
+        headers={"Authorization": f"Bearer {world.tokens['alpha admin']}"},
+    )
+    assert revoked.status_code == 204
+    assert world.api.get("/v1/training-jobs", headers=headers).status_code == 401
+
+
+def test_a_token_named_like_another_projects_is_still_its_own_projects(
+    world: World, source_dir: Path, settings: Settings
+) -> None:
+    # bob, a beta admin, names a token "ada" as alpha's admin is named: its jobs are
+    # beta's, and count against beta's quota, not alpha's.
+    bob = _mint(world.api, str(world.tokens["server admin"]), "bob", "beta", "admin")
+    alias = world.api.post(
+        "/v1/tokens",
+        json={"name": "ada", "role": "member"},
+        headers={"Authorization": f"Bearer {bob}"},
+    )
+    assert alias.status_code == 201
+    assert alias.json()["project"] == "beta"
+    job = world.api.post(
+        "/v1/training-jobs",
+        json=job_spec(source_dir),
+        headers={"Authorization": f"Bearer {alias.json()['token']}"},
+    )
+    assert job.status_code == 201
+    assert job.json()["project"] == "beta"
+
+
+@pytest.mark.parametrize("credentials", [None, "Bearer ry_not-a-token"])
+def test_credentials_are_checked_before_the_body(world: World, credentials: str | None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if credentials:
+        headers["Authorization"] = credentials
+    world.api.headers.pop("Authorization", None)
+    for body in ("{not json", '{"instance_type": 7}'):
+        response = world.api.post("/v1/training-jobs", content=body, headers=headers)
+        assert response.status_code == 401, response.text
+    response = world.api.post(
+        "/v1/training-jobs",
+        content="{not json",
+        headers={**headers, "Authorization": f"Bearer {world.tokens['alpha member']}"},
+    )
+    assert response.status_code == 422
+
+
+def test_the_openapi_document_lists_each_routes_refusals(api: TestClient) -> None:
+    document = api.get("/openapi.json").json()
+    missing = []
+    for path, operations in document["paths"].items():
+        if not path.startswith("/v1/") or path == "/v1/session":
+            continue
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            wanted = {"401"}
+            if operation.get("parameters") or operation.get("requestBody"):
+                wanted.add("422")
+            if "{name}" in path:
+                wanted.add("404")
+            if method in ("post", "delete"):
+                wanted.add("403")
+            if not wanted <= codes:
+                missing.append((method, path, sorted(wanted - codes)))
+    assert missing == []
