@@ -323,3 +323,38 @@ def test_the_openapi_document_lists_each_routes_refusals(api: TestClient) -> Non
             if not wanted <= codes:
                 missing.append((method, path, sorted(wanted - codes)))
     assert missing == []
+
+
+def test_each_project_has_its_own_part_of_the_artifact_root(
+    world: World, settings: Settings, source_dir: Path
+) -> None:
+    root = settings.artifact_root
+    beta = {"Authorization": f"Bearer {world.tokens['beta member']}"}
+    assert world.beta_job["spec"]["output_path"] == f"{root}/projects/beta"
+    assert world.alpha_job["spec"]["output_path"] == f"{root}/projects/alpha"
+    default = world.api.post("/v1/training-jobs", json=job_spec(source_dir))
+    assert default.json()["spec"]["output_path"] == root  # where it always was
+    cases = [
+        (("output_path",), {"output_path": f"{root}/projects/alpha"}),
+        (("output_path",), {"output_path": f"{root}/projects/beta/../alpha"}),
+        (("checkpoint_s3_uri",), {"checkpoint_s3_uri": f"{root}/projects/alpha/{JOB}/ckpt"}),
+        (("inputs", "train", "uri"), {"inputs": {"train": f"{root}/{default.json()['name']}"}}),
+        (("output_path",), {"output_path": f"{root}/_sources"}),  # sources are only read
+    ]
+    for loc, fields in cases:
+        refused = world.api.post(
+            "/v1/training-jobs", json=job_spec(source_dir, **fields), headers=beta
+        )
+        assert refused.status_code == 422, (fields, refused.text)
+        assert refused.json()["detail"][0]["loc"] == ["body", *loc]
+    # The default project reaches everything but the other projects' parts.
+    refused = world.api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, output_path=f"{root}/projects/beta")
+    )
+    assert refused.status_code == 422
+    mine = world.api.post(
+        "/v1/training-jobs",
+        json=job_spec(source_dir, output_path=f"{root}/projects/beta/models"),
+        headers=beta,
+    )
+    assert mine.status_code == 201, mine.text

@@ -29,7 +29,7 @@ from provisioning.base import REDACTED, JobRef, LaunchRequest
 from provisioning.catalog import CATALOG
 from service.auth.access import Principal, Role
 from service.capacity import service as capacity
-from service.jobs import file_roots, repository
+from service.jobs import file_roots, project_areas, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
@@ -124,10 +124,11 @@ def prepare(
     refuse(
         modes.problems(distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus)
     )
-    output_path = spec.output_path or settings.artifact_root
+    output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
     # Before anything looks at the files: a refusal must not tell what is there.
     located = spec.model_copy(update={"output_path": output_path}).job_spec()
     refuse(file_roots.problems(located, settings.file_roots))
+    refuse(project_areas.problems(located, settings.artifact_root, project))
     if not source_checked:
         _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)

@@ -1,0 +1,82 @@
+"""Where a project's jobs may read and write inside the artifact root.
+
+The artifact root holds every project's models and checkpoints. Inside it, a job of the
+project ``default`` (the one every job belonged to before projects) keeps its outputs at
+the root, as before; a job of any other project under ``projects/<project>/``. A job may
+name a place inside the artifact root only in its own project's area, or, to read code,
+the uploaded sources (stored by content: reading one takes knowing its digest). Anything
+else there belongs to another project. URIs outside the artifact root are the file roots'
+concern (``file_roots``) or the job's own buckets.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from pathlib import PurePosixPath
+
+from contract import storage
+from contract.problems import Problem
+from contract.spec import JobSpec
+from service.auth.models import DEFAULT_PROJECT
+from service.sources.service import SOURCES_FOLDER
+
+PROJECTS_FOLDER = "projects"
+# Fields a job only reads from: these may also name an uploaded source.
+_READ_ONLY = ("source_uri", "inputs")
+
+
+def output_root(artifact_root: str, project: str) -> str:
+    """Where a job of ``project`` puts its outputs when it names no output_path."""
+    if project == DEFAULT_PROJECT:
+        return artifact_root
+    return storage.join(artifact_root, PROJECTS_FOLDER, project)
+
+
+def problems(spec: JobSpec, artifact_root: str, project: str) -> list[Problem]:
+    """The first of the job's URIs inside another project's part of the artifact root."""
+    own = output_root(artifact_root, project)
+    for loc, uri in spec.storage_uris().items():
+        below = _below(uri, artifact_root)
+        if below is None or _allowed(below, project, reading=loc[0] in _READ_ONLY):
+            continue
+        return [
+            Problem(
+                loc,
+                f"{uri}: inside the artifact root, a job of project {project!r} may use "
+                f"only {own} (and read uploaded sources)",
+            )
+        ]
+    return []
+
+
+def _allowed(below: PurePosixPath, project: str, *, reading: bool) -> bool:
+    parts = below.parts
+    if parts[:1] == (SOURCES_FOLDER,):
+        return reading
+    if project == DEFAULT_PROJECT:
+        return parts[:1] != (PROJECTS_FOLDER,)
+    return parts[:2] == (PROJECTS_FOLDER, project)
+
+
+def _below(uri: str, root: str) -> PurePosixPath | None:
+    """``uri``'s path below ``root`` (empty for the root itself), or None if it is not
+    inside it. ``..`` is resolved as the storage resolves it, and for files, links too."""
+    try:
+        if storage.scheme(uri) != storage.scheme(root):
+            return None
+        if storage.scheme(uri) == "file":
+            path, top = storage.local_path(uri), storage.local_path(root)
+            for form in (os.path.normpath(path), os.path.realpath(path)):
+                for base_form in (os.path.normpath(top), os.path.realpath(top)):
+                    if PurePosixPath(form).is_relative_to(base_form):
+                        return PurePosixPath(form).relative_to(base_form)
+            return None
+    except storage.StorageError:
+        return None  # malformed: the checks after this one say why
+    # Object stores: keys are names, compared as written (no ".." there), folder by folder.
+    key = posixpath.normpath(uri.removeprefix("s3://"))
+    base = posixpath.normpath(root.removeprefix("s3://"))
+    if key == base or key.startswith(base + "/"):
+        return PurePosixPath(key).relative_to(base)
+    return None
