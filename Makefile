@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The console's browser libraries (npm, pinned by console/package-lock.json), copied where
+# the API serves them; nothing is fetched at run time.
+VENDOR := service/console/static/vendor
 
 .PHONY: install demo test lint clean
 
@@ -13,7 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,train]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(VENDOR)/.installed: console/package.json console/package-lock.json
+	cd console && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(VENDOR)
+	cp console/node_modules/uplot/dist/uPlot.iife.min.js console/node_modules/uplot/dist/uPlot.min.css \
+	   console/node_modules/js-yaml/dist/js-yaml.min.js $(VENDOR)/
+	touch $@
+
+install: $(STAMP) $(VENDOR)/.installed
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -27,4 +37,4 @@ test: lint
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENDOR) console/node_modules .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from service.auth.deps import admit
 from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
+from service.console import routes as console
 from service.jobs.routes import router as jobs_router
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
@@ -15,9 +16,13 @@ from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
 
 # Open without a token: the health probe (for load balancers and Kubernetes), the API
-# documentation, which holds no data, and signing in to the console.
-PUBLIC_PATHS = frozenset(
-    {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/v1/session"}
+# documentation, which holds no data, signing in to the console, and the console's pages
+# and files, which hold none either (their scripts ask /v1 for it with the session cookie).
+PUBLIC_PATHS = (
+    frozenset(
+        {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/v1/session"}
+    )
+    | console.PATHS
 )
 # Every route of these requires a token.
 ROUTERS = (
@@ -43,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(session_router)
+    console.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -1,0 +1,164 @@
+// Shared by every page: where the API is, who is signed in, and requests that carry the
+// session cookie (and, for changes, the CSRF token, which lives only in this page's memory).
+"use strict";
+
+const Runyard = (() => {
+  const base = document.querySelector('meta[name="runyard-base"]').content;
+  let me = null;
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(typeof detail === "string" ? detail : JSON.stringify(detail));
+      this.status = status;
+      this.detail = detail;
+    }
+  }
+
+  function toSignIn() {
+    window.location.assign(base + "sign-in");
+  }
+
+  async function api(method, path, { json, body, headers = {}, query } = {}) {
+    const url = new URL(base + path, window.location.href);
+    for (const [key, value] of Object.entries(query || {})) {
+      if (value !== null && value !== undefined && value !== "") url.searchParams.set(key, value);
+    }
+    const sent = { ...headers };
+    if (method !== "GET" && me && me.csrf_token) sent["X-CSRF-Token"] = me.csrf_token;
+    if (json !== undefined) {
+      sent["Content-Type"] = "application/json";
+      body = JSON.stringify(json);
+    }
+    const response = await fetch(url, { method, headers: sent, body, credentials: "same-origin" });
+    if (response.status === 401 && path !== "v1/session") {
+      // Signed out (or the token was revoked): to sign-in, and this request never ends.
+      toSignIn();
+      return new Promise(() => {});
+    }
+    const text = await response.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!response.ok) throw new ApiError(response.status, data && data.detail);
+    return data;
+  }
+
+  // Who is signed in; every page but sign-in calls this first and goes to sign-in on 401.
+  async function signedIn() {
+    me = await api("GET", "v1/me");
+    const who = document.getElementById("who");
+    if (who) {
+      const scope = me.server_admin ? "server administrator" : `${me.role} in ${me.project}`;
+      who.textContent = `${me.name} (${scope})`;
+    }
+    return me;
+  }
+
+  async function signOut() {
+    try {
+      await api("DELETE", "v1/session");
+    } finally {
+      me = null;
+      toSignIn();
+    }
+  }
+
+  function describeError(error) {
+    if (Array.isArray(error.detail)) {
+      return error.detail.map((e) => `${(e.loc || []).join(".")}: ${e.msg}`).join("; ");
+    }
+    return error.message;
+  }
+
+  function el(tag, attributes = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes)) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "text") node.textContent = value;
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children) node.append(child);
+    return node;
+  }
+
+  function when(iso) {
+    return iso ? new Date(iso).toLocaleString() : "";
+  }
+
+  function duration(seconds) {
+    if (seconds === null || seconds === undefined || seconds < 0) return "";
+    seconds = Math.round(seconds);
+    const h = Math.floor(seconds / 3600);
+    const m = Math.floor((seconds % 3600) / 60);
+    const s = seconds % 60;
+    return h ? `${h}h ${m}m` : m ? `${m}m ${s}s` : `${s}s`;
+  }
+
+  function elapsed(start, end) {
+    return duration(((end ? new Date(end) : new Date()) - new Date(start)) / 1000);
+  }
+
+  function jobUrl(name, project) {
+    const query = me && me.server_admin && project ? `?project=${encodeURIComponent(project)}` : "";
+    return `${base}jobs/${encodeURIComponent(name)}${query}`;
+  }
+
+  // Every few seconds while the page is shown (first at once, unless ``later``); a
+  // failure is reported by the task itself and the next round still comes.
+  function every(seconds, task, { later = false } = {}) {
+    let timer = null;
+    let stopped = false;
+    const run = async () => {
+      try {
+        await task();
+      } finally {
+        if (!stopped) timer = setTimeout(run, seconds * 1000);
+      }
+    };
+    if (later) timer = setTimeout(run, seconds * 1000);
+    else run();
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }
+
+  const signOutButton = document.getElementById("sign-out");
+  if (signOutButton) signOutButton.addEventListener("click", signOut);
+
+  return { base, api, signedIn, describeError, el, when, duration, elapsed, jobUrl, every,
+           ApiError, me: () => me };
+})();
+
+// The waiting line per instance type, as far as the API shows it: jobs in progress that
+// hold instances, and those that wait (their pending_reason says why), in the order the
+// server admits them (priority, higher first, then age). Built from the job list and each
+// live job's description: the API has no capacity route of its own.
+Runyard.lines = async (project) => {
+  const live = [];
+  let cursor = null;
+  do {
+    const page = await Runyard.api("GET", "v1/training-jobs", {
+      query: { status: "InProgress", limit: 100, cursor, project },
+    });
+    live.push(...page.items);
+    cursor = page.next_cursor;
+  } while (cursor && live.length < 500);
+  const jobs = await Promise.all(
+    live.map((job) =>
+      Runyard.api("GET", `v1/training-jobs/${encodeURIComponent(job.name)}`, {
+        query: { project: job.project },
+      }).catch(() => null),
+    ),
+  );
+  const types = new Map();
+  for (const job of jobs.filter(Boolean)) {
+    const type = job.spec.instance_type;
+    if (!types.has(type)) types.set(type, { running: [], waiting: [] });
+    types.get(type)[job.pending_reason ? "waiting" : "running"].push(job);
+  }
+  for (const line of types.values()) {
+    line.waiting.sort(
+      (a, b) => b.spec.priority - a.spec.priority || a.created_at.localeCompare(b.created_at),
+    );
+  }
+  return types;
+};

@@ -1,0 +1,315 @@
+"use strict";
+
+(async () => {
+  const me = await Runyard.signedIn();
+  const { el } = Runyard;
+  const root = document.getElementById("job");
+  const name = root.dataset.job;
+  const project = new URLSearchParams(window.location.search).get("project") || "";
+  const jobPath = `v1/training-jobs/${encodeURIComponent(name)}`;
+  const TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
+  const canAct = me.server_admin || me.role !== "viewer";
+  let job = null;
+  let revealed = false;
+
+  // -- the job itself ------------------------------------------------------------------
+
+  function fact(term, ...value) {
+    return [el("dt", { text: term }), el("dd", {}, ...value)];
+  }
+
+  function renderFacts(place) {
+    const facts = [
+      ...fact("Status", el("span", { class: `status status-${job.status}`, text: job.status })),
+      ...fact("Secondary status", job.secondary_status),
+      ...fact("Project", job.project),
+      ...fact("Instances", `${job.spec.instance_type} × ${job.spec.instance_count}`
+        + (job.spec.use_spot_instances ? " (spot)" : "")),
+      ...fact("Created", el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
+      ...fact("Duration", Runyard.elapsed(job.created_at, job.ended_at)),
+      ...fact("Backend", job.backend),
+      ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
+    ];
+    if (job.failure_reason) facts.push(...fact("Failure reason", el("span", { class: "error", text: job.failure_reason })));
+    if (job.pending_reason) {
+      facts.push(...fact("Pending reason", job.pending_reason));
+      if (place) facts.push(...fact("Place in line", place));
+    }
+    if (job.progress !== null) {
+      const percent = Math.round(job.progress * 100);
+      facts.push(...fact("Progress",
+        el("progress", { max: 100, value: percent, "aria-label": "Progress" }), ` ${percent}%`));
+    }
+    if (job.estimated_remaining_seconds !== null) {
+      facts.push(...fact("Time left", `about ${Runyard.duration(job.estimated_remaining_seconds)}`));
+    }
+    facts.push(...fact("Model artifact", job.model_artifacts
+      ? el("code", { text: job.model_artifacts })
+      : "none yet"));
+    document.getElementById("facts").replaceChildren(...facts);
+  }
+
+  function renderTimeline() {
+    document.getElementById("timeline").replaceChildren(...job.transitions.map((t) =>
+      el("li", {},
+        el("time", { datetime: t.start_time, text: Runyard.when(t.start_time) }), " ",
+        el("strong", { text: `${t.status} / ${t.secondary_status}` }),
+        t.message ? el("span", { text: ` — ${t.message}` }) : "")));
+  }
+
+  function renderInstances() {
+    document.querySelector("#instances tbody").replaceChildren(...job.instances.map((i) =>
+      el("tr", {},
+        el("td", { text: i.host }), el("td", { text: i.phase }),
+        el("td", { text: i.exit_code ?? "" }), el("td", { text: i.message }),
+        el("td", { text: Runyard.when(i.reported_at) }))));
+  }
+
+  function hosts() {
+    return Array.from({ length: job.spec.instance_count }, (_, i) => `algo-${i + 1}`);
+  }
+
+  function renderSpec() {
+    const spec = structuredClone(job.spec);
+    if (!revealed) {
+      for (const key of Object.keys(spec.environment || {})) spec.environment[key] = "••••••";
+    }
+    document.getElementById("spec").textContent = JSON.stringify(spec, null, 2);
+    const reveal = document.getElementById("reveal-env");
+    reveal.hidden = !Object.keys(job.spec.environment || {}).length;
+    reveal.setAttribute("aria-pressed", String(revealed));
+    reveal.textContent = revealed ? "Hide environment values" : "Show environment values";
+  }
+
+  function renderActions() {
+    const live = !TERMINAL.has(job.status) && job.status !== "Stopping";
+    const stop = document.getElementById("stop");
+    stop.disabled = !canAct || !live;
+    const spot = job.spec.use_spot_instances;
+    document.getElementById("interrupt-controls").hidden = !spot;
+    document.getElementById("interrupt").disabled = !canAct || !live;
+    document.getElementById("interrupt-host").disabled = !canAct || !live;
+    const select = document.getElementById("interrupt-host");
+    if (!select.options.length) {
+      select.replaceChildren(...hosts().map((h) => el("option", { text: h })));
+    }
+    document.getElementById("actions-note").textContent = canAct
+      ? ""
+      : "Viewers cannot stop or interrupt jobs.";
+  }
+
+  async function placeInLine() {
+    if (!job.pending_reason) return null;
+    const line = (await Runyard.lines(project)).get(job.spec.instance_type);
+    const index = line ? line.waiting.findIndex((j) => j.id === job.id) : -1;
+    return index < 0 ? null : `${index + 1} of ${line.waiting.length} waiting for ${job.spec.instance_type}`;
+  }
+
+  async function load() {
+    try {
+      job = await Runyard.api("GET", jobPath, { query: { project } });
+    } catch (e) {
+      if (e.status === 404) {
+        document.getElementById("job-error").textContent =
+          `Job not found: there is no job named ${name} that you can see.`;
+        document.getElementById("job-body").hidden = true;
+        return false;
+      }
+      document.getElementById("job-error").textContent = Runyard.describeError(e);
+      return true;
+    }
+    document.getElementById("job-error").textContent = "";
+    document.getElementById("job-body").hidden = false;
+    renderFacts(await placeInLine().catch(() => null));
+    renderTimeline();
+    renderInstances();
+    renderSpec();
+    renderActions();
+    const logHost = document.getElementById("log-host");
+    if (logHost.options.length === 1) {
+      logHost.append(...hosts().map((h) => el("option", { text: h })));
+    }
+    return true;
+  }
+
+  // -- stop and interrupt ----------------------------------------------------------------
+
+  const dialog = document.getElementById("confirm");
+  function confirmAction(title, text, ok) {
+    document.getElementById("confirm-title").textContent = title;
+    document.getElementById("confirm-text").textContent = text;
+    document.getElementById("confirm-ok").textContent = ok;
+    dialog.returnValue = "";
+    dialog.showModal();
+    return new Promise((resolve) => {
+      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    });
+  }
+
+  async function act(what, path, json) {
+    const result = document.getElementById("action-result");
+    try {
+      job = await Runyard.api("POST", path, { json, query: { project } });
+      result.textContent = `${what} requested.`;
+      await load();
+    } catch (e) {
+      result.textContent = `${what} failed: ${Runyard.describeError(e)}`;
+    }
+  }
+
+  document.getElementById("stop").addEventListener("click", async () => {
+    if (await confirmAction(`Stop ${name}?`, "Its instances get a stop signal and the job ends as Stopped.", "Stop job")) {
+      await act("Stop", `${jobPath}/stop`);
+    }
+  });
+  document.getElementById("interrupt").addEventListener("click", async () => {
+    const host = document.getElementById("interrupt-host").value;
+    if (await confirmAction(`Interrupt ${host} of ${name}?`,
+        "A spot interruption rehearsal: the scripts get SIGTERM, then the job waits for capacity and resumes.",
+        "Interrupt")) {
+      await act("Interruption", `${jobPath}/instances/${encodeURIComponent(host)}/interruption`,
+        { message: "interrupted from the console" });
+    }
+  });
+  document.getElementById("reveal-env").addEventListener("click", () => {
+    revealed = !revealed;
+    renderSpec();
+  });
+
+  // -- logs --------------------------------------------------------------------------------
+
+  const logs = document.getElementById("logs");
+  const logState = document.getElementById("log-state");
+  const search = document.getElementById("log-search");
+  const MAX_LINES = 5000;
+  let stream = null;
+
+  function matches(line) {
+    const wanted = search.value.trim().toLowerCase();
+    return !wanted || line.textContent.toLowerCase().includes(wanted);
+  }
+
+  function addLine(event) {
+    const atBottom = logs.scrollHeight - logs.scrollTop - logs.clientHeight < 40;
+    const line = el("div", { class: `line ${event.stream}` },
+      el("time", { datetime: event.time, text: new Date(event.time).toISOString().replace("T", " ").replace("Z", "") }),
+      el("span", { class: "host", text: event.host }),
+      el("span", { class: "message", text: event.message }));
+    line.hidden = !matches(line);
+    logs.append(line);
+    while (logs.childElementCount > MAX_LINES) logs.firstElementChild.remove();
+    if (atBottom) logs.scrollTop = logs.scrollHeight;
+  }
+
+  function follow() {
+    if (stream) stream.close();
+    logs.replaceChildren();
+    const url = new URL(`${Runyard.base}${jobPath}/logs`, window.location.href);
+    url.searchParams.set("follow", "true");
+    const host = document.getElementById("log-host").value;
+    if (host) url.searchParams.set("host", host);
+    if (project) url.searchParams.set("project", project);
+    // Same origin: the session cookie goes with it; it resumes after the last line by
+    // itself (Last-Event-ID) if the connection drops.
+    stream = new EventSource(url);
+    logState.textContent = "Following…";
+    stream.addEventListener("log", (e) => addLine(JSON.parse(e.data)));
+    stream.addEventListener("end", (e) => {
+      stream.close();
+      logState.textContent = `The job ended (${JSON.parse(e.data).status}); all its lines are shown.`;
+    });
+    stream.addEventListener("error", () => {
+      if (stream.readyState === EventSource.CLOSED) logState.textContent = "The log stream closed.";
+      else logState.textContent = "Reconnecting…";
+    });
+    stream.addEventListener("open", () => { logState.textContent = "Following live."; });
+  }
+
+  document.getElementById("log-host").addEventListener("change", follow);
+  search.addEventListener("input", () => {
+    for (const line of logs.children) line.hidden = !matches(line);
+  });
+
+  // -- metric charts -----------------------------------------------------------------------
+
+  const charts = new Map();
+  const hasCharts = root.dataset.charts === "yes" && typeof window.uPlot === "function";
+  const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989"];
+
+  function chartData(series) {
+    // One x axis for every host's points (seconds since the epoch), a y series per host.
+    const hostsSeen = [...new Set(series.points.map((p) => p.host))].sort();
+    const times = [...new Set(series.points.map((p) => Date.parse(p.time) / 1000))].sort((a, b) => a - b);
+    const index = new Map(times.map((t, i) => [t, i]));
+    const ys = hostsSeen.map(() => times.map(() => null));
+    for (const p of series.points) {
+      ys[hostsSeen.indexOf(p.host)][index.get(Date.parse(p.time) / 1000)] = p.value;
+    }
+    return { hosts: hostsSeen, data: [times, ...ys] };
+  }
+
+  function describe(metric, series) {
+    const points = series ? series.points : [];
+    if (!points.length) return `Chart of metric ${metric}: no values yet`;
+    const last = points[points.length - 1];
+    return `Chart of metric ${metric}: ${points.length} values, latest ${last.value} on ${last.host}`;
+  }
+
+  function drawChart(metric, series) {
+    let chart = charts.get(metric);
+    if (!chart) {
+      const figure = el("figure", { class: "chart" }, el("figcaption", { text: metric }));
+      const plot = el("div", { role: "img", class: "plot" });
+      figure.append(plot);
+      document.getElementById("charts").append(figure);
+      chart = { plot, uplot: null, hosts: "" };
+      charts.set(metric, chart);
+    }
+    chart.plot.setAttribute("aria-label", describe(metric, series));
+    if (!hasCharts) {
+      chart.plot.textContent = describe(metric, series);
+      return;
+    }
+    const { hosts: seen, data } = chartData(series || { points: [] });
+    const width = Math.max(chart.plot.clientWidth || 0, 260);
+    if (!chart.uplot || chart.hosts !== seen.join()) {
+      if (chart.uplot) chart.uplot.destroy();
+      chart.hosts = seen.join();
+      chart.uplot = new window.uPlot({
+        width, height: 220,
+        scales: { x: { time: true } },
+        series: [{}, ...seen.map((h, i) => ({ label: h, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
+      }, data, chart.plot);
+    } else {
+      chart.uplot.setData(data);
+    }
+  }
+
+  async function loadMetrics() {
+    const wanted = (job.spec.metric_definitions || []).map((d) => d.name);
+    document.getElementById("metrics-empty").textContent =
+      wanted.length ? "" : "This job defines no metrics (metric_definitions).";
+    if (!wanted.length) return;
+    const { metrics } = await Runyard.api("GET", `${jobPath}/metrics`, { query: { project } });
+    const byName = new Map(metrics.map((m) => [m.name, m]));
+    for (const metric of wanted) drawChart(metric, byName.get(metric));
+  }
+
+  window.addEventListener("resize", () => {
+    for (const chart of charts.values()) {
+      if (chart.uplot) chart.uplot.setSize({ width: Math.max(chart.plot.clientWidth, 260), height: 220 });
+    }
+  });
+
+  // -- live ----------------------------------------------------------------------------------
+
+  if (!(await load())) return;
+  follow();
+  await loadMetrics().catch(() => {});
+  const stopPolling = Runyard.every(4, async () => {
+    const ended = TERMINAL.has(job.status);
+    await load();
+    await loadMetrics().catch(() => {});
+    if (ended) stopPolling();
+  }, { later: true });
+})();

@@ -1,0 +1,158 @@
+"""A real Runyard API under uvicorn in a thread, behind a path prefix (as under the Helm
+chart's Ingress), with projects, tokens and jobs made over its own HTTP API."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from sqlalchemy import update
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runyard.server import prepare
+from service.app import create_app
+from service.auth.tokens import instance_token
+from service.jobs.models import TrainingJob
+from service.kit.db import get_engine, session_scope
+from service.settings import Settings
+from tests.conftest import make_settings
+
+PREFIX = "/runyard"
+LOSS = [{"name": "loss", "regex": r"loss=([0-9.]+)"}]
+
+
+@dataclass
+class ConsoleServer:
+    settings: Settings
+    source: Path
+    url: str = ""  # the console's own address, ending in "/"
+    tokens: dict[str, str] = field(default_factory=dict)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+    _seq: dict[str, int] = field(default_factory=dict)
+
+    def start(self) -> ConsoleServer:
+        admin = prepare(self.settings)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            _behind_prefix(create_app(self.settings)), log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, args=([sock],), daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{port}{PREFIX}/"
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the console's API server did not start")
+            time.sleep(0.05)
+        self.tokens["admin"] = admin
+        for project in ("alpha", "beta"):
+            self.call("admin", "POST", "v1/projects", json={"name": project})
+        for name, project, role in [
+            ("vera", "alpha", "viewer"),
+            ("mo", "alpha", "member"),
+            ("bea", "beta", "member"),
+        ]:
+            body = {"name": name, "project": project, "role": role}
+            self.tokens[f"{project} {role}"] = self.call("admin", "POST", "v1/tokens", json=body)[
+                "token"
+            ]
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        get_engine(self.settings.database_url).dispose()
+
+    def call(self, caller: str, method: str, path: str, **kwargs: Any) -> Any:
+        response = httpx.request(
+            method,
+            self.url + path,
+            headers={"Authorization": f"Bearer {self.tokens[caller]}"},
+            timeout=30,
+            **kwargs,
+        )
+        assert response.status_code < 300, (path, response.status_code, response.text)
+        return response.json() if response.content else None
+
+    def submit(self, name: str, project: str = "alpha", **spec: Any) -> dict[str, Any]:
+        body = {
+            "name": name,
+            "entry_point": "train.py",
+            "source_uri": self.source.as_uri(),
+            "instance_type": "local",
+            "instance_count": 1,
+            **spec,
+        }
+        job: dict[str, Any] = self.call(
+            "admin", "POST", "v1/training-jobs", params={"project": project}, json=body
+        )
+        return job
+
+    def launched(self, job: dict[str, Any]) -> None:
+        """Mark the job's instances launched, as the reconciler does (no worker runs here)."""
+        with session_scope(self.settings.database_url) as session:
+            session.execute(
+                update(TrainingJob)
+                .where(TrainingJob.id == job["id"])
+                .values(launched_at=datetime.now(UTC))
+            )
+
+    def interruption_message(self, job: dict[str, Any]) -> str | None:
+        """What the job's pending spot notice says (the reconciler acts on it later)."""
+        with session_scope(self.settings.database_url, readonly=True) as session:
+            row = session.get(TrainingJob, job["id"])
+            return None if row is None else row.interruption_message
+
+    def log(self, job: dict[str, Any], *messages: str, host: str = "algo-1") -> None:
+        """Lines printed by ``host`` of the job, as its runtime ships them."""
+        key = f"{job['id']}/{host}"
+        lines = []
+        for message in messages:
+            self._seq[key] = self._seq.get(key, 0) + 1
+            now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+            lines.append(
+                {"seq": self._seq[key], "time": now, "stream": "stdout", "message": message}
+            )
+        token = instance_token(self.settings.signing_key(), job["id"], host)
+        response = httpx.post(
+            f"{self.url}v1/training-jobs/{job['name']}/instances/{host}/logs",
+            json={"lines": lines},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+
+
+def _behind_prefix(app: ASGIApp) -> ASGIApp:
+    """What uvicorn --root-path sees behind an Ingress that strips the prefix: the full
+    path, and the prefix as the root path (so every page's links must carry it)."""
+
+    async def prefixed(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(PREFIX + "/"):
+            await PlainTextResponse("outside the prefix", status_code=404)(scope, receive, send)
+            return
+        await app({**scope, "root_path": PREFIX}, receive, send)
+
+    return prefixed
+
+
+def console_server(root: Path) -> ConsoleServer:
+    """A server whose home, database and source live under ``root``; call start()."""
+    source = root / "src"
+    source.mkdir(parents=True)
+    (source / "train.py").write_text("print('hello')\n")
+    settings = make_settings(root / "home", f"sqlite:///{root / 'runyard.db'}")
+    return ConsoleServer(settings, source)
