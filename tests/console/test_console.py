@@ -171,6 +171,7 @@ def test_submit_previews_the_plan_then_submits(
         tar.add(server.source / "train.py", arcname="train.py")
     sign_in("alpha member")
     page.get_by_role("link", name="Submit").click()
+    page.wait_for_load_state()  # the page's script in place, as a person's eyes would wait
     page.get_by_label("Name").fill("from-the-form")
     page.get_by_label("Source tarball (.tar.gz)").set_input_files(bundle)
     expect(page.get_by_role("status")).to_contain_text("Uploaded source.tar.gz")
