@@ -25,17 +25,27 @@ JOB_ID = "RUNYARD_JOB_ID"
 # Which instance a process runs on (algo-2): on the local backend several instances share
 # one machine, so the machine's host name cannot tell them apart.
 HOST = "RUNYARD_HOST"
-# The instance's credential toward the service.
+# The instance's credential toward the service (each instance has its own).
 JOB_TOKEN = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+# The secret every instance of a job shares, that its launch agents prove to each other.
+AGENT_KEY = "RUNYARD_AGENT_KEY"
 # Never handed to user code.
-PRIVATE = (JOB_TOKEN,)
+PRIVATE = (JOB_TOKEN, AGENT_KEY)
 
 
 def instance_environment(
-    *, base_dir: str, service_url: str, job_name: str, job_id: str, host: str, token: str | None
+    *,
+    base_dir: str,
+    service_url: str,
+    job_name: str,
+    job_id: str,
+    host: str,
+    token: str | None,
+    agent_key: str | None,
 ) -> dict[str, str]:
     """What the runtime of one instance is started with (beside what its machine has).
-    ``token`` None leaves the token out, for a backend that hands it over another way."""
+    ``token`` and ``agent_key`` None leave them out, for a backend that hands secrets over
+    another way."""
     environment = {
         BASE_DIR: base_dir,
         "PYTHONUNBUFFERED": "1",
@@ -46,6 +56,8 @@ def instance_environment(
     }
     if token is not None:
         environment[JOB_TOKEN] = token
+    if agent_key is not None:
+        environment[AGENT_KEY] = agent_key
     return environment
 
 

@@ -69,6 +69,8 @@ class LaunchRequest:
     service_url: str
     # Each host's own token: an instance may report for itself and nothing else.
     tokens: Mapping[str, str]
+    # What the job's launch agents authenticate each other with (one for all its instances).
+    agent_key: str = ""
     # The number of this attempt's first log line on every host, after the last stored
     # one: the service keeps only lines above each host's last seq.
     first_log_seq: int = 1

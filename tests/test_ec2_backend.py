@@ -41,6 +41,7 @@ IMAGE = "ami-0abcdef1234567890"
 ARTIFACT_ROOT = "file:///srv/runyard/artifacts"
 SERVICE_URL = "http://runyard.internal:8642"
 TOKEN = "ryi_secret"
+AGENT_KEY = "shared-secret"
 # The runyard wheel, where an operator would host it for the instances.
 RUNTIME_WHEEL = "https://files.example.test/runyard-0.1.0-py3-none-any.whl"
 
@@ -86,7 +87,7 @@ def _request(name: str = "job-1", job_id: str = "a" * 32, **spec: Any) -> Launch
     }
     values.update(spec)
     spec = JobCreate.model_validate(values).job_spec()
-    return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, _tokens(spec))
+    return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, _tokens(spec), AGENT_KEY)
 
 
 def _instances(client: Any, job_id: str) -> list[dict[str, Any]]:
@@ -251,6 +252,7 @@ export RUNYARD_JOB_NAME=bert-1
 export RUNYARD_JOB_ID=ffffffffffffffffffffffffffffffff
 export RUNYARD_HOST=algo-2
 export RUNYARD_JOB_TOKEN='<redacted>'
+export RUNYARD_AGENT_KEY='<redacted>'
 # The runtime reports the job's result itself; its exit status only ends this script.
 /opt/runyard/venv/bin/train || echo "runyard: the runtime exited with status $?" >&2
 """
@@ -324,7 +326,9 @@ def test_dry_run_is_the_exact_run_instances_call(ec2: Any) -> None:
     # What is sent: the same call, the real token, the script gzipped for cloud-init.
     sent = materialized.plan.instances[1].run_instances
     script = gzip.decompress(sent["UserData"]).decode()
-    assert script == GOLDEN_USER_DATA.replace(f"'{REDACTED}'", f"{TOKEN}-algo-2")
+    assert script == GOLDEN_USER_DATA.replace(
+        f"RUNYARD_JOB_TOKEN='{REDACTED}'", f"RUNYARD_JOB_TOKEN={TOKEN}-algo-2"
+    ).replace(f"RUNYARD_AGENT_KEY='{REDACTED}'", f"RUNYARD_AGENT_KEY={AGENT_KEY}")
     assert {**sent, "UserData": GOLDEN_USER_DATA} == second["run_instances"]
     assert TOKEN not in materialized.render()
     # Pure: planning again gives the same bytes (one client token, one set of arguments)

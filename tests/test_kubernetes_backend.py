@@ -67,6 +67,7 @@ def _request(job_id: str = JOB_ID, name: str = "Bert-Large-2026", **spec: Any) -
         spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://runyard-api.runyard.svc:8642",
         tokens={host: f"ryi_secret-{host}" for host in host_names(values["instance_count"])},
+        agent_key="shared-secret",
     )
 
 
@@ -152,15 +153,18 @@ def test_pods_get_the_instance_types_resources_and_the_token_only_by_reference()
     assert "value" not in token
     assert token["valueFrom"]["secretKeyRef"]["key"] == "token-algo-2"  # the last pod's own
     assert materialized.public["manifests"][1]["stringData"] == {
+        "agent-key": REDACTED,
         "token-algo-1": REDACTED,
         "token-algo-2": REDACTED,
     }
     # The real plan keeps each instance's token for apply(); only what is shown is redacted.
     assert materialized.plan.objects[1]["stringData"] == {
+        "agent-key": "shared-secret",
         "token-algo-1": "ryi_secret-algo-1",
         "token-algo-2": "ryi_secret-algo-2",
     }
     assert "ryi_secret" not in materialized.render()
+    assert "shared-secret" not in materialized.render()
 
 
 def test_the_config_map_holds_each_hosts_config_with_cluster_addresses() -> None:
@@ -269,7 +273,11 @@ def test_submit_creates_the_job_owned_by_its_config_map(cluster: KubeServer) -> 
     assert pod.metadata.owner_references[0].block_owner_deletion is None
     secret = api.read_namespaced_secret(f"{base}-token", NAMESPACE)
     assert secret.string_data == {
-        f"token-{host}": f"ryi_secret-{host}" for host in host_names(request.spec.instance_count)
+        "agent-key": "shared-secret",
+        **{
+            f"token-{host}": f"ryi_secret-{host}"
+            for host in host_names(request.spec.instance_count)
+        },
     }
     backend.teardown(request.job)
     assert cluster.objects_of(JOB_ID) == []
@@ -562,6 +570,7 @@ def test_a_dry_run_shows_the_manifests_and_creates_nothing(
     kinds = [manifest["kind"] for manifest in result["plan"]["manifests"]]
     assert kinds == ["ConfigMap", "Secret", "Service", "Pod", "Pod"]
     assert result["plan"]["manifests"][1]["stringData"] == {
+        "agent-key": REDACTED,
         "token-algo-1": REDACTED,
         "token-algo-2": REDACTED,
     }

@@ -68,6 +68,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "RUNYARD_JOB_ID": "0" * 32,
         "RUNYARD_HOST": "algo-2",
         "RUNYARD_JOB_TOKEN": REDACTED,
+        "RUNYARD_AGENT_KEY": REDACTED,
     }
     files = second["files"]
     assert json.loads(files["input/config/hyperparameters.json"]) == {

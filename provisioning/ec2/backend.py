@@ -195,9 +195,10 @@ class Ec2Backend(Backend[Ec2Plan]):
         instances: list[Ec2Instance] = []
         public: list[dict[str, Any]] = []
         for host in request.hosts:
-            args = self._run_instances_args(request, host, ec2_type, request.tokens[host])
-            shown = self._run_instances_args(request, host, ec2_type, REDACTED)
-            shown["UserData"] = self._script(request, host, REDACTED)
+            secrets = (request.tokens[host], request.agent_key)
+            args = self._run_instances_args(request, host, ec2_type, secrets)
+            shown = self._run_instances_args(request, host, ec2_type, (REDACTED, REDACTED))
+            shown["UserData"] = self._script(request, host, (REDACTED, REDACTED))
             instances.append(Ec2Instance(host, args))
             public.append({"host": host, "run_instances": shown})
         plan = Ec2Plan(
@@ -267,10 +268,10 @@ class Ec2Backend(Backend[Ec2Plan]):
             )
 
     def _run_instances_args(
-        self, request: LaunchRequest, host: str, ec2_type: str, token: str
+        self, request: LaunchRequest, host: str, ec2_type: str, secrets: tuple[str, str]
     ) -> dict[str, Any]:
         settings = self.settings
-        user_data = userdata.compress(self._script(request, host, token))
+        user_data = userdata.compress(self._script(request, host, secrets))
         if len(user_data) > userdata.USER_DATA_LIMIT:
             raise Ec2Error(
                 f"the user-data of {host} is {len(user_data)} bytes compressed, over EC2's "
@@ -339,7 +340,9 @@ class Ec2Backend(Backend[Ec2Plan]):
             }
         return args
 
-    def _script(self, request: LaunchRequest, host: str, token: str) -> str:
+    def _script(self, request: LaunchRequest, host: str, secrets: tuple[str, str]) -> str:
+        """The instance's boot script; ``secrets``: its token and the job's agent key."""
+        token, agent_key = secrets
         settings = self.settings
         python = f"{userdata.Layout().venv}/bin/python3"
         files = instance_files(
@@ -361,6 +364,7 @@ class Ec2Backend(Backend[Ec2Plan]):
             job_id=request.job.id,
             host=host,
             token=token,
+            agent_key=agent_key,
         )
         boot = userdata.Bootstrap(
             job_name=request.job.name,

@@ -28,6 +28,9 @@ from provisioning.catalog import CATALOG
 from provisioning.instance_files import instance_files
 from provisioning.kubernetes.settings import KubernetesSettings
 
+# The key of the launch agents' shared secret in the job's Secret.
+AGENT_KEY_KEY = "agent-key"
+
 
 def token_key(host: str) -> str:
     """The key of ``host``'s own token in the job's Secret (each pod reads only its own)."""
@@ -118,7 +121,10 @@ def build(
         "kind": "Secret",
         "metadata": {**owned, "name": f"{base}-token"},
         "type": "Opaque",
-        "stringData": {token_key(host): request.tokens[host] for host in request.hosts},
+        "stringData": {
+            AGENT_KEY_KEY: request.agent_key,
+            **{token_key(host): request.tokens[host] for host in request.hosts},
+        },
     }
     service = {
         "apiVersion": "v1",
@@ -219,12 +225,17 @@ def _pod(
         job_id=request.job.id,
         host=host,
         token=None,  # read from the job's Secret, never written into the pod spec
+        agent_key=None,
     )
     env: list[dict[str, Any]] = [
         *({"name": name, "value": value} for name, value in environment.items()),
         {
             "name": variables.JOB_TOKEN,
             "valueFrom": {"secretKeyRef": {"name": f"{base}-token", "key": token_key(host)}},
+        },
+        {
+            "name": variables.AGENT_KEY,
+            "valueFrom": {"secretKeyRef": {"name": f"{base}-token", "key": AGENT_KEY_KEY}},
         },
     ]
     mounts: list[dict[str, Any]] = [

@@ -276,6 +276,7 @@ class LocalBackend(Backend[LocalPlan]):
                 job_id=request.job.id,
                 host=host,
                 token=request.tokens[host],
+                agent_key=request.agent_key,
             ),
         }
         config = instance_files(request, host, **files)

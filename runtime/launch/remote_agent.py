@@ -92,12 +92,12 @@ class Refused(Exception):
 
 
 def job_key(environ: Mapping[str, str]) -> bytes:
-    """Derived, so that a file the script could read never holds the token itself, which
-    is also the instance's credential toward the service."""
-    token = environ.get(variables.JOB_TOKEN)
-    if not token:
-        raise AgentError(f"{variables.JOB_TOKEN} is not set: the launch agent cannot authenticate")
-    return hmac.new(token.encode(), _KEY_CONTEXT, hashlib.sha256).digest()
+    """Derived from the secret the job's instances share (not from an instance's token,
+    which is its own), so that a file the script could read never holds the secret."""
+    shared = environ.get(variables.AGENT_KEY)
+    if not shared:
+        raise AgentError(f"{variables.AGENT_KEY} is not set: the launch agent cannot authenticate")
+    return hmac.new(shared.encode(), _KEY_CONTEXT, hashlib.sha256).digest()
 
 
 def key_file(paths: Paths) -> Path:

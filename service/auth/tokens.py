@@ -42,5 +42,10 @@ def instance_from_token(key: bytes, token: str) -> tuple[str, str] | None:
     return job_id, host
 
 
+def agent_key(key: bytes, job_id: str) -> str:
+    """The secret a job's launch agents share: derived like its tokens, never stored."""
+    return hmac.new(key, f"agent:{job_id}".encode(), hashlib.sha256).hexdigest()
+
+
 def _instance_mac(key: bytes, job_id: str, host: str) -> str:
     return hmac.new(key, f"instance:{job_id}:{host}".encode(), hashlib.sha256).hexdigest()

@@ -241,6 +241,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         spec=prepared.spec.job_spec(),
         service_url=settings.public_url,
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
+        agent_key=REDACTED,
     )
     materialized = backend.materialize(request)
     return DryRun(

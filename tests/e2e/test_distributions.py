@@ -20,15 +20,34 @@ from tests.e2e.conftest import Stack
 pytestmark = pytest.mark.e2e
 
 
+class Lines(list[str]):
+    """What a job's instances printed, with the whole log beside it for a failed check."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__(str(event["message"]) for event in events)
+        self.log = _every_event(events)
+
+
 def _run(
     stack: Stack, client: Client, source: str | Path, **spec: Any
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], Lines]:
     job = stack.submit(client, source, instance_type="local", instance_count=2, **spec)
     job = stack.wait_until_ended(client, job["name"])
     events = list(client.logs(job["name"]))
     assert job["status"] == "Completed", stack.explain(job, events)
+    # One attempt: the checks below count lines, which a restart would print again.
+    assert (job["attempt"], job["restarts"]) == (0, 0), stack.explain(job, events)
     assert processes.marked_processes(job["id"]) == []
-    return job, [event["message"] for event in events]
+    return job, Lines(events)
+
+
+def _every_event(events: list[dict[str, Any]]) -> str:
+    """The whole log with each line's host, stream, seq and time: what tells a line printed
+    twice from a line stored twice."""
+    return "\n".join(
+        f"{e.get('host')} {e.get('stream')} #{e.get('seq')} {e.get('time')}: {e.get('message')}"
+        for e in events
+    )
 
 
 def _untagged(line: str) -> str:
@@ -50,7 +69,7 @@ def test_mpi_with_mpi4py_runs_every_rank_across_instances(stack: Stack) -> None:
     reports = [
         json.loads(_untagged(line).removeprefix("mpi ")) for line in lines if "mpi {" in line
     ]
-    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3]
+    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3], lines.log
     assert {r["size"] for r in reports} == {4}
     assert {r["sum"] for r in reports} == {10}
     # Slots fill host by host; SM_* comes from algo-1 on every rank, as on SageMaker.
@@ -76,7 +95,7 @@ def test_mpi_with_torch_initialised_from_open_mpi_variables(stack: Stack) -> Non
             distribution={"mpi": {"enabled": True, "processes_per_host": 1}},
         )
     seen = sorted(_untagged(line) for line in lines if "torch rank" in line)
-    assert seen == ["torch rank 0/2 local 0 sum 3", "torch rank 1/2 local 0 sum 3"]
+    assert seen == ["torch rank 0/2 local 0 sum 3", "torch rank 1/2 local 0 sum 3"], lines.log
 
 
 def test_pytorchddp_runs_an_env_rendezvous_script_under_mpirun(stack: Stack) -> None:
@@ -94,7 +113,7 @@ def test_pytorchddp_runs_an_env_rendezvous_script_under_mpirun(stack: Stack) -> 
     assert ranks == [
         "rank 0/2 on algo-1 (local rank 0, backend gloo)",
         "rank 1/2 on algo-1 (local rank 0, backend gloo)",
-    ]
+    ], lines.log
     assert any("saved model" in line for line in lines)
 
 
@@ -113,7 +132,7 @@ def test_data_parallel_runs_a_sagemaker_script_unchanged(stack: Stack) -> None:
     assert ranks == [
         "rank 0/2, local rank 0/1, device cpu",
         "rank 1/2, local rank 0/1, device cpu",
-    ]
+    ], lines.log
     accuracy = next(_untagged(line) for line in lines if "model saved to" in line)
     assert float(accuracy.split()[1].rstrip(",")) > 0.9
     assert job["model_artifacts"]

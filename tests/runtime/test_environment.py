@@ -56,12 +56,17 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     bases = write_instances(tmp_path / "job", request, master_port=29400)
     config = load(bases["algo-2"])
     env = script_environment(
-        config, {"PATH": "/bin", "RUNYARD_JOB_TOKEN": "secret"}, num_gpus=0, num_cpus=2
+        config,
+        {"PATH": "/bin", "RUNYARD_JOB_TOKEN": "secret", "RUNYARD_AGENT_KEY": "shared"},
+        num_gpus=0,
+        num_cpus=2,
     )
     base = bases["algo-2"]
 
     assert set(CONTRACT) <= set(env)
-    assert "RUNYARD_JOB_TOKEN" not in env  # the instance's credential never reaches user code
+    # The instance's credential and the job's agent secret never reach user code.
+    assert "RUNYARD_JOB_TOKEN" not in env
+    assert "RUNYARD_AGENT_KEY" not in env
     assert env["PATH"] == "/bin"
     assert env["MY_FLAG"] == "on"
     assert env["SM_MODEL_DIR"] == str(base / "model")

@@ -121,7 +121,7 @@ def cluster(tmp_path: Path) -> Cluster:
     )
     for base in bases.values():
         (base / "code").mkdir(parents=True)
-    key = remote_agent.job_key({variables.JOB_TOKEN: TOKEN})
+    key = remote_agent.job_key({variables.AGENT_KEY: TOKEN})
     remote_agent.write_key_file(load(bases["algo-1"]).paths, key)
     return Cluster(job_id, bases, key, [])
 
@@ -177,7 +177,7 @@ def test_output_and_exit_status_are_relayed(cluster: Cluster) -> None:
 
 def test_a_client_without_the_jobs_key_is_refused(cluster: Cluster) -> None:
     master = cluster.config("algo-1")
-    remote_agent.write_key_file(master.paths, remote_agent.job_key({"RUNYARD_JOB_TOKEN": "other"}))
+    remote_agent.write_key_file(master.paths, remote_agent.job_key({"RUNYARD_AGENT_KEY": "other"}))
     with cluster.serve():
         done = cluster.run_client("touch ran")
     assert done.returncode == 255
@@ -301,7 +301,7 @@ def test_an_mpi_job_across_two_addresses_runs_through_the_agent(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     shutil.copy(EXAMPLES / "mpi_hello.py", tmp_path / "src" / "train.py")
-    env = {variables.JOB_ID: cluster.job_id, variables.JOB_TOKEN: TOKEN}
+    env = {variables.JOB_ID: cluster.job_id, variables.AGENT_KEY: TOKEN}
     master = start_runtime(cluster.bases["algo-1"], RUNYARD_HOST="algo-1", **env)
     # algo-2 starts only once mpirun is already calling on it: the client waits for it.
     _wait_until(
@@ -333,7 +333,7 @@ def test_an_mpi_job_across_two_addresses_runs_through_the_agent(
     )
 
 
-def test_an_instance_without_the_job_token_fails_with_a_reason(
+def test_an_instance_without_the_agent_key_fails_with_a_reason(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     (tmp_path / "src" / "train.py").write_text("print('never run here')\n")
@@ -343,5 +343,5 @@ def test_an_instance_without_the_job_token_fails_with_a_reason(
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 1, output
     assert (base / "output" / "failure").read_text() == (
-        "InternalServerError: RUNYARD_JOB_TOKEN is not set: the launch agent cannot authenticate"
+        "InternalServerError: RUNYARD_AGENT_KEY is not set: the launch agent cannot authenticate"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy.orm import object_session
 
 from provisioning.base import LaunchRequest
-from service.auth.tokens import instance_token
+from service.auth.tokens import agent_key, instance_token
 from service.capacity import service as capacity
 from service.jobs import repository
 from service.jobs.models import TrainingJob
@@ -63,6 +63,7 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
             host: instance_token(settings.signing_key(), snapshot.ref.id, host)
             for host in snapshot.hosts
         },
+        agent_key=agent_key(settings.signing_key(), snapshot.ref.id),
         first_log_seq=snapshot.attempt_first_log_seq,
     )
     # Adopts what an earlier, interrupted attempt started.
