@@ -10,7 +10,12 @@ from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBea
 
 from service.auth import sessions
 from service.auth.access import Principal
-from service.auth.service import authenticate, authenticate_token_id, needs_touch, touch
+from service.auth.service import (
+    authenticate,
+    authenticate_console_session,
+    needs_touch,
+    touch,
+)
 from service.kit.db import session_scope
 from service.kit.deps import SettingsDep
 from service.kit.errors import Forbidden, Unauthorized
@@ -49,7 +54,9 @@ def identify(
                 raise Unauthorized("invalid or revoked token")
         elif cookie is not None:
             session = sessions.read(key, cookie)
-            principal = authenticate_token_id(db, session.token_id) if session else None
+            principal = (
+                authenticate_console_session(db, session.id, session.token_id) if session else None
+            )
             if session is None or principal is None:
                 raise Unauthorized("the console session has ended; sign in again")
             if not sessions.csrf_ok(

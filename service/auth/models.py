@@ -22,6 +22,19 @@ class Project(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class ConsoleSession(Base):
+    """A browser's session, begun with a token; it stands until signed out or expired."""
+
+    __tablename__ = "console_sessions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("api_tokens.id", name="fk_console_sessions_token"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     # A name says who holds the token within its project; the project says what it reaches.

@@ -116,6 +116,7 @@ def sign_in(
     if principal is None or principal.kind != "user" or principal.token_id is None:
         raise Unauthorized("invalid or revoked token")
     began = sessions.begin(settings.signing_key(), principal.token_id)
+    service.begin_console_session(session, began.id, principal.token_id)
     response.set_cookie(
         sessions.COOKIE,
         began.value,
@@ -129,8 +130,15 @@ def sign_in(
 
 
 @session_router.delete("/session", status_code=204)
-def sign_out(request: Request, response: Response) -> None:
-    """End the console session (its cookie is cleared; the token itself stays valid)."""
+def sign_out(
+    request: Request, response: Response, session: SessionDep, settings: SettingsDep
+) -> None:
+    """End the console session: on the server (a copy of its cookie is refused from now
+    on) and in the browser. The token itself stays valid."""
+    cookie = request.cookies.get(sessions.COOKIE)
+    ended = sessions.read(settings.signing_key(), cookie) if cookie else None
+    if ended is not None:
+        service.end_console_session(session, ended.id)
     response.delete_cookie(
         sessions.COOKIE, path=_cookie_path(request), httponly=True, samesite="strict"
     )

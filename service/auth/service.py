@@ -6,12 +6,12 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from service.auth import tokens
+from service.auth import sessions, tokens
 from service.auth.access import Principal, Role
-from service.auth.models import DEFAULT_PROJECT, ApiToken, Project
+from service.auth.models import DEFAULT_PROJECT, ApiToken, ConsoleSession, Project
 from service.kit.db import utcnow
 from service.kit.errors import Conflict, NotFound
 
@@ -113,11 +113,32 @@ def authenticate(session: Session, signing_key: bytes, token: str) -> Principal 
     return None if row is None else principal_of(row)
 
 
-def authenticate_token_id(session: Session, token_id: int) -> Principal | None:
-    """The holder of a token still in force (a console session refers to its token by id,
-    so revoking the token ends the session too)."""
-    row = session.get(ApiToken, token_id)
-    return None if row is None or row.revoked_at is not None else principal_of(row)
+def begin_console_session(session: Session, session_id: str, token_id: int) -> None:
+    """Record a console session; sessions older than any cookie can live are let go."""
+    oldest = utcnow() - timedelta(seconds=sessions.LIFETIME_SECONDS)
+    session.execute(delete(ConsoleSession).where(ConsoleSession.created_at < oldest))
+    session.add(ConsoleSession(id=session_id, token_id=token_id))
+    session.flush()
+
+
+def end_console_session(session: Session, session_id: str) -> None:
+    session.execute(
+        update(ConsoleSession)
+        .where(ConsoleSession.id == session_id, ConsoleSession.ended_at.is_(None))
+        .values(ended_at=utcnow())
+    )
+
+
+def authenticate_console_session(
+    session: Session, session_id: str, token_id: int
+) -> Principal | None:
+    """The holder of a console session still standing, begun with a token still in force
+    (so signing out, or revoking the token, ends it)."""
+    row = session.get(ConsoleSession, session_id)
+    if row is None or row.ended_at is not None or row.token_id != token_id:
+        return None
+    token = session.get(ApiToken, token_id)
+    return None if token is None or token.revoked_at is not None else principal_of(token)
 
 
 def principal_of(row: ApiToken) -> Principal:

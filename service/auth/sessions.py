@@ -1,11 +1,13 @@
 """Browser sessions for the console: a signed cookie that names a token, never holds it.
 
 Signing in with a token sets ``runyard_session`` (HttpOnly, SameSite=Strict, Secure over
-HTTPS): the token's id, when the session began, and a random nonce, signed with the
-server's key. Each request looks the token up again, so revoking it ends its sessions at
-once. A cookie is sent by the browser on its own, so a request that changes anything must
-also carry ``X-CSRF-Token``: a value derived from the cookie that the console's pages
-receive in the body of ``GET /v1/me`` and a cross-site page cannot read.
+HTTPS): the token's id, when the session began, and the session's random id, signed with
+the server's key. Each request looks the session and its token up again, so signing out
+ends the session on the server (a copy of the cookie is refused too) and revoking the
+token ends its sessions at once. A cookie is sent by the browser on its own, so a request
+that changes anything must also carry ``X-CSRF-Token``: a value derived from the cookie
+that the console's pages receive in the body of ``GET /v1/me`` and a cross-site page
+cannot read.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 class Session:
     token_id: int
     began: int
+    id: str  # the row that says whether the session still stands
     value: str  # the cookie as set
 
     def csrf(self, key: bytes) -> str:
@@ -36,9 +39,10 @@ class Session:
 
 def begin(key: bytes, token_id: int, now: float | None = None) -> Session:
     began = int(time.time() if now is None else now)
-    body = f"{token_id}.{began}.{secrets.token_urlsafe(12)}"
+    session_id = secrets.token_hex(16)
+    body = f"{token_id}.{began}.{session_id}"
     encoded = base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
-    return Session(token_id, began, f"{encoded}.{_mac(key, body)}")
+    return Session(token_id, began, session_id, f"{encoded}.{_mac(key, body)}")
 
 
 def read(key: bytes, value: str, now: float | None = None) -> Session | None:
@@ -46,8 +50,8 @@ def read(key: bytes, value: str, now: float | None = None) -> Session | None:
     encoded, _, mac = value.partition(".")
     try:
         body = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-        token_id, began, _nonce = body.split(".")
-        session = Session(int(token_id), int(began), value)
+        token_id, began, session_id = body.split(".")
+        session = Session(int(token_id), int(began), session_id, value)
     except (ValueError, UnicodeDecodeError):
         return None
     if not hmac.compare_digest(mac, _mac(key, body)):
