@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from service.auth.deps import admit
 from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
+from service.capacity.routes import router as capacity_router
 from service.console import routes as console
 from service.jobs.routes import router as jobs_router
 from service.kit.errors import install_error_handler
@@ -33,6 +34,7 @@ ROUTERS = (
     tokens_router,
     projects_router,
     me_router,
+    capacity_router,
 )
 
 

@@ -134,13 +134,25 @@ def log_line(seq: int, second: int, message: str, stream: str = "stdout") -> dic
     }
 
 
+class InstanceHeaders(dict[str, str]):
+    """The headers algo-1 of a job reports with; ``of(host)`` gives another host's."""
+
+    def __init__(self, settings: Settings, job_id: str) -> None:
+        super().__init__(instance_headers(settings, job_id))
+        self._settings = settings
+        self._job_id = job_id
+
+    def of(self, host: str) -> dict[str, str]:
+        return instance_headers(self._settings, self._job_id, host)
+
+
 def submit_for_instances(
-    api: TestClient, settings: Settings, source_dir: Path, host: str = "algo-1", **spec: object
-) -> dict[str, str]:
-    """Submits a job over the API; returns the headers ``host`` reports with."""
+    api: TestClient, settings: Settings, source_dir: Path, **spec: object
+) -> InstanceHeaders:
+    """Submits a job over the API; returns the headers its instances report with."""
     response = api.post("/v1/training-jobs", json=job_spec(source_dir, **spec))
     assert response.status_code == 201, response.text
-    return instance_headers(settings, response.json()["id"], host)
+    return InstanceHeaders(settings, response.json()["id"])
 
 
 def instance_headers(settings: Settings, job_id: str, host: str = "algo-1") -> dict[str, str]:

@@ -41,8 +41,9 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
-    # interruption), sources, tokens (mint, list, revoke), projects (create, list), me.
-    assert len(routes) == 16, routes
+    # interruption), sources, tokens (mint, list, revoke), projects (create, list), me,
+    # capacity.
+    assert len(routes) == 17, routes
 
 
 @pytest.mark.parametrize(

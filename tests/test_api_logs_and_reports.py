@@ -180,7 +180,7 @@ def test_logs_merge_hosts_by_time_and_filter_by_host(
     api.post(
         f"{base}/algo-2/logs",
         json={"lines": [log_line(1, 1, "b1"), log_line(2, 3, "b2")]},
-        headers=headers,
+        headers=headers.of("algo-2"),
     )
     api.post(
         f"{base}/algo-1/logs",

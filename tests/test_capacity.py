@@ -266,3 +266,42 @@ def test_a_projects_small_job_does_not_pass_its_own_larger_one(
     assert _state(settings, small)[1]
     _complete(settings, small, 1)
     _drive(reconciler, small)
+
+
+def test_the_capacity_route_shows_the_line_and_hides_other_projects_jobs(
+    settings: Settings, source_dir: Path
+) -> None:
+    reconciler = _reconciler(settings)
+    with session_scope(settings.database_url) as session:
+        create_project(session, "team-b")
+    big = _submit(settings, source_dir, "big", instance_count=2)
+    theirs = _submit(settings, source_dir, "theirs", project="team-b", instance_count=2)
+    small = _submit(settings, source_dir, "small", instance_count=1, priority=5)
+    _drive(reconciler, big, theirs, small)
+    with _api(settings, "default") as client:
+        seen = client.get("/v1/capacity")
+    assert seen.status_code == 200, seen.text
+    [local] = seen.json()["types"]
+    assert (local["instance_type"], local["capacity"], local["in_use"]) == ("local", 3, 3)
+    assert [(h["name"], h["instance_count"], h["reason"]) for h in local["running"]] == [
+        ("small", 1, None),  # priority 5 went first
+        ("big", 2, None),
+    ]
+    [waiting] = local["waiting"]
+    # team-b's job keeps its place, but neither its name nor its reason shows.
+    assert waiting == {
+        "name": None,
+        "project": None,
+        "instance_count": 2,
+        "priority": 0,
+        "reason": "Waiting",
+    }
+    with _api(settings, "team-b") as client:
+        [local] = client.get("/v1/capacity").json()["types"]
+    assert [h["name"] for h in local["running"]] == [None, None]
+    assert local["waiting"][0]["name"] == "theirs"
+    assert local["waiting"][0]["reason"].startswith("Waiting for capacity: 3 of 3")
+    with session_scope(settings.database_url) as session:
+        for name in (big, theirs, small):
+            service.stop(session, settings, name, SERVER_ADMIN, named(session, name).project)
+    _drive(reconciler, big, theirs, small)

@@ -34,7 +34,7 @@ sys.stdin.readline()
     reason="FUSE mounts need /dev/fuse and root",
 )
 def test_teardown_unmounts_what_a_killed_runtime_left_mounted(tmp_path: Path) -> None:
-    job_dir = tmp_path / "jobs" / "job-1"
+    job_dir = tmp_path / "jobs" / ("0" * 32)  # a job is kept under its id
     base = job_dir / "algo-1"
     mountpoint = base / "input" / "data" / "train"
     runtime = subprocess.Popen(

@@ -17,7 +17,7 @@ from runyard.client import Client, RunyardError
 from service.jobs.models import MetricPoint
 from service.kit.db import session_scope
 from service.settings import Settings
-from tests.conftest import job_spec, log_line, submit_for_instances
+from tests.conftest import InstanceHeaders, job_spec, log_line, submit_for_instances
 
 DEFINITIONS = [
     {"name": "train:loss", "regex": r"loss: ([-+0-9.eE]+)"},
@@ -27,10 +27,10 @@ JOB = "/v1/training-jobs/job-1"
 
 
 def _ship(
-    api: TestClient, headers: dict[str, str], host: str, *lines: dict[str, Any]
+    api: TestClient, headers: InstanceHeaders, host: str, *lines: dict[str, Any]
 ) -> dict[str, Any]:
     response = api.post(
-        f"{JOB}/instances/{host}/logs", json={"lines": list(lines)}, headers=headers
+        f"{JOB}/instances/{host}/logs", json={"lines": list(lines)}, headers=headers.of(host)
     )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()

@@ -63,6 +63,7 @@ def _routes(source_dir: Path) -> list[Route]:
             MEMBER,
             job_spec(source_dir, name="planned"),
         ),
+        Route("capacity", "GET", "/v1/capacity", VIEWER),
         Route("list tokens", "GET", "/v1/tokens", ADMIN),
         Route(
             "mint token",
@@ -150,7 +151,10 @@ def _expected(caller: str, route: Route) -> int | None:
         # An instance reports its own spot notice; nothing else of a user's is its.
         return None if route.label == "interrupt" else FORBIDDEN
     if caller == "beta member":
-        # Listing its own project's tokens is a beta admin's, not a member's.
+        # Listing its own project's tokens is a beta admin's, not a member's; the capacity
+        # overview is every user's (with other projects' jobs unnamed).
+        if route.label == "capacity":
+            return None
         return FORBIDDEN if route.label == "list tokens" else INVISIBLE
     role = CALLERS[caller]
     return None if role >= route.needs else FORBIDDEN

@@ -126,6 +126,61 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     return Admission(False, "the job is not waiting")  # unreachable: mine is in the line
 
 
+@dataclass(frozen=True)
+class Holding:
+    """One live job of an instance type, as the capacity overview shows it."""
+
+    name: str
+    project: str
+    count: int
+    priority: int
+    # Why it waits (its pending reason); None for a job that holds its instances.
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class TypeLine:
+    instance_type: str
+    capacity: int | None
+    in_use: int
+    running: list[Holding]
+    # In the order of the line: priority (higher first), then age.
+    waiting: list[Holding]
+
+
+def overview(session: Session, settings: Settings) -> list[TypeLine]:
+    """Per instance type with live jobs: what holds instances, and what waits in line."""
+    claims = _live_claims(session)
+    rows = session.execute(
+        select(TrainingJob.id, TrainingJob.pending_reason).where(
+            TrainingJob.id.in_([claim.job_id for claim in claims])
+        )
+    )
+    reasons = {job_id: reason for job_id, reason in rows}
+    usage = _usage(claims)
+    lines = []
+    for kind in sorted({claim.instance_type for claim in claims}):
+        mine = sorted(
+            (claim for claim in claims if claim.instance_type == kind),
+            key=lambda claim: (-claim.priority, claim.created_at, claim.job_id),
+        )
+
+        def holding(claim: _Claim) -> Holding:
+            reason = None if claim.admitted else reasons.get(claim.job_id) or "Not decided yet"
+            return Holding(claim.name, claim.project, claim.count, claim.priority, reason)
+
+        lines.append(
+            TypeLine(
+                instance_type=kind,
+                capacity=settings.capacity.get(kind),
+                in_use=usage.by_type[kind],
+                running=[holding(claim) for claim in mine if claim.admitted],
+                waiting=[holding(claim) for claim in mine if not claim.admitted],
+            )
+        )
+    return lines
+
+
 def _lock_admission(session: Session) -> None:
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock(_ADMISSION_LOCK)))

@@ -6,33 +6,35 @@
   const root = document.getElementById("capacity");
   const state = document.getElementById("capacity-state");
 
-  function jobLink(job) {
-    return el("a", { href: Runyard.jobUrl(job.name, job.project), text: job.name });
+  function who(held) {
+    // Another project's job: its place and size show, not what it is.
+    return held.name
+      ? el("a", { href: Runyard.jobUrl(held.name, held.project), text: held.name })
+      : el("span", { class: "muted", text: "another project's job" });
   }
 
-  function section(type, line) {
-    const count = (jobs) => jobs.reduce((n, j) => n + j.spec.instance_count, 0);
+  function section(line) {
+    const limit = line.capacity === null ? "no limit" : `${line.capacity}`;
     const running = line.running.length
-      ? el("ul", {}, ...line.running.map((j) =>
-          el("li", {}, jobLink(j), ` — ${j.spec.instance_count} instance(s), ${j.secondary_status}`)))
+      ? el("ul", {}, ...line.running.map((held) =>
+          el("li", {}, who(held), ` — ${held.instance_count} instance(s)`)))
       : el("p", { class: "muted", text: "Nothing running." });
     const waiting = line.waiting.length
-      ? el("ol", {}, ...line.waiting.map((j) =>
-          el("li", {}, jobLink(j),
-            ` — ${j.spec.instance_count} instance(s), priority ${j.spec.priority}: ${j.pending_reason}`)))
+      ? el("ol", {}, ...line.waiting.map((held) =>
+          el("li", {}, who(held),
+            ` — ${held.instance_count} instance(s), priority ${held.priority}: ${held.reason}`)))
       : el("p", { class: "muted", text: "Nothing waiting." });
-    return el("section", { class: "type-line", "aria-label": `Instance type ${type}` },
-      el("h2", { text: type }),
-      el("h3", { text: `Running (${count(line.running)} instances)` }), running,
+    return el("section", { class: "type-line", "aria-label": `Instance type ${line.instance_type}` },
+      el("h2", { text: line.instance_type }),
+      el("h3", { text: `Running (${line.in_use} of ${limit} instances in use)` }), running,
       el("h3", { text: `Waiting, in order (${line.waiting.length} jobs)` }), waiting);
   }
 
   Runyard.every(5, async () => {
     try {
-      const lines = await Runyard.lines("");
-      const types = [...lines.keys()].sort();
-      root.replaceChildren(...types.map((t) => section(t, lines.get(t))));
-      state.textContent = types.length ? "" : "No job is running or waiting.";
+      const lines = await Runyard.lines();
+      root.replaceChildren(...[...lines.values()].map(section));
+      state.textContent = lines.size ? "" : "No job is running or waiting.";
     } catch (e) {
       state.textContent = `Could not load capacity: ${Runyard.describeError(e)}`;
     }

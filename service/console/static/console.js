@@ -128,37 +128,10 @@ const Runyard = (() => {
            ApiError, me: () => me };
 })();
 
-// The waiting line per instance type, as far as the API shows it: jobs in progress that
-// hold instances, and those that wait (their pending_reason says why), in the order the
-// server admits them (priority, higher first, then age). Built from the job list and each
-// live job's description: the API has no capacity route of its own.
-Runyard.lines = async (project) => {
-  const live = [];
-  let cursor = null;
-  do {
-    const page = await Runyard.api("GET", "v1/training-jobs", {
-      query: { status: "InProgress", limit: 100, cursor, project },
-    });
-    live.push(...page.items);
-    cursor = page.next_cursor;
-  } while (cursor && live.length < 500);
-  const jobs = await Promise.all(
-    live.map((job) =>
-      Runyard.api("GET", `v1/training-jobs/${encodeURIComponent(job.name)}`, {
-        query: { project: job.project },
-      }).catch(() => null),
-    ),
-  );
-  const types = new Map();
-  for (const job of jobs.filter(Boolean)) {
-    const type = job.spec.instance_type;
-    if (!types.has(type)) types.set(type, { running: [], waiting: [] });
-    types.get(type)[job.pending_reason ? "waiting" : "running"].push(job);
-  }
-  for (const line of types.values()) {
-    line.waiting.sort(
-      (a, b) => b.spec.priority - a.spec.priority || a.created_at.localeCompare(b.created_at),
-    );
-  }
-  return types;
+// The line per instance type, from the server's capacity overview: the jobs holding
+// instances, and those waiting in the order they would start, each with why it waits.
+// Another project's jobs keep their place but come without a name.
+Runyard.lines = async () => {
+  const overview = await Runyard.api("GET", "v1/capacity");
+  return new Map(overview.types.map((line) => [line.instance_type, line]));
 };

@@ -100,8 +100,10 @@
 
   async function placeInLine() {
     if (!job.pending_reason) return null;
-    const line = (await Runyard.lines(project)).get(job.spec.instance_type);
-    const index = line ? line.waiting.findIndex((j) => j.id === job.id) : -1;
+    const line = (await Runyard.lines()).get(job.spec.instance_type);
+    const index = line
+      ? line.waiting.findIndex((j) => j.name === job.name && j.project === job.project)
+      : -1;
     return index < 0 ? null : `${index + 1} of ${line.waiting.length} waiting for ${job.spec.instance_type}`;
   }
 
