@@ -78,7 +78,14 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     serving.set()
     _announce_when_ready(url, settings.home / "token", serving)
     try:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            root_path=settings.root_path,
+            log_level="info",
+            access_log=False,
+        )
     finally:
         serving.clear()
         _remove_if_ours(server_file)

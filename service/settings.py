@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     # name; the artifact root, when it is file://, is always one of them.
     file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     public_url: str = ""
+    # The path prefix the API is served under behind a proxy (an Ingress at /runyard): the
+    # console's links and its session cookie then carry it. Empty: served at /.
+    root_path: str = Field(default="", pattern=r"^(|/[^\s?#]*[^/\s?#])$")
     secret_key: SecretStr | None = None
     # The admin token, where a deployment manages it (each API replica of a Helm release
     # would otherwise mint its own); unset, one is minted into RUNYARD_HOME/token.

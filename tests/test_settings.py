@@ -102,3 +102,10 @@ def test_deprecated_tenant_quotas_apply_to_the_project_of_that_name(tmp_path: Pa
     assert settings.quotas_of("team-a") == {"*": 4}
     assert settings.quotas_of("team-b") == {"*": 1}  # the project's own entry wins
     assert settings.quotas_of("team-c") == {}
+
+
+@pytest.mark.parametrize("prefix", ["runyard", "/runyard/", "/a b", "/x?y", "/"])
+def test_a_root_path_is_a_path_prefix_or_nothing(tmp_path: Path, prefix: str) -> None:
+    with pytest.raises(ValidationError, match="root_path"):
+        Settings(home=tmp_path, root_path=prefix)
+    assert Settings(home=tmp_path, root_path="/teams/runyard").root_path == "/teams/runyard"

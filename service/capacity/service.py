@@ -156,7 +156,7 @@ def overview(session: Session, settings: Settings) -> list[TypeLine]:
             TrainingJob.id.in_([claim.job_id for claim in claims])
         )
     )
-    reasons = {job_id: reason for job_id, reason in rows}
+    reasons = {row.id: row.pending_reason for row in rows}
     usage = _usage(claims)
     lines = []
     for kind in sorted({claim.instance_type for claim in claims}):

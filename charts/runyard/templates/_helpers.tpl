@@ -114,6 +114,7 @@ RUNYARD_ENVIRONMENT: production
 RUNYARD_HOME: /var/lib/runyard
 RUNYARD_ARTIFACT_ROOT: {{ .Values.artifacts.root | quote }}
 RUNYARD_PUBLIC_URL: {{ include "runyard.publicUrl" . | quote }}
+RUNYARD_ROOT_PATH: {{ .Values.rootPath | quote }}
 RUNYARD_BACKENDS: {{ .Values.backends | toJson | quote }}
 RUNYARD_KUBERNETES: {{ include "runyard.kubernetesSettings" . | quote }}
 {{- range $key, $value := .Values.extraConfig }}
