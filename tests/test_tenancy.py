@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from contract import storage
 from service.auth.access import Role
 from service.auth.tokens import instance_token
+from service.jobs.models import TrainingJob
+from service.kit.db import session_scope
 from service.settings import Settings
 from tests.conftest import job_spec
 
@@ -41,6 +44,7 @@ def _routes(source_dir: Path) -> list[Route]:
         Route("describe", "GET", f"{job}?project=alpha", VIEWER),
         Route("logs", "GET", f"{job}/logs?project=alpha", VIEWER),
         Route("metrics", "GET", f"{job}/metrics?project=alpha", VIEWER),
+        Route("model", "GET", f"{job}/model?project=alpha", VIEWER),
         Route("stop", "POST", f"{job}/stop?project=alpha", MEMBER),
         Route(
             "interrupt",
@@ -74,6 +78,19 @@ def _routes(source_dir: Path) -> list[Route]:
         ),
         Route("revoke token", "DELETE", "/v1/tokens/spare?project=alpha", ADMIN),
     ]
+
+
+def _store_model(settings: Settings, job: dict[str, Any], content: bytes) -> str:
+    """What the job's runtime would have stored as its model, and reported."""
+    uri = storage.join(job["spec"]["output_path"], job["name"], "output", "model.tar.gz")
+    path = storage.local_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    with session_scope(settings.database_url) as session:
+        row = session.get(TrainingJob, job["id"])
+        assert row is not None
+        row.model_artifacts = uri
+    return uri
 
 
 @dataclass
@@ -130,6 +147,7 @@ def world(api: TestClient, settings: Settings, admin_token: str, source_dir: Pat
         return dict(response.json())
 
     alpha_job, beta_job = submit("alpha"), submit("beta")
+    _store_model(settings, alpha_job, b"alpha's weights")
     tokens["instance token"] = instance_token(settings.signing_key(), alpha_job["id"], "algo-1")
     return World(api, tokens, alpha_job, beta_job)
 
@@ -362,3 +380,27 @@ def test_each_project_has_its_own_part_of_the_artifact_root(
         headers=beta,
     )
     assert mine.status_code == 201, mine.text
+
+
+def test_a_model_is_downloaded_only_from_where_the_job_was_told_to_store_it(
+    world: World, settings: Settings, tmp_path: Path
+) -> None:
+    viewer = {"Authorization": f"Bearer {world.tokens['alpha viewer']}"}
+    url = f"/v1/training-jobs/{JOB}/model"
+    got = world.api.get(url, headers=viewer)
+    assert got.status_code == 200, got.text
+    assert got.content == b"alpha's weights"
+    assert got.headers["content-disposition"] == f'attachment; filename="{JOB}-model.tar.gz"'
+    # An instance may report any URI as its model: a file elsewhere is never served.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a model")
+    with session_scope(settings.database_url) as session:
+        row = session.get(TrainingJob, world.alpha_job["id"])
+        assert row is not None
+        row.model_artifacts = secret.as_uri()
+    refused = world.api.get(url, headers=viewer)
+    assert refused.status_code == 404
+    assert "not a model" not in refused.text
+    # beta's job of the same name has no model: beta's member gets nothing of alpha's.
+    beta = {"Authorization": f"Bearer {world.tokens['beta member']}"}
+    assert world.api.get(url, headers=beta).status_code == 404

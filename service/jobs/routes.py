@@ -3,9 +3,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import AfterValidator
 
+from contract import storage
 from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.auth.schemas import NAME_PATTERN
@@ -102,6 +103,29 @@ def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
     return to_public(service.get(session, name, user, project))
+
+
+@router.get(
+    "/{name}/model",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "model.tar.gz"},
+        **replies(401, 404, 422),
+    },
+)
+def download_model(
+    name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
+) -> StreamingResponse:
+    """The job's model (its model.tar.gz), as the artifact store holds it."""
+    uri, size = service.stored_model(service.get(session, name, user, project))
+    return StreamingResponse(
+        storage.read_chunks(uri),
+        media_type="application/gzip",
+        headers={
+            "Content-Length": str(size),
+            "Content-Disposition": f'attachment; filename="{name}-model.tar.gz"',
+        },
+    )
 
 
 @router.post("/{name}/stop", response_model=JobPublic, responses=replies(401, 403, 404, 409, 422))

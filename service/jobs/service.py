@@ -463,5 +463,18 @@ def notice_interruption(
     return job
 
 
+def stored_model(job: TrainingJob) -> tuple[str, int]:
+    """Where the job's model is, and its size, for a download. Only the place the runtime
+    is told to store it counts: the URI an instance reported is the instance's word, and
+    serving whatever it named would let a job's script read any file through the API."""
+    expected = storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
+    if job.model_artifacts != expected:
+        raise NotFound(f"training job {job.name!r} has no model stored")
+    try:
+        return expected, storage.size(expected)
+    except storage.StorageError as exc:
+        raise NotFound(f"the model of {job.name!r} is no longer in the artifact store") from exc
+
+
 def hosts(job: TrainingJob) -> list[str]:
     return host_names(int(job.spec["instance_count"]))

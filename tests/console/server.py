@@ -17,6 +17,7 @@ from sqlalchemy import update
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from contract import storage
 from runyard.server import prepare
 from service.app import create_app
 from service.auth.tokens import instance_token
@@ -108,6 +109,17 @@ class ConsoleServer:
                 update(TrainingJob)
                 .where(TrainingJob.id == job["id"])
                 .values(launched_at=datetime.now(UTC))
+            )
+
+    def stored_model(self, job: dict[str, Any], content: bytes) -> None:
+        """The model the job's runtime would have stored, and reported."""
+        uri = storage.join(job["spec"]["output_path"], job["name"], "output", "model.tar.gz")
+        path = storage.local_path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        with session_scope(self.settings.database_url) as session:
+            session.execute(
+                update(TrainingJob).where(TrainingJob.id == job["id"]).values(model_artifacts=uri)
             )
 
     def interruption_message(self, job: dict[str, Any]) -> str | None:

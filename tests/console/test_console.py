@@ -103,6 +103,14 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
     expect(page.get_by_text("InProgress").first).to_be_visible()
     expect(page.get_by_role("listitem").filter(has_text="InProgress / Starting")).to_be_visible()
 
+    # Once the job has stored its model, the page offers it.
+    server.stored_model(job, b"weights")
+    page.reload()
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download model").click()
+    assert download.value.suggested_filename == "charted-model.tar.gz"
+    assert Path(download.value.path()).read_bytes() == b"weights"
+
 
 def test_stop_asks_first(page: Page, server: ConsoleServer, sign_in: SignIn) -> None:
     server.submit("to-stop")

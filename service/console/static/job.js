@@ -43,8 +43,11 @@
     if (job.estimated_remaining_seconds !== null) {
       facts.push(...fact("Time left", `about ${Runyard.duration(job.estimated_remaining_seconds)}`));
     }
+    const download = `${Runyard.base}${jobPath}/model${
+      job.project ? `?project=${encodeURIComponent(job.project)}` : ""}`;
     facts.push(...fact("Model artifact", job.model_artifacts
-      ? el("code", { text: job.model_artifacts })
+      ? el("span", {}, el("code", { text: job.model_artifacts }), " ",
+          el("a", { href: download, download: "", text: "Download model" }))
       : "none yet"));
     document.getElementById("facts").replaceChildren(...facts);
   }
