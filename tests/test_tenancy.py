@@ -404,3 +404,12 @@ def test_a_model_is_downloaded_only_from_where_the_job_was_told_to_store_it(
     # beta's job of the same name has no model: beta's member gets nothing of alpha's.
     beta = {"Authorization": f"Bearer {world.tokens['beta member']}"}
     assert world.api.get(url, headers=beta).status_code == 404
+
+
+def test_a_project_admin_cannot_revoke_the_server_administrators_token(
+    api: TestClient, admin_token: str
+) -> None:
+    ada = _mint(api, admin_token, "ada", "default", "admin")
+    refused = api.delete("/v1/tokens/admin", headers={"Authorization": f"Bearer {ada}"})
+    assert refused.status_code == 403
+    assert api.get("/v1/me").json()["server_admin"] is True  # still in force

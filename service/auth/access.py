@@ -31,7 +31,6 @@ class Role(IntEnum):
         return cls[label.upper()]
 
 
-ROLE_NAMES: tuple[str, ...] = tuple(role.label for role in Role)
 RoleName = Literal["viewer", "member", "admin"]
 
 

@@ -13,7 +13,7 @@ from service.auth import sessions, tokens
 from service.auth.access import Principal, Role
 from service.auth.models import DEFAULT_PROJECT, ApiToken, ConsoleSession, Project
 from service.kit.db import utcnow
-from service.kit.errors import Conflict, NotFound
+from service.kit.errors import Conflict, Forbidden, NotFound
 
 # last_used_at is a hint for people, not an audit log: written at most this often, so a
 # busy client does not turn every read into a write.
@@ -78,6 +78,9 @@ def revoke_token(session: Session, principal: Principal, project: str, name: str
     )
     if row is None:
         raise NotFound(f"project {project!r} has no token named {name!r}")
+    if row.server_admin and not principal.server_admin:
+        # A project's admin is not above the server's: it may not lock it out.
+        raise Forbidden(f"{name!r} is a server administrator's token")
     row.revoked_at = utcnow()
     session.flush()
 
