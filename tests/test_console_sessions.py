@@ -76,3 +76,14 @@ def test_signing_in_with_a_bad_token_sets_nothing(settings: Settings, admin_toke
         refused = browser.post("/v1/session", json={"token": "ry_not-a-token"})
         assert refused.status_code == 401
         assert sessions.COOKIE not in refused.headers.get("set-cookie", "")
+
+
+def test_revoking_the_token_ends_its_sessions(
+    settings: Settings, admin_token: str, api: TestClient
+) -> None:
+    minted = api.post("/v1/tokens", json={"name": "laptop", "role": "viewer"}).json()["token"]
+    with _browser(settings) as browser:
+        _sign_in(browser, minted)
+        assert browser.get("/v1/me").status_code == 200
+        assert api.delete("/v1/tokens/laptop").status_code == 204
+        assert browser.get("/v1/me").status_code == 401
