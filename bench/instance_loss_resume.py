@@ -31,7 +31,7 @@ EPOCHS = 40
 
 def run_once(client: Client, home: Path, source_uri: str, scratch: Path, run: int) -> list[float]:
     name = f"loss-{run}"
-    client.create_job(
+    job = client.create_job(
         {
             "name": name,
             "entry_point": "train.py",
@@ -44,7 +44,7 @@ def run_once(client: Client, home: Path, source_uri: str, scratch: Path, run: in
         }
     )
     wait_for_line(client, name, "epoch 5/")
-    pid = json.loads((home / "jobs" / name / "algo-2.pid.json").read_text())["pid"]
+    pid = json.loads((home / "jobs" / job["id"] / "algo-2.pid.json").read_text())["pid"]
     killed = datetime.now(UTC)
     os.killpg(pid, signal.SIGKILL)
     job = client.wait(name, poll=0.1, timeout=300)
@@ -61,7 +61,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     results = []
-    with tempfile.TemporaryDirectory() as scratch, server_and_home() as (client, home):
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        # The checkpoints go to the scratch directory, which jobs must be allowed to use.
+        server_and_home({"RUNYARD_FILE_ROOTS": scratch}) as (client, home),
+    ):
         source_uri = client.upload_source(REPO / "examples" / "checkpointing")
         for run in range(args.runs):
             results.append(run_once(client, home, source_uri, Path(scratch), run))

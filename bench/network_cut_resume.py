@@ -68,7 +68,11 @@ def main() -> None:
     args = parser.parse_args()
     settings = {"RUNYARD_PEER_TIMEOUT_SECONDS": str(args.peer_timeout)}
     results = []
-    with tempfile.TemporaryDirectory() as scratch, server_and_home(settings) as (client, _home):
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        # The checkpoints go to the scratch directory, which jobs must be allowed to use.
+        server_and_home({**settings, "RUNYARD_FILE_ROOTS": scratch}) as (client, _home),
+    ):
         source_uri = client.upload_source(REPO / "examples" / "checkpointing")
         for run in range(args.runs):
             results.append(run_once(client, source_uri, Path(scratch), run))

@@ -75,7 +75,7 @@ def test_torch_distributed_job_completes_with_both_ranks_and_a_model(stack: Stac
     with tarfile.open(model) as tar:
         assert {"model.pt", "metrics.json"} <= set(tar.getnames())
     assert processes.marked_processes(job["id"]) == []
-    assert not (stack.home / "jobs" / "ddp-1").exists()
+    assert not (stack.home / "jobs" / job["id"]).exists()
 
 
 def test_failing_script_ends_failed_with_its_error(stack: Stack) -> None:
@@ -223,7 +223,7 @@ def test_logs_survive_the_instances(stack: Stack) -> None:
         # Read at once: every line is stored before the job reads as ended.
         seen = [line for line in _messages(client, "env-1") if line.startswith("seen ")]
     assert job["status"] == "Completed"
-    assert not (stack.home / "jobs" / "env-1").exists()
+    assert not (stack.home / "jobs" / job["id"]).exists()
     assert sorted(seen) == [
         'seen {"epochs": 4, "files": [], "host": "algo-1", "hosts": ["algo-1", "algo-2"]}',
         'seen {"epochs": 4, "files": [], "host": "algo-2", "hosts": ["algo-1", "algo-2"]}',

@@ -99,7 +99,7 @@ def test_a_killed_instance_restarts_the_job_from_its_checkpoint(
         name = job["name"]
         _wait_for_line(fault_stack, client, name, f"epoch 6/{EPOCHS}")
         # algo-2's machine dies: its whole process group, without a word to the service.
-        pid_file = fault_stack.home / "jobs" / name / "algo-2.pid.json"
+        pid_file = fault_stack.home / "jobs" / job["id"] / "algo-2.pid.json"
         os.killpg(json.loads(pid_file.read_text())["pid"], signal.SIGKILL)
         job = _ended(fault_stack, client, name)
         lines = log_lines(client, name)

@@ -184,7 +184,7 @@ def _give_algo_1_the_pids_of_algo_2(stack: Stack) -> Callable[[dict[str, Any]], 
         while not (pids := _script_and_runtime(job["id"], "algo-2")):
             assert time.monotonic() < deadline, "algo-2's script never started"
             time.sleep(0.1)
-        given = stack.home / "jobs" / job["name"] / "algo-1" / "algo-2-pids.json"
+        given = stack.home / "jobs" / job["id"] / "algo-1" / "algo-2-pids.json"
         given.with_suffix(".part").write_text(json.dumps(pids))
         given.with_suffix(".part").rename(given)
 

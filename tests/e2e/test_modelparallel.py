@@ -158,7 +158,7 @@ def test_a_killed_instance_resumes_from_the_sharded_checkpoint(
             assert time.monotonic() < deadline, mp_stack.diagnostics()
             time.sleep(0.05)
         # algo-2's machine dies with its two ranks' shards in memory.
-        pid_file = mp_stack.home / "jobs" / cut / "algo-2.pid.json"
+        pid_file = mp_stack.home / "jobs" / client.get_job(cut)["id"] / "algo-2.pid.json"
         os.killpg(json.loads(pid_file.read_text())["pid"], signal.SIGKILL)
         killed = mp_stack.wait_until_ended(client, cut, timeout=300)
         lines = _lines(client, cut)
