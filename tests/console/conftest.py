@@ -21,6 +21,10 @@ try:
     from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 except ImportError:  # pragma: no cover - the dev extra installs it
     sync_playwright = None  # type: ignore[assignment]
+else:
+    # expect() retries its check until this long; its default (5 s) is short for a page
+    # whose first requests share 2 cores with the rest of the suite.
+    expect.set_options(timeout=20_000)
 
 
 def _unavailable() -> str | None:
@@ -58,7 +62,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
 @pytest.fixture
 def page(browser: Browser, server: ConsoleServer) -> Iterator[Page]:
     context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(10_000)
+    # Generous: on a 2-core CI machine busy with the rest of the suite, a page's first
+    # requests can take seconds (a failure still says which element it waited for).
+    context.set_default_timeout(30_000)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
