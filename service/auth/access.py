@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import Literal
 
-from service.kit.errors import Forbidden
+from service.kit.errors import Forbidden, NotFound
 
 
 class Role(IntEnum):
@@ -55,6 +55,14 @@ class Principal:
         if not self.sees(project):
             return False
         return self.server_admin or self.role >= role
+
+    def project_in_sight(self, asked: str | None) -> str:
+        """The project a request means: the one asked for, else the caller's own. One the
+        caller cannot see does not exist for it."""
+        project = asked or self.project
+        if not self.sees(project):
+            raise NotFound(f"no project named {project!r}")
+        return project
 
     def require(self, role: Role, project: str, action: str) -> None:
         """Refuse ``action`` in a project the caller sees without the role it needs (the

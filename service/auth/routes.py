@@ -19,7 +19,7 @@ from service.auth.schemas import (
     TokensPage,
 )
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
-from service.kit.errors import Forbidden, NotFound, Unauthorized, replies
+from service.kit.errors import Forbidden, Unauthorized, replies
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 projects_router = APIRouter(prefix="/v1/projects", tags=["projects"])
@@ -34,9 +34,7 @@ session_router = APIRouter(prefix="/v1", tags=["identity"])
 def mint_token(body: TokenCreate, session: SessionDep, user: CurrentUser) -> TokenCreated:
     """Create a token in a project with a role; shown once, only its hash is kept. A
     project's admins mint for their project; a server administrator for any."""
-    project = body.project or user.project
-    if not user.sees(project):
-        raise NotFound(f"no project named {project!r}")
+    project = user.project_in_sight(body.project)
     user.require(Role.ADMIN, project, "minting a token")
     token = service.create_token(session, body.name, project=project, role=Role.of(body.role))
     return TokenCreated(name=body.name, project=project, role=body.role, token=token)
@@ -67,10 +65,7 @@ def revoke_token(
     name: str, session: SessionDep, user: CurrentUser, project: str | None = None
 ) -> None:
     """Revoke a token at once: its requests and console sessions are refused from now."""
-    project = project or user.project
-    if not user.sees(project):
-        raise NotFound(f"project {project!r} has no token named {name!r}")
-    service.revoke_token(session, user, project, name)
+    service.revoke_token(session, user, user.project_in_sight(project), name)
 
 
 @projects_router.post(

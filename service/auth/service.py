@@ -33,12 +33,7 @@ def create_token(
     is readable."""
     if session.get(Project, project) is None:
         raise NotFound(f"no project named {project!r}")
-    taken = session.scalar(
-        select(ApiToken.id).where(
-            ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
-        )
-    )
-    if taken is not None:
+    if _in_force(session, project, name) is not None:
         raise Conflict(f"project {project!r} already has a token named {name!r}")
     # A revoked token's name may be used again: the old row keeps its history under a
     # name that says so.
@@ -71,11 +66,7 @@ def list_tokens(session: Session, principal: Principal) -> list[ApiToken]:
 
 def revoke_token(session: Session, principal: Principal, project: str, name: str) -> None:
     principal.require(Role.ADMIN, project, "revoking a token")
-    row = session.scalar(
-        select(ApiToken).where(
-            ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
-        )
-    )
+    row = _in_force(session, project, name)
     if row is None:
         raise NotFound(f"project {project!r} has no token named {name!r}")
     if row.server_admin and not principal.server_admin:
@@ -83,6 +74,15 @@ def revoke_token(session: Session, principal: Principal, project: str, name: str
         raise Forbidden(f"{name!r} is a server administrator's token")
     row.revoked_at = utcnow()
     session.flush()
+
+
+def _in_force(session: Session, project: str, name: str) -> ApiToken | None:
+    """The project's token of that name that has not been revoked."""
+    return session.scalar(
+        select(ApiToken).where(
+            ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
+        )
+    )
 
 
 def create_project(session: Session, name: str) -> Project:

@@ -64,9 +64,7 @@ def create_training_job(
 ) -> JobPublic | JSONResponse:
     """Submit a training job (estimator-style spec) to the caller's project (a server
     administrator may name another). The project's capacity quotas apply to it."""
-    project = project or user.project
-    if not user.sees(project):
-        raise NotFound(f"no project named {project!r}")
+    project = user.project_in_sight(project)
     user.require(Role.MEMBER, project, "submitting a job")
     if dry_run:
         plan = service.dry_run(session, settings, spec, project)
