@@ -289,9 +289,6 @@ class Client:
     def list_projects(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/v1/projects")["items"])
 
-    def me(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/me")
-
     # -- plumbing -----------------------------------------------------------------------
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
