@@ -22,6 +22,9 @@ HYPERPARAMETER = "mp_parameters"
 PIPELINES = ("simple", "interleaved")
 PLACEMENTS = ("cluster", "spread")
 OPTIMIZE = ("speed", "memory")
+# What ``optimize`` makes of ``memory_weight`` where a job leaves it out, as SageMaker
+# documents: the auto partition balances compute above all for speed, memory for memory.
+MEMORY_WEIGHT_FOR = {"speed": 0.2, "memory": 0.8}
 
 # SageMaker's parameters that Runyard accepts only at the value that turns them off.
 _ONLY_AT = {
@@ -44,8 +47,9 @@ class Parameters:
     pipeline: str = "interleaved"
     auto_partition: bool = True
     default_partition: int = 0
-    memory_weight: float = 0.8
-    optimize: str = "speed"
+    # None: as ``optimize`` says (``balance_memory_weight``).
+    memory_weight: float | None = None
+    optimize: str = "memory"
     placement_strategy: str = "cluster"
     ddp: bool = False
     sharded_data_parallel_degree: int = 1
@@ -56,9 +60,19 @@ class Parameters:
     delayed_parameter_initialization: bool = False
     skip_tracing: bool = False
 
+    @property
+    def balance_memory_weight(self) -> float:
+        """The auto partition's weight of memory against compute: the job's
+        ``memory_weight``, or the one its ``optimize`` implies."""
+        if self.memory_weight is not None:
+            return self.memory_weight
+        return MEMORY_WEIGHT_FOR[self.optimize]
+
 
 _ALIASES = {"pipeline_parallel_degree": "partitions"}
-_TYPES: dict[str, type] = {f.name: type(f.default) for f in fields(Parameters)}
+_TYPES: dict[str, type] = {f.name: type(f.default) for f in fields(Parameters)} | {
+    "memory_weight": float
+}
 
 
 def _check_value(name: str, value: Any) -> str | None:

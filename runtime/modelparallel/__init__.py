@@ -53,8 +53,8 @@ from runtime.modelparallel.comm import (
     tp_rank,
     tp_size,
 )
+from runtime.modelparallel.delayed import delay_param_initialization, model_creation
 from runtime.modelparallel.marks import (
-    delay_param_initialization,
     partition,
     set_activation_checkpointing,
     set_partition,
@@ -97,6 +97,7 @@ __all__ = [
     "load",
     "local_rank",
     "local_size",
+    "model_creation",
     "mp_barrier",
     "mp_rank",
     "mp_size",

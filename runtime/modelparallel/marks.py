@@ -1,7 +1,6 @@
 """What a script says of its modules before wrapping the model: which stage a module goes
-to (``smp.partition``, ``smp.set_partition``), which modules keep no activations
-(``smp.set_activation_checkpointing``), and that parameters are made without storage
-until they are placed (``smp.delay_param_initialization``)."""
+to (``smp.partition``, ``smp.set_partition``) and which modules keep no activations
+(``smp.set_activation_checkpointing``)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from torch import nn
 from torch.nn.modules.module import register_module_module_registration_hook
 
@@ -50,14 +48,3 @@ def set_activation_checkpointing(module: nn.Module, **_sagemaker_options: Any) -
     if state.model is not None:
         raise RuntimeError("call smp.set_activation_checkpointing before smp.DistributedModel")
     state.checkpointed.append(module)
-
-
-@contextlib.contextmanager
-def delay_param_initialization(enabled: bool = True) -> Iterator[None]:
-    """Modules made inside have parameters on the meta device: no memory until
-    smp.DistributedModel places and initialises them."""
-    if not enabled:
-        yield
-        return
-    with torch.device("meta"):
-        yield

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from runtime.modelparallel import delayed
 from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.pipeline import (
@@ -74,10 +75,21 @@ class DistributedModel(nn.Module):
         self._released: Released = []
         self._probing = False
         self._replaying: _Replay | None = None
-        _materialize(module, state.device)
+        # Parameters made on the meta device get storage where this rank holds them: its
+        # shards once sharded, its stage once split (``build_pipeline``), else the whole.
+        self._delayed = delayed.is_delayed(module)
+        whole = state.mesh is None and state.topology.pp_size == 1
+        if not self._delayed:
+            module.to(state.device)
+        else:
+            delayed.move_buffers(module, state.device)
+            if whole:
+                _made_whole(module, state.device)
         for checkpointed in state.checkpointed:
             checkpoint_activations(checkpointed)
         self.wrapped: nn.Module = _distribute(module, state)
+        if self._delayed and state.mesh is not None:
+            _made_whole(module, state.device)  # each shard (DTensor) is made on its own
         state.model = self
 
     # -- what scripts call ------------------------------------------------------------
@@ -171,8 +183,15 @@ class DistributedModel(nn.Module):
         key = shapes(example)
         if self.pipeline is None:
             points = agreed_split_points(self._inner, state, example)
+            if self._delayed:
+                # Tracing needs every parameter's shape on the device, not its values:
+                # the others' storage is given back below, before it is ever written.
+                delayed.allocate(self._inner, state.device)
             self.pipeline = Pipeline(self._inner, state, example, points)
             self._pipelines[key] = self.pipeline
+            if self._delayed:
+                own = {id(parameter) for parameter in self.pipeline.module.parameters()}
+                delayed.initialise(self._inner, holds=lambda parameter: id(parameter) in own)
             if state.optimizer is not None:
                 state.optimizer.keep_only(self.pipeline.module)
             self._released = release_others(self._inner, self.pipeline.module)
@@ -223,17 +242,10 @@ def _gathered_stages(own: dict[str, Any]) -> dict[str, Any]:
     return {key: value for stage in stages for key, value in stage.items()}
 
 
-def _materialize(module: nn.Module, device: torch.device) -> None:
-    """Parameters made on the meta device (``delay_param_initialization``) get storage and
-    their modules' own initialisation; the rest move to this rank's device."""
-    if any(tensor.is_meta for tensor in [*module.parameters(), *module.buffers()]):
-        module.to_empty(device=device)
-        for child in module.modules():
-            reset = getattr(child, "reset_parameters", None)
-            if callable(reset):
-                reset()
-    else:
-        module.to(device)
+def _made_whole(module: nn.Module, device: torch.device) -> None:
+    """Every parameter this rank holds of ``module`` (whole, or its shards) made."""
+    delayed.allocate(module, device)
+    delayed.initialise(module, holds=lambda _: True)
 
 
 def _distribute(module: nn.Module, state: smp_state.State) -> nn.Module:

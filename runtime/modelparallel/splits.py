@@ -5,8 +5,11 @@ in transformers); what comes before the stack goes with the first stage, what co
 with the last. With ``auto_partition`` the stack is cut where the stages' costs are most
 even. A block's cost is ``memory_weight`` x its share of the memory (its parameter bytes
 and the bytes of the activation it passes on) plus the rest x its share of the measured
-forward time: the balance SageMaker's library documents. With ``skip_tracing`` the model
-is not run to measure it, and parameter bytes stand for both. Blocks that share a
+forward time: the balance SageMaker's library documents. Where the job leaves
+``memory_weight`` out, ``optimize`` sets it as SageMaker's does: 0.2 for ``speed`` (stages
+of even compute), 0.8 for ``memory`` (stages of even memory). With ``skip_tracing`` the
+model is not run to measure it, nor when its parameters are not made yet
+(``delayed_parameter_initialization``), and parameter bytes stand for both. Blocks that share a
 parameter stay on one stage, as do blocks that share one with what comes before (the
 first stage) or after the stack (the last). Without ``auto_partition``, each block goes
 where ``smp.partition``/``set_partition`` put it (or to ``default_partition``). The
@@ -50,13 +53,17 @@ def split_points(
             f"{stages} pipeline stages (partitions)"
         )
     if parameters.auto_partition:
+        unmade = any(parameter.is_meta for parameter in module.parameters())
+        if unmade and not parameters.skip_tracing:
+            say("auto_partition: parameters are not made yet, so blocks are weighed by size")
         measured = (
             Measured.of_sizes(blocks)
-            if parameters.skip_tracing
+            if parameters.skip_tracing or unmade
             else measure(module, blocks, example)
         )
         allowed = allowed_starts(module, name, blocks)
-        firsts = balanced_cuts(measured.costs(parameters.memory_weight), stages, allowed)
+        weight = parameters.balance_memory_weight
+        firsts = balanced_cuts(measured.costs(weight), stages, allowed)
     else:
         measured = Measured.of_sizes(blocks)
         firsts = _manual_cuts(blocks, parameters.default_partition, placed, stages)

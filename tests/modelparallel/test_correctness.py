@@ -1,8 +1,10 @@
 """Runyard's model-parallel library against one-process training on the global batch:
 replicated and sharded (two MiCS groups of 2 over 4 processes on 2 instances), with
-activation checkpointing, bf16, and a resume from a sharded checkpoint; pipelines of 2
-stages (simple on one instance; interleaved with 2 replicas on 2 instances, and a resume
-from its checkpoint). Each run is real processes placed as mpirun places them, importing
+activation checkpointing, bf16, delayed parameter initialisation and a resume from a
+sharded checkpoint; pipelines of 2 stages (simple on one instance, also with delayed
+parameter initialisation; interleaved with 2 replicas on 2 instances, and a resume from
+its checkpoint); torch's fp16 autocast with ``smp.amp.GradScaler`` against torch's own
+scaler. Each run is real processes placed as mpirun places them, importing
 ``smdistributed.modelparallel.torch``."""
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ import pytest
 import torch
 
 from tests.dataparallel.launch import Layout, run_job
-from tests.modelparallel.workload import STEPS, single_process_reference
+from tests.modelparallel.workload import (
+    POISONED_STEP,
+    STEPS,
+    scaled_reference,
+    single_process_reference,
+)
 
 # float32 with another summation order: a few ulps.
 EXACT = {"atol": 1e-6, "rtol": 1e-5}
@@ -30,6 +37,7 @@ LAYOUTS = {
     "pipeline_simple": ONE_INSTANCE,
     "pipeline_fp16": ONE_INSTANCE,
     "pipeline_manual": ONE_INSTANCE,
+    "pipeline_delayed": ONE_INSTANCE,
 }
 
 
@@ -51,6 +59,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "pipeline_simple",
         "pipeline_fp16",
         "pipeline_manual",
+        "sharded_delayed",
+        "pipeline_delayed",
+        "replicated_grad_scaler",
     ]:
         run_job(
             ["-m", "tests.modelparallel.worker", str(out), scenario],
@@ -85,6 +96,8 @@ def _ranks(runs: Path, scenario: str) -> list[dict[str, Any]]:
         "pipeline_resumed",
         "pipeline_simple",
         "pipeline_manual",
+        "sharded_delayed",
+        "pipeline_delayed",
     ],
 )
 def test_follows_one_process_training_on_the_global_batch(runs: Path, scenario: str) -> None:
@@ -186,3 +199,29 @@ def test_activation_checkpointing_recomputes_each_block(runs: Path) -> None:
     plain = _ranks(runs, "sharded")[0]["block_forwards"]
     assert plain == 3 * 2 * STEPS
     assert _ranks(runs, "sharded_checkpointed")[0]["block_forwards"] == 2 * plain
+
+
+def test_delayed_parameters_are_made_only_where_they_are_held(runs: Path) -> None:
+    # Made on the meta device: no parameter bytes before smp.DistributedModel; after it,
+    # a rank holds its shards (sharded) or its stage (pipeline) and nothing else.
+    whole = _ranks(runs, "replicated")[0]["held_bytes"]
+    sharded, stages = _ranks(runs, "sharded_delayed"), _ranks(runs, "pipeline_delayed")
+    assert {rank["made_bytes"] for rank in [*sharded, *stages]} == {0}
+    assert _ranks(runs, "replicated")[0]["made_bytes"] > 0
+    assert all(rank["held_bytes"] <= 1.1 * whole / 2 for rank in sharded)
+    assert sum(rank["held_bytes"] for rank in stages) == whole
+    assert max(rank["held_bytes"] for rank in stages) < whole
+
+
+def test_grad_scaler_skips_the_inf_step_on_every_rank_as_torchs_does(runs: Path) -> None:
+    reference, reference_scales = scaled_reference()
+    ranks = _ranks(runs, "replicated_grad_scaler")
+    # Only the last replica's batch held the inf: every replica skipped that step (and
+    # only that one), and halved the scale as torch's scaler did.
+    moved = [step != POISONED_STEP for step in range(STEPS)]
+    assert [rank["moved"] for rank in ranks] == [moved] * len(ranks)
+    assert [rank["scales"] for rank in ranks] == [reference_scales] * len(ranks)
+    assert reference_scales[POISONED_STEP] == reference_scales[0] / 2
+    got = _params(runs, "replicated_grad_scaler")
+    for key in reference:
+        torch.testing.assert_close(got[key], reference[key], **FP16)

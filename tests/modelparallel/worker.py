@@ -14,7 +14,18 @@ from pathlib import Path
 import smdistributed.modelparallel.torch as smp
 import torch
 
-from tests.modelparallel.workload import GLOBAL_BATCH, LR, STEPS, Block, batch, loss_of, model
+from tests.modelparallel.workload import (
+    GLOBAL_BATCH,
+    LR,
+    POISONED_STEP,
+    SCALE,
+    STEPS,
+    Block,
+    batch,
+    loss_of,
+    model,
+    poisoned,
+)
 
 SCENARIOS: dict[str, dict[str, object]] = {
     "replicated": {"ddp": True, "microbatches": 2},
@@ -29,6 +40,17 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "pipeline_simple": {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
     "pipeline_fp16": {"partitions": 2, "microbatches": 2, "fp16": True},
     "pipeline_manual": {"partitions": 2, "microbatches": 2, "auto_partition": False},
+    # Made under smp.model_creation(), which delays as the job's parameter says.
+    "sharded_delayed": {
+        "ddp": True,
+        "microbatches": 2,
+        "sharded_data_parallel_degree": 2,
+        "delayed_parameter_initialization": True,
+    },
+    # Made under smp.delay_param_initialization().
+    "pipeline_delayed": {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
+    # torch's autocast in fp16 with smp.amp.GradScaler, as scripts without "fp16" use it.
+    "replicated_grad_scaler": {"ddp": True, "microbatches": 2},
 }
 # Scenarios that save a checkpoint after their first step, and those that resume from it.
 SAVES = {"sharded": "checkpoints", "pipeline_interleaved": "pipeline-checkpoints"}
@@ -41,6 +63,16 @@ INITIAL_SCALE = {"replicated_fp16_overflow": 2.0**60}
 def train_step(model: smp.DistributedModel, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     loss = loss_of(model(x), y)
     model.backward(loss)
+    return loss
+
+
+@smp.step(non_split_inputs=["scaler"])
+def scaled_train_step(
+    model: smp.DistributedModel, x: torch.Tensor, y: torch.Tensor, scaler: smp.amp.GradScaler
+) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = loss_of(model(x), y)
+    model.backward(scaler.scale(loss))
     return loss
 
 
@@ -94,8 +126,16 @@ def main() -> None:
         with smp.partition(0):
             net = model()
         smp.set_partition(net.blocks[2], 1)
+    elif scenario == "sharded_delayed":
+        with smp.model_creation():
+            net = model()
+    elif scenario == "pipeline_delayed":
+        with smp.delay_param_initialization(enabled=True):
+            net = model()
     else:
         net = model()
+    # Parameter bytes the script's model holds before it is wrapped.
+    made_bytes = sum(p.numel() * p.element_size() for p in net.parameters() if not p.is_meta)
     if scenario == "sharded_checkpointed":
         for block in net.blocks:
             smp.set_activation_checkpointing(block)
@@ -116,11 +156,24 @@ def main() -> None:
     if scenario in RESUMES:
         # As scripts resume: before the first step, so before any pipeline is built.
         first = int(smp.resume_from_checkpoint(out / RESUMES[scenario])["step"]) + 1
+    scaler = smp.amp.GradScaler(init_scale=SCALE, growth_interval=1000)
+    scales, moved = [], []
     for step in range(first, STEPS):
         x, y = batch(step)
         optimizer.zero_grad()
-        losses = train_step(wrapped, x[rows], y[rows])
-        optimizer.step()
+        if scenario == "replicated_grad_scaler":
+            if step == POISONED_STEP:
+                x = poisoned(x)
+            before = [p.detach().clone() for p in wrapped.parameters()]
+            losses = scaled_train_step(wrapped, x[rows], y[rows], scaler)
+            scaler.step(optimizer)
+            scaler.update()
+            scales.append(scaler.get_scale())
+            after = list(wrapped.parameters())
+            moved.append(any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)))
+        else:
+            losses = train_step(wrapped, x[rows], y[rows])
+            optimizer.step()
         if scenario in SAVES and step == 0:
             # What a later run resumes from (the RESUMES scenarios).
             smp.save_checkpoint(out / SAVES[scenario], tag="step-0", user_content={"step": 0})
@@ -139,6 +192,9 @@ def main() -> None:
         json.dumps(
             {
                 "held_bytes": held_bytes(wrapped.module, optimizer.optimizer),
+                "made_bytes": made_bytes,
+                "scales": scales,
+                "moved": moved,
                 "loss": float(losses.reduce_mean()),
                 "microbatches": len(losses),
                 "block_forwards": trained_forwards,

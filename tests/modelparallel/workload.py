@@ -10,6 +10,9 @@ GLOBAL_BATCH = 16
 FEATURES = 8
 STEPS = 3
 LR = 0.01
+# The GradScaler runs: the first loss scale, and the step whose batch holds an inf.
+SCALE = 2.0**10
+POISONED_STEP = 1
 
 
 class Block(nn.Module):
@@ -67,3 +70,32 @@ def single_process_reference(steps: int = STEPS) -> dict[str, torch.Tensor]:
         loss_of(reference(x), y).backward()
         optimizer.step()
     return {key: value.detach().clone() for key, value in reference.state_dict().items()}
+
+
+def poisoned(x: torch.Tensor) -> torch.Tensor:
+    """The batch with an inf in the last row: the last replica's share (and microbatch)."""
+    x = x.clone()
+    x[-1, 0] = float("inf")
+    return x
+
+
+def scaled_reference() -> tuple[dict[str, torch.Tensor], list[float]]:
+    """One process on the global batch with torch's own GradScaler and fp16 autocast:
+    the parameters, and the loss scale after each step."""
+    reference = model()
+    optimizer = torch.optim.Adam(reference.parameters(), lr=LR)
+    scaler = torch.amp.GradScaler("cpu", init_scale=SCALE, growth_interval=1000)
+    scales = []
+    for step in range(STEPS):
+        x, y = batch(step)
+        if step == POISONED_STEP:
+            x = poisoned(x)
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = loss_of(reference(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    state = {key: value.detach().clone() for key, value in reference.state_dict().items()}
+    return state, scales
