@@ -26,8 +26,9 @@ from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
 SUPPORTED_SCHEMES = ("file", "s3")
 # What decides which S3 client a process gets; a change (tests point at another server)
-# gets a new client instead of a stale one.
-_S3_CLIENT_ENV = (
+# gets a new client instead of a stale one. Local instances inherit these from the worker,
+# as a SageMaker job gets its role: they fetch code and data and store models with them.
+S3_CLIENT_ENV = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
     "AWS_ACCESS_KEY_ID",
@@ -459,7 +460,7 @@ def _error_code(exc: BaseException) -> str:
 
 
 def _s3_client() -> Any:
-    return _cached_s3_client(tuple(os.environ.get(name) for name in _S3_CLIENT_ENV))
+    return _cached_s3_client(tuple(os.environ.get(name) for name in S3_CLIENT_ENV))
 
 
 @functools.lru_cache(maxsize=4)

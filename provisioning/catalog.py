@@ -56,6 +56,11 @@ CATALOG: dict[str, InstanceType] = {
     ]
 }
 
-# What each backend can run: the machine's own types locally, the ml.* types on a cluster.
-LOCAL_TYPES = frozenset({"local", "local_gpu"})
+# What each backend can run: the ml.* types on a cluster; locally the machine's own types,
+# and the CPU ml.* types where the server maps them to the local backend
+# (RUNYARD_BACKENDS), so SageMaker code that names them runs on one machine. A local
+# instance has the machine's CPUs and memory, whatever its type says.
 CLUSTER_TYPES = frozenset(name for name in CATALOG if name.startswith("ml."))
+LOCAL_TYPES = frozenset({"local", "local_gpu"}) | frozenset(
+    name for name in CLUSTER_TYPES if CATALOG[name].gpus == 0
+)

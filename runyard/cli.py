@@ -499,18 +499,27 @@ def url() -> None:
 )
 @click.option("--list", "list_tokens", is_flag=True, help="List the project's tokens (admins).")
 @click.option("--revoke", "revoke_name", metavar="NAME", help="Revoke the token of this name.")
+@click.option(
+    "--aws",
+    is_flag=True,
+    help="Print the token (with --create: the new one) as AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, for boto3 and the SageMaker SDK.",
+)
 def token(
     create_name: str | None,
     role: str,
     project: str | None,
     list_tokens: bool,
     revoke_name: str | None,
+    aws: bool,
 ) -> None:
     """Print the API token the CLI uses, or create, list or revoke tokens.
 
     A project's admins manage its tokens; a server administrator, any project's."""
     if sum(bool(x) for x in (create_name, list_tokens, revoke_name)) > 1:
         raise click.UsageError("give one of --create, --list and --revoke")
+    if aws and (list_tokens or revoke_name):
+        raise click.UsageError("--aws goes alone or with --create")
     with Client() as client:
         if create_name:
             created = client.create_token(create_name, project=project, role=role)
@@ -518,7 +527,14 @@ def token(
                 f"# {created['name']}: {created['role']} in project {created['project']}",
                 err=True,
             )
-            click.echo(created["token"])
+            if aws:
+                with Client(url=client.url, token=created["token"]) as new:
+                    _echo_aws_credentials(new)
+            else:
+                click.echo(created["token"])
+            return
+        if aws:
+            _echo_aws_credentials(client)
             return
         if list_tokens:
             rows = [
@@ -543,6 +559,13 @@ def token(
                 f"no token found; start `runyard server` once, or set {variables.TOKEN}"
             )
         click.echo(client.token)
+
+
+def _echo_aws_credentials(client: Client) -> None:
+    # NAME=value lines: `export $(runyard token --aws)` puts them in the environment.
+    credentials = client.aws_credentials()
+    click.echo(f"AWS_ACCESS_KEY_ID={credentials['access_key_id']}")
+    click.echo(f"AWS_SECRET_ACCESS_KEY={credentials['secret_access_key']}")
 
 
 @main.group("project")

@@ -276,6 +276,10 @@ class Client:
         body = {"name": name, "project": project or self.project, "role": role}
         return self._json("POST", "/v1/tokens", json={k: v for k, v in body.items() if v})
 
+    def aws_credentials(self) -> dict[str, Any]:
+        """This client's token as an AWS access key id and secret (SigV4 clients)."""
+        return self._json("POST", "/v1/me/aws-credentials")
+
     def list_tokens(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/v1/tokens")["items"])
 

@@ -13,6 +13,7 @@ from service.jobs.routes import router as jobs_router
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
+from service.sagemaker.routes import router as sagemaker_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
 
@@ -50,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(session_router)
+    # Signed with SigV4, not a bearer token: it checks its callers itself.
+    app.include_router(sagemaker_router)
     console.install(app)
 
     @app.get("/healthz", tags=["health"])

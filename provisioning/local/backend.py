@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from contract import variables
+from contract import storage, variables
 from contract.instance_config import Isolation
 from contract.layout import Paths
 from contract.problems import Problem
@@ -63,9 +63,11 @@ HOSTS_FILE = "hosts.json"
 # agent have their usual ports.
 MASTER_PORT = 29500
 AGENT_PORT = 7077
-# What an instance inherits from the worker's environment; everything else (database
+# What an instance inherits from the worker's environment: the machine's basics, and how to
+# reach S3 (the job's code, channels and model may live there). Everything else (database
 # URLs, broker credentials) stays out of reach of user code.
 INHERITED_ENV = (
+    *storage.S3_CLIENT_ENV,
     "PATH",
     "HOME",
     "LANG",

@@ -8,6 +8,7 @@ from service.auth import service, sessions
 from service.auth.access import Principal, Role
 from service.auth.deps import CurrentUser
 from service.auth.schemas import (
+    AwsCredentials,
     Me,
     ProjectCreate,
     ProjectPublic,
@@ -100,6 +101,18 @@ def who_am_i(request: Request, settings: SettingsDep, user: CurrentUser) -> Me:
         session = sessions.read(settings.signing_key(), cookie)
         csrf = session.csrf(settings.signing_key()) if session else None
     return _me(user, csrf)
+
+
+@me_router.post("/me/aws-credentials", response_model=AwsCredentials, responses=replies(401, 403))
+def aws_credentials(
+    request: Request, session: ReadSessionDep, settings: SettingsDep, user: CurrentUser
+) -> AwsCredentials:
+    """The caller's token as an AWS access key id and secret, for SageMaker's clients.
+    Only a bearer token may ask: a console session does not hold its token."""
+    if user.token_id is None or "authorization" not in request.headers:
+        raise Forbidden("AWS credentials are given for a bearer token only")
+    access_key, secret = service.aws_credentials(session, settings.signing_key(), user.token_id)
+    return AwsCredentials(access_key_id=access_key, secret_access_key=secret)
 
 
 @session_router.post("/session", response_model=Me, responses=replies(401, 422))

@@ -67,6 +67,15 @@ class Me(BaseModel):
     csrf_token: str | None = None
 
 
+class AwsCredentials(BaseModel):
+    """The caller's token as AWS credentials, for clients that sign with SigV4 (boto3's
+    sagemaker and logs clients, the SageMaker Python SDK); the token's project and role
+    apply to what they do."""
+
+    access_key_id: str
+    secret_access_key: str
+
+
 class SignIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

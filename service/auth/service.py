@@ -116,6 +116,28 @@ def authenticate(session: Session, signing_key: bytes, token: str) -> Principal 
     return None if row is None else principal_of(row)
 
 
+def access_key_holder(
+    session: Session, signing_key: bytes, access_key: str
+) -> tuple[Principal, str] | None:
+    """Who holds an AWS access key, and its secret (to check a signature with); None when
+    no token in force has that key."""
+    token_id = tokens.token_id_of_access_key(access_key)
+    row = None if token_id is None else session.get(ApiToken, token_id)
+    if row is None or row.revoked_at is not None:
+        return None
+    return principal_of(row), tokens.secret_access_key(signing_key, row.id, row.token_hash)
+
+
+def aws_credentials(session: Session, signing_key: bytes, token_id: int) -> tuple[str, str]:
+    """The access key id and secret of a user token."""
+    row = session.get(ApiToken, token_id)
+    if row is None or row.revoked_at is not None:
+        raise NotFound("the token has been revoked")
+    return tokens.access_key_id(row.id), tokens.secret_access_key(
+        signing_key, row.id, row.token_hash
+    )
+
+
 def begin_console_session(session: Session, session_id: str, token_id: int) -> None:
     """Record a console session; sessions older than any cookie can live are let go."""
     oldest = utcnow() - timedelta(seconds=sessions.LIFETIME_SECONDS)

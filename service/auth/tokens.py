@@ -9,12 +9,18 @@ itself alone.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import re
 import secrets
 
 USER_PREFIX = "ry_"
 INSTANCE_PREFIX = "ryi_"
+# AWS-style credentials of a user token, for SigV4 clients (boto3, the SageMaker SDKs):
+# the access key id names the token, the secret is derived from it with the signing key.
+ACCESS_KEY_PREFIX = "RYAK"
+_ACCESS_KEY = re.compile(ACCESS_KEY_PREFIX + r"([0-9A-F]{16})")
 
 
 def new_user_token() -> str:
@@ -49,3 +55,22 @@ def agent_key(key: bytes, job_id: str) -> str:
 
 def _instance_mac(key: bytes, job_id: str, host: str) -> str:
     return hmac.new(key, f"instance:{job_id}:{host}".encode(), hashlib.sha256).hexdigest()
+
+
+def access_key_id(token_id: int) -> str:
+    """The AWS access key id of the user token with that row id (20 characters, as AWS's)."""
+    return f"{ACCESS_KEY_PREFIX}{token_id:016X}"
+
+
+def token_id_of_access_key(access_key: str) -> int | None:
+    match = _ACCESS_KEY.fullmatch(access_key)
+    token_id = None if match is None else int(match.group(1), 16)
+    # Token rows are numbered in a 32-bit column: a larger number names none.
+    return token_id if token_id is not None and token_id < 2**31 else None
+
+
+def secret_access_key(key: bytes, token_id: int, token_hash: str) -> str:
+    """The AWS secret of a user token: derived, never stored, so it exists only where the
+    signing key does. The token's hash takes part, so no other token shares it."""
+    mac = hmac.new(key, f"aws:{token_id}:{token_hash}".encode(), hashlib.sha256).digest()
+    return base64.b64encode(mac).decode()[:40]

@@ -58,6 +58,10 @@ class TrainingJob(Base):
     # For spot jobs: what the billable seconds saved against on-demand, in percent.
     spot_savings_percent: Mapped[float | None] = mapped_column(Float)
 
+    # For a job created through SageMaker's wire protocol: its CreateTrainingJob request
+    # and region, which DescribeTrainingJob echoes (service.sagemaker.translate).
+    sagemaker_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
     # The project it belongs to: who may see it, and whose capacity quota it counts against.
     project: Mapped[str] = mapped_column(String(64), default="default", index=True)
     # When the job was given capacity for its instances; None while it queues for it.

@@ -1,0 +1,477 @@
+"""CreateTrainingJob's request as Runyard's job spec, and a job as DescribeTrainingJob's
+answer.
+
+The SageMaker SDKs say what to run in hyperparameters (``sagemaker_program``,
+``sagemaker_submit_directory``, one ``sagemaker_*_enabled`` flag per distribution): those
+become the spec's entry point, source and ``distribution``, and stay in the
+hyperparameters too, where SageMaker's containers find them. Every member of the request
+is either honoured, recorded and echoed back (what does not change what runs: a role, a
+debugger hook, a KMS key), or refused naming it: an option that would change what runs
+and that Runyard cannot honour is never dropped in silence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from contract import hyperparameters, storage
+from service.jobs.models import TrainingJob
+from service.jobs.schemas import JobCreate
+from service.sagemaker.errors import validation
+
+# Members recorded and echoed by DescribeTrainingJob, changing nothing that runs.
+RECORDED = (
+    "RoleArn",
+    "VpcConfig",
+    "EnableNetworkIsolation",
+    "EnableInterContainerTrafficEncryption",
+    "DebugHookConfig",
+    "DebugRuleConfigurations",
+    "ProfilerConfig",
+    "ProfilerRuleConfigurations",
+    "ExperimentConfig",
+    "InfraCheckConfig",
+)
+# Members that would change what runs, which Runyard cannot do: refused, with why.
+_REFUSED = {
+    "TensorBoardOutputConfig": "TensorBoard output upload is not supported",
+    "RemoteDebugConfig": "remote debugging is not supported",
+    "SessionChainingConfig": "session chaining is not supported",
+    "ServerlessJobConfig": "serverless jobs are not supported",
+    "MlflowConfig": "MLflow tracking is not supported",
+    "ModelPackageConfig": "model packages are not supported",
+}
+_REFUSED_ALGORITHM = {
+    "AlgorithmName": "marketplace algorithms are not supported; give a TrainingImage",
+    "TrainingImageConfig": "private registry settings are not supported",
+}
+_REFUSED_RESOURCES = {
+    "InstanceGroups": "heterogeneous instance groups are not supported",
+    "TrainingPlanArn": "training plans are not supported",
+    "InstancePlacementConfig": "instance placement is not supported",
+}
+_RECORDED_RESOURCES = ("VolumeKmsKeyId", "KeepAlivePeriodInSeconds")
+_CHANNEL_REFUSED = {
+    "ShuffleConfig": "shuffling is not supported",
+    "RecordWrapperType": "RecordIO wrapping is not supported",
+}
+_S3_SOURCE_REFUSED = {
+    "AttributeNames": "augmented manifest attributes are not supported",
+    "InstanceGroupNames": "instance groups are not supported",
+    "ModelAccessConfig": "model access configuration is not supported",
+    "HubAccessConfig": "hub access is not supported",
+}
+
+# The names under which AWS publishes its Deep Learning Containers for training, and the
+# framework each runs: such an image runs Runyard's runtime for that framework.
+_DLC_FRAMEWORKS = {
+    "pytorch-training": "pytorch",
+    "huggingface-pytorch-training": "pytorch",
+    "tensorflow-training": "tensorflow",
+    "huggingface-tensorflow-training": "tensorflow",
+}
+_IMAGE = re.compile(
+    r"(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)?"
+    r"(?P<repository>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)"
+)
+_PY_VERSION = re.compile(r"py[0-9]{2,3}")
+
+_TRUE = (True, "true", "True", "TRUE")
+# The SDK's hyperparameters that say what to run.
+PROGRAM = "sagemaker_program"
+SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+# SageMaker's default secondary statuses differ from Runyard's in one name.
+_SECONDARY = {"LaunchingInstances": "LaunchingMLInstances", "": "Starting"}
+
+
+def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
+    """The Runyard spec of a CreateTrainingJob request (already checked against the
+    service model); ``local_backend``: whether its instance type runs on the local
+    backend, which runs Runyard's runtime and no container images."""
+    _refuse_members(request, _REFUSED, "")
+    for member in ("AlgorithmSpecification", "ResourceConfig"):
+        if member not in request:
+            raise validation(f"{member}: required for a training job")
+    algorithm = request["AlgorithmSpecification"]
+    _refuse_members(algorithm, _REFUSED_ALGORITHM, "AlgorithmSpecification.")
+    if algorithm.get("ContainerEntrypoint") or algorithm.get("ContainerArguments"):
+        raise validation(
+            "AlgorithmSpecification.ContainerEntrypoint: Runyard runs script-mode jobs "
+            "(sagemaker_program and sagemaker_submit_directory); a container entry point "
+            "is not supported yet"
+        )
+    resources = request["ResourceConfig"]
+    _refuse_members(resources, _REFUSED_RESOURCES, "ResourceConfig.")
+    if "InstanceType" not in resources or "InstanceCount" not in resources:
+        raise validation("ResourceConfig: InstanceType and InstanceCount are required")
+    values = hyperparameters.decode(request.get("HyperParameters") or {})
+    framework, image = _image(algorithm.get("TrainingImage"), local_backend)
+    program, source = values.get(PROGRAM), values.get(SUBMIT_DIRECTORY)
+    if not isinstance(program, str) or not isinstance(source, str):
+        raise validation(
+            f"HyperParameters: {PROGRAM} and {SUBMIT_DIRECTORY} must name the script and "
+            "its source (an s3:// or file:// URI of a tar.gz or directory), as the "
+            "SageMaker SDK's estimators send them"
+        )
+    stopping = request.get("StoppingCondition") or {}
+    if "MaxPendingTimeInSeconds" in stopping:
+        raise validation("StoppingCondition.MaxPendingTimeInSeconds is not supported")
+    output = request["OutputDataConfig"]
+    if output.get("CompressionType", "GZIP") != "GZIP":
+        raise validation("OutputDataConfig.CompressionType: only GZIP is supported")
+    checkpoint = request.get("CheckpointConfig") or {}
+    fields: dict[str, Any] = {
+        "name": request["TrainingJobName"],
+        "entry_point": program,
+        "source_uri": source,
+        "framework": framework,
+        "image_uri": image,
+        "framework_version": _framework_version(algorithm.get("TrainingImage")),
+        "hyperparameters": values,
+        "instance_type": resources["InstanceType"],
+        "instance_count": resources["InstanceCount"],
+        "volume_size": resources.get("VolumeSizeInGB", 30),
+        "distribution": distribution(values),
+        "inputs": _inputs(request.get("InputDataConfig") or [], algorithm),
+        "output_path": output.get("S3OutputPath"),
+        "max_run": stopping.get("MaxRuntimeInSeconds", 24 * 3600),
+        "max_wait": stopping.get("MaxWaitTimeInSeconds"),
+        "environment": dict(request.get("Environment") or {}),
+        "tags": [{"key": t["Key"], "value": t.get("Value", "")} for t in request.get("Tags") or []],
+        "metric_definitions": [
+            {"name": m["Name"], "regex": m["Regex"]}
+            for m in algorithm.get("MetricDefinitions") or []
+        ],
+        "checkpoint_s3_uri": checkpoint.get("S3Uri"),
+        "checkpoint_local_path": checkpoint.get("LocalPath"),
+        "use_spot_instances": bool(request.get("EnableManagedSpotTraining")),
+        "max_retry_attempts": (request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0),
+    }
+    try:
+        return JobCreate.model_validate({k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        raise validation(_spec_problems(exc)) from None
+
+
+def distribution(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The estimator's ``distribution`` dict from the flags the SDK turned it into."""
+    found: dict[str, Any] = {}
+    for flag, key in (
+        ("sagemaker_torch_distributed_enabled", "torch_distributed"),
+        ("sagemaker_pytorch_ddp_enabled", "pytorchddp"),
+        ("sagemaker_parameter_server_enabled", "parameter_server"),
+        ("sagemaker_multi_worker_mirrored_strategy_enabled", "multi_worker_mirrored_strategy"),
+    ):
+        if values.get(flag) in _TRUE:
+            found[key] = {"enabled": True}
+    if values.get("sagemaker_distribution_instance_groups"):
+        raise validation(
+            "HyperParameters.sagemaker_distribution_instance_groups: heterogeneous "
+            "instance groups are not supported"
+        )
+    if values.get("sagemaker_pytorch_xla_multi_worker_enabled") in _TRUE:
+        raise validation(
+            "HyperParameters.sagemaker_pytorch_xla_multi_worker_enabled: PyTorch/XLA is not "
+            "supported"
+        )
+    if values.get("sagemaker_distributed_dataparallel_enabled") in _TRUE:
+        found["smdistributed"] = {
+            "dataparallel": {
+                "enabled": True,
+                "custom_mpi_options": str(
+                    values.get("sagemaker_distributed_dataparallel_custom_mpi_options") or ""
+                ),
+            }
+        }
+    if values.get("sagemaker_mpi_enabled") in _TRUE:
+        mpi: dict[str, Any] = {
+            "enabled": True,
+            "custom_mpi_options": str(values.get("sagemaker_mpi_custom_mpi_options") or ""),
+        }
+        processes = values.get("sagemaker_mpi_num_of_processes_per_host")
+        if processes is not None:
+            mpi["processes_per_host"] = processes
+        found["mpi"] = mpi
+        # Model parallelism runs under mpirun: the SDK sends its parameters beside the flag.
+        parameters = values.get("mp_parameters")
+        if isinstance(parameters, dict):
+            found["smdistributed"] = {"modelparallel": {"enabled": True, "parameters": parameters}}
+    return found
+
+
+def _image(image: str | None, local_backend: bool) -> tuple[str, str | None]:
+    """(framework, image to run): a Deep Learning Container's name means Runyard's own
+    runtime for its framework; another image runs as itself, where instances are
+    containers."""
+    match = _IMAGE.fullmatch(image or "")
+    repository = match.group("repository").rsplit("/", 1)[-1] if match else ""
+    if repository in _DLC_FRAMEWORKS:
+        return _DLC_FRAMEWORKS[repository], None
+    if image is None:
+        return "pytorch", None
+    if local_backend:
+        raise validation(
+            f"AlgorithmSpecification.TrainingImage: the local backend runs Runyard's runtime, "
+            f"not container images; name an AWS Deep Learning Container for training "
+            f"({', '.join(sorted(_DLC_FRAMEWORKS))}) or run {image[:120]!r} on an instance "
+            "type of the kubernetes backend"
+        )
+    return "pytorch", image
+
+
+def _framework_version(image: str | None) -> str | None:
+    match = _IMAGE.fullmatch(image or "")
+    if match is None or match.group("repository").rsplit("/", 1)[-1] not in _DLC_FRAMEWORKS:
+        return None
+    version = match.group("tag").split("-")[0]
+    return version[:32] or None
+
+
+def _inputs(channels: list[dict[str, Any]], algorithm: Mapping[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    default_mode = algorithm.get("TrainingInputMode", "File")
+    for index, channel in enumerate(channels):
+        where = f"InputDataConfig.{index + 1}"
+        name = channel["ChannelName"]
+        if name in found:
+            raise validation(f"{where}.ChannelName: channel {name!r} is given twice")
+        _refuse_members(channel, _CHANNEL_REFUSED, f"{where}.")
+        source = channel["DataSource"]
+        s3 = source.get("S3DataSource")
+        if s3 is None:
+            raise validation(
+                f"{where}.DataSource: only S3DataSource is supported (an s3:// or file:// URI)"
+            )
+        _refuse_members(s3, _S3_SOURCE_REFUSED, f"{where}.DataSource.S3DataSource.")
+        if s3["S3DataType"] not in ("S3Prefix", "ManifestFile"):
+            raise validation(
+                f"{where}.DataSource.S3DataSource.S3DataType: {s3['S3DataType']} is not "
+                "supported (S3Prefix or ManifestFile)"
+            )
+        found[name] = {
+            "uri": s3["S3Uri"],
+            "s3_data_type": s3["S3DataType"],
+            "distribution": s3.get("S3DataDistributionType", "FullyReplicated"),
+            "input_mode": channel.get("InputMode", default_mode),
+            "content_type": channel.get("ContentType"),
+            "compression": channel.get("CompressionType", "None"),
+        }
+        found[name] = {k: v for k, v in found[name].items() if v is not None}
+    return found
+
+
+def _refuse_members(given: Mapping[str, Any], refused: Mapping[str, str], path: str) -> None:
+    for member, why in refused.items():
+        if given.get(member) not in (None, {}, [], False):
+            raise validation(f"{path}{member}: {why}")
+
+
+def _spec_problems(exc: ValidationError) -> str:
+    # Runyard's own rules, each named by the member of the request it concerns.
+    return "; ".join(
+        f"{member_of(tuple(error['loc']))}: {error['msg']}" for error in exc.errors()[:5]
+    )
+
+
+# Where each field of Runyard's spec comes from in CreateTrainingJob's request.
+_MEMBER_OF_FIELD = {
+    "name": "TrainingJobName",
+    "entry_point": f"HyperParameters.{PROGRAM}",
+    "source_uri": f"HyperParameters.{SUBMIT_DIRECTORY}",
+    "framework_version": "AlgorithmSpecification.TrainingImage",
+    "image_uri": "AlgorithmSpecification.TrainingImage",
+    "hyperparameters": "HyperParameters",
+    "instance_type": "ResourceConfig.InstanceType",
+    "instance_count": "ResourceConfig.InstanceCount",
+    "volume_size": "ResourceConfig.VolumeSizeInGB",
+    "distribution": "HyperParameters (the distribution's sagemaker_* flags)",
+    "inputs": "InputDataConfig",
+    "output_path": "OutputDataConfig.S3OutputPath",
+    "max_run": "StoppingCondition.MaxRuntimeInSeconds",
+    "max_wait": "StoppingCondition.MaxWaitTimeInSeconds",
+    "environment": "Environment",
+    "tags": "Tags",
+    "metric_definitions": "AlgorithmSpecification.MetricDefinitions",
+    "checkpoint_s3_uri": "CheckpointConfig.S3Uri",
+    "checkpoint_local_path": "CheckpointConfig.LocalPath",
+    "use_spot_instances": "EnableManagedSpotTraining",
+    "max_retry_attempts": "RetryStrategy.MaximumRetryAttempts",
+}
+
+
+def member_of(loc: tuple[str | int, ...]) -> str:
+    """The request member a spec location (``("inputs", "train", "uri")``) came from."""
+    if not loc:
+        return "request"
+    head, rest = str(loc[0]), [str(part) for part in loc[1:]]
+    if head == "inputs" and rest:
+        return f"InputDataConfig (channel {rest[0]!r})"
+    member = _MEMBER_OF_FIELD.get(head, head)
+    if head in ("hyperparameters", "environment", "distribution") and rest:
+        return f"{member}.{'.'.join(rest)}"
+    return member
+
+
+# -- the other direction ------------------------------------------------------------------
+
+
+def arn(job: TrainingJob, region: str) -> str:
+    return f"arn:aws:sagemaker:{region}:{account_id(job.project)}:training-job/{job.name}"
+
+
+def account_id(project: str) -> str:
+    """A stable 12-digit account number per project, where AWS puts the account."""
+    digest = hashlib.sha256(f"runyard-project:{project}".encode()).hexdigest()
+    return f"{int(digest, 16) % 10**12:012d}"
+
+
+def secondary_status(job: TrainingJob) -> str:
+    return _SECONDARY.get(job.secondary_status, job.secondary_status)
+
+
+def expected_model(job: TrainingJob) -> str:
+    return storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
+
+
+def described(job: TrainingJob, region: str) -> dict[str, Any]:
+    """DescribeTrainingJob's answer for ``job``: what Runyard knows, in SageMaker's words,
+    with the members of the request that Runyard records echoed back."""
+    spec = job.spec
+    request, region = _recorded(job, region)
+    algorithm = dict(request.get("AlgorithmSpecification") or {})
+    algorithm.setdefault("TrainingImage", spec.get("image_uri") or _runtime_image(spec))
+    algorithm.setdefault("TrainingInputMode", "File")
+    if spec.get("metric_definitions"):
+        algorithm.setdefault(
+            "MetricDefinitions",
+            [{"Name": m["name"], "Regex": m["regex"]} for m in spec["metric_definitions"]],
+        )
+    resources = dict(request.get("ResourceConfig") or {})
+    resources.update(
+        InstanceType=spec["instance_type"],
+        InstanceCount=spec["instance_count"],
+        VolumeSizeInGB=spec.get("volume_size", 30),
+    )
+    stopping = {"MaxRuntimeInSeconds": spec.get("max_run", 24 * 3600)}
+    if spec.get("max_wait") is not None:
+        stopping["MaxWaitTimeInSeconds"] = spec["max_wait"]
+    answer: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobArn": arn(job, region),
+        "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or expected_model(job)},
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": secondary_status(job),
+        "HyperParameters": request.get("HyperParameters")
+        or {k: hyperparameters.encode(v) for k, v in (spec.get("hyperparameters") or {}).items()},
+        "AlgorithmSpecification": algorithm,
+        "InputDataConfig": request.get("InputDataConfig") or _channels(spec),
+        # SageMaker answers with a KmsKeyId always, empty when none was given; the SDK's
+        # Estimator.attach reads it.
+        "OutputDataConfig": {
+            "KmsKeyId": "",
+            **(request.get("OutputDataConfig") or {"S3OutputPath": spec["output_path"]}),
+        },
+        "ResourceConfig": resources,
+        "StoppingCondition": stopping,
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+        "SecondaryStatusTransitions": [
+            {
+                "Status": _SECONDARY.get(t.secondary_status, t.secondary_status),
+                "StartTime": t.start_time,
+                **({"EndTime": t.end_time} if t.end_time else {}),
+                "StatusMessage": t.message,
+            }
+            for t in job.transitions
+        ],
+        "FinalMetricDataList": [
+            {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
+        ],
+        "EnableManagedSpotTraining": bool(spec.get("use_spot_instances")),
+        "Environment": spec.get("environment") or {},
+        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
+    }
+    if not answer["InputDataConfig"]:
+        del answer["InputDataConfig"]
+    if job.failure_reason:
+        answer["FailureReason"] = job.failure_reason
+    if job.training_start_time:
+        answer["TrainingStartTime"] = job.training_start_time
+    if job.training_end_time:
+        answer["TrainingEndTime"] = job.training_end_time
+    if job.training_start_time and job.training_end_time:
+        answer["TrainingTimeInSeconds"] = max(
+            1, int((job.training_end_time - job.training_start_time).total_seconds())
+        )
+    if job.billable_seconds is not None:
+        answer["BillableTimeInSeconds"] = job.billable_seconds
+    if spec.get("checkpoint_s3_uri"):
+        answer["CheckpointConfig"] = {"S3Uri": spec["checkpoint_s3_uri"]}
+        if spec.get("checkpoint_local_path"):
+            answer["CheckpointConfig"]["LocalPath"] = spec["checkpoint_local_path"]
+    for member in RECORDED:
+        if member in request:
+            answer[member] = request[member]
+    if not answer["RetryStrategy"]["MaximumRetryAttempts"]:
+        del answer["RetryStrategy"]
+    return answer
+
+
+def summary(job: TrainingJob, region: str) -> dict[str, Any]:
+    _request, region = _recorded(job, region)
+    found: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobArn": arn(job, region),
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": secondary_status(job),
+    }
+    if job.training_end_time:
+        found["TrainingEndTime"] = job.training_end_time
+    return found
+
+
+def _channels(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    channels = []
+    for name, channel in (spec.get("inputs") or {}).items():
+        entry: dict[str, Any] = {
+            "ChannelName": name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": channel.get("s3_data_type", "S3Prefix"),
+                    "S3Uri": channel["uri"],
+                    "S3DataDistributionType": channel.get("distribution", "FullyReplicated"),
+                }
+            },
+            "CompressionType": channel.get("compression", "None"),
+            "InputMode": channel.get("input_mode", "File"),
+        }
+        if channel.get("content_type"):
+            entry["ContentType"] = channel["content_type"]
+        channels.append(entry)
+    return channels
+
+
+def _runtime_image(spec: Mapping[str, Any]) -> str:
+    # What a job submitted through Runyard's own API runs: Runyard's runtime.
+    framework = spec.get("framework", "pytorch")
+    version = spec.get("framework_version") or "latest"
+    return f"runyard/{framework}-training:{version}"
+
+
+def _recorded(job: TrainingJob, region: str) -> tuple[Mapping[str, Any], str]:
+    """The request a job was created with over this protocol ({} for one submitted through
+    Runyard's API), and the region its ARN names: the one it was created in."""
+    kept = job.sagemaker_request or {}
+    return kept.get("request") or {}, kept.get("region") or region
+
+
+def recording(request: Mapping[str, Any], region: str) -> dict[str, Any]:
+    """What a job keeps of its CreateTrainingJob request."""
+    return {"request": dict(request), "region": region}

@@ -1,0 +1,370 @@
+"""boto3's own sagemaker client against Runyard: create, describe, list, stop, the
+errors SageMaker gives, and every answer checked against botocore's output shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from service.jobs.models import TrainingJob
+from service.kit.db import session_scope
+from service.settings import Settings
+from tests.sagemaker.conftest import credentials
+from tests.sagemaker.live import REGION, UNCHECKED, check_answer, client
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+
+
+def request(source: Path, name: str = "wire-1", **overrides: Any) -> dict[str, Any]:
+    """CreateTrainingJob as the SageMaker SDK v2's PyTorch estimator sends it."""
+    body: dict[str, Any] = {
+        "TrainingJobName": name,
+        "RoleArn": ROLE,
+        "AlgorithmSpecification": {
+            "TrainingImage": IMAGE,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+        },
+        "HyperParameters": {
+            "sagemaker_program": json.dumps("train.py"),
+            "sagemaker_submit_directory": json.dumps(source.as_uri()),
+            "sagemaker_container_log_level": "20",
+            "sagemaker_torch_distributed_enabled": "true",
+            "epochs": "3",
+            "optimizer": json.dumps("adam"),
+        },
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": source.as_uri(),
+                        "S3DataDistributionType": "ShardedByS3Key",
+                    }
+                },
+                "CompressionType": "None",
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": (source.parent / "out").as_uri()},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 2, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "DebugHookConfig": {"S3OutputPath": "s3://bucket/debug", "CollectionConfigurations": []},
+        "ProfilerConfig": {"DisableProfiler": True},
+        "Environment": {"MY_SETTING": "on"},
+        "Tags": [{"Key": "team", "Value": "vision"}],
+    }
+    body.update(overrides)
+    return body
+
+
+def present(value: Any) -> Any:
+    """``value`` without the keys whose value is None (modes a spec leaves unset)."""
+    if isinstance(value, dict):
+        return {k: present(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def error_of(call: Any, **params: Any) -> tuple[str, str]:
+    with pytest.raises(ClientError) as caught:
+        call(**params)
+    error = caught.value.response["Error"]
+    return error["Code"], error["Message"]
+
+
+def test_create_then_describe_answers_what_the_sdk_reads(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    created = sm.create_training_job(**request(source_dir))
+    check_answer(sm, "CreateTrainingJob", created)
+    assert created["TrainingJobArn"].startswith(f"arn:aws:sagemaker:{REGION}:")
+    assert created["TrainingJobArn"].endswith(":training-job/wire-1")
+
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    check_answer(sm, "DescribeTrainingJob", described)
+    assert described["TrainingJobArn"] == created["TrainingJobArn"]
+    assert described["TrainingJobStatus"] == "InProgress"
+    assert described["SecondaryStatus"] == "Starting"
+    assert described["SecondaryStatusTransitions"][0]["StatusMessage"]
+    assert described["ResourceConfig"]["InstanceCount"] == 2
+    assert described["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}
+    assert described["HyperParameters"]["optimizer"] == '"adam"'  # as it was sent
+    assert described["RoleArn"] == ROLE
+    assert described["DebugHookConfig"]["S3OutputPath"] == "s3://bucket/debug"
+    assert described["OutputDataConfig"]["KmsKeyId"] == ""
+    assert described["ModelArtifacts"]["S3ModelArtifacts"].endswith(
+        "/out/wire-1/output/model.tar.gz"
+    )
+    assert sm.list_tags(ResourceArn=created["TrainingJobArn"])["Tags"] == [
+        {"Key": "team", "Value": "vision"}
+    ]
+
+    # The same job, seen through Runyard's own API: the spec the request became.
+    job = api.get("/v1/training-jobs/wire-1").json()
+    spec = job["spec"]
+    assert spec["entry_point"] == "train.py"
+    assert spec["source_uri"] == source_dir.as_uri()
+    assert spec["framework_version"] == "2.1.0"
+    assert present(spec["distribution"]) == {"torch_distributed": {"enabled": True}}
+    assert spec["hyperparameters"]["epochs"] == 3
+    assert spec["inputs"]["train"]["distribution"] == "ShardedByS3Key"
+    assert spec["metric_definitions"] == [{"name": "loss", "regex": "loss=([0-9.]+)"}]
+    assert spec["environment"] == {"MY_SETTING": "on"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "distribution"),
+    [
+        (
+            {
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_num_of_processes_per_host": "2",
+                "sagemaker_mpi_custom_mpi_options": json.dumps("-x NCCL_DEBUG=INFO"),
+            },
+            {
+                "mpi": {
+                    "enabled": True,
+                    "processes_per_host": 2,
+                    "custom_mpi_options": "-x NCCL_DEBUG=INFO",
+                }
+            },
+        ),
+        (
+            {
+                "sagemaker_distributed_dataparallel_enabled": "true",
+                "sagemaker_instance_type": json.dumps("ml.m5.large"),
+                "sagemaker_distributed_dataparallel_custom_mpi_options": json.dumps(""),
+            },
+            {"smdistributed": {"dataparallel": {"enabled": True, "custom_mpi_options": ""}}},
+        ),
+        (
+            {
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_num_of_processes_per_host": "2",
+                "sagemaker_distributed_dataparallel_enabled": "false",
+                "mp_parameters": json.dumps({"partitions": 2, "microbatches": 4, "ddp": True}),
+            },
+            {
+                "mpi": {"enabled": True, "processes_per_host": 2, "custom_mpi_options": ""},
+                "smdistributed": {
+                    "modelparallel": {
+                        "enabled": True,
+                        "parameters": {"partitions": 2, "microbatches": 4, "ddp": True},
+                    }
+                },
+            },
+        ),
+        ({"sagemaker_parameter_server_enabled": "true"}, {"parameter_server": {"enabled": True}}),
+        ({"sagemaker_pytorch_ddp_enabled": "true"}, {"pytorchddp": {"enabled": True}}),
+    ],
+)
+def test_the_sdks_distribution_flags_become_the_jobs_distribution(
+    sm: Any, api: TestClient, source_dir: Path, flags: dict[str, str], distribution: Any
+) -> None:
+    hyperparameters = {
+        "sagemaker_program": json.dumps("train.py"),
+        "sagemaker_submit_directory": json.dumps(source_dir.as_uri()),
+        **flags,
+    }
+    sm.create_training_job(**request(source_dir, HyperParameters=hyperparameters))
+    spec = api.get("/v1/training-jobs/wire-1").json()["spec"]
+    assert present(spec["distribution"]) == distribution
+
+
+def test_a_name_in_use_is_resource_in_use(sm: Any, source_dir: Path) -> None:
+    sm.create_training_job(**request(source_dir))
+    code, message = error_of(sm.create_training_job, **request(source_dir))
+    assert code == "ResourceInUse"
+    assert "wire-1" in message
+
+
+def test_a_missing_job_is_requested_resource_not_found(sm: Any) -> None:
+    for call in (sm.describe_training_job, sm.stop_training_job):
+        assert error_of(call, TrainingJobName="nope") == (
+            "ValidationException",
+            "Requested resource not found.",
+        )
+
+
+LONG = "x" * 2501
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"TrainingJobName": "bad_name"}, "trainingJobName"),
+        ({"HyperParameters": {f"k{i}": "1" for i in range(101)}}, "hyperParameters"),
+        ({"HyperParameters": {"k" * 257: "1"}}, "hyperParameters.key"),
+        ({"HyperParameters": {"lr": LONG}}, "hyperParameters.lr"),
+        ({"Environment": {f"K{i}": "1" for i in range(101)}}, "environment"),
+        ({"Environment": {"SECRET": "s" * 513}}, "environment.SECRET"),
+        ({"Environment": {"1BAD": "x"}}, "environment.key"),
+        ({"InputDataConfig": []}, "inputDataConfig"),
+        ({"ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 0}}, "instanceCount"),
+        ({"EnableManagedSpotTraining": "yes"}, "enableManagedSpotTraining"),
+    ],
+)
+def test_every_limit_is_a_validation_exception_naming_the_member(
+    api: TestClient, server: str, source_dir: Path, overrides: dict[str, Any], named: str
+) -> None:
+    unchecked = client("sagemaker", server, credentials(api), UNCHECKED)
+    code, message = error_of(unchecked.create_training_job, **request(source_dir, **overrides))
+    assert code == "ValidationException"
+    assert named.lower() in message.lower()
+    assert "s" * 513 not in message  # values are not repeated: they may be secrets
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_more_than_forty_metric_definitions_and_twenty_channels_are_refused(
+    api: TestClient, server: str, source_dir: Path
+) -> None:
+    unchecked = client("sagemaker", server, credentials(api), UNCHECKED)
+    algorithm = request(source_dir)["AlgorithmSpecification"]
+    metrics = [{"Name": f"m{i}", "Regex": "m=([0-9]+)"} for i in range(41)]
+    code, message = error_of(
+        unchecked.create_training_job,
+        **request(source_dir, AlgorithmSpecification={**algorithm, "MetricDefinitions": metrics}),
+    )
+    assert (code, "'algorithmSpecification.metricDefinitions'" in message) == (
+        "ValidationException",
+        True,
+    )
+    channel = request(source_dir)["InputDataConfig"][0]
+    channels = [{**channel, "ChannelName": f"c{i}"} for i in range(21)]
+    code, message = error_of(
+        unchecked.create_training_job, **request(source_dir, InputDataConfig=channels)
+    )
+    assert (code, "'inputDataConfig'" in message) == ("ValidationException", True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1}}, "InstanceType"),
+        (
+            {"AlgorithmSpecification": {"TrainingImage": "my/img:1", "TrainingInputMode": "File"}},
+            "TrainingImage",
+        ),
+        ({"TensorBoardOutputConfig": {"S3OutputPath": "s3://b/tb"}}, "TensorBoardOutputConfig"),
+        ({"StoppingCondition": {"MaxPendingTimeInSeconds": 7200}}, "MaxPendingTimeInSeconds"),
+        ({"HyperParameters": {"epochs": "1"}}, "sagemaker_program"),
+        (
+            {
+                "InputDataConfig": [
+                    {
+                        "ChannelName": "train",
+                        "DataSource": {
+                            "FileSystemDataSource": {
+                                "FileSystemId": "fs-12345678",
+                                "FileSystemAccessMode": "ro",
+                                "FileSystemType": "EFS",
+                                "DirectoryPath": "/data",
+                            }
+                        },
+                    }
+                ]
+            },
+            "DataSource",
+        ),
+    ],
+)
+def test_what_runyard_cannot_honour_is_refused_not_dropped(
+    sm: Any, api: TestClient, source_dir: Path, overrides: dict[str, Any], named: str
+) -> None:
+    code, message = error_of(sm.create_training_job, **request(source_dir, **overrides))
+    assert code == "ValidationException"
+    assert named in message
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_list_filters_sorts_and_pages_with_botos_paginator(sm: Any, source_dir: Path) -> None:
+    for name in ("alpha-1", "beta-2", "alpha-3", "gamma-4", "alpha-5"):
+        sm.create_training_job(**request(source_dir, name=name))
+    sm.stop_training_job(TrainingJobName="beta-2")
+
+    every = sm.list_training_jobs(MaxResults=100)
+    check_answer(sm, "ListTrainingJobs", every)
+    assert [s["TrainingJobName"] for s in every["TrainingJobSummaries"]] == [
+        "alpha-1",
+        "beta-2",
+        "alpha-3",
+        "gamma-4",
+        "alpha-5",
+    ]
+    assert "NextToken" not in every
+
+    named = sm.list_training_jobs(NameContains="ALPHA", SortBy="Name", SortOrder="Descending")
+    assert [s["TrainingJobName"] for s in named["TrainingJobSummaries"]] == [
+        "alpha-5",
+        "alpha-3",
+        "alpha-1",
+    ]
+    stopping = sm.list_training_jobs(StatusEquals="Stopping")["TrainingJobSummaries"]
+    assert [s["TrainingJobName"] for s in stopping] == ["beta-2"]
+
+    pages = list(
+        sm.get_paginator("list_training_jobs").paginate(
+            SortBy="CreationTime", SortOrder="Descending", PaginationConfig={"PageSize": 2}
+        )
+    )
+    assert [len(page["TrainingJobSummaries"]) for page in pages] == [2, 2, 1]
+    names = [s["TrainingJobName"] for page in pages for s in page["TrainingJobSummaries"]]
+    assert names == ["alpha-5", "gamma-4", "alpha-3", "beta-2", "alpha-1"]
+
+    third = every["TrainingJobSummaries"][2]["CreationTime"]
+    later = sm.list_training_jobs(CreationTimeAfter=third)["TrainingJobSummaries"]
+    assert [s["TrainingJobName"] for s in later] == ["gamma-4", "alpha-5"]
+    code, _ = error_of(sm.list_training_jobs, NextToken="not-a-token")
+    assert code == "ValidationException"
+
+
+def test_stop_moves_a_job_to_stopping_and_an_ended_one_is_refused(
+    sm: Any, api: TestClient, source_dir: Path, settings: Settings
+) -> None:
+    sm.create_training_job(**request(source_dir))
+    stopped = sm.stop_training_job(TrainingJobName="wire-1")
+    assert stopped["ResponseMetadata"]["HTTPStatusCode"] == 200
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    assert (described["TrainingJobStatus"], described["SecondaryStatus"]) == (
+        "Stopping",
+        "Stopping",
+    )
+    with session_scope(settings.database_url) as session:
+        session.execute(update(TrainingJob).values(status="Completed"))
+    code, message = error_of(sm.stop_training_job, TrainingJobName="wire-1")
+    assert (code, message) == (
+        "ValidationException",
+        "The request was rejected because the training job is in status Completed.",
+    )
+
+
+def test_roles_and_projects_apply_to_aws_credentials(
+    api: TestClient, server: str, source_dir: Path
+) -> None:
+    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    tokens = {
+        role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
+            "token"
+        ]
+        for role in ("viewer", "member")
+    }
+    viewer = client("sagemaker", server, credentials(api, tokens["viewer"]))
+    member = client("sagemaker", server, credentials(api, tokens["member"]))
+    admin = client("sagemaker", server, credentials(api))
+
+    code, message = error_of(viewer.create_training_job, **request(source_dir))
+    assert (code, "member role" in message) == ("AccessDeniedException", True)
+    member.create_training_job(**request(source_dir))
+    assert viewer.describe_training_job(TrainingJobName="wire-1")["TrainingJobStatus"]
+    # The admin token's project is "default": vision's job is not there.
+    assert error_of(admin.describe_training_job, TrainingJobName="wire-1")[0] == (
+        "ValidationException"
+    )
+    assert api.get("/v1/training-jobs/wire-1", params={"project": "vision"}).status_code == 200
