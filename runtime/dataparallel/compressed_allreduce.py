@@ -49,6 +49,7 @@ class CompressedAverage:
         self._outgoing = torch.empty(0, dtype=dtype)
         self._incoming = torch.empty(0, dtype=dtype)
         self._sum = torch.empty(0)
+        self._widened = torch.empty(0)
 
     def average_(self, flat: torch.Tensor) -> torch.Tensor:
         n, rank, numel = self.world_size, self.rank, flat.numel()
@@ -58,6 +59,7 @@ class CompressedAverage:
         outgoing = self._scratch("_outgoing", n * part).view(n, part)
         incoming = self._scratch("_incoming", n * part).view(n, part)
         total = self._scratch("_sum", part)
+        widened = self._scratch("_widened", part)
         # Send to rank+1, rank+2, ... and receive from rank-1, rank-2, ...: at each step
         # every process is sending to the one that receives from it.
         peers = [(rank + step) % n for step in range(1, n)]
@@ -74,7 +76,11 @@ class CompressedAverage:
         gathering = {}
         for source in sources:
             scattering[source].wait()
-            total.add_(incoming[source])
+            # Widened into a float32 buffer of our own first: adding a half-precision
+            # tensor to a float32 one makes torch allocate a float32 copy of it, which
+            # for large parts costs fresh pages (page faults) every call, 6x the add.
+            widened.copy_(incoming[source])
+            total.add_(widened)
             # That row is free again: the reduced part from ``source`` lands there.
             gathering[source] = _receive(incoming[source], source, _GATHER_TAG)
         total.div_(n)
@@ -103,11 +109,15 @@ class CompressedAverage:
         assert work is not None  # async_op=True always gives the work
 
         def finished(_: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            total = rows[0].float()
-            for row in rows[1:]:
+            # Widened all at once: adding half-precision rows to a float32 sum one by
+            # one would allocate a float32 copy of each (the same bits either way).
+            widened = rows.float()
+            total = widened[0]
+            for row in widened[1:]:
                 total.add_(row)
             total.div_(n)
-            return flat.copy_(total.to(self.dtype))
+            wire.copy_(total)  # sent already: free to hold the rounded average
+            return flat.copy_(wire)
 
         averaged: torch.futures.Future[torch.Tensor] = work.get_future().then(finished)
         return averaged
