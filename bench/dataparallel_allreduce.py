@@ -2,14 +2,19 @@
 torch.distributed.all_reduce, on the same processes and buffers.
 
 2 processes run as 2 instances x 1, 4 as 2 instances x 2 (RUNYARD_HOST), all on this
-machine. Each figure is the median over iterations of the slowest rank's time; bus
-bandwidth = bytes x 2(n-1)/n / time, the usual convention for an allreduce.
+machine: over its loopback, or with ``--link-gbit`` each instance in a network namespace
+of its own on a link shaped to that rate (dataparallel_common.py; root only). Each figure
+is the median over iterations of the slowest rank's time, the columns taking turns call by
+call; bus bandwidth = bytes x 2(n-1)/n / time, the usual convention for an allreduce.
 
     .venv/bin/python bench/dataparallel_allreduce.py [--sizes-mb 1,4,16,64,256] [--procs 2,4]
-        [--compression none,bf16,fp16]
+        [--compression none,bf16,fp16] [--link-gbit 10]
 
 With compression, Runyard moves half the bytes and the torch column stays float32: the
-ratio is what compressing buys over gloo's (or NCCL's) float32 allreduce.
+ratio is what compressing buys over gloo's (or NCCL's) float32 allreduce. On loopback a
+byte costs a memory copy, about what casting it costs, so there compression gains only
+the CPU time the kernel would spend copying the other half; on a link slower than the
+machine's copies it approaches the byte ratio.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 import torch.distributed as dist
 from dataparallel_common import (
     launch,
+    link_label,
     machine,
     report,
     synchronize,
@@ -47,20 +53,26 @@ def iterations_for(size_mb: float, budget_mb: int) -> int:
     return max(3, min(20, int(budget_mb / size_mb)))
 
 
-def timed(operation: Callable[[], object], device: torch.device, iterations: int) -> float:
-    """Median seconds per call, each call timed on the slowest rank."""
-    operation()  # warm-up: connections, allocator
-    times = []
+def timed(
+    operations: dict[str, Callable[[], object]], device: torch.device, iterations: int
+) -> dict[str, float]:
+    """Median seconds per call of each operation, each call timed on the slowest rank.
+    The operations take turns, call by call, so that drift on a shared machine (other
+    work starting or stopping) hits them all alike."""
+    for operation in operations.values():
+        operation()  # warm-up: connections, allocator, scratch buffers
+    times: dict[str, list[float]] = {name: [] for name in operations}
     for _ in range(iterations):
-        dist.barrier()
-        synchronize(device)
-        started = time.perf_counter()
-        operation()
-        synchronize(device)
-        elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-        dist.all_reduce(elapsed.to(device), op=dist.ReduceOp.MAX)
-        times.append(float(elapsed.max()))
-    return statistics.median(times)
+        for name, operation in operations.items():
+            dist.barrier()
+            synchronize(device)
+            started = time.perf_counter()
+            operation()
+            synchronize(device)
+            elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+            dist.all_reduce(elapsed.to(device), op=dist.ReduceOp.MAX)
+            times[name].append(float(elapsed.max()))
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def worker(
@@ -80,11 +92,11 @@ def worker(
     for size_mb in sizes_mb:
         tensor = torch.randn(int(size_mb * MB) // 4, device=device)
         iterations = iterations_for(size_mb, budget_mb)
-        plain = timed(partial(dist.all_reduce, tensor, op=dist.ReduceOp.AVG), device, iterations)
-        row: dict[str, float] = {"size_mb": size_mb, "torch": plain}
-        for name, reducer in reducers.items():
-            row[name] = timed(partial(reducer.average_, tensor), device, iterations)
-        results.append(row)
+        operations: dict[str, Callable[[], object]] = {
+            "torch": partial(dist.all_reduce, tensor, op=dist.ReduceOp.AVG),
+            **{name: partial(reducer.average_, tensor) for name, reducer in reducers.items()},
+        }
+        results.append({"size_mb": size_mb, **timed(operations, device, iterations)})
     if dp.get_rank() == 0:
         report(results)
     dist.barrier()
@@ -110,6 +122,12 @@ def main() -> None:
     parser.add_argument(
         "--exchange", choices=SHARD_EXCHANGES, default=None, help="default: by device"
     )
+    parser.add_argument(
+        "--link-gbit",
+        type=float,
+        default=None,
+        help="instances in network namespaces of their own, each link shaped to this rate",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [float(size) for size in args.sizes_mb.split(",")]
@@ -120,7 +138,10 @@ def main() -> None:
         worker(sizes, args.budget_mb, compressions, args.exchange)
         return
 
-    print(f"machine: {machine()}; exchange: {args.exchange or 'default for the device'}")
+    print(
+        f"machine: {machine()}; link: {link_label(args.link_gbit)}; "
+        f"exchange: {args.exchange or 'default for the device'}"
+    )
     print(
         f"{'size':>8} {'procs':>5} | {'torch all_reduce fp32':>22} | "
         + " | ".join(f"{'Runyard ' + name:>22} {'/torch':>6}" for name in compressions)
@@ -131,7 +152,7 @@ def main() -> None:
         *(["--exchange", args.exchange] if args.exchange else []),
     ]  # fmt: skip
     for processes in usable_process_counts([int(p) for p in args.procs.split(",")]):
-        for row in launch(Path(__file__), processes, forwarded):
+        for row in launch(Path(__file__), processes, forwarded, link_gbit=args.link_gbit):
             size = row["size_mb"]
             torch_bw = bus_bandwidth(size, processes, row["torch"])
             cells = []

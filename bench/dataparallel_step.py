@@ -4,10 +4,13 @@ torch's DistributedDataParallel on the same processes, and weak scaling 1 -> 2 -
 Every process trains on its own batch of fixed size (weak scaling): throughput is the
 job's samples per second. The two implementations alternate in rounds on the same
 processes, so drift on a shared machine hits both. 2 processes run as 2 instances x 1,
-4 as 2 instances x 2 (RUNYARD_HOST). On CPU each rank gets one thread: with fewer cores
-than ranks, scaling measures the core count as much as the library.
+4 as 2 instances x 2 (RUNYARD_HOST), over this machine's loopback or, with
+``--link-gbit``, each instance in a network namespace of its own on a link shaped to that
+rate (dataparallel_common.py; root only). On CPU each rank gets one thread: with fewer
+cores than ranks, scaling measures the core count as much as the library.
 
     .venv/bin/python bench/dataparallel_step.py [--procs 1,2,4] [--batch 32] [--steps 6]
+        [--compression bf16] [--link-gbit 10]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 import torch.distributed as dist
 from dataparallel_common import (
     launch,
+    link_label,
     machine,
     report,
     synchronize,
@@ -118,6 +122,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--width", type=int, default=4096)
     parser.add_argument("--compression", choices=["fp16", "bf16"], default=None)
+    parser.add_argument(
+        "--link-gbit",
+        type=float,
+        default=None,
+        help="instances in network namespaces of their own, each link shaped to this rate",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -130,13 +140,14 @@ def main() -> None:
         *(["--compression", args.compression] if args.compression else []),
     ]  # fmt: skip
     results = {
-        processes: launch(Path(__file__), processes, forwarded)
+        processes: launch(Path(__file__), processes, forwarded, link_gbit=args.link_gbit)
         for processes in usable_process_counts([int(p) for p in args.procs.split(",")])
     }
     parameters = next(iter(results.values()))["parameters"]
     print(
         f"machine: {machine()}; model: {parameters / 1e6:.1f}M parameters; "
-        f"batch {args.batch} per process; compression: {args.compression or 'none'}"
+        f"batch {args.batch} per process; compression: {args.compression or 'none'}; "
+        f"link: {link_label(args.link_gbit)}"
     )
     print(
         f"{'procs':>5} | {'torch DDP':>14} | {'Runyard DP':>14} | {'Runyard/torch':>13} | "
