@@ -99,6 +99,9 @@ class RunyardConfig:
     # Where instances have a network of their own: after how long without reaching any of
     # its peers an instance has lost the job's network (and the job restarts); None: never.
     peer_timeout_seconds: float | None = None
+    # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
+    # ContainerArguments); empty for an entry-point job.
+    container_command: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
@@ -153,6 +156,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "spot_notice": lambda _name, value: value or None,
     "network_namespace": lambda _name, value: value or None,
     "notices": lambda _name, value: tuple(str(line) for line in value),
+    "container_command": lambda _name, value: tuple(str(part) for part in value),
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }
 

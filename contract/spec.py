@@ -30,6 +30,8 @@ class Channel:
 
 @dataclass(frozen=True)
 class JobSpec:
+    # Empty for a job with a container entry point, which brings its own code (in a
+    # channel, as the SageMaker SDK v3's ModelTrainer sends it).
     entry_point: str
     source_uri: str
     instance_type: str
@@ -47,6 +49,10 @@ class JobSpec:
     checkpoint_s3_uri: str | None = None
     checkpoint_local_path: str | None = None
     use_spot_instances: bool = False
+    # SageMaker's AlgorithmSpecification.ContainerEntrypoint and ContainerArguments: run
+    # this command on each instance instead of the entry point.
+    container_entrypoint: tuple[str, ...] = ()
+    container_arguments: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> list[str]:
@@ -54,10 +60,9 @@ class JobSpec:
 
     def storage_uris(self) -> dict[tuple[str | int, ...], str]:
         """Every URI the job reads or writes, by the field that gives it."""
-        uris: dict[tuple[str | int, ...], str] = {
-            ("source_uri",): self.source_uri,
-            ("output_path",): self.output_path,
-        }
+        uris: dict[tuple[str | int, ...], str] = {("output_path",): self.output_path}
+        if self.source_uri:
+            uris[("source_uri",)] = self.source_uri
         if self.checkpoint_s3_uri:
             uris[("checkpoint_s3_uri",)] = self.checkpoint_s3_uri
         for name, channel in sorted(self.inputs.items()):

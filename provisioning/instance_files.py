@@ -58,6 +58,7 @@ def instance_files(
         network_namespace=network_namespace,
         notices=notices,
         peer_timeout_seconds=peer_timeout_seconds,
+        container_command=(*spec.container_entrypoint, *spec.container_arguments),
     )
     resource = files.resource_config(
         host,

@@ -265,8 +265,9 @@ class Trainer:
     def _fetch(self) -> None:
         config = self.config
         started = time.monotonic()
-        self.say(f"Fetching code from {config.source_uri}")
-        self._fetch_code()
+        if config.source_uri:
+            self.say(f"Fetching code from {config.source_uri}")
+            self._fetch_code()
         self.inputs = channels.open_all(config, self.say)
         checkpoints.restore(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
@@ -298,10 +299,26 @@ class Trainer:
         env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
         env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
         env.setdefault("TP_SOCKET_IFNAME", config.network_interface)  # torch RPC's TensorPipe
+        if config.container_command:
+            return launch.plan(config, self._container_command(env), env, num_gpus=gpus)
         args = hyperparameters.to_cli_args(config.hyperparameters)
         as_module = install.is_package(config.paths.code)
         argv = command(config.paths.code, config.entry_point, args, as_module=as_module)
         return launch.plan(config, argv, env, num_gpus=gpus)
+
+    def _container_command(self, env: dict[str, str]) -> list[str]:
+        """A container entry point reads /opt/ml itself, by that name, and finds Python on
+        the PATH, as in a SageMaker image: this runtime's own comes first."""
+        config = self.config
+        if config.paths.base != Path(IMAGE_BASE_DIR):
+            raise SetupError(
+                f"a container entry point reads {IMAGE_BASE_DIR} itself, and this instance's "
+                f"directory is {config.paths.base}: its instances share the machine "
+                "(RUNYARD_LOCAL_ISOLATION=namespaces gives each its own /opt/ml)"
+            )
+        python_bin = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join(filter(None, [python_bin, env.get("PATH")]))
+        return list(config.container_command)
 
     def _prepare_agent(self) -> bytes | None:
         """Under mpirun, the instance is ready for its daemon from now on (the launch

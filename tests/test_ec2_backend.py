@@ -216,7 +216,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "isolation": "machine",
   "network_namespace": null,
   "notices": [],
-  "peer_timeout_seconds": null
+  "peer_timeout_seconds": null,
+  "container_command": []
 }
 RUNYARD_EOF
 

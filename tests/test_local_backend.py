@@ -122,6 +122,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
             "RUNYARD_LOCAL_ISOLATION is shared"
         ],
         "peer_timeout_seconds": None,
+        "container_command": [],
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryi_secret-algo-2"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -61,6 +61,9 @@ MAX_RUN_LIMIT = 28 * 24 * 3600
 MAX_METRIC_DEFINITIONS = 40
 MAX_RETRY_ATTEMPTS = 30
 MAX_RETRY_RULES = 20
+MAX_CONTAINER_WORDS = 100
+# One word of a container's command, as SageMaker allows them.
+ContainerWord = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 def job_name(value: str) -> str:
@@ -262,8 +265,9 @@ class RetryRule(_Strict):
 class JobCreate(_Strict):
     name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
-    entry_point: str = Field(min_length=1, max_length=256)
-    source_uri: str = Field(min_length=1, max_length=1024)
+    # Both, unless a container entry point runs instead (it brings its own code).
+    entry_point: str | None = Field(default=None, min_length=1, max_length=256)
+    source_uri: str | None = Field(default=None, min_length=1, max_length=1024)
     # SageMaker picks the framework by estimator class; Runyard's one estimator says it.
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     image_uri: str | None = Field(default=None, max_length=255)
@@ -298,6 +302,31 @@ class JobCreate(_Strict):
     priority: int = Field(default=0, ge=-1000, le=1000)
     # The metric from which the job's progress and remaining time are estimated.
     progress_metric: ProgressMetric | None = None
+    # As SageMaker's ContainerEntrypoint and ContainerArguments: a command each instance
+    # runs instead of an entry point, reading /opt/ml itself (the SageMaker SDK v3's
+    # ModelTrainer sends one).
+    container_entrypoint: list[ContainerWord] | None = Field(
+        default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
+    )
+    container_arguments: list[ContainerWord] | None = Field(
+        default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
+    )
+
+    @model_validator(mode="after")
+    def _what_runs(self) -> Self:
+        if self.container_entrypoint is None:
+            if self.container_arguments is not None:
+                raise invalid("JobCreate", ("container_arguments",), "needs a container_entrypoint")
+            for name in ("entry_point", "source_uri"):
+                if getattr(self, name) is None:
+                    raise invalid("JobCreate", (name,), "Field required")
+        elif self.distribution.enabled_modes():
+            raise invalid(
+                "JobCreate",
+                ("container_entrypoint",),
+                "starts its own processes: it goes without a distribution mode",
+            )
+        return self
 
     def job_spec(self) -> JobSpec:
         """The job as the backends and its instances see it; only a prepared spec (whose
@@ -305,8 +334,8 @@ class JobCreate(_Strict):
         if self.output_path is None:
             raise ValueError("the job is not prepared: its output_path is not set")
         return JobSpec(
-            entry_point=self.entry_point,
-            source_uri=self.source_uri,
+            entry_point=self.entry_point or "",
+            source_uri=self.source_uri or "",
             instance_type=self.instance_type,
             output_path=self.output_path,
             instance_count=self.instance_count,
@@ -322,6 +351,8 @@ class JobCreate(_Strict):
             checkpoint_s3_uri=self.checkpoint_s3_uri,
             checkpoint_local_path=self.checkpoint_local_path,
             use_spot_instances=self.use_spot_instances,
+            container_entrypoint=tuple(self.container_entrypoint or ()),
+            container_arguments=tuple(self.container_arguments or ()),
         )
 
     @model_validator(mode="before")
@@ -383,7 +414,9 @@ class JobCreate(_Strict):
 
     @field_validator("entry_point")
     @classmethod
-    def _relative_entry_point(cls, value: str) -> str:
+    def _relative_entry_point(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         path = PurePosixPath(value)
         if path.is_absolute() or ".." in path.parts or "\\" in value:
             raise ValueError("must be a path relative to the source, without '..'")

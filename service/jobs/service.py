@@ -153,39 +153,49 @@ def prepare(
 
 def _generate_name(spec: JobCreate, now: datetime) -> str:
     # As the SageMaker SDK does: <base>-<UTC timestamp to the millisecond>.
-    base = spec.base_job_name or re.sub(r"[^a-zA-Z0-9]+", "-", PurePosixPath(spec.entry_point).stem)
+    stem = PurePosixPath(spec.entry_point or "job").stem
+    base = spec.base_job_name or re.sub(r"[^a-zA-Z0-9]+", "-", stem)
     base = base.strip("-")[: 63 - _TIMESTAMP_LEN].rstrip("-") or "job"
     return f"{base}-{now:%Y-%m-%d-%H-%M-%S}-{now.microsecond // 1000:03d}"
 
 
 def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
+    if spec.source_uri is None or spec.entry_point is None:
+        return  # a container entry point brings its own code
+    located = _Source(spec.source_uri, spec.entry_point)
     try:
-        if storage.scheme(spec.source_uri) == "file":
-            _check_source_at(spec, storage.local_path(spec.source_uri))
+        if storage.scheme(located.uri) == "file":
+            _check_source_at(located, storage.local_path(located.uri))
         else:
-            _check_remote_source(spec, max_source_bytes)
+            _check_remote_source(located, max_source_bytes)
     except storage.StorageError as exc:
         raise SpecError(("source_uri",), str(exc)) from exc
     except OSError as exc:  # e.g. a directory the server may not enter
         raise SpecError(("source_uri",), f"cannot read it: {exc.strerror or exc}") from exc
 
 
-def _check_source_at(spec: JobCreate, source: Path) -> None:
+@dataclass(frozen=True)
+class _Source:
+    """A job's code, and the entry point that must be in it."""
+
+    uri: str
+    entry_point: str
+
+
+def _check_source_at(spec: _Source, source: Path) -> None:
     if source.is_dir():
         if not (source / spec.entry_point).is_file():
-            raise SpecError(
-                ("entry_point",), f"{spec.entry_point} is not a file in {spec.source_uri}"
-            )
+            raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.uri}")
         return
     if not source.is_file():
-        raise SpecError(("source_uri",), f"{spec.source_uri} does not exist")
+        raise SpecError(("source_uri",), f"{spec.uri} does not exist")
     _check_tarball(spec, source)
 
 
-def _check_remote_source(spec: JobCreate, max_source_bytes: int) -> None:
+def _check_remote_source(spec: _Source, max_source_bytes: int) -> None:
     """A prefix must hold the entry point; a tarball is fetched (no larger than an upload
     may be) and checked as an uploaded one is."""
-    uri = spec.source_uri
+    uri = spec.uri
     if storage.is_dir(uri):
         if not storage.is_file(storage.join(uri, spec.entry_point)):
             raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {uri}")
@@ -199,7 +209,7 @@ def _check_remote_source(spec: JobCreate, max_source_bytes: int) -> None:
         _check_tarball(spec, storage.fetch(uri, Path(scratch)))
 
 
-def _check_tarball(spec: JobCreate, source: Path) -> None:
+def _check_tarball(spec: _Source, source: Path) -> None:
     if not source.name.endswith((".tar.gz", ".tgz", ".tar")):
         raise SpecError(("source_uri",), "must be a directory or a .tar.gz archive")
     try:
@@ -207,7 +217,7 @@ def _check_tarball(spec: JobCreate, source: Path) -> None:
     except ArchiveError as exc:
         raise SpecError(("source_uri",), str(exc)) from exc
     if spec.entry_point not in files:
-        raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.source_uri}")
+        raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.uri}")
 
 
 def _check_inputs(spec: JobCreate) -> None:
@@ -231,7 +241,7 @@ def _check_inputs(spec: JobCreate) -> None:
 def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str) -> DryRun:
     """Exactly what submitting would create (the backend's materialized plan), creating nothing.
     The source may be one still to be uploaded (a dry run stores no code either)."""
-    pending = sources.is_pending(settings, spec.source_uri)
+    pending = spec.source_uri is not None and sources.is_pending(settings, spec.source_uri)
     prepared = prepare(settings, spec, project, source_checked=pending)
     if repository.name_taken(session, prepared.name, project):
         raise Conflict(f"a training job named {prepared.name!r} already exists")

@@ -99,11 +99,11 @@ def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
             raise validation(f"{member}: required for a training job")
     algorithm = request["AlgorithmSpecification"]
     _refuse_members(algorithm, _REFUSED_ALGORITHM, "AlgorithmSpecification.")
-    if algorithm.get("ContainerEntrypoint") or algorithm.get("ContainerArguments"):
+    entrypoint = algorithm.get("ContainerEntrypoint")
+    if algorithm.get("ContainerArguments") and not entrypoint:
         raise validation(
-            "AlgorithmSpecification.ContainerEntrypoint: Runyard runs script-mode jobs "
-            "(sagemaker_program and sagemaker_submit_directory); a container entry point "
-            "is not supported yet"
+            "AlgorithmSpecification.ContainerArguments: Runyard's runtime takes no arguments "
+            "of its own; give a ContainerEntrypoint to run them with"
         )
     resources = request["ResourceConfig"]
     _refuse_members(resources, _REFUSED_RESOURCES, "ResourceConfig.")
@@ -112,11 +112,14 @@ def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
     values = hyperparameters.decode(request.get("HyperParameters") or {})
     framework, image = _image(algorithm.get("TrainingImage"), local_backend)
     program, source = values.get(PROGRAM), values.get(SUBMIT_DIRECTORY)
-    if not isinstance(program, str) or not isinstance(source, str):
+    if entrypoint:  # it brings its own code, in a channel (the SDK v3's ModelTrainer)
+        program = source = None
+    elif not isinstance(program, str) or not isinstance(source, str):
         raise validation(
             f"HyperParameters: {PROGRAM} and {SUBMIT_DIRECTORY} must name the script and "
             "its source (an s3:// or file:// URI of a tar.gz or directory), as the "
-            "SageMaker SDK's estimators send them"
+            "SageMaker SDK's estimators send them, unless AlgorithmSpecification has a "
+            "ContainerEntrypoint"
         )
     stopping = request.get("StoppingCondition") or {}
     if "MaxPendingTimeInSeconds" in stopping:
@@ -151,6 +154,8 @@ def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
         "checkpoint_local_path": checkpoint.get("LocalPath"),
         "use_spot_instances": bool(request.get("EnableManagedSpotTraining")),
         "max_retry_attempts": (request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0),
+        "container_entrypoint": entrypoint or None,
+        "container_arguments": algorithm.get("ContainerArguments") or None,
     }
     try:
         return JobCreate.model_validate({k: v for k, v in fields.items() if v is not None})
@@ -301,6 +306,8 @@ _MEMBER_OF_FIELD = {
     "checkpoint_local_path": "CheckpointConfig.LocalPath",
     "use_spot_instances": "EnableManagedSpotTraining",
     "max_retry_attempts": "RetryStrategy.MaximumRetryAttempts",
+    "container_entrypoint": "AlgorithmSpecification.ContainerEntrypoint",
+    "container_arguments": "AlgorithmSpecification.ContainerArguments",
 }
 
 

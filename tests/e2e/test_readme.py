@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,12 @@ SKIPPED = {
     "helm install runyard charts/runyard": "needs a Kubernetes cluster",
     "sudo mount -t nfs4": "needs root and an EFS or NFS export (the EC2 backend's artifacts)",
     "aws ec2 authorize-security-group-ingress": "needs an AWS account (EC2 security groups)",
+    "AWS_ENDPOINT_URL_S3=http://127.0.0.1:9000": "needs an S3 endpoint (MinIO) and a second "
+    "server; tests/e2e/test_sagemaker_sdk.py runs this setup against moto",
+    "from sagemaker.pytorch import PyTorch": "needs the SageMaker SDK v2, which Runyard does "
+    "not install; tests/e2e/test_sagemaker_sdk.py runs it in an environment of its own",
+    "from sagemaker.train import ModelTrainer": "needs the SageMaker SDK v3, which Runyard "
+    "does not install; tests/e2e/test_sagemaker_sdk.py runs it in an environment of its own",
 }
 BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
 # The jobs the README stops on purpose; every other job must complete.
@@ -180,12 +187,19 @@ def _all_jobs(client: Client) -> list[dict[str, object]]:
 _BUILD_OUTPUTS = ("build", "dist", ".egg-info")
 
 
+# Copied, not linked: blocks name them by file:// paths under the checkout, which the
+# server (RUNYARD_FILE_ROOTS) takes only where no link leads out of it.
+_COPIED = ("examples",)
+
+
 def _checkout(root: Path) -> Path:
     """The repository's top-level entries linked into ``root``, and the .venv the tests run
     from: README paths resolve, and what blocks write stays in ``root``."""
     root.mkdir()
     for entry in sorted(REPO.iterdir()):
-        if not entry.name.startswith(".") and not entry.name.endswith(_BUILD_OUTPUTS):
+        if entry.name in _COPIED:
+            shutil.copytree(entry, root / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif not entry.name.startswith(".") and not entry.name.endswith(_BUILD_OUTPUTS):
             (root / entry.name).symlink_to(entry)
     (root / ".venv").symlink_to(Path(sys.prefix))
     return root

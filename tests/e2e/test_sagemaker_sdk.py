@@ -57,14 +57,13 @@ def sdk_stack(tmp_path_factory: pytest.TempPathFactory, s3: MotoServer) -> Itera
     assert stack.down() == [], "processes of finished jobs were left running"
 
 
-def fit(stack: Stack, s3: MotoServer, source: Path, entry_point: str, distribution: Any) -> str:
-    """Runs fit_v2.py under the SDK's own interpreter; returns what it printed."""
-    python = sdk_python("v2")
+def sdk_environment(stack: Stack, s3: MotoServer) -> dict[str, str]:
+    """A notebook's environment pointed at Runyard: the README's settings."""
     with stack.client() as client:
         keys = client.aws_credentials()
     config = stack.home / "sagemaker-sdk.yaml"
     config.write_text(SDK_CONFIG)
-    env = {
+    return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RUNYARD_"))},
         "AWS_ACCESS_KEY_ID": keys["access_key_id"],
         "AWS_SECRET_ACCESS_KEY": keys["secret_access_key"],
@@ -74,11 +73,17 @@ def fit(stack: Stack, s3: MotoServer, source: Path, entry_point: str, distributi
         "AWS_ENDPOINT_URL_S3": s3.url,
         "SAGEMAKER_USER_CONFIG_OVERRIDE": str(config),
         "SAGEMAKER_SUPPRESS_V2_WARNING": "1",
+        # v3 checks the role against IAM before it trains; there is no IAM here.
+        "SAGEMAKER_VALIDATE_ROLE": "false",
     }
-    arguments = [str(source), entry_point, "2", json.dumps(distribution), BUCKET]
+
+
+def run_sdk(stack: Stack, s3: MotoServer, generation: str, script: str, *args: str) -> str:
+    """Runs one of the scripts beside this file under the SDK's own interpreter; returns
+    what it printed."""
     done = subprocess.run(
-        [str(python), str(HERE / "fit_v2.py"), *arguments],
-        env=env,
+        [str(sdk_python(generation)), str(HERE / script), *args],
+        env=sdk_environment(stack, s3),
         capture_output=True,
         text=True,
         timeout=FIT_TIMEOUT,
@@ -86,6 +91,11 @@ def fit(stack: Stack, s3: MotoServer, source: Path, entry_point: str, distributi
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{stack.diagnostics()}"
     return output
+
+
+def fit(stack: Stack, s3: MotoServer, source: Path, entry_point: str, distribution: Any) -> str:
+    arguments = [str(source), entry_point, "2", json.dumps(distribution), BUCKET]
+    return run_sdk(stack, s3, "v2", "fit_v2.py", *arguments)
 
 
 def result_of(output: str) -> dict[str, Any]:
@@ -186,3 +196,25 @@ def test_boto3_waiters_see_jobs_complete_and_stop(sdk_stack: Stack) -> None:
     assert sm.describe_training_job(TrainingJobName="waits-for-stop")["TrainingJobStatus"] == (
         "Stopped"
     )
+
+
+def test_model_trainer_with_torchrun_trains_on_two_instances(
+    sdk_stack: Stack, s3: MotoServer
+) -> None:
+    """The SDK v3 runs its own driver (ContainerEntrypoint, an sm_drivers channel) that
+    reads /opt/ml itself and starts torchrun with algo-1 as the master."""
+    image = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+    source = str(HERE / "torch_job")
+    output = run_sdk(sdk_stack, s3, "v3", "train_v3.py", source, "train.py", "2", BUCKET, image)
+    ranks = sorted(reports(output, "rank "), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world"], r["sum"], r["host"]) for r in ranks] == [
+        (0, 2, 3.0, "algo-1"),
+        (1, 2, 3.0, "algo-2"),
+    ]
+    result = result_of(output)
+    assert result["status"] == "Completed"
+    assert model_stored(s3, result["model_data"])
+    with sdk_stack.client() as client:
+        job = client.get_job(result["name"])
+    assert job["spec"]["container_entrypoint"] == ["/bin/bash"]
+    assert sorted(job["spec"]["inputs"]) == ["code", "sm_drivers"]

@@ -368,3 +368,40 @@ def test_roles_and_projects_apply_to_aws_credentials(
         "ValidationException"
     )
     assert api.get("/v1/training-jobs/wire-1", params={"project": "vision"}).status_code == 200
+
+
+def test_a_container_entrypoint_runs_instead_of_a_script(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    """As the SDK v3's ModelTrainer sends it: its driver in a channel, no script."""
+    command = ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && /opt/ml/..."]
+    algorithm = {
+        "TrainingImage": IMAGE,
+        "TrainingInputMode": "File",
+        "ContainerEntrypoint": ["/bin/bash"],
+        "ContainerArguments": command,
+    }
+    channel = request(source_dir)["InputDataConfig"][0]
+    channels = [{**channel, "ChannelName": name} for name in ("code", "sm_drivers")]
+    sm.create_training_job(
+        **request(
+            source_dir,
+            AlgorithmSpecification=algorithm,
+            HyperParameters={"epochs": "2"},
+            InputDataConfig=channels,
+        )
+    )
+    spec = api.get("/v1/training-jobs/wire-1").json()["spec"]
+    assert (spec["container_entrypoint"], spec["container_arguments"]) == (["/bin/bash"], command)
+    assert (spec["entry_point"], spec["source_uri"]) == (None, None)
+    assert sorted(spec["inputs"]) == ["code", "sm_drivers"]
+    echoed = sm.describe_training_job(TrainingJobName="wire-1")["AlgorithmSpecification"]
+    assert echoed["ContainerArguments"] == command
+
+    arguments_alone = {**algorithm, "ContainerEntrypoint": []}
+    del arguments_alone["ContainerEntrypoint"]
+    code, message = error_of(
+        sm.create_training_job,
+        **request(source_dir, name="wire-2", AlgorithmSpecification=arguments_alone),
+    )
+    assert (code, "ContainerArguments" in message) == ("ValidationException", True)
