@@ -12,11 +12,15 @@ from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from runyard.client import admin_token
+from runyard.server import prepare
+from service.app import create_app
 from service.jobs.models import TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
+from tests.conftest import make_settings
 from tests.sagemaker.conftest import credentials
-from tests.sagemaker.live import REGION, UNCHECKED, check_answer, client
+from tests.sagemaker.live import REGION, UNCHECKED, check_answer, client, serving
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
@@ -405,3 +409,52 @@ def test_a_container_entrypoint_runs_instead_of_a_script(
         **request(source_dir, name="wire-2", AlgorithmSpecification=arguments_alone),
     )
     assert (code, "ContainerArguments" in message) == ("ValidationException", True)
+
+
+def test_a_full_server_that_refuses_answers_resource_limit_exceeded(
+    tmp_path: Path, database_url: str, source_dir: Path
+) -> None:
+    settings = make_settings(
+        tmp_path / "full",
+        database_url,
+        backends={"ml.m5.large": "local"},
+        capacity={"ml.m5.large": 2},
+        on_capacity_exceeded="refuse",
+    )
+    with TestClient(create_app(settings)) as api, serving(create_app(settings)) as url:
+        prepare(settings)
+        api.headers["Authorization"] = f"Bearer {admin_token(settings.home)}"
+        sm = client("sagemaker", url, credentials(api))
+        sm.create_training_job(**request(source_dir))  # takes both instances
+        code, message = error_of(sm.create_training_job, **request(source_dir, name="wire-2"))
+        assert code == "ResourceLimitExceeded"
+        assert "ml.m5.large" in message
+        assert [job["name"] for job in api.get("/v1/training-jobs").json()["items"]] == ["wire-1"]
+
+
+@pytest.mark.parametrize(
+    ("channel", "expected"),
+    [
+        (
+            {"InputMode": "FastFile", "CompressionType": "None", "ContentType": "text/csv"},
+            {"input_mode": "FastFile", "content_type": "text/csv", "compression": "None"},
+        ),
+        (
+            {"InputMode": "Pipe", "CompressionType": "Gzip"},
+            {"input_mode": "Pipe", "compression": "Gzip"},
+        ),
+        ({}, {"input_mode": "File", "compression": "None"}),
+    ],
+)
+def test_channels_keep_their_mode_compression_and_type(
+    sm: Any, api: TestClient, source_dir: Path, channel: dict[str, str], expected: Any
+) -> None:
+    base = request(source_dir)["InputDataConfig"][0]
+    manifest = {"S3DataType": "ManifestFile", "S3Uri": (source_dir / "train.py").as_uri()}
+    given = {**base, **channel, "DataSource": {"S3DataSource": manifest}}
+    if not channel:
+        del given["CompressionType"]
+    sm.create_training_job(**request(source_dir, InputDataConfig=[given]))
+    train = api.get("/v1/training-jobs/wire-1").json()["spec"]["inputs"]["train"]
+    assert {key: train.get(key) for key in expected} == expected
+    assert (train["s3_data_type"], train["distribution"]) == ("ManifestFile", "FullyReplicated")
