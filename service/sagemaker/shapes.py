@@ -17,6 +17,7 @@ import botocore.session
 import regex
 from botocore.model import OperationModel, ServiceModel, Shape, StructureShape
 
+from service.kit.text import unstorable
 from service.sagemaker.errors import AwsError
 
 SAGEMAKER = "sagemaker"
@@ -110,6 +111,11 @@ def _map(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
 def _string(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
     if not isinstance(value, str):
         problems.append(_at(path, "Member must be a string"))
+        return
+    # Anything may be stored (a request is kept to be echoed): NUL and lone surrogates
+    # cannot be, in PostgreSQL.
+    if (problem := unstorable(value)) is not None:
+        problems.append(_at(path, f"Member {problem}"))
         return
     _length(shape, len(value), path, problems)
     enum = shape.enum

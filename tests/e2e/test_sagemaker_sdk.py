@@ -20,6 +20,7 @@ import pytest
 from tests.aws import MotoServer
 from tests.e2e.conftest import EXAMPLES, Stack
 from tests.e2e.sdk_venvs import sdk_python
+from tests.sagemaker.live import check_answer
 
 pytestmark = pytest.mark.e2e
 
@@ -182,6 +183,7 @@ def test_boto3_waiters_see_jobs_complete_and_stop(sdk_stack: Stack) -> None:
     create("waits-for-completion", "report_env.py")
     waiter.wait(TrainingJobName="waits-for-completion", WaiterConfig={"Delay": 1})
     done = sm.describe_training_job(TrainingJobName="waits-for-completion")
+    check_answer(sm, "DescribeTrainingJob", done)
     assert done["TrainingJobStatus"] == "Completed"
     assert done["TrainingTimeInSeconds"] >= 1
     assert [t["Status"] for t in done["SecondaryStatusTransitions"]][-1] == "Completed"

@@ -195,3 +195,36 @@ def test_boto3_reports_a_wrong_secret_as_aws_does(api: TestClient, server: str) 
     with pytest.raises(ClientError) as caught:
         client("sagemaker", server, keys).list_training_jobs()
     assert caught.value.response["Error"]["Code"] == "InvalidSignatureException"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"NameContains": "a\x00b"},
+        {"NameContains": "a\ud800b"},
+        {"NextToken": "\ud800"},
+        {"CreationTimeAfter": 1e300},
+        {"MaxResults": 10**30},
+        {"SortBy": ["Name"]},
+        [],
+        "text",
+    ],
+)
+def test_hostile_bodies_are_validation_errors_never_500(
+    api: TestClient, server: str, body: Any
+) -> None:
+    response = signed(server, credentials(api), body)
+    assert response.status_code == 400, response.text
+    assert response.json()["__type"] in ("ValidationException", "SerializationException")
+
+
+def test_a_stored_member_with_a_lone_surrogate_is_refused(
+    api: TestClient, server: str, source_dir: Any
+) -> None:
+    from tests.sagemaker.test_training_jobs import request
+
+    body = request(source_dir, DebugHookConfig={"S3OutputPath": "s3://b/\ud800"})
+    response = signed(server, credentials(api), body, target="SageMaker.CreateTrainingJob")
+    assert error(response) == (400, "ValidationException")
+    assert "debugHookConfig.s3OutputPath" in response.json()["message"]
+    assert api.get("/v1/training-jobs").json()["items"] == []
