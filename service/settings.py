@@ -103,10 +103,14 @@ class Settings(BaseSettings):
     # A spot launch that finds no capacity tries again after this long, within max_wait.
     spot_capacity_retry_seconds: float = Field(default=60.0, ge=0)
 
-    # Worker timing. The sweep re-drives every live job this often, so it bounds how
-    # long a lost broker message or a dead worker can delay a job.
+    # Worker timing. The sweep re-drives every live job this often (those waiting for
+    # capacity every waiting_sweep_seconds), so it bounds how long a lost broker message
+    # or a dead worker can delay a job.
     reconcile_interval: float = Field(default=2.0, gt=0)
     reconcile_lease_seconds: float = Field(default=30.0, gt=0)
+    # How often beat's safety sweep re-drives a job waiting for capacity (what frees
+    # capacity wakes the first jobs in line at once; the sweep is for lost messages).
+    waiting_sweep_seconds: float = Field(default=30.0, gt=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     teardown_grace_seconds: float = Field(default=5.0, ge=0)
     # How often beat looks for pods/instances of ended jobs that are still there.

@@ -21,6 +21,9 @@ from worker.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
+# At most this many jobs waiting for capacity are re-driven by one sweep.
+SWEEP_WAITING_BATCH = 200
+
 
 def register(app: Celery, settings: Settings) -> None:
     reconciler = Reconciler(settings)
@@ -31,9 +34,12 @@ def register(app: Celery, settings: Settings) -> None:
 
     @app.task(name="runyard.sweep", ignore_result=True)
     def sweep() -> None:
-        """Re-drive every live job, so no lost message or dead worker strands one."""
+        """Re-drive every live job that can change, and a batch of those waiting in line,
+        so no lost message or dead worker strands one."""
         with session_scope(settings.database_url) as session:
-            job_ids = repository.live_job_ids(session)
+            job_ids = repository.sweep_job_ids(
+                session, waiting_every=settings.waiting_sweep_seconds, batch=SWEEP_WAITING_BATCH
+            )
         for job_id in job_ids:
             # Redundant once the next sweep has sent its own.
             reconcile_job.apply_async([job_id], expires=settings.reconcile_interval * 5)

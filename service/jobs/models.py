@@ -150,6 +150,9 @@ class JobLease(Base):
     # Set by anyone who wants another pass while the lease is held; the holder checks it
     # before letting go, so such a request is never lost.
     requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When beat's safety sweep last re-drove the job while it waited in line: a waiting
+    # job is woken by what frees capacity, and swept only now and then, a batch at a time.
+    swept_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class JobTransition(Base):

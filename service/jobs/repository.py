@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Result, and_, or_, select, update
+from sqlalchemy import ColumnElement, Result, and_, func, not_, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
@@ -81,9 +81,62 @@ def status_of(session: Session, job_id: str) -> str | None:
     return session.scalar(select(TrainingJob.status).where(TrainingJob.id == job_id))
 
 
-def live_job_ids(session: Session) -> list[str]:
-    terminal = [str(status) for status in TERMINAL]
-    return list(session.scalars(select(TrainingJob.id).where(TrainingJob.status.not_in(terminal))))
+def _live() -> ColumnElement[bool]:
+    return TrainingJob.status.not_in([str(status) for status in TERMINAL])
+
+
+def _in_line() -> ColumnElement[bool]:
+    """A live job waiting for capacity (the reconciler's Stage.QUEUED): nothing happens
+    to it until capacity frees, so nothing need look at it until then."""
+    return and_(
+        _live(),
+        TrainingJob.status != Status.STOPPING,
+        TrainingJob.restart_cause.is_(None),
+        TrainingJob.admitted_at.is_(None),
+    )
+
+
+def sweep_job_ids(session: Session, *, waiting_every: float, batch: int) -> list[str]:
+    """What beat's safety sweep re-drives now: every live job that is not waiting in line
+    (its instances, timers and stops need watching), and at most ``batch`` of those
+    waiting, each no more often than every ``waiting_every`` seconds. So a sweep's cost
+    follows the jobs that can change, not the length of the line."""
+    moving = list(session.scalars(select(TrainingJob.id).where(_live(), not_(_in_line()))))
+    now = utcnow()
+    stale = now - timedelta(seconds=waiting_every)
+    waiting = list(
+        session.scalars(
+            select(TrainingJob.id)
+            .join(JobLease, JobLease.job_id == TrainingJob.id)
+            .where(_in_line(), or_(JobLease.swept_at.is_(None), JobLease.swept_at < stale))
+            .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)
+            .limit(batch)
+        )
+    )
+    if waiting:
+        session.execute(update(JobLease).where(JobLease.job_id.in_(waiting)).values(swept_at=now))
+    return moving + waiting
+
+
+def first_in_line(session: Session, count: int) -> list[str]:
+    """The jobs waiting for capacity that would be admitted first (by priority, then age),
+    to wake when capacity frees."""
+    priority = TrainingJob.spec["priority"].as_integer()
+    query = (
+        select(TrainingJob.id)
+        .where(_in_line())
+        .order_by(func.coalesce(priority, 0).desc(), TrainingJob.created_at, TrainingJob.id)
+        .limit(count)
+    )
+    return list(session.scalars(query))
+
+
+def holds_capacity(session: Session, job_id: str) -> bool:
+    """Whether the job has been admitted and has not ended (its instances count)."""
+    query = select(TrainingJob.id).where(
+        TrainingJob.id == job_id, _live(), TrainingJob.admitted_at.is_not(None)
+    )
+    return session.scalar(query) is not None
 
 
 def ended_job_ids(session: Session, ids: list[str]) -> set[str]:

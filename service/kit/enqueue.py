@@ -3,8 +3,8 @@ them commits.
 
 The API only sends: its Celery app knows the broker and the queue, and nothing of the
 worker's tasks, which it names. A trigger that is lost (broker down, process killed between
-commit and send) costs at most one sweep interval: the beat sweep re-drives every live job
-from the database.
+commit and send) costs at most one sweep interval: the beat sweep re-drives the live jobs
+from the database (those waiting for capacity less often, a batch at a time).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from provisioning import registry
 from provisioning.base import KILL_WAIT_SECONDS, Backend, LaunchError, TeardownError
 from service.jobs import repository
 from service.kit.db import session_scope
+from service.kit.enqueue import enqueue_reconcile
 from service.settings import Settings
 from worker.reconciler import ending, restarts, running, starting
 from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Stage, Superseded, load
@@ -42,6 +43,9 @@ from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Stage, Supers
 log = logging.getLogger(__name__)
 
 MAX_PASSES_PER_TASK = 20
+# When a job lets go of its capacity, this many of the first jobs in line are woken: the
+# first may be held back by its project's quota while the next ones fit.
+WAKE_IN_LINE = 20
 
 HANDLERS: dict[Stage, Callable[[Pass, JobSnapshot], None]] = {
     Stage.STOPPING: ending.drive_stop,
@@ -96,6 +100,23 @@ class Reconciler:
         snapshot = load(self.database_url, job_id)
         if snapshot is None:
             return
+        try:
+            self._drive(snapshot)
+        finally:
+            if snapshot.admitted_at is not None:
+                self._wake_line_if_freed(job_id)
+
+    def _wake_line_if_freed(self, job_id: str) -> None:
+        """The jobs waiting for capacity hear at once when this one let go of its own
+        (ended, or torn down to restart), not at the next sweep."""
+        with session_scope(self.database_url) as session:
+            if repository.holds_capacity(session, job_id):
+                return
+            for waiting in repository.first_in_line(session, WAKE_IN_LINE):
+                enqueue_reconcile(session, self.settings, waiting)
+
+    def _drive(self, snapshot: JobSnapshot) -> None:
+        job_id = snapshot.ref.id
         step = Pass(self.settings, self.build_backend(snapshot.backend, self.settings))
         try:
             # While instances run, running.observe weighs max_wait after what they

@@ -1,0 +1,221 @@
+"""Load on the control plane: job creations per second and their latency, describe and
+list latency with many jobs stored, and how long stopping them all takes.
+
+Point it at any Runyard (``--url``/``--token``, or RUNYARD_URL and RUNYARD_TOKEN, or the
+server RUNYARD_HOME names), or leave both out to start a throwaway `runyard server` on its
+embedded defaults (``--database-url``/``--broker-url`` to start it on PostgreSQL and
+Redis instead). The jobs queue behind capacity: they ask for more instances of their type
+than the capacity given to the throwaway server, or use ``--instance-type`` of a type your
+deployment has no room for, so nothing runs and only the control plane is measured.
+
+    .venv/bin/python bench/control_plane_load.py [--jobs 500] [--clients 8]
+        [--url URL --token TOKEN | --database-url postgresql://... --broker-url redis://...]
+        [--instance-type local] [--source-uri URI] [--keep]
+
+Prints creations/s with p50/p95/p99/max latency, describe and list p50/p99 over the stored
+jobs, and the seconds from the first stop request until every job is Stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _server import server_and_home
+
+from runyard.client import discover
+
+STOP_DEADLINE = 600.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=500, help="jobs to create (default 500)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
+    parser.add_argument("--url", help="a running Runyard (default: RUNYARD_URL, or start one)")
+    parser.add_argument("--token", help="its API token (default: RUNYARD_TOKEN)")
+    parser.add_argument("--database-url", help="for the throwaway server (default: SQLite)")
+    parser.add_argument("--broker-url", help="for the throwaway server (default: SQLite)")
+    parser.add_argument("--instance-type", default="local", help="the jobs' instance type")
+    parser.add_argument("--source-uri", help="the jobs' code (default: a small uploaded tarball)")
+    parser.add_argument("--keep", action="store_true", help="leave the jobs running (no stop)")
+    args = parser.parse_args()
+
+    with _target(args) as (url, token):
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+            source = args.source_uri or _upload_source(http)
+        run = f"load-{uuid.uuid4().hex[:6]}"
+        print(f"{args.jobs} jobs, {args.clients} clients, against {url}")
+        created = _create_all(url, token, run, source, args)
+        _report("create", created.latencies, created.seconds, args.jobs)
+        _read_latencies(url, token, run)
+        if not args.keep:
+            _stop_all(url, token, created.names)
+
+
+@contextmanager
+def _target(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    url = args.url or os.environ.get("RUNYARD_URL")
+    token = args.token or os.environ.get("RUNYARD_TOKEN")
+    if url or token:
+        found_url, found_token = discover()
+        yield (url or found_url), (token or found_token or "")
+        return
+    settings = {
+        # Room for one job at a time: the rest queue, as under load from many teams.
+        "RUNYARD_CAPACITY": '{"local": 1}',
+        "RUNYARD_LOCAL_ISOLATION": "shared",
+    }
+    if args.database_url:
+        settings["RUNYARD_DATABASE_URL"] = args.database_url
+    if args.broker_url:
+        settings["RUNYARD_BROKER_URL"] = args.broker_url
+    with server_and_home(settings) as (client, _home):
+        yield client.url, client.token or ""
+
+
+def _upload_source(http: httpx.Client) -> str:
+    with tempfile.TemporaryDirectory() as scratch:
+        script = Path(scratch) / "train.py"
+        script.write_text("import time\ntime.sleep(3600)\n")
+        tarball = Path(scratch) / "code.tar.gz"
+        with tarfile.open(tarball, "w:gz") as tar:
+            tar.add(script, arcname="train.py")
+        response = http.post(
+            "/v1/sources",
+            content=tarball.read_bytes(),
+            headers={"Content-Type": "application/gzip"},
+        )
+    response.raise_for_status()
+    return str(response.json()["source_uri"])
+
+
+class _Created:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.latencies: list[float] = []
+        self.seconds = 0.0
+        self.lock = threading.Lock()
+
+
+def _create_all(url: str, token: str, run: str, source: str, args: argparse.Namespace) -> _Created:
+    created = _Created()
+    per_client = [range(i, args.jobs, args.clients) for i in range(args.clients)]
+
+    def client_loop(numbers: range) -> None:
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as http:
+            for number in numbers:
+                name = f"{run}-{number}"
+                spec = {
+                    "name": name,
+                    "entry_point": "train.py",
+                    "source_uri": source,
+                    "instance_type": args.instance_type,
+                    "instance_count": 1,
+                }
+                started = time.perf_counter()
+                response = http.post("/v1/training-jobs", json=spec)
+                took = time.perf_counter() - started
+                if response.status_code != 201:
+                    raise RuntimeError(f"{name}: {response.status_code} {response.text[:300]}")
+                with created.lock:
+                    created.names.append(name)
+                    created.latencies.append(took)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(args.clients) as pool:
+        for future in [pool.submit(client_loop, numbers) for numbers in per_client]:
+            future.result()
+    created.seconds = time.perf_counter() - started
+    return created
+
+
+def _read_latencies(url: str, token: str, run: str) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        total = len(http.get("/v1/training-jobs", params={"limit": 100}).json()["items"])
+        reads: dict[str, Callable[[int], httpx.Response]] = {
+            "describe": lambda n: http.get(f"/v1/training-jobs/{run}-{n % 50}"),
+            "list": lambda _n: http.get("/v1/training-jobs", params={"limit": 50}),
+            "list by status": lambda _n: http.get(
+                "/v1/training-jobs", params={"limit": 50, "status": "InProgress"}
+            ),
+        }
+        for label, read in reads.items():
+            latencies = []
+            for n in range(200):
+                started = time.perf_counter()
+                read(n).raise_for_status()
+                latencies.append(time.perf_counter() - started)
+            print(
+                f"{label:<16} p50 {_ms(_quantile(latencies, 0.5))}  "
+                f"p99 {_ms(_quantile(latencies, 0.99))}  (first page: {total} jobs)"
+            )
+
+
+def _stop_all(url: str, token: str, names: list[str]) -> None:
+    started = time.perf_counter()
+
+    def stop(name: str) -> None:
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        ) as http:
+            response = http.post(f"/v1/training-jobs/{name}/stop")
+            if response.status_code not in (200, 409):
+                raise RuntimeError(f"stopping {name}: {response.status_code} {response.text}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(stop, names))
+    requested = time.perf_counter() - started
+    pending = set(names)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
+        while pending and time.perf_counter() - started < STOP_DEADLINE:
+            cursor: str | None = None
+            stopped: set[str] = set()
+            while True:
+                params: dict[str, Any] = {"limit": 100, "status": "Stopped"}
+                if cursor:
+                    params["cursor"] = cursor
+                page = http.get("/v1/training-jobs", params=params).json()
+                stopped |= {item["name"] for item in page["items"]}
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
+            pending -= stopped
+            time.sleep(0.2)
+    took = time.perf_counter() - started
+    state = "all Stopped" if not pending else f"{len(pending)} not Stopped after"
+    print(f"stop {len(names)} jobs: requests took {requested:.1f} s, {state} {took:.1f} s")
+
+
+def _report(label: str, latencies: list[float], seconds: float, count: int) -> None:
+    print(
+        f"{label}: {count / seconds:.1f} jobs/s over {seconds:.1f} s; latency "
+        f"p50 {_ms(_quantile(latencies, 0.5))}  p95 {_ms(_quantile(latencies, 0.95))}  "
+        f"p99 {_ms(_quantile(latencies, 0.99))}  max {_ms(max(latencies))}"
+    )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+if __name__ == "__main__":
+    main()
