@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from service.jobs.models import TrainingJob
+from service.jobs.states import STOPPED_BY_USER
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
@@ -106,11 +107,28 @@ def test_name_prefix_is_literal(api: TestClient, source_dir: Path) -> None:
 
 def test_stop_moves_to_stopping_once(api: TestClient, settings: Settings, source_dir: Path) -> None:
     api.post("/v1/training-jobs", json=job_spec(source_dir))
+    with session_scope(settings.database_url) as session:
+        session.execute(update(TrainingJob).values(admitted_at=utcnow()))  # it has instances
     first = api.post("/v1/training-jobs/job-1/stop")
     assert first.status_code == 200
     assert (first.json()["status"], first.json()["secondary_status"]) == ("Stopping", "Stopping")
     again = api.post("/v1/training-jobs/job-1/stop").json()
     assert [t["secondary_status"] for t in again["transitions"]] == ["Starting", "Stopping"]
+
+
+def test_a_job_that_never_launched_is_stopped_at_once(api: TestClient, source_dir: Path) -> None:
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    stopped = api.post("/v1/training-jobs/job-1/stop").json()
+    assert (stopped["status"], stopped["secondary_status"]) == ("Stopped", "Stopped")
+    assert [t["secondary_status"] for t in stopped["transitions"]] == [
+        "Starting",
+        "Stopping",
+        "Stopped",
+    ]
+    assert stopped["ended_at"] is not None
+    lines = api.get("/v1/training-jobs/job-1/logs").json()["events"]
+    assert [line["message"] for line in lines] == [STOPPED_BY_USER]
+    assert api.post("/v1/training-jobs/job-1/stop").status_code == 409
 
 
 @pytest.mark.parametrize("status", ["Completed", "Failed", "Stopped"])
@@ -166,6 +184,7 @@ def test_stop_that_races_a_reconciler_write_rereads_and_stops(
         service.get(session, "job-1", SERVER_ADMIN)  # the API's read ...
         with session_scope(settings.database_url) as other:  # ... then the reconciler writes
             job = other.scalars(select(TrainingJob)).one()
+            job.admitted_at = utcnow()
             job.secondary_status = Secondary.LAUNCHING_INSTANCES
         stopped = service.stop(session, settings, "job-1", SERVER_ADMIN)
         session.commit()

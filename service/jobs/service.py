@@ -50,6 +50,7 @@ from service.kit.errors import (
     SpecError,
     refuse,
 )
+from service.logs import repository as log_repository
 from service.settings import Settings
 from service.sources import service as sources
 
@@ -295,8 +296,7 @@ def _check_retry_rules(spec: JobCreate) -> None:
 
 def submit(session: Session, settings: Settings, spec: JobCreate, project: str) -> TrainingJob:
     prepared = prepare(settings, spec, project)
-    if repository.name_taken(session, prepared.name, project):
-        raise Conflict(f"a training job named {prepared.name!r} already exists")
+    # A name in use is found by the insert (the unique constraint): no read first.
     if settings.on_capacity_exceeded == "refuse":
         busy = capacity.fits_now(
             session, settings, spec.instance_type, spec.instance_count, project
@@ -319,7 +319,7 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
     session.add(job)
     try:
         session.flush()
-    except IntegrityError as exc:  # the same name, submitted at the same moment
+    except IntegrityError as exc:  # the name is taken (or was, a moment ago)
         raise Conflict(f"a training job named {prepared.name!r} already exists") from exc
     enqueue_reconcile(session, settings, job.id)
     return job
@@ -371,6 +371,7 @@ def stop(
 ) -> TrainingJob:
     # The reconciler may write the job between our read and our write (the version check
     # catches it); read again and decide again.
+    in_line = False
     for _ in range(STOP_ATTEMPTS):
         job = get(session, name, user, project)
         user.require(Role.MEMBER, job.project, "stopping a job")
@@ -382,7 +383,10 @@ def stop(
         repository.record_transition(
             job, Status.STOPPING, Secondary.STOPPING, "Stopping at the user's request"
         )
+        in_line = _never_launched(job)
         try:
+            if in_line:  # its reads flush the change above first: it may be stale too
+                _stop_in_line(session, job)
             session.flush()
             break
         except StaleDataError:
@@ -390,8 +394,34 @@ def stop(
             session.expunge_all()
     else:
         raise Conflict(f"training job {name!r} kept changing; try again")
-    enqueue_reconcile(session, settings, job.id)
+    if not in_line:
+        enqueue_reconcile(session, settings, job.id)
     return job
+
+
+def _never_launched(job: TrainingJob) -> bool:
+    """Whether the job is still waiting for its first instances: nothing of it exists on
+    any backend, so a stop has nothing to wait for."""
+    return job.attempt == 0 and job.admitted_at is None and job.restart_cause is None
+
+
+def _stop_in_line(session: Session, job: TrainingJob) -> None:
+    """Stop a job that never launched at once, as the worker would end it: it holds no
+    capacity and has no instances. (The version check on the job row keeps a reconciler
+    that admits it meanwhile from going on: one of the two writes fails and reads again.)"""
+    now = utcnow()
+    repository.record_transition(
+        job, Status.STOPPED, Secondary.STOPPED, "Training job stopped", now
+    )
+    log_repository.append_service_line(
+        session,
+        job.id,
+        hosts(job)[0],
+        "Training job stopped at a user's request (runyard stop, or StopTrainingJob)",
+        now,
+    )
+    job.ended_at = now
+    job.pending_reason = None
 
 
 def job_for_instance(

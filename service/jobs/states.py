@@ -51,3 +51,6 @@ STOP_REASONS = {
     "MaxRuntimeExceeded": Secondary.MAX_RUNTIME_EXCEEDED,
     "MaxWaitTimeExceeded": Secondary.MAX_WAIT_TIME_EXCEEDED,
 }
+
+# The last line of the log of a job a user stopped.
+STOPPED_BY_USER = "Training job stopped at a user's request (runyard stop, or StopTrainingJob)"

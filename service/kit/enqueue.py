@@ -1,5 +1,6 @@
 """Triggers for the worker, sent by task name only after the transaction that justifies
-them commits.
+them commits, by a thread of their own: a request does not wait for the broker (with the
+embedded SQLite broker, a send is a second database commit).
 
 The API only sends: its Celery app knows the broker and the queue, and nothing of the
 worker's tasks, which it names. A trigger that is lost (broker down, process killed between
@@ -10,6 +11,7 @@ from the database (those waiting for capacity less often, a batch at a time).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 
 from celery import Celery
@@ -29,7 +31,45 @@ _senders_lock = threading.Lock()
 
 
 def enqueue_reconcile(session: Session, settings: Settings, job_id: str) -> None:
-    after_commit(session, lambda: send_reconcile(settings, job_id))
+    after_commit(session, lambda: _post(settings, job_id))
+
+
+# An outbox's thread ends after this long with nothing to send (a process may talk to many
+# brokers over its life: a test suite does).
+_IDLE_SECONDS = 30.0
+
+
+class _Outbox:
+    """Job ids to send, in order, by one daemon thread per broker. One still here when the
+    process ends is lost as any trigger may be: the sweep drives its job."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pending: queue.SimpleQueue[str] = queue.SimpleQueue()
+        threading.Thread(target=self._send_forever, name="runyard-triggers", daemon=True).start()
+
+    def _send_forever(self) -> None:
+        while True:
+            try:
+                job_id = self.pending.get(timeout=_IDLE_SECONDS)
+            except queue.Empty:
+                with _senders_lock:  # _post puts under it: nothing arrives while we go
+                    if self.pending.empty():
+                        del _outboxes[self.settings.broker_url]
+                        return
+                continue
+            send_reconcile(self.settings, job_id)
+
+
+_outboxes: dict[str, _Outbox] = {}
+
+
+def _post(settings: Settings, job_id: str) -> None:
+    with _senders_lock:
+        outbox = _outboxes.get(settings.broker_url)
+        if outbox is None:
+            outbox = _outboxes[settings.broker_url] = _Outbox(settings)
+        outbox.pending.put(job_id)
 
 
 def send_reconcile(settings: Settings, job_id: str) -> None:

@@ -11,17 +11,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import closing
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
-from service.kit.db import utc_column_text
-from service.logs.models import log_events
+from contract.limits import MAX_LINE
+from service.kit.db import to_micros, utc_column_text
+from service.logs.models import LogEvent, log_events
 from service.logs.schemas import Line
 
 _COLUMNS = ("job_id", "host", "stream", "seq", "time", "message")
+
+
+def last_seq(session: Session, job_id: str) -> int:
+    """The highest line number stored for any host of the job (0 when none): a restarted
+    job's instances number their lines on from it."""
+    return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
+
+
+def append_service_line(
+    session: Session, job_id: str, host: str, message: str, at: datetime
+) -> None:
+    """A line of the service's own in the job's log (why it ended, say), after every line
+    stored: stored with the job's end, when its instances are gone and can add none."""
+    line = Line(last_seq(session, job_id) + 1, to_micros(at), "runtime", message[:MAX_LINE])
+    insert_lines(session, job_id, host, [line])
 
 
 def insert_lines(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> None:

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs import service as jobs
@@ -64,10 +64,7 @@ def hosts_to_read(job: TrainingJob, host: str | None) -> list[str]:
     return [host]
 
 
-def last_seq(session: Session, job_id: str) -> int:
-    """The highest line number stored for any host of the job (0 when none): a restarted
-    job's instances number their lines on from it."""
-    return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
+last_seq = repository.last_seq
 
 
 def has_lines(session: Session, job_id: str, host: str, from_seq: int = 1) -> bool:

@@ -16,7 +16,7 @@ from runyard.client import admin_token
 from runyard.server import prepare
 from service.app import create_app
 from service.jobs.models import TrainingJob
-from service.kit.db import session_scope
+from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import make_settings
 from tests.sagemaker.conftest import credentials
@@ -310,8 +310,9 @@ def test_list_filters_sorts_and_pages_with_botos_paginator(sm: Any, source_dir: 
         "alpha-3",
         "alpha-1",
     ]
-    stopping = sm.list_training_jobs(StatusEquals="Stopping")["TrainingJobSummaries"]
-    assert [s["TrainingJobName"] for s in stopping] == ["beta-2"]
+    # beta-2 never launched, so it stopped at once.
+    stopped = sm.list_training_jobs(StatusEquals="Stopped")["TrainingJobSummaries"]
+    assert [s["TrainingJobName"] for s in stopped] == ["beta-2"]
 
     pages = list(
         sm.get_paginator("list_training_jobs").paginate(
@@ -333,6 +334,8 @@ def test_stop_moves_a_job_to_stopping_and_an_ended_one_is_refused(
     sm: Any, api: TestClient, source_dir: Path, settings: Settings
 ) -> None:
     sm.create_training_job(**request(source_dir))
+    with session_scope(settings.database_url) as session:  # admitted: it has instances
+        session.execute(update(TrainingJob).values(admitted_at=utcnow()))
     stopped = sm.stop_training_job(TrainingJobName="wire-1")
     assert stopped["ResponseMetadata"]["HTTPStatusCode"] == 200
     described = sm.describe_training_job(TrainingJobName="wire-1")

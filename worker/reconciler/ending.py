@@ -21,7 +21,7 @@ from contract.limits import MAX_LINE
 from provisioning.base import InstanceState
 from service.jobs import repository
 from service.jobs.models import TrainingJob
-from service.jobs.states import STOP_REASONS, Secondary, Status
+from service.jobs.states import STOP_REASONS, STOPPED_BY_USER, Secondary, Status
 from service.kit.db import session_scope, to_micros, utcnow
 from service.kit.text import without_nul
 from service.logs import repository as log_repository
@@ -97,7 +97,7 @@ def _why_stopped(snapshot: JobSnapshot, secondary: Secondary) -> str:
             f"Training job stopped: its max_wait of {spec.max_wait} s was reached, "
             "waiting for spot capacity included"
         ),
-    }.get(secondary, "Training job stopped at a user's request (runyard stop, or StopTrainingJob)")
+    }.get(secondary, STOPPED_BY_USER)
 
 
 def fail(step: Pass, job_id: str, reason: str, *, teardown: bool) -> None:
@@ -162,14 +162,10 @@ def finish(
 
 
 def _log_last_line(job: TrainingJob, host: str, message: str, at: datetime) -> None:
-    """A line of the service's own in the job's log, stored with the job's end: its
-    instances are gone by then, so none of their lines can come after it."""
     session = object_session(job)
     if session is None:
         return  # not a job being written: nothing to store the line with
-    seq = logs.last_seq(session, job.id) + 1
-    line = Line(seq, to_micros(at), "runtime", message[:MAX_LINE])
-    log_repository.insert_lines(session, job.id, host, [line])
+    log_repository.append_service_line(session, job.id, host, message, at)
 
 
 def keep_consoles(step: Pass, snapshot: JobSnapshot) -> None:
