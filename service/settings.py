@@ -103,9 +103,9 @@ class Settings(BaseSettings):
     # A spot launch that finds no capacity tries again after this long, within max_wait.
     spot_capacity_retry_seconds: float = Field(default=60.0, ge=0)
 
-    # Worker timing. The sweep re-drives every live job this often (those waiting for
-    # capacity every waiting_sweep_seconds), so it bounds how long a lost broker message
-    # or a dead worker can delay a job.
+    # Worker timing. The sweep re-drives every live job not waiting for capacity this
+    # often (the first in line and waiting spot jobs every waiting_sweep_seconds), so it
+    # bounds how long a lost broker message or a dead worker can delay a job.
     reconcile_interval: float = Field(default=2.0, gt=0)
     reconcile_lease_seconds: float = Field(default=30.0, gt=0)
     # How often beat's safety sweep re-drives a job waiting for capacity (what frees

@@ -1,5 +1,6 @@
 """Beat's safety sweep costs what can change: every job that is moving, and of the jobs
-waiting for capacity only a batch, each now and then; what frees capacity wakes the line."""
+waiting for capacity the first in line and the spot jobs (whose max_wait runs), each now
+and then; what frees capacity wakes the line."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def _jobs(
     *,
     admitted: bool,
     priority: int = 0,
+    spot: bool = False,
     status: Status = Status.IN_PROGRESS,
     restart_cause: str | None = None,
 ) -> list[str]:
@@ -27,7 +29,7 @@ def _jobs(
             job = TrainingJob(
                 id=uuid.uuid4().hex,
                 name=f"job-{uuid.uuid4().hex[:8]}",
-                spec={"priority": priority},
+                spec={"priority": priority, "use_spot_instances": spot},
                 backend="local",
                 status=status,
                 secondary_status="Pending",
@@ -40,33 +42,37 @@ def _jobs(
     return ids
 
 
-def _sweep(url: str, every: float = 30.0, batch: int = 3) -> list[str]:
+def _sweep(url: str) -> list[str]:
     with session_scope(url) as session:
-        return repository.sweep_job_ids(session, waiting_every=every, batch=batch)
+        return repository.sweep_job_ids(session, waiting_every=30.0, heads=2, batch=2)
 
 
-def test_moving_jobs_every_time_waiting_ones_a_batch_at_a_time(database_url: str) -> None:
+def test_moving_jobs_every_time_waiting_ones_only_at_the_front_or_on_a_clock(
+    database_url: str,
+) -> None:
     running = _jobs(database_url, 2, admitted=True)
-    waiting = _jobs(database_url, 5, admitted=False)
+    front = _jobs(database_url, 2, admitted=False, priority=5)
+    deep = _jobs(database_url, 4, admitted=False)
+    spot = _jobs(database_url, 3, admitted=False, spot=True)
     stopping = _jobs(database_url, 1, admitted=False, status=Status.STOPPING)
     restarting = _jobs(database_url, 1, admitted=False, restart_cause="a retried failure")
     _jobs(database_url, 1, admitted=True, status=Status.COMPLETED)
-
-    first = _sweep(database_url)
     moving = set(running + stopping + restarting)
-    assert moving <= set(first)
-    assert len(set(first) - moving) == 3  # a batch of the waiting
-    second = _sweep(database_url)
-    assert moving <= set(second)
-    # The rest of the line, then nobody waiting until their turn comes round again.
-    assert set(second) - moving == set(waiting) - set(first)
-    assert set(_sweep(database_url)) == moving
 
-    # Once waiting_every has passed, the waiting are swept again.
+    first = set(_sweep(database_url))
+    assert first - moving == set(front) | set(spot[:2])
+    assert moving <= first
+    second = set(_sweep(database_url))
+    # The front was just swept: the next in line and the last spot job have their turn.
+    assert second - moving == {deep[0], deep[1], spot[2]}
+    assert set(_sweep(database_url)) - moving == {deep[2], deep[3]}
+    assert set(_sweep(database_url)) == moving  # everyone waiting was seen a moment ago
+
+    # Once waiting_every has passed, the front is swept again, first.
     with session_scope(database_url) as session:
         for lease in session.query(JobLease):
             lease.swept_at = utcnow() - timedelta(seconds=31)
-    assert len(set(_sweep(database_url)) - moving) == 3
+    assert set(_sweep(database_url)) - moving == set(front) | set(spot[:2])
 
 
 def test_the_first_in_line_go_by_priority_then_age(database_url: str) -> None:

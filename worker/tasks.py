@@ -21,8 +21,10 @@ from worker.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
-# At most this many jobs waiting for capacity are re-driven by one sweep.
-SWEEP_WAITING_BATCH = 200
+# Of the jobs waiting for capacity, one sweep re-drives at most the first this many in
+# line, and this many spot jobs (whose max_wait runs while they wait).
+SWEEP_HEADS_OF_LINE = 20
+SWEEP_WAITING_SPOT = 50
 
 
 def register(app: Celery, settings: Settings) -> None:
@@ -34,11 +36,14 @@ def register(app: Celery, settings: Settings) -> None:
 
     @app.task(name="runyard.sweep", ignore_result=True)
     def sweep() -> None:
-        """Re-drive every live job that can change, and a batch of those waiting in line,
-        so no lost message or dead worker strands one."""
+        """Re-drive every live job that can change, and of those waiting in line the
+        next to be admitted, so no lost message or dead worker strands one."""
         with session_scope(settings.database_url) as session:
             job_ids = repository.sweep_job_ids(
-                session, waiting_every=settings.waiting_sweep_seconds, batch=SWEEP_WAITING_BATCH
+                session,
+                waiting_every=settings.waiting_sweep_seconds,
+                heads=SWEEP_HEADS_OF_LINE,
+                batch=SWEEP_WAITING_SPOT,
             )
         for job_id in job_ids:
             # Redundant once the next sweep has sent its own.

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
@@ -91,6 +91,14 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     """Admit ``job`` if its turn has come and its instances are free; else say why not.
     Runs inside the caller's write transaction, which then records the admission."""
     _lock_admission(session)
+    # First what is held, a few rows: a job that would not fit even first in line waits,
+    # and the line (every waiting job, thousands under load) need not be read at all.
+    held = _live_claims(session, TrainingJob.admitted_at.is_not(None))
+    own = _live_claims(session, TrainingJob.id == job.id)
+    if not own:
+        return Admission(False, "the job has ended")
+    if not own[0].admitted and (blocker := _blocker(settings, _usage(held), own[0])):
+        return Admission(False, blocker)
     claims = _live_claims(session)
     usage = _usage(claims)
     mine = next((claim for claim in claims if claim.job_id == job.id), None)
@@ -237,7 +245,7 @@ def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[
     return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
 
 
-def _live_claims(session: Session) -> list[_Claim]:
+def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:
     terminal = [str(status) for status in TERMINAL]
     rows = session.execute(
         select(
@@ -248,7 +256,7 @@ def _live_claims(session: Session) -> list[_Claim]:
             TrainingJob.created_at,
             TrainingJob.admitted_at,
             TrainingJob.status,
-        ).where(TrainingJob.status.not_in(terminal))
+        ).where(TrainingJob.status.not_in(terminal), *where)
     )
     return [
         _Claim(

@@ -130,6 +130,10 @@ class TrainingJob(Base):
     __mapper_args__ = {"version_id_col": version}
     __table_args__ = (
         Index("ix_training_jobs_created", "created_at", "id"),
+        # A project's page of jobs, newest first, and likewise of one status: the list
+        # the API and the console show, at any number of jobs.
+        Index("ix_training_jobs_project_created", "project", "created_at", "id"),
+        Index("ix_training_jobs_project_status_created", "project", "status", "created_at", "id"),
         Index("ix_training_jobs_admitted", "status", "admitted_at"),
         # A name is unique within its project, as SageMaker's are within an account.
         UniqueConstraint("project", "name", name="uq_training_jobs_project_name"),

@@ -85,6 +85,14 @@ def _live() -> ColumnElement[bool]:
     return TrainingJob.status.not_in([str(status) for status in TERMINAL])
 
 
+# The order of the line for capacity: priority (higher first), then age.
+_LINE_ORDER = (
+    func.coalesce(TrainingJob.spec["priority"].as_integer(), 0).desc(),
+    TrainingJob.created_at,
+    TrainingJob.id,
+)
+
+
 def _in_line() -> ColumnElement[bool]:
     """A live job waiting for capacity (the reconciler's Stage.QUEUED): nothing happens
     to it until capacity frees, so nothing need look at it until then."""
@@ -96,38 +104,36 @@ def _in_line() -> ColumnElement[bool]:
     )
 
 
-def sweep_job_ids(session: Session, *, waiting_every: float, batch: int) -> list[str]:
+def sweep_job_ids(session: Session, *, waiting_every: float, heads: int, batch: int) -> list[str]:
     """What beat's safety sweep re-drives now: every live job that is not waiting in line
-    (its instances, timers and stops need watching), and at most ``batch`` of those
-    waiting, each no more often than every ``waiting_every`` seconds. So a sweep's cost
-    follows the jobs that can change, not the length of the line."""
+    (its instances, timers and stops need watching); of those waiting, each no more often
+    than every ``waiting_every`` seconds, the ``heads`` nearest the front of the line (the
+    next to be admitted, should the message that woke them have been lost) and a batch of
+    the spot jobs (their max_wait runs while they wait). A job deep in line can only move
+    once those ahead have: a sweep's cost is bounded, whatever the line's length."""
     moving = list(session.scalars(select(TrainingJob.id).where(_live(), not_(_in_line()))))
     now = utcnow()
-    stale = now - timedelta(seconds=waiting_every)
-    waiting = list(
-        session.scalars(
-            select(TrainingJob.id)
-            .join(JobLease, JobLease.job_id == TrainingJob.id)
-            .where(_in_line(), or_(JobLease.swept_at.is_(None), JobLease.swept_at < stale))
-            .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)
-            .limit(batch)
-        )
+    stale = or_(
+        JobLease.swept_at.is_(None), JobLease.swept_at < now - timedelta(seconds=waiting_every)
     )
-    if waiting:
-        session.execute(update(JobLease).where(JobLease.job_id.in_(waiting)).values(swept_at=now))
-    return moving + waiting
+    waiting = select(TrainingJob.id).join(JobLease, JobLease.job_id == TrainingJob.id)
+    first = session.scalars(waiting.where(_in_line(), stale).order_by(*_LINE_ORDER).limit(heads))
+    spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
+    timed = session.scalars(
+        waiting.where(_in_line(), stale, spot)
+        .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)
+        .limit(batch)
+    )
+    swept = list(dict.fromkeys([*first, *timed]))
+    if swept:
+        session.execute(update(JobLease).where(JobLease.job_id.in_(swept)).values(swept_at=now))
+    return moving + swept
 
 
 def first_in_line(session: Session, count: int) -> list[str]:
     """The jobs waiting for capacity that would be admitted first (by priority, then age),
     to wake when capacity frees."""
-    priority = TrainingJob.spec["priority"].as_integer()
-    query = (
-        select(TrainingJob.id)
-        .where(_in_line())
-        .order_by(func.coalesce(priority, 0).desc(), TrainingJob.created_at, TrainingJob.id)
-        .limit(count)
-    )
+    query = select(TrainingJob.id).where(_in_line()).order_by(*_LINE_ORDER).limit(count)
     return list(session.scalars(query))
 
 

@@ -57,16 +57,22 @@ class Stack:
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, part: str, *args: str) -> subprocess.Popen[bytes]:
-        with open(self.home / f"{part}.log", "ab") as log:
+    def start(
+        self, part: str, *args: str, key: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``runyard <part> <args>``, known (and logged) as ``key``, by default the
+        part: a second worker or API replica needs a key of its own (and ``env`` for the
+        settings it does not share)."""
+        key = key or part
+        with open(self.home / f"{key}.log", "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "runyard", part, *args],
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.home,
             )
-        self.processes[part] = process
+        self.processes[key] = process
         return process
 
     def up(self) -> Stack:
