@@ -153,19 +153,20 @@ def _timestamp(_shape: Shape, value: Any, path: str, problems: list[str]) -> Non
 
 
 def _length(shape: Shape, length: int, path: str, problems: list[str]) -> None:
-    low, high = shape.metadata.get("min"), shape.metadata.get("max")
-    if low is not None and length < low:
-        problems.append(_at(path, f"Member must have length greater than or equal to {low}"))
-    if high is not None and length > high:
-        problems.append(_at(path, f"Member must have length less than or equal to {high}"))
+    _within(shape, length, "length", path, problems)
 
 
 def _bounds(shape: Shape, value: float, path: str, problems: list[str]) -> None:
+    _within(shape, value, "value", path, problems)
+
+
+def _within(shape: Shape, amount: float, what: str, path: str, problems: list[str]) -> None:
+    """The model's ``min`` and ``max``: of a length (strings, lists, maps) or a value."""
     low, high = shape.metadata.get("min"), shape.metadata.get("max")
-    if low is not None and value < low:
-        problems.append(_at(path, f"Member must have value greater than or equal to {low}"))
-    if high is not None and value > high:
-        problems.append(_at(path, f"Member must have value less than or equal to {high}"))
+    if low is not None and amount < low:
+        problems.append(_at(path, f"Member must have {what} greater than or equal to {low}"))
+    if high is not None and amount > high:
+        problems.append(_at(path, f"Member must have {what} less than or equal to {high}"))
 
 
 _CHECKERS = {
