@@ -103,11 +103,15 @@ class Settings(BaseSettings):
     # A spot launch that finds no capacity tries again after this long, within max_wait.
     spot_capacity_retry_seconds: float = Field(default=60.0, ge=0)
 
-    # Worker timing. The sweep re-drives every live job not waiting for capacity this
-    # often (the first in line and waiting spot jobs every waiting_sweep_seconds), so it
+    # Worker timing. The sweep runs this often: it re-drives every job launching, stopping
+    # or restarting each time, jobs whose instances run every running_sweep_seconds (their
+    # reports wake them), and the front of the line every waiting_sweep_seconds; so it
     # bounds how long a lost broker message or a dead worker can delay a job.
     reconcile_interval: float = Field(default=2.0, gt=0)
     reconcile_lease_seconds: float = Field(default=30.0, gt=0)
+    # How often the sweep looks at a job whose instances run, in case one died unheard
+    # (or its max_run passed).
+    running_sweep_seconds: float = Field(default=10.0, gt=0)
     # How often beat's safety sweep re-drives a job waiting for capacity (what frees
     # capacity wakes the first jobs in line at once; the sweep is for lost messages).
     waiting_sweep_seconds: float = Field(default=30.0, gt=0)

@@ -1,11 +1,13 @@
-"""Beat's safety sweep costs what can change: every job that is moving, and of the jobs
-waiting for capacity the first in line and the spot jobs (whose max_wait runs), each now
-and then; what frees capacity wakes the line."""
+"""Beat's safety sweep costs what can change: every job with a clock of its own each time;
+jobs whose instances run, the first in line and waiting spot jobs (whose max_wait runs)
+now and then; what frees capacity wakes the line."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+
+from sqlalchemy import update
 
 from service.jobs import repository
 from service.jobs.models import JobLease, TrainingJob
@@ -18,6 +20,7 @@ def _jobs(
     count: int,
     *,
     admitted: bool,
+    launched: bool = False,
     priority: int = 0,
     spot: bool = False,
     status: Status = Status.IN_PROGRESS,
@@ -34,6 +37,7 @@ def _jobs(
                 status=status,
                 secondary_status="Pending",
                 admitted_at=utcnow() if admitted else None,
+                launched_at=utcnow() if launched else None,
                 restart_cause=restart_cause,
             )
             job.lease = JobLease()
@@ -44,35 +48,42 @@ def _jobs(
 
 def _sweep(url: str) -> list[str]:
     with session_scope(url) as session:
-        return repository.sweep_job_ids(session, waiting_every=30.0, heads=2, batch=2)
+        return repository.sweep_job_ids(
+            session, running_every=10.0, waiting_every=30.0, heads=2, batch=2
+        )
 
 
-def test_moving_jobs_every_time_waiting_ones_only_at_the_front_or_on_a_clock(
-    database_url: str,
-) -> None:
-    running = _jobs(database_url, 2, admitted=True)
+def test_what_has_a_clock_every_time_the_rest_now_and_then(database_url: str) -> None:
+    running = _jobs(database_url, 2, admitted=True, launched=True)
+    launching = _jobs(database_url, 1, admitted=True)
     front = _jobs(database_url, 2, admitted=False, priority=5)
     deep = _jobs(database_url, 4, admitted=False)
     spot = _jobs(database_url, 3, admitted=False, spot=True)
-    stopping = _jobs(database_url, 1, admitted=False, status=Status.STOPPING)
+    stopping = _jobs(database_url, 1, admitted=True, launched=True, status=Status.STOPPING)
     restarting = _jobs(database_url, 1, admitted=False, restart_cause="a retried failure")
     _jobs(database_url, 1, admitted=True, status=Status.COMPLETED)
-    moving = set(running + stopping + restarting)
+    urgent = set(launching + stopping + restarting)
 
     first = set(_sweep(database_url))
-    assert first - moving == set(front) | set(spot[:2])
-    assert moving <= first
+    assert first - urgent == set(running) | set(front) | set(spot[:2])
+    assert urgent <= first
     second = set(_sweep(database_url))
-    # The front was just swept: the next in line and the last spot job have their turn.
-    assert second - moving == {deep[0], deep[1], spot[2]}
-    assert set(_sweep(database_url)) - moving == {deep[2], deep[3]}
-    assert set(_sweep(database_url)) == moving  # everyone waiting was seen a moment ago
+    # The running and the front were just seen: the next in line and the last spot job
+    # have their turn.
+    assert second - urgent == {deep[0], deep[1], spot[2]}
+    assert set(_sweep(database_url)) - urgent == {deep[2], deep[3]}
+    assert set(_sweep(database_url)) == urgent  # all the others were seen a moment ago
 
-    # Once waiting_every has passed, the front is swept again, first.
-    with session_scope(database_url) as session:
-        for lease in session.query(JobLease):
-            lease.swept_at = utcnow() - timedelta(seconds=31)
-    assert set(_sweep(database_url)) - moving == set(front) | set(spot[:2])
+    # Later, the running again (every 10 s), and the front (every 30 s).
+    _all_swept(database_url, seconds_ago=11)
+    assert set(_sweep(database_url)) - urgent == set(running)
+    _all_swept(database_url, seconds_ago=31)
+    assert set(_sweep(database_url)) - urgent == set(running) | set(front) | set(spot[:2])
+
+
+def _all_swept(url: str, seconds_ago: float) -> None:
+    with session_scope(url) as session:
+        session.execute(update(JobLease).values(swept_at=utcnow() - timedelta(seconds=seconds_ago)))
 
 
 def test_the_first_in_line_go_by_priority_then_age(database_url: str) -> None:

@@ -41,6 +41,7 @@ def register(app: Celery, settings: Settings) -> None:
         with session_scope(settings.database_url) as session:
             job_ids = repository.sweep_job_ids(
                 session,
+                running_every=settings.running_sweep_seconds,
                 waiting_every=settings.waiting_sweep_seconds,
                 heads=SWEEP_HEADS_OF_LINE,
                 batch=SWEEP_WAITING_SPOT,

@@ -104,30 +104,55 @@ def _in_line() -> ColumnElement[bool]:
     )
 
 
-def sweep_job_ids(session: Session, *, waiting_every: float, heads: int, batch: int) -> list[str]:
-    """What beat's safety sweep re-drives now: every live job that is not waiting in line
-    (its instances, timers and stops need watching); of those waiting, each no more often
-    than every ``waiting_every`` seconds, the ``heads`` nearest the front of the line (the
-    next to be admitted, should the message that woke them have been lost) and a batch of
-    the spot jobs (their max_wait runs while they wait). A job deep in line can only move
-    once those ahead have: a sweep's cost is bounded, whatever the line's length."""
-    moving = list(session.scalars(select(TrainingJob.id).where(_live(), not_(_in_line()))))
+def sweep_job_ids(
+    session: Session, *, running_every: float, waiting_every: float, heads: int, batch: int
+) -> list[str]:
+    """What beat's safety sweep re-drives now.
+
+    - Every job with a clock running outside its instances: launching, stopping (the
+      scripts' grace), restarting (the back-off).
+    - Jobs whose instances run, each every ``running_every`` seconds: their instances'
+      reports wake them as things happen; this finds an instance that died unheard.
+    - Of the jobs waiting for capacity, each every ``waiting_every`` seconds, the
+      ``heads`` nearest the front of the line (the next to be admitted, should the
+      message that woke them have been lost) and a batch of the spot jobs (their max_wait
+      runs while they wait). A job deep in line can only move once those ahead have.
+
+    So a sweep's cost is bounded by what can change, whatever the number of live jobs."""
     now = utcnow()
-    stale = or_(
-        JobLease.swept_at.is_(None), JobLease.swept_at < now - timedelta(seconds=waiting_every)
+    urgent = list(
+        session.scalars(select(TrainingJob.id).where(_live(), not_(_in_line()), not_(_running())))
     )
-    waiting = select(TrainingJob.id).join(JobLease, JobLease.job_id == TrainingJob.id)
-    first = session.scalars(waiting.where(_in_line(), stale).order_by(*_LINE_ORDER).limit(heads))
+    leased = select(TrainingJob.id).join(JobLease, JobLease.job_id == TrainingJob.id)
+    running = session.scalars(
+        leased.where(_running(), _not_swept_since(now - timedelta(seconds=running_every)))
+    )
+    stale = _not_swept_since(now - timedelta(seconds=waiting_every))
+    first = session.scalars(leased.where(_in_line(), stale).order_by(*_LINE_ORDER).limit(heads))
     spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
     timed = session.scalars(
-        waiting.where(_in_line(), stale, spot)
+        leased.where(_in_line(), stale, spot)
         .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)
         .limit(batch)
     )
-    swept = list(dict.fromkeys([*first, *timed]))
+    swept = list(dict.fromkeys([*running, *first, *timed]))
     if swept:
         session.execute(update(JobLease).where(JobLease.job_id.in_(swept)).values(swept_at=now))
-    return moving + swept
+    return urgent + swept
+
+
+def _not_swept_since(moment: datetime) -> ColumnElement[bool]:
+    return or_(JobLease.swept_at.is_(None), JobLease.swept_at < moment)
+
+
+def _running() -> ColumnElement[bool]:
+    """A live job whose instances were launched and are not being stopped or restarted."""
+    return and_(
+        _live(),
+        TrainingJob.status != Status.STOPPING,
+        TrainingJob.restart_cause.is_(None),
+        TrainingJob.launched_at.is_not(None),
+    )
 
 
 def first_in_line(session: Session, count: int) -> list[str]:

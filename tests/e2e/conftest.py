@@ -51,6 +51,7 @@ class Stack:
             "RUNYARD_FILE_ROOTS": f"{home.parent}:{EXAMPLES}",
             # Fast clocks, so failures and stops are seen within a test's patience.
             "RUNYARD_RECONCILE_INTERVAL": "0.5",
+            "RUNYARD_RUNNING_SWEEP_SECONDS": "0.5",
             "RUNYARD_RECONCILE_LEASE_SECONDS": "5",
             "RUNYARD_STOP_GRACE_SECONDS": "5",
             "RUNYARD_TEARDOWN_GRACE_SECONDS": "2",
