@@ -128,7 +128,8 @@ def sweep_job_ids(
         leased.where(_running(), _not_swept_since(now - timedelta(seconds=running_every)))
     )
     stale = _not_swept_since(now - timedelta(seconds=waiting_every))
-    first = session.scalars(leased.where(_in_line(), stale).order_by(*_LINE_ORDER).limit(heads))
+    front = select(TrainingJob.id).where(_in_line()).order_by(*_LINE_ORDER).limit(heads)
+    first = session.scalars(leased.where(TrainingJob.id.in_(front.scalar_subquery()), stale))
     spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
     timed = session.scalars(
         leased.where(_in_line(), stale, spot)
