@@ -1,4 +1,4 @@
-"""Indexes for a project's list of jobs, all or of one status, newest first
+"""Indexes for the list of jobs, a project's or all, of one status or all, newest first
 
 Revision ID: 0012
 Revises: 0011
@@ -24,8 +24,12 @@ def upgrade() -> None:
         "training_jobs",
         ["project", "status", "created_at", "id"],
     )
+    op.create_index(
+        "ix_training_jobs_status_created", "training_jobs", ["status", "created_at", "id"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_training_jobs_status_created", table_name="training_jobs")
     op.drop_index("ix_training_jobs_project_status_created", table_name="training_jobs")
     op.drop_index("ix_training_jobs_project_created", table_name="training_jobs")

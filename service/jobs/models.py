@@ -134,6 +134,8 @@ class TrainingJob(Base):
         # the API and the console show, at any number of jobs.
         Index("ix_training_jobs_project_created", "project", "created_at", "id"),
         Index("ix_training_jobs_project_status_created", "project", "status", "created_at", "id"),
+        # The same for a server administrator, across projects.
+        Index("ix_training_jobs_status_created", "status", "created_at", "id"),
         Index("ix_training_jobs_admitted", "status", "admitted_at"),
         # A name is unique within its project, as SageMaker's are within an account.
         UniqueConstraint("project", "name", name="uq_training_jobs_project_name"),
