@@ -61,6 +61,9 @@
     state.textContent = `Uploading ${file.name}…`;
     error.textContent = "";
     try {
+      // A change needs the session's CSRF token, which arrives with who is signed in: a
+      // file picked before that answer must wait for it.
+      await signedIn;
       const stored = await Runyard.api("POST", "v1/sources", {
         body: file, headers: { "Content-Type": "application/gzip" },
       });
