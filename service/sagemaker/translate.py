@@ -209,14 +209,22 @@ def distribution(values: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _dlc(image: str | None) -> tuple[str, str] | None:
+    """(framework, version) of an AWS Deep Learning Container's name; None for another."""
+    match = _IMAGE.fullmatch(image or "")
+    repository = match.group("repository").rsplit("/", 1)[-1] if match else ""
+    if match is None or repository not in _DLC_FRAMEWORKS:
+        return None
+    return _DLC_FRAMEWORKS[repository], match.group("tag").split("-")[0][:32]
+
+
 def _image(image: str | None, local_backend: bool) -> tuple[str, str | None]:
     """(framework, image to run): a Deep Learning Container's name means Runyard's own
     runtime for its framework; another image runs as itself, where instances are
     containers."""
-    match = _IMAGE.fullmatch(image or "")
-    repository = match.group("repository").rsplit("/", 1)[-1] if match else ""
-    if repository in _DLC_FRAMEWORKS:
-        return _DLC_FRAMEWORKS[repository], None
+    known = _dlc(image)
+    if known is not None:
+        return known[0], None
     if image is None:
         return "pytorch", None
     if local_backend:
@@ -230,11 +238,8 @@ def _image(image: str | None, local_backend: bool) -> tuple[str, str | None]:
 
 
 def _framework_version(image: str | None) -> str | None:
-    match = _IMAGE.fullmatch(image or "")
-    if match is None or match.group("repository").rsplit("/", 1)[-1] not in _DLC_FRAMEWORKS:
-        return None
-    version = match.group("tag").split("-")[0]
-    return version[:32] or None
+    known = _dlc(image)
+    return (known[1] or None) if known else None
 
 
 def _inputs(channels: list[dict[str, Any]], algorithm: Mapping[str, Any]) -> dict[str, Any]:

@@ -110,11 +110,7 @@ def reports(output: str, prefix: str) -> list[dict[str, Any]]:
 
 def model_stored(s3: MotoServer, uri: str) -> bool:
     bucket, _, key = uri.removeprefix("s3://").partition("/")
-    s3_client = boto3.client(
-        "s3", endpoint_url=s3.url, region_name=REGION,
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    return int(s3_client.head_object(Bucket=bucket, Key=key)["ContentLength"]) > 0
+    return int(s3.client("s3").head_object(Bucket=bucket, Key=key)["ContentLength"]) > 0
 
 
 def test_pytorch_estimator_fit_trains_with_torch_distributed_on_two_instances(
