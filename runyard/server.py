@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from runyard import variables
 from runyard.client import RunyardError, wait_until_up
@@ -77,15 +78,23 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     serving = threading.Event()
     serving.set()
     _announce_when_ready(url, settings.home / "token", serving)
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "root_path": settings.root_path,
+        "log_level": "info",
+        "access_log": False,
+    }
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=host,
-            port=port,
-            root_path=settings.root_path,
-            log_level="info",
-            access_log=False,
-        )
+        if settings.api_workers == 1:
+            uvicorn.run(create_app(settings), **options)
+        else:
+            # Each process builds its app from the environment, as a replica would; the
+            # URL instances report to is the one thing only this process knew.
+            os.environ[variables.PUBLIC_URL] = settings.public_url
+            uvicorn.run(
+                "service.app:create_app", factory=True, workers=settings.api_workers, **options
+            )
     finally:
         serving.clear()
         _remove_if_ours(server_file)

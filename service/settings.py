@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     # would otherwise mint its own); unset, one is minted into RUNYARD_HOME/token.
     admin_token: SecretStr | None = None
     environment: str = "development"
+    # API processes serving one port (the kernel spreads connections between them): a
+    # process answers from one core, so a many-core server needs several for its peak.
+    api_workers: int = Field(default=1, ge=1, le=64)
 
     # Instance types each backend serves; a job's backend is looked up here unless it
     # names one: local, kubernetes or ec2.

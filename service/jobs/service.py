@@ -311,6 +311,10 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
         status=Status.IN_PROGRESS,
         secondary_status="",
         project=project,
+        # A new job has no instances or final metrics yet: saying so spares the
+        # response two queries that could only find nothing.
+        instances=[],
+        final_metrics=[],
     )
     repository.record_transition(
         job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
