@@ -13,9 +13,10 @@ from celery.exceptions import DuplicateTaskNameWarning
 from pydantic import ValidationError
 from sqlalchemy import func, select
 
-from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
+from service.jobs.models import JobFinalMetric, MetricPoint, MetricRollup, TrainingJob
 from service.kit.db import session_scope, utcnow
 from service.logs.models import LogEvent
+from service.metrics import rollups
 from service.metrics.retention import Pruned, prune_ended_jobs
 from service.settings import Settings
 from worker.celery_app import create_celery
@@ -64,6 +65,8 @@ def _job(
         session.add(
             JobFinalMetric(job_id=job_id, name="loss", value=3.0, time=created, host="algo-1")
         )
+        session.flush()
+        rollups.add(session, session.scalars(select(MetricPoint).filter_by(job_id=job_id)))
     return job_id
 
 
@@ -83,8 +86,7 @@ def test_only_jobs_ended_before_the_retention_lose_their_lines(database_url: str
     live = _job(database_url, "live", "InProgress", None)
     stopping = _job(database_url, "stopping", "Stopping", None)
 
-    with session_scope(database_url) as session:
-        pruned = prune_ended_jobs(session, 30, now=NOW)
+    pruned = prune_ended_jobs(database_url, 30, now=NOW)
     assert pruned == Pruned(log_lines=5, metric_points=5)
     assert _counts(database_url, old) == (0, 0, 1)
     assert _counts(database_url, old_failed) == (0, 0, 1)
@@ -92,14 +94,45 @@ def test_only_jobs_ended_before_the_retention_lose_their_lines(database_url: str
         assert _counts(database_url, kept) == (3, 3, 1)
 
     # Nothing left to do: a second run deletes nothing more.
-    with session_scope(database_url) as session:
-        assert prune_ended_jobs(session, 30, now=NOW) == Pruned(0, 0)
+    assert prune_ended_jobs(database_url, 30, now=NOW) == Pruned(0, 0)
+
+
+def _rollups(database_url: str, job_id: str) -> int:
+    with session_scope(database_url, readonly=True) as session:
+        count = select(func.count()).select_from(MetricRollup).filter_by(job_id=job_id)
+        return int(session.scalar(count) or 0)
+
+
+def test_lines_go_in_batches_each_committed_on_its_own(database_url: str) -> None:
+    old = _job(database_url, "old", "Completed", NOW - 31 * DAY, lines=5)
+    live = _job(database_url, "live", "InProgress", None, lines=5)
+    assert _rollups(database_url, old) == 1
+
+    reported: list[tuple[Pruned, tuple[int, int, int]]] = []
+
+    def progress(pruned: Pruned) -> None:
+        # Read in a session of its own: what it sees is what each batch committed.
+        reported.append((pruned, _counts(database_url, old)))
+
+    pruned = prune_ended_jobs(database_url, 30, now=NOW, batch_rows=2, progress=progress)
+
+    assert pruned == Pruned(log_lines=5, metric_points=5)
+    assert reported == [
+        (Pruned(2, 0), (3, 5, 1)),
+        (Pruned(4, 0), (1, 5, 1)),
+        (Pruned(5, 0), (0, 5, 1)),
+        (Pruned(5, 2), (0, 3, 1)),
+        (Pruned(5, 4), (0, 1, 1)),
+        (Pruned(5, 5), (0, 0, 1)),
+    ]
+    assert _rollups(database_url, old) == 0
+    assert _counts(database_url, live) == (5, 5, 1)
+    assert _rollups(database_url, live) == 1
 
 
 def test_zero_days_keeps_everything(database_url: str) -> None:
     job = _job(database_url, "ancient", "Completed", NOW - 3650 * DAY)
-    with session_scope(database_url) as session:
-        assert prune_ended_jobs(session, 0, now=NOW) == Pruned(0, 0)
+    assert prune_ended_jobs(database_url, 0, now=NOW) == Pruned(0, 0)
     assert _counts(database_url, job) == (3, 3, 1)
 
 

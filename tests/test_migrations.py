@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import select, text
 
-from service.kit.db import get_engine
+from service.jobs.models import MetricRollup
+from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
+from tests.conftest import empty_postgres_database
 
 
 def test_migrated_schema_matches_the_models(database_url: str) -> None:
@@ -60,3 +65,47 @@ def test_jobs_and_tokens_from_before_projects_move_to_the_default_project(
     ]
     assert [tuple(row) for row in jobs] == [("job-1", "default")]
     assert projects == ["default"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path: Path) -> None:
+    with contextlib.ExitStack() as stack:
+        url = (
+            f"sqlite:///{tmp_path / 'old.db'}"
+            if engine == "sqlite"
+            else stack.enter_context(empty_postgres_database())
+        )
+        upgrade(url, "0012")
+        with get_engine(url).begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO training_jobs (id, name, spec, backend, status, "
+                    "secondary_status, project, created_at, updated_at, attempt, restarts, "
+                    "infrastructure_restarts, interruptions, attempt_first_log_seq, version) "
+                    "VALUES ('j1', 'job-1', '{}', 'local', 'Completed', 'Completed', 'default', "
+                    "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0, 0, 0, 0, 1, 1)"
+                )
+            )
+            # As each database holds what SQLAlchemy wrote: 12:00:10, 12:00:50, 12:01:05.
+            for seq, (second, value) in enumerate(((10, 1.0), (50, 3.0), (65, 7.0)), 1):
+                connection.execute(
+                    text(
+                        "INSERT INTO metric_points (job_id, name, host, seq, time, value) "
+                        "VALUES ('j1', 'loss', 'algo-1', :seq, :time, :value)"
+                    ),
+                    {
+                        "seq": seq,
+                        "time": datetime(2026, 6, 1, 12) + timedelta(seconds=second),
+                        "value": value,
+                    },
+                )
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            rows = session.scalars(select(MetricRollup).order_by(MetricRollup.minute)).all()
+            summed = [(row.minute, row.count, row.total, row.low, row.high) for row in rows]
+        get_engine(url).dispose()
+    noon = datetime(2026, 6, 1, 12, tzinfo=UTC)
+    assert summed == [
+        (noon, 2, 4.0, 1.0, 3.0),
+        (noon + timedelta(minutes=1), 1, 7.0, 7.0, 7.0),
+    ]

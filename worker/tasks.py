@@ -69,8 +69,7 @@ def register(app: Celery, settings: Settings) -> None:
         period (RUNYARD_LOG_RETENTION_DAYS); live jobs keep theirs."""
         if settings.log_retention_days == 0:
             return
-        with session_scope(settings.database_url) as session:
-            pruned = retention.prune_ended_jobs(session, settings.log_retention_days)
+        pruned = retention.prune_ended_jobs(settings.database_url, settings.log_retention_days)
         if pruned.log_lines or pruned.metric_points:
             log.info(
                 "deleted %d log lines and %d metric points of jobs ended over %d days ago",

@@ -221,6 +221,24 @@ class MetricPoint(Base):
     )
 
 
+class MetricRollup(Base):
+    """A metric's points of one host within one minute, summed up as they are stored: a
+    chart of a week-long job reads 10,080 of these per host instead of 604,800 points."""
+
+    __tablename__ = "metric_rollups"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("training_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    host: Mapped[str] = mapped_column(String(32), primary_key=True)
+    minute: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    total: Mapped[float] = mapped_column(Float)
+    low: Mapped[float] = mapped_column(Float)
+    high: Mapped[float] = mapped_column(Float)
+
+
 class JobFinalMetric(Base):
     """The latest value of each metric of a job (SageMaker's FinalMetricDataList), kept
     apart from the points so describing a job reads one row per metric, and so it

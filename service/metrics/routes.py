@@ -3,12 +3,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import AwareDatetime
 
 from service.auth.deps import CurrentUser
 from service.jobs import service as jobs
 from service.jobs.routes import JobName, ProjectName
 from service.kit.deps import ReadSessionDep
-from service.kit.errors import replies
+from service.kit.errors import SpecError, replies
 from service.kit.text import LookupText
 from service.metrics import service
 from service.metrics.schemas import MetricsPublic
@@ -26,10 +27,30 @@ def get_metrics(
         Query(alias="name", min_length=1, max_length=255, description="Only this metric"),
     ] = None,
     limit: Annotated[
-        int, Query(ge=1, le=10_000, description="At most this many points per metric, the latest")
+        int,
+        Query(ge=1, le=10_000, description="At most this many points per metric, the latest"),
     ] = 1000,
+    start: Annotated[
+        AwareDatetime | None, Query(description="Only points at or after this time (with zone)")
+    ] = None,
+    end: Annotated[
+        AwareDatetime | None, Query(description="Only points at or before this time (with zone)")
+    ] = None,
+    max_points: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=10_000,
+            description="Downsample: at most this many points per host over the whole range, "
+            "each a bucket's mean with its count, minimum and maximum (limit then does not apply)",
+        ),
+    ] = None,
     project: ProjectName = None,
 ) -> MetricsPublic:
-    """Each metric of the job's ``metric_definitions`` with its points, ordered by time."""
+    """Each metric of the job's ``metric_definitions`` with its points, ordered by time:
+    the latest ``limit``, or with ``max_points`` the whole range downsampled."""
+    if start is not None and end is not None and start > end:
+        raise SpecError(("start",), "is after end", source="query")
     job = jobs.get(session, name, user, project)
-    return MetricsPublic(metrics=service.series(session, job, name=metric, limit=limit))
+    window = service.Window(start=start, end=end, limit=limit, max_points=max_points)
+    return MetricsPublic(metrics=service.series(session, job, name=metric, window=window))

@@ -23,6 +23,8 @@ from service.kit import patterns
 from service.kit.db import from_micros
 from service.kit.errors import NotFound
 from service.logs.schemas import Line
+from service.metrics import rollups
+from service.metrics.downsample import downsample
 from service.metrics.schemas import MetricPointPublic, MetricSeries
 
 # The runtime's own lines are not the script's output and never hold its metrics.
@@ -62,25 +64,48 @@ def extract(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> 
     if not points:
         return 0
     session.execute(insert(_METRIC_POINTS), [asdict(point) for point in points])
+    rollups.add(session, points)
     latest = _latest_by_name(points)
     _update_final(session, latest)
     _update_progress(session, job_id, points)
     return len(points)
 
 
+@dataclass(frozen=True)
+class Window:
+    """Which points of a series to answer with: the latest ``limit`` between start and
+    end, or with ``max_points`` all of them, downsampled to that many per host."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    limit: int = 1000
+    max_points: int | None = None
+
+
 def series(
-    session: Session, job: TrainingJob, *, name: str | None, limit: int
+    session: Session, job: TrainingJob, *, name: str | None, window: Window
 ) -> list[MetricSeries]:
-    """Each defined metric (or only ``name``) with its latest ``limit`` points, by time."""
+    """Each defined metric (or only ``name``) with its points in the window, by time."""
     names = _defined_names(job.spec)
     if name is not None:
         if name not in names:
             raise NotFound(f"training job {job.name!r} defines no metric named {name!r}")
         names = [name]
-    return [
-        MetricSeries(name=metric, points=_latest_points(session, job.id, metric, limit))
-        for metric in names
-    ]
+    return [_series(session, job.id, metric, window) for metric in names]
+
+
+def _series(session: Session, job_id: str, name: str, window: Window) -> MetricSeries:
+    if window.max_points is None:
+        return MetricSeries(name=name, points=_latest_points(session, job_id, name, window))
+    found = downsample(
+        session,
+        job_id,
+        name,
+        start=window.start,
+        end=window.end,
+        max_points=window.max_points,
+    )
+    return MetricSeries(name=name, points=found.points, bucket_seconds=found.bucket_seconds)
 
 
 def _definitions(session: Session, job_id: str) -> list[_Definition]:
@@ -193,12 +218,14 @@ def _update_progress(session: Session, job_id: str, points: list[_Point]) -> Non
     session.execute(statement)
 
 
-def _latest_points(session: Session, job_id: str, name: str, limit: int) -> list[MetricPointPublic]:
-    query = (
-        select(MetricPoint)
-        .where(MetricPoint.job_id == job_id, MetricPoint.name == name)
-        .order_by(MetricPoint.time.desc(), MetricPoint.id.desc())
-        .limit(limit)
-    )
+def _latest_points(
+    session: Session, job_id: str, name: str, window: Window
+) -> list[MetricPointPublic]:
+    query = select(MetricPoint).where(MetricPoint.job_id == job_id, MetricPoint.name == name)
+    if window.start is not None:
+        query = query.where(MetricPoint.time >= window.start)
+    if window.end is not None:
+        query = query.where(MetricPoint.time <= window.end)
+    query = query.order_by(MetricPoint.time.desc(), MetricPoint.id.desc()).limit(window.limit)
     rows = list(session.scalars(query))
     return [MetricPointPublic.model_validate(row) for row in reversed(rows)]

@@ -240,6 +240,8 @@
   const charts = new Map();
   const hasCharts = root.dataset.charts === "yes" && typeof window.uPlot === "function";
   const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989"];
+  // Points per host in a chart: about one per two pixels of its usual width.
+  const CHART_POINTS = 500;
 
   function chartData(series) {
     // One x axis for every host's points (seconds since the epoch), a y series per host.
@@ -295,7 +297,11 @@
     document.getElementById("metrics-empty").textContent =
       wanted.length ? "" : "This job defines no metrics (metric_definitions).";
     if (!wanted.length) return;
-    const { metrics } = await Runyard.api("GET", `${jobPath}/metrics`, { query: { project } });
+    // The whole run, at most a point per bucket of it per host: a week-long job's chart
+    // reads its per-minute rollups, not every point.
+    const { metrics } = await Runyard.api("GET", `${jobPath}/metrics`, {
+      query: { project, max_points: CHART_POINTS },
+    });
     const byName = new Map(metrics.map((m) => [m.name, m]));
     for (const metric of wanted) drawChart(metric, byName.get(metric));
   }
