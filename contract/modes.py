@@ -73,8 +73,10 @@ class Mode:
     launcher: Launcher | None
     # The only framework whose scripts it runs; None: any.
     framework: str | None = None
-    # Its scripts import Runyard's libraries under SageMaker's name (``smdistributed``).
-    libraries: bool = False
+    # The packages its scripts import that Runyard offers under another project's name
+    # (SageMaker's ``smdistributed``, Horovod's ``horovod``): only these jobs' processes
+    # can import them.
+    libraries: tuple[str, ...] = ()
     # The mode whose launcher runs it, enabled beside it as SageMaker asks
     # (``smdistributed.modelparallel`` under ``mpi``): its launch options are that mode's.
     runs_under: str | None = None
@@ -156,6 +158,8 @@ MODES = (
     Mode(
         "mpi",
         Launcher.MPIRUN,
+        # Horovod scripts run under plain ``mpi`` on SageMaker.
+        libraries=("horovod",),
         takes=Options(
             "MpiDistribution",
             {
@@ -169,14 +173,14 @@ MODES = (
         "smdistributed.dataparallel",
         Launcher.MPIRUN,
         framework="pytorch",
-        libraries=True,
+        libraries=("smdistributed",),
         takes=Options("DataParallelDistribution", {"custom_mpi_options": _CUSTOM_MPI_OPTIONS}),
     ),
     Mode(
         "smdistributed.modelparallel",
         Launcher.MPIRUN,
         framework="pytorch",
-        libraries=True,
+        libraries=("smdistributed",),
         runs_under="mpi",
         # Any map to the schema: ``check`` holds it to the parameters Runyard's library runs.
         takes=Options("ModelParallelDistribution", {"parameters": Option(dict)}),

@@ -10,6 +10,7 @@ daemon started on them, and end when it does.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -27,6 +28,16 @@ from runtime.linux import procfs
 # Put on PYTHONPATH for the modes that run Runyard's libraries under SageMaker's name:
 # `import smdistributed...` is then Runyard's library, and nowhere else does that name exist.
 COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
+# The same for Horovod's name, under `mpi`: a directory of its own, so that each mode's
+# processes see only the names it offers.
+HOROVOD_COMPAT_DIR = Path(__file__).resolve().parents[1] / "horovod" / "compat"
+# Where each name a mode's ``libraries`` lists is offered from, and whether a package of
+# that name installed in the training environment wins: Horovod is a library that runs
+# anywhere (a training image may have built it), smdistributed runs only on SageMaker.
+LIBRARY_DIRS: dict[str, tuple[Path, bool]] = {
+    "smdistributed": (COMPAT_DIR, False),
+    "horovod": (HOROVOD_COMPAT_DIR, True),
+}
 # The per-instance daemon of Open MPI 5 (PRRTE) and of Open MPI 4.
 DAEMON_NAMES = ("prted", "orted")
 # Variables that mpirun forwards from the first instance to every rank, as SageMaker does
@@ -66,8 +77,8 @@ def plan(
     options = mode.launch_options(config.distribution) if mode is not None else {}
     # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
-    if mode is not None and mode.libraries:
-        env = {**env, "PYTHONPATH": _prepend(str(COMPAT_DIR), env.get("PYTHONPATH"))}
+    for directory in library_path(mode.libraries if mode is not None else ()):
+        env = {**env, "PYTHONPATH": _prepend(str(directory), env.get("PYTHONPATH"))}
     # Checked again here: a job stored before a rule changed runs under today's rules.
     try:
         custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
@@ -77,6 +88,18 @@ def plan(
         config, entry, env, per_host=processes_per_host(options, gpus), custom=custom
     )
     return Launch([WorkerSpec(argv, env, config.paths.code)])
+
+
+def library_path(names: tuple[str, ...]) -> list[Path]:
+    """The directories that offer ``names`` to a job's processes, but for a name this
+    environment installs itself where that wins."""
+    found = []
+    for name in names:
+        directory, installed_wins = LIBRARY_DIRS[name]
+        if installed_wins and importlib.util.find_spec(name) is not None:
+            continue
+        found.append(directory)
+    return found
 
 
 def _prepend(path: str, existing: str | None) -> str:

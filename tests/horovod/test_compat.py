@@ -1,0 +1,124 @@
+"""``horovod`` exists only in the processes of ``mpi`` jobs: the launcher's plans, the
+service's own environment, and what a job's process imports under that name."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contract.instance_config import InstanceConfig, load
+from runtime.launch import plan
+from runtime.launch.mpi import COMPAT_DIR, HOROVOD_COMPAT_DIR, library_path
+from tests.instances import launch_request, write_instances
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _mpirun_env(tmp_path: Path, distribution: dict[str, Any]) -> dict[str, str]:
+    source = tmp_path / "src"
+    source.mkdir(parents=True)
+    (source / "train.py").write_text("")
+    request = launch_request(source, instance_count=2, distribution=distribution)
+    bases = write_instances(tmp_path / "job", request, master_port=29400)
+    config = load(bases["algo-1"])
+    config = InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
+    (mpirun,) = plan(config, ["python", "train.py"], {"PYTHONPATH": "/code"}, num_gpus=0).specs
+    return mpirun.env
+
+
+@pytest.mark.parametrize(
+    ("distribution", "offered"),
+    [
+        ({"mpi": {"enabled": True, "processes_per_host": 2}}, [HOROVOD_COMPAT_DIR]),
+        ({"pytorchddp": {"enabled": True}}, []),
+        ({"smdistributed": {"dataparallel": {"enabled": True}}}, [COMPAT_DIR]),
+        (
+            {
+                "mpi": {"enabled": True},
+                "smdistributed": {"modelparallel": {"enabled": True, "parameters": {}}},
+            },
+            [COMPAT_DIR],
+        ),
+    ],
+    ids=["mpi", "pytorchddp", "smddp", "smp"],
+)
+def test_each_mpi_mode_offers_its_own_names_only(
+    tmp_path: Path, distribution: dict[str, Any], offered: list[Path]
+) -> None:
+    env = _mpirun_env(tmp_path, distribution)
+    assert env["PYTHONPATH"] == ":".join([*map(str, offered), "/code"])
+
+
+def test_the_two_compat_directories_hold_one_name_each() -> None:
+    # Each directory on a job's path offers exactly the names its mode lists: nothing of
+    # one leaks into the other's jobs (a directory is a namespace package to Python).
+    assert sorted(p.name for p in COMPAT_DIR.iterdir() if not p.name.startswith("__")) == [
+        "smdistributed"
+    ]
+    assert sorted(p.name for p in HOROVOD_COMPAT_DIR.iterdir()) == ["horovod"]
+
+
+def test_horovod_is_not_importable_in_the_service_environment() -> None:
+    assert importlib.util.find_spec("horovod") is None
+    plain = subprocess.run(
+        [sys.executable, "-c", "import horovod"],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "No module named 'horovod'" in plain.stderr
+
+
+def test_a_horovod_installed_in_the_training_environment_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert library_path(("horovod",)) == [HOROVOD_COMPAT_DIR]
+    (tmp_path / "horovod").mkdir()
+    (tmp_path / "horovod" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert library_path(("horovod",)) == []
+    # SageMaker's library only runs on SageMaker: Runyard's always stands in for it.
+    (tmp_path / "smdistributed").mkdir()
+    (tmp_path / "smdistributed" / "__init__.py").write_text("")
+    assert library_path(("smdistributed",)) == [COMPAT_DIR]
+
+
+def _in_a_job(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={"PYTHONPATH": f"{HOROVOD_COMPAT_DIR}:{REPO}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_horovod_torch_is_runyards_library_re_exported() -> None:
+    probe = _in_a_job(
+        "import horovod, horovod.torch as hvd, runtime.horovod as rh\n"
+        "assert hvd.DistributedOptimizer is rh.DistributedOptimizer\n"
+        "assert hvd.broadcast_parameters is rh.broadcast_parameters\n"
+        "assert sorted(hvd.__all__) == sorted(rh.__all__)\n"
+        "print(horovod.__version__, hasattr(hvd, 'join'), hasattr(hvd, 'no_such_name'))\n"
+    )
+    assert probe.stdout.split() == ["0.28.1+runyard", "False", "False"], probe.stderr
+
+
+@pytest.mark.parametrize(
+    "module", ["horovod.tensorflow", "horovod.tensorflow.keras", "horovod.keras", "horovod.mxnet"]
+)
+def test_other_frameworks_refuse_to_import_saying_why(module: str) -> None:
+    failed = _in_a_job(f"import {module}")
+    assert failed.returncode != 0
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: horovod."), failed.stderr
+    assert "Runyard offers only horovod.torch" in last
+    assert "multi_worker_mirrored_strategy" in last
