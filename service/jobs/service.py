@@ -6,6 +6,7 @@ enqueued with ``enqueue_reconcile``, which sends only after the commit.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -213,12 +214,21 @@ def _check_remote_source(spec: _Source, max_source_bytes: int) -> None:
 def _check_tarball(spec: _Source, source: Path) -> None:
     if not source.name.endswith((".tar.gz", ".tgz", ".tar")):
         raise SpecError(("source_uri",), "must be a directory or a .tar.gz archive")
+    found = source.stat()
     try:
-        files = check_archive(source)
+        files = _archive_files(str(source), found.st_size, found.st_mtime_ns)
     except ArchiveError as exc:
         raise SpecError(("source_uri",), str(exc)) from exc
     if spec.entry_point not in files:
         raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.uri}")
+
+
+@functools.lru_cache(maxsize=256)
+def _archive_files(path: str, _size: int, _mtime_ns: int) -> frozenset[str]:
+    """The files of a tarball that passed the checks. Many jobs name one uploaded source
+    (stored under its digest, never rewritten): it is read once, not once per job. A file
+    changed in place has another size or time, so it is read again."""
+    return frozenset(check_archive(Path(path)))
 
 
 def _check_inputs(spec: JobCreate) -> None:
