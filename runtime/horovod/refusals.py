@@ -8,14 +8,13 @@ from __future__ import annotations
 
 # The TensorFlow, Keras and MXNet flavours of Horovod (``import horovod.tensorflow``...).
 OTHER_FRAMEWORKS = (
-    "Runyard offers only horovod.torch: its Horovod API is built on torch.distributed "
-    "(Runyard's data-parallel library), and Horovod's own package, whose last release "
-    "(0.28.1, 2023) compiles its framework extensions as C++14, does not build against "
-    "today's PyTorch or TensorFlow. For TensorFlow use the distribution "
-    '{"multi_worker_mirrored_strategy": {"enabled": true}} (tf.distribute.'
-    'MultiWorkerMirroredStrategy) or {"parameter_server": {"enabled": true}}; or install a '
-    "Horovod build of your own in the training environment (requirements.txt), which then "
-    "takes the place of Runyard's"
+    "Runyard offers only horovod.torch, its own Horovod API on torch.distributed. Horovod's "
+    "package (last release 0.28.1, 2023) does not build against today's frameworks: its "
+    "TensorFlow extension needs XLA headers that TensorFlow 2.21's wheel does not ship, its "
+    "PyTorch extension compiles as C++14 where PyTorch 2.13 needs C++17. For TensorFlow use "
+    'the distribution {"multi_worker_mirrored_strategy": {"enabled": true}} or '
+    '{"parameter_server": {"enabled": true}}; a Horovod built into the training environment '
+    "(requirements.txt) takes the place of Runyard's"
 )
 
 # Names of Horovod's torch API that Runyard does not offer -> why, and what instead.

@@ -10,13 +10,13 @@ daemon started on them, and end when it does.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 from contract import mpi_options, variables
@@ -77,7 +77,9 @@ def plan(
     options = mode.launch_options(config.distribution) if mode is not None else {}
     # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
-    for directory in library_path(mode.libraries if mode is not None else ()):
+    # What the job installed (requirements.txt, on its PYTHONPATH) counts as installed.
+    search = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *sys.path]
+    for directory in library_path(mode.libraries if mode is not None else (), search):
         env = {**env, "PYTHONPATH": _prepend(str(directory), env.get("PYTHONPATH"))}
     # Checked again here: a job stored before a rule changed runs under today's rules.
     try:
@@ -90,16 +92,23 @@ def plan(
     return Launch([WorkerSpec(argv, env, config.paths.code)])
 
 
-def library_path(names: tuple[str, ...]) -> list[Path]:
-    """The directories that offer ``names`` to a job's processes, but for a name this
-    environment installs itself where that wins."""
+def library_path(names: tuple[str, ...], search: Sequence[str]) -> list[Path]:
+    """The directories that offer ``names`` to a job's processes, but for a name whose
+    own package is installed somewhere on ``search`` where that one wins."""
     found = []
     for name in names:
         directory, installed_wins = LIBRARY_DIRS[name]
-        if installed_wins and importlib.util.find_spec(name) is not None:
+        if installed_wins and _installed(name, search):
             continue
         found.append(directory)
     return found
+
+
+def _installed(name: str, search: Sequence[str]) -> bool:
+    # A module or a regular package: a bare directory of that name (a namespace
+    # package to Python) is not a library.
+    spec = PathFinder.find_spec(name, list(search))
+    return spec is not None and spec.origin is not None
 
 
 def _prepend(path: str, existing: str | None) -> str:

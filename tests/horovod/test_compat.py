@@ -19,7 +19,9 @@ from tests.instances import launch_request, write_instances
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _mpirun_env(tmp_path: Path, distribution: dict[str, Any]) -> dict[str, str]:
+def _mpirun_env(
+    tmp_path: Path, distribution: dict[str, Any], pythonpath: str = "/code"
+) -> dict[str, str]:
     source = tmp_path / "src"
     source.mkdir(parents=True)
     (source / "train.py").write_text("")
@@ -27,7 +29,7 @@ def _mpirun_env(tmp_path: Path, distribution: dict[str, Any]) -> dict[str, str]:
     bases = write_instances(tmp_path / "job", request, master_port=29400)
     config = load(bases["algo-1"])
     config = InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
-    (mpirun,) = plan(config, ["python", "train.py"], {"PYTHONPATH": "/code"}, num_gpus=0).specs
+    (mpirun,) = plan(config, ["python", "train.py"], {"PYTHONPATH": pythonpath}, num_gpus=0).specs
     return mpirun.env
 
 
@@ -76,18 +78,24 @@ def test_horovod_is_not_importable_in_the_service_environment() -> None:
     assert "No module named 'horovod'" in plain.stderr
 
 
-def test_a_horovod_installed_in_the_training_environment_wins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert library_path(("horovod",)) == [HOROVOD_COMPAT_DIR]
-    (tmp_path / "horovod").mkdir()
-    (tmp_path / "horovod" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert library_path(("horovod",)) == []
+def test_a_horovod_installed_in_the_training_environment_wins(tmp_path: Path) -> None:
+    image, requirements, bare = tmp_path / "image", tmp_path / "requirements", tmp_path / "bare"
+    for place in (image / "horovod", requirements / "horovod", bare / "horovod"):
+        place.mkdir(parents=True)
+    (image / "horovod" / "__init__.py").write_text("")
+    (requirements / "horovod.py").write_text("")
+    assert library_path(("horovod",), sys.path) == [HOROVOD_COMPAT_DIR]
+    # A directory of that name is not a package (Python would make it a namespace).
+    assert library_path(("horovod",), [str(bare), *sys.path]) == [HOROVOD_COMPAT_DIR]
+    assert library_path(("horovod",), [str(image), *sys.path]) == []
+    # Installed from the job's requirements.txt: on the job's PYTHONPATH, which plan()
+    # searches before the runtime's own path.
+    env = _mpirun_env(tmp_path, {"mpi": {"enabled": True}}, pythonpath=f"/code:{requirements}")
+    assert env["PYTHONPATH"] == f"/code:{requirements}"
     # SageMaker's library only runs on SageMaker: Runyard's always stands in for it.
-    (tmp_path / "smdistributed").mkdir()
-    (tmp_path / "smdistributed" / "__init__.py").write_text("")
-    assert library_path(("smdistributed",)) == [COMPAT_DIR]
+    (image / "smdistributed").mkdir()
+    (image / "smdistributed" / "__init__.py").write_text("")
+    assert library_path(("smdistributed",), [str(image), *sys.path]) == [COMPAT_DIR]
 
 
 def _in_a_job(code: str) -> subprocess.CompletedProcess[str]:
