@@ -1,15 +1,17 @@
 """parameter_server jobs: parameter servers beside the workers, as the framework expects.
 
-TensorFlow, as SageMaker's TensorFlow container does it: TF_CONFIG for the script, and a
-``ps`` task on every instance (``runtime.launch.tensorflow_ps``) that serves until the
-script is done. PyTorch: one Runyard parameter server per instance (RPC ranks 0..S-1, in
+TensorFlow, as SageMaker's TensorFlow container does it: with two or more instances,
+TF_CONFIG for the script and a ``ps`` task on every instance
+(``runtime.launch.tensorflow_ps``) that serves until the script is done and, on the
+instances after the first, until the master's task is done too
+(``runtime.launch.tensorflow_master``); with one instance, the script alone, without
+TF_CONFIG. PyTorch: one Runyard parameter server per instance (RPC ranks 0..S-1, in
 host order), then the workers (ranks S.., host by host), as ``runtime.parameter_server``
 expects.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
 from contract import variables
@@ -29,12 +31,22 @@ def plan(
 
 def _tensorflow(config: InstanceConfig, entry: list[str], env: dict[str, str]) -> list[WorkerSpec]:
     code = config.paths.code
-    ps_env = {**env, "TF_CONFIG": json.dumps(tf_config.parameter_server(config, ps_task=True))}
-    script_env = {**env, "TF_CONFIG": json.dumps(tf_config.parameter_server(config, ps_task=False))}
-    ps_task = WorkerSpec(
-        [sys.executable, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True
-    )
-    return [ps_task, WorkerSpec(entry, script_env, code)]
+    if len(config.hosts) == 1:
+        return [WorkerSpec(entry, env, code)]
+    ps_env = tf_config.environment(env, tf_config.parameter_server(config, ps_task=True))
+    script_config = tf_config.parameter_server(config, ps_task=False)
+    script_env = tf_config.environment(env, script_config)
+    specs = [
+        WorkerSpec(
+            [sys.executable, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True
+        ),
+        WorkerSpec(entry, script_env, code),
+    ]
+    if not config.is_master:
+        [master] = script_config["cluster"]["master"]
+        wait = [sys.executable, "-m", "runtime.launch.tensorflow_master", master]
+        specs.append(WorkerSpec(wait, env, code, afterwards=True))
+    return specs
 
 
 def _pytorch(

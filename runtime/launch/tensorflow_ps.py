@@ -13,6 +13,9 @@ import sys
 
 
 def main() -> None:
+    # TensorFlow's C++ start-up notes (CPU features, oneDNN) are not the job's; its
+    # warnings and errors still show. A job's own TF_CPP_MIN_LOG_LEVEL wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
         import tensorflow as tf
     except ImportError:

@@ -2,9 +2,12 @@
 
 parameter_server: algo-1 is the ``master``, the other hosts are ``worker``s, and every host
 also runs a ``ps`` task; multi_worker_mirrored_strategy: every host is a ``worker``.
+(``master`` is TensorFlow 1's name; TensorFlow 2's strategies call that task ``chief``,
+and a script for them renames it, as on SageMaker.)
 
-SageMaker writes ``<host>:2222`` (tasks) and ``<host>:2223`` (parameter servers), since its
-instances are separate machines reachable by name. Where hosts share an address (the local
+SageMaker writes ``<host>:2222`` (tasks) and ``<host>:2223`` (parameter servers), or
+``<host>:8890`` for multi_worker_mirrored_strategy, since its instances are separate
+machines reachable by name. Where hosts share an address (the local
 backend puts them all on loopback), names do not resolve and fixed ports would collide, so
 each host gets the instance's address and ports of its own above the job's master port;
 the structure and the order of the entries are SageMaker's.
@@ -15,24 +18,42 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from contract import variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode
 from runtime.launch.workers import Launch, WorkerSpec
 
 TASK_PORT = 2222
 PS_PORT = 2223
+MULTI_WORKER_PORT = 8890
+# TensorFlow sizes its inter-op thread pool by the CPUs it may use. With one (a local
+# instance's share of a small machine), a parameter-server worker hangs on the first step
+# the chief sends it: the step holds the pool's only thread while it waits for work that
+# needs another.
+MIN_INTEROP_THREADS = 2
 
 
-def _endpoints(config: InstanceConfig, hosts: list[str], ps: bool) -> list[str]:
+def _endpoints(
+    config: InstanceConfig, hosts: list[str], ps: bool, port: int = TASK_PORT
+) -> list[str]:
     addresses = [config.host_addresses.get(host, host) for host in config.hosts]
     if len(set(addresses)) == len(addresses):
-        return [f"{host}:{PS_PORT if ps else TASK_PORT}" for host in hosts]
+        return [f"{host}:{PS_PORT if ps else port}" for host in hosts]
     count = len(config.hosts)
     first = config.master_port + 1 + (count if ps else 0)
     return [
         f"{config.host_addresses.get(host, host)}:{first + config.hosts.index(host)}"
         for host in hosts
     ]
+
+
+def environment(env: dict[str, str], tf_config: dict[str, Any]) -> dict[str, str]:
+    """A TensorFlow process's environment: TF_CONFIG, and enough inter-op threads (unless
+    the job chose its own number)."""
+    tf_env = {**env, "TF_CONFIG": json.dumps(tf_config)}
+    if int(env.get(variables.SM_NUM_CPUS, MIN_INTEROP_THREADS)) < MIN_INTEROP_THREADS:
+        tf_env.setdefault("TF_NUM_INTEROP_THREADS", str(MIN_INTEROP_THREADS))
+    return tf_env
 
 
 def parameter_server(config: InstanceConfig, *, ps_task: bool) -> dict[str, Any]:
@@ -54,7 +75,7 @@ def parameter_server(config: InstanceConfig, *, ps_task: bool) -> dict[str, Any]
 
 def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
     return {
-        "cluster": {"worker": _endpoints(config, config.hosts, ps=False)},
+        "cluster": {"worker": _endpoints(config, config.hosts, ps=False, port=MULTI_WORKER_PORT)},
         "environment": "cloud",
         "task": {"index": config.hosts.index(config.current_host), "type": "worker"},
     }
@@ -63,5 +84,5 @@ def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
 def plan_multi_worker(
     config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], _gpus: int
 ) -> Launch:
-    tf_env = {**env, "TF_CONFIG": json.dumps(multi_worker_mirrored(config))}
+    tf_env = environment(env, multi_worker_mirrored(config))
     return Launch([WorkerSpec(entry, tf_env, config.paths.code)])

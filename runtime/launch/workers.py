@@ -29,6 +29,10 @@ class WorkerSpec:
     # A helper that serves the others (a TensorFlow parameter server) and runs until told
     # to stop: the instance is done when every other process is, and then it is ended.
     auxiliary: bool = False
+    # Started only once every main process has completed, while the auxiliary ones still
+    # serve: what the instance waits for before its helpers may end (another instance's
+    # task that still needs them).
+    afterwards: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,12 +64,23 @@ class WorkerGroup:
         self.sink = sink
         self.stop = stop
         self.kill_grace = kill_grace
+        self._started: list[WorkerSpec] = []
         self._processes: list[subprocess.Popen[bytes]] = []
         self._tails: list[collections.deque[str]] = []
         self._pumps: list[threading.Thread] = []
 
     def run(self) -> GroupResult:
-        for spec in self.specs:
+        self._start([spec for spec in self.specs if not spec.afterwards])
+        result = self._wait()
+        # The pipes close when the last writer goes; a child the script left running may
+        # hold them open, so its remaining output gets a short grace, not a wait.
+        deadline = time.monotonic() + PUMP_GRACE
+        for pump in self._pumps:
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        return result
+
+    def _start(self, specs: list[WorkerSpec]) -> None:
+        for spec in specs:
             if self.stop.is_set():
                 break
             process = subprocess.Popen(
@@ -77,19 +92,13 @@ class WorkerGroup:
                 stderr=subprocess.PIPE,
             )
             tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+            self._started.append(spec)
             self._processes.append(process)
             self._tails.append(tail)
             assert process.stdout is not None  # PIPE above
             assert process.stderr is not None
             self._pump(process.stdout, "stdout", None)
             self._pump(process.stderr, "stderr", tail)
-        result = self._wait()
-        # The pipes close when the last writer goes; a child the script left running may
-        # hold them open, so its remaining output gets a short grace, not a wait.
-        deadline = time.monotonic() + PUMP_GRACE
-        for pump in self._pumps:
-            pump.join(timeout=max(0.0, deadline - time.monotonic()))
-        return result
 
     def _pump(self, pipe: IO[bytes], stream: str, tail: collections.deque[str] | None) -> None:
         def pump() -> None:
@@ -124,10 +133,14 @@ class WorkerGroup:
                     return GroupResult(_shell_code(codes[first] or 1), list(self._tails[first]))
                 main = [
                     code
-                    for code, spec in zip(codes, self.specs, strict=False)
+                    for code, spec in zip(codes, self._started, strict=True)
                     if not spec.auxiliary
                 ]
                 if all(code == 0 for code in main):
+                    later = [spec for spec in self.specs if spec.afterwards]
+                    if later and not any(spec.afterwards for spec in self._started):
+                        self._start(later)
+                        continue
                     self._end_all()  # only auxiliary processes can still be running
                     return GroupResult(0)
             time.sleep(0.05)

@@ -55,7 +55,7 @@ def test_parameter_server_tf_config_is_sagemakers(tmp_path: Path) -> None:
         "type": "ps",
     }
     assert tf_config.multi_worker_mirrored(configs["algo-2"]) == {
-        "cluster": {"worker": ["algo-1:2222", "algo-2:2222"]},
+        "cluster": {"worker": ["algo-1:8890", "algo-2:8890"]},
         "environment": "cloud",
         "task": {"index": 1, "type": "worker"},
     }
@@ -76,13 +76,37 @@ def test_tensorflow_parameter_server_runs_a_ps_task_beside_the_script(tmp_path: 
         distribution={"parameter_server": {"enabled": True}},
     )
     launch = plan(configs["algo-2"], ["python", "train.py"], {"PATH": "/bin"}, num_gpus=0)
-    ps, script = launch.specs
+    ps, script, wait = launch.specs
     assert ps.argv[-1] == "runtime.launch.tensorflow_ps"
     assert ps.auxiliary
     assert json.loads(ps.env["TF_CONFIG"])["task"] == {"index": 1, "type": "ps"}
     assert script.argv == ["python", "train.py"]
     assert not script.auxiliary
+    assert not script.afterwards
     assert json.loads(script.env["TF_CONFIG"])["task"] == {"index": 0, "type": "worker"}
+    # As SageMaker's container: the ps serves on until the master's task is done.
+    assert wait.argv[-2:] == ["runtime.launch.tensorflow_master", "algo-1:2222"]
+    assert wait.afterwards
+    # The master's instance ends its ps once its own script is done.
+    master = plan(configs["algo-1"], ["python", "train.py"], {}, num_gpus=0)
+    assert [spec.argv[-1] for spec in master.specs] == ["runtime.launch.tensorflow_ps", "train.py"]
+
+
+def test_tensorflow_parameter_server_on_one_instance_runs_the_script_alone(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("")
+    request = launch_request(
+        source, framework="tensorflow", distribution={"parameter_server": {"enabled": True}}
+    )
+    [base] = write_instances(tmp_path / "job", request, master_port=29400).values()
+    launch = plan(load(base), ["python", "train.py"], {"PATH": "/bin"}, num_gpus=0)
+    # As on SageMaker: no parameter servers and no TF_CONFIG for a single instance.
+    assert [(spec.argv, spec.env) for spec in launch.specs] == [
+        (["python", "train.py"], {"PATH": "/bin"})
+    ]
 
 
 def test_pytorch_parameter_server_runs_a_server_and_the_workers(tmp_path: Path) -> None:
@@ -191,3 +215,30 @@ def test_data_parallel_jobs_see_the_compatibility_package(tmp_path: Path) -> Non
         num_gpus=0,
     )
     assert plain.specs[0].env["PYTHONPATH"] == "/code"
+
+
+@pytest.mark.parametrize(
+    ("env", "threads"),
+    [
+        ({"SM_NUM_CPUS": "1"}, "2"),
+        ({"SM_NUM_CPUS": "1", "TF_NUM_INTEROP_THREADS": "8"}, "8"),
+        ({"SM_NUM_CPUS": "4"}, None),
+    ],
+)
+def test_tensorflow_processes_get_two_inter_op_threads_at_least(
+    tmp_path: Path, env: dict[str, str], threads: str | None
+) -> None:
+    for distribution in (
+        {"parameter_server": {"enabled": True}},
+        {"multi_worker_mirrored_strategy": {"enabled": True}},
+    ):
+        configs = _configs(
+            tmp_path / next(iter(distribution)),
+            CLUSTER,
+            framework="tensorflow",
+            distribution=distribution,
+        )
+        launch = plan(configs["algo-2"], ["python", "train.py"], env, num_gpus=0)
+        tf_processes = [spec for spec in launch.specs if "TF_CONFIG" in spec.env]
+        assert tf_processes
+        assert {spec.env.get("TF_NUM_INTEROP_THREADS") for spec in tf_processes} == {threads}

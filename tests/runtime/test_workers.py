@@ -102,6 +102,41 @@ def test_an_auxiliary_process_does_not_hold_the_instance_open(tmp_path: Path) ->
     assert not _alive(int(pid_file.read_text()))  # ended once the script was done
 
 
+def test_a_process_afterwards_starts_once_the_script_is_done_and_the_server_still_serves(
+    tmp_path: Path,
+) -> None:
+    pid_file, done = tmp_path / "server.pid", tmp_path / "script.done"
+    server = WorkerSpec(
+        [sys.executable, "-c", _write_pid_then_sleep(pid_file)], {}, tmp_path, auxiliary=True
+    )
+    script = _spec(
+        tmp_path, f"{_wait_for_file(pid_file)}\nimport time; time.sleep(0.5)\nprint('trained')"
+    )
+    # It sees the script done (its mark written after it) and the server still there.
+    mark = f"open({str(done)!r}, 'w').close()"
+    script = WorkerSpec([*script.argv[:-1], f"{script.argv[-1]}\n{mark}"], {}, tmp_path)
+    check = (
+        f"import os\nprint('after', os.path.exists({str(done)!r}), "
+        f"os.path.exists('/proc/' + open({str(pid_file)!r}).read()))"
+    )
+    later = WorkerSpec([sys.executable, "-c", check], {}, tmp_path, afterwards=True)
+    lines: list[str] = []
+    result = WorkerGroup(
+        [server, later, script], lambda s, m: lines.append(m), threading.Event()
+    ).run()
+    assert result.exit_code == 0
+    assert lines == ["trained", "after True True"]
+    assert not _alive(int(pid_file.read_text()))  # ended once that was done too
+
+
+def test_a_failure_afterwards_fails_the_instance(tmp_path: Path) -> None:
+    later = WorkerSpec([sys.executable, "-c", "raise SystemExit(4)"], {}, tmp_path, afterwards=True)
+    result = WorkerGroup(
+        [_spec(tmp_path, "print('trained')"), later], lambda s, m: None, threading.Event()
+    ).run()
+    assert result.exit_code == 4
+
+
 # Ordering by files, not by sleeps: on a loaded machine a process may take seconds to start.
 def _write_pid_then_sleep(pid_file: Path) -> str:
     return (
