@@ -35,8 +35,12 @@ def log_lines(client: Client, name: str) -> list[str]:
 
 
 class Stack:
-    def __init__(self, home: Path, database_url: str, broker_url: str) -> None:
+    def __init__(
+        self, home: Path, database_url: str, broker_url: str, python: str = sys.executable
+    ) -> None:
+        """``python`` runs the server, and so (on the local backend) every instance."""
         self.home = home
+        self.python = python
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -67,7 +71,7 @@ class Stack:
         key = key or part
         with open(self.home / f"{key}.log", "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "runyard", part, *args],
+                [self.python, "-m", "runyard", part, *args],
                 env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
