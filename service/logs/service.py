@@ -81,7 +81,11 @@ def page(
     """All hosts merged by time (ties by arrival); the cursor is the last (time, id) seen."""
     query = select(LogEvent).where(LogEvent.job_id == job_id)
     if host:
-        query = query.where(LogEvent.host == host)
+        # Compared as an expression, so the host's lines are found by walking the time
+        # index, in page order. Where PostgreSQL's statistics predate a job it would take
+        # the (host, seq) index instead and sort every line of the host for each page:
+        # 0.5 s at 86,400 lines, against 1 ms.
+        query = query.where(LogEvent.host + "" == host)
     if cursor:
         time, event_id = decode_cursor(cursor, int)
         query = query.where(
