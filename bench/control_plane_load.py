@@ -19,6 +19,7 @@ jobs, and the seconds from the first stop request until every job is Stopped.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tarfile
@@ -51,39 +52,103 @@ def main() -> None:
     parser.add_argument("--instance-type", default="local", help="the jobs' instance type")
     parser.add_argument("--source-uri", help="the jobs' code (default: a small uploaded tarball)")
     parser.add_argument("--keep", action="store_true", help="leave the jobs running (no stop)")
+    parser.add_argument(
+        "--api-workers", type=int, default=1, help="API processes of the throwaway server"
+    )
     args = parser.parse_args()
 
-    with _target(args) as (url, token):
+    with _target(args) as (url, token, home):
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
             source = args.source_uri or _upload_source(http)
         run = f"load-{uuid.uuid4().hex[:6]}"
         print(f"{args.jobs} jobs, {args.clients} clients, against {url}")
+        before = _cpu_seconds(_server_pid(home))
         created = _create_all(url, token, run, source, args)
         _report("create", created.latencies, created.seconds, args.jobs)
+        if before:
+            after = _cpu_seconds(_server_pid(home))
+            spent = {what: after[what] - before[what] for what in before}
+            print(
+                "CPU per create on this machine: "
+                + ", ".join(
+                    f"{what} {seconds / args.jobs * 1000:.1f} ms" for what, seconds in spent.items()
+                )
+            )
         _read_latencies(url, token, run)
         if not args.keep:
             _stop_all(url, token, created.names)
 
 
 @contextmanager
-def _target(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+def _target(args: argparse.Namespace) -> Iterator[tuple[str, str, Path | None]]:
+    """The server's URL, a token, and its RUNYARD_HOME when it runs on this machine."""
     url = args.url or os.environ.get("RUNYARD_URL")
     token = args.token or os.environ.get("RUNYARD_TOKEN")
     if url or token:
         found_url, found_token = discover()
-        yield (url or found_url), (token or found_token or "")
+        where = os.environ.get("RUNYARD_HOME")
+        yield (url or found_url), (token or found_token or ""), Path(where) if where else None
         return
     settings = {
         # Room for one job at a time: the rest queue, as under load from many teams.
         "RUNYARD_CAPACITY": '{"local": 1}',
         "RUNYARD_LOCAL_ISOLATION": "shared",
+        "RUNYARD_API_WORKERS": str(args.api_workers),
     }
     if args.database_url:
         settings["RUNYARD_DATABASE_URL"] = args.database_url
     if args.broker_url:
         settings["RUNYARD_BROKER_URL"] = args.broker_url
-    with server_and_home(settings) as (client, _home):
-        yield client.url, client.token or ""
+    with server_and_home(settings) as (client, throwaway):
+        yield client.url, client.token or "", throwaway
+
+
+def _server_pid(home: Path | None) -> int | None:
+    """The pid of the server at ``home`` (the throwaway one's, or RUNYARD_HOME's)."""
+    if home is None:
+        return None
+    try:
+        return int(json.loads((home / "server.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _cpu_seconds(pid: int | None) -> dict[str, float]:
+    """CPU time so far of the server's processes (API, worker, beat) and of PostgreSQL's,
+    where this machine runs them; empty when the server is elsewhere."""
+    if pid is None or not Path(f"/proc/{pid}").exists():
+        return {}
+    server = sum(_process_cpu(each) for each in _tree(pid))
+    postgres = sum(
+        _process_cpu(int(comm.parent.name))
+        for comm in Path("/proc").glob("[0-9]*/comm")
+        if _read(comm).startswith("postgres")
+    )
+    return {"server": server, "PostgreSQL": postgres}
+
+
+def _tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        each = todo.pop()
+        found.append(each)
+        for task in Path(f"/proc/{each}/task").glob("*"):
+            todo.extend(int(child) for child in _read(task / "children").split())
+    return found
+
+
+def _process_cpu(pid: int) -> float:
+    fields = _read(Path(f"/proc/{pid}/stat")).rsplit(")", 1)[-1].split()
+    if len(fields) < 13:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:  # it ended meanwhile
+        return ""
 
 
 def _upload_source(http: httpx.Client) -> str:
