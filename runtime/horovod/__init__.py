@@ -47,7 +47,6 @@ from runtime.horovod.collectives import (
     broadcast_async_,
     grouped_allreduce,
     grouped_allreduce_,
-    grouped_allreduce_async_,
 )
 from runtime.horovod.compression import Compression, Compressor, FP16Compressor, NoneCompressor
 from runtime.horovod.handles import Handle, poll, synchronize
@@ -108,7 +107,6 @@ __all__ = [
     "gloo_enabled",
     "grouped_allreduce",
     "grouped_allreduce_",
-    "grouped_allreduce_async_",
     "init",
     "is_homogeneous",
     "is_initialized",

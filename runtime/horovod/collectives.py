@@ -107,13 +107,10 @@ def allreduce(
     return result
 
 
-def grouped_allreduce_async_(tensors: list[torch.Tensor], **options: Any) -> list[Handle]:
-    """Every tensor's reduction started at once, in place; ``synchronize`` each handle."""
-    return [allreduce_async_(tensor, **options) for tensor in tensors]
-
-
 def grouped_allreduce_(tensors: list[torch.Tensor], **options: Any) -> list[torch.Tensor]:
-    return [handle.wait() for handle in grouped_allreduce_async_(tensors, **options)]
+    """Every tensor reduced in place, the reductions started together."""
+    handles = [allreduce_async_(tensor, **options) for tensor in tensors]
+    return [handle.wait() for handle in handles]
 
 
 def grouped_allreduce(tensors: list[torch.Tensor], **options: Any) -> list[torch.Tensor]:

@@ -117,7 +117,10 @@ def _backend() -> str:
 
 
 def _from_topology() -> Layout:
-    topology = process_group.topology()
+    # Every process is in init() together: where the group was made without Runyard (the
+    # script called torch.distributed.init_process_group itself), a collective may learn
+    # the instances.
+    topology = process_group.topology(collective=True)
     sizes = {len(ranks) for ranks in topology.instances}
     return Layout(
         rank=topology.rank,

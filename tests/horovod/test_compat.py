@@ -4,6 +4,7 @@ service's own environment, and what a job's process imports under that name."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from contract.instance_config import InstanceConfig, load
 from runtime.launch import plan
 from runtime.launch.mpi import COMPAT_DIR, HOROVOD_COMPAT_DIR, library_path
+from tests.dataparallel.launch import Layout, run_job
 from tests.instances import launch_request, write_instances
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,3 +132,22 @@ def test_other_frameworks_refuse_to_import_saying_why(module: str) -> None:
     assert last.startswith("ImportError: horovod."), failed.stderr
     assert "Runyard offers only horovod.torch" in last
     assert "multi_worker_mirrored_strategy" in last
+
+
+def test_a_group_the_script_made_itself_is_adopted() -> None:
+    outputs = run_job(
+        ["-m", "tests.horovod.job.torch_first"], Layout.interleaved(instances=2, per_instance=2)
+    )
+    places = sorted(
+        json.loads(line.removeprefix("PLACE "))
+        for output in outputs
+        for line in output.splitlines()
+        if line.startswith("PLACE ")
+    )
+    # Ranks alternate between the instances: local ranks count each instance's own.
+    assert places == [
+        [0, 4, 0, 2, 0, 2, 4.0],
+        [1, 4, 0, 2, 1, 2, 4.0],
+        [2, 4, 1, 2, 0, 2, 4.0],
+        [3, 4, 1, 2, 1, 2, 4.0],
+    ]
