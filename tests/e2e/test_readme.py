@@ -55,6 +55,12 @@ SKIPPED = {
     "not install; tests/e2e/test_sagemaker_sdk.py runs it in an environment of its own",
     "from sagemaker.train import ModelTrainer": "needs the SageMaker SDK v3, which Runyard "
     "does not install; tests/e2e/test_sagemaker_sdk.py runs it in an environment of its own",
+    ".venv/bin/pip install -e '.[tensorflow]'": "would put TensorFlow into the .venv the "
+    "suite runs from; tests/tensorflow makes an environment of its own with that extra",
+    "--source-dir examples/tensorflow-ps": "needs TensorFlow where the instances run; "
+    "tests/tensorflow/test_tensorflow_jobs.py runs this block against a server that has it",
+    "--source-dir examples/tensorflow-mwms": "needs TensorFlow where the instances run; "
+    "tests/tensorflow/test_tensorflow_jobs.py runs this block against a server that has it",
 }
 BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
 # The jobs the README stops on purpose; every other job must complete.

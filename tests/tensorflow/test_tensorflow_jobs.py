@@ -1,11 +1,14 @@
-"""TensorFlow script mode for real: 2-instance parameter_server and
-multi_worker_mirrored_strategy jobs through the real service, worker and local backend,
-with TensorFlow from PyPI in the instances' environment."""
+"""TensorFlow script mode for real: the README's TensorFlow blocks (2-instance
+parameter_server and multi_worker_mirrored_strategy jobs, run as written with the CLI)
+through the real service, worker and local backend, with TensorFlow from PyPI in the
+instances' environment; then what each job did, and what a stop and a failure leave."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -14,28 +17,53 @@ from typing import Any
 import pytest
 
 from contract import storage
+from contract.modes import enabled_mode
 from provisioning.local import processes
-from runyard.client import Client
-from tests.e2e.conftest import EXAMPLES, Stack
+from runyard.client import Client, admin_token
+from tests.e2e.conftest import EXAMPLES, REPO, Stack
+from tests.e2e.test_readme import BLOCK_TIMEOUT, BLOCKS
+from tests.tensorflow.environment import requirements
 from tests.tensorflow.procs import tf_processes
 
 pytestmark = pytest.mark.e2e
 
 PS = {"parameter_server": {"enabled": True}}
-MWMS = {"multi_worker_mirrored_strategy": {"enabled": True}}
 JOB_TIMEOUT = 240
+Ran = dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
-def _run(stack: Stack, client: Client, source: str | Path, **spec: Any) -> tuple[dict, list]:
-    job = stack.submit(
-        client, source, instance_type="local", instance_count=2, framework="tensorflow", **spec
-    )
-    job = stack.wait_until_ended(client, job["name"], timeout=JOB_TIMEOUT)
-    events = list(client.logs(job["name"]))
-    assert job["status"] == "Completed", stack.explain(job, events)
-    assert processes.marked_processes(job["id"]) == []
-    assert tf_processes(stack.python) == {}
-    return job, events
+@pytest.fixture(scope="module")
+def readme_jobs(tf_stack: Stack) -> Ran:
+    """The README's TensorFlow jobs, each block run as written against ``tf_stack``; by
+    job name, each job and its log."""
+    blocks = [block for block in BLOCKS if "--framework tensorflow" in block.text]
+    assert len(blocks) == 2, "the README shows one block per TensorFlow mode"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")},
+        "RUNYARD_URL": tf_stack.url,
+        "RUNYARD_TOKEN": admin_token(tf_stack.home),
+        "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    for block in blocks:
+        shell = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", block.text],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT,
+        )
+        assert shell.returncode == 0, f"{block} exited {shell.returncode}:\n{shell.stdout}"
+    ran = {}
+    with tf_stack.client() as client:
+        for item in client.list_jobs(limit=100)["items"]:
+            job = client.get_job(str(item["name"]))
+            ran[job["name"]] = (job, list(client.logs(job["name"])))
+    for job, events in ran.values():
+        assert job["status"] == "Completed", tf_stack.explain(job, events)
+        assert processes.marked_processes(job["id"]) == []
+    assert tf_processes(tf_stack.python) == {}
+    return ran
 
 
 def _lines(events: list[dict[str, Any]], host: str | None = None) -> list[str]:
@@ -47,19 +75,29 @@ def _model_files(job: dict[str, Any]) -> list[str]:
         return tar.getnames()
 
 
+def test_the_readme_blocks_ran_every_tensorflow_mode(readme_jobs: Ran) -> None:
+    assert sorted(readme_jobs) == ["tf-mwms", "tf-ps", "tf-ps-v1"]
+    modes = {
+        name: getattr(enabled_mode(job["spec"]["distribution"]), "name", None)
+        for name, (job, _) in readme_jobs.items()
+    }
+    assert modes == {
+        "tf-mwms": "multi_worker_mirrored_strategy",
+        "tf-ps": "parameter_server",
+        "tf-ps-v1": "parameter_server",
+    }
+    # How the README gets TensorFlow into a job is how these tests get it.
+    [install] = [
+        block for block in BLOCKS if "pip install" in block.text and "tensorflow" in block.text
+    ]
+    assert "'.[tensorflow]'" in install.text
+    assert requirements()
+
+
 def test_parameter_server_strategy_trains_a_keras_model_and_the_chief_saves_it(
-    tf_stack: Stack,
+    readme_jobs: Ran,
 ) -> None:
-    with tf_stack.client() as client:
-        job, events = _run(
-            tf_stack,
-            client,
-            "tensorflow-ps",
-            name="tf-pss",
-            entry_point="train.py",
-            distribution=PS,
-            hyperparameters={"steps": 200, "target-loss": 0.3},
-        )
+    job, events = readme_jobs["tf-ps"]
     chief, worker = _lines(events, "algo-1"), _lines(events, "algo-2")
     # SageMaker's TF_CONFIG: algo-1 the master (the script's chief), algo-2 a worker, a ps
     # task on each; the chief's steps ran on algo-2's worker.
@@ -67,25 +105,18 @@ def test_parameter_server_strategy_trains_a_keras_model_and_the_chief_saves_it(
     assert any(re.fullmatch(r"worker 0 serving at grpc://\S+:\d+", x) for x in worker), worker
     assert "the chief is done" in worker
     [final] = [line for line in chief if line.startswith("final loss ")]
-    assert float(final.split()[2]) < 0.3
+    assert float(final.split()[2]) < 0.2
     # algo-2 kept its ps task until the master was done.
     assert any(line.startswith("The master at ") and "is done" in line for line in worker)
     assert "model.keras" in _model_files(job)
 
 
-def test_a_tensorflow_1_script_trains_asynchronously_on_both_instances(tf_stack: Stack) -> None:
+def test_a_tensorflow_1_script_trains_asynchronously_on_both_instances(
+    readme_jobs: Ran,
+) -> None:
     """Written as the seed article's scripts are: only TF_CONFIG and SM_*, every instance
     trains, variables on the ps tasks Runyard runs."""
-    with tf_stack.client() as client:
-        job, events = _run(
-            tf_stack,
-            client,
-            "tensorflow-ps",
-            name="tf-ps-v1",
-            entry_point="train_v1.py",
-            distribution=PS,
-            hyperparameters={"steps": 300, "target-loss": 0.3},
-        )
+    job, events = readme_jobs["tf-ps-v1"]
     took = {
         host: [line for line in _lines(events, host) if " took " in line]
         for host in ("algo-1", "algo-2")
@@ -96,25 +127,16 @@ def test_a_tensorflow_1_script_trains_asynchronously_on_both_instances(tf_stack:
     # One global step shared through the ps tasks: each took a part of it.
     mine = [int(line.split()[3]) for line in (master, worker)]
     assert min(mine) > 0, (master, worker)
-    assert sum(mine) >= 300, (master, worker)
+    assert sum(mine) >= 400, (master, worker)
     [final] = [line for line in _lines(events, "algo-1") if line.startswith("final loss ")]
-    assert float(final.split()[2]) < 0.3
+    assert float(final.split()[2]) < 0.2
     assert {"model.ckpt.index", "checkpoint"} <= set(_model_files(job))
 
 
 def test_multi_worker_mirrored_strategy_workers_end_with_the_same_weights(
-    tf_stack: Stack,
+    readme_jobs: Ran,
 ) -> None:
-    with tf_stack.client() as client:
-        job, events = _run(
-            tf_stack,
-            client,
-            "tensorflow-mwms",
-            name="tf-mwms",
-            entry_point="train.py",
-            distribution=MWMS,
-            hyperparameters={"epochs": 3, "target-loss": 0.3},
-        )
+    job, events = readme_jobs["tf-mwms"]
     digests = {
         host: [line.split()[-1] for line in _lines(events, host) if "weights sha256" in line]
         for host in ("algo-1", "algo-2")
@@ -123,7 +145,7 @@ def test_multi_worker_mirrored_strategy_workers_end_with_the_same_weights(
     assert digests["algo-1"] == digests["algo-2"], digests
     finals = [line for line in _lines(events) if " final loss " in line]
     assert len(finals) == 2
-    assert all(float(line.split()[4]) < 0.3 for line in finals), finals
+    assert all(float(line.split()[4]) < 0.2 for line in finals), finals
     assert "model.keras" in _model_files(job)
 
 
