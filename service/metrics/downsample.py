@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, Float, func, select
 from sqlalchemy.ext.compiler import compiles
@@ -28,38 +28,37 @@ from service.metrics.schemas import MetricPointPublic
 MINUTE = 60.0
 
 
-class _EpochSeconds(FunctionElement[float]):
-    """Seconds since the epoch of a UTC DateTime column, on either database."""
+class _Templated(FunctionElement[float]):
+    """A function written differently on each database: ``{}`` is its argument."""
 
     type = Float()
     inherit_cache = True
+    templates: ClassVar[dict[str, str]] = {}
 
 
-@compiles(_EpochSeconds, "postgresql")
-def _epoch_postgresql(element: _EpochSeconds, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"extract(epoch from {compiler.process(element.clauses, **kw)})"
+@compiles(_Templated)
+def _templated(element: _Templated, compiler: SQLCompiler, **kw: Any) -> str:
+    return element.templates[compiler.dialect.name].format(compiler.process(element.clauses, **kw))
 
 
-@compiles(_EpochSeconds, "sqlite")
-def _epoch_sqlite(element: _EpochSeconds, compiler: SQLCompiler, **kw: Any) -> str:
+class _EpochSeconds(_Templated):
+    """Seconds since the epoch of a UTC DateTime column."""
+
+    inherit_cache = True
     # SQLite stores the text SQLAlchemy writes; julianday reads it (to the millisecond).
-    return f"((julianday({compiler.process(element.clauses, **kw)}) - 2440587.5) * 86400.0)"
+    templates: ClassVar[dict[str, str]] = {
+        "postgresql": "extract(epoch from {})",
+        "sqlite": "((julianday({}) - 2440587.5) * 86400.0)",
+    }
 
 
-class _Floor(FunctionElement[float]):
-    type = Float()
+class _Floor(_Templated):
     inherit_cache = True
-
-
-@compiles(_Floor, "postgresql")
-def _floor_postgresql(element: _Floor, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"floor({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(_Floor, "sqlite")
-def _floor_sqlite(element: _Floor, compiler: SQLCompiler, **kw: Any) -> str:
-    # The argument is never negative here, so truncation is the floor.
-    return f"cast({compiler.process(element.clauses, **kw)} as integer)"
+    # The argument is never negative here, so on SQLite truncation is the floor.
+    templates: ClassVar[dict[str, str]] = {
+        "postgresql": "floor({})",
+        "sqlite": "cast({} as integer)",
+    }
 
 
 @dataclass
