@@ -327,8 +327,11 @@ class AgentServer(socketserver.ThreadingTCPServer):
         self.server_close()  # joins the connection threads
 
     def _still_running(self) -> bool:
+        # A command counts until its connection has been told how it ended: the daemon
+        # may have exited a moment before its status went out, and a connection cut
+        # then reads, on the first instance, as an instance lost.
         with self._lock:
-            return any(command.process.poll() is None for command in self._running.values())
+            return bool(self._running)
 
 
 class _Connection(socketserver.BaseRequestHandler):
