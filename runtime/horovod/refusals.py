@@ -38,9 +38,9 @@ NOT_OFFERED = {
 }
 
 
-class NotOfferedError(NotImplementedError):
-    """An option of a Horovod call that Runyard's horovod.torch does not have (an
-    operation, a communicator, a process set)."""
+class NotOfferedError(ValueError):
+    """An option of a Horovod call that Runyard's horovod.torch refuses (an operation, a
+    communicator, a process set): a value the call takes that it will not act on."""
 
     def __init__(self, feature: str, why: str) -> None:
         super().__init__(f"Runyard's horovod.torch does not offer {feature}: {why}")
