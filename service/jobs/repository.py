@@ -5,12 +5,23 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Result, and_, func, not_, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Result,
+    and_,
+    case,
+    func,
+    literal,
+    not_,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, selectinload
 
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
 from service.jobs.states import TERMINAL, Status
-from service.kit.db import utcnow
+from service.kit.db import UTCDateTime, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
 
@@ -26,6 +37,13 @@ def get(
 
 def get_by_id(session: Session, job_id: str, *, with_details: bool = False) -> TrainingJob | None:
     return _one(session, TrainingJob.id == job_id, details=with_details)
+
+
+def get_to_change(session: Session, job_id: str) -> TrainingJob | None:
+    """The job with its transitions, which nearly every change of state adds to; its
+    instances are read only by a change that looks at them."""
+    query = select(TrainingJob).where(TrainingJob.id == job_id)
+    return session.scalar(query.options(selectinload(TrainingJob.transitions)))
 
 
 def _one(session: Session, *where: Any, details: bool) -> TrainingJob | None:
@@ -216,21 +234,30 @@ def instances(session: Session, job_id: str) -> list[JobInstance]:
 # go. Plain conditional UPDATEs, so this works the same on SQLite and PostgreSQL.
 
 
-def request_reconcile(session: Session, job_id: str) -> None:
-    session.execute(update(JobLease).where(JobLease.job_id == job_id).values(requested=True))
+def take_lease(session: Session, job_id: str, owner: str, ttl: float) -> bool:
+    """Take the job's lease for a first pass if nobody holds it; else ask the holder for
+    another pass. True when taken.
 
-
-def claim_lease(session: Session, job_id: str, owner: str, ttl: float) -> bool:
+    One statement, so the row's lock orders it against the holder's ``release_lease``:
+    either the holder let go first and this takes the lease, or this asked first and the
+    holder, seeing the request, does not let go."""
     now = utcnow()
-    result = session.execute(
+    free = or_(JobLease.until.is_(None), JobLease.until < now)
+    taken = session.scalar(
         update(JobLease)
-        .where(
-            JobLease.job_id == job_id,
-            or_(JobLease.until.is_(None), JobLease.until < now),
+        .where(JobLease.job_id == job_id)
+        .values(
+            owner=case((free, owner), else_=JobLease.owner),
+            until=case(
+                (free, literal(now + timedelta(seconds=ttl), UTCDateTime())),
+                else_=JobLease.until,
+            ),
+            # The pass about to run answers any request made before it.
+            requested=not_(free),
         )
-        .values(owner=owner, until=now + timedelta(seconds=ttl))
+        .returning(JobLease.owner)
     )
-    return _changed(result)
+    return taken == owner
 
 
 def start_pass(session: Session, job_id: str, owner: str, ttl: float) -> bool:

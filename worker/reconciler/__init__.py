@@ -74,27 +74,28 @@ class Reconciler:
         owner = uuid.uuid4().hex
         ttl = self.lease_seconds
         with session_scope(self.database_url) as session:
-            # Ask first, then try to claim: if the holder lets go in between, we get the
-            # lease; if it does not, it sees the request and runs another pass itself.
-            repository.request_reconcile(session, job_id)
-        with session_scope(self.database_url) as session:
-            if not repository.claim_lease(session, job_id, owner, ttl):
+            # Taken, or the holder asked for another pass, which it will run itself.
+            if not repository.take_lease(session, job_id, owner, ttl):
                 return
+        released = False
         try:
-            for _ in range(MAX_PASSES_PER_TASK):
-                with session_scope(self.database_url) as session:
-                    if not repository.start_pass(session, job_id, owner, ttl):
-                        return  # the lease lapsed and someone else took it
+            for number in range(MAX_PASSES_PER_TASK):
+                if number:  # the first pass's start came with the lease
+                    with session_scope(self.database_url) as session:
+                        if not repository.start_pass(session, job_id, owner, ttl):
+                            return  # the lease lapsed and someone else took it
                 try:
                     self.run_pass(job_id)
                 except Superseded:
                     continue
                 with session_scope(self.database_url) as session:
-                    if repository.release_lease(session, job_id, owner):
-                        return
+                    released = repository.release_lease(session, job_id, owner)
+                if released:
+                    return
         finally:
-            with session_scope(self.database_url) as session:
-                repository.drop_lease(session, job_id, owner)
+            if not released:
+                with session_scope(self.database_url) as session:
+                    repository.drop_lease(session, job_id, owner)
 
     def run_pass(self, job_id: str) -> None:
         snapshot = load(self.database_url, job_id)

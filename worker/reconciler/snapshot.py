@@ -196,7 +196,7 @@ class Pass:
         """Apply ``change`` to the job unless it moved on since ``snapshot`` was taken."""
         try:
             with session_scope(self.settings.database_url) as session:
-                job = repository.get_by_id(session, snapshot.ref.id, with_details=True)
+                job = repository.get_to_change(session, snapshot.ref.id)
                 if job is None or job.version != snapshot.version:
                     raise Superseded
                 change(job)
