@@ -39,6 +39,11 @@ from _server import server_and_home
 from runyard.client import discover
 
 STOP_DEADLINE = 600.0
+# The server is quiet when its processes (and PostgreSQL's) use under 5% of a CPU over a
+# second; beat's sweep every few seconds costs less than that.
+SETTLE_WINDOW = 1.0
+QUIET_SHARE = 0.05
+SETTLE_DEADLINE = 300.0
 
 
 def main() -> None:
@@ -62,21 +67,31 @@ def main() -> None:
             source = args.source_uri or _upload_source(http)
         run = f"load-{uuid.uuid4().hex[:6]}"
         print(f"{args.jobs} jobs, {args.clients} clients, against {url}")
-        before = _cpu_seconds(_server_pid(home))
+        pid = _server_pid(home)
+        before = _cpu_seconds(pid)
         created = _create_all(url, token, run, source, args)
         _report("create", created.latencies, created.seconds, args.jobs)
-        if before:
-            after = _cpu_seconds(_server_pid(home))
-            spent = {what: after[what] - before[what] for what in before}
-            print(
-                "CPU per create on this machine: "
-                + ", ".join(
-                    f"{what} {seconds / args.jobs * 1000:.1f} ms" for what, seconds in spent.items()
-                )
-            )
+        _print_cpu("create", before, _settled(pid), args.jobs)
         _read_latencies(url, token, run)
         if not args.keep:
-            _stop_all(url, token, created.names)
+            before = _cpu_seconds(pid)
+            _stop_all(url, token, created.names, args.clients)
+            _print_cpu("stop", before, _settled(pid), args.jobs)
+
+
+def _print_cpu(
+    what: str, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], jobs: int
+) -> None:
+    """The server's CPU per job of a phase, by process role (nothing when it runs
+    elsewhere): where a deployment needs more processes. A process that ended during the
+    phase (a database connection closed) is left out."""
+    if not before or not after:
+        return
+    spent = dict.fromkeys(("API", "worker", "beat", "PostgreSQL"), 0.0)
+    for pid, (role, seconds) in after.items():
+        spent[role] += seconds - before.get(pid, (role, 0.0))[1]
+    each = ", ".join(f"{role} {seconds / jobs * 1000:.1f} ms" for role, seconds in spent.items())
+    print(f"CPU per {what} on this machine: {each}")
 
 
 @contextmanager
@@ -113,18 +128,43 @@ def _server_pid(home: Path | None) -> int | None:
         return None
 
 
-def _cpu_seconds(pid: int | None) -> dict[str, float]:
-    """CPU time so far of the server's processes (API, worker, beat) and of PostgreSQL's,
-    where this machine runs them; empty when the server is elsewhere."""
+def _settled(pid: int | None) -> dict[int, tuple[str, float]]:
+    """The server's CPU times once it has gone quiet: the worker reconciles each job after
+    its create returned, and that is part of what a create costs. Prints how long it
+    took to catch up."""
+    started = time.perf_counter()
+    now = _cpu_seconds(pid)
+    while now and time.perf_counter() - started < SETTLE_DEADLINE:
+        time.sleep(SETTLE_WINDOW)
+        before, now = now, _cpu_seconds(pid)
+        busy = sum(seconds - before.get(each, ("", 0.0))[1] for each, (_, seconds) in now.items())
+        if busy < QUIET_SHARE * SETTLE_WINDOW:
+            print(f"  (the server went quiet {time.perf_counter() - started:.1f} s later)")
+            break
+    return now
+
+
+def _cpu_seconds(pid: int | None) -> dict[int, tuple[str, float]]:
+    """Each process of the server (API, worker, beat) and of PostgreSQL where this machine
+    runs them, with its role and CPU time so far; empty when the server is elsewhere."""
     if pid is None or not Path(f"/proc/{pid}").exists():
         return {}
-    server = sum(_process_cpu(each) for each in _tree(pid))
-    postgres = sum(
-        _process_cpu(int(comm.parent.name))
-        for comm in Path("/proc").glob("[0-9]*/comm")
-        if _read(comm).startswith("postgres")
-    )
-    return {"server": server, "PostgreSQL": postgres}
+    spent = {each: (_role(each), _process_cpu(each)) for each in _tree(pid)}
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        if _read(comm).startswith("postgres"):
+            backend = int(comm.parent.name)
+            spent[backend] = ("PostgreSQL", _process_cpu(backend))
+    return spent
+
+
+def _role(pid: int) -> str:
+    """Which part of the server a process is: `runyard worker` and `runyard beat` (and the
+    worker's pool children) by their command line; the rest serve the API."""
+    words = _read(Path(f"/proc/{pid}/cmdline")).split("\0")
+    for role in ("worker", "beat"):
+        if role in words:
+            return role
+    return "API"
 
 
 def _tree(pid: int) -> list[int]:
@@ -231,19 +271,22 @@ def _read_latencies(url: str, token: str, run: str) -> None:
             )
 
 
-def _stop_all(url: str, token: str, names: list[str]) -> None:
+def _stop_all(url: str, token: str, names: list[str], clients: int) -> None:
     started = time.perf_counter()
 
-    def stop(name: str) -> None:
+    def client_loop(some: list[str]) -> None:
+        # One connection per client, as the creations use: a client made per request
+        # costs this machine more CPU than the stop costs the server.
         with httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
         ) as http:
-            response = http.post(f"/v1/training-jobs/{name}/stop")
-            if response.status_code not in (200, 409):
-                raise RuntimeError(f"stopping {name}: {response.status_code} {response.text}")
+            for name in some:
+                response = http.post(f"/v1/training-jobs/{name}/stop")
+                if response.status_code not in (200, 409):
+                    raise RuntimeError(f"stopping {name}: {response.status_code} {response.text}")
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(stop, names))
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client_loop, [names[i::clients] for i in range(clients)]))
     requested = time.perf_counter() - started
     pending = set(names)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
