@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
 from service.settings import Settings
-from tests import postgres
+from tests import postgres, venvs
+from tests.e2e.sdk_venvs import sdk_python
+from tests.tensorflow.environment import tf_python
 
 pytest_plugins = ["tests.kube", "tests.aws"]
 
@@ -33,6 +36,36 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("RUNYARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 RABBITMQ_URL = os.environ.get("RUNYARD_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+# The suite's heavy environments, by the tests that need them (a path prefix).
+_HEAVY: dict[str, list[Callable[[], object]]] = {
+    "tests/e2e/test_sagemaker_sdk.py": [lambda: sdk_python("v2"), lambda: sdk_python("v3")],
+    "tests/tensorflow/": [tf_python],
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start making the heavy environments the chosen tests need, in the background: on a
+    new checkout that takes minutes, which the tests before them fill."""
+    chosen = {item.nodeid for item in session.items}
+    makers = [
+        make
+        for prefix, makes in _HEAVY.items()
+        if any(nodeid.startswith(prefix) for nodeid in chosen)
+        for make in makes
+    ]
+    if makers:
+        session.config.stash[_MAKING] = venvs.make_ahead(makers)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    making = session.config.stash.get(_MAKING, None)
+    if making is not None:
+        venvs.stop_making(making)
+
+
+_MAKING = pytest.StashKey[threading.Thread]()
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import fcntl
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,15 +48,53 @@ def _make(venv: Path, requirements: list[str], prepare: Callable[[Path], None] |
     python = venv / "bin" / "python"
     if prepare is not None:
         prepare(python)
+    pip = subprocess.Popen(
+        [str(python), "-m", "pip", "install", "--quiet", *requirements],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    with _pips_lock:
+        _pips.add(pip)
     try:
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *requirements],
-            check=True,
-            timeout=BUILD_TIMEOUT,
-            capture_output=True,
-            text=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        pytest.fail(f"could not install {requirements}:\n{exc.stdout}{exc.stderr}")
+        output, _ = pip.communicate(timeout=BUILD_TIMEOUT)
     except subprocess.TimeoutExpired:
+        pip.kill()
+        pip.wait()
         pytest.fail(f"installing {requirements} took over {BUILD_TIMEOUT} s")
+    finally:
+        with _pips_lock:
+            _pips.discard(pip)
+    if pip.returncode != 0:
+        pytest.fail(f"could not install {requirements}:\n{output}")
+
+
+# The pips making environments now, so that the end of a run can stop one it no longer
+# needs (an environment left unmarked is made again from nothing).
+_pips: set[subprocess.Popen[str]] = set()
+_pips_lock = threading.Lock()
+
+
+def make_ahead(makers: list[Callable[[], object]]) -> threading.Thread:
+    """Make environments in the background, one after another, while other tests run: a
+    test that needs one waits for it on its lock. A failure is left to that test, which
+    makes the environment again and reports pip's error."""
+
+    def make_all() -> None:
+        for make in makers:
+            try:
+                make()
+            except BaseException:  # pytest.fail too: the test that needs it will say why
+                continue
+
+    thread = threading.Thread(target=make_all, name="venvs-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_making(thread: threading.Thread) -> None:
+    """At the end of a run: end any pip still making an environment for it."""
+    with _pips_lock:
+        for pip in _pips:
+            pip.terminate()
+    thread.join(30)
