@@ -252,7 +252,8 @@ def test_two_jobs_of_one_name_run_side_by_side(tmp_path: Path) -> None:
         for ref in (job, twin):
             statuses = backend.describe(ref) or {}
             assert [s.state for s in statuses.values()] == [InstanceState.RUNNING] * 2
-            assert len(processes.marked_processes(ref.id)) >= 2
+            # A process just forked shows its parent's environment until it has exec'd.
+            _wait_for(lambda ref=ref: len(processes.marked_processes(ref.id)) >= 2)
     finally:
         backend.teardown(twin)
     assert processes.marked_processes(twin.id) == []
