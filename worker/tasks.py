@@ -102,7 +102,7 @@ def reap_backend(backend: Backend[Any], settings: Settings) -> list[JobRef]:
     held = backend.held_jobs()
     if not held:
         return []
-    with session_scope(settings.database_url) as session:
+    with session_scope(settings.database_url, readonly=True) as session:
         ended = repository.ended_job_ids(session, [ref.id for ref in held])
     reaped = [ref for ref in held if ref.id in ended]
     for ref in reaped:

@@ -83,6 +83,12 @@ def normalize_database_url(url: str) -> str:
 
 
 _READONLY = "runyard_readonly"
+# How long a write waits for SQLite's lock before failing, and first for its turn among
+# the writers of its process.
+SQLITE_BUSY_SECONDS = 30
+WRITE_TURN_SECONDS = 30
+# Marks a pooled SQLite connection whose transaction holds its process's writing turn.
+_HOLDS_TURN = "runyard_holds_turn"
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,9 @@ def _registered(url: str) -> _Registered:
 
 def _create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_SECONDS, "check_same_thread": False}
+        )
         _configure_sqlite(engine)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
@@ -143,14 +151,31 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+
+    # Within one process, writers take turns on a lock before asking SQLite: a writer
+    # SQLite finds busy sleeps in steps of up to 100 ms before trying again, long after
+    # the lock has freed, so under load a create waited up to seconds for a lock held a
+    # few milliseconds at a time. Writers of other processes still queue on busy_timeout.
+    # The turn ends when the connection goes back to the pool, after its commit or
+    # rollback; a plain Lock, as that may happen on another thread than the begin.
+    turn = threading.Lock()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         readonly = connection.get_execution_options().get(_READONLY)
+        # A thread that already holds a turn (a second write session inside a first)
+        # would wait for itself: after the busy timeout it goes on as before the turns.
+        if not readonly and turn.acquire(timeout=WRITE_TURN_SECONDS):
+            connection.connection.record_info[_HOLDS_TURN] = True
         connection.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record.record_info.pop(_HOLDS_TURN, False):
+            turn.release()
 
 
 @contextmanager

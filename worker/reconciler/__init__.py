@@ -110,7 +110,7 @@ class Reconciler:
     def _wake_line_if_freed(self, job_id: str) -> None:
         """The jobs waiting for capacity hear at once when this one let go of its own
         (ended, or torn down to restart), not at the next sweep."""
-        with session_scope(self.database_url) as session:
+        with session_scope(self.database_url, readonly=True) as session:
             if repository.holds_capacity(session, job_id):
                 return
             for waiting in repository.first_in_line(session, WAKE_IN_LINE):

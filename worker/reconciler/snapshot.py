@@ -169,7 +169,8 @@ def _from_row(cls: type[_Snapshot], row: object, **converted: Any) -> _Snapshot:
 
 def load(database_url: str, job_id: str) -> JobSnapshot | None:
     """The job as it is now, or None once it has ended (or never existed)."""
-    with session_scope(database_url) as session:
+    # Read-only: on SQLite it does not wait for (or hold up) the API's writes.
+    with session_scope(database_url, readonly=True) as session:
         job = repository.get_by_id(session, job_id)
         if job is None or job.status in TERMINAL:
             return None
@@ -188,7 +189,7 @@ class Pass:
         return load(self.settings.database_url, job_id)
 
     def reports(self, snapshot: JobSnapshot) -> dict[str, Report]:
-        with session_scope(self.settings.database_url) as session:
+        with session_scope(self.settings.database_url, readonly=True) as session:
             rows = repository.instances(session, snapshot.ref.id)
             return {row.host: report_of(row) for row in rows}
 
