@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from provisioning.instance_files import instance_files
 from provisioning.local.backend import LocalBackend, LocalPlan, free_port
 from service.jobs.schemas import JobCreate
 
+# The jobs these tests launch, one id per test process: the local backend adopts a live
+# process that carries its job's id and host as an instance an earlier attempt started,
+# so two test processes running at once (pytest-xdist) must not share one.
+JOB_ID = uuid.uuid4().hex
+
 
 def launch_request(source: Path, **spec: Any) -> LaunchRequest:
     values: dict[str, Any] = {
@@ -33,7 +39,7 @@ def launch_request(source: Path, **spec: Any) -> LaunchRequest:
     }
     values.update(spec)
     return LaunchRequest(
-        job=JobRef(id="0" * 32, name=values["name"]),
+        job=JobRef(id=JOB_ID, name=values["name"]),
         spec=JobCreate.model_validate(values).job_spec(),
         service_url="http://127.0.0.1:1",
         tokens=dict.fromkeys(host_names(int(values.get("instance_count", 1))), "unused"),

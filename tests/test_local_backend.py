@@ -13,12 +13,9 @@ import pytest
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
 from provisioning.local import processes
 from provisioning.local.backend import LocalBackend, LocalPlan, share_cpus
-from tests.instances import launch_request
+from tests.instances import JOB_ID, launch_request
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
-
-# Where the local backend keeps a job: under its id (names repeat across projects).
-JOB_ID = "0" * 32
 
 
 def _backend(tmp_path: Path, python: str = "/opt/python/bin/python3") -> LocalBackend:
@@ -65,7 +62,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "SM_BASE_DIR": str(jobs / "algo-2"),
         "RUNYARD_SERVICE_URL": "http://127.0.0.1:8642",
         "RUNYARD_JOB_NAME": "job-1",
-        "RUNYARD_JOB_ID": "0" * 32,
+        "RUNYARD_JOB_ID": JOB_ID,
         "RUNYARD_HOST": "algo-2",
         "RUNYARD_JOB_TOKEN": REDACTED,
         "RUNYARD_AGENT_KEY": REDACTED,
@@ -92,7 +89,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
     }
     assert json.loads(files["input/config/runyard.json"]) == {
         "job_name": "job-1",
-        "job_id": "0" * 32,
+        "job_id": JOB_ID,
         "entry_point": "train.py",
         "source_uri": (tmp_path / "src").as_uri(),
         "distribution": {"torch_distributed": {"enabled": True}},

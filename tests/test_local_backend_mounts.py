@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ sys.stdin.readline()
     reason="FUSE mounts need /dev/fuse and root",
 )
 def test_teardown_unmounts_what_a_killed_runtime_left_mounted(tmp_path: Path) -> None:
-    job_dir = tmp_path / "jobs" / ("0" * 32)  # a job is kept under its id
+    job = JobRef(uuid.uuid4().hex, "job-1")  # its own: teardown ends any process marked so
+    job_dir = tmp_path / "jobs" / job.id  # a job is kept under its id
     base = job_dir / "algo-1"
     mountpoint = base / "input" / "data" / "train"
     runtime = subprocess.Popen(
@@ -55,7 +57,7 @@ def test_teardown_unmounts_what_a_killed_runtime_left_mounted(tmp_path: Path) ->
         with pytest.raises(OSError, match="Transport endpoint is not connected"):
             os.listdir(mountpoint)
 
-        LocalBackend(tmp_path / "jobs", python=sys.executable).teardown(JobRef("0" * 32, "job-1"))
+        LocalBackend(tmp_path / "jobs", python=sys.executable).teardown(job)
 
         assert mounts.unmount_under(tmp_path) == []
         assert not job_dir.exists()
