@@ -258,9 +258,15 @@ os.replace(os.path.join(root, "top.tmp"), os.path.join(root, "top.pt"))
 """
     assert run_writer(script, local).wait(timeout=30) == 0
     wanted = {"a/b/deep.pt": b"d" * 2000, "top.pt": b"t" * 10}
-    wait_for(lambda: stored(store) == wanted, "the polled files stored")
+    # An upload is counted once its object is stored: wait for both.
+    wait_for(
+        lambda: (
+            stored(store) == wanted
+            and sorted(u.relative for u in sync.uploads) == ["a/b/deep.pt", "top.pt"]
+        ),
+        "the polled files stored, once each",
+    )
     assert log.has("(polling every 0.05 s)")
-    assert sorted(u.relative for u in sync.uploads) == ["a/b/deep.pt", "top.pt"]
 
 
 def test_the_final_sync_stores_what_was_not_yet_uploaded(
