@@ -73,7 +73,8 @@ def identify(
     return principal
 
 
-def require_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+async def require_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    # Async: no I/O, so no hand-off to the thread pool (see service.kit.deps).
     if principal.kind != "user":
         raise Forbidden("instance tokens may only report for their own instance")
     return principal

@@ -12,7 +12,9 @@ from service.kit.db import session_scope
 from service.settings import Settings
 
 
-def get_app_settings(request: Request) -> Settings:
+# Async, as the dependencies below that do no I/O: FastAPI runs a plain function in its
+# thread pool, a hand-off that costs more than what these do.
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
