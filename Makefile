@@ -33,8 +33,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
+# A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
 
 clean:
 	rm -rf $(VENV) $(VENDOR) console/node_modules .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -59,10 +59,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_MAKING] = venvs.make_ahead(makers)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     making = session.config.stash.get(_MAKING, None)
-    if making is not None:
+    if making is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
         venvs.stop_making(making)
+    else:
+        # Under xdist another worker's tests may still wait for it; and made, it is kept
+        # for the next run.
+        making.join()
 
 
 _MAKING = pytest.StashKey[threading.Thread]()

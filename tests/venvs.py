@@ -93,7 +93,7 @@ def make_ahead(makers: list[Callable[[], object]]) -> threading.Thread:
 
 
 def stop_making(thread: threading.Thread) -> None:
-    """At the end of a run: end any pip still making an environment for it."""
+    """At the end of an interrupted run: end any pip still making an environment."""
     with _pips_lock:
         for pip in _pips:
             pip.terminate()
