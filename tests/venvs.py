@@ -69,8 +69,8 @@ def _make(venv: Path, requirements: list[str], prepare: Callable[[Path], None] |
         pytest.fail(f"could not install {requirements}:\n{output}")
 
 
-# The pips making environments now, so that the end of a run can stop one it no longer
-# needs (an environment left unmarked is made again from nothing).
+# The pips making environments now, so that an interrupted run can stop them (an
+# environment left unmarked is made again from nothing).
 _pips: set[subprocess.Popen[str]] = set()
 _pips_lock = threading.Lock()
 
