@@ -7,7 +7,6 @@ instance layout can then be read by any process at any time, with no collective.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 from dataclasses import dataclass
@@ -86,11 +85,6 @@ def init_process_group(backend: str | None = None, *, timeout: timedelta | None 
             store,
             group=dist.group.WORLD,
         )
-    # Left to the interpreter's own teardown, gloo's threads may still be joinable when
-    # their objects are destroyed, which aborts the process ("terminate called without an
-    # active exception") after the script has finished; Horovod shuts down at exit too.
-    atexit.unregister(destroy_process_group)  # once, however often a script re-inits
-    atexit.register(destroy_process_group)
     # Waits for every rank's host: init returns with the layout known everywhere.
     topology()
 
