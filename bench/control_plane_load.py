@@ -281,13 +281,21 @@ def _stop_all(url: str, token: str, names: list[str], clients: int) -> None:
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
         ) as http:
             for name in some:
-                response = http.post(f"/v1/training-jobs/{name}/stop")
+                while True:
+                    response = http.post(f"/v1/training-jobs/{name}/stop")
+                    # 409 also says the job had already ended: that one is done with.
+                    if response.status_code != 409 or "kept changing" not in response.text:
+                        break
+                    asked_again.append(name)
                 if response.status_code not in (200, 409):
                     raise RuntimeError(f"stopping {name}: {response.status_code} {response.text}")
 
+    asked_again: list[str] = []
     with ThreadPoolExecutor(clients) as pool:
         list(pool.map(client_loop, [names[i::clients] for i in range(clients)]))
     requested = time.perf_counter() - started
+    if asked_again:
+        print(f"  ({len(asked_again)} stops were refused as the job kept changing, and sent again)")
     pending = set(names)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
         while pending and time.perf_counter() - started < STOP_DEADLINE:

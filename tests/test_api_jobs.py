@@ -195,6 +195,59 @@ def test_stop_that_races_a_reconciler_write_rereads_and_stops(
     assert [t["secondary_status"] for t in transitions] == ["Starting", "Stopping"]
 
 
+def test_a_reconciler_write_waits_for_a_stop_in_progress_and_then_yields(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    import threading
+
+    from sqlalchemy import event
+    from sqlalchemy.orm.exc import StaleDataError
+
+    from service.jobs import service
+    from service.kit.db import get_sessionmaker
+
+    if settings.database_url.startswith("sqlite"):
+        pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")
+    api.post("/v1/training-jobs", json=job_spec(source_dir))
+    make_session = get_sessionmaker(settings.database_url)
+    outcome: list[BaseException] = []
+    admitting = make_session()
+    job = admitting.scalars(select(TrainingJob)).one()  # the reconciler's read ...
+
+    def admit() -> None:  # ... and its write, made while the stop is under way
+        try:
+            job.admitted_at = utcnow()
+            admitting.commit()
+        except StaleDataError as exc:
+            outcome.append(exc)
+            admitting.rollback()
+
+    stopping = make_session()
+    writer = threading.Thread(target=admit)
+    waited: list[bool] = []
+
+    @event.listens_for(stopping, "before_flush")
+    def write_meanwhile(*_args: object) -> None:
+        # Between the stop's read and its first write: the reconciler's write waits.
+        if not waited:
+            writer.start()
+            writer.join(0.5)
+            waited.append(writer.is_alive())
+
+    try:
+        service.stop(stopping, settings, "job-1", SERVER_ADMIN)
+        stopping.commit()
+        writer.join(10)
+    finally:
+        stopping.close()
+        admitting.close()
+    assert waited == [True], "the reconciler's write should wait for the stop"
+    # The stop stands; the reconciler's write found the job changed (it reads it again).
+    assert len(outcome) == 1
+    job_now = api.get("/v1/training-jobs/job-1").json()
+    assert (job_now["status"], job_now["secondary_status"]) == ("Stopped", "Stopped")
+
+
 def test_simultaneous_submissions_of_one_name_conflict(
     settings: Settings, source_dir: Path
 ) -> None:

@@ -13,7 +13,7 @@ from provisioning.base import Backend, JobRef
 from service.jobs import repository
 from service.kit import broker
 from service.kit.db import session_scope
-from service.kit.enqueue import RECONCILE_TASK
+from service.kit.enqueue import BATCH_MOST, RECONCILE_ONE_TASK, RECONCILE_TASK
 from service.metrics import retention
 from service.settings import Settings
 from service.sources import retention as source_retention
@@ -31,8 +31,14 @@ def register(app: Celery, settings: Settings) -> None:
     reconciler = Reconciler(settings)
 
     @app.task(name=RECONCILE_TASK, ignore_result=True)
+    def reconcile_jobs(job_ids: list[str]) -> None:
+        reconciler.reconcile_all(job_ids)
+
+    # Sent by a server from before triggers were batched (a message queued across an
+    # upgrade, a replica not yet upgraded).
+    @app.task(name=RECONCILE_ONE_TASK, ignore_result=True)
     def reconcile_job(job_id: str) -> None:
-        reconciler.reconcile(job_id)
+        reconciler.reconcile_all([job_id])
 
     @app.task(name="runyard.sweep", ignore_result=True)
     def sweep() -> None:
@@ -46,9 +52,11 @@ def register(app: Celery, settings: Settings) -> None:
                 heads=SWEEP_HEADS_OF_LINE,
                 batch=SWEEP_WAITING_SPOT,
             )
-        for job_id in job_ids:
+        for start in range(0, len(job_ids), BATCH_MOST):
             # Redundant once the next sweep has sent its own.
-            reconcile_job.apply_async([job_id], expires=settings.reconcile_interval * 5)
+            reconcile_jobs.apply_async(
+                [job_ids[start : start + BATCH_MOST]], expires=settings.reconcile_interval * 5
+            )
 
     @app.task(name="runyard.reap", ignore_result=True, shared=False)
     def reap() -> None:

@@ -30,6 +30,8 @@ ALL_TYPES = "*"
 # Any fixed number: the advisory lock that makes admission one decision at a time on
 # PostgreSQL (SQLite already serializes every write transaction).
 _ADMISSION_LOCK = 0x52554E59
+# Orders forecasts of new jobs before the wake that follows freed capacity (``forecast``).
+_FORECAST_LOCK = 0x52554E5A
 
 
 @dataclass(frozen=True)
@@ -91,15 +93,45 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     """Admit ``job`` if its turn has come and its instances are free; else say why not.
     Runs inside the caller's write transaction, which then records the admission."""
     _lock_admission(session)
+    return _verdict(session, settings, job)
+
+
+def forecast(session: Session, settings: Settings, job: TrainingJob) -> Admission:
+    """For a job about to be stored, in the transaction that stores it: whether it will
+    have to wait in line, and why. Only ``decide`` admits; a job this finds waiting is
+    stored waiting and left for what frees capacity to wake (``wake_after_forecasts``), so
+    thousands of queued jobs cost the worker nothing until their turn nears.
+
+    Submissions do not wait for each other here (the lock is shared), but what wakes the
+    line after capacity frees waits for every forecast in flight to commit: a job found
+    waiting by a forecast that read just before the capacity freed is then in the line it
+    reads."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock_shared(_FORECAST_LOCK)))
+    return _verdict(session, settings, job, new=_claim_of(job))
+
+
+def wake_after_forecasts(session: Session) -> None:
+    """Before reading the line to wake it after capacity freed: wait for the forecasts in
+    flight (see ``forecast``). SQLite needs nothing: a submission holds the write lock from
+    its first statement, so no capacity frees while it forecasts."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(_FORECAST_LOCK)))
+
+
+def _verdict(
+    session: Session, settings: Settings, job: TrainingJob, new: _Claim | None = None
+) -> Admission:
+    """``new``: the claim of a job not stored yet (which is then not read back)."""
     # First what is held, a few rows: a job that would not fit even first in line waits,
     # and the line (every waiting job, thousands under load) need not be read at all.
     held = _live_claims(session, TrainingJob.admitted_at.is_not(None))
-    own = _live_claims(session, TrainingJob.id == job.id)
+    own = [new] if new is not None else _live_claims(session, TrainingJob.id == job.id)
     if not own:
         return Admission(False, "the job has ended")
     if not own[0].admitted and (blocker := _blocker(settings, _usage(held), own[0])):
         return Admission(False, blocker)
-    claims = _live_claims(session)
+    claims = _live_claims(session) + ([new] if new is not None else [])
     usage = _usage(claims)
     mine = next((claim for claim in claims if claim.job_id == job.id), None)
     if mine is None:
@@ -243,6 +275,19 @@ def _waits_for_capacity(settings: Settings, usage: _Usage, claim: _Claim) -> boo
 def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[str, int]]:
     quotas = settings.quotas_of(project)
     return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
+
+
+def _claim_of(job: TrainingJob) -> _Claim:
+    return _Claim(
+        job_id=job.id,
+        name=job.name,
+        project=job.project,
+        instance_type=str(job.spec["instance_type"]),
+        count=int(job.spec["instance_count"]),
+        priority=int(job.spec.get("priority", 0)),
+        created_at=job.created_at,
+        admitted=False,
+    )
 
 
 def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:

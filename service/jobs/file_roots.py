@@ -25,14 +25,15 @@ from contract.spec import JobSpec
 
 def problems(spec: JobSpec, roots: Sequence[Path]) -> list[Problem]:
     """The first of the job's file:// URIs that leads outside ``roots``, as a problem."""
+    forms = _forms(roots)  # resolved once a request: each resolution walks the disk
     for loc, uri in spec.storage_uris().items():
-        problem = _problem(uri, roots)
+        problem = _problem(uri, roots, forms)
         if problem is not None:
             return [Problem(loc, problem)]
     return []
 
 
-def _problem(uri: str, roots: Sequence[Path]) -> str | None:
+def _problem(uri: str, roots: Sequence[Path], forms: set[str]) -> str | None:
     try:
         if storage.scheme(uri) != "file":
             return None
@@ -45,9 +46,9 @@ def _problem(uri: str, roots: Sequence[Path]) -> str | None:
         f"{uri}: outside the directories this server lets jobs use "
         f"({', '.join(str(root) for root in roots) or 'none'}; RUNYARD_FILE_ROOTS)"
     )
-    if not _inside(os.path.normpath(path), _forms(roots)):
+    if not _inside(os.path.normpath(path), forms):
         return outside
-    if not _inside(os.path.realpath(path), _forms(roots)):
+    if not _inside(os.path.realpath(path), forms):
         return f"{uri}: leads outside the directories this server lets jobs use, through a link"
     return None
 

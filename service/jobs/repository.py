@@ -20,23 +20,35 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session, selectinload
 
 from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
-from service.jobs.states import TERMINAL, Status
+from service.jobs.states import TERMINAL, Secondary, Status
 from service.kit.db import UTCDateTime, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
 
 
 def get(
-    session: Session, name: str, project: str, *, with_details: bool = False
+    session: Session,
+    name: str,
+    project: str,
+    *,
+    with_details: bool = False,
+    to_change: bool = False,
 ) -> TrainingJob | None:
-    """The job of that name in ``project`` (names are unique within a project)."""
+    """The job of that name in ``project`` (names are unique within a project).
+    ``to_change``: locked until the transaction ends (on PostgreSQL; SQLite's writer holds
+    the whole database), so the reconciler cannot change it between this read and the
+    caller's write."""
     return _one(
-        session, TrainingJob.project == project, TrainingJob.name == name, details=with_details
+        session,
+        TrainingJob.project == project,
+        TrainingJob.name == name,
+        details=with_details,
+        locked=to_change,
     )
 
 
-def get_by_id(session: Session, job_id: str, *, with_details: bool = False) -> TrainingJob | None:
-    return _one(session, TrainingJob.id == job_id, details=with_details)
+def get_by_id(session: Session, job_id: str) -> TrainingJob | None:
+    return _one(session, TrainingJob.id == job_id, details=False)
 
 
 def get_to_change(session: Session, job_id: str) -> TrainingJob | None:
@@ -46,8 +58,10 @@ def get_to_change(session: Session, job_id: str) -> TrainingJob | None:
     return session.scalar(query.options(selectinload(TrainingJob.transitions)))
 
 
-def _one(session: Session, *where: Any, details: bool) -> TrainingJob | None:
+def _one(session: Session, *where: Any, details: bool, locked: bool = False) -> TrainingJob | None:
     query = select(TrainingJob).where(*where)
+    if locked:
+        query = query.with_for_update(of=TrainingJob)
     if details:
         query = query.options(
             selectinload(TrainingJob.transitions), selectinload(TrainingJob.instances)
@@ -217,6 +231,18 @@ def record_transition(
         )
     )
     return True
+
+
+def record_waiting(job: TrainingJob, message: str) -> None:
+    """The job waits (for capacity, for its instances), saying why; a changed reason
+    updates the current transition rather than adding one."""
+    message = without_nul(message)
+    job.pending_reason = message[:2048]
+    if (
+        not record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)
+        and job.transitions[-1].message != message
+    ):
+        job.transitions[-1].message = message[:2048]
 
 
 def instance(session: Session, job_id: str, host: str) -> JobInstance | None:

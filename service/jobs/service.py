@@ -321,6 +321,7 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
         status=Status.IN_PROGRESS,
         secondary_status="",
         project=project,
+        created_at=utcnow(),
         # A new job has no instances or final metrics yet: saying so spares the
         # response two queries that could only find nothing.
         instances=[],
@@ -330,13 +331,32 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
         job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
     )
     job.lease = JobLease()
+    waits = _waits_in_line(session, settings, job)
     session.add(job)
     try:
         session.flush()
     except IntegrityError as exc:  # the name is taken (or was, a moment ago)
         raise Conflict(f"a training job named {prepared.name!r} already exists") from exc
-    enqueue_reconcile(session, settings, job.id)
+    if not waits:
+        enqueue_reconcile(session, settings, job.id)
     return job
+
+
+def _waits_in_line(session: Session, settings: Settings, job: TrainingJob) -> bool:
+    """Record the new job waiting in line if it must (its type's capacity, its project's
+    quota, or jobs ahead of it are in the way): what frees capacity wakes it, and until
+    then the worker has nothing to do for it. Only the worker admits a job, so one that
+    may fit is left to it; with ``on_capacity_exceeded=refuse`` every job accepted fits."""
+    instance_type = job.spec["instance_type"]
+    if settings.on_capacity_exceeded == "refuse" or not capacity.limited(
+        settings, instance_type, job.project
+    ):
+        return False
+    verdict = capacity.forecast(session, settings, job)
+    if verdict.admitted:
+        return False
+    repository.record_waiting(job, verdict.reason)
+    return True
 
 
 # No project has this name (names are checked against NAME_PATTERN): a filter that matches
@@ -344,13 +364,22 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
 _NO_PROJECT = "/"
 
 
-def get(session: Session, name: str, viewer: Principal, project: str | None = None) -> TrainingJob:
+def get(
+    session: Session,
+    name: str,
+    viewer: Principal,
+    project: str | None = None,
+    *,
+    to_change: bool = False,
+) -> TrainingJob:
     """The job of that name in the caller's project (a server administrator may name
     another). A project the caller cannot see holds no jobs: the answer is the same
-    NotFound as for a name no job has."""
+    NotFound as for a name no job has. ``to_change``: see ``repository.get``."""
     project = project or viewer.project
     job = (
-        repository.get(session, name, project, with_details=True) if viewer.sees(project) else None
+        repository.get(session, name, project, with_details=True, to_change=to_change)
+        if viewer.sees(project)
+        else None
     )
     if job is None:
         raise NotFound(f"no training job named {name!r}")
@@ -383,11 +412,12 @@ def status_of(session: Session, job_id: str) -> str:
 def stop(
     session: Session, settings: Settings, name: str, user: Principal, project: str | None = None
 ) -> TrainingJob:
-    # The reconciler may write the job between our read and our write (the version check
-    # catches it); read again and decide again.
+    # The job is read locked, so the reconciler cannot write it between our read and our
+    # write (on PostgreSQL; SQLite's writer holds the whole database); should the version
+    # check still find it changed, read again and decide again.
     in_line = False
     for _ in range(STOP_ATTEMPTS):
-        job = get(session, name, user, project)
+        job = get(session, name, user, project, to_change=True)
         user.require(Role.MEMBER, job.project, "stopping a job")
         if job.status in TERMINAL:
             raise Conflict(f"training job {name!r} has already ended ({job.status})")

@@ -2,6 +2,11 @@
 them commits, by a thread of their own: a request does not wait for the broker (with the
 embedded SQLite broker, a send is a second database commit).
 
+Triggers go out together: one message names every job whose trigger is waiting, up to
+``BATCH_MOST``, after the first has waited ``LINGER_SECONDS`` for company. A message costs
+the broker and the worker (its delivery, its acknowledgement) several times what driving a
+waiting job costs, so under load a batch of jobs costs about what one did.
+
 The API only sends: its Celery app knows the broker and the queue, and nothing of the
 worker's tasks, which it names. A trigger that is lost (broker down, process killed between
 commit and send) costs at most one sweep interval: the beat sweep re-drives the live jobs
@@ -13,6 +18,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Sequence
 
 from celery import Celery
 from sqlalchemy.orm import Session
@@ -23,10 +30,18 @@ from service.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# The worker's task that drives one job (worker.tasks registers it under this name).
-RECONCILE_TASK = "runyard.reconcile_job"
+# The worker's task that drives the jobs it names (worker.tasks registers it under this
+# name), and the one-job task that servers sent before triggers were batched.
+RECONCILE_TASK = "runyard.reconcile_jobs"
+RECONCILE_ONE_TASK = "runyard.reconcile_job"
+# The most job ids one message names, and how long the first waits for others: a few
+# milliseconds against jobs that run for minutes.
+BATCH_MOST = 16
+LINGER_SECONDS = 0.02
 
-_senders: dict[str, Celery] = {}
+# Per broker and queue: two installations may share a broker (their queues differ), and
+# a test suite talks to many.
+_senders: dict[tuple[str, str], Celery] = {}
 _senders_lock = threading.Lock()
 
 
@@ -40,8 +55,8 @@ _IDLE_SECONDS = 30.0
 
 
 class _Outbox:
-    """Job ids to send, in order, by one daemon thread per broker. One still here when the
-    process ends is lost as any trigger may be: the sweep drives its job."""
+    """Job ids to send, in order, by one daemon thread per broker and queue. One still
+    here when the process ends is lost as any trigger may be: the sweep drives its job."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -51,45 +66,60 @@ class _Outbox:
     def _send_forever(self) -> None:
         while True:
             try:
-                job_id = self.pending.get(timeout=_IDLE_SECONDS)
+                first = self.pending.get(timeout=_IDLE_SECONDS)
             except queue.Empty:
                 with _senders_lock:  # _post puts under it: nothing arrives while we go
                     if self.pending.empty():
-                        del _outboxes[self.settings.broker_url]
+                        del _outboxes[_destination(self.settings)]
                         return
                 continue
-            send_reconcile(self.settings, job_id)
+            send_reconcile(self.settings, self._batch_after(first))
+
+    def _batch_after(self, first: str) -> list[str]:
+        """``first`` and the ids that come within the linger, each once, in order."""
+        batch = [first]
+        deadline = time.monotonic() + LINGER_SECONDS
+        while len(batch) < BATCH_MOST:
+            try:
+                batch.append(self.pending.get(timeout=max(deadline - time.monotonic(), 0.0)))
+            except queue.Empty:
+                break
+        return list(dict.fromkeys(batch))
 
 
-_outboxes: dict[str, _Outbox] = {}
+_outboxes: dict[tuple[str, str], _Outbox] = {}
+
+
+def _destination(settings: Settings) -> tuple[str, str]:
+    return settings.broker_url, settings.queue
 
 
 def _post(settings: Settings, job_id: str) -> None:
     with _senders_lock:
-        outbox = _outboxes.get(settings.broker_url)
+        outbox = _outboxes.get(_destination(settings))
         if outbox is None:
-            outbox = _outboxes[settings.broker_url] = _Outbox(settings)
+            outbox = _outboxes[_destination(settings)] = _Outbox(settings)
         outbox.pending.put(job_id)
 
 
-def send_reconcile(settings: Settings, job_id: str) -> None:
+def send_reconcile(settings: Settings, job_ids: Sequence[str]) -> None:
     try:
-        _sender(settings).send_task(RECONCILE_TASK, args=[job_id], retry=False)
-    except Exception:  # the sweep will pick the job up; a trigger must never fail a request
+        _sender(settings).send_task(RECONCILE_TASK, args=[list(job_ids)], retry=False)
+    except Exception:  # the sweep will pick the jobs up; a trigger must never fail a request
         log.warning(
             "could not enqueue %s for %s; the sweep will retry",
             RECONCILE_TASK,
-            job_id,
+            ", ".join(job_ids),
             exc_info=True,
         )
 
 
 def _sender(settings: Settings) -> Celery:
-    """A send-only app per broker URL, built once per process (never at import)."""
+    """A send-only app per broker and queue, built once per process (never at import)."""
     with _senders_lock:
-        app = _senders.get(settings.broker_url)
+        app = _senders.get(_destination(settings))
         if app is None:
             app = Celery("runyard-sender", set_as_current=False)
             app.conf.update(**connection_config(settings))
-            _senders[settings.broker_url] = app
+            _senders[_destination(settings)] = app
         return app

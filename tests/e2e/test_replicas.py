@@ -77,4 +77,4 @@ def test_jobs_through_two_apis_and_two_workers_each_run_once(
             assert hosts == {"algo-1": 1, "algo-2": 1}, seen
     # Both workers took part.
     for worker in ("worker", "worker-2"):
-        assert "runyard.reconcile_job" in (stack.home / f"{worker}.log").read_text(), worker
+        assert "runyard.reconcile_jobs" in (stack.home / f"{worker}.log").read_text(), worker

@@ -27,12 +27,15 @@ A pass derives the job's stage (``snapshot.Stage``) and hands it to that stage's
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from provisioning import registry
 from provisioning.base import KILL_WAIT_SECONDS, Backend, LaunchError, TeardownError
+from service.capacity import service as capacity
 from service.jobs import repository
 from service.kit.db import session_scope
 from service.kit.enqueue import enqueue_reconcile
@@ -46,6 +49,10 @@ MAX_PASSES_PER_TASK = 20
 # When a job lets go of its capacity, this many of the first jobs in line are woken: the
 # first may be held back by its project's quota while the next ones fit.
 WAKE_IN_LINE = 20
+# A message names several jobs (service.kit.enqueue); they are driven side by side, this
+# many at once, as they were when each had a message of its own: one slow launch (an EC2
+# call) must not hold back the rest of its batch.
+BATCH_THREADS = 4
 
 HANDLERS: dict[Stage, Callable[[Pass, JobSnapshot], None]] = {
     Stage.STOPPING: ending.drive_stop,
@@ -68,6 +75,24 @@ class Reconciler:
         # The lease must outlast the longest pass (a teardown waiting out its grace, then
         # the SIGKILL wait), or a second worker could take over mid-teardown.
         self.lease_seconds = max(settings.reconcile_lease_seconds, _longest_pass(settings))
+
+    def reconcile_all(self, job_ids: Iterable[object]) -> None:
+        """Drive each job named, side by side. One whose pass fails is logged and left to
+        the sweep; the others go on."""
+        if isinstance(job_ids, str):  # a message naming one job without its list
+            job_ids = [job_ids]
+        wanted = [job_id for job_id in dict.fromkeys(job_ids) if isinstance(job_id, str)]
+        if len(wanted) == 1:  # no hand-off for the one job of a quiet moment
+            self._reconcile_logged(wanted[0])
+            return
+        for done in [_batch_pool().submit(self._reconcile_logged, job_id) for job_id in wanted]:
+            done.result()
+
+    def _reconcile_logged(self, job_id: str) -> None:
+        try:
+            self.reconcile(job_id)
+        except Exception:
+            log.exception("reconciling job %s failed; the sweep drives it again", job_id)
 
     def reconcile(self, job_id: str) -> None:
         """Run passes over the job until nothing more is asked of it."""
@@ -113,6 +138,9 @@ class Reconciler:
         with session_scope(self.database_url, readonly=True) as session:
             if repository.holds_capacity(session, job_id):
                 return
+            # Jobs being submitted as the capacity freed may have been found waiting: once
+            # they commit they are in the line read here.
+            capacity.wake_after_forecasts(session)
             for waiting in repository.first_in_line(session, WAKE_IN_LINE):
                 enqueue_reconcile(session, self.settings, waiting)
 
@@ -148,6 +176,20 @@ class Reconciler:
                 f"InternalServerError: {type(exc).__name__}: {exc}",
                 teardown=not isinstance(exc, TeardownError),
             )
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _batch_pool() -> ThreadPoolExecutor:
+    """One for the process, made at first use: every Celery app a process builds (a test
+    suite builds many) shares its threads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(BATCH_THREADS, thread_name_prefix="runyard-reconcile")
+        return _pool
 
 
 def _longest_pass(settings: Settings) -> float:

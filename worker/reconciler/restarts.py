@@ -25,7 +25,7 @@ from service.logs import service as logs
 from worker import retry_policy
 from worker.reconciler.ending import bill_attempt, finish, keep_consoles
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, RestartCause, RestartKind
-from worker.reconciler.starting import admit, launch, wait
+from worker.reconciler.starting import admit, launch
 from worker.retry_policy import Failure
 
 
@@ -109,7 +109,7 @@ def begin_restart(
     def restarting(job: TrainingJob) -> None:
         job.restart_cause = cause.dump()
         if kind == "capacity":
-            wait(job, reason)
+            repository.record_waiting(job, reason)
             return
         if kind == "application":
             job.restarts += 1

@@ -20,7 +20,6 @@ from service.kit.db import utcnow
 from worker.reconciler.ending import drive_stop, finish, past_max_wait, stop_for, stop_for_max_wait
 from worker.reconciler.restarts import drive_interruption, on_failure
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report
-from worker.reconciler.starting import wait
 from worker.retry_policy import Failure
 
 _PHASE_MESSAGES = {
@@ -182,7 +181,7 @@ def _wait_for_instances(
         finish(step, snapshot, reports, Status.FAILED, Secondary.FAILED, reason)
         return
     message = f"Waiting for {len(pending)} of {count} instances{_why(pending)}"
-    step.update(snapshot, lambda job: wait(job, message))
+    step.update(snapshot, lambda job: repository.record_waiting(job, message))
 
 
 def _show_progress(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:

@@ -12,7 +12,6 @@ from service.jobs import repository
 from service.jobs.models import TrainingJob
 from service.jobs.states import Secondary, Status
 from service.kit.db import utcnow
-from service.kit.text import without_nul
 from worker.reconciler.snapshot import JobSnapshot, Pass
 
 
@@ -32,7 +31,7 @@ def admit(step: Pass, snapshot: JobSnapshot) -> None:
             job.admitted_at = utcnow()
             job.pending_reason = None
         else:
-            wait(job, verdict.reason)
+            repository.record_waiting(job, verdict.reason)
 
     snapshot = step.update(snapshot, admitting)
     if snapshot.admitted_at is not None:
@@ -75,15 +74,3 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         job.isolation = materialized.isolation
 
     step.update(snapshot, launched)
-
-
-def wait(job: TrainingJob, message: str) -> None:
-    """The job waits (for capacity, for its instances), saying why; a changed reason
-    updates the current transition rather than adding one."""
-    message = without_nul(message)
-    job.pending_reason = message[:2048]
-    if (
-        not repository.record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)
-        and job.transitions[-1].message != message
-    ):
-        job.transitions[-1].message = message[:2048]
