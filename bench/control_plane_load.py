@@ -69,9 +69,13 @@ def main() -> None:
         print(f"{args.jobs} jobs, {args.clients} clients, against {url}")
         pid = _server_pid(home)
         before = _cpu_seconds(pid)
+        clients_before = time.process_time()
         created = _create_all(url, token, run, source, args)
+        clients_cpu = time.process_time() - clients_before
         _report("create", created.latencies, created.seconds, args.jobs)
         _print_cpu("create", before, _settled(pid), args.jobs)
+        # On one machine the clients take their share of its CPU from the server's.
+        print(f"  (and this bench's clients {clients_cpu / args.jobs * 1000:.1f} ms)")
         _read_latencies(url, token, run)
         if not args.keep:
             before = _cpu_seconds(pid)

@@ -130,6 +130,15 @@ def _registered(url: str) -> _Registered:
         return entry
 
 
+# Connections a process keeps open to PostgreSQL, and how many more it may open for a
+# moment. A request holds up to one at a time (its credentials' read, then its own):
+# fewer kept than requests in flight, and under load each request above them opened a
+# connection and closed it again, a new PostgreSQL backend each time (with 8 clients, a
+# connection per 10 creations). AnyIO runs at most 40 requests' threads at once.
+POOL_SIZE = 10
+POOL_OVERFLOW = 30
+
+
 def _create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
@@ -137,7 +146,7 @@ def _create_engine(url: str) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
 
 
 def _configure_sqlite(engine: Engine) -> None:
