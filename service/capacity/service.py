@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
@@ -129,21 +129,15 @@ def _verdict(
     own = [new] if new is not None else _live_claims(session, TrainingJob.id == job.id)
     if not own:
         return Admission(False, "the job has ended")
-    if not own[0].admitted and (blocker := _blocker(settings, _usage(held), own[0])):
+    mine = own[0]
+    if mine.admitted:
+        return Admission(False, "the job is not waiting")
+    usage = _usage(held)
+    if blocker := _blocker(settings, usage, mine):
         return Admission(False, blocker)
-    claims = _live_claims(session) + ([new] if new is not None else [])
-    usage = _usage(claims)
-    mine = next((claim for claim in claims if claim.job_id == job.id), None)
-    if mine is None:
-        return Admission(False, "the job has ended")
-    line = sorted(
-        (
-            claim
-            for claim in claims
-            if not claim.admitted and claim.instance_type == mine.instance_type
-        ),
-        key=lambda claim: (-claim.priority, claim.created_at, claim.job_id),
-    )
+    # Then the jobs ahead of it in its type's line, few for a job woken near the front:
+    # what they will take comes first.
+    line = sorted([*_waiting_ahead_of(session, mine), mine], key=_place_in_line)
     for ahead in line:
         blocker = _blocker(settings, usage, ahead)
         if ahead.job_id == mine.job_id:
@@ -287,6 +281,30 @@ def _claim_of(job: TrainingJob) -> _Claim:
         priority=int(job.spec.get("priority", 0)),
         created_at=job.created_at,
         admitted=False,
+    )
+
+
+def _place_in_line(claim: _Claim) -> tuple[int, datetime, str]:
+    # Higher priority first, then the older (as repository's order of the line).
+    return (-claim.priority, claim.created_at, claim.job_id)
+
+
+def _waiting_ahead_of(session: Session, mine: _Claim) -> list[_Claim]:
+    priority = func.coalesce(TrainingJob.spec["priority"].as_integer(), 0)
+    return _live_claims(
+        session,
+        TrainingJob.admitted_at.is_(None),
+        TrainingJob.spec["instance_type"].as_string() == mine.instance_type,
+        or_(
+            priority > mine.priority,
+            and_(
+                priority == mine.priority,
+                or_(
+                    TrainingJob.created_at < mine.created_at,
+                    and_(TrainingJob.created_at == mine.created_at, TrainingJob.id < mine.job_id),
+                ),
+            ),
+        ),
     )
 
 
