@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, Row, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
@@ -271,7 +272,8 @@ def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[
     return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
 
 
-def _claim_of(job: TrainingJob) -> _Claim:
+def _claim_of(job: TrainingJob | Row[Any]) -> _Claim:
+    """A stored job's claim (a row of ``_live_claims``), or one about to be stored."""
     return _Claim(
         job_id=job.id,
         name=job.name,
@@ -280,7 +282,8 @@ def _claim_of(job: TrainingJob) -> _Claim:
         count=int(job.spec["instance_count"]),
         priority=int(job.spec.get("priority", 0)),
         created_at=job.created_at,
-        admitted=False,
+        # A job being stopped before it was admitted never takes instances.
+        admitted=job.admitted_at is not None,
     )
 
 
@@ -322,17 +325,7 @@ def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:
         ).where(TrainingJob.status.not_in(terminal), *where)
     )
     return [
-        _Claim(
-            job_id=row.id,
-            name=row.name,
-            project=row.project,
-            instance_type=str(row.spec["instance_type"]),
-            count=int(row.spec["instance_count"]),
-            priority=int(row.spec.get("priority", 0)),
-            created_at=row.created_at,
-            # A job being stopped before it was admitted never takes instances.
-            admitted=row.admitted_at is not None,
-        )
+        _claim_of(row)
         for row in rows
         if row.admitted_at is not None or row.status == Status.IN_PROGRESS
     ]
