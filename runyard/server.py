@@ -67,7 +67,7 @@ def run_api(settings: Settings, host: str, port: int) -> None:
 def _serve_api(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
-    from runyard.nodelay import NoDelayH11Protocol
+    from runyard.nodelay import NoDelayHttpToolsProtocol
     from service.app import create_app
 
     url = _client_url(host, port)
@@ -82,7 +82,7 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     options: dict[str, Any] = {
         "host": host,
         "port": port,
-        "http": NoDelayH11Protocol,
+        "http": NoDelayHttpToolsProtocol,
         "root_path": settings.root_path,
         "log_level": "info",
         "access_log": False,

@@ -9,22 +9,22 @@ import threading
 
 import pytest
 from uvicorn import Config
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from runyard.nodelay import NoDelayH11Protocol
+from runyard.nodelay import NoDelayHttpToolsProtocol
 
 
-async def _nodelay_of_a_connection(protocol_class: type[H11Protocol]) -> int:
+async def _nodelay_of_a_connection(protocol_class: type[HttpToolsProtocol]) -> int:
     async def app(scope: object, receive: object, send: object) -> None:
         raise AssertionError("no request is sent")
 
     config = Config(app=app, http=protocol_class)
     config.load()
     state = ServerState()
-    made: list[H11Protocol] = []
+    made: list[HttpToolsProtocol] = []
 
-    def protocol() -> H11Protocol:
+    def protocol() -> HttpToolsProtocol:
         made.append(protocol_class(config=config, server_state=state, app_state={}))
         return made[-1]
 
@@ -47,9 +47,11 @@ async def _nodelay_of_a_connection(protocol_class: type[H11Protocol]) -> int:
             return nodelay
 
 
-@pytest.mark.parametrize(("protocol_class", "nodelay"), [(H11Protocol, 0), (NoDelayH11Protocol, 1)])
+@pytest.mark.parametrize(
+    ("protocol_class", "nodelay"), [(HttpToolsProtocol, 0), (NoDelayHttpToolsProtocol, 1)]
+)
 def test_a_connection_from_a_socket_without_its_protocol_number(
-    protocol_class: type[H11Protocol], nodelay: int
+    protocol_class: type[HttpToolsProtocol], nodelay: int
 ) -> None:
     # uvicorn's own protocol leaves Nagle on there (what made every kept-alive request wait
     # 40 ms for the client's delayed ACK); Runyard's turns it off.

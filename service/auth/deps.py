@@ -16,7 +16,7 @@ from service.auth.service import (
     needs_touch,
     touch,
 )
-from service.kit.db import session_scope
+from service.kit.db import autocommit_reads, session_scope
 from service.kit.deps import SettingsDep
 from service.kit.errors import Forbidden, Unauthorized
 from service.settings import Settings
@@ -47,7 +47,7 @@ def identify(
     key = settings.signing_key()
     # A short read of its own: the request's transaction starts only when the route
     # needs it, so an upload streaming in holds no database lock.
-    with session_scope(settings.database_url, readonly=True) as db:
+    with autocommit_reads(settings.database_url) as db:
         if credentials is not None and credentials.scheme.lower() == "bearer":
             principal = authenticate(db, key, credentials.credentials)
             if principal is None:

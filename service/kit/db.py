@@ -96,6 +96,7 @@ class _Registered:
     engine: Engine
     sessions: sessionmaker[Session]
     readonly_sessions: sessionmaker[Session]
+    autocommit_reads: sessionmaker[Session]
 
 
 # One engine (and connection pool) per database URL for the life of the process; a
@@ -120,12 +121,18 @@ def _registered(url: str) -> _Registered:
         entry = _engines.get(url)
         if entry is None:
             engine = _create_engine(normalize_database_url(url))
+            readonly = engine.execution_options(**{_READONLY: True})
+            # SQLite's transactions cost no round trip: its reads keep their BEGIN.
+            autocommit = (
+                readonly
+                if engine.dialect.name == "sqlite"
+                else readonly.execution_options(isolation_level="AUTOCOMMIT")
+            )
             entry = _engines[url] = _Registered(
                 engine,
                 sessionmaker(bind=engine, expire_on_commit=False),
-                sessionmaker(
-                    bind=engine.execution_options(**{_READONLY: True}), expire_on_commit=False
-                ),
+                sessionmaker(bind=readonly, expire_on_commit=False),
+                sessionmaker(bind=autocommit, expire_on_commit=False),
             )
         return entry
 
@@ -188,12 +195,38 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 @contextmanager
+def autocommit_reads(url: str) -> Iterator[Session]:
+    """Reads that need no transaction around them, such as every request's check of its
+    credentials. Under PostgreSQL's READ COMMITTED each statement takes its own snapshot
+    inside a transaction too, so leaving the transaction out changes nothing read, and
+    spares two round trips (BEGIN, ROLLBACK). Not for locks (``FOR UPDATE``, advisory
+    ``xact`` locks): each would be let go as its statement ends."""
+    session = _registered(url).autocommit_reads()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@contextmanager
 def session_scope(url: str, *, readonly: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error."""
     session = get_sessionmaker(url, readonly=readonly)()
     try:
         yield session
-        session.commit()
+    except BaseException:
+        end_session(session, committed=False)
+        raise
+    end_session(session, committed=True)
+
+
+def end_session(session: Session, *, committed: bool) -> None:
+    """Commit (or roll back) and close a session; a commit that fails is rolled back."""
+    try:
+        if committed:
+            session.commit()
+        else:
+            session.rollback()
     except BaseException:
         session.rollback()
         raise
