@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import select, text
+from sqlalchemy import Connection, select, text
 
-from service.jobs.models import MetricRollup
+from service.jobs import repository
+from service.jobs.models import MetricRollup, TrainingJob
 from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
@@ -67,6 +69,26 @@ def test_jobs_and_tokens_from_before_projects_move_to_the_default_project(
     assert projects == ["default"]
 
 
+def _insert_job(connection: Connection, job_id: str, spec: dict[str, object], status: str) -> None:
+    """A job as a server of the revisions after 0011 wrote it (no later columns)."""
+    connection.execute(
+        text(
+            "INSERT INTO training_jobs (id, name, spec, backend, status, secondary_status, "
+            "project, created_at, updated_at, attempt, restarts, infrastructure_restarts, "
+            "interruptions, attempt_first_log_seq, version) VALUES (:id, :name, :spec, "
+            "'local', :status, 'Pending', 'default', :created, :created, 0, 0, 0, 0, 1, 1)"
+        ),
+        {
+            "id": job_id,
+            "name": f"job-{job_id}",
+            "spec": json.dumps(spec),
+            "status": status,
+            # In the order of their ids.
+            "created": datetime(2026, 6, 1) + timedelta(seconds=int(job_id.removeprefix("j"))),
+        },
+    )
+
+
 @pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
@@ -77,15 +99,7 @@ def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path
         )
         upgrade(url, "0012")
         with get_engine(url).begin() as connection:
-            connection.execute(
-                text(
-                    "INSERT INTO training_jobs (id, name, spec, backend, status, "
-                    "secondary_status, project, created_at, updated_at, attempt, restarts, "
-                    "infrastructure_restarts, interruptions, attempt_first_log_seq, version) "
-                    "VALUES ('j1', 'job-1', '{}', 'local', 'Completed', 'Completed', 'default', "
-                    "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 0, 0, 0, 0, 1, 1)"
-                )
-            )
+            _insert_job(connection, "j1", {}, "Completed")
             # As each database holds what SQLAlchemy wrote: 12:00:10, 12:00:50, 12:01:05.
             for seq, (second, value) in enumerate(((10, 1.0), (50, 3.0), (65, 7.0)), 1):
                 connection.execute(
@@ -109,3 +123,29 @@ def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path
         (noon, 2, 4.0, 1.0, 3.0),
         (noon + timedelta(minutes=1), 1, 7.0, 7.0, 7.0),
     ]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_jobs_waiting_before_the_priority_column_keep_their_place(
+    engine: str, tmp_path: Path
+) -> None:
+    with contextlib.ExitStack() as stack:
+        url = (
+            f"sqlite:///{tmp_path / 'old.db'}"
+            if engine == "sqlite"
+            else stack.enter_context(empty_postgres_database())
+        )
+        upgrade(url, "0013")
+        with get_engine(url).begin() as connection:
+            _insert_job(connection, "j1", {"priority": -3}, "InProgress")
+            _insert_job(connection, "j2", {}, "InProgress")
+            _insert_job(connection, "j3", {"priority": 7}, "InProgress")
+            _insert_job(connection, "j4", {"priority": 9}, "Completed")  # not in line
+            _insert_job(connection, "j5", {"priority": 0}, "InProgress")
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            priorities = dict(session.execute(select(TrainingJob.id, TrainingJob.priority)).all())
+            line = repository.first_in_line(session, 10)
+        get_engine(url).dispose()
+    assert priorities == {"j1": -3, "j2": 0, "j3": 7, "j4": 9, "j5": 0}
+    assert line == ["j3", "j2", "j5", "j1"]

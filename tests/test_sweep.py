@@ -33,6 +33,7 @@ def _jobs(
                 id=uuid.uuid4().hex,
                 name=f"job-{uuid.uuid4().hex[:8]}",
                 spec={"priority": priority, "use_spot_instances": spot},
+                priority=priority,
                 backend="local",
                 status=status,
                 secondary_status="Pending",

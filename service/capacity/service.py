@@ -24,7 +24,7 @@ from sqlalchemy import ColumnElement, Row, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
-from service.jobs.states import TERMINAL, Status
+from service.jobs.states import LIVE, Status
 from service.settings import Settings
 
 ALL_TYPES = "*"
@@ -280,7 +280,7 @@ def _claim_of(job: TrainingJob | Row[Any]) -> _Claim:
         project=job.project,
         instance_type=str(job.spec["instance_type"]),
         count=int(job.spec["instance_count"]),
-        priority=int(job.spec.get("priority", 0)),
+        priority=job.priority,
         created_at=job.created_at,
         # A job being stopped before it was admitted never takes instances.
         admitted=job.admitted_at is not None,
@@ -293,7 +293,7 @@ def _place_in_line(claim: _Claim) -> tuple[int, datetime, str]:
 
 
 def _waiting_ahead_of(session: Session, mine: _Claim) -> list[_Claim]:
-    priority = func.coalesce(TrainingJob.spec["priority"].as_integer(), 0)
+    priority = TrainingJob.priority
     return _live_claims(
         session,
         TrainingJob.admitted_at.is_(None),
@@ -312,17 +312,17 @@ def _waiting_ahead_of(session: Session, mine: _Claim) -> list[_Claim]:
 
 
 def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:
-    terminal = [str(status) for status in TERMINAL]
     rows = session.execute(
         select(
             TrainingJob.id,
             TrainingJob.name,
             TrainingJob.project,
             TrainingJob.spec,
+            TrainingJob.priority,
             TrainingJob.created_at,
             TrainingJob.admitted_at,
             TrainingJob.status,
-        ).where(TrainingJob.status.not_in(terminal), *where)
+        ).where(TrainingJob.status.in_(sorted(LIVE)), *where)
     )
     return [
         _claim_of(row)

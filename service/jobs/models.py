@@ -22,6 +22,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
+    literal_column,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -64,6 +66,9 @@ class TrainingJob(Base):
 
     # The project it belongs to: who may see it, and whose capacity quota it counts against.
     project: Mapped[str] = mapped_column(String(64), default="default", index=True)
+    # Jobs waiting for capacity start in priority order (higher first), then by age: the
+    # spec's priority, in a column of its own for the index of the line (below).
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # When the job was given capacity for its instances; None while it queues for it.
     admitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Why the job waits (capacity, instances starting, a restart's back-off), for people.
@@ -140,6 +145,27 @@ class TrainingJob(Base):
         # A name is unique within its project, as SageMaker's are within an account.
         UniqueConstraint("project", "name", name="uq_training_jobs_project_name"),
     )
+
+
+# A job waiting in line for capacity: nothing happens to it until capacity frees, so
+# nothing need look at it until then (the reconciler's Stage.QUEUED). The status is
+# written into the SQL, not bound: a database uses a partial index (below) only for a
+# query whose conditions it can see imply the index's.
+IN_LINE = and_(
+    TrainingJob.status == literal_column("'InProgress'"),
+    TrainingJob.restart_cause.is_(None),
+    TrainingJob.admitted_at.is_(None),
+)
+# The line in its order, priority (higher first) then age: its front is read each time
+# capacity frees and at each sweep, whatever the number of jobs waiting.
+Index(
+    "ix_training_jobs_line",
+    TrainingJob.priority.desc(),
+    TrainingJob.created_at,
+    TrainingJob.id,
+    postgresql_where=IN_LINE,
+    sqlite_where=IN_LINE,
+)
 
 
 class JobLease(Base):

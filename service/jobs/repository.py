@@ -10,7 +10,6 @@ from sqlalchemy import (
     Result,
     and_,
     case,
-    func,
     literal,
     not_,
     or_,
@@ -19,8 +18,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, selectinload
 
-from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
-from service.jobs.states import TERMINAL, Secondary, Status
+from service.jobs.models import IN_LINE, JobInstance, JobLease, JobTransition, TrainingJob
+from service.jobs.states import LIVE, TERMINAL, Secondary, Status
 from service.kit.db import UTCDateTime, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
@@ -114,26 +113,19 @@ def status_of(session: Session, job_id: str) -> str | None:
 
 
 def _live() -> ColumnElement[bool]:
-    return TrainingJob.status.not_in([str(status) for status in TERMINAL])
+    return TrainingJob.status.in_(sorted(LIVE))
 
 
-# The order of the line for capacity: priority (higher first), then age.
-_LINE_ORDER = (
-    func.coalesce(TrainingJob.spec["priority"].as_integer(), 0).desc(),
-    TrainingJob.created_at,
-    TrainingJob.id,
-)
+# The order of the line for capacity: priority (higher first), then age (the order of
+# its index, models.ix_training_jobs_line).
+_LINE_ORDER = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
 
 
 def _in_line() -> ColumnElement[bool]:
     """A live job waiting for capacity (the reconciler's Stage.QUEUED): nothing happens
-    to it until capacity frees, so nothing need look at it until then."""
-    return and_(
-        _live(),
-        TrainingJob.status != Status.STOPPING,
-        TrainingJob.restart_cause.is_(None),
-        TrainingJob.admitted_at.is_(None),
-    )
+    to it until capacity frees, so nothing need look at it until then. As the line's
+    index is partial to these, its front is read from there."""
+    return IN_LINE
 
 
 def sweep_job_ids(

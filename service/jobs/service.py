@@ -321,6 +321,7 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
         status=Status.IN_PROGRESS,
         secondary_status="",
         project=project,
+        priority=prepared.spec.priority,
         created_at=utcnow(),
         # A new job has no instances or final metrics yet: saying so spares the
         # response two queries that could only find nothing.

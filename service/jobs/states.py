@@ -16,6 +16,9 @@ class Status(StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED})
+# The rest: queries name these (an index finds the few live jobs among many ended ones;
+# NOT IN the terminal statuses read every row).
+LIVE = frozenset(Status) - TERMINAL
 
 
 class Secondary(StrEnum):
