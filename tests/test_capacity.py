@@ -13,6 +13,7 @@ from provisioning.base import Backend
 from service.app import create_app
 from service.auth.models import Project
 from service.auth.service import create_project, create_token
+from service.capacity import service as capacity
 from service.jobs import service
 from service.jobs.schemas import InstanceReport, JobCreate
 from service.kit.db import session_scope, utcnow
@@ -141,6 +142,27 @@ def test_a_project_at_its_quota_waits_without_holding_up_others(
     assert _state(settings, second)[1]
     _complete(settings, second, 1)
     _drive(reconciler, second)
+
+
+def test_the_line_is_read_on_past_jobs_that_may_be_passed(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The line is read a page at a time, in its order; a page of two, so the job that
+    # decides is on the fourth.
+    monkeypatch.setattr(capacity, "_LINE_PAGE", 2)
+    reconciler = _reconciler(settings)
+    holder = _submit(settings, source_dir, "a-holder", project="team-a")
+    _drive(reconciler, holder)
+    # Held back by their own project's quota: a job of another project may pass them.
+    passable = [_submit(settings, source_dir, f"a-{n}", project="team-a") for n in range(6)]
+    big = _submit(settings, source_dir, "big", project="team-b", instance_count=3)
+    _drive(reconciler, *passable, big)
+    late = _submit(settings, source_dir, "late", project="team-b")
+    _drive(reconciler, late)
+    assert _state(settings, late)[1:] == (
+        False,
+        "Waiting in line for local capacity behind big (3 instances, priority 0)",
+    )
 
 
 def test_stopping_a_queued_job_ends_it_without_instances(

@@ -15,12 +15,14 @@ others, but its own small jobs must not starve its large one either.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, func, or_, select
+from sqlalchemy import ColumnElement, Row, Select, and_, func, not_, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
@@ -136,10 +138,10 @@ def _verdict(
     usage = _usage(held)
     if blocker := _blocker(settings, usage, mine):
         return Admission(False, blocker)
-    # Then the jobs ahead of it in its type's line, few for a job woken near the front:
-    # what they will take comes first.
-    line = sorted([*_waiting_ahead_of(session, mine), mine], key=_place_in_line)
-    for ahead in line:
+    # Then the jobs ahead of it in its type's line, in its order, few for a job woken near
+    # the front: what they will take comes first. The first one that waits for the
+    # type's capacity decides, so a new job behind thousands reads a page of them.
+    for ahead in itertools.chain(_line_ahead_of(session, mine), [mine]):
         blocker = _blocker(settings, usage, ahead)
         if ahead.job_id == mine.job_id:
             return Admission(False, blocker) if blocker else Admission(True)
@@ -287,45 +289,61 @@ def _claim_of(job: TrainingJob | Row[Any]) -> _Claim:
     )
 
 
-def _place_in_line(claim: _Claim) -> tuple[int, datetime, str]:
-    # Higher priority first, then the older (as repository's order of the line).
-    return (-claim.priority, claim.created_at, claim.job_id)
+# Waiting jobs read at a time, in the order of the line.
+_LINE_PAGE = 16
 
 
-def _waiting_ahead_of(session: Session, mine: _Claim) -> list[_Claim]:
-    priority = TrainingJob.priority
-    return _live_claims(
-        session,
-        TrainingJob.admitted_at.is_(None),
-        TrainingJob.spec["instance_type"].as_string() == mine.instance_type,
-        or_(
-            priority > mine.priority,
-            and_(
-                priority == mine.priority,
-                or_(
-                    TrainingJob.created_at < mine.created_at,
-                    and_(TrainingJob.created_at == mine.created_at, TrainingJob.id < mine.job_id),
-                ),
+def _line_ahead_of(session: Session, mine: _Claim) -> Iterator[_Claim]:
+    """The waiting jobs of ``mine``'s type ahead of it, in the order of the line (priority,
+    higher first, then age), a page at a time."""
+    after: _Claim | None = None
+    while True:
+        query = _live_claims_query(
+            TrainingJob.admitted_at.is_(None),
+            TrainingJob.spec["instance_type"].as_string() == mine.instance_type,
+            _ahead_of(mine),
+            *([] if after is None else [not_(_ahead_of(after)), TrainingJob.id != after.job_id]),
+        )
+        order = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
+        rows = session.execute(query.order_by(*order).limit(_LINE_PAGE)).all()
+        for row in rows:
+            after = _claim_of(row)
+            if row.status == Status.IN_PROGRESS:
+                yield after
+        if len(rows) < _LINE_PAGE:
+            return
+
+
+def _ahead_of(claim: _Claim) -> ColumnElement[bool]:
+    """Jobs before ``claim`` in the line: of higher priority, or as high and older."""
+    return or_(
+        TrainingJob.priority > claim.priority,
+        and_(
+            TrainingJob.priority == claim.priority,
+            or_(
+                TrainingJob.created_at < claim.created_at,
+                and_(TrainingJob.created_at == claim.created_at, TrainingJob.id < claim.job_id),
             ),
         ),
     )
 
 
 def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:
-    rows = session.execute(
-        select(
-            TrainingJob.id,
-            TrainingJob.name,
-            TrainingJob.project,
-            TrainingJob.spec,
-            TrainingJob.priority,
-            TrainingJob.created_at,
-            TrainingJob.admitted_at,
-            TrainingJob.status,
-        ).where(TrainingJob.status.in_(sorted(LIVE)), *where)
-    )
     return [
         _claim_of(row)
-        for row in rows
+        for row in session.execute(_live_claims_query(*where))
         if row.admitted_at is not None or row.status == Status.IN_PROGRESS
     ]
+
+
+def _live_claims_query(*where: ColumnElement[bool]) -> Select[Any]:
+    return select(
+        TrainingJob.id,
+        TrainingJob.name,
+        TrainingJob.project,
+        TrainingJob.spec,
+        TrainingJob.priority,
+        TrainingJob.created_at,
+        TrainingJob.admitted_at,
+        TrainingJob.status,
+    ).where(TrainingJob.status.in_(sorted(LIVE)), *where)
