@@ -328,3 +328,29 @@ def test_the_capacity_route_shows_the_line_and_hides_other_projects_jobs(
         for name in (big, theirs, small):
             service.stop(session, settings, name, SERVER_ADMIN, named(session, name).project)
     _drive(reconciler, big, theirs, small)
+
+
+def test_a_long_line_shows_its_front_and_each_job_its_place(
+    settings: Settings, source_dir: Path
+) -> None:
+    reconciler = _reconciler(settings)
+    holder = _submit(settings, source_dir, "holder", instance_count=3)
+    _drive(reconciler, holder)
+    waiting = [_submit(settings, source_dir, f"w-{n}") for n in range(5)]
+    urgent = _submit(settings, source_dir, "urgent", priority=3)
+    theirs = _submit(settings, source_dir, "theirs", project="team-b")
+    with _api(settings, "default") as client:
+        [local] = client.get("/v1/capacity", params={"waiting_limit": 2}).json()["types"]
+        assert [held["name"] for held in local["waiting"]] == ["urgent", waiting[0]]
+        assert local["waiting_count"] == 7
+        places = {
+            name: client.get(f"/v1/training-jobs/{name}/place-in-line").json()
+            for name in (holder, urgent, *waiting)
+        }
+        assert client.get(f"/v1/training-jobs/{theirs}/place-in-line").status_code == 404
+        assert client.get("/v1/capacity", params={"waiting_limit": 1001}).status_code == 422
+    assert places[holder] == {"instance_type": "local", "place": None, "waiting_count": 7}
+    assert [places[name]["place"] for name in (urgent, *waiting)] == [1, 2, 3, 4, 5, 6]
+    with session_scope(settings.database_url) as session:
+        for name in (holder, urgent, theirs, *waiting):
+            service.stop(session, settings, name, SERVER_ADMIN, named(session, name).project)

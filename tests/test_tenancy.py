@@ -45,6 +45,7 @@ def _routes(source_dir: Path) -> list[Route]:
         Route("logs", "GET", f"{job}/logs?project=alpha", VIEWER),
         Route("metrics", "GET", f"{job}/metrics?project=alpha", VIEWER),
         Route("model", "GET", f"{job}/model?project=alpha", VIEWER),
+        Route("place in line", "GET", f"{job}/place-in-line?project=alpha", VIEWER),
         Route("stop", "POST", f"{job}/stop?project=alpha", MEMBER),
         Route(
             "interrupt",

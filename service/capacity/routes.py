@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from service.auth.access import Principal
 from service.auth.deps import CurrentUser
@@ -14,11 +16,19 @@ from service.kit.errors import replies
 router = APIRouter(prefix="/v1/capacity", tags=["capacity"])
 
 
-@router.get("", response_model=CapacityPublic, responses=replies(401, 403))
-def capacity(session: ReadSessionDep, settings: SettingsDep, user: CurrentUser) -> CapacityPublic:
+@router.get("", response_model=CapacityPublic, responses=replies(401, 403, 422))
+def capacity(
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    waiting_limit: Annotated[
+        int, Query(ge=0, le=1000, description="Waiting jobs shown per type, from the front")
+    ] = 100,
+) -> CapacityPublic:
     """Per instance type with live jobs: how many instances are in use of how many, the
-    jobs holding them, and the jobs waiting in the order they would start, with why. Jobs
-    of projects the caller cannot see keep their place in line but not their names."""
+    jobs holding them, and the jobs waiting in the order they would start, with why (the
+    first ``waiting_limit``, and how many wait in all). Jobs of projects the caller cannot
+    see keep their place in line but not their names."""
     return CapacityPublic(
         types=[
             TypeLinePublic(
@@ -27,8 +37,9 @@ def capacity(session: ReadSessionDep, settings: SettingsDep, user: CurrentUser) 
                 in_use=line.in_use,
                 running=[_public(held, user) for held in line.running],
                 waiting=[_public(held, user) for held in line.waiting],
+                waiting_count=line.waiting_count,
             )
-            for line in service.overview(session, settings)
+            for line in service.overview(session, settings, waiting_limit)
         ]
     )
 

@@ -21,8 +21,18 @@ class TypeLinePublic(BaseModel):
     capacity: int | None
     in_use: int
     running: list[HoldingPublic]
+    # The front of the line, in the order the jobs would start (``waiting_limit`` of them).
     waiting: list[HoldingPublic]
+    # Every job waiting in the type's line.
+    waiting_count: int
 
 
 class CapacityPublic(BaseModel):
     types: list[TypeLinePublic]
+
+
+class PlacePublic(BaseModel):
+    instance_type: str
+    # 1 for the next job of the type to start; None for a job not waiting in line.
+    place: int | None
+    waiting_count: int

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, Select, and_, func, not_, or_, select
 from sqlalchemy.orm import Session
 
-from service.jobs.models import TrainingJob
+from service.jobs.models import IN_LINE, LINE_ORDER, TrainingJob
 from service.jobs.states import LIVE, Status
 from service.settings import Settings
 
@@ -35,6 +35,19 @@ ALL_TYPES = "*"
 _ADMISSION_LOCK = 0x52554E59
 # Orders forecasts of new jobs before the wake that follows freed capacity (``forecast``).
 _FORECAST_LOCK = 0x52554E5A
+# Waiting jobs read at a time, in the order of the line.
+_LINE_PAGE = 16
+# What a job asks for or holds (a _Claim).
+_CLAIM_COLUMNS = (
+    TrainingJob.id,
+    TrainingJob.name,
+    TrainingJob.project,
+    TrainingJob.spec,
+    TrainingJob.priority,
+    TrainingJob.created_at,
+    TrainingJob.admitted_at,
+    TrainingJob.status,
+)
 
 
 @dataclass(frozen=True)
@@ -181,41 +194,77 @@ class TypeLine:
     capacity: int | None
     in_use: int
     running: list[Holding]
-    # In the order of the line: priority (higher first), then age.
+    # The front of the line, in its order: priority (higher first), then age.
     waiting: list[Holding]
+    # All the jobs waiting in the type's line.
+    waiting_count: int
 
 
-def overview(session: Session, settings: Settings) -> list[TypeLine]:
-    """Per instance type with live jobs: what holds instances, and what waits in line."""
-    claims = _live_claims(session)
-    rows = session.execute(
-        select(TrainingJob.id, TrainingJob.pending_reason).where(
-            TrainingJob.id.in_([claim.job_id for claim in claims])
-        )
-    )
-    reasons = {row.id: row.pending_reason for row in rows}
-    usage = _usage(claims)
+@dataclass(frozen=True)
+class Place:
+    """A job's place in its type's line."""
+
+    instance_type: str
+    # 1 for the next job to start; None for a job not waiting in line.
+    place: int | None
+    waiting_count: int
+
+
+def overview(session: Session, settings: Settings, waiting_shown: int) -> list[TypeLine]:
+    """Per instance type with live jobs: what holds instances, and the first
+    ``waiting_shown`` jobs of its line (a line may be thousands long)."""
+    held = _live_claims(session, TrainingJob.admitted_at.is_not(None))
+    usage = _usage(held)
+    # Grouped in a subquery: PostgreSQL would not match the path bound twice.
+    in_line = select(_instance_type().label("kind")).where(IN_LINE).subquery()
+    grouped = select(in_line.c.kind, func.count()).group_by(in_line.c.kind)
+    counts: dict[str, int] = {row[0]: row[1] for row in session.execute(grouped)}
     lines = []
-    for kind in sorted({claim.instance_type for claim in claims}):
-        mine = sorted(
-            (claim for claim in claims if claim.instance_type == kind),
-            key=lambda claim: (-claim.priority, claim.created_at, claim.job_id),
+    for kind in sorted({claim.instance_type for claim in held} | counts.keys()):
+        running = sorted(
+            (claim for claim in held if claim.instance_type == kind), key=_place_in_line
         )
-
-        def holding(claim: _Claim) -> Holding:
-            reason = None if claim.admitted else reasons.get(claim.job_id) or "Not decided yet"
-            return Holding(claim.name, claim.project, claim.count, claim.priority, reason)
-
+        front = session.execute(
+            select(*_CLAIM_COLUMNS, TrainingJob.pending_reason)
+            .where(IN_LINE, _instance_type() == kind)
+            .order_by(*LINE_ORDER)
+            .limit(waiting_shown)
+        )
         lines.append(
             TypeLine(
                 instance_type=kind,
                 capacity=settings.capacity.get(kind),
                 in_use=usage.by_type[kind],
-                running=[holding(claim) for claim in mine if claim.admitted],
-                waiting=[holding(claim) for claim in mine if not claim.admitted],
+                running=[_holding(claim, None) for claim in running],
+                waiting=[
+                    _holding(_claim_of(row), row.pending_reason or "Not decided yet")
+                    for row in front
+                ],
+                waiting_count=counts.get(kind, 0),
             )
         )
     return lines
+
+
+def place_in_line(session: Session, job: TrainingJob) -> Place:
+    """Where ``job`` stands in its type's line: two counts, for a page that shows one job."""
+    mine = _claim_of(job)
+    of_type = select(func.count()).where(IN_LINE, _instance_type() == mine.instance_type)
+    waiting = session.scalar(of_type) or 0
+    in_line = (
+        job.status == Status.IN_PROGRESS and job.restart_cause is None and job.admitted_at is None
+    )
+    place = (session.scalar(of_type.where(_ahead_of(mine))) or 0) + 1 if in_line else None
+    return Place(mine.instance_type, place, waiting)
+
+
+def _instance_type() -> ColumnElement[str]:
+    kind: ColumnElement[str] = TrainingJob.spec["instance_type"].as_string()
+    return kind
+
+
+def _holding(claim: _Claim, reason: str | None) -> Holding:
+    return Holding(claim.name, claim.project, claim.count, claim.priority, reason)
 
 
 def _lock_admission(session: Session) -> None:
@@ -289,10 +338,6 @@ def _claim_of(job: TrainingJob | Row[Any]) -> _Claim:
     )
 
 
-# Waiting jobs read at a time, in the order of the line.
-_LINE_PAGE = 16
-
-
 def _line_ahead_of(session: Session, mine: _Claim) -> Iterator[_Claim]:
     """The waiting jobs of ``mine``'s type ahead of it, in the order of the line (priority,
     higher first, then age), a page at a time."""
@@ -300,12 +345,11 @@ def _line_ahead_of(session: Session, mine: _Claim) -> Iterator[_Claim]:
     while True:
         query = _live_claims_query(
             TrainingJob.admitted_at.is_(None),
-            TrainingJob.spec["instance_type"].as_string() == mine.instance_type,
+            _instance_type() == mine.instance_type,
             _ahead_of(mine),
             *([] if after is None else [not_(_ahead_of(after)), TrainingJob.id != after.job_id]),
         )
-        order = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
-        rows = session.execute(query.order_by(*order).limit(_LINE_PAGE)).all()
+        rows = session.execute(query.order_by(*LINE_ORDER).limit(_LINE_PAGE)).all()
         for row in rows:
             after = _claim_of(row)
             if row.status == Status.IN_PROGRESS:
@@ -337,13 +381,8 @@ def _live_claims(session: Session, *where: ColumnElement[bool]) -> list[_Claim]:
 
 
 def _live_claims_query(*where: ColumnElement[bool]) -> Select[Any]:
-    return select(
-        TrainingJob.id,
-        TrainingJob.name,
-        TrainingJob.project,
-        TrainingJob.spec,
-        TrainingJob.priority,
-        TrainingJob.created_at,
-        TrainingJob.admitted_at,
-        TrainingJob.status,
-    ).where(TrainingJob.status.in_(sorted(LIVE)), *where)
+    return select(*_CLAIM_COLUMNS).where(TrainingJob.status.in_(sorted(LIVE)), *where)
+
+
+def _place_in_line(claim: _Claim) -> tuple[int, datetime, str]:
+    return (-claim.priority, claim.created_at, claim.job_id)

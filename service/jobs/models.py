@@ -156,13 +156,13 @@ IN_LINE = and_(
     TrainingJob.restart_cause.is_(None),
     TrainingJob.admitted_at.is_(None),
 )
-# The line in its order, priority (higher first) then age: its front is read each time
-# capacity frees and at each sweep, whatever the number of jobs waiting.
+# The order of the line: priority (higher first), then age.
+LINE_ORDER = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
+# The line in its order: its front is read each time capacity frees and at each sweep,
+# whatever the number of jobs waiting.
 Index(
     "ix_training_jobs_line",
-    TrainingJob.priority.desc(),
-    TrainingJob.created_at,
-    TrainingJob.id,
+    *LINE_ORDER,
     postgresql_where=IN_LINE,
     sqlite_where=IN_LINE,
 )

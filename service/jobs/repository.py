@@ -18,7 +18,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, selectinload
 
-from service.jobs.models import IN_LINE, JobInstance, JobLease, JobTransition, TrainingJob
+from service.jobs.models import (
+    IN_LINE,
+    LINE_ORDER,
+    JobInstance,
+    JobLease,
+    JobTransition,
+    TrainingJob,
+)
 from service.jobs.states import LIVE, TERMINAL, Secondary, Status
 from service.kit.db import UTCDateTime, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
@@ -116,11 +123,6 @@ def _live() -> ColumnElement[bool]:
     return TrainingJob.status.in_(sorted(LIVE))
 
 
-# The order of the line for capacity: priority (higher first), then age (the order of
-# its index, models.ix_training_jobs_line).
-_LINE_ORDER = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
-
-
 def _in_line() -> ColumnElement[bool]:
     """A live job waiting for capacity (the reconciler's Stage.QUEUED): nothing happens
     to it until capacity frees, so nothing need look at it until then. As the line's
@@ -152,7 +154,7 @@ def sweep_job_ids(
         leased.where(_running(), _not_swept_since(now - timedelta(seconds=running_every)))
     )
     stale = _not_swept_since(now - timedelta(seconds=waiting_every))
-    front = select(TrainingJob.id).where(_in_line()).order_by(*_LINE_ORDER).limit(heads)
+    front = select(TrainingJob.id).where(_in_line()).order_by(*LINE_ORDER).limit(heads)
     first = session.scalars(leased.where(TrainingJob.id.in_(front.scalar_subquery()), stale))
     spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
     timed = session.scalars(
@@ -183,7 +185,7 @@ def _running() -> ColumnElement[bool]:
 def first_in_line(session: Session, count: int) -> list[str]:
     """The jobs waiting for capacity that would be admitted first (by priority, then age),
     to wake when capacity frees."""
-    query = select(TrainingJob.id).where(_in_line()).order_by(*_LINE_ORDER).limit(count)
+    query = select(TrainingJob.id).where(_in_line()).order_by(*LINE_ORDER).limit(count)
     return list(session.scalars(query))
 
 

@@ -10,6 +10,8 @@ from contract import storage
 from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.auth.schemas import NAME_PATTERN
+from service.capacity import service as capacity
+from service.capacity.schemas import PlacePublic
 from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
@@ -105,6 +107,17 @@ def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
     return to_public(service.get(session, name, user, project))
+
+
+@router.get("/{name}/place-in-line", response_model=PlacePublic, responses=replies(401, 404, 422))
+def place_in_line(
+    name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
+) -> PlacePublic:
+    """Where the job stands in the line for its instance type: 1 starts next."""
+    place = capacity.place_in_line(session, service.get(session, name, user, project))
+    return PlacePublic(
+        instance_type=place.instance_type, place=place.place, waiting_count=place.waiting_count
+    )
 
 
 @router.get(

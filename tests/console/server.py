@@ -161,10 +161,20 @@ def _behind_prefix(app: ASGIApp) -> ASGIApp:
     return prefixed
 
 
+QUEUED_TYPE = "ml.m5.large"
+
+
 def console_server(root: Path) -> ConsoleServer:
     """A server whose home, database and source live under ``root``; call start()."""
     source = root / "src"
     source.mkdir(parents=True)
     (source / "train.py").write_text("print('hello')\n")
-    settings = make_settings(root / "home", f"sqlite:///{root / 'runyard.db'}")
+    settings = make_settings(
+        root / "home",
+        f"sqlite:///{root / 'runyard.db'}",
+        # A type with room for one job, for the tests of the line (none is admitted here,
+        # where no worker runs: the first fits, the others wait behind it).
+        backends={"local": "local", "local_gpu": "local", QUEUED_TYPE: "local"},
+        capacity={QUEUED_TYPE: 1},
+    )
     return ConsoleServer(settings, source)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.console.server import LOSS, ConsoleServer
+from tests.console.server import LOSS, QUEUED_TYPE, ConsoleServer
 
 SignIn = Callable[[str], Page]
 
@@ -214,6 +214,20 @@ def test_capacity_lists_each_instance_types_jobs(
 ) -> None:
     server.submit("holding-capacity")
     sign_in("alpha member")
-    page.get_by_role("link", name="Capacity").click()
+    page.get_by_role("link", name="Capacity", exact=True).click()
     line = page.get_by_role("region", name="Instance type local")
     expect(line.get_by_role("link", name="holding-capacity")).to_be_visible()
+
+
+def test_a_waiting_job_shows_its_place_in_line(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    for name in ("line-first", "line-second", "line-third"):
+        server.submit(name, instance_type=QUEUED_TYPE)
+    sign_in("alpha member")
+    page.get_by_role("link", name="Capacity", exact=True).click()
+    line = page.get_by_role("region", name=f"Instance type {QUEUED_TYPE}")
+    expect(line.get_by_role("heading", name="Waiting, in order (3 jobs)")).to_be_visible()
+    line.get_by_role("link", name="line-third").click()
+    expect(page.get_by_role("heading", name="Job line-third")).to_be_visible()
+    expect(page.get_by_text(f"3 of 3 waiting for {QUEUED_TYPE}")).to_be_visible()

@@ -24,10 +24,15 @@
           el("li", {}, who(held),
             ` — ${held.instance_count} instance(s), priority ${held.priority}: ${held.reason}`)))
       : el("p", { class: "muted", text: "Nothing waiting." });
+    // A long line shows its front; the count says how long it is.
+    const more = line.waiting_count - line.waiting.length;
+    const rest = more > 0
+      ? el("p", { class: "muted", text: `… and ${more} more behind them.` })
+      : "";
     return el("section", { class: "type-line", "aria-label": `Instance type ${line.instance_type}` },
       el("h2", { text: line.instance_type }),
       el("h3", { text: `Running (${line.in_use} of ${limit} instances in use)` }), running,
-      el("h3", { text: `Waiting, in order (${line.waiting.length} jobs)` }), waiting);
+      el("h3", { text: `Waiting, in order (${line.waiting_count} jobs)` }), waiting, rest);
   }
 
   Runyard.every(5, async () => {

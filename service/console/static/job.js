@@ -103,11 +103,10 @@
 
   async function placeInLine() {
     if (!job.pending_reason) return null;
-    const line = (await Runyard.lines()).get(job.spec.instance_type);
-    const index = line
-      ? line.waiting.findIndex((j) => j.name === job.name && j.project === job.project)
-      : -1;
-    return index < 0 ? null : `${index + 1} of ${line.waiting.length} waiting for ${job.spec.instance_type}`;
+    const line = await Runyard.api("GET", `${jobPath}/place-in-line`, { query: { project } });
+    return line.place === null
+      ? null
+      : `${line.place} of ${line.waiting_count} waiting for ${line.instance_type}`;
   }
 
   async function load() {
