@@ -251,6 +251,7 @@ def place_in_line(session: Session, job: TrainingJob) -> Place:
     mine = _claim_of(job)
     of_type = select(func.count()).where(IN_LINE, _instance_type() == mine.instance_type)
     waiting = session.scalar(of_type) or 0
+    # IN_LINE, of the row at hand.
     in_line = (
         job.status == Status.IN_PROGRESS and job.restart_cause is None and job.admitted_at is None
     )
@@ -385,4 +386,5 @@ def _live_claims_query(*where: ColumnElement[bool]) -> Select[Any]:
 
 
 def _place_in_line(claim: _Claim) -> tuple[int, datetime, str]:
+    # As LINE_ORDER: higher priority first, then the older.
     return (-claim.priority, claim.created_at, claim.job_id)
