@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -69,6 +70,20 @@ def test_jobs_and_tokens_from_before_projects_move_to_the_default_project(
     assert projects == ["default"]
 
 
+@contextlib.contextmanager
+def _database_at(engine: str, tmp_path: Path, revision: str) -> Iterator[str]:
+    """A database of ``engine`` ("sqlite" or "postgres") migrated up to ``revision``."""
+    with contextlib.ExitStack() as stack:
+        url = (
+            f"sqlite:///{tmp_path / 'old.db'}"
+            if engine == "sqlite"
+            else stack.enter_context(empty_postgres_database())
+        )
+        upgrade(url, revision)
+        yield url
+        get_engine(url).dispose()
+
+
 def _insert_job(connection: Connection, job_id: str, spec: dict[str, object], status: str) -> None:
     """A job as a server of the revisions after 0011 wrote it (no later columns)."""
     connection.execute(
@@ -91,13 +106,7 @@ def _insert_job(connection: Connection, job_id: str, spec: dict[str, object], st
 
 @pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path: Path) -> None:
-    with contextlib.ExitStack() as stack:
-        url = (
-            f"sqlite:///{tmp_path / 'old.db'}"
-            if engine == "sqlite"
-            else stack.enter_context(empty_postgres_database())
-        )
-        upgrade(url, "0012")
+    with _database_at(engine, tmp_path, "0012") as url:
         with get_engine(url).begin() as connection:
             _insert_job(connection, "j1", {}, "Completed")
             # As each database holds what SQLAlchemy wrote: 12:00:10, 12:00:50, 12:01:05.
@@ -117,7 +126,6 @@ def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path
         with session_scope(url, readonly=True) as session:
             rows = session.scalars(select(MetricRollup).order_by(MetricRollup.minute)).all()
             summed = [(row.minute, row.count, row.total, row.low, row.high) for row in rows]
-        get_engine(url).dispose()
     noon = datetime(2026, 6, 1, 12, tzinfo=UTC)
     assert summed == [
         (noon, 2, 4.0, 1.0, 3.0),
@@ -129,13 +137,7 @@ def test_points_stored_before_rollups_are_summed_into_them(engine: str, tmp_path
 def test_jobs_waiting_before_the_priority_column_keep_their_place(
     engine: str, tmp_path: Path
 ) -> None:
-    with contextlib.ExitStack() as stack:
-        url = (
-            f"sqlite:///{tmp_path / 'old.db'}"
-            if engine == "sqlite"
-            else stack.enter_context(empty_postgres_database())
-        )
-        upgrade(url, "0013")
+    with _database_at(engine, tmp_path, "0013") as url:
         with get_engine(url).begin() as connection:
             _insert_job(connection, "j1", {"priority": -3}, "InProgress")
             _insert_job(connection, "j2", {}, "InProgress")
@@ -146,6 +148,5 @@ def test_jobs_waiting_before_the_priority_column_keep_their_place(
         with session_scope(url, readonly=True) as session:
             priorities = dict(session.execute(select(TrainingJob.id, TrainingJob.priority)).all())
             line = repository.first_in_line(session, 10)
-        get_engine(url).dispose()
     assert priorities == {"j1": -3, "j2": 0, "j3": 7, "j4": 9, "j5": 0}
     assert line == ["j3", "j2", "j5", "j1"]
