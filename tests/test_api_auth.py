@@ -42,8 +42,8 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
     # interruption), sources, tokens (mint, list, revoke), projects (create, list), me,
-    # capacity, model download, the caller's AWS credentials.
-    assert len(routes) == 19, routes
+    # capacity, a job's place in line, model download, the caller's AWS credentials.
+    assert len(routes) == 20, routes
 
 
 @pytest.mark.parametrize(
