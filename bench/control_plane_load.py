@@ -4,16 +4,18 @@ list latency with many jobs stored, and how long stopping them all takes.
 Point it at any Runyard (``--url``/``--token``, or RUNYARD_URL and RUNYARD_TOKEN, or the
 server RUNYARD_HOME names), or leave both out to start a throwaway `runyard server` on its
 embedded defaults (``--database-url``/``--broker-url`` to start it on PostgreSQL and
-Redis instead). The jobs queue behind capacity: they ask for more instances of their type
-than the capacity given to the throwaway server, or use ``--instance-type`` of a type your
-deployment has no room for, so nothing runs and only the control plane is measured.
+Redis instead). The jobs queue behind capacity: the throwaway server has room for one
+job of the type, so the first runs (a script that sleeps) and the rest wait in line; on
+your deployment use ``--instance-type`` of a type with little room.
 
     .venv/bin/python bench/control_plane_load.py [--jobs 500] [--clients 8]
         [--url URL --token TOKEN | --database-url postgresql://... --broker-url redis://...]
-        [--instance-type local] [--source-uri URI] [--keep]
+        [--instance-type local] [--source-uri URI] [--admissions 3] [--keep]
 
 Prints creations/s with p50/p95/p99/max latency, describe and list p50/p99 over the stored
-jobs, and the seconds from the first stop request until every job is Stopped.
+jobs, how long the first job in line takes to launch once the job holding the capacity is
+stopped (``--admissions`` times), and the seconds from the first stop request until every
+job is Stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,12 @@ def main() -> None:
     parser.add_argument("--source-uri", help="the jobs' code (default: a small uploaded tarball)")
     parser.add_argument("--keep", action="store_true", help="leave the jobs running (no stop)")
     parser.add_argument(
+        "--admissions",
+        type=int,
+        default=3,
+        help="times to stop the job holding the capacity and time the next one's start",
+    )
+    parser.add_argument(
         "--api-workers", type=int, default=1, help="API processes of the throwaway server"
     )
     args = parser.parse_args()
@@ -77,6 +86,7 @@ def main() -> None:
         # On one machine the clients take their share of its CPU from the server's.
         print(f"  (and this bench's clients {clients_cpu / args.jobs * 1000:.1f} ms)")
         _read_latencies(url, token, run)
+        _time_admissions(url, token, args.instance_type, args.admissions)
         if not args.keep:
             before = _cpu_seconds(pid)
             _stop_all(url, token, created.names, args.clients)
@@ -273,6 +283,57 @@ def _read_latencies(url: str, token: str, run: str) -> None:
                 f"{label:<16} p50 {_ms(_quantile(latencies, 0.5))}  "
                 f"p99 {_ms(_quantile(latencies, 0.99))}  (first page: {total} jobs)"
             )
+
+
+def _time_admissions(url: str, token: str, instance_type: str, rounds: int) -> None:
+    """Stop the job holding the instance type's capacity, ``rounds`` times, and print how
+    long the first job in line took to launch: after the stop was asked, and after the
+    stopped job was Stopped (the two jobs' transitions, as the server timed them)."""
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as http:
+        for _ in range(rounds):
+            lines = {line["instance_type"]: line for line in _get(http, "/v1/capacity")["types"]}
+            line = lines.get(instance_type)
+            if line is None or not line["running"] or not line["waiting"]:
+                print("admission: no job holds capacity with another waiting; nothing timed")
+                return
+            holder, first = line["running"][0]["name"], line["waiting"][0]["name"]
+            if holder is None or first is None:
+                print("admission: the jobs in the way are another project's; nothing timed")
+                return
+            asked = time.perf_counter()
+            http.post(f"/v1/training-jobs/{holder}/stop").raise_for_status()
+            while True:
+                started = _get(http, f"/v1/training-jobs/{first}")
+                if started["secondary_status"] not in ("Starting", "Pending"):
+                    break
+                if time.perf_counter() - asked > STOP_DEADLINE:
+                    print(f"admission: {first} did not start within {STOP_DEADLINE:.0f} s")
+                    return
+                time.sleep(0.02)
+            took = time.perf_counter() - asked
+            launched = _first_transition(started, "LaunchingInstances")
+            stopped = _first_transition(_get(http, f"/v1/training-jobs/{holder}"), "Stopped")
+            after_stopped = (
+                f", {(launched - stopped).total_seconds():.2f} s after it was Stopped"
+                if launched and stopped
+                else ""
+            )
+            print(f"admission: the next job launched {took:.2f} s after the stop{after_stopped}")
+
+
+def _get(http: httpx.Client, path: str) -> Any:
+    response = http.get(path)
+    response.raise_for_status()
+    return response.json()
+
+
+def _first_transition(job: dict[str, Any], secondary: str) -> datetime | None:
+    for transition in job["transitions"]:
+        if transition["secondary_status"] == secondary:
+            return datetime.fromisoformat(transition["start_time"])
+    return None
 
 
 def _stop_all(url: str, token: str, names: list[str], clients: int) -> None:
