@@ -123,13 +123,6 @@ def _live() -> ColumnElement[bool]:
     return TrainingJob.status.in_(sorted(LIVE))
 
 
-def _in_line() -> ColumnElement[bool]:
-    """A live job waiting for capacity (the reconciler's Stage.QUEUED): nothing happens
-    to it until capacity frees, so nothing need look at it until then. As the line's
-    index is partial to these, its front is read from there."""
-    return IN_LINE
-
-
 def sweep_job_ids(
     session: Session, *, running_every: float, waiting_every: float, heads: int, batch: int
 ) -> list[str]:
@@ -147,18 +140,18 @@ def sweep_job_ids(
     So a sweep's cost is bounded by what can change, whatever the number of live jobs."""
     now = utcnow()
     urgent = list(
-        session.scalars(select(TrainingJob.id).where(_live(), not_(_in_line()), not_(_running())))
+        session.scalars(select(TrainingJob.id).where(_live(), not_(IN_LINE), not_(_running())))
     )
     leased = select(TrainingJob.id).join(JobLease, JobLease.job_id == TrainingJob.id)
     running = session.scalars(
         leased.where(_running(), _not_swept_since(now - timedelta(seconds=running_every)))
     )
     stale = _not_swept_since(now - timedelta(seconds=waiting_every))
-    front = select(TrainingJob.id).where(_in_line()).order_by(*LINE_ORDER).limit(heads)
+    front = select(TrainingJob.id).where(IN_LINE).order_by(*LINE_ORDER).limit(heads)
     first = session.scalars(leased.where(TrainingJob.id.in_(front.scalar_subquery()), stale))
     spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
     timed = session.scalars(
-        leased.where(_in_line(), stale, spot)
+        leased.where(IN_LINE, stale, spot)
         .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)
         .limit(batch)
     )
@@ -185,7 +178,7 @@ def _running() -> ColumnElement[bool]:
 def first_in_line(session: Session, count: int) -> list[str]:
     """The jobs waiting for capacity that would be admitted first (by priority, then age),
     to wake when capacity frees."""
-    query = select(TrainingJob.id).where(_in_line()).order_by(*LINE_ORDER).limit(count)
+    query = select(TrainingJob.id).where(IN_LINE).order_by(*LINE_ORDER).limit(count)
     return list(session.scalars(query))
 
 
