@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from service.auth.deps import admit
+from service.auth.principal_cache import PrincipalCache
 from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
 from service.capacity.routes import router as capacity_router
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs",
     )
     app.state.settings = settings or get_settings()
+    app.state.principals = PrincipalCache(app.state.settings.token_cache_seconds)
     install_error_handler(app, admit)
     for router in ROUTERS:
         app.include_router(router)

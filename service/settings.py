@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # API processes serving one port (the kernel spreads connections between them): a
     # process answers from one core, so a many-core server needs several for its peak.
     api_workers: int = Field(default=1, ge=1, le=64)
+    # How long an API process remembers who holds a bearer token (0: it reads the token
+    # for every request). A token revoked through one API process is refused by it at
+    # once, and by the other replicas of the deployment within this many seconds.
+    token_cache_seconds: float = Field(default=1.0, ge=0, le=60)
 
     # Instance types each backend serves; a job's backend is looked up here unless it
     # names one: local, kubernetes or ec2.

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 
-from service.auth import sessions
+from service.auth import sessions, tokens
 from service.auth.access import Principal
+from service.auth.principal_cache import PrincipalCache
 from service.auth.service import (
     authenticate,
     authenticate_console_session,
@@ -27,15 +29,43 @@ _bearer = HTTPBearer(auto_error=False)
 _cookie = APIKeyCookie(name=sessions.COOKIE, auto_error=False)
 
 
-def get_principal(
+async def get_principal(
     request: Request,
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     cookie: Annotated[str | None, Depends(_cookie)],
 ) -> Principal:
-    principal = identify(request, settings, credentials, cookie)
+    # Async: a token's holder read a moment ago needs no database, so no hand-off to the
+    # thread pool (see service.kit.deps); only a read goes there.
+    principal = _remembered(request, credentials)
+    if principal is None:
+        principal = await run_in_threadpool(identify, request, settings, credentials, cookie)
     request.state.principal = principal
     return principal
+
+
+def _bearer_token(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    if credentials is not None and credentials.scheme.lower() == "bearer":
+        return credentials.credentials
+    return None
+
+
+def _principals(request: Request) -> PrincipalCache:
+    cache: PrincipalCache = request.app.state.principals
+    return cache
+
+
+def _remembered(
+    request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> Principal | None:
+    """The holder of the request's bearer token, as this process read it a moment ago
+    (see service.auth.principal_cache); None when it must be read."""
+    token = _bearer_token(credentials)
+    if token is None:
+        return None
+    principal = _principals(request).get(tokens.hash_token(token))
+    # A use that is due to be recorded goes to the database anyway.
+    return None if principal is None or needs_touch(principal) else principal
 
 
 def identify(
@@ -45,11 +75,14 @@ def identify(
     cookie: str | None,
 ) -> Principal:
     key = settings.signing_key()
+    token = _bearer_token(credentials)
+    principals = _principals(request)
+    generation = principals.generation
     # A short read of its own: the request's transaction starts only when the route
     # needs it, so an upload streaming in holds no database lock.
     with autocommit_reads(settings.database_url) as db:
-        if credentials is not None and credentials.scheme.lower() == "bearer":
-            principal = authenticate(db, key, credentials.credentials)
+        if token is not None:
+            principal = authenticate(db, key, token)
             if principal is None:
                 raise Unauthorized("invalid or revoked token")
         elif cookie is not None:
@@ -69,7 +102,9 @@ def identify(
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
     if principal.token_id is not None and needs_touch(principal):
         with session_scope(settings.database_url) as db:
-            touch(db, principal.token_id)
+            principal = touch(db, principal)
+    if token is not None and principal.kind == "user":
+        principals.remember(tokens.hash_token(token), principal, generation)
     return principal
 
 

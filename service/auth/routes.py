@@ -19,6 +19,7 @@ from service.auth.schemas import (
     TokenPublic,
     TokensPage,
 )
+from service.kit.db import after_commit
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import Forbidden, Unauthorized, replies
 
@@ -63,10 +64,17 @@ def list_tokens(session: ReadSessionDep, user: CurrentUser) -> TokensPage:
 
 @router.delete("/{name}", status_code=204, responses=replies(401, 403, 404, 422))
 def revoke_token(
-    name: str, session: SessionDep, user: CurrentUser, project: str | None = None
+    name: str,
+    request: Request,
+    session: SessionDep,
+    user: CurrentUser,
+    project: str | None = None,
 ) -> None:
-    """Revoke a token at once: its requests and console sessions are refused from now."""
+    """Revoke a token at once: its requests and console sessions are refused from now (by
+    other API replicas of the deployment within RUNYARD_TOKEN_CACHE_SECONDS)."""
     service.revoke_token(session, user, user.project_in_sight(project), name)
+    # Which token hash the name had is not known here: forget every holder.
+    after_commit(session, request.app.state.principals.forget_all)
 
 
 @projects_router.post(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -183,9 +184,13 @@ def needs_touch(principal: Principal) -> bool:
     return principal.token_id is not None and (last is None or last < utcnow() - TOUCH_EVERY)
 
 
-def touch(session: Session, token_id: int) -> None:
-    """Note that the token was used now."""
-    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
+def touch(session: Session, principal: Principal) -> Principal:
+    """Note that the principal's token was used now; the principal as it now stands."""
+    now = utcnow()
+    session.execute(
+        update(ApiToken).where(ApiToken.id == principal.token_id).values(last_used_at=now)
+    )
+    return dataclasses.replace(principal, last_used_at=now)
 
 
 def ensure_admin_token(session: Session, token_file: Path, configured: str | None = None) -> str:
