@@ -68,7 +68,7 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     import uvicorn
 
     from runyard.nodelay import NoDelayHttpToolsProtocol
-    from service.app import create_app
+    from service.app import create_app_to_serve
 
     url = _client_url(host, port)
     server_file = settings.home / "server.json"
@@ -89,13 +89,16 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     }
     try:
         if settings.api_workers == 1:
-            uvicorn.run(create_app(settings), **options)
+            uvicorn.run(create_app_to_serve(settings), **options)
         else:
             # Each process builds its app from the environment, as a replica would; the
             # URL instances report to is the one thing only this process knew.
             os.environ[variables.PUBLIC_URL] = settings.public_url
             uvicorn.run(
-                "service.app:create_app", factory=True, workers=settings.api_workers, **options
+                "service.app:create_app_to_serve",
+                factory=True,
+                workers=settings.api_workers,
+                **options,
             )
     finally:
         serving.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from fastapi import FastAPI
 
 from service.auth.deps import admit
@@ -61,4 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    return app
+
+
+def create_app_to_serve(settings: Settings | None = None) -> FastAPI:
+    """The app for a process that serves it until it ends (``runyard server``, ``runyard
+    api``). What exists once it is built (modules, routes, models: most of the process's
+    objects) lives as long as the process, so the garbage collector is told to leave it
+    out of its passes: a full pass over it held every request up to 190 ms under load."""
+    app = create_app(settings)
+    gc.freeze()
     return app
