@@ -21,6 +21,7 @@ job is Stopped.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -35,6 +36,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from _server import server_and_home
@@ -221,6 +223,34 @@ def _upload_source(http: httpx.Client) -> str:
     return str(response.json()["source_uri"])
 
 
+class _Poster:
+    """POSTs JSON over one kept-alive connection with the standard library's client: a
+    tenth of httpx's CPU per request, which on the server's own machine is taken from the
+    server (httpx cost the clients 1 ms a create)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        parts = urlsplit(url)
+        kind = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        self._connection = kind(parts.netloc, timeout=60)
+        self._prefix = parts.path.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def __enter__(self) -> _Poster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._connection.close()
+
+    def __call__(self, path: str, body: dict[str, Any]) -> tuple[int, str]:
+        self._connection.request(
+            "POST", self._prefix + path, json.dumps(body).encode(), self._headers
+        )
+        response = self._connection.getresponse()
+        return response.status, response.read().decode(errors="replace")
+
+
 class _Created:
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -234,9 +264,7 @@ def _create_all(url: str, token: str, run: str, source: str, args: argparse.Name
     per_client = [range(i, args.jobs, args.clients) for i in range(args.clients)]
 
     def client_loop(numbers: range) -> None:
-        with httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as http:
+        with _Poster(url, token) as post:
             for number in numbers:
                 name = f"{run}-{number}"
                 spec = {
@@ -247,10 +275,10 @@ def _create_all(url: str, token: str, run: str, source: str, args: argparse.Name
                     "instance_count": 1,
                 }
                 started = time.perf_counter()
-                response = http.post("/v1/training-jobs", json=spec)
+                status, text = post("/v1/training-jobs", spec)
                 took = time.perf_counter() - started
-                if response.status_code != 201:
-                    raise RuntimeError(f"{name}: {response.status_code} {response.text[:300]}")
+                if status != 201:
+                    raise RuntimeError(f"{name}: {status} {text[:300]}")
                 with created.lock:
                     created.names.append(name)
                     created.latencies.append(took)
