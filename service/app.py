@@ -13,6 +13,7 @@ from service.auth.routes import router as tokens_router
 from service.capacity.routes import router as capacity_router
 from service.console import routes as console
 from service.jobs.routes import router as jobs_router
+from service.jobs.submissions import Submissions
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings or get_settings()
     app.state.principals = PrincipalCache(app.state.settings.token_cache_seconds)
+    app.state.submissions = Submissions(app.state.settings)
     install_error_handler(app, admit)
     for router in ROUTERS:
         app.include_router(router)

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, Select, and_, func, not_, or_, select
 from sqlalchemy.orm import Session
 
-from service.jobs.models import IN_LINE, LINE_ORDER, TrainingJob
+from service.jobs.models import HELD, IN_LINE, LINE_ORDER, TrainingJob
 from service.jobs.states import LIVE, Status
 from service.settings import Settings
 
@@ -112,19 +112,23 @@ def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     return _verdict(session, settings, job)
 
 
-def forecast(session: Session, settings: Settings, job: TrainingJob) -> Admission:
-    """For a job about to be stored, in the transaction that stores it: whether it will
+def forecast(session: Session, settings: Settings, jobs: list[TrainingJob]) -> list[Admission]:
+    """For jobs about to be stored, in the transaction that stores them: whether each will
     have to wait in line, and why. Only ``decide`` admits; a job this finds waiting is
     stored waiting and left for what frees capacity to wake (``wake_after_forecasts``), so
-    thousands of queued jobs cost the worker nothing until their turn nears.
+    thousands of queued jobs cost the worker nothing until their turn nears. Jobs stored
+    together are judged as if each were submitted alone, at the same moment.
 
     Submissions do not wait for each other here (the lock is shared), but what wakes the
     line after capacity frees waits for every forecast in flight to commit: a job found
     waiting by a forecast that read just before the capacity freed is then in the line it
     reads."""
+    if not jobs:
+        return []
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.pg_advisory_xact_lock_shared(_FORECAST_LOCK)))
-    return _verdict(session, settings, job, new=_claim_of(job))
+    held = _live_claims(session, HELD)
+    return [_verdict(session, settings, job, new=_claim_of(job), held=held) for job in jobs]
 
 
 def wake_after_forecasts(session: Session) -> None:
@@ -136,12 +140,18 @@ def wake_after_forecasts(session: Session) -> None:
 
 
 def _verdict(
-    session: Session, settings: Settings, job: TrainingJob, new: _Claim | None = None
+    session: Session,
+    settings: Settings,
+    job: TrainingJob,
+    new: _Claim | None = None,
+    held: list[_Claim] | None = None,
 ) -> Admission:
-    """``new``: the claim of a job not stored yet (which is then not read back)."""
+    """``new``: the claim of a job not stored yet (which is then not read back); ``held``:
+    the claims of the admitted jobs, when already read in this transaction."""
     # First what is held, a few rows: a job that would not fit even first in line waits,
     # and the line (every waiting job, thousands under load) need not be read at all.
-    held = _live_claims(session, TrainingJob.admitted_at.is_not(None))
+    if held is None:
+        held = _live_claims(session, HELD)
     own = [new] if new is not None else _live_claims(session, TrainingJob.id == job.id)
     if not own:
         return Admission(False, "the job has ended")
@@ -213,7 +223,7 @@ class Place:
 def overview(session: Session, settings: Settings, waiting_shown: int) -> list[TypeLine]:
     """Per instance type with live jobs: what holds instances, and the first
     ``waiting_shown`` jobs of its line (a line may be thousands long)."""
-    held = _live_claims(session, TrainingJob.admitted_at.is_not(None))
+    held = _live_claims(session, HELD)
     usage = _usage(held)
     # Grouped in a subquery: PostgreSQL would not match the path bound twice.
     in_line = select(_instance_type().label("kind")).where(IN_LINE).subquery()

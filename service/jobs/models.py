@@ -166,6 +166,12 @@ Index(
     postgresql_where=IN_LINE,
     sqlite_where=IN_LINE,
 )
+# The jobs admitted, holding instances (a few): every job submitted reads them to see
+# whether it must wait. A partial index keeps that read to them whatever the number
+# waiting, even where the planner's statistics are stale (10,000 jobs waiting were read
+# and filtered out, 2.5 ms, until the table had been analyzed).
+HELD = TrainingJob.admitted_at.is_not(None)
+Index("ix_training_jobs_held", TrainingJob.status, postgresql_where=HELD, sqlite_where=HELD)
 
 
 class JobLease(Base):

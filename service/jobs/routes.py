@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AfterValidator
 
@@ -26,11 +26,20 @@ from service.jobs.schemas import (
     job_name,
 )
 from service.jobs.states import Status
+from service.jobs.submissions import Submissions
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import NotFound, replies
 from service.kit.text import LookupText
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
+
+
+async def get_submissions(request: Request) -> Submissions:
+    submissions: Submissions = request.app.state.submissions
+    return submissions
+
+
+SubmissionsDep = Annotated[Submissions, Depends(get_submissions)]
 
 JobName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA), AfterValidator(job_name)]
 HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]
@@ -59,6 +68,7 @@ def create_training_job(
     session: SessionDep,
     settings: SettingsDep,
     user: CurrentUser,
+    submissions: SubmissionsDep,
     dry_run: Annotated[
         bool, Query(description="Show what would be created; create nothing")
     ] = False,
@@ -71,7 +81,12 @@ def create_training_job(
     if dry_run:
         plan = service.dry_run(session, settings, spec, project)
         return JSONResponse(plan.model_dump(mode="json"))
-    created = to_public(service.submit(session, settings, spec, project))
+    if settings.on_capacity_exceeded == "refuse":
+        # Whether it fits is checked under the admission lock, in its own transaction.
+        job = service.submit(session, settings, spec, project)
+    else:
+        job = submissions.store(service.prepare(settings, spec, project), project)
+    created = to_public(job)
     # Serialized here, in the route's thread: for a sync route FastAPI checks the reply
     # against response_model in one more hand-off to its thread pool, which under load
     # cost a twentieth of a creation, for a JobPublic made just now.

@@ -306,13 +306,38 @@ def _check_retry_rules(spec: JobCreate) -> None:
 
 def submit(session: Session, settings: Settings, spec: JobCreate, project: str) -> TrainingJob:
     prepared = prepare(settings, spec, project)
-    # A name in use is found by the insert (the unique constraint): no read first.
     if settings.on_capacity_exceeded == "refuse":
         busy = capacity.fits_now(
             session, settings, spec.instance_type, spec.instance_count, project
         )
         if busy is not None:
             raise ResourceLimitExceeded(busy)
+    return store_new(session, settings, [(prepared, project)])[0]
+
+
+def store_new(
+    session: Session, settings: Settings, submitted: list[tuple[PreparedJob, str]]
+) -> list[TrainingJob]:
+    """Store jobs that passed ``prepare`` (each with its project) in the caller's
+    transaction, together: one INSERT per table for them all. A name in use is found by
+    the insert (the unique constraint), with no read first: Conflict for a single job,
+    IntegrityError for several (the caller may then store each alone)."""
+    jobs = [_new_job(prepared, project) for prepared, project in submitted]
+    waits = _wait_in_line(session, settings, jobs)
+    session.add_all(jobs)
+    try:
+        session.flush()
+    except IntegrityError as exc:  # the name is taken (or was, a moment ago)
+        if len(jobs) > 1:
+            raise
+        raise Conflict(f"a training job named {jobs[0].name!r} already exists") from exc
+    for job, waiting in zip(jobs, waits, strict=True):
+        if not waiting:
+            enqueue_reconcile(session, settings, job.id)
+    return jobs
+
+
+def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
     job = TrainingJob(
         id=uuid.uuid4().hex,
         name=prepared.name,
@@ -332,32 +357,27 @@ def submit(session: Session, settings: Settings, spec: JobCreate, project: str) 
         job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
     )
     job.lease = JobLease()
-    waits = _waits_in_line(session, settings, job)
-    session.add(job)
-    try:
-        session.flush()
-    except IntegrityError as exc:  # the name is taken (or was, a moment ago)
-        raise Conflict(f"a training job named {prepared.name!r} already exists") from exc
-    if not waits:
-        enqueue_reconcile(session, settings, job.id)
     return job
 
 
-def _waits_in_line(session: Session, settings: Settings, job: TrainingJob) -> bool:
-    """Record the new job waiting in line if it must (its type's capacity, its project's
+def _wait_in_line(session: Session, settings: Settings, jobs: list[TrainingJob]) -> list[bool]:
+    """Record each new job waiting in line if it must (its type's capacity, its project's
     quota, or jobs ahead of it are in the way): what frees capacity wakes it, and until
     then the worker has nothing to do for it. Only the worker admits a job, so one that
-    may fit is left to it; with ``on_capacity_exceeded=refuse`` every job accepted fits."""
-    instance_type = job.spec["instance_type"]
-    if settings.on_capacity_exceeded == "refuse" or not capacity.limited(
-        settings, instance_type, job.project
-    ):
-        return False
-    verdict = capacity.forecast(session, settings, job)
-    if verdict.admitted:
-        return False
-    repository.record_waiting(job, verdict.reason)
-    return True
+    may fit is left to it; with ``on_capacity_exceeded=refuse`` every job accepted fits.
+    Whether each job waits."""
+    limited = [
+        job
+        for job in jobs
+        if settings.on_capacity_exceeded != "refuse"
+        and capacity.limited(settings, job.spec["instance_type"], job.project)
+    ]
+    waiting = set()
+    for job, verdict in zip(limited, capacity.forecast(session, settings, limited), strict=True):
+        if not verdict.admitted:
+            repository.record_waiting(job, verdict.reason)
+            waiting.add(job.id)
+    return [job.id in waiting for job in jobs]
 
 
 # No project has this name (names are checked against NAME_PATTERN): a filter that matches

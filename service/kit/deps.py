@@ -46,9 +46,18 @@ async def _transaction(url: str, *, readonly: bool) -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        await run_in_threadpool(functools.partial(end_session, session, committed=False))
+        await _end(session, committed=False)
         raise
-    await run_in_threadpool(functools.partial(end_session, session, committed=True))
+    await _end(session, committed=True)
+
+
+async def _end(session: Session, *, committed: bool) -> None:
+    if session.get_transaction() is None and not (session.new or session.dirty or session.deleted):
+        # Never used (a route that stores its rows elsewhere, or only checked the
+        # caller): nothing to commit, and closing it touches no database.
+        session.close()
+        return
+    await run_in_threadpool(functools.partial(end_session, session, committed=committed))
 
 
 # scope="function": commit before the response goes out, so a 201 means it is stored.
