@@ -1,6 +1,7 @@
 """Jobs: submitting, stopping, and recording what instances report.
 
-Routes call these; these flush; the request commits. Anything the worker must react to is
+Routes call these; these flush; the request commits (a create's transaction is the batch
+that ``service.jobs.submissions`` stores it in). Anything the worker must react to is
 enqueued with ``enqueue_reconcile``, which sends only after the commit.
 """
 
