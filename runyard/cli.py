@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
+from pydantic_core import ValidationError
 
 from contract.layout import IMAGE_BASE_DIR
 from runyard import variables
@@ -54,6 +55,15 @@ class _Group(click.Group):
         except RunyardError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
+        except ValidationError as exc:
+            if exc.title != "Settings":
+                raise
+            # A setting from the environment that Runyard cannot use: say which variable,
+            # not the traceback of the model that read it.
+            for error in exc.errors():
+                variable = "RUNYARD_" + "__".join(str(part) for part in error["loc"]).upper()
+                click.echo(f"error: {variable}={error.get('input')!r}: {error['msg']}", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

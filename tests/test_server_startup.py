@@ -106,3 +106,27 @@ def test_a_second_server_on_the_same_home_leaves_the_first_alone(
     assert url == server.url
     with Client(url, token) as client:
         assert client.list_jobs()["items"] == []
+
+
+def test_a_setting_it_cannot_use_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    env = _environment(tmp_path / "home") | {
+        "RUNYARD_API_WORKERS": "0",
+        "RUNYARD_TOKEN_CACHE_SECONDS": "soon",
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "runyard", "server", "--port", str(_free_port())],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2
+    assert "error: RUNYARD_API_WORKERS='0': Input should be greater than or equal to 1" in (
+        ran.stderr
+    )
+    assert "error: RUNYARD_TOKEN_CACHE_SECONDS='soon': Input should be a valid number" in (
+        ran.stderr
+    )
+    assert "Traceback" not in ran.stderr
+    assert not (tmp_path / "home" / "server.json").exists()
