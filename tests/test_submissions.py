@@ -28,10 +28,6 @@ from tests.conftest import job_spec
 from tests.jobs import named
 
 
-def job_id(session: Session, name: str) -> str:
-    return named(session, name).id
-
-
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     # A type with little room: each batch forecasts its jobs (and the first job runs).
@@ -115,7 +111,9 @@ def test_jobs_submitted_while_a_batch_is_stored_are_stored_together(
     assert commits == 2  # the first alone, then the eleven that waited behind it
     with session_scope(settings.database_url) as session:
         leases = session.scalars(
-            select(JobLease.job_id).where(JobLease.job_id.in_([job_id(session, n) for n in names]))
+            select(JobLease.job_id).where(
+                JobLease.job_id.in_([named(session, n).id for n in names])
+            )
         ).all()
         assert len(leases) == len(names)
         # The first fits and is left to the worker; the rest wait in line behind it.
