@@ -62,9 +62,9 @@ def clock() -> _Clock:
 
 @pytest.fixture
 def cached_api(settings: Settings, clock: _Clock) -> Iterator[tuple[TestClient, str]]:
-    settings.token_cache_seconds = 5
-    with _api(settings, clock) as api:
-        yield api, prepare(settings)
+    cached = settings.model_copy(update={"token_cache_seconds": 5})
+    with _api(cached, clock) as api:
+        yield api, prepare(cached)
 
 
 def test_a_token_revoked_by_another_replica_is_refused_once_the_moment_passes(

@@ -33,7 +33,10 @@ class _Submission:
     project: str
     job: TrainingJob | None = None
     error: BaseException | None = None
-    done: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.job is not None or self.error is not None
 
     def outcome(self) -> TrainingJob:
         if self.error is not None:
@@ -78,7 +81,7 @@ class Submissions:
                 finally:
                     for each in batch:  # only if storing was cut short (BaseException)
                         if not each.done:
-                            _settle(each, error=RuntimeError("storing the job was cut short"))
+                            each.error = RuntimeError("storing the job was cut short")
                     self._changed.acquire()
                     self._storing = False
                     self._changed.notify_all()
@@ -94,15 +97,7 @@ class Submissions:
                 for each in batch:
                     self._store([each])
                 return
-            _settle(batch[0], error=exc)
+            batch[0].error = exc
             return
         for each, job in zip(batch, jobs, strict=True):
-            _settle(each, job=job)
-
-
-def _settle(
-    submission: _Submission, *, job: TrainingJob | None = None, error: Exception | None = None
-) -> None:
-    submission.job = job
-    submission.error = error
-    submission.done = True
+            each.job = job
