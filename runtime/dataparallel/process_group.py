@@ -8,6 +8,7 @@ instance layout can then be read by any process at any time, with no collective.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +25,8 @@ from runtime.dataparallel.placement import current_host, from_environment, names
 from runtime.dataparallel.topology import Topology, gather_hosts, publish_host, read_hosts
 
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+# How long a rank that ends its script waits for the others to end theirs.
+EXIT_WAIT = timedelta(minutes=2)
 
 
 class NotInitializedError(RuntimeError):
@@ -105,6 +108,27 @@ def destroy_process_group() -> None:
         _session = None
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def every_rank_at_the_end(timeout: timedelta = EXIT_WAIT) -> bool:
+    """Waits, as a script ends, until every rank has ended its own; whether they all have.
+
+    A rank must not take its groups down, nor let the interpreter end with them up, while a
+    peer may still be sending to it: gloo then aborts the process ("terminate called without
+    an active exception") and a finished job fails. False where there is nothing to wait
+    for: no group, or this script ended on an uncaught exception (mpirun ends the other
+    ranks then; waiting for them would only delay that), or a rank left without this one.
+    """
+    if not dist.is_initialized() or hasattr(sys, "last_value"):
+        return False
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timeout)
+        else:
+            dist.barrier()
+    except RuntimeError:
+        return False
+    return True
 
 
 def is_available() -> bool:

@@ -13,7 +13,9 @@ among the instances (this process's instance is number ``cross_rank()``).
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -58,14 +60,25 @@ def init(comm: object | None = None, process_sets: object | None = None) -> None
     if names_a_rank(os.environ):
         process_group.init_process_group(_backend())
         _layout = _from_topology()
+        # As Horovod does, scripts need not call shutdown(): it runs as the interpreter
+        # ends (once, however often init() ran).
+        atexit.unregister(_shutdown_at_exit)
+        atexit.register(_shutdown_at_exit)
     else:
         _layout = Layout(0, 1, 0, 1, 0, 1, homogeneous=True)
 
 
 def shutdown() -> None:
+    """Leaves the job's processes once every rank has called it (or ended its script)."""
     global _layout
     _layout = None
+    process_group.every_rank_at_the_end()
     process_group.destroy_process_group()
+
+
+def _shutdown_at_exit() -> None:
+    if _layout is not None and not hasattr(sys, "last_value"):
+        shutdown()
 
 
 def is_initialized() -> bool:

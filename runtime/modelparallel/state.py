@@ -10,7 +10,6 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,10 +27,6 @@ if TYPE_CHECKING:
 
 # Where the job puts its parameters for the script, as SageMaker's SDK does.
 PARAMETERS_VARIABLE = variables.sm_hp(modelparallel.HYPERPARAMETER)
-
-
-# How long a rank that ended its script waits at exit for the others to end theirs.
-EXIT_WAIT = timedelta(minutes=2)
 
 
 class ConfigError(ValueError):
@@ -177,17 +172,8 @@ def _take_down() -> None:
     sending (gloo then aborts the process: "terminate called without an active
     exception")."""
     global _state
-    if not dist.is_initialized() or hasattr(sys, "last_value"):
-        # After an uncaught exception mpirun ends the other ranks; a barrier would wait
-        # for them instead.
+    if not process_group.every_rank_at_the_end():
         return
-    try:
-        if dist.get_backend() == "gloo":
-            dist.monitored_barrier(timeout=EXIT_WAIT)
-        else:
-            dist.barrier()
-    except RuntimeError:
-        return  # a rank that left without us (sys.exit): nothing to take down with it
     _state = None
     gc.collect()
     dist.destroy_process_group()

@@ -151,3 +151,20 @@ def test_a_group_the_script_made_itself_is_adopted() -> None:
         [2, 4, 1, 2, 0, 2, 4.0],
         [3, 4, 1, 2, 1, 2, 4.0],
     ]
+
+
+def test_ranks_leave_together_at_exit_without_shutdown() -> None:
+    """A rank that ends first waits for the others before its group goes down: gloo aborts
+    a process whose group ends while a peer may still send to it."""
+    outputs = run_job(
+        ["-m", "tests.horovod.job.ends_apart"], Layout.interleaved(instances=2, per_instance=2)
+    )
+    lines = [line for output in outputs for line in output.splitlines()]
+    (last_done,) = [json.loads(line.removeprefix("DONE ")) for line in lines if "DONE " in line]
+    ends = sorted(
+        (json.loads(line.removeprefix("END ")) for line in lines if line.startswith("END ")),
+        key=lambda end: end["rank"],
+    )
+    assert [end["rank"] for end in ends] == [0, 1, 2, 3], outputs
+    assert not any(end["group_up"] for end in ends)
+    assert all(end["at"] >= last_done for end in ends)
