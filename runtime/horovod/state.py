@@ -77,6 +77,7 @@ def shutdown() -> None:
 
 
 def _shutdown_at_exit() -> None:
+    # After an uncaught exception mpirun ends every rank: nothing is waited for or taken down.
     if _layout is not None and not hasattr(sys, "last_value"):
         shutdown()
 
