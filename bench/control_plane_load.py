@@ -2,11 +2,12 @@
 list latency with many jobs stored, and how long stopping them all takes.
 
 Point it at any Runyard (``--url``/``--token``, or RUNYARD_URL and RUNYARD_TOKEN, or the
-server RUNYARD_HOME names), or leave both out to start a throwaway `runyard server` on its
-embedded defaults (``--database-url``/``--broker-url`` to start it on PostgreSQL and
-Redis instead). The jobs queue behind capacity: the throwaway server has room for one
-job of the type, so the first runs (a script that sleeps) and the rest wait in line; on
-your deployment use ``--instance-type`` of a type with little room.
+server running at RUNYARD_HOME), or leave them out to start a throwaway `runyard server` on
+its embedded defaults (``--database-url``/``--broker-url`` to start it on PostgreSQL and
+Redis instead; these, and ``--api-workers``, always start a throwaway one). The first line
+printed says which server was measured. The jobs queue behind capacity: the throwaway
+server has room for one job of the type, so the first runs (a script that sleeps) and the
+rest wait in line; on your deployment use ``--instance-type`` of a type with little room.
 
     .venv/bin/python bench/control_plane_load.py [--jobs 500] [--warmup 100] [--clients 8]
         [--url URL --token TOKEN | --database-url postgresql://... --broker-url redis://...]
@@ -75,15 +76,26 @@ def main() -> None:
         help="times to stop the job holding the capacity and time the next one's start",
     )
     parser.add_argument(
-        "--api-workers", type=int, default=1, help="API processes of the throwaway server"
+        "--api-workers", type=int, help="API processes of the throwaway server (default 1)"
     )
     args = parser.parse_args()
+    throwaway_only = [
+        flag
+        for flag, value in (
+            ("--database-url", args.database_url),
+            ("--broker-url", args.broker_url),
+            ("--api-workers", args.api_workers),
+        )
+        if value is not None
+    ]
+    if throwaway_only and (args.url or args.token):
+        parser.error(f"{', '.join(throwaway_only)}: only for a throwaway server, not with --url")
 
-    with _target(args) as (url, token, home):
+    with _target(args, throwaway=bool(throwaway_only)) as (url, token, home, which):
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
             source = args.source_uri or _upload_source(http)
         run = f"load-{uuid.uuid4().hex[:6]}"
-        print(f"{args.jobs} jobs, {args.clients} clients, against {url}")
+        print(f"{args.jobs} jobs, {args.clients} clients, against {url} ({which})")
         pid = _server_pid(home)
         # Untimed: the first requests of a process fill its connection pool and its
         # statement caches, and PostgreSQL prepares a statement on its fifth use.
@@ -121,27 +133,36 @@ def _print_cpu(
 
 
 @contextmanager
-def _target(args: argparse.Namespace) -> Iterator[tuple[str, str, Path | None]]:
-    """The server's URL, a token, and its RUNYARD_HOME when it runs on this machine."""
+def _target(
+    args: argparse.Namespace, *, throwaway: bool
+) -> Iterator[tuple[str, str, Path | None, str]]:
+    """The server's URL, a token, its RUNYARD_HOME when it runs on this machine, and which
+    server it is, in words. The throwaway one's options start a throwaway server even where
+    RUNYARD_HOME names a running one."""
     url = args.url or os.environ.get("RUNYARD_URL")
     token = args.token or os.environ.get("RUNYARD_TOKEN")
-    if url or token:
+    where = os.environ.get("RUNYARD_HOME")
+    home = Path(where) if where else None
+    served_at_home = home is not None and (home / "server.json").is_file()
+    if url or token or (served_at_home and not throwaway):
         found_url, found_token = discover()
-        where = os.environ.get("RUNYARD_HOME")
-        yield (url or found_url), (token or found_token or ""), Path(where) if where else None
+        which = f"the server of RUNYARD_HOME={home}" if served_at_home and not url else "given"
+        yield (url or found_url), (token or found_token or ""), home, which
         return
     settings = {
         # Room for one job at a time: the rest queue, as under load from many teams.
         "RUNYARD_CAPACITY": '{"local": 1}',
         "RUNYARD_LOCAL_ISOLATION": "shared",
-        "RUNYARD_API_WORKERS": str(args.api_workers),
+        "RUNYARD_API_WORKERS": str(args.api_workers or 1),
     }
     if args.database_url:
         settings["RUNYARD_DATABASE_URL"] = args.database_url
     if args.broker_url:
         settings["RUNYARD_BROKER_URL"] = args.broker_url
-    with server_and_home(settings) as (client, throwaway):
-        yield client.url, client.token or "", throwaway
+    database = urlsplit(args.database_url).scheme if args.database_url else "sqlite"
+    which = f"a throwaway server on {database}, {args.api_workers or 1} API process(es)"
+    with server_and_home(settings) as (client, throwaway_home):
+        yield client.url, client.token or "", throwaway_home, which
 
 
 def _server_pid(home: Path | None) -> int | None:
