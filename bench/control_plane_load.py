@@ -138,13 +138,13 @@ def _target(
 ) -> Iterator[tuple[str, str, Path | None, str]]:
     """The server's URL, a token, its RUNYARD_HOME when it runs on this machine, and which
     server it is, in words. The throwaway one's options start a throwaway server even where
-    RUNYARD_HOME names a running one."""
+    the environment names a running one."""
     url = args.url or os.environ.get("RUNYARD_URL")
     token = args.token or os.environ.get("RUNYARD_TOKEN")
     where = os.environ.get("RUNYARD_HOME")
     home = Path(where) if where else None
     served_at_home = home is not None and (home / "server.json").is_file()
-    if url or token or (served_at_home and not throwaway):
+    if not throwaway and (url or token or served_at_home):
         found_url, found_token = discover()
         which = f"the server of RUNYARD_HOME={home}" if served_at_home and not url else "given"
         yield (url or found_url), (token or found_token or ""), home, which
