@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
+    Column,
+    ColumnDefault,
     ColumnElement,
     Result,
+    Table,
     and_,
     case,
+    insert,
     literal,
     not_,
     or_,
@@ -27,7 +31,7 @@ from service.jobs.models import (
     TrainingJob,
 )
 from service.jobs.states import LIVE, TERMINAL, Secondary, Status
-from service.kit.db import UTCDateTime, utcnow
+from service.kit.db import Base, UTCDateTime, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
 
@@ -51,6 +55,50 @@ def get(
         details=with_details,
         locked=to_change,
     )
+
+
+def insert_new(session: Session, jobs: list[TrainingJob]) -> None:
+    """Store jobs made just now (not added to the session), with their transitions and
+    leases: one INSERT per table for them all. Through Core: the ORM's flush of the same
+    objects (its unit of work, and the transitions' ids read back, which no reply shows)
+    cost a quarter of what a create cost the API. The objects stay outside the session,
+    holding what was stored, as a flush leaves them: ready for the reply."""
+    session.execute(insert(_table(TrainingJob)), [_new_row(job) for job in jobs])
+    session.execute(
+        insert(_table(JobTransition)),
+        [_new_row(step, job_id=job.id) for job in jobs for step in job.transitions],
+    )
+    session.execute(insert(_table(JobLease)), [_new_row(job.lease, job_id=job.id) for job in jobs])
+
+
+def _new_row(row: Base, **values: Any) -> dict[str, Any]:
+    """Every column of a new row (rows inserted together must name the same columns): what
+    ``values`` or the object holds, else the column's default; the object is given the
+    same. An empty key is left for the database to generate."""
+    for column in _table(type(row)).columns:
+        value = values.get(column.key, getattr(row, column.key))
+        if value is None and column.default is not None:
+            value = _default(column)
+        if value is None and column.primary_key:
+            values.pop(column.key, None)
+            continue
+        setattr(row, column.key, value)
+        values[column.key] = value
+    return values
+
+
+def _table(model: type[Base]) -> Table:
+    return cast(Table, model.__table__)  # declared, so a Table (typed as any FROM clause)
+
+
+def _default(column: Column[Any]) -> Any:
+    default = column.default
+    if isinstance(default, ColumnDefault) and default.is_callable:
+        # SQLAlchemy wraps it to take the execution context, which none of ours reads.
+        return default.arg(None)
+    if isinstance(default, ColumnDefault) and default.is_scalar:
+        return default.arg
+    raise TypeError(f"{column}: its default is known only to the database")
 
 
 def get_by_id(session: Session, job_id: str) -> TrainingJob | None:

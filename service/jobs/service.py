@@ -12,9 +12,10 @@ import os
 import re
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -67,6 +68,8 @@ class PreparedJob:
     name: str
     backend: str
     spec: JobCreate
+    # For a job created through SageMaker's wire protocol: the request, as it is recorded.
+    sagemaker_request: dict[str, Any] | None = None
 
 
 def prepare(
@@ -305,8 +308,15 @@ def _check_retry_rules(spec: JobCreate) -> None:
                 )
 
 
-def submit(session: Session, settings: Settings, spec: JobCreate, project: str) -> TrainingJob:
-    prepared = prepare(settings, spec, project)
+def submit(
+    session: Session,
+    settings: Settings,
+    spec: JobCreate,
+    project: str,
+    *,
+    sagemaker_request: dict[str, Any] | None = None,
+) -> TrainingJob:
+    prepared = replace(prepare(settings, spec, project), sagemaker_request=sagemaker_request)
     if settings.on_capacity_exceeded == "refuse":
         busy = capacity.fits_now(
             session, settings, spec.instance_type, spec.instance_count, project
@@ -322,12 +332,12 @@ def store_new(
     """Store jobs that passed ``prepare`` (each with its project) in the caller's
     transaction, together: one INSERT per table for them all. A name in use is found by
     the insert (the unique constraint), with no read first: Conflict for a single job,
-    IntegrityError for several (the caller may then store each alone)."""
+    IntegrityError for several (the caller may then store each alone). The jobs returned
+    are not in the session (see ``repository.insert_new``)."""
     jobs = [_new_job(prepared, project) for prepared, project in submitted]
     waits = _wait_in_line(session, settings, jobs)
-    session.add_all(jobs)
     try:
-        session.flush()
+        repository.insert_new(session, jobs)
     except IntegrityError as exc:  # the name is taken (or was, a moment ago)
         if len(jobs) > 1:
             raise
@@ -349,6 +359,9 @@ def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
         project=project,
         priority=prepared.spec.priority,
         created_at=utcnow(),
+        sagemaker_request=prepared.sagemaker_request,
+        # The first version, as the ORM numbers them (the column is its version_id_col).
+        version=1,
         # A new job has no instances or final metrics yet: saying so spares the
         # response two queries that could only find nothing.
         instances=[],

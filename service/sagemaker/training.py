@@ -46,9 +46,13 @@ def create_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     instance_type = (params.get("ResourceConfig") or {}).get("InstanceType", "")
     local = call.settings.backends.get(instance_type) == "local"
     spec = translate.job_spec(params, local_backend=local)
-    job = jobs.submit(call.session, call.settings, spec, principal.project)
-    job.sagemaker_request = translate.recording(params, call.region)
-    call.session.flush()
+    job = jobs.submit(
+        call.session,
+        call.settings,
+        spec,
+        principal.project,
+        sagemaker_request=translate.recording(params, call.region),
+    )
     return {"TrainingJobArn": translate.arn(job, call.region)}
 
 
