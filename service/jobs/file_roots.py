@@ -60,4 +60,11 @@ def _forms(roots: Iterable[Path]) -> set[str]:
 
 
 def _inside(path: str, roots: set[str]) -> bool:
-    return any(Path(path).is_relative_to(root) for root in roots)
+    return any(inside(path, root) for root in roots)
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether the normalized absolute ``path`` is ``root`` or below it, folder by folder
+    (/data2 is not inside /data). Strings, not pathlib: this runs for every URI of every
+    job submitted, where pathlib's parsing cost more than the rest of the check."""
+    return path == root or path.startswith(root if root.endswith("/") else root + "/")

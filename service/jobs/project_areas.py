@@ -19,6 +19,7 @@ from contract import storage
 from contract.problems import Problem
 from contract.spec import JobSpec
 from service.auth.models import DEFAULT_PROJECT
+from service.jobs.file_roots import inside
 from service.sources.service import SOURCES_FOLDER
 
 PROJECTS_FOLDER = "projects"
@@ -36,8 +37,9 @@ def output_root(artifact_root: str, project: str) -> str:
 def problems(spec: JobSpec, artifact_root: str, project: str) -> list[Problem]:
     """The first of the job's URIs inside another project's part of the artifact root."""
     own = output_root(artifact_root, project)
+    tops = _root_forms(artifact_root)
     for loc, uri in spec.storage_uris().items():
-        below = _below(uri, artifact_root)
+        below = _below(uri, artifact_root, tops)
         if below is None or _allowed(below, project, reading=loc[0] in _READ_ONLY):
             continue
         return [
@@ -59,18 +61,31 @@ def _allowed(below: PurePosixPath, project: str, *, reading: bool) -> bool:
     return parts[:2] == (PROJECTS_FOLDER, project)
 
 
-def _below(uri: str, root: str) -> PurePosixPath | None:
+def _root_forms(root: str) -> tuple[str, ...]:
+    """A file:// root's path as written and with its links resolved (once a check: each
+    resolution walks the disk); nothing for an object store's."""
+    try:
+        if storage.scheme(root) != "file":
+            return ()
+        top = storage.local_path(root)
+    except storage.StorageError:
+        return ()
+    return (os.path.normpath(top), os.path.realpath(top))
+
+
+def _below(uri: str, root: str, tops: tuple[str, ...]) -> PurePosixPath | None:
     """``uri``'s path below ``root`` (empty for the root itself), or None if it is not
-    inside it. ``..`` is resolved as the storage resolves it, and for files, links too."""
+    inside it. ``..`` is resolved as the storage resolves it, and for files, links too;
+    ``tops``: the root's ``_root_forms``."""
     try:
         if storage.scheme(uri) != storage.scheme(root):
             return None
         if storage.scheme(uri) == "file":
-            path, top = storage.local_path(uri), storage.local_path(root)
+            path = storage.local_path(uri)
             for form in (os.path.normpath(path), os.path.realpath(path)):
-                for base_form in (os.path.normpath(top), os.path.realpath(top)):
-                    if PurePosixPath(form).is_relative_to(base_form):
-                        return PurePosixPath(form).relative_to(base_form)
+                for top in tops:
+                    if inside(form, top):
+                        return PurePosixPath(form).relative_to(top)
             return None
     except storage.StorageError:
         return None  # malformed: the checks after this one say why
