@@ -27,6 +27,7 @@ from service.jobs.schemas import (
 )
 from service.jobs.states import Status
 from service.jobs.submissions import Submissions
+from service.kit.db import session_scope
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import NotFound, replies
 from service.kit.text import LookupText
@@ -65,7 +66,6 @@ ProjectName = Annotated[
 )
 def create_training_job(
     spec: JobCreate,
-    session: SessionDep,
     settings: SettingsDep,
     user: CurrentUser,
     submissions: SubmissionsDep,
@@ -78,12 +78,17 @@ def create_training_job(
     administrator may name another). The project's capacity quotas apply to it."""
     project = user.project_in_sight(project)
     user.require(Role.MEMBER, project, "submitting a job")
+    # A transaction of its own where one is needed, not the request's (SessionDep): most
+    # creates are stored by ``submissions``, and a dependency that brings a transaction
+    # costs every request its setting up and taking down.
     if dry_run:
-        plan = service.dry_run(session, settings, spec, project)
+        with session_scope(settings.database_url, readonly=True) as session:
+            plan = service.dry_run(session, settings, spec, project)
         return JSONResponse(plan.model_dump(mode="json"))
     if settings.on_capacity_exceeded == "refuse":
         # Whether it fits is checked under the admission lock, in its own transaction.
-        job = service.submit(session, settings, spec, project)
+        with session_scope(settings.database_url) as session:
+            job = service.submit(session, settings, spec, project)
     else:
         job = submissions.store(service.prepare(settings, spec, project), project)
     created = to_public(job)
