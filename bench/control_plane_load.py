@@ -68,7 +68,11 @@ def main() -> None:
         default=100,
         help="jobs created, untimed, before the timed ones (default 100)",
     )
-    parser.add_argument("--keep", action="store_true", help="leave the jobs running (no stop)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the jobs running (no stop); not with a throwaway server",
+    )
     parser.add_argument(
         "--admissions",
         type=int,
@@ -149,6 +153,9 @@ def _target(
         which = f"the server of RUNYARD_HOME={home}" if served_at_home and not url else "given"
         yield (url or found_url), (token or found_token or ""), home, which
         return
+    if args.keep:
+        # Its jobs would outlive it, running with no server to stop them.
+        raise SystemExit("--keep is for a server that outlives the bench (--url, RUNYARD_HOME)")
     settings = {
         # Room for one job at a time: the rest queue, as under load from many teams.
         "RUNYARD_CAPACITY": '{"local": 1}',
