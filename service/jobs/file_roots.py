@@ -56,7 +56,12 @@ def _problem(uri: str, roots: Sequence[Path], forms: set[str]) -> str | None:
 def _forms(roots: Iterable[Path]) -> set[str]:
     # A root as configured and with its own links resolved: /data may be a link to
     # /mnt/data, and a path is then inside it written either way.
-    return {form for root in roots for form in (os.path.normpath(root), os.path.realpath(root))}
+    return {form for root in roots for form in root_forms(root)}
+
+
+def root_forms(root: Path) -> tuple[str, str]:
+    """A root's path as written, then with its links resolved (a walk of the disk)."""
+    return os.path.normpath(root), os.path.realpath(root)
 
 
 def _inside(path: str, roots: set[str]) -> bool:

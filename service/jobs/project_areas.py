@@ -19,7 +19,7 @@ from contract import storage
 from contract.problems import Problem
 from contract.spec import JobSpec
 from service.auth.models import DEFAULT_PROJECT
-from service.jobs.file_roots import inside
+from service.jobs.file_roots import inside, root_forms
 from service.sources.service import SOURCES_FOLDER
 
 PROJECTS_FOLDER = "projects"
@@ -70,7 +70,7 @@ def _root_forms(root: str) -> tuple[str, ...]:
         top = storage.local_path(root)
     except storage.StorageError:
         return ()
-    return (os.path.normpath(top), os.path.realpath(top))
+    return root_forms(top)
 
 
 def _below(uri: str, root: str, tops: tuple[str, ...]) -> PurePosixPath | None:
