@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -263,6 +266,33 @@ def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
     assert me is not None
     assert processes.is_alive(me)
     assert not processes.is_alive(processes.ProcessId(me.pid, me.start_ticks + 1))
+
+
+def test_a_child_still_exiting_at_teardown_is_reaped_not_dropped() -> None:
+    # As when teardown finds an instance gone while its exit is still under way: /proc no
+    # longer shows its job marker, and it is not yet a zombie.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    pid = child.pid
+    processes.remember_child(child)
+    del child
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        processes.forget_child(pid)
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert not Path(f"/proc/{pid}").exists()  # reaped: not even a zombie is left
+
+
+def test_a_child_still_running_after_the_wait_stays_remembered() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    processes.remember_child(child)
+    processes.forget_child(child.pid, timeout=0.1)
+    child.kill()
+    child.wait()
+    # Still known: its exit code is read as for any instance of this process.
+    assert processes.child_exit_code(child.pid) == 137
+    processes.forget_child(child.pid)
+    assert processes.child_exit_code(child.pid) is None
 
 
 def _pid(tmp_path: Path, host: str) -> int:

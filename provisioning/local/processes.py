@@ -76,8 +76,23 @@ def child_exit_code(pid: int) -> int | None:
     return code
 
 
-def forget_child(pid: int) -> None:
+# How long teardown waits to reap an instance it has seen go. /proc stops showing a process's
+# environment (its job marker) as soon as its exit frees its memory, a moment before it
+# becomes a zombie that can be reaped.
+REAP_WAIT_SECONDS = 2.0
+
+
+def forget_child(pid: int, timeout: float = REAP_WAIT_SECONDS) -> None:
+    """Reap a child whose instance has gone. One that is still running after ``timeout``
+    stays remembered, so a later poll reaps it: dropped unreaped, it would linger as a
+    zombie and its Popen would warn that it is still running."""
     with _children_lock:
-        process = _children.pop(pid, None)
-    if process is not None:
-        process.poll()
+        process = _children.get(pid)
+    if process is None:
+        return
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return
+    with _children_lock:
+        _children.pop(pid, None)
