@@ -285,10 +285,12 @@ def test_a_child_still_exiting_at_teardown_is_reaped_not_dropped() -> None:
 
 def test_a_child_still_running_after_the_wait_stays_remembered() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    processes.remember_child(child)
-    processes.forget_child(child.pid, timeout=0.1)
-    child.kill()
-    child.wait()
+    try:
+        processes.remember_child(child)
+        processes.forget_child(child.pid, timeout=0.1)
+    finally:
+        child.kill()  # whatever happened, the sleeper does not outlive the test
+        child.wait()
     # Still known: its exit code is read as for any instance of this process.
     assert processes.child_exit_code(child.pid) == 137
     processes.forget_child(child.pid)
