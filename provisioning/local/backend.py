@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,20 @@ class LocalPlan:
     isolation: str = Isolation.SHARED.value
     # The job's private network, with namespaces.
     network: network.JobNetwork | None = None
+
+
+@contextlib.contextmanager
+def _this_thread_on(cpus: Sequence[int]) -> Iterator[None]:
+    """This thread confined to ``cpus`` meanwhile: a child it starts inherits them from its
+    first instruction. Set on the child once started, they came too late for whatever it
+    had read or started by then (under load, its threads and its own view of the CPUs).
+    On Linux a thread's CPUs are its own: the server's other threads keep theirs."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def share_cpus(available: Sequence[int], instances: int) -> list[list[int]]:
@@ -353,7 +367,10 @@ class LocalBackend(Backend[LocalPlan]):
             target = base_dir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
-        with open(job_dir / f"{instance.host}.console.log", "ab") as console:
+        with (
+            open(job_dir / f"{instance.host}.console.log", "ab") as console,
+            _this_thread_on(instance.cpus),
+        ):
             process = subprocess.Popen(
                 instance.argv,
                 env=instance.env,
@@ -364,9 +381,6 @@ class LocalBackend(Backend[LocalPlan]):
                 start_new_session=True,
             )
         processes.remember_child(process)
-        # Set before the interpreter has started any thread or child, so all inherit it.
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(process.pid, instance.cpus)
         identity = processes.identify(process.pid) or processes.ProcessId(process.pid, -1)
         _write_private(pid_file, json.dumps(asdict(identity)))
 
