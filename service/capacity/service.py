@@ -37,12 +37,15 @@ _ADMISSION_LOCK = 0x52554E59
 _FORECAST_LOCK = 0x52554E5A
 # Waiting jobs read at a time, in the order of the line.
 _LINE_PAGE = 16
-# What a job asks for or holds (a _Claim).
+# What a job asks for or holds (a _Claim): of its spec, only the two fields that count.
+# Every batch of creates reads the claims of the jobs holding instances, and a whole spec
+# read and parsed for each (50 running jobs) cost a batch 1.5 ms of CPU.
 _CLAIM_COLUMNS = (
     TrainingJob.id,
     TrainingJob.name,
     TrainingJob.project,
-    TrainingJob.spec,
+    TrainingJob.spec["instance_type"].as_string().label("instance_type"),
+    TrainingJob.spec["instance_count"].as_integer().label("instance_count"),
     TrainingJob.priority,
     TrainingJob.created_at,
     TrainingJob.admitted_at,
@@ -247,7 +250,7 @@ def overview(session: Session, settings: Settings, waiting_shown: int) -> list[T
                 in_use=usage.by_type[kind],
                 running=[_holding(claim, None) for claim in running],
                 waiting=[
-                    _holding(_claim_of(row), row.pending_reason or "Not decided yet")
+                    _holding(_claim_of_row(row), row.pending_reason or "Not decided yet")
                     for row in front
                 ],
                 waiting_count=counts.get(kind, 0),
@@ -334,14 +337,23 @@ def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[
     return [(scope, quotas[scope]) for scope in (instance_type, ALL_TYPES) if scope in quotas]
 
 
-def _claim_of(job: TrainingJob | Row[Any]) -> _Claim:
-    """A stored job's claim (a row of ``_live_claims``), or one about to be stored."""
+def _claim_of(job: TrainingJob) -> _Claim:
+    """The claim of a job at hand, stored or about to be."""
+    return _claim(job, str(job.spec["instance_type"]), int(job.spec["instance_count"]))
+
+
+def _claim_of_row(row: Row[Any]) -> _Claim:
+    """The claim of a row of ``_CLAIM_COLUMNS``."""
+    return _claim(row, row.instance_type, row.instance_count)
+
+
+def _claim(job: TrainingJob | Row[Any], instance_type: str, count: int) -> _Claim:
     return _Claim(
         job_id=job.id,
         name=job.name,
         project=job.project,
-        instance_type=str(job.spec["instance_type"]),
-        count=int(job.spec["instance_count"]),
+        instance_type=instance_type,
+        count=count,
         priority=job.priority,
         created_at=job.created_at,
         # A job being stopped before it was admitted never takes instances.
@@ -362,7 +374,7 @@ def _line_ahead_of(session: Session, mine: _Claim) -> Iterator[_Claim]:
         )
         rows = session.execute(query.order_by(*LINE_ORDER).limit(_LINE_PAGE)).all()
         for row in rows:
-            after = _claim_of(row)
+            after = _claim_of_row(row)
             if row.status == Status.IN_PROGRESS:
                 yield after
         if len(rows) < _LINE_PAGE:
@@ -394,7 +406,7 @@ def _held_claims(session: Session) -> list[_Claim]:
 
 def _claims(session: Session, query: Select[Any]) -> list[_Claim]:
     return [
-        _claim_of(row)
+        _claim_of_row(row)
         for row in session.execute(query)
         if row.admitted_at is not None or row.status == Status.IN_PROGRESS
     ]
