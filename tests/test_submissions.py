@@ -3,13 +3,15 @@ transaction; a job that cannot be stored fails alone."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, func, select
@@ -18,11 +20,12 @@ from sqlalchemy.pool import NullPool
 
 from service.capacity import service as capacity
 from service.jobs import service
+from service.jobs import submissions as submissions_module
 from service.jobs.models import JobLease, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.jobs.submissions import Submissions
 from service.kit.db import get_engine, session_scope
-from service.kit.errors import Conflict
+from service.kit.errors import Conflict, SpecError
 from service.settings import Settings
 from tests.conftest import job_spec
 from tests.jobs import named
@@ -73,32 +76,38 @@ def _counting_commits(settings: Settings) -> Iterator[list[int]]:
         event.remove(engine, "commit", count)
 
 
-def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
+async def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
+
+
+def _spec(source_dir: Path, name: str) -> JobCreate:
+    return JobCreate.model_validate(job_spec(source_dir, name=name))
 
 
 def _submit_while_held(
     settings: Settings, source_dir: Path, names: list[str]
-) -> tuple[list[Future[TrainingJob]], int]:
+) -> tuple[list[TrainingJob | BaseException], int]:
     """Submit ``names`` at once, the first while no batch can store: the first batch holds
     it, the rest wait behind. The outcomes, and how many transactions committed."""
     submissions = Submissions(settings)
-    prepared = [
-        service.prepare(settings, JobCreate.model_validate(job_spec(source_dir, name=n)), "default")
-        for n in names
-    ]
-    with _counting_commits(settings) as commits, ThreadPoolExecutor(len(names)) as pool:
+
+    async def submit_all() -> list[TrainingJob | BaseException]:
         with _storing_held(settings):
-            first = pool.submit(submissions.store, prepared[0], "default")
-            _until(lambda: submissions.waiting == 0)  # the first batch took it and waits
-            rest = [pool.submit(submissions.store, each, "default") for each in prepared[1:]]
-            _until(lambda: submissions.waiting == len(rest))
-        outcomes = [first, *rest]
-        for outcome in outcomes:
-            outcome.exception(timeout=60)
+            first = asyncio.create_task(submissions.submit(_spec(source_dir, names[0]), "default"))
+            await asyncio.sleep(0)  # it is in line
+            await _until(lambda: submissions.waiting == 0)  # the first batch took it and waits
+            rest = [
+                asyncio.create_task(submissions.submit(_spec(source_dir, name), "default"))
+                for name in names[1:]
+            ]
+            await _until(lambda: submissions.waiting == len(rest))
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    with _counting_commits(settings) as commits:
+        outcomes = asyncio.run(submit_all())
     return outcomes, len(commits)
 
 
@@ -107,7 +116,7 @@ def test_jobs_submitted_while_a_batch_is_stored_are_stored_together(
 ) -> None:
     names = [f"together-{n}" for n in range(12)]
     outcomes, commits = _submit_while_held(settings, source_dir, names)
-    assert [outcome.result().name for outcome in outcomes] == names
+    assert [_name(outcome) for outcome in outcomes] == names
     assert commits == 2  # the first alone, then the eleven that waited behind it
     with session_scope(settings.database_url) as session:
         leases = session.scalars(
@@ -125,14 +134,11 @@ def test_a_name_in_use_fails_its_own_job_and_no_other_of_its_batch(
     settings: Settings, source_dir: Path
 ) -> None:
     with session_scope(settings.database_url) as session:
-        taken = JobCreate.model_validate(job_spec(source_dir, name="taken"))
-        service.submit(session, settings, taken, "default")
+        service.submit(session, settings, _spec(source_dir, "taken"), "default")
     names = ["first", "one", "taken", "two", "two", "three"]
     outcomes, _commits = _submit_while_held(settings, source_dir, names)
     errors = {
-        index: outcome.exception()
-        for index, outcome in enumerate(outcomes)
-        if outcome.exception() is not None
+        index: outcome for index, outcome in enumerate(outcomes) if isinstance(outcome, Exception)
     }
     assert sorted(errors) == [2, 4]  # "taken", and the second "two"
     assert all(isinstance(error, Conflict) for error in errors.values())
@@ -142,31 +148,120 @@ def test_a_name_in_use_fails_its_own_job_and_no_other_of_its_batch(
     assert stored == 5  # taken, first, one, two, three
 
 
+def test_a_spec_refused_by_its_checks_fails_its_own_job_and_no_other_of_its_batch(
+    settings: Settings, source_dir: Path
+) -> None:
+    names = ["before", "refused", "after"]
+    spec = job_spec(source_dir, name="refused")
+    spec["inputs"] = {"train": {"uri": (source_dir / "no-such-data").as_uri()}}
+    refused = JobCreate.model_validate(spec)
+    submissions = Submissions(settings)
+
+    async def submit_all() -> list[TrainingJob | BaseException]:
+        with _storing_held(settings):
+            first = asyncio.create_task(submissions.submit(_spec(source_dir, names[0]), "default"))
+            await asyncio.sleep(0)
+            await _until(lambda: submissions.waiting == 0)
+            rest = [
+                asyncio.create_task(submissions.submit(refused, "default")),
+                asyncio.create_task(submissions.submit(_spec(source_dir, names[2]), "default")),
+            ]
+            await _until(lambda: submissions.waiting == 2)
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    with _counting_commits(settings) as commits:
+        outcomes = asyncio.run(submit_all())
+    assert _name(outcomes[0]) == "before"
+    assert isinstance(outcomes[1], SpecError)
+    assert outcomes[1].loc == ("inputs", "train", "uri")
+    assert _name(outcomes[2]) == "after"
+    assert len(commits) == 2  # "after" was stored in the second batch, without "refused"
+    with session_scope(settings.database_url) as session:
+        assert session.scalars(select(TrainingJob.name).order_by(TrainingJob.name)).all() == [
+            "after",
+            "before",
+        ]
+
+
 def test_a_lone_submission_is_stored_at_once(settings: Settings, source_dir: Path) -> None:
     submissions = Submissions(settings)
-    prepared = service.prepare(
-        settings, JobCreate.model_validate(job_spec(source_dir, name="alone")), "default"
-    )
     with _counting_commits(settings) as commits:
-        job = submissions.store(prepared, "default")
+        job = asyncio.run(submissions.submit(_spec(source_dir, "alone"), "default"))
     assert job.name == "alone"
     assert len(commits) == 1
     assert submissions.waiting == 0
 
 
-def test_many_threads_at_once_each_get_their_own_job(settings: Settings, source_dir: Path) -> None:
+def test_many_requests_at_once_each_get_their_own_job(settings: Settings, source_dir: Path) -> None:
     submissions = Submissions(settings)
     names = [f"busy-{n}" for n in range(40)]
-    barrier = threading.Barrier(len(names))
 
-    def submit(name: str) -> str:
-        prepared = service.prepare(
-            settings, JobCreate.model_validate(job_spec(source_dir, name=name)), "default"
+    async def submit_all() -> list[TrainingJob]:
+        return await asyncio.gather(
+            *(submissions.submit(_spec(source_dir, name), "default") for name in names)
         )
-        barrier.wait()
-        return submissions.store(prepared, "default").name
 
-    with ThreadPoolExecutor(len(names)) as pool:
-        assert list(pool.map(submit, names)) == names
+    assert [job.name for job in asyncio.run(submit_all())] == names
     with session_scope(settings.database_url) as session:
         assert {named(session, name).name for name in names} == set(names)
+
+
+def test_event_loops_in_several_threads_each_get_their_own_jobs(
+    settings: Settings, source_dir: Path
+) -> None:
+    # As TestClient and an API process with several loops would: each submission is
+    # answered on the loop its request waits on.
+    submissions = Submissions(settings)
+
+    def submit_from_a_loop_of_its_own(name: str) -> str:
+        return asyncio.run(submissions.submit(_spec(source_dir, name), "default")).name
+
+    names = [f"loop-{n}" for n in range(8)]
+    with ThreadPoolExecutor(len(names)) as pool:
+        assert list(pool.map(submit_from_a_loop_of_its_own, names)) == names
+
+
+def test_the_submitting_thread_ends_when_idle_and_another_starts_after(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(submissions_module, "IDLE_SECONDS", 0.05)
+    submissions = Submissions(settings)
+
+    def submitting_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "runyard-submissions"}
+
+    before = submitting_threads()
+    asyncio.run(submissions.submit(_spec(source_dir, "early"), "default"))
+    (started,) = submitting_threads() - before
+    started.join(timeout=10)
+    assert not started.is_alive(), "the idle thread did not end"
+    job = asyncio.run(submissions.submit(_spec(source_dir, "late"), "default"))
+    assert job.name == "late"
+
+
+# The thread ends with what it raised, which pytest reports as it would any thread's.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_submitting_thread_that_fails_answers_its_batch_and_is_replaced(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Something no create should raise, raised past the per-job handling: its batch is
+    # answered with an error rather than left waiting for ever, and the next create works.
+    real_store = Submissions._store
+    calls = []
+
+    def store_once_broken(self: Submissions, batch: list[Any]) -> None:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise SystemExit("broken")
+        real_store(self, batch)
+
+    monkeypatch.setattr(Submissions, "_store", store_once_broken)
+    submissions = Submissions(settings)
+    with pytest.raises(RuntimeError, match="cut short"):
+        asyncio.run(submissions.submit(_spec(source_dir, "lost"), "default"))
+    assert asyncio.run(submissions.submit(_spec(source_dir, "next"), "default")).name == "next"
+
+
+def _name(outcome: TrainingJob | BaseException) -> str:
+    assert isinstance(outcome, TrainingJob), outcome
+    return outcome.name

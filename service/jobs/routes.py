@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AfterValidator
 
@@ -31,6 +32,7 @@ from service.kit.db import session_scope
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import NotFound, replies
 from service.kit.text import LookupText
+from service.settings import Settings
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
 
@@ -64,7 +66,7 @@ ProjectName = Annotated[
         **replies(401, 403, 404, 409, 422),
     },
 )
-def create_training_job(
+async def create_training_job(
     spec: JobCreate,
     settings: SettingsDep,
     user: CurrentUser,
@@ -78,24 +80,28 @@ def create_training_job(
     administrator may name another). The project's capacity quotas apply to it."""
     project = user.project_in_sight(project)
     user.require(Role.MEMBER, project, "submitting a job")
-    # A transaction of its own where one is needed, not the request's (SessionDep): most
-    # creates are stored by ``submissions``, and a dependency that brings a transaction
-    # costs every request its setting up and taking down.
     if dry_run:
-        with session_scope(settings.database_url, readonly=True) as session:
-            plan = service.dry_run(session, settings, spec, project)
+        plan = await run_in_threadpool(_dry_run, settings, spec, project)
         return JSONResponse(plan.model_dump(mode="json"))
     if settings.on_capacity_exceeded == "refuse":
         # Whether it fits is checked under the admission lock, in its own transaction.
-        with session_scope(settings.database_url) as session:
-            job = service.submit(session, settings, spec, project)
+        job = await run_in_threadpool(_submit_if_it_fits, settings, spec, project)
     else:
-        job = submissions.store(service.prepare(settings, spec, project), project)
-    created = to_public(job)
-    # Serialized here, in the route's thread: for a sync route FastAPI checks the reply
-    # against response_model in one more hand-off to its thread pool, which under load
-    # cost a twentieth of a creation, for a JobPublic made just now.
-    return Response(created.model_dump_json(), status_code=201, media_type="application/json")
+        job = await submissions.submit(spec, project)
+    # Serialized here: FastAPI would check the reply against response_model once more,
+    # for a JobPublic made just now.
+    created = to_public(job).model_dump_json()
+    return Response(created, status_code=201, media_type="application/json")
+
+
+def _dry_run(settings: Settings, spec: JobCreate, project: str) -> DryRun:
+    with session_scope(settings.database_url, readonly=True) as session:
+        return service.dry_run(session, settings, spec, project)
+
+
+def _submit_if_it_fits(settings: Settings, spec: JobCreate, project: str) -> TrainingJob:
+    with session_scope(settings.database_url) as session:
+        return service.submit(session, settings, spec, project)
 
 
 @router.get("", response_model=JobsPage, responses=replies(401, 422))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -155,6 +156,18 @@ def prepare(
     # What only the backend knows: whether its instances could reach the code and data.
     refuse(registry.build(backend, settings).check(final.job_spec(), settings.public_url))
     return PreparedJob(name=name, backend=backend, spec=final)
+
+
+def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
+    """Whether ``prepare`` would look beyond this machine's files for the job (its code,
+    data or outputs on s3://): checks that may wait on the network."""
+    uris = [
+        spec.source_uri,
+        spec.output_path or settings.artifact_root,
+        spec.checkpoint_s3_uri,
+        *(channel.uri for channel in spec.inputs.values()),
+    ]
+    return any(uri is not None and urlsplit(uri).scheme != "file" for uri in uris)
 
 
 def _generate_name(spec: JobCreate, now: datetime) -> str:
