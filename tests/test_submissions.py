@@ -265,3 +265,30 @@ def test_a_submitting_thread_that_fails_answers_its_batch_and_is_replaced(
 def _name(outcome: TrainingJob | BaseException) -> str:
     assert isinstance(outcome, TrainingJob), outcome
     return outcome.name
+
+
+@pytest.mark.parametrize(
+    ("changes", "remote"),
+    [
+        ({}, False),
+        ({"source_uri": "s3://bucket/code.tar.gz"}, True),
+        ({"inputs": {"train": {"uri": "s3://bucket/train/"}}}, True),
+        ({"output_path": "s3://bucket/out"}, True),
+        ({"checkpoint_s3_uri": "s3://bucket/checkpoints"}, True),
+    ],
+)
+def test_specs_whose_checks_reach_s3_are_checked_in_the_thread_pool(
+    settings: Settings, source_dir: Path, changes: dict[str, Any], remote: bool
+) -> None:
+    # The submitting thread checks the others: a slow bucket must not hold them all up.
+    spec = JobCreate.model_validate({**job_spec(source_dir), **changes})
+    assert service.checks_reach_network(settings, spec) is remote
+
+
+def test_outputs_under_an_s3_artifact_root_are_checked_in_the_thread_pool(
+    settings: Settings, source_dir: Path
+) -> None:
+    on_s3 = settings.model_copy(update={"artifact_root": "s3://bucket/runyard"})
+    spec = JobCreate.model_validate(job_spec(source_dir))
+    assert service.checks_reach_network(on_s3, spec)
+    assert not service.checks_reach_network(settings, spec)
