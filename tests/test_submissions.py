@@ -92,17 +92,20 @@ def _submit_while_held(
 ) -> tuple[list[TrainingJob | BaseException], int]:
     """Submit ``names`` at once, the first while no batch can store: the first batch holds
     it, the rest wait behind. The outcomes, and how many transactions committed."""
+    return _submit_specs_while_held(settings, [_spec(source_dir, name) for name in names])
+
+
+def _submit_specs_while_held(
+    settings: Settings, specs: list[JobCreate]
+) -> tuple[list[TrainingJob | BaseException], int]:
     submissions = Submissions(settings)
 
     async def submit_all() -> list[TrainingJob | BaseException]:
         with _storing_held(settings):
-            first = asyncio.create_task(submissions.submit(_spec(source_dir, names[0]), "default"))
+            first = asyncio.create_task(submissions.submit(specs[0], "default"))
             await asyncio.sleep(0)  # it is in line
             await _until(lambda: submissions.waiting == 0)  # the first batch took it and waits
-            rest = [
-                asyncio.create_task(submissions.submit(_spec(source_dir, name), "default"))
-                for name in names[1:]
-            ]
+            rest = [asyncio.create_task(submissions.submit(spec, "default")) for spec in specs[1:]]
             await _until(lambda: submissions.waiting == len(rest))
         return await asyncio.gather(first, *rest, return_exceptions=True)
 
@@ -151,31 +154,17 @@ def test_a_name_in_use_fails_its_own_job_and_no_other_of_its_batch(
 def test_a_spec_refused_by_its_checks_fails_its_own_job_and_no_other_of_its_batch(
     settings: Settings, source_dir: Path
 ) -> None:
-    names = ["before", "refused", "after"]
     spec = job_spec(source_dir, name="refused")
     spec["inputs"] = {"train": {"uri": (source_dir / "no-such-data").as_uri()}}
     refused = JobCreate.model_validate(spec)
-    submissions = Submissions(settings)
-
-    async def submit_all() -> list[TrainingJob | BaseException]:
-        with _storing_held(settings):
-            first = asyncio.create_task(submissions.submit(_spec(source_dir, names[0]), "default"))
-            await asyncio.sleep(0)
-            await _until(lambda: submissions.waiting == 0)
-            rest = [
-                asyncio.create_task(submissions.submit(refused, "default")),
-                asyncio.create_task(submissions.submit(_spec(source_dir, names[2]), "default")),
-            ]
-            await _until(lambda: submissions.waiting == 2)
-        return await asyncio.gather(first, *rest, return_exceptions=True)
-
-    with _counting_commits(settings) as commits:
-        outcomes = asyncio.run(submit_all())
+    outcomes, commits = _submit_specs_while_held(
+        settings, [_spec(source_dir, "before"), refused, _spec(source_dir, "after")]
+    )
     assert _name(outcomes[0]) == "before"
     assert isinstance(outcomes[1], SpecError)
     assert outcomes[1].loc == ("inputs", "train", "uri")
     assert _name(outcomes[2]) == "after"
-    assert len(commits) == 2  # "after" was stored in the second batch, without "refused"
+    assert commits == 2  # "after" was stored in the second batch, without "refused"
     with session_scope(settings.database_url) as session:
         assert session.scalars(select(TrainingJob.name).order_by(TrainingJob.name)).all() == [
             "after",
