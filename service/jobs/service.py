@@ -160,14 +160,11 @@ def prepare(
 
 def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
     """Whether ``prepare`` would look beyond this machine's files for the job (its code,
-    data or outputs on s3://): checks that may wait on the network."""
-    uris = [
-        spec.source_uri,
-        spec.output_path or settings.artifact_root,
-        spec.checkpoint_s3_uri,
-        *(channel.uri for channel in spec.inputs.values()),
-    ]
-    return any(uri is not None and urlsplit(uri).scheme != "file" for uri in uris)
+    data or outputs on s3://): checks that may wait on the network. The output path not
+    given is one under the artifact root, on the root's storage."""
+    located = spec.model_copy(update={"output_path": spec.output_path or settings.artifact_root})
+    uris = located.job_spec().storage_uris().values()
+    return any(urlsplit(uri).scheme != "file" for uri in uris)
 
 
 def _generate_name(spec: JobCreate, now: datetime) -> str:

@@ -44,8 +44,7 @@ IDLE_SECONDS = 5.0
 class _Submission:
     spec: JobCreate
     project: str
-    # Where its request waits.
-    loop: asyncio.AbstractEventLoop
+    # What its request awaits, on its own event loop.
     outcome: asyncio.Future[TrainingJob]
     # Checked already (in the thread pool), or to be checked by the submitting thread.
     prepared: PreparedJob | None = None
@@ -74,8 +73,7 @@ class Submissions:
         prepared = None
         if service.checks_reach_network(self._settings, spec):
             prepared = await run_in_threadpool(service.prepare, self._settings, spec, project)
-        loop = asyncio.get_running_loop()
-        mine = _Submission(spec, project, loop, loop.create_future(), prepared)
+        mine = _Submission(spec, project, asyncio.get_running_loop().create_future(), prepared)
         with self._changed:
             self._waiting.append(mine)
             if self._thread is None:
@@ -150,7 +148,7 @@ def _answer(batch: list[_Submission]) -> None:
     for each in batch:
         if each.job is None and each.error is None:  # storing was cut short
             each.error = RuntimeError("storing the job was cut short")
-        by_loop.setdefault(each.loop, []).append(each)
+        by_loop.setdefault(each.outcome.get_loop(), []).append(each)
     for loop, answered in by_loop.items():
         # A loop that has closed has nobody waiting on it any more.
         with contextlib.suppress(RuntimeError):
