@@ -114,6 +114,23 @@ def send_reconcile(settings: Settings, job_ids: Sequence[str]) -> None:
         )
 
 
+def load_sender(settings: Settings) -> None:
+    """Build the sender and load its broker's client (for Redis, about fifty modules) now
+    rather than at the first trigger, without connecting: for a process that loads what its
+    requests need before it starts serving."""
+    app = _sender(settings)
+    # Celery builds these on first use: the producer's machinery, the (disabled) result
+    # backend and the events a send announces itself with.
+    app.amqp  # noqa: B018
+    app.backend  # noqa: B018
+    app.events  # noqa: B018
+    connection = app.connection_for_write()
+    try:
+        connection.transport  # noqa: B018  (the transport class: the broker's client)
+    finally:
+        connection.release()
+
+
 def _sender(settings: Settings) -> Celery:
     """A send-only app per broker and queue, built once per process (never at import)."""
     with _senders_lock:
