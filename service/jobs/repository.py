@@ -31,7 +31,7 @@ from service.jobs.models import (
     TrainingJob,
 )
 from service.jobs.states import LIVE, TERMINAL, Secondary, Status
-from service.kit.db import Base, UTCDateTime, utcnow
+from service.kit.db import Base, UTCDateTime, read_pages_in_index_order, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.kit.text import without_nul
 
@@ -156,6 +156,7 @@ def page(
             )
         )
     query = query.order_by(TrainingJob.created_at.desc(), TrainingJob.id.desc()).limit(limit + 1)
+    read_pages_in_index_order(session)
     rows = list(session.scalars(query))
     if len(rows) <= limit:
         return rows, None

@@ -8,16 +8,16 @@ registered with :func:`after_commit` and dropped on rollback.
 from __future__ import annotations
 
 import functools
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from select import POLLIN, poll
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, create_engine, event
+from sqlalchemy import DateTime, Engine, create_engine, event, func, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -201,8 +201,8 @@ def _server_has_written(dbapi_connection: Any) -> bool:
     """Whether an idle psycopg connection has something to read: between transactions
     the server sends nothing unless it is ending the session (Runyard does not LISTEN)."""
     try:
-        poller = select.poll()  # select() fails on descriptors past 1023
-        poller.register(dbapi_connection.fileno(), select.POLLIN)
+        poller = poll()  # select() fails on descriptors past 1023
+        poller.register(dbapi_connection.fileno(), POLLIN)
     except Exception:  # no socket (closed already): in doubt
         return True
     return bool(poller.poll(0))
@@ -244,6 +244,17 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
         if record.record_info.pop(_HOLDS_TURN, False):
             turn.release()
+
+
+def read_pages_in_index_order(session: Session) -> None:
+    """For the rest of the transaction, have PostgreSQL read a keyset page (ORDER BY ...
+    LIMIT) off an index in the page's order rather than sort. Without statistics that
+    know the filter's value (autovacuum off, a new project, a burst of jobs since it last
+    ran) it estimated a row or two, then read and sorted every matching row for each page:
+    5 ms for 3,100 jobs, and growing with them. A sort where no index gives the order
+    still happens; SQLite's planner needs no telling."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.set_config("enable_sort", "off", True)))
 
 
 @contextmanager

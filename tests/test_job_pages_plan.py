@@ -1,0 +1,89 @@
+"""A page of jobs is read off an index in the page's order, whatever the filter and
+whatever the planner's statistics: without them (autovacuum off, or a burst of jobs
+since it last ran) PostgreSQL estimated a few matching rows, and read and sorted every
+one of them for each page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from service.jobs import repository, service
+from service.jobs.schemas import JobCreate
+from service.kit.db import get_engine, session_scope
+from service.settings import Settings
+from tests.conftest import job_spec
+
+# A project no statistics can know: its jobs are all new.
+PROJECT = "paged"
+
+
+@contextmanager
+def _plans(settings: Settings) -> Iterator[list[str]]:
+    """The plan of each SELECT run meanwhile, explained in its own transaction."""
+    plans: list[str] = []
+    engine = get_engine(settings.database_url)
+    sqlite = engine.dialect.name == "sqlite"
+
+    def explain(_conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if not statement.lstrip().upper().startswith("SELECT"):
+            return
+        explaining = cursor.connection.cursor()
+        explaining.execute(
+            ("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + statement, parameters
+        )
+        plans.append("\n".join(str(row[-1]) for row in explaining.fetchall()))
+        explaining.close()
+
+    event.listen(engine, "after_cursor_execute", explain)
+    try:
+        yield plans
+    finally:
+        event.remove(engine, "after_cursor_execute", explain)
+
+
+@pytest.fixture
+def stored(settings: Settings, source_dir: Path) -> None:
+    prepared = [
+        (
+            service.prepare(
+                settings, JobCreate.model_validate(job_spec(source_dir, name=f"paged-{n}")), PROJECT
+            ),
+            PROJECT,
+        )
+        for n in range(300)
+    ]
+    with session_scope(settings.database_url) as session:
+        service.store_new(session, settings, prepared)
+
+
+@pytest.mark.usefixtures("stored")
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"project": PROJECT, "status": None, "name_prefix": None},
+        {"project": PROJECT, "status": "InProgress", "name_prefix": None},
+        {"project": None, "status": "InProgress", "name_prefix": None},
+        {"project": PROJECT, "status": None, "name_prefix": "paged-1"},
+    ],
+    ids=["project", "project-and-status", "status", "name-prefix"],
+)
+def test_a_page_is_read_in_its_order_off_an_index(
+    settings: Settings, filters: dict[str, Any]
+) -> None:
+    with _plans(settings) as plans, session_scope(settings.database_url, readonly=True) as session:
+        rows, cursor = repository.page(session, limit=50, cursor=None, **filters)
+        assert rows
+        assert cursor is not None
+        repository.page(session, limit=50, cursor=cursor, **filters)  # and the next page
+    pages = [plan for plan in plans if "training_jobs" in plan]
+    assert len(pages) == 2
+    for plan in pages:
+        # PostgreSQL's Sort node; SQLite's "USE TEMP B-TREE FOR ORDER BY".
+        assert "Sort" not in plan, plan
+        assert "B-TREE" not in plan, plan
