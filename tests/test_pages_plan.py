@@ -1,7 +1,7 @@
-"""A page of jobs is read off an index in the page's order, whatever the filter and
-whatever the planner's statistics: without them (autovacuum off, or a burst of jobs
-since it last ran) PostgreSQL estimated a few matching rows, and read and sorted every
-one of them for each page."""
+"""A page of jobs, or of a job's log, is read off an index in the page's order, whatever
+the filter and whatever the planner's statistics: without them (autovacuum off, or a
+burst of jobs or lines since it last ran) PostgreSQL estimated a few matching rows, and
+read and sorted every one of them for each page."""
 
 from __future__ import annotations
 
@@ -16,11 +16,15 @@ from sqlalchemy import event
 from service.jobs import repository, service
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
+from service.logs import service as logs
+from service.logs.schemas import Line
 from service.settings import Settings
 from tests.conftest import job_spec
 
 # A project no statistics can know: its jobs are all new.
 PROJECT = "paged"
+# Lines of each of two jobs' logs.
+LINES = 5000
 
 
 @contextmanager
@@ -48,7 +52,8 @@ def _plans(settings: Settings) -> Iterator[list[str]]:
 
 
 @pytest.fixture
-def stored(settings: Settings, source_dir: Path) -> None:
+def stored(settings: Settings, source_dir: Path) -> str:
+    """300 jobs, and the logs of two of them: the first one's id."""
     prepared = [
         (
             service.prepare(
@@ -59,7 +64,15 @@ def stored(settings: Settings, source_dir: Path) -> None:
         for n in range(300)
     ]
     with session_scope(settings.database_url) as session:
-        service.store_new(session, settings, prepared)
+        jobs = service.store_new(session, settings, prepared)
+        # Two jobs' logs, so that the page's job is a part of the table.
+        for job in jobs[:2]:
+            logs.ingest(session, job.id, "algo-1", [_line(seq) for seq in range(1, LINES + 1)])
+    return jobs[0].id
+
+
+def _line(seq: int) -> Line:
+    return Line(seq, 1_800_000_000_000_000 + seq, "stdout", "a line")
 
 
 @pytest.mark.usefixtures("stored")
@@ -81,7 +94,22 @@ def test_a_page_is_read_in_its_order_off_an_index(
         assert rows
         assert cursor is not None
         repository.page(session, limit=50, cursor=cursor, **filters)  # and the next page
-    pages = [plan for plan in plans if "training_jobs" in plan]
+    _assert_read_in_order([plan for plan in plans if "training_jobs" in plan])
+
+
+@pytest.mark.parametrize("host", [None, "algo-1"], ids=["all-hosts", "one-host"])
+def test_a_page_of_a_log_is_read_in_its_order_off_an_index(
+    settings: Settings, stored: str, host: str | None
+) -> None:
+    with _plans(settings) as plans, session_scope(settings.database_url, readonly=True) as session:
+        rows, cursor = logs.page(session, stored, host=host, cursor=None, limit=50)
+        assert rows
+        assert cursor is not None
+        logs.page(session, stored, host=host, cursor=cursor, limit=50)
+    _assert_read_in_order([plan for plan in plans if "log_events" in plan])
+
+
+def _assert_read_in_order(pages: list[str]) -> None:
     assert len(pages) == 2
     for plan in pages:
         # PostgreSQL's Sort node; SQLite's "USE TEMP B-TREE FOR ORDER BY".

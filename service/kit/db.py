@@ -251,8 +251,8 @@ def read_pages_in_index_order(session: Session) -> None:
     LIMIT) off an index in the page's order rather than sort. Without statistics that
     know the filter's value (autovacuum off, a new project, a burst of jobs since it last
     ran) it estimated a row or two, then read and sorted every matching row for each page:
-    5 ms for 3,100 jobs, and growing with them. A sort where no index gives the order
-    still happens; SQLite's planner needs no telling."""
+    5 ms for 3,100 jobs, or every line of a job's log, and growing with them. A sort where
+    no index gives the order still happens; SQLite's planner needs no telling."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(select(func.set_config("enable_sort", "off", True)))
 

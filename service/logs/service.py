@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from service.jobs import service as jobs
 from service.jobs.models import TrainingJob
 from service.jobs.states import TERMINAL
-from service.kit.db import session_scope
+from service.kit.db import read_pages_in_index_order, session_scope
 from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs import repository
@@ -91,6 +91,7 @@ def page(
         query = query.where(
             or_(LogEvent.time > time, and_(LogEvent.time == time, LogEvent.id > event_id))
         )
+    read_pages_in_index_order(session)
     rows = list(session.scalars(query.order_by(LogEvent.time, LogEvent.id).limit(limit + 1)))
     if len(rows) <= limit:
         return rows, None
