@@ -3,6 +3,7 @@ benchmarks read from its jobs' logs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from runyard.client import Client, admin_token, wait_until_up
+from runyard.client import Client, RunyardError, admin_token, wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,10 +57,43 @@ def server_and_home(settings: dict[str, str] | None = None) -> Iterator[tuple[Cl
                 raise RuntimeError(f"server did not start; see {Path(home) / 'server.log'}")
             time.sleep(1.0)  # let the worker connect to the broker before timing anything
             with Client(url, admin_token(Path(home))) as client:
-                yield client, Path(home)
+                try:
+                    yield client, Path(home)
+                finally:
+                    _stop_live_jobs(client)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(30)
+
+
+# How long the jobs a bench left running get to end before its server stops.
+STOP_LEFT_SECONDS = 120.0
+
+
+def _stop_live_jobs(client: Client) -> None:
+    """Stop the jobs a bench left running, and wait for them to end: a local instance
+    outlives its server (so that a restart loses no job), and a throwaway server's would
+    run on with nothing left to stop them."""
+    deadline = time.monotonic() + STOP_LEFT_SECONDS
+    while live := _jobs(client, "InProgress") + _jobs(client, "Stopping"):
+        if time.monotonic() > deadline:
+            print(f"  ({len(live)} jobs had not ended {STOP_LEFT_SECONDS:.0f} s after the stop)")
+            return
+        for job in live:
+            if job["status"] == "InProgress":
+                with contextlib.suppress(RunyardError):  # it ended meanwhile
+                    client.stop_job(job["name"])
+        time.sleep(0.5)
+
+
+def _jobs(client: Client, status: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = client.list_jobs(status=status, limit=100, cursor=cursor)
+        found += page["items"]
+        if (cursor := page["next_cursor"]) is None:
+            return found
 
 
 def log_lines(client: Client, name: str) -> list[dict[str, str]]:
