@@ -186,15 +186,22 @@ def test_teardown_reaches_an_unmarked_child_after_the_runtime_died(tmp_path: Pat
     )
     backend, materialized, job = _fake_runtime(tmp_path, script)
     backend.apply(materialized)
-    leaders = [
-        processes.ProcessId(
-            **json.loads((tmp_path / "jobs" / JOB_ID / f"{h}.pid.json").read_text())
-        )
-        for h in ("algo-1", "algo-2")
-    ]
-    _wait_for(lambda: all(len(processes.group_members(leader.pid)) == 2 for leader in leaders))
-    assert not any(processes.is_alive(leader) for leader in leaders)
-    backend.teardown(job)
+    try:
+        leaders = [
+            processes.ProcessId(
+                **json.loads((tmp_path / "jobs" / JOB_ID / f"{h}.pid.json").read_text())
+            )
+            for h in ("algo-1", "algo-2")
+        ]
+        # Two members may also be the runtime and the script's child, before the grandchild
+        # starts: first the runtime dies, then its group holds the two it left.
+        _wait_for(lambda: not any(processes.is_alive(leader) for leader in leaders))
+        _wait_for(lambda: all(len(processes.group_members(leader.pid)) == 2 for leader in leaders))
+        assert not any(processes.is_alive(leader) for leader in leaders)
+    finally:
+        # Whatever happened: left running, the script's child (marked as this job's, whose
+        # id every test here shares) would read as the next tests' instances.
+        backend.teardown(job)
     assert all(processes.group_members(leader.pid) == [] for leader in leaders)
 
 
