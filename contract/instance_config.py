@@ -19,6 +19,7 @@ from typing import Any
 
 from contract import hyperparameters as hp
 from contract import modes
+from contract.images import BUILTIN
 from contract.layout import (
     HYPERPARAMETERS_FILE,
     INPUT_DATA_CONFIG_FILE,
@@ -102,6 +103,22 @@ class RunyardConfig:
     # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
     # ContainerArguments); empty for an entry-point job.
     container_command: tuple[str, ...] = ()
+    # The image the job's processes run from (``contract.images``), and its interpreter:
+    # "" for the runtime's own, as in a training container.
+    image: str = BUILTIN
+    image_python: str = ""
+    # The local backend's image store and the image's digest there, for a catalog image:
+    # the runtime waits for its build to end when it is being built ("" otherwise).
+    image_store: str = ""
+    image_digest: str = ""
+    # Where the job's layer (its requirements) is made, shared by its instances on this
+    # machine; "" for one of the instance's own (a machine of its own).
+    job_layer: str = ""
+    # The download cache the job's installs share with other jobs' (pip's); "" for pip's.
+    download_cache: str = ""
+    # With namespaces: what the instance sees read-only besides the runtime's own
+    # environment (the server's, the image store).
+    read_only_paths: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
@@ -157,6 +174,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "network_namespace": lambda _name, value: value or None,
     "notices": lambda _name, value: tuple(str(line) for line in value),
     "container_command": lambda _name, value: tuple(str(part) for part in value),
+    "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }
 

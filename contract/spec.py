@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.hosts import host_names
+from contract.images import Choice
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class JobSpec:
     # this command on each instance instead of the entry point.
     container_entrypoint: tuple[str, ...] = ()
     container_arguments: tuple[str, ...] = ()
+    # The image the instances run, as the server resolved it from image_uri or the
+    # framework's version (``contract.images``).
+    image: Choice = field(default_factory=Choice)
 
     @property
     def hosts(self) -> list[str]:

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import yaml
 
+from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
 from contract.spec import JobSpec
@@ -109,6 +110,15 @@ class ServerSettings(Protocol):
 
     @property
     def peer_timeout_seconds(self) -> float: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def images_dir(self) -> Path: ...
+
+    @property
+    def cache_dir(self) -> Path: ...
 
 
 class InstanceState(StrEnum):

@@ -30,6 +30,13 @@ def instance_files(
     network_namespace: str | None = None,
     notices: tuple[str, ...] = (),
     peer_timeout_seconds: float | None = None,
+    image: str | None = None,
+    image_python: str = "",
+    image_store: str = "",
+    image_digest: str = "",
+    job_layer: str = "",
+    download_cache: str = "",
+    read_only_paths: list[str] | None = None,
 ) -> dict[str, str]:
     """Each file's text by its path below the instance's base directory."""
     spec = request.spec
@@ -59,6 +66,13 @@ def instance_files(
         notices=notices,
         peer_timeout_seconds=peer_timeout_seconds,
         container_command=(*spec.container_entrypoint, *spec.container_arguments),
+        image=image or spec.image.label,
+        image_python=image_python,
+        image_store=image_store,
+        image_digest=image_digest,
+        job_layer=job_layer,
+        download_cache=download_cache,
+        read_only_paths=tuple(read_only_paths or ()),
     )
     resource = files.resource_config(
         host,

@@ -22,12 +22,16 @@ BACKENDS: dict[str, frozenset[str]] = {
 def build(name: str, settings: ServerSettings) -> Backend[Any]:
     if name == "local":
         from provisioning.local.backend import LocalBackend
+        from provisioning.local.images import ImageStore
 
         return LocalBackend(
             settings.jobs_dir,
             teardown_grace=settings.teardown_grace_seconds,
             isolation=settings.local_isolation,
             peer_timeout=settings.peer_timeout_seconds or None,
+            catalog=settings.catalog,
+            images=ImageStore(settings.images_dir),
+            download_cache=settings.cache_dir / "pip",
         )
     if name == "kubernetes":
         from provisioning.kubernetes.backend import KubernetesBackend

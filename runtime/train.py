@@ -23,13 +23,15 @@ from types import FrameType
 
 from contract import archive, hyperparameters, storage, variables
 from contract.failures import fit, instance_lost
+from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
 from contract.layout import IMAGE_BASE_DIR
 from contract.phases import FINAL_PHASES, Phase
 from runtime import channels, checkpoints, launch
-from runtime.instance import install, resources
+from runtime.instance import image_wait, install, layers, resources
 from runtime.instance.environment import script_environment
 from runtime.instance.install import InstallError
+from runtime.instance.layers import LayerError, PythonEnvironment
 from runtime.instance.peers import PeerWatch
 from runtime.launch import handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
@@ -40,8 +42,13 @@ from runtime.reporting import failure, spot
 from runtime.reporting.reporter import LogShipper, ServiceClient
 
 RUNTIME_STREAM = "runtime"
-# Where the code's requirements (and the code, if it is a package) are installed.
-DEPENDENCIES = ".dependencies"
+# Under the base directory: the job's layer, where it has none shared with the job's other
+# instances on a machine, and this instance's own (runtime.instance.layers).
+JOB_LAYER = ".runyard/job-env"
+INSTANCE_LAYER = ".runyard/env"
+# Runyard's packages that a job's processes import (the launch shims, the libraries that
+# scripts import under SageMaker's names), offered to an image that does not hold them.
+RUNTIME_PACKAGES = ("runtime", "contract")
 # How long the service is tried with a spot notice before the scripts are stopped here:
 # a part of the two minutes EC2 gives, the rest left to the scripts.
 SPOT_NOTICE_DEADLINE = 30.0
@@ -71,6 +78,8 @@ class Trainer:
         # Why the runtime itself stopped the scripts, where it did; else the stop came as
         # SIGTERM from outside (the service's stop, max_run, max_wait, a restart).
         self.stopped_here: str | None = None
+        # The job's image's lock, held shared while the instance runs on it.
+        self.image_hold: int | None = None
 
     def say(self, message: str) -> None:
         self.shipper.emit(RUNTIME_STREAM, message)
@@ -107,6 +116,8 @@ class Trainer:
                 self.say(notice)
         try:
             self.report(Phase.DOWNLOADING)
+            if not self._wait_for_image():
+                return self._stopped()
             paths.create()
             self._fetch()
         except (
@@ -114,6 +125,7 @@ class Trainer:
             storage.StorageError,
             archive.ArchiveError,
             channels.ChannelError,
+            image_wait.ImageUnavailable,
         ) as exc:
             return self.fail(1, f"ClientError: {exc}")
         if self.stop.is_set():
@@ -124,6 +136,8 @@ class Trainer:
             agent_key = self._prepare_agent()
         except InstallError as exc:
             return self.fail(1, f"InstallError: {exc}")
+        except LayerError as exc:
+            return self.fail(1, f"InternalServerError: the job's environment: {exc}")
         except (EntryPointError, MpiSetupError) as exc:
             return self.fail(1, f"ClientError: {exc}")
         except remote_agent.AgentError as exc:
@@ -188,6 +202,7 @@ class Trainer:
             Path(IMAGE_BASE_DIR),
             config.paths.base / ".runyard" / "hosts",
             config.network_namespace,
+            read_only=_shared_paths(config),
         )
         os.environ[variables.BASE_DIR] = IMAGE_BASE_DIR
         # Temporary files of its own, as a machine has: the machine's /tmp is shared with
@@ -286,13 +301,54 @@ class Trainer:
         else:
             raise SetupError(f"source {uri} does not exist")
 
+    def _wait_for_image(self) -> bool:
+        """Wait while this machine builds the job's image; False if stopped meanwhile."""
+        config = self.config
+        if not config.image_store:
+            return True
+        stored = StoredImage(Path(config.image_store), config.image_digest)
+        ready = image_wait.wait_for(
+            stored, config.image, self.say, show_build=config.is_master, stopped=self.stop.is_set
+        )
+        if ready:
+            # Held (shared) until this runtime ends, closed with the process.
+            self.image_hold = image_wait.hold(stored)
+        return ready
+
+    def _environment(self) -> PythonEnvironment:
+        """The job's Python: its image, the job's layer with its requirements (made by the
+        first of its instances on this machine), and this instance's own layer."""
+        config = self.config
+        python = config.image_python or sys.executable
+        image = layers.image(python)
+        # An image other than the runtime's own is offered Runyard's packages.
+        runtime_root = Path(__file__).resolve().parents[1]
+        offered = [] if python == sys.executable else [runtime_root / n for n in RUNTIME_PACKAGES]
+        install_env = dict(os.environ)
+        install_env.update(config.environment)
+        if config.download_cache and not {"PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"} & set(
+            config.environment
+        ):
+            install_env["PIP_CACHE_DIR"] = config.download_cache
+        job = layers.job_layer(
+            Path(config.job_layer) if config.job_layer else config.paths.base / JOB_LAYER,
+            image,
+            config.paths.code,
+            install_env,
+            self.say,
+            offered=offered,
+            should_stop=self.stop.is_set,
+        )
+        return layers.instance_layer(config.paths.base / INSTANCE_LAYER, job)
+
     def _plan(self) -> Launch:
         config = self.config
         gpus, cpus = resources.num_gpus(), resources.num_cpus()
-        installed = install.install(config.paths.code, config.paths.base / DEPENDENCIES, self.say)
+        python = self._environment()
         env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
+        env = layers.layer_environment(python, env)
         env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(config.paths.code), *installed, env.get("PYTHONPATH")])
+            filter(None, [str(config.paths.code), env.get("PYTHONPATH")])
         )
         # Collective backends pick their interface from these; the backend knows which one
         # reaches the other instances.
@@ -300,15 +356,18 @@ class Trainer:
         env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
         env.setdefault("TP_SOCKET_IFNAME", config.network_interface)  # torch RPC's TensorPipe
         if config.container_command:
-            return launch.plan(config, self._container_command(env), env, num_gpus=gpus)
+            argv = self._container_command()
+            return launch.plan(config, argv, env, num_gpus=gpus, python=python)
         args = hyperparameters.to_cli_args(config.hyperparameters)
         as_module = install.is_package(config.paths.code)
-        argv = command(config.paths.code, config.entry_point, args, as_module=as_module)
-        return launch.plan(config, argv, env, num_gpus=gpus)
+        argv = command(
+            python.python, config.paths.code, config.entry_point, args, as_module=as_module
+        )
+        return launch.plan(config, argv, env, num_gpus=gpus, python=python)
 
-    def _container_command(self, env: dict[str, str]) -> list[str]:
+    def _container_command(self) -> list[str]:
         """A container entry point reads /opt/ml itself, by that name, and finds Python on
-        the PATH, as in a SageMaker image: this runtime's own comes first."""
+        the PATH, as in a SageMaker image: the job's environment comes first there."""
         config = self.config
         if config.paths.base != Path(IMAGE_BASE_DIR):
             raise SetupError(
@@ -316,8 +375,6 @@ class Trainer:
                 f"directory is {config.paths.base}: its instances share the machine "
                 "(RUNYARD_LOCAL_ISOLATION=namespaces gives each its own /opt/ml)"
             )
-        python_bin = str(Path(sys.executable).parent)
-        env["PATH"] = os.pathsep.join(filter(None, [python_bin, env.get("PATH")]))
         return list(config.container_command)
 
     def _prepare_agent(self) -> bytes | None:
@@ -425,6 +482,32 @@ class Trainer:
             self.spot_watch.stop()
         # Every line is stored before the final report, so a finished job has all its logs.
         self.shipper.close()
+
+
+def _shared_paths(config: InstanceConfig) -> list[Path]:
+    """What an instance with namespaces sees read-only: the environment this runtime runs
+    from (its interpreter's, and every directory it imports from), Runyard's packages, and
+    what the backend names (the server's environment, the image store). Never a directory
+    that holds the instance's own, which it writes."""
+    runtime_root = Path(__file__).resolve().parents[1]
+    candidates = [
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        *(Path(entry) for entry in sys.path if entry),
+        *(runtime_root / name for name in RUNTIME_PACKAGES),
+        *(Path(path) for path in config.read_only_paths),
+    ]
+    own = [config.paths.base.resolve()]
+    if config.job_layer:
+        own.append(Path(config.job_layer).resolve())
+    chosen: list[Path] = []
+    for path in sorted({p.resolve() for p in candidates if p.is_dir()}, key=lambda p: len(p.parts)):
+        if any(path == c or c in path.parents for c in chosen):
+            continue  # under one already chosen
+        if any(path == o or path in o.parents for o in own):
+            continue
+        chosen.append(path)
+    return chosen
 
 
 def main() -> int:

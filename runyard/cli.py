@@ -29,6 +29,7 @@ from runyard.client import (
     RunyardError,
     discover,
 )
+from runyard.image_commands import images_group
 from runyard.inputs import as_uri
 from runyard.output import (
     describe_lines,
@@ -576,6 +577,9 @@ def _echo_aws_credentials(client: Client) -> None:
     credentials = client.aws_credentials()
     click.echo(f"AWS_ACCESS_KEY_ID={credentials['access_key_id']}")
     click.echo(f"AWS_SECRET_ACCESS_KEY={credentials['secret_access_key']}")
+
+
+main.add_command(images_group)
 
 
 @main.group("project")

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     PrivateAttr,
     SecretStr,
@@ -25,12 +27,42 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from contract import storage
+from contract.images import PYTHON, VERSION, Catalog, Image
 from provisioning.catalog import CATALOG
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import KubernetesSettings
 
 DEFAULT_PORT = 8642
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
+# A requirement as pip takes one (a name, extras, a version or marker), never an option.
+_REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]*\])?([ <>=!~;@][^\n]*)?$"
+
+
+class ImageDefinition(BaseModel):
+    """One image an operator adds to the catalog (``contract.images``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    framework: Literal["pytorch", "tensorflow"]
+    framework_version: str = Field(pattern=VERSION.pattern, max_length=32)
+    python: str = Field(pattern=f"^{PYTHON.pattern}$")
+    packages: list[Annotated[str, Field(pattern=_REQUIREMENT, max_length=200)]] = Field(
+        min_length=1, max_length=100
+    )
+    processor: Literal["cpu", "gpu"] = "cpu"
+    aliases: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list)
+    description: str = ""
+
+    def image(self) -> Image:
+        return Image(
+            framework=self.framework,
+            framework_version=self.framework_version,
+            python=self.python,
+            packages=tuple(self.packages),
+            processor=self.processor,
+            aliases=tuple(self.aliases),
+            description=self.description,
+        )
 
 
 class Settings(BaseSettings):
@@ -80,6 +112,13 @@ class Settings(BaseSettings):
     peer_timeout_seconds: float = Field(default=60.0, ge=0)
     max_instance_count: int = Field(default=16, ge=1)
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    # Images jobs may name besides the built-in catalog's (a JSON list of objects with
+    # framework, framework_version, python, packages, and optionally processor, aliases
+    # and description); one with a catalog image's name replaces it.
+    images: list[ImageDefinition] = Field(default_factory=list)
+    # Names that run a catalog image (or "builtin"), such as the AWS Deep Learning
+    # Container a team's code names: {"pytorch-training:2.1.0-cpu-py310": "builtin"}.
+    image_aliases: dict[str, str] = Field(default_factory=dict)
 
     # Capacity: how many instances of each type exist to run jobs on (a type missing here
     # has no limit), and per project how many of each type, or of all types together under
@@ -134,6 +173,7 @@ class Settings(BaseSettings):
     # (0 keeps it forever); code a job refers to is kept as long as the job is.
     source_retention_days: int = Field(default=7, ge=0)
     _signing_key: bytes | None = PrivateAttr(default=None)
+    _catalog: Catalog = PrivateAttr(default_factory=Catalog)
     # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
     queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -233,9 +273,31 @@ class Settings(BaseSettings):
             raise ValueError("RUNYARD_SECRET_KEY is a placeholder; set a random value")
         return self
 
+    @model_validator(mode="after")
+    def _check_images(self) -> Settings:
+        try:
+            self._catalog = Catalog.with_extra((d.image() for d in self.images), self.image_aliases)
+        except ValueError as exc:
+            raise ValueError(f"RUNYARD_IMAGES: {exc}") from exc
+        return self
+
     @property
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
+
+    @property
+    def images_dir(self) -> Path:
+        """Where the local backend builds catalog images."""
+        return self.home / "images"
+
+    @property
+    def cache_dir(self) -> Path:
+        """Downloads that jobs share (pip's cache)."""
+        return self.home / "cache"
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
 
     def signing_key(self) -> bytes:
         """The key that signs per-job tokens, created once in RUNYARD_HOME if not configured.

@@ -14,6 +14,7 @@ import dataclasses
 import gzip
 import json
 import random
+import shlex
 import stat
 import string
 import subprocess
@@ -26,6 +27,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from pydantic import ValidationError
 
+from contract.images import Catalog
 from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
@@ -217,7 +219,14 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "network_namespace": null,
   "notices": [],
   "peer_timeout_seconds": null,
-  "container_command": []
+  "container_command": [],
+  "image": "builtin",
+  "image_python": "",
+  "image_store": "",
+  "image_digest": "",
+  "job_layer": "",
+  "download_cache": "",
+  "read_only_paths": []
 }
 RUNYARD_EOF
 
@@ -822,3 +831,20 @@ def test_settings_are_read_from_the_environment(
     monkeypatch.setenv("RUNYARD_EC2__NETWORK_INTERFACE", "eth0; reboot")
     with pytest.raises(ValidationError, match="network_interface"):
         Settings(home=tmp_path)
+
+
+def test_a_catalog_image_is_installed_beside_the_runtime_and_a_container_is_refused(
+    ec2: Any, settings: Ec2Settings
+) -> None:
+    backend = _backend(ec2, settings)
+    image = {"name": "pytorch-training:2.13.0-cpu-py311"}
+    first = backend.materialize(_request(image=image)).public["instances"][0]
+    script = first["run_instances"]["UserData"]
+    catalog_image = Catalog().get(image["name"])
+    assert catalog_image is not None
+    words = [RUNTIME_WHEEL, *catalog_image.packages]
+    assert f"--disable-pip-version-check {shlex.join(words)}\n" in script
+    assert '"image": "pytorch-training:2.13.0-cpu-py311"' in script
+    container = _request(image={"container": "registry.example.com/team/train:7"})
+    with pytest.raises(SpecError, match="a container image, which EC2 instances do not run"):
+        refuse(backend.check(container.spec, SERVICE_URL))

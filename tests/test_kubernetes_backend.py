@@ -7,6 +7,7 @@ checks what the backend makes of them and what it leaves behind (nothing).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -589,3 +590,31 @@ def test_code_the_pods_cannot_read_is_refused_at_submission(
     assert error["loc"] == ["body", "source_uri"]
     assert "pods cannot read this file:// URI" in error["msg"]
     assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("image", "pulled", "label"),
+    [
+        (None, "runyard/runtime:0.1.0", "builtin"),
+        (
+            {"name": "pytorch-training:2.13.0-cpu-py311"},
+            "registry.example.com/ml/pytorch-training:2.13.0-cpu-py311",
+            "pytorch-training:2.13.0-cpu-py311",
+        ),
+        (
+            {"container": "registry.example.com/team/train:7"},
+            "registry.example.com/team/train:7",
+            "registry.example.com/team/train:7",
+        ),
+    ],
+)
+def test_pods_run_the_image_the_server_chose_for_the_job(
+    image: dict[str, str] | None, pulled: str, label: str
+) -> None:
+    materialized = _backend(images_repository="registry.example.com/ml").materialize(
+        _request(image=image)
+    )
+    root, pod = materialized.public["manifests"][0], materialized.public["manifests"][-1]
+    assert pod["spec"]["containers"][0]["image"] == pulled
+    runyard = json.loads(root["data"][manifests.config_key("algo-1", "runyard.json")])
+    assert runyard["image"] == label

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import runtime
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
 from provisioning.local import processes
 from provisioning.local.backend import LocalBackend, LocalPlan, share_cpus
@@ -90,7 +91,13 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         ],
         "host_addresses": {"algo-1": "127.0.0.1", "algo-2": "127.0.0.1"},
     }
-    assert json.loads(files["input/config/runyard.json"]) == {
+    runyard = json.loads(files["input/config/runyard.json"])
+    # What the instances see read-only (with namespaces): the server's environment and
+    # code, and the image store.
+    shared = runyard.pop("read_only_paths")
+    runtime_package = str(Path(runtime.__file__).parent)
+    assert {sys.prefix, sys.base_prefix, str(tmp_path / "images"), runtime_package} <= set(shared)
+    assert runyard == {
         "job_name": "job-1",
         "job_id": JOB_ID,
         "entry_point": "train.py",
@@ -123,6 +130,14 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         ],
         "peer_timeout_seconds": None,
         "container_command": [],
+        # The built-in image: the runtime's own interpreter, nothing to wait for.
+        "image": "builtin",
+        "image_python": "",
+        "image_store": "",
+        "image_digest": "",
+        # Shared by the job's instances on this machine; beside the jobs, pip's cache.
+        "job_layer": str(jobs / "job-env"),
+        "download_cache": str(tmp_path / "cache" / "pip"),
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryi_secret-algo-2"

@@ -13,6 +13,7 @@ import fcntl
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -98,3 +99,21 @@ def stop_making(thread: threading.Thread) -> None:
         for pip in _pips:
             pip.terminate()
     thread.join(30)
+
+
+def above_this_venv(python: Path) -> Path:
+    """Make the virtual environment of ``python`` see the suite's own packages (Runyard, its
+    dependencies, torch) below its own: its site directory names this one in a ``.pth``
+    file, with an import line so that this one's ``.pth`` files (Runyard's editable
+    install) count too. Returns its own site directory."""
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    here = sysconfig.get_paths()["purelib"]
+    (site / "runyard-venv.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    return site

@@ -30,6 +30,7 @@ from typing import Any
 
 from contract import variables
 from contract.hosts import host_number
+from contract.images import Catalog
 from contract.layout import IMAGE_BASE_DIR
 from contract.problems import Problem
 from contract.spec import JobSpec
@@ -165,11 +166,14 @@ class Ec2Backend(Backend[Ec2Plan]):
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         consoles: ConsoleCache | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         # A boto3 EC2 client, built by the caller: tests point it at a local moto server.
         self.client = client
         self.settings = settings
         self.artifact_root = artifact_root
+        # A catalog image's packages are installed beside the runtime on each instance.
+        self.catalog = catalog or Catalog()
         self.start_timeout = settings.start_timeout_seconds
         self._sleep = sleep
         self._clock = clock
@@ -184,6 +188,7 @@ class Ec2Backend(Backend[Ec2Plan]):
             artifact_root=settings.artifact_root,
             # The reconciler builds a backend every pass: the cache outlives them.
             consoles=_shared_consoles(region, endpoint),
+            catalog=settings.catalog,
         )
 
     # -- planning ---------------------------------------------------------------------
@@ -236,6 +241,12 @@ class Ec2Backend(Backend[Ec2Plan]):
             yield Problem(
                 ("backend",),
                 "set RUNYARD_EC2__IMAGE_ID or RUNYARD_EC2__LAUNCH_TEMPLATE to run on EC2",
+            )
+        if spec.image.container is not None:
+            yield Problem(
+                ("image_uri",),
+                f"{spec.image.container[:120]!r} is a container image, which EC2 instances do "
+                "not run; name an image of the catalog, or run it on the kubernetes backend",
             )
         if not self.settings.runtime_package:
             yield Problem(
@@ -371,8 +382,9 @@ class Ec2Backend(Backend[Ec2Plan]):
             host=host,
             hosts=request.hosts,
             python=settings.python,
-            # Set: _problems refuses a plan without it before any script is written.
-            pip_args=shlex.split(settings.runtime_package or ""),
+            # Set: _problems refuses a plan without it before any script is written. A
+            # catalog image's packages come with it: the instance's environment is the image.
+            pip_args=[*shlex.split(settings.runtime_package or ""), *self._image_packages(request)],
             files=files,
             env=env,
             address_wait_seconds=settings.address_wait_seconds,
@@ -380,6 +392,10 @@ class Ec2Backend(Backend[Ec2Plan]):
             nfs_path=file_uri_path(self.artifact_root) if settings.artifact_nfs else None,
         )
         return userdata.render(boot)
+
+    def _image_packages(self, request: LaunchRequest) -> list[str]:
+        image = self.catalog.get(request.spec.image.image)
+        return list(image.packages) if image is not None else []
 
     # -- side effects -----------------------------------------------------------------
 

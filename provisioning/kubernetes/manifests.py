@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from contract import variables
+from contract.images import BUILTIN, Choice
 from contract.layout import CONFIG_DIR, IMAGE_BASE_DIR
 from provisioning.base import LaunchRequest, file_uri_path
 from provisioning.catalog import CATALOG
@@ -163,6 +164,16 @@ def build(
     return [copy.deepcopy(manifest) for manifest in objects]
 
 
+def container_image(image: Choice, settings: KubernetesSettings) -> str:
+    """The OCI image a pod of the job runs: a custom container's own, a catalog image's from
+    the operator's repository, or Runyard's runtime image for the built-in one."""
+    if image.container is not None:
+        return image.container
+    if image.image != BUILTIN:
+        return f"{settings.images_repository}/{image.image}"
+    return settings.image
+
+
 def _metadata(
     name: str, namespace: str, labels: dict[str, str], *, owner: str | None = None
 ) -> dict[str, Any]:
@@ -276,7 +287,7 @@ def _pod(
         "containers": [
             {
                 "name": "runtime",
-                "image": request.spec.image_uri or settings.image,
+                "image": container_image(request.spec.image, settings),
                 "imagePullPolicy": settings.image_pull_policy,
                 "command": ["train"],
                 "workingDir": IMAGE_BASE_DIR,

@@ -27,7 +27,11 @@ class KubernetesSettings(BaseModel):
     namespace: str = Field(default="runyard-jobs", pattern=DNS_LABEL, max_length=63)
     # The cluster's DNS domain: pods find each other as algo-N.<base>.<namespace>.svc.<it>.
     cluster_domain: str = Field(default="cluster.local", pattern=DNS_SUBDOMAIN, max_length=253)
+    # What a job's pods run: this (Runyard's runtime image) for the built-in image, and a
+    # catalog image (contract.images) as <images_repository>/<its name>, such as
+    # runyard/pytorch-training:2.13.0-cpu-py311 (runtime/Dockerfile builds them).
     image: str = "runyard/runtime:0.1.0"
+    images_repository: str = Field(default="runyard", min_length=1, max_length=200)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     image_pull_secrets: list[str] = Field(default_factory=list)
     # The job pods' own identity; it needs no Kubernetes permissions at all.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import storage, variables
+from contract.images import BUILTIN, Catalog
 from contract.instance_config import Isolation
 from contract.layout import Paths
 from contract.problems import Problem
@@ -54,11 +56,16 @@ from provisioning.base import (
 from provisioning.catalog import LOCAL_TYPES
 from provisioning.instance_files import instance_files
 from provisioning.local import network, processes
+from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
 
 LOOPBACK = "127.0.0.1"
 HOSTS_FILE = "hosts.json"
+# The job's layer (its requirements, installed once for its instances on this machine).
+JOB_LAYER = "job-env"
+# Runyard's packages: the server's code, which instances see read-only.
+PACKAGES = ("contract", "provisioning", "service", "worker", "runtime", "runyard", "migrations")
 # Each instance with namespaces is a machine of its own: the rendezvous and the launch
 # agent have their usual ports.
 MASTER_PORT = 29500
@@ -104,6 +111,8 @@ class LocalPlan:
     isolation: str = Isolation.SHARED.value
     # The job's private network, with namespaces.
     network: network.JobNetwork | None = None
+    # The catalog image its instances run (contract.images).
+    image: str = BUILTIN
 
 
 @contextlib.contextmanager
@@ -152,8 +161,16 @@ class LocalBackend(Backend[LocalPlan]):
         teardown_grace: float = 5.0,
         isolation: str = "auto",
         peer_timeout: float | None = 60.0,
+        catalog: Catalog | None = None,
+        images: ImageStore | None = None,
+        download_cache: Path | None = None,
     ) -> None:
         self.jobs_dir = jobs_dir
+        self.catalog = catalog or Catalog()
+        # Where catalog images are built; beside the jobs by default.
+        self.images = images or ImageStore(jobs_dir.parent / "images")
+        # The cache the jobs' installs share (pip's), beside the jobs by default.
+        self.download_cache = download_cache or jobs_dir.parent / "cache" / "pip"
         self.python = python
         self.environ = os.environ if environ is None else environ
         self.allocate_port = allocate_port
@@ -166,9 +183,21 @@ class LocalBackend(Backend[LocalPlan]):
         self.peer_timeout = peer_timeout
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
-        if self.isolation != "namespaces" or (why := network.unavailable()) is None:
-            return []
-        return [Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")]
+        problems = []
+        if spec.image.container is not None:
+            problems.append(
+                Problem(
+                    ("image_uri",),
+                    f"{spec.image.container[:120]!r} is a container image, which the local "
+                    "backend does not run; name an image of this server's catalog "
+                    f"({self.catalog.summary()}) or run it on the kubernetes backend",
+                )
+            )
+        if self.isolation == "namespaces" and (why := network.unavailable()) is not None:
+            problems.append(
+                Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")
+            )
+        return problems
 
     def _isolation(self) -> tuple[Isolation, str]:
         """How this server's instances are kept apart, and why not, when they are not."""
@@ -236,6 +265,7 @@ class LocalBackend(Backend[LocalPlan]):
             instances,
             isolation=Isolation.NAMESPACES.value,
             network=net,
+            image=request.spec.image.image,
         )
 
     def _plan_shared(
@@ -270,7 +300,36 @@ class LocalBackend(Backend[LocalPlan]):
                 request.hosts, share_cpus(self.cpus, len(request.hosts)), strict=True
             )
         ]
-        return LocalPlan(request.job.id, request.job.name, str(job_dir), master_port, instances)
+        return LocalPlan(
+            request.job.id,
+            request.job.name,
+            str(job_dir),
+            master_port,
+            instances,
+            image=request.spec.image.image,
+        )
+
+    def _image_files(self, request: LaunchRequest, job_dir: Path) -> dict[str, Any]:
+        """What the runtime needs of the job's image and layers: the image's interpreter
+        (the server's own for the built-in image) and its place in the store, while the
+        instances wait for its build; the job's layer; what the instances see read-only."""
+        files: dict[str, Any] = {
+            "job_layer": str(job_dir / JOB_LAYER),
+            "download_cache": str(self.download_cache),
+            "read_only_paths": _server_paths(self.images.root),
+        }
+        name = request.spec.image.image
+        image = self.catalog.get(name)
+        if name == BUILTIN or image is None:
+            return files
+        stored = self.images.stored(image)
+        return {
+            **files,
+            "image": image.name,
+            "image_python": str(stored.python),
+            "image_store": str(stored.root),
+            "image_digest": stored.digest,
+        }
 
     def _instance(
         self,
@@ -295,7 +354,7 @@ class LocalBackend(Backend[LocalPlan]):
                 agent_key=request.agent_key,
             ),
         }
-        config = instance_files(request, host, **files)
+        config = instance_files(request, host, **files, **self._image_files(request, job_dir))
         return LocalInstance(host, str(base_dir), argv, env, config, cpus)
 
     def _cpu_notice(self, request: LaunchRequest) -> tuple[str, ...]:
@@ -345,6 +404,10 @@ class LocalBackend(Backend[LocalPlan]):
             # Said here, as starting it would say it: under unshare it would only fail
             # once inside, as an instance that died.
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), self.python)
+        image = self.catalog.get(plan.image)
+        if image is not None:
+            # Built in the background on first use; the instances wait for it.
+            self.images.ensure(image)
         for instance in plan.instances:
             self._launch(job_dir, plan.job_id, instance)
 
@@ -506,6 +569,16 @@ class LocalBackend(Backend[LocalPlan]):
         if net is not None:
             net = network.JobNetwork(net["bridge"], [network.Port(**p) for p in net["ports"]])
         return LocalPlan(**data, instances=instances, network=net)
+
+
+def _server_paths(images_root: Path) -> list[str]:
+    """What an instance with namespaces sees read-only of the server: the environment it
+    runs from, its code and the image store (the runtime adds its own interpreter's)."""
+    paths = [sys.prefix, sys.base_prefix, str(images_root)]
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        paths += list(spec.submodule_search_locations or []) if spec else []
+    return list(dict.fromkeys(paths))
 
 
 def _public(plan: LocalPlan) -> dict[str, Any]:

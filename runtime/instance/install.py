@@ -1,19 +1,17 @@
 """Installing what the code asks for: its requirements.txt, and the code itself when it
 is a package (setup.py or pyproject.toml), as SageMaker's containers do.
 
-Everything goes into a prefix inside the instance's base directory, never into the
-environment the runtime itself runs from (on the local backend, that is the server's).
-What is already installed there satisfies requirements, so torch is not fetched again.
+The installs run with the pip of the environment they go into (the job's layer, above its
+image: ``runtime.instance.layers``), so what is already installed below satisfies
+requirements, and nothing below is changed.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import sysconfig
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 PIP_TAIL = 20
@@ -27,14 +25,10 @@ def is_package(code_dir: Path) -> bool:
     return (code_dir / "setup.py").is_file() or (code_dir / "pyproject.toml").is_file()
 
 
-def site_dirs(prefix: Path) -> list[str]:
-    paths = sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})
-    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
-
-
-def install(code_dir: Path, prefix: Path, say: Callable[[str], None]) -> list[str]:
-    """Run the installs the code needs; returns the directories to add to PYTHONPATH
-    (empty when there was nothing to install)."""
+def install(
+    code_dir: Path, pip: list[str], env: Mapping[str, str], say: Callable[[str], None]
+) -> bool:
+    """Run the installs the code needs with ``pip`` (an argv); whether there were any."""
     steps: list[tuple[str, list[str]]] = []
     if (code_dir / "requirements.txt").is_file():
         steps.append(("requirements.txt", ["-r", "requirements.txt"]))
@@ -42,39 +36,34 @@ def install(code_dir: Path, prefix: Path, say: Callable[[str], None]) -> list[st
         # The code's own build uses the instance's build tools: nothing is downloaded to
         # build it (a build backend other than setuptools goes in requirements.txt).
         steps.append(("the code as a package", ["--no-build-isolation", "."]))
-    if not steps:
-        return []
-    dirs = site_dirs(prefix)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [*dirs, os.environ.get("PYTHONPATH")])),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-    }
+    variables = {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     for what, args in steps:
         say(f"Installing {what}")
-        _pip(["install", "--prefix", str(prefix), *args], code_dir, env, say, what)
-    return dirs
+        started = time.monotonic()
+        _pip([*pip, "install", *args], code_dir, variables, say, what)
+        say(f"Installed {what} in {time.monotonic() - started:.1f} s")
+    return bool(steps)
 
 
 def _pip(
-    args: list[str], cwd: Path, env: dict[str, str], say: Callable[[str], None], what: str
+    argv: list[str], cwd: Path, env: dict[str, str], say: Callable[[str], None], what: str
 ) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pip", *args],
+    with subprocess.Popen(
+        argv,
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    tail: deque[str] = deque(maxlen=PIP_TAIL)
-    assert process.stdout is not None  # PIPE above
-    for line in process.stdout:
-        line = line.rstrip("\n")
-        tail.append(line)
-        say(line)
-    if process.wait() != 0:
+    ) as process:
+        tail: deque[str] = deque(maxlen=PIP_TAIL)
+        assert process.stdout is not None  # PIPE above
+        for line in process.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            say(line)
+        code = process.wait()
+    if code != 0:
         errors = [line for line in tail if "ERROR" in line] or list(tail)[-5:]
         raise InstallError(f"pip could not install {what}: {' | '.join(errors)}")

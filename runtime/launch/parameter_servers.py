@@ -12,24 +12,30 @@ expects.
 
 from __future__ import annotations
 
-import sys
-
 from contract import variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode
+from runtime.instance.layers import PythonEnvironment
 from runtime.launch import tf_config
 from runtime.launch.workers import Launch, WorkerSpec
 
 
 def plan(
-    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+    config: InstanceConfig,
+    _mode: Mode | None,
+    entry: list[str],
+    env: dict[str, str],
+    gpus: int,
+    python: PythonEnvironment,
 ) -> Launch:
     if config.framework == "tensorflow":
-        return Launch(_tensorflow(config, entry, env))
-    return Launch(_pytorch(config, entry, env, max(gpus, 1)))
+        return Launch(_tensorflow(config, entry, env, python.python))
+    return Launch(_pytorch(config, entry, env, max(gpus, 1), python.python))
 
 
-def _tensorflow(config: InstanceConfig, entry: list[str], env: dict[str, str]) -> list[WorkerSpec]:
+def _tensorflow(
+    config: InstanceConfig, entry: list[str], env: dict[str, str], python: str
+) -> list[WorkerSpec]:
     code = config.paths.code
     if len(config.hosts) == 1:
         return [WorkerSpec(entry, env, code)]
@@ -37,20 +43,22 @@ def _tensorflow(config: InstanceConfig, entry: list[str], env: dict[str, str]) -
     script_config = tf_config.parameter_server(config, ps_task=False)
     script_env = tf_config.environment(env, script_config)
     specs = [
-        WorkerSpec(
-            [sys.executable, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True
-        ),
+        WorkerSpec([python, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True),
         WorkerSpec(entry, script_env, code),
     ]
     if not config.is_master:
         [master] = script_config["cluster"]["master"]
-        wait = [sys.executable, "-m", "runtime.launch.tensorflow_master", master]
+        wait = [python, "-m", "runtime.launch.tensorflow_master", master]
         specs.append(WorkerSpec(wait, env, code, afterwards=True))
     return specs
 
 
 def _pytorch(
-    config: InstanceConfig, entry: list[str], env: dict[str, str], workers_per_host: int
+    config: InstanceConfig,
+    entry: list[str],
+    env: dict[str, str],
+    workers_per_host: int,
+    python: str,
 ) -> list[WorkerSpec]:
     servers = len(config.hosts)
     common = {
@@ -70,11 +78,7 @@ def _pytorch(
     }
     if workers_per_host > 1:
         common.setdefault("OMP_NUM_THREADS", "1")
-    specs = [
-        WorkerSpec(
-            [sys.executable, "-m", "runtime.parameter_server"], server_env, config.paths.code
-        )
-    ]
+    specs = [WorkerSpec([python, "-m", "runtime.parameter_server"], server_env, config.paths.code)]
     for local_rank in range(workers_per_host):
         rank = servers + config.node_rank * workers_per_host + local_rank
         worker_env = {

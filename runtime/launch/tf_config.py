@@ -21,6 +21,7 @@ from typing import Any
 from contract import variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode
+from runtime.instance.layers import PythonEnvironment
 from runtime.launch.workers import Launch, WorkerSpec
 
 TASK_PORT = 2222
@@ -82,7 +83,12 @@ def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
 
 
 def plan_multi_worker(
-    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], _gpus: int
+    config: InstanceConfig,
+    _mode: Mode | None,
+    entry: list[str],
+    env: dict[str, str],
+    _gpus: int,
+    _python: PythonEnvironment,
 ) -> Launch:
     tf_env = environment(env, multi_worker_mirrored(config))
     return Launch([WorkerSpec(entry, tf_env, config.paths.code)])

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode
+from runtime.instance.layers import PythonEnvironment
 from runtime.launch.workers import Launch, WorkerSpec
 
 
 def plan(
-    config: InstanceConfig, _mode: Mode | None, entry: list[str], env: dict[str, str], gpus: int
+    config: InstanceConfig,
+    _mode: Mode | None,
+    entry: list[str],
+    env: dict[str, str],
+    gpus: int,
+    _python: PythonEnvironment,
 ) -> Launch:
     return Launch(worker_specs(config, entry, env, max(gpus, 1)))
 

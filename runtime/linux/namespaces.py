@@ -14,7 +14,7 @@ import ctypes
 import functools
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from runtime.linux.mounts import mount
@@ -22,6 +22,9 @@ from runtime.linux.mounts import mount
 # <sched.h>, <sys/mount.h>
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_REMOUNT = 0x20
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
@@ -46,12 +49,16 @@ def become_host(
     image_base: Path,
     hosts_file: Path,
     network_namespace: str,
+    read_only: Sequence[Path] = (),
 ) -> None:
     """Take the host name ``name``; make every host's name resolve (``hosts_file``, written
     here, bound over /etc/hosts); show ``base`` at ``image_base``; give the instance shared
-    memory of its own, and a /sys that shows its own network's interfaces. Only this
-    instance's mount namespace sees any of it."""
+    memory of its own, and a /sys that shows its own network's interfaces; show each of
+    ``read_only`` (the server's environment, the images) read-only. Only this instance's
+    mount namespace sees any of it."""
     socket.sethostname(name)
+    for path in read_only:
+        bind_read_only(path)
     hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts_file.write_text(hosts_text(name, addresses))
     _bind(hosts_file, HOSTS_FILE)
@@ -91,3 +98,11 @@ def _setns(fd: int) -> None:
 
 def _bind(source: Path, target: Path) -> None:
     mount(str(source), target, "", MS_BIND, "")
+
+
+def bind_read_only(path: Path) -> None:
+    """``path`` and everything mounted below it, read-only from now on in this mount
+    namespace: a bind of it onto itself, remounted read-only (a bind takes the flag only
+    in a second call)."""
+    mount(str(path), path, "", MS_BIND | MS_REC, "")
+    mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY, "")

@@ -22,13 +22,14 @@ from pydantic import (
     ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
+    computed_field,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from contract import hyperparameters, limits, modes, mpi_options, variables
+from contract import hyperparameters, images, limits, modes, mpi_options, variables
 from contract.failures import fit
 from contract.layout import IMAGE_BASE_DIR
 from contract.phases import Phase
@@ -262,6 +263,18 @@ class RetryRule(_Strict):
         return value
 
 
+class ImageChoice(_Strict):
+    """The image a job runs on, as the server resolved it at submission: a catalog image's
+    name (``builtin`` by default), or an OCI image that runs as a custom container."""
+
+    name: str = Field(default=images.BUILTIN, max_length=255)
+    container: str | None = Field(default=None, max_length=255)
+
+    @property
+    def label(self) -> str:
+        return self.container or self.name
+
+
 class JobCreate(_Strict):
     name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
@@ -311,6 +324,9 @@ class JobCreate(_Strict):
     container_arguments: list[ContainerWord] | None = Field(
         default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
     )
+    # Set by the server at submission, from image_uri or framework, framework_version and
+    # py_version; a client names an image with those.
+    image: ImageChoice | None = None
 
     @model_validator(mode="after")
     def _what_runs(self) -> Self:
@@ -353,6 +369,9 @@ class JobCreate(_Strict):
             use_spot_instances=self.use_spot_instances,
             container_entrypoint=tuple(self.container_entrypoint or ()),
             container_arguments=tuple(self.container_arguments or ()),
+            image=images.Choice(self.image.name, self.image.container)
+            if self.image is not None
+            else images.Choice(),
         )
 
     @model_validator(mode="before")
@@ -627,6 +646,12 @@ class JobPublic(_FromRow):
     instances: list[InstancePublic]
     final_metrics: list[FinalMetricPublic]
     spec: JobCreate
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def image(self) -> str:
+        """The image its instances run: a catalog image's name, or a custom container's."""
+        return self.spec.image.label if self.spec.image is not None else images.BUILTIN
 
 
 class JobSummary(_FromRow):

@@ -26,6 +26,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from contract import modes, storage
 from contract.archive import ArchiveError, check_archive
 from contract.hosts import host_names
+from contract.images import ImageError
 from contract.limits import MAX_REASON
 from contract.phases import FINAL_PHASES, Phase
 from provisioning import registry
@@ -37,6 +38,7 @@ from service.jobs import file_roots, project_areas, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
+    ImageChoice,
     InstanceReport,
     InterruptionNotice,
     JobCreate,
@@ -126,6 +128,7 @@ def prepare(
     if impossible is not None:
         raise SpecError(("instance_count",), f"can never start: {impossible}")
     _check_retry_rules(spec)
+    image = _choose_image(settings, spec)
     distribution = spec.distribution.as_dict()
     gpus = CATALOG[spec.instance_type].gpus
     refuse(
@@ -151,11 +154,32 @@ def prepare(
             "output_path": output_path,
             # One the client sent is kept.
             "hyperparameters": {**modes.hyperparameters(distribution), **spec.hyperparameters},
+            "image": image,
         }
     )
     # What only the backend knows: whether its instances could reach the code and data.
     refuse(registry.build(backend, settings).check(final.job_spec(), settings.public_url))
     return PreparedJob(name=name, backend=backend, spec=final)
+
+
+def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
+    """The image the job's fields name, from this server's catalog (or a container's)."""
+    if spec.image is not None:
+        raise SpecError(
+            ("image",),
+            "is set by the server: name an image with image_uri, or with framework_version "
+            "and py_version",
+        )
+    try:
+        choice = settings.catalog.choose(
+            framework=spec.framework,
+            framework_version=spec.framework_version,
+            py_version=spec.py_version,
+            image_uri=spec.image_uri,
+        )
+    except ImageError as exc:
+        raise SpecError((exc.field,), str(exc)) from exc
+    return ImageChoice(name=choice.image, container=choice.container)
 
 
 def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:

@@ -43,9 +43,7 @@ class Call:
 def create_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     principal = call.principal
     principal.require(Role.MEMBER, principal.project, "creating a training job")
-    instance_type = (params.get("ResourceConfig") or {}).get("InstanceType", "")
-    local = call.settings.backends.get(instance_type) == "local"
-    spec = translate.job_spec(params, local_backend=local)
+    spec = translate.job_spec(params)
     job = jobs.submit(
         call.session,
         call.settings,

@@ -13,13 +13,12 @@ and that Runyard cannot honour is never dropped in silence.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from contract import hyperparameters, storage
+from contract import hyperparameters, images, storage
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.sagemaker.errors import validation
@@ -67,20 +66,6 @@ _S3_SOURCE_REFUSED = {
     "HubAccessConfig": "hub access is not supported",
 }
 
-# The names under which AWS publishes its Deep Learning Containers for training, and the
-# framework each runs: such an image runs Runyard's runtime for that framework.
-_DLC_FRAMEWORKS = {
-    "pytorch-training": "pytorch",
-    "huggingface-pytorch-training": "pytorch",
-    "tensorflow-training": "tensorflow",
-    "huggingface-tensorflow-training": "tensorflow",
-}
-_IMAGE = re.compile(
-    r"(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)?"
-    r"(?P<repository>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9._-]+)"
-)
-_PY_VERSION = re.compile(r"py[0-9]{2,3}")
-
 _TRUE = (True, "true", "True", "TRUE")
 # The SDK's hyperparameters that say what to run.
 PROGRAM = "sagemaker_program"
@@ -89,10 +74,10 @@ SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 _SECONDARY = {"LaunchingInstances": "LaunchingMLInstances", "": "Starting"}
 
 
-def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
+def job_spec(request: Mapping[str, Any]) -> JobCreate:
     """The Runyard spec of a CreateTrainingJob request (already checked against the
-    service model); ``local_backend``: whether its instance type runs on the local
-    backend, which runs Runyard's runtime and no container images."""
+    service model). Its TrainingImage is the job's image_uri, which the server's image
+    catalog reads (an AWS Deep Learning Container's name for its framework and version)."""
     _refuse_members(request, _REFUSED, "")
     for member in ("AlgorithmSpecification", "ResourceConfig"):
         if member not in request:
@@ -110,7 +95,8 @@ def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
     if "InstanceType" not in resources or "InstanceCount" not in resources:
         raise validation("ResourceConfig: InstanceType and InstanceCount are required")
     values = hyperparameters.decode(request.get("HyperParameters") or {})
-    framework, image = _image(algorithm.get("TrainingImage"), local_backend)
+    image = algorithm.get("TrainingImage") or None
+    dlc = images.parse_dlc(image) if image else None
     program, source = values.get(PROGRAM), values.get(SUBMIT_DIRECTORY)
     if entrypoint:  # it brings its own code, in a channel (the SDK v3's ModelTrainer)
         program = source = None
@@ -132,9 +118,8 @@ def job_spec(request: Mapping[str, Any], local_backend: bool) -> JobCreate:
         "name": request["TrainingJobName"],
         "entry_point": program,
         "source_uri": source,
-        "framework": framework,
+        "framework": dlc[0] if dlc else "pytorch",
         "image_uri": image,
-        "framework_version": _framework_version(algorithm.get("TrainingImage")),
         "hyperparameters": values,
         "instance_type": resources["InstanceType"],
         "instance_count": resources["InstanceCount"],
@@ -207,39 +192,6 @@ def distribution(values: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(parameters, dict):
             found["smdistributed"] = {"modelparallel": {"enabled": True, "parameters": parameters}}
     return found
-
-
-def _dlc(image: str | None) -> tuple[str, str] | None:
-    """(framework, version) of an AWS Deep Learning Container's name; None for another."""
-    match = _IMAGE.fullmatch(image or "")
-    repository = match.group("repository").rsplit("/", 1)[-1] if match else ""
-    if match is None or repository not in _DLC_FRAMEWORKS:
-        return None
-    return _DLC_FRAMEWORKS[repository], match.group("tag").split("-")[0][:32]
-
-
-def _image(image: str | None, local_backend: bool) -> tuple[str, str | None]:
-    """(framework, image to run): a Deep Learning Container's name means Runyard's own
-    runtime for its framework; another image runs as itself, where instances are
-    containers."""
-    known = _dlc(image)
-    if known is not None:
-        return known[0], None
-    if image is None:
-        return "pytorch", None
-    if local_backend:
-        raise validation(
-            f"AlgorithmSpecification.TrainingImage: the local backend runs Runyard's runtime, "
-            f"not container images; name an AWS Deep Learning Container for training "
-            f"({', '.join(sorted(_DLC_FRAMEWORKS))}) or run {image[:120]!r} on an instance "
-            "type of the kubernetes backend"
-        )
-    return "pytorch", image
-
-
-def _framework_version(image: str | None) -> str | None:
-    known = _dlc(image)
-    return (known[1] or None) if known else None
 
 
 def _inputs(channels: list[dict[str, Any]], algorithm: Mapping[str, Any]) -> dict[str, Any]:
@@ -471,10 +423,9 @@ def _channels(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _runtime_image(spec: Mapping[str, Any]) -> str:
-    # What a job submitted through Runyard's own API runs: Runyard's runtime.
-    framework = spec.get("framework", "pytorch")
-    version = spec.get("framework_version") or "latest"
-    return f"runyard/{framework}-training:{version}"
+    # What a job submitted through Runyard's own API runs: the image the server chose.
+    chosen = spec.get("image") or {}
+    return str(chosen.get("container") or chosen.get("name") or images.BUILTIN)
 
 
 def _recorded(job: TrainingJob, region: str) -> tuple[Mapping[str, Any], str]:

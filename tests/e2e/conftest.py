@@ -172,12 +172,17 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Embedded defaults: SQLite database and SQLite (kombu sqla) broker."""
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """Embedded defaults: SQLite database and SQLite (kombu sqla) broker, and whatever
+    settings the test module asks for in its ``STACK_SETTINGS``."""
     home = tmp_path_factory.mktemp("runyard-home")
     running = Stack(
         home, f"sqlite:///{home / 'runyard.db'}", f"sqla+sqlite:///{home / 'broker.db'}"
-    ).up()
+    )
+    running.env.update(getattr(request.module, "STACK_SETTINGS", {}))
+    running.up()
     yield running
     assert running.down() == [], "processes of finished jobs were left running"
 

@@ -22,6 +22,11 @@ from runyard.tensorflow import TensorFlow
 from tests.e2e.conftest import EXAMPLES, Stack
 
 pytestmark = pytest.mark.e2e
+# An operator's mapping of the framework versions that SageMaker code names here, and the
+# catalog lacks, to the built-in image.
+STACK_SETTINGS = {
+    "RUNYARD_IMAGE_ALIASES": '{"pytorch:2.3": "builtin", "tensorflow:2.16": "builtin"}'
+}
 
 
 def _runyard(stack: Stack, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -416,6 +421,7 @@ def test_sagemaker_code_runs_with_its_imports_changed(
         for line in printed
     )
     assert job["spec"]["framework_version"] == "2.3"
+    assert job["image"] == "builtin"
 
 
 def test_fit_takes_channel_dicts_and_a_tensorflow_estimator(stack: Stack, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The interpreter that a shell or executable entry point's ``python`` is: the job's, the
-one the runtime itself runs on, not the first on the PATH of the machine that started it."""
+"""The interpreter that a shell or executable entry point's ``python`` is: the job's (its
+instance's layer above its image, here the runtime's own environment), not the first on
+the PATH of the machine that started it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 from tests.instances import launch_request, start_runtime, write_instances
 
 
-def _run_with_a_machine_python(tmp_path: Path, entry_point: str, script: str) -> str:
+def _run_with_a_machine_python(tmp_path: Path, entry_point: str, script: str) -> tuple[str, Path]:
     """Runs ``script`` as the entry point of an instance whose runtime was started with
-    another ``python`` (one that fails) first on its PATH; returns what it printed."""
+    another ``python`` (one that fails) first on its PATH; returns what it printed, and
+    the instance's base directory."""
     machine_bin = tmp_path / "machine-bin"
     machine_bin.mkdir()
     (machine_bin / "python").write_text("#!/bin/sh\necho 'the machine python' >&2\nexit 7\n")
@@ -26,16 +28,21 @@ def _run_with_a_machine_python(tmp_path: Path, entry_point: str, script: str) ->
     process = start_runtime(base, PATH=f"{machine_bin}{os.pathsep}{os.environ['PATH']}")
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
-    return output
+    return output, base
+
+
+SHOW = "import sys; print(sys.prefix, sys.base_prefix, sys.argv[1:])"
 
 
 def test_python_in_a_shell_entry_point_is_the_jobs_interpreter(tmp_path: Path) -> None:
-    script = 'python -c "import sys; print(sys.prefix, sys.argv[1:])" "$@"\n'
-    output = _run_with_a_machine_python(tmp_path, "train.sh", script)
-    assert f"[stdout] {sys.prefix} ['--epochs', '2']\n" in output
+    script = f'python -c "{SHOW}" "$@"\n'
+    output, base = _run_with_a_machine_python(tmp_path, "train.sh", script)
+    layer = base / ".runyard" / "env"
+    assert f"[stdout] {layer} {sys.base_prefix} ['--epochs', '2']\n" in output
 
 
 def test_an_executable_entry_point_finds_the_jobs_interpreter(tmp_path: Path) -> None:
-    script = "#!/usr/bin/env python\nimport sys\nprint(sys.prefix, sys.argv[1:])\n"
-    output = _run_with_a_machine_python(tmp_path, "train", script)
-    assert f"[stdout] {sys.prefix} ['--epochs', '2']\n" in output
+    script = f"#!/usr/bin/env python\n{SHOW}\n"
+    output, base = _run_with_a_machine_python(tmp_path, "train", script)
+    layer = base / ".runyard" / "env"
+    assert f"[stdout] {layer} {sys.base_prefix} ['--epochs', '2']\n" in output

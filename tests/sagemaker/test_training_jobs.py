@@ -23,7 +23,8 @@ from tests.sagemaker.conftest import credentials
 from tests.sagemaker.live import REGION, UNCHECKED, check_answer, client, serving
 
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
-IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.1.0-cpu-py310"
+# An AWS Deep Learning Container's name, for a version that Runyard's image catalog has.
+IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.13.0-cpu-py311"
 
 
 def request(source: Path, name: str = "wire-1", **overrides: Any) -> dict[str, Any]:
@@ -115,7 +116,9 @@ def test_create_then_describe_answers_what_the_sdk_reads(
     spec = job["spec"]
     assert spec["entry_point"] == "train.py"
     assert spec["source_uri"] == source_dir.as_uri()
-    assert spec["framework_version"] == "2.1.0"
+    assert spec["image_uri"] == IMAGE
+    assert spec["image"] == {"name": "pytorch-training:2.13.0-cpu-py311", "container": None}
+    assert job["image"] == "pytorch-training:2.13.0-cpu-py311"
     assert present(spec["distribution"]) == {"torch_distributed": {"enabled": True}}
     assert spec["hyperparameters"]["epochs"] == 3
     assert spec["inputs"]["train"]["distribution"] == "ShardedByS3Key"
@@ -254,6 +257,15 @@ def test_more_than_forty_metric_definitions_and_twenty_channels_are_refused(
         ({"ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1}}, "InstanceType"),
         (
             {"AlgorithmSpecification": {"TrainingImage": "my/img:1", "TrainingInputMode": "File"}},
+            "TrainingImage",
+        ),
+        (
+            {
+                "AlgorithmSpecification": {
+                    "TrainingImage": IMAGE.replace("2.13.0-cpu-py311", "1.8.0-cpu-py36"),
+                    "TrainingInputMode": "File",
+                }
+            },
             "TrainingImage",
         ),
         ({"TensorBoardOutputConfig": {"S3OutputPath": "s3://b/tb"}}, "TensorBoardOutputConfig"),

@@ -9,12 +9,10 @@ runs its local instances, and so every job's processes, with it."""
 
 from __future__ import annotations
 
-import subprocess
-import sysconfig
 import tomllib
 from pathlib import Path
 
-from tests.venvs import BUILD, REPO, made_once
+from tests.venvs import BUILD, REPO, above_this_venv, made_once
 
 
 def requirements() -> list[str]:
@@ -29,12 +27,4 @@ def tf_python() -> Path:
 
 
 def _on_top_of_this_venv(python: Path) -> None:
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    # An import line, so that the .venv's own .pth files (Runyard's editable install) count.
-    here = sysconfig.get_paths()["purelib"]
-    (Path(site) / "runyard-venv.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    above_this_venv(python)

@@ -1,0 +1,270 @@
+"""The job's environment: layers above its image, as a container's writable layer sits
+above its image's.
+
+    image           read-only, shared by every job that names it
+      job layer     the code's requirements.txt (and the code, when it is a package),
+                    installed once per job on each machine, by the first of its instances
+                    there to take the layer's lock; the others wait and use it
+        instance    what the job's processes run with: what they install while they run
+                    lands here, apart from the other instances' installs
+
+Each layer is a virtual environment whose site directory names the one below in a ``.pth``
+file (Python's own way to add a site directory), so what is below counts as installed and
+is imported from where it lies. pip changes only the environment it runs in
+(``sys.prefix``): asked for another version of a package below, it installs that version
+in the layer, which comes first on ``sys.path``, and leaves the one below alone. So nothing
+a job installs reaches its image, the server or another job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
+
+from contract import variables
+from runtime.instance import install
+
+# Written last into a layer whose installs all succeeded.
+MARKER = ".runyard-layer.json"
+PTH_FILE = "_runyard_layers.pth"
+# Asked of an interpreter: make virtual environments at the paths given (from its own base
+# interpreter, without pip: a layer uses the pip below it) and tell where its packages and
+# scripts are. One process for both: each start of an interpreter costs tens of ms.
+_PROBE = """\
+import json, sys, sysconfig, venv
+for target in sys.argv[1:]:
+    venv.EnvBuilder(symlinks=True, with_pip=False).create(target)
+paths = sysconfig.get_paths()
+print(json.dumps({
+    "prefix": sys.prefix,
+    "sites": list(dict.fromkeys([paths["purelib"], paths["platlib"]])),
+    "scripts": paths["scripts"],
+    "version": "%d.%d" % sys.version_info[:2],
+}))
+"""
+# A script's interpreter line as pip writes it, plain or (for a long path) through sh.
+_SHEBANG = re.compile(rb"#!(?P<plain>/\S+)\n|#!/bin/sh\n'''exec' (?P<sh>/\S+) ")
+LOCK_POLL_SECONDS = 0.2
+
+
+class LayerError(Exception):
+    """A layer could not be made (its interpreter would not start, say)."""
+
+
+@dataclass(frozen=True)
+class PythonEnvironment:
+    """An interpreter with its packages: the image's, or a layer's above it."""
+
+    python: str
+    prefix: str
+    # Its own site directories, then those of the layers below, in import order.
+    search: tuple[str, ...]
+    # Its own scripts' directory, then those below: what PATH starts with.
+    bin_dirs: tuple[str, ...]
+    # Major.minor: a layer's site directory is named after it.
+    version: str
+
+    def path(self, inherited: str | None) -> str:
+        return os.pathsep.join([*self.bin_dirs, *filter(None, [inherited])])
+
+    @classmethod
+    def current(cls) -> PythonEnvironment:
+        """The environment this process runs in (the runtime's own)."""
+        return cls(
+            python=sys.executable,
+            prefix=sys.prefix,
+            search=tuple(path for path in sys.path if path),
+            bin_dirs=(str(Path(sys.executable).parent),),
+            version=f"{sys.version_info[0]}.{sys.version_info[1]}",
+        )
+
+
+def image(python: str) -> PythonEnvironment:
+    """The image's environment, as its interpreter tells it."""
+    probed = _probe(python, [])
+    return PythonEnvironment(
+        python=python,
+        prefix=probed["prefix"],
+        search=tuple(probed["sites"]),
+        bin_dirs=(probed["scripts"],),
+        version=probed["version"],
+    )
+
+
+def job_layer(
+    target: Path,
+    below: PythonEnvironment,
+    code_dir: Path,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    *,
+    offered: Sequence[Path] = (),
+    should_stop: Callable[[], bool] = lambda: False,
+) -> PythonEnvironment:
+    """The job's layer at ``target``, made by whichever instance takes its lock first (the
+    others wait for it, and fail as it failed). ``offered``: package directories to make
+    importable there too (Runyard's own, for an image that does not hold them)."""
+    failure = target.with_name(target.name + ".failed")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.with_name(target.name + ".lock"), should_stop):
+        if failure.is_file():
+            raise install.InstallError(failure.read_text())
+        if (target / MARKER).is_file():
+            made = json.loads((target / MARKER).read_text())
+            if made.get("installed"):
+                say(f"The job's packages were installed by {made.get('by', 'another instance')}")
+            return _layer(target, below)
+        shutil.rmtree(target, ignore_errors=True)  # an interrupted attempt's
+        links = target / "offered"
+        layer = make(target, below, extra_paths=[links] if offered else [])
+        if offered:
+            links.mkdir()
+            for package in offered:
+                (links / package.name).symlink_to(package, target_is_directory=True)
+        try:
+            installed = install.install(
+                code_dir, [layer.python, "-m", "pip"], layer_environment(layer, env), say
+            )
+        except install.InstallError as exc:
+            failure.write_text(str(exc))
+            raise
+        record = {"installed": installed, "by": env.get(variables.HOST, "")}
+        (target / MARKER).write_text(json.dumps(record))
+        return layer
+
+
+def instance_layer(target: Path, below: PythonEnvironment) -> PythonEnvironment:
+    """The layer the job's processes run with on this instance."""
+    layer = make(target, below)
+    (target / MARKER).write_text("{}")
+    return layer
+
+
+def make(
+    target: Path, below: PythonEnvironment, extra_paths: Sequence[Path] = ()
+) -> PythonEnvironment:
+    """A virtual environment at ``target`` above ``below``: its packages importable, its
+    scripts run with the new interpreter."""
+    made = _probe(below.python, [target])
+    layer = _layer(target, below, version=made["version"])
+    site = Path(layer.search[0])
+    site.mkdir(parents=True, exist_ok=True)
+    lines = [f"import site; site.addsitedir({directory!r})" for directory in below.search]
+    lines += [str(path) for path in extra_paths]
+    (site / PTH_FILE).write_text("\n".join(lines) + "\n")
+    _wrap_scripts(Path(layer.bin_dirs[0]), below.bin_dirs, Path(layer.python))
+    return layer
+
+
+def layer_environment(layer: PythonEnvironment, env: Mapping[str, str]) -> dict[str, str]:
+    """The variables a process in ``layer`` runs with: ``env`` (never the instance's
+    private ones) with the layer as the active virtual environment."""
+    result = {k: v for k, v in env.items() if k not in variables.PRIVATE and k != "PYTHONHOME"}
+    result["VIRTUAL_ENV"] = layer.prefix
+    result["PATH"] = layer.path(env.get("PATH"))
+    return result
+
+
+def _layer(target: Path, below: PythonEnvironment, version: str | None = None) -> PythonEnvironment:
+    version = version or below.version
+    return PythonEnvironment(
+        python=str(target / "bin" / "python"),
+        prefix=str(target),
+        search=(str(target / "lib" / f"python{version}" / "site-packages"), *below.search),
+        bin_dirs=(str(target / "bin"), *below.bin_dirs),
+        version=version,
+    )
+
+
+class _Probed(TypedDict):
+    prefix: str
+    sites: list[str]
+    scripts: str
+    version: str
+
+
+def _probe(python: str, targets: Sequence[Path]) -> _Probed:
+    try:
+        result = subprocess.run(
+            [python, "-I", "-c", _PROBE, *map(str, targets)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except OSError as exc:
+        raise LayerError(f"the image's interpreter {python} could not start: {exc}") from exc
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise LayerError(f"{python} could not make an environment: {tail}")
+    probed: _Probed = json.loads(result.stdout)
+    return probed
+
+
+def _wrap_scripts(bin_dir: Path, below: Sequence[str], python: Path) -> None:
+    """Copies of the Python scripts below (``pip``, ``torchrun``, the toolkit's ``train``)
+    that run with this layer's interpreter, so they see what is installed here too. The
+    nearest layer's script of a name wins; other programs are found below on PATH."""
+    for directory in below:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            target = bin_dir / entry.name
+            if target.exists() or target.is_symlink() or not entry.is_file():
+                continue
+            text = _python_script(Path(entry.path), Path(directory))
+            if text is None:
+                continue
+            target.write_bytes(b"#!" + os.fsencode(python) + b"\n" + text)
+            target.chmod(0o755)
+
+
+def _python_script(path: Path, directory: Path) -> bytes | None:
+    """The body of a script that runs with an interpreter of ``directory``, without its
+    interpreter line; None for any other file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+            if not head.startswith(b"#!"):
+                return None
+            match = _SHEBANG.match(head)
+            if match is None:
+                return None
+            interpreter = Path(os.fsdecode(match["plain"] or match["sh"]))
+            if interpreter.parent != directory:
+                return None
+            handle.seek(0)
+            text = handle.read()
+    except OSError:
+        return None
+    # The body starts after the interpreter line (after the sh trampoline's two lines).
+    lines = text.split(b"\n", 3 if match["sh"] else 1)
+    return lines[-1]
+
+
+@contextlib.contextmanager
+def _locked(path: Path, should_stop: Callable[[], bool]) -> Iterator[None]:
+    """An exclusive flock on ``path``, waited for in short polls so a stop is heard."""
+    with open(path, "w") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if should_stop():
+                    raise install.InstallError("stopped while another instance installed") from None
+                time.sleep(LOCK_POLL_SECONDS)
+        yield
