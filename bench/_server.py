@@ -36,8 +36,11 @@ def running_server() -> Iterator[Client]:
 
 
 @contextmanager
-def server_and_home(settings: dict[str, str] | None = None) -> Iterator[tuple[Client, Path]]:
-    """The server's client and its RUNYARD_HOME, with ``settings`` (RUNYARD_* variables)."""
+def server_and_home(
+    settings: dict[str, str] | None = None, python: Path | None = None
+) -> Iterator[tuple[Client, Path]]:
+    """The server's client and its RUNYARD_HOME, with ``settings`` (RUNYARD_* variables);
+    ``python`` runs it (and so its local instances), this interpreter by default."""
     with tempfile.TemporaryDirectory(prefix="runyard-bench-") as home:
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
@@ -45,11 +48,12 @@ def server_and_home(settings: dict[str, str] | None = None) -> Iterator[tuple[Cl
         env["RUNYARD_HOME"] = home
         with open(Path(home) / "server.log", "ab") as log:
             server = subprocess.Popen(
-                [sys.executable, "-m", "runyard", "server", "--port", str(port)],
+                [str(python or sys.executable), "-m", "runyard", "server", "--port", str(port)],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=REPO,
+                # Not the checkout: `python -m` would import Runyard from there first.
+                cwd=home,
             )
         url = f"http://127.0.0.1:{port}"
         try:

@@ -49,6 +49,9 @@ class Isolation(StrEnum):
     # Nothing: the instances share the server's machine, its host name and network
     # (where namespaces cannot be used).
     SHARED = "shared"
+    # A container of the job's own image on the server's machine (podman or Docker), on
+    # the job's network: its own host name, address, /opt/ml and processes.
+    CONTAINER = "container"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +122,10 @@ class RunyardConfig:
     # With namespaces: what the instance sees read-only besides the runtime's own
     # environment (the server's, the image store).
     read_only_paths: tuple[str, ...] = ()
+    # A custom container: the OCI image the job's processes run in, and the engine's
+    # command that runs it (``podman``); the runtime itself stays outside it.
+    container_image: str = ""
+    container_engine: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
@@ -175,6 +182,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "notices": lambda _name, value: tuple(str(line) for line in value),
     "container_command": lambda _name, value: tuple(str(part) for part in value),
     "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
+    "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }
 

@@ -120,6 +120,9 @@ class ServerSettings(Protocol):
     @property
     def cache_dir(self) -> Path: ...
 
+    @property
+    def container_engine(self) -> str: ...
+
 
 class InstanceState(StrEnum):
     # Created but not yet running: waiting for a node, an image, or capacity.

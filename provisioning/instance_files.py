@@ -37,6 +37,8 @@ def instance_files(
     job_layer: str = "",
     download_cache: str = "",
     read_only_paths: list[str] | None = None,
+    container_image: str = "",
+    container_engine: list[str] | None = None,
 ) -> dict[str, str]:
     """Each file's text by its path below the instance's base directory."""
     spec = request.spec
@@ -73,6 +75,8 @@ def instance_files(
         job_layer=job_layer,
         download_cache=download_cache,
         read_only_paths=tuple(read_only_paths or ()),
+        container_image=container_image,
+        container_engine=tuple(container_engine or ()),
     )
     resource = files.resource_config(
         host,

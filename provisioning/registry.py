@@ -32,6 +32,7 @@ def build(name: str, settings: ServerSettings) -> Backend[Any]:
             catalog=settings.catalog,
             images=ImageStore(settings.images_dir),
             download_cache=settings.cache_dir / "pip",
+            container_engine=settings.container_engine,
         )
     if name == "kubernetes":
         from provisioning.kubernetes.backend import KubernetesBackend

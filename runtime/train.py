@@ -9,6 +9,7 @@ the service never mistakes a finished instance for a lost one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import signal
@@ -25,7 +26,7 @@ from contract import archive, hyperparameters, storage, variables
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
-from contract.layout import IMAGE_BASE_DIR
+from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from runtime import channels, checkpoints, launch
 from runtime.instance import image_wait, install, layers, resources
@@ -33,7 +34,7 @@ from runtime.instance.environment import script_environment
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
 from runtime.instance.peers import PeerWatch
-from runtime.launch import handover, mpi, remote_agent
+from runtime.launch import container, handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
@@ -138,7 +139,7 @@ class Trainer:
             return self.fail(1, f"InstallError: {exc}")
         except LayerError as exc:
             return self.fail(1, f"InternalServerError: the job's environment: {exc}")
-        except (EntryPointError, MpiSetupError) as exc:
+        except (EntryPointError, MpiSetupError, container.ContainerSetupError) as exc:
             return self.fail(1, f"ClientError: {exc}")
         except remote_agent.AgentError as exc:
             return self.fail(1, f"InternalServerError: {exc}")
@@ -217,8 +218,9 @@ class Trainer:
     @contextlib.contextmanager
     def _job_network(self) -> Iterator[None]:
         """Where the job's processes run: in the instance's own network namespace, if it has
-        one (this runtime keeps the machine's network, to report, fetch and store)."""
-        if self.config.network_namespace is None:
+        one (this runtime keeps the machine's network, to report, fetch and store). A
+        container engine puts its container there itself, from the machine's network."""
+        if self.config.network_namespace is None or self.config.container_image:
             yield
             return
         with namespaces.network(self.config.network_namespace):
@@ -264,7 +266,11 @@ class Trainer:
         started = time.monotonic()
         count = len(launch_plan.specs)
         self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
-        result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
+        try:
+            result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
+        finally:
+            if self.config.container_image:
+                container.remove(self.config)
         elapsed = time.monotonic() - started
         if result.stopped or self.stop.is_set():
             # The script's own exit code says nothing here: the stop ended it. Which stop
@@ -344,6 +350,8 @@ class Trainer:
     def _plan(self) -> Launch:
         config = self.config
         gpus, cpus = resources.num_gpus(), resources.num_cpus()
+        if config.container_image:
+            return self._container_plan(gpus, cpus)
         python = self._environment()
         env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
         env = layers.layer_environment(python, env)
@@ -364,6 +372,16 @@ class Trainer:
             python.python, config.paths.code, config.entry_point, args, as_module=as_module
         )
         return launch.plan(config, argv, env, num_gpus=gpus, python=python)
+
+    def _container_plan(self, gpus: int, cpus: int) -> Launch:
+        """The job's own image, run in a container that sees this instance as /opt/ml."""
+        config = self.config
+        base = Path(IMAGE_BASE_DIR)
+        inside = dataclasses.replace(
+            config, paths=Paths(base, checkpoint_dir(base, config.checkpoint_local_path))
+        )
+        sm_env = script_environment(inside, {}, num_gpus=gpus, num_cpus=cpus)
+        return container.plan(config, container.container_environment(config, sm_env))
 
     def _container_command(self) -> list[str]:
         """A container entry point reads /opt/ml itself, by that name, and finds Python on
@@ -405,7 +423,13 @@ class Trainer:
             return mpi.wait_for_daemon(config, self.stop, self.say)
 
     def _reason(self, result: GroupResult) -> str:
-        return failure.reason(result.exit_code, result.stderr_tail, self.config.paths.failure)
+        config = self.config
+        if config.container_image:
+            engine = Path(config.container_engine[0]).name if config.container_engine else ""
+            refused = container.engine_failure(engine, result.exit_code, result.stderr_tail)
+            if refused is not None:
+                return refused
+        return failure.reason(result.exit_code, result.stderr_tail, config.paths.failure)
 
     def _upload_model(self) -> str:
         config = self.config

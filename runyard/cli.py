@@ -212,6 +212,12 @@ def _load_spec_file(path: Path) -> dict[str, Any]:
 @click.option(
     "--framework", type=click.Choice(["pytorch", "tensorflow"]), help="The script's framework."
 )
+@click.option("--framework-version", help="Run on the catalog's image of this version (2.13).")
+@click.option("--py-version", help="...with this Python (py311).")
+@click.option(
+    "--image-uri",
+    help="A catalog image (runyard images list), or an OCI image to run as a container.",
+)
 @click.option("--instance-count", "-n", type=int, help="Number of instances.")
 @click.option(
     "--distribution", "-d", help='JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'.'
@@ -318,7 +324,8 @@ def submit(
                 dry_run=dry_run,
                 progress=_upload_progress(source_dir),
             )
-        if "source_uri" not in spec:
+        if "source_uri" not in spec and "image_uri" not in spec:
+            # (A container image brings its own program: the server says which need code.)
             raise RunyardError("give --source-dir (local code) or --source-uri (stored code)")
         if dry_run:
             click.echo(client.create_job(spec, dry_run=True)["rendered"])

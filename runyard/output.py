@@ -78,7 +78,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         f"Status:           {job['status']} ({job['secondary_status']})",
         f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}"
         + (f" ({job['isolation']})" if job.get("isolation") else ""),
-        f"Entry point:      {spec['entry_point']}",
+        f"Image:            {job.get('image') or '-'}",
+        f"Entry point:      {spec['entry_point'] or '-'}",
         f"Created:          {job['created_at']}",
         f"Training start:   {job.get('training_start_time') or '-'}",
         f"Training end:     {job.get('training_end_time') or '-'}",

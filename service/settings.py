@@ -116,6 +116,12 @@ class Settings(BaseSettings):
     # framework, framework_version, python, packages, and optionally processor, aliases
     # and description); one with a catalog image's name replaces it.
     images: list[ImageDefinition] = Field(default_factory=list)
+    # What runs a job's own container image on the local backend: "auto" (podman, else a
+    # Docker whose daemon answers), or the engine's command with its options.
+    container_engine: str = Field(default="auto", min_length=1, max_length=500)
+    # Where the local backend keeps the catalog images it builds (a disk with room for a
+    # few GB each); RUNYARD_HOME/images by default.
+    image_store: Path | None = None
     # Names that run a catalog image (or "builtin"), such as the AWS Deep Learning
     # Container a team's code names: {"pytorch-training:2.1.0-cpu-py310": "builtin"}.
     image_aliases: dict[str, str] = Field(default_factory=dict)
@@ -288,7 +294,7 @@ class Settings(BaseSettings):
     @property
     def images_dir(self) -> Path:
         """Where the local backend builds catalog images."""
-        return self.home / "images"
+        return self.image_store or self.home / "images"
 
     @property
     def cache_dir(self) -> Path:

@@ -86,8 +86,6 @@ def test_the_job_runs_on_the_image_its_fields_name(
         ({"image_uri": f"{DLC}:1.8.0-cpu-py36"}, "image_uri", "has no pytorch 1.8.0 (py36)"),
         ({"image_uri": "Not An Image!"}, "image_uri", "nor an OCI image reference"),
         ({"image_uri": "pytorch:2.13", FV: "2.14"}, FV, "disagrees with image_uri"),
-        # The local backend runs no container images (yet): said, naming the field.
-        ({"image_uri": "registry.example.com/team/train:1"}, "image_uri", "container image"),
         ({"image": {"name": "builtin"}}, "image", "is set by the server"),
     ],
 )  # fmt: skip
@@ -100,6 +98,53 @@ def test_an_image_no_catalog_entry_matches_is_refused_naming_the_field(
     assert error["loc"] == ["body", field]
     assert words in error["msg"]
     assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_a_custom_container_brings_its_own_program_and_a_script_needs_its_source(
+    api: TestClient, source_dir: Path
+) -> None:
+    container = "registry.example.com/team/train:1"
+    spec = {k: v for k, v in job_spec(source_dir).items() if k not in ("entry_point", "source_uri")}
+    created = api.post("/v1/training-jobs", json={**spec, "image_uri": container})
+    assert created.status_code == 201, created.text
+    assert created.json()["image"] == container
+    assert created.json()["spec"]["image"] == {"name": "builtin", "container": container}
+    refused = api.post("/v1/training-jobs", json={**spec, "name": "job-2"})
+    assert refused.status_code == 422
+    assert refused.json()["detail"][0]["loc"] == ["body", "entry_point"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "words"),
+    [
+        ("no-such-engine --flag", "RUNYARD_CONTAINER_ENGINE names 'no-such-engine --flag'"),
+        ("auto", "no container engine on the worker's machine: install podman"),
+    ],
+)
+def test_a_custom_container_where_no_engine_exists_is_refused_saying_what_to_install(
+    tmp_path: Path,
+    database_url: str,
+    source_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    engine: str,
+    words: str,
+) -> None:
+    from provisioning.local import containers
+
+    monkeypatch.setenv("PATH", str(tmp_path / "an-empty-directory"))
+    containers.find.cache_clear()
+    settings = make_settings(tmp_path / "home", database_url, container_engine=engine)
+    try:
+        with TestClient(create_app(settings)) as api:
+            api.headers["Authorization"] = f"Bearer {prepare(settings)}"
+            response = _create(api, source_dir, image_uri="registry.example.com/team/train:1")
+    finally:
+        containers.find.cache_clear()
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "image_uri"]
+    assert "is a container image, which needs a container engine" in error["msg"]
+    assert words in error["msg"]
 
 
 def test_a_catalog_with_a_name_twice_or_an_alias_of_nothing_stops_the_server(

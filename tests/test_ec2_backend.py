@@ -226,7 +226,9 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "image_digest": "",
   "job_layer": "",
   "download_cache": "",
-  "read_only_paths": []
+  "read_only_paths": [],
+  "container_image": "",
+  "container_engine": []
 }
 RUNYARD_EOF
 

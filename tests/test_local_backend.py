@@ -138,6 +138,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         # Shared by the job's instances on this machine; beside the jobs, pip's cache.
         "job_layer": str(jobs / "job-env"),
         "download_cache": str(tmp_path / "cache" / "pip"),
+        "container_image": "",
+        "container_engine": [],
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryi_secret-algo-2"

@@ -201,3 +201,32 @@ def test_root_without_cap_net_admin_shares_the_machine_and_says_why(tmp_path: Pa
     assert _backend(tmp_path).materialize(_request(tmp_path, instance_count=2)).isolation == (
         "namespaces"
     )
+
+
+def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: Path) -> None:
+    image = "registry.example.com/team/train:7"
+    request = _request(tmp_path, instance_count=2, image={"container": image})
+    backend = _backend(tmp_path, container_engine="podman --runtime runc")
+    materialized = backend.materialize(request)
+    assert materialized.isolation == "container"
+    second = materialized.public["instances"][1]
+    # The runtime stays on this machine, outside the container it starts.
+    assert second["argv"] == ["/opt/python/bin/python3", "-m", "runtime.train"]
+    runyard = json.loads(second["files"]["input/config/runyard.json"])
+    assert {key: runyard[key] for key in (
+        "isolation", "network_namespace", "container_image", "container_engine", "launch_agent",
+        "image", "master_addr", "master_port",
+    )} == {
+        "isolation": "container",
+        "network_namespace": f"/run/netns/runyard-{request.job.id}-algo-2",
+        "container_image": image,
+        "container_engine": ["podman", "--runtime", "runc"],
+        "launch_agent": [],
+        "image": image,
+        "master_addr": "10.213.0.2",
+        "master_port": 29500,
+    }  # fmt: skip
+    assert [port["host"] for port in materialized.public["network"]["ports"]] == [
+        "algo-1",
+        "algo-2",
+    ]

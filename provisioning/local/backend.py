@@ -55,7 +55,7 @@ from provisioning.base import (
 )
 from provisioning.catalog import LOCAL_TYPES
 from provisioning.instance_files import instance_files
-from provisioning.local import network, processes
+from provisioning.local import containers, network, processes
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
@@ -164,6 +164,7 @@ class LocalBackend(Backend[LocalPlan]):
         catalog: Catalog | None = None,
         images: ImageStore | None = None,
         download_cache: Path | None = None,
+        container_engine: str = "auto",
     ) -> None:
         self.jobs_dir = jobs_dir
         self.catalog = catalog or Catalog()
@@ -171,6 +172,8 @@ class LocalBackend(Backend[LocalPlan]):
         self.images = images or ImageStore(jobs_dir.parent / "images")
         # The cache the jobs' installs share (pip's), beside the jobs by default.
         self.download_cache = download_cache or jobs_dir.parent / "cache" / "pip"
+        # What runs custom containers: "auto", or the engine's command (containers.find).
+        self.container_engine = container_engine
         self.python = python
         self.environ = os.environ if environ is None else environ
         self.allocate_port = allocate_port
@@ -185,19 +188,23 @@ class LocalBackend(Backend[LocalPlan]):
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
         problems = []
         if spec.image.container is not None:
-            problems.append(
-                Problem(
-                    ("image_uri",),
-                    f"{spec.image.container[:120]!r} is a container image, which the local "
-                    "backend does not run; name an image of this server's catalog "
-                    f"({self.catalog.summary()}) or run it on the kubernetes backend",
-                )
-            )
-        if self.isolation == "namespaces" and (why := network.unavailable()) is not None:
+            problems += self._container_problems(spec.image.container)
+        elif self.isolation == "namespaces" and (why := network.unavailable()) is not None:
             problems.append(
                 Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")
             )
         return problems
+
+    def _container_problems(self, image: str) -> list[Problem]:
+        """Why a custom container cannot run here: no engine, or no job network for it."""
+        shown = f"{image[:120]!r} is a container image"
+        engine, missing = containers.find(self.container_engine)
+        if not engine:
+            return [Problem(("image_uri",), f"{shown}, which needs a container engine: {missing}")]
+        if (why := network.unavailable()) is not None:
+            return [Problem(("image_uri",), f"{shown}, whose containers join the job's network, "
+                            f"which needs Linux namespaces here: {why}")]  # fmt: skip
+        return []
 
     def _isolation(self) -> tuple[Isolation, str]:
         """How this server's instances are kept apart, and why not, when they are not."""
@@ -221,7 +228,9 @@ class LocalBackend(Backend[LocalPlan]):
         else:
             previous = None
             isolation, why = self._isolation()
-        if isolation == Isolation.NAMESPACES:
+        if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
+            plan = self._plan_containers(request, job_dir)
+        elif isolation == Isolation.NAMESPACES:
             plan = self._plan_hosts(request, job_dir)
         else:
             port = previous.master_port if previous else self.allocate_port()
@@ -236,27 +245,20 @@ class LocalBackend(Backend[LocalPlan]):
         # all of it, as PID 1's end takes every process of its namespace along.
         leader = [unshare, "--uts", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
         leader.append("--")
-        instances = [
-            self._instance(
-                request,
-                job_dir,
-                host,
-                cpus,
-                [*leader, self.python, "-m", "runtime.train"],
-                host_addresses=net.addresses,
-                master_port=MASTER_PORT,
-                network_interface=network.INTERFACE,
-                launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
-                agent_port=AGENT_PORT,
-                isolation=Isolation.NAMESPACES,
-                network_namespace=net.port(host).namespace_path,
-                notices=self._cpu_notice(request),
-                peer_timeout_seconds=self.peer_timeout,
-            )
-            for host, cpus in zip(
-                request.hosts, share_cpus(self.cpus, len(request.hosts)), strict=True
-            )
-        ]
+        instances = self._instances(
+            request,
+            job_dir,
+            [*leader, self.python, "-m", "runtime.train"],
+            lambda host: {"network_namespace": net.port(host).namespace_path},
+            host_addresses=net.addresses,
+            master_port=MASTER_PORT,
+            network_interface=network.INTERFACE,
+            launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
+            agent_port=AGENT_PORT,
+            isolation=Isolation.NAMESPACES,
+            notices=self._cpu_notice(request),
+            peer_timeout_seconds=self.peer_timeout,
+        )
         return LocalPlan(
             request.job.id,
             request.job.name,
@@ -268,6 +270,37 @@ class LocalBackend(Backend[LocalPlan]):
             image=request.spec.image.image,
         )
 
+    def _plan_containers(self, request: LaunchRequest, job_dir: Path) -> LocalPlan:
+        """Each instance a container of the job's own image on the job's network; its
+        runtime stays on this machine, outside it, as SageMaker's agent does."""
+        engine, why = containers.find(self.container_engine)
+        if not engine:
+            raise LaunchError(why)
+        net = network.plan(request.job.id, request.hosts)
+        instances = self._instances(
+            request,
+            job_dir,
+            [self.python, "-m", "runtime.train"],
+            lambda host: {"network_namespace": net.port(host).namespace_path},
+            host_addresses=net.addresses,
+            master_port=MASTER_PORT,
+            network_interface=network.INTERFACE,
+            launch_agent=[],
+            isolation=Isolation.CONTAINER,
+            notices=self._cpu_notice(request),
+            container_image=request.spec.image.container,
+            container_engine=list(engine),
+        )
+        return LocalPlan(
+            request.job.id,
+            request.job.name,
+            str(job_dir),
+            MASTER_PORT,
+            instances,
+            isolation=Isolation.CONTAINER.value,
+            network=net,
+        )
+
     def _plan_shared(
         self, request: LaunchRequest, job_dir: Path, master_port: int, why: str
     ) -> LocalPlan:
@@ -276,30 +309,20 @@ class LocalBackend(Backend[LocalPlan]):
             f"The instances of this job share this machine's host name and network: {why}",
             *self._cpu_notice(request),
         )
-        instances = [
-            self._instance(
-                request,
-                job_dir,
-                host,
-                cpus,
-                [self.python, "-m", "runtime.train"],
-                host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
-                master_port=master_port,
-                network_interface="lo",
-                launch_agent=[
-                    self.python,
-                    "-m",
-                    "runtime.launch.local_agent",
-                    str(job_dir / HOSTS_FILE),
-                ],
-                shared_machine=True,
-                isolation=Isolation.SHARED,
-                notices=notices,
-            )
-            for host, cpus in zip(
-                request.hosts, share_cpus(self.cpus, len(request.hosts)), strict=True
-            )
-        ]
+        agent = [self.python, "-m", "runtime.launch.local_agent", str(job_dir / HOSTS_FILE)]
+        instances = self._instances(
+            request,
+            job_dir,
+            [self.python, "-m", "runtime.train"],
+            lambda _host: {},
+            host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+            master_port=master_port,
+            network_interface="lo",
+            launch_agent=agent,
+            shared_machine=True,
+            isolation=Isolation.SHARED,
+            notices=notices,
+        )
         return LocalPlan(
             request.job.id,
             request.job.name,
@@ -308,6 +331,22 @@ class LocalBackend(Backend[LocalPlan]):
             instances,
             image=request.spec.image.image,
         )
+
+    def _instances(
+        self,
+        request: LaunchRequest,
+        job_dir: Path,
+        argv: list[str],
+        own: Callable[[str], dict[str, Any]],
+        **files: Any,
+    ) -> list[LocalInstance]:
+        """Every host's instance, with its share of the CPUs, the config ``files`` they all
+        have and what ``own`` gives each host alone."""
+        shares = share_cpus(self.cpus, len(request.hosts))
+        return [
+            self._instance(request, job_dir, host, cpus, argv, **files, **own(host))
+            for host, cpus in zip(request.hosts, shares, strict=True)
+        ]
 
     def _image_files(self, request: LaunchRequest, job_dir: Path) -> dict[str, Any]:
         """What the runtime needs of the job's image and layers: the image's interpreter
@@ -513,6 +552,9 @@ class LocalBackend(Backend[LocalPlan]):
             leader = self._leader(job_dir, instance.host)
             if leader is not None:
                 processes.forget_child(leader.pid)
+        if plan is not None and plan.isolation == Isolation.CONTAINER:
+            # An engine killed before its container ended leaves the container running.
+            containers.remove_job(containers.find(self.container_engine)[0], job.id)
         if plan is not None and plan.network is not None:
             network.remove(plan.network)
         # A runtime killed with SIGKILL leaves its FastFile (FUSE) mounts behind, served by

@@ -14,6 +14,11 @@ is imported from where it lies. pip changes only the environment it runs in
 (``sys.prefix``): asked for another version of a package below, it installs that version
 in the layer, which comes first on ``sys.path``, and leaves the one below alone. So nothing
 a job installs reaches its image, the server or another job.
+
+A layer's virtual environment is written here, not made by the ``venv`` module: ``venv``
+makes one only for the interpreter that runs it, and starting the image's interpreter for
+each layer cost an instance a tenth of a second more. PEP 405's layout is three things: a
+``pyvenv.cfg`` naming the base interpreter, links to it in ``bin/``, and a site directory.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,19 +44,18 @@ from runtime.instance import install
 # Written last into a layer whose installs all succeeded.
 MARKER = ".runyard-layer.json"
 PTH_FILE = "_runyard_layers.pth"
-# Asked of an interpreter: make virtual environments at the paths given (from its own base
-# interpreter, without pip: a layer uses the pip below it) and tell where its packages and
-# scripts are. One process for both: each start of an interpreter costs tens of ms.
+# Asked of an image's interpreter: where its packages and scripts are, and the interpreter
+# a layer above it is a link to. (With its site: that is what finds its virtual
+# environment, which sets sys.prefix.)
 _PROBE = """\
-import json, sys, sysconfig, venv
-for target in sys.argv[1:]:
-    venv.EnvBuilder(symlinks=True, with_pip=False).create(target)
+import json, sys, sysconfig
 paths = sysconfig.get_paths()
 print(json.dumps({
     "prefix": sys.prefix,
     "sites": list(dict.fromkeys([paths["purelib"], paths["platlib"]])),
     "scripts": paths["scripts"],
-    "version": "%d.%d" % sys.version_info[:2],
+    "base": getattr(sys, "_base_executable", sys.executable),
+    "version": "%d.%d.%d" % sys.version_info[:3],
 }))
 """
 # A script's interpreter line as pip writes it, plain or (for a long path) through sh.
@@ -72,8 +77,13 @@ class PythonEnvironment:
     search: tuple[str, ...]
     # Its own scripts' directory, then those below: what PATH starts with.
     bin_dirs: tuple[str, ...]
-    # Major.minor: a layer's site directory is named after it.
+    # The interpreter installation every layer's python links to, and its version (X.Y.Z).
+    base: str
     version: str
+
+    @property
+    def short_version(self) -> str:
+        return ".".join(self.version.split(".")[:2])
 
     def path(self, inherited: str | None) -> str:
         return os.pathsep.join([*self.bin_dirs, *filter(None, [inherited])])
@@ -81,23 +91,45 @@ class PythonEnvironment:
     @classmethod
     def current(cls) -> PythonEnvironment:
         """The environment this process runs in (the runtime's own)."""
+        paths = sysconfig.get_paths()
+        # Its site directories, with those its .pth files add (an environment above
+        # another, as the suite's TensorFlow one is), in import order.
+        sites = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
         return cls(
             python=sys.executable,
             prefix=sys.prefix,
-            search=tuple(path for path in sys.path if path),
-            bin_dirs=(str(Path(sys.executable).parent),),
-            version=f"{sys.version_info[0]}.{sys.version_info[1]}",
+            search=tuple(dict.fromkeys([paths["purelib"], paths["platlib"], *sites])),
+            bin_dirs=(paths["scripts"],),
+            base=getattr(sys, "_base_executable", sys.executable),
+            version=".".join(map(str, sys.version_info[:3])),
         )
 
 
 def image(python: str) -> PythonEnvironment:
-    """The image's environment, as its interpreter tells it."""
-    probed = _probe(python, [])
+    """The image's environment: this process's own when the runtime runs on it, else as
+    its interpreter tells it."""
+    if python == sys.executable:
+        return PythonEnvironment.current()
+    try:
+        result = subprocess.run(
+            [python, "-I", "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except OSError as exc:
+        raise LayerError(f"the image's interpreter {python} could not start: {exc}") from exc
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise LayerError(f"the image's interpreter {python} failed: {tail}")
+    probed: _Probed = json.loads(result.stdout)
     return PythonEnvironment(
         python=python,
         prefix=probed["prefix"],
         search=tuple(probed["sites"]),
         bin_dirs=(probed["scripts"],),
+        base=probed["base"],
         version=probed["version"],
     )
 
@@ -156,14 +188,23 @@ def make(
 ) -> PythonEnvironment:
     """A virtual environment at ``target`` above ``below``: its packages importable, its
     scripts run with the new interpreter."""
-    made = _probe(below.python, [target])
-    layer = _layer(target, below, version=made["version"])
-    site = Path(layer.search[0])
+    layer = _layer(target, below)
+    bin_dir, site = Path(layer.bin_dirs[0]), Path(layer.search[0])
     site.mkdir(parents=True, exist_ok=True)
+    bin_dir.mkdir(exist_ok=True)
+    base = Path(below.base)
+    (target / "pyvenv.cfg").write_text(
+        f"home = {base.parent}\ninclude-system-site-packages = false\n"
+        f"version = {below.version}\nexecutable = {base}\n"
+    )
+    for name in ("python", "python3", f"python{below.short_version}"):
+        (bin_dir / name).symlink_to(base)
+    if not (target / "lib64").exists():
+        (target / "lib64").symlink_to("lib")  # as venv makes it on 64-bit Linux
     lines = [f"import site; site.addsitedir({directory!r})" for directory in below.search]
     lines += [str(path) for path in extra_paths]
     (site / PTH_FILE).write_text("\n".join(lines) + "\n")
-    _wrap_scripts(Path(layer.bin_dirs[0]), below.bin_dirs, Path(layer.python))
+    _wrap_scripts(bin_dir, below.bin_dirs, Path(layer.python))
     return layer
 
 
@@ -176,40 +217,24 @@ def layer_environment(layer: PythonEnvironment, env: Mapping[str, str]) -> dict[
     return result
 
 
-def _layer(target: Path, below: PythonEnvironment, version: str | None = None) -> PythonEnvironment:
-    version = version or below.version
+def _layer(target: Path, below: PythonEnvironment) -> PythonEnvironment:
     return PythonEnvironment(
         python=str(target / "bin" / "python"),
         prefix=str(target),
-        search=(str(target / "lib" / f"python{version}" / "site-packages"), *below.search),
+        search=(str(target / "lib" / f"python{below.short_version}" / "site-packages"),
+                *below.search),
         bin_dirs=(str(target / "bin"), *below.bin_dirs),
-        version=version,
-    )
+        base=below.base,
+        version=below.version,
+    )  # fmt: skip
 
 
 class _Probed(TypedDict):
     prefix: str
     sites: list[str]
     scripts: str
+    base: str
     version: str
-
-
-def _probe(python: str, targets: Sequence[Path]) -> _Probed:
-    try:
-        result = subprocess.run(
-            [python, "-I", "-c", _PROBE, *map(str, targets)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    except OSError as exc:
-        raise LayerError(f"the image's interpreter {python} could not start: {exc}") from exc
-    if result.returncode != 0:
-        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
-        raise LayerError(f"{python} could not make an environment: {tail}")
-    probed: _Probed = json.loads(result.stdout)
-    return probed
 
 
 def _wrap_scripts(bin_dir: Path, below: Sequence[str], python: Path) -> None:

@@ -330,12 +330,13 @@ class JobCreate(_Strict):
 
     @model_validator(mode="after")
     def _what_runs(self) -> Self:
+        # Whether entry_point and source_uri are needed depends on the image (a custom
+        # container brings its own program): the service checks once it has chosen it.
         if self.container_entrypoint is None:
             if self.container_arguments is not None:
                 raise invalid("JobCreate", ("container_arguments",), "needs a container_entrypoint")
-            for name in ("entry_point", "source_uri"):
-                if getattr(self, name) is None:
-                    raise invalid("JobCreate", (name,), "Field required")
+            if self.entry_point is not None and self.source_uri is None:
+                raise invalid("JobCreate", ("source_uri",), "Field required")
         elif self.distribution.enabled_modes():
             raise invalid(
                 "JobCreate",

@@ -129,6 +129,11 @@ def prepare(
         raise SpecError(("instance_count",), f"can never start: {impossible}")
     _check_retry_rules(spec)
     image = _choose_image(settings, spec)
+    if image.container is None and spec.container_entrypoint is None:
+        # Runyard's runtime runs a script; a custom container brings its own program.
+        for name in ("entry_point", "source_uri"):
+            if getattr(spec, name) is None:
+                raise SpecError((name,), "Field required")
     distribution = spec.distribution.as_dict()
     gpus = CATALOG[spec.instance_type].gpus
     refuse(

@@ -43,7 +43,7 @@ class Call:
 def create_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     principal = call.principal
     principal.require(Role.MEMBER, principal.project, "creating a training job")
-    spec = translate.job_spec(params)
+    spec = translate.job_spec(params, call.settings.catalog)
     job = jobs.submit(
         call.session,
         call.settings,

@@ -74,10 +74,11 @@ SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 _SECONDARY = {"LaunchingInstances": "LaunchingMLInstances", "": "Starting"}
 
 
-def job_spec(request: Mapping[str, Any]) -> JobCreate:
+def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
     """The Runyard spec of a CreateTrainingJob request (already checked against the
     service model). Its TrainingImage is the job's image_uri, which the server's image
-    catalog reads (an AWS Deep Learning Container's name for its framework and version)."""
+    ``catalog`` reads (an AWS Deep Learning Container's name for its framework and
+    version); any other image runs as a custom container."""
     _refuse_members(request, _REFUSED, "")
     for member in ("AlgorithmSpecification", "ResourceConfig"):
         if member not in request:
@@ -100,12 +101,17 @@ def job_spec(request: Mapping[str, Any]) -> JobCreate:
     program, source = values.get(PROGRAM), values.get(SUBMIT_DIRECTORY)
     if entrypoint:  # it brings its own code, in a channel (the SDK v3's ModelTrainer)
         program = source = None
+    elif image is not None and _is_container(image, catalog):
+        # A container of the job's own image brings its own program; a script the SDK
+        # names is run by the toolkit inside it, as on SageMaker.
+        program = program if isinstance(program, str) else None
+        source = source if isinstance(source, str) else None
     elif not isinstance(program, str) or not isinstance(source, str):
         raise validation(
             f"HyperParameters: {PROGRAM} and {SUBMIT_DIRECTORY} must name the script and "
             "its source (an s3:// or file:// URI of a tar.gz or directory), as the "
             "SageMaker SDK's estimators send them, unless AlgorithmSpecification has a "
-            "ContainerEntrypoint"
+            "ContainerEntrypoint or a TrainingImage of the job's own"
         )
     stopping = request.get("StoppingCondition") or {}
     if "MaxPendingTimeInSeconds" in stopping:
@@ -192,6 +198,18 @@ def distribution(values: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(parameters, dict):
             found["smdistributed"] = {"modelparallel": {"enabled": True, "parameters": parameters}}
     return found
+
+
+def _is_container(image: str, catalog: images.Catalog) -> bool:
+    try:
+        return (
+            catalog.choose(
+                framework="pytorch", framework_version=None, py_version=None, image_uri=image
+            ).container
+            is not None
+        )
+    except images.ImageError:
+        return False  # refused, naming TrainingImage, once the spec is checked
 
 
 def _inputs(channels: list[dict[str, Any]], algorithm: Mapping[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,9 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
 
     expect(page.get_by_text("InProgress").first).to_be_visible()
     expect(page.get_by_role("listitem").filter(has_text="InProgress / Starting")).to_be_visible()
+    # The image it runs on: the built-in one, as none was named.
+    image = page.get_by_role("definition").filter(has=page.locator("code", has_text="builtin"))
+    expect(image).to_have_count(1)
 
     # Once the job has stored its model, the page offers it.
     server.stored_model(job, b"weights")

@@ -16,7 +16,6 @@ import zipfile
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -251,20 +250,33 @@ def test_an_image_that_cannot_be_built_fails_the_job_with_pips_words(
     assert "No matching distribution found for runyard_missing==9" in reason
 
 
-def _images(stack: Stack, *args: str) -> Any:
+def _images(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "runyard", "images", *args],
         env=stack.env,
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+        check=False,
+    )
 
 
-def test_the_images_command_lists_and_prunes_the_store(image_stack: Stack) -> None:
-    listed = _images(image_stack, "list")
-    assert "pytorch-training:0.1.0-cpu-py311" in listed
-    assert "failed (runyard images build shows why)" in listed
+def test_the_images_command_builds_lists_and_prunes_the_store(image_stack: Stack) -> None:
+    built = _images(image_stack, "build", "pytorch-training:0.1.0-cpu-py311")
+    assert built.returncode == 0, built.stderr
+    assert "pytorch-training:0.1.0-cpu-py311 is ready: " in built.stdout
+    failed = _images(image_stack, "build", "pytorch-training:0.2.0-cpu-py311")
+    assert failed.returncode == 1
+    assert "error: pytorch-training:0.2.0-cpu-py311 could not be built: " in failed.stderr
+    assert "runyard_missing==9" in failed.stderr
+    unknown = _images(image_stack, "build", "pytorch:9")
+    assert unknown.returncode == 2
+    assert "'pytorch:9' is no image of the catalog" in unknown.stderr
+    listed = _images(image_stack, "list").stdout
+    rows = {line.split()[0]: line for line in listed.splitlines()[1:]}
+    assert " ready " in rows["builtin"]
+    assert " built " in rows["pytorch-training:0.1.0-cpu-py311"]
+    assert "failed (runyard images build shows why)" in rows["pytorch-training:0.2.0-cpu-py311"]
+    assert " not built " in rows["pytorch-training:2.13.0-cpu-py311"]
     pruned = _images(image_stack, "prune", "--all")
-    assert "image(s) removed" in pruned
+    assert pruned.stdout.rstrip().endswith("image(s) removed"), pruned
     assert ImageStore(image_stack.home / "images").digests() == []

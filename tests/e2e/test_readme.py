@@ -44,6 +44,8 @@ SKIPPED = {
     "make demo": "`make test` runs this whole suite, this test included, and both first "
     "run `make install` into the .venv the tests run from",
     "docker compose build": "needs Docker",
+    "apt-get install -y podman runc": "installs system packages and configures the machine's "
+    "podman, as root; .ci/run does it for the suite, whose custom-container tests need it",
     "docker compose exec -T api runyard token": "needs Docker (the compose stack)",
     "docker build -f service/Dockerfile": "needs Docker and a registry to push to",
     "helm install runyard charts/runyard": "needs a Kubernetes cluster",

@@ -1,33 +1,23 @@
 """SageMaker's own training toolkit (``sagemaker-training`` from PyPI), installed in a job
 through its requirements.txt as a user would, reads the instance it runs on as SageMaker's.
 
-The toolkit and what it needs are fetched from PyPI once per machine into a wheelhouse
-(``~/.cache/runyard-tests``) that the job's requirements.txt installs from. A wheelhouse
-counts only once it is whole: it is made beside its place, marked, then moved there.
+The toolkit and what it needs come from a wheelhouse made once per machine
+(``tests.toolkit_wheels``), which the job's requirements.txt installs from.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import Stack
+from tests.toolkit_wheels import BUILD_TIMEOUT, wheelhouse
 
 pytestmark = pytest.mark.e2e
 
-WHEELHOUSE = Path.home() / ".cache" / "runyard-tests" / "sagemaker-training"
-# Written last into a wheelhouse that pip made in full.
-MADE = ".made"
-# A cold build fetches a few dozen wheels from PyPI and may compile some.
-BUILD_TIMEOUT = 1200
 RUN_TIMEOUT = 600
 
 SCRIPT = """
@@ -52,36 +42,7 @@ print("toolkit " + json.dumps({
 
 @pytest.fixture(scope="session")
 def toolkit_wheels() -> Path:
-    """The toolkit and every package it needs, as wheels, made once per machine. Making
-    them may fail (no way to PyPI): then the test fails with pip's error, never skips."""
-    WHEELHOUSE.parent.mkdir(parents=True, exist_ok=True)
-    with open(WHEELHOUSE.parent / "sagemaker-training.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be making it now
-        if not (WHEELHOUSE / MADE).is_file():
-            _make_wheelhouse()
-    return WHEELHOUSE
-
-
-def _make_wheelhouse() -> None:
-    """Made in a directory of its own beside WHEELHOUSE, then moved there whole: an
-    interrupted build leaves nothing that reads as made."""
-    making = Path(tempfile.mkdtemp(prefix=".making-", dir=WHEELHOUSE.parent))
-    try:
-        making.chmod(0o755)  # as a directory made the usual way: jobs read from it
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "sagemaker-training",
-             "--wheel-dir", str(making)],
-            check=True,
-            timeout=BUILD_TIMEOUT,
-        )  # fmt: skip
-        if not list(making.glob("sagemaker_training-*.whl")):
-            pytest.fail(f"pip made no sagemaker_training wheel in {making}")
-        (making / MADE).write_text("")
-        # A wheelhouse without the mark: an interrupted build's, or one made before marks.
-        shutil.rmtree(WHEELHOUSE, ignore_errors=True)
-        making.rename(WHEELHOUSE)
-    finally:
-        shutil.rmtree(making, ignore_errors=True)
+    return wheelhouse()
 
 
 # The wheelhouse is made in this test's setup, and its time counts against the test's.

@@ -256,7 +256,7 @@ def test_more_than_forty_metric_definitions_and_twenty_channels_are_refused(
     [
         ({"ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1}}, "InstanceType"),
         (
-            {"AlgorithmSpecification": {"TrainingImage": "my/img:1", "TrainingInputMode": "File"}},
+            {"AlgorithmSpecification": {"TrainingImage": "My Image!", "TrainingInputMode": "File"}},
             "TrainingImage",
         ),
         (
@@ -298,6 +298,25 @@ def test_what_runyard_cannot_honour_is_refused_not_dropped(
     assert code == "ValidationException"
     assert named in message
     assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_an_image_of_the_jobs_own_runs_as_a_container_with_or_without_a_script(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    """As the SDK's generic Estimator(image_uri=...) sends it: no sagemaker_program, the
+    image's own ``train``; or a script, which SageMaker's toolkit in the image runs."""
+    own = "registry.example.com/team/train:7"
+    algorithm = {"TrainingImage": own, "TrainingInputMode": "File"}
+    sm.create_training_job(
+        **request(source_dir, AlgorithmSpecification=algorithm, HyperParameters={"epochs": "2"})
+    )
+    sm.create_training_job(**request(source_dir, name="wire-2", AlgorithmSpecification=algorithm))
+    bare, scripted = (api.get(f"/v1/training-jobs/{n}").json() for n in ("wire-1", "wire-2"))
+    assert bare["image"] == scripted["image"] == own
+    assert (bare["spec"]["entry_point"], bare["spec"]["source_uri"]) == (None, None)
+    assert scripted["spec"]["entry_point"] == "train.py"
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    assert described["AlgorithmSpecification"]["TrainingImage"] == own
 
 
 def test_list_filters_sorts_and_pages_with_botos_paginator(sm: Any, source_dir: Path) -> None:

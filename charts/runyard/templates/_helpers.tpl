@@ -86,6 +86,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
   "namespace" (include "runyard.jobsNamespace" .)
   "cluster_domain" .Values.clusterDomain
   "image" (default (printf "runyard/runtime:%s" .Chart.AppVersion) $k.image)
+  "images_repository" $k.images_repository
   "image_pull_policy" $k.image_pull_policy
   "image_pull_secrets" $k.image_pull_secrets
   "node_selector" $k.node_selector

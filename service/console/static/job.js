@@ -27,7 +27,8 @@
         + (job.spec.use_spot_instances ? " (spot)" : "")),
       ...fact("Created", el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
       ...fact("Duration", Runyard.elapsed(job.created_at, job.ended_at)),
-      ...fact("Backend", job.backend),
+      ...fact("Backend", job.backend + (job.isolation ? ` (${job.isolation})` : "")),
+      ...fact("Image", el("code", { text: job.image })),
       ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
     ];
     if (job.failure_reason) facts.push(...fact("Failure reason", el("span", { class: "error", text: job.failure_reason })));

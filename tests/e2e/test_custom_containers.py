@@ -1,0 +1,175 @@
+"""Custom containers on the local backend: a job whose image_uri names an OCI image runs each
+instance in a container of it, with SageMaker's bring-your-own-container contract, through
+the real service, worker, runtime and podman, with images made here (tests.container_images).
+
+Nothing of a job may be left: no process (the stack checks), no container.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contract import storage
+from contract.containers import LABEL_JOB_ID
+from runyard.client import Client, RunyardError
+from tests.container_images import image
+from tests.e2e.conftest import Stack
+
+pytestmark = pytest.mark.e2e
+
+JOB_TIMEOUT = 240
+
+
+@pytest.fixture(scope="module")
+def plain() -> str:
+    return image("plain")
+
+
+def _containers_of(job_id: str) -> list[str]:
+    listed = subprocess.run(
+        ["podman", "ps", "--all", "--quiet", "--filter", f"label={LABEL_JOB_ID}={job_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def _seen(client: Client, name: str) -> dict[str, Any]:
+    return {
+        event["host"]: json.loads(event["message"].removeprefix("container "))
+        for event in client.logs(name)
+        if str(event.get("message", "")).startswith("container ")
+    }
+
+
+def _create(client: Client, **spec: Any) -> dict[str, Any]:
+    return client.create_job({"instance_type": "local", **spec})
+
+
+def test_a_container_runs_train_with_sagemakers_contract_on_the_jobs_network(
+    stack: Stack, plain: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.csv").write_text("1,2\n")
+    with stack.client() as client:
+        job = _create(
+            client,
+            name="byoc",
+            image_uri=plain,
+            instance_count=2,
+            hyperparameters={"epochs": 3},
+            environment={"MY_SETTING": "on"},
+            inputs={"train": data.as_uri()},
+        )
+        job = stack.wait_until_ended(client, "byoc", timeout=JOB_TIMEOUT)
+        events = list(client.logs("byoc"))
+        assert job["status"] == "Completed", stack.explain(job, events)
+        seen = _seen(client, "byoc")
+    assert (job["image"], job["isolation"]) == (plain, "container")
+    addresses = {"algo-1": "10.213.0.2", "algo-2": "10.213.0.3"}
+    for host in ("algo-1", "algo-2"):
+        assert seen[host] == {
+            "hostname": host,
+            "resolved": addresses,
+            "hyperparameters": {"epochs": "3"},
+            # The job's own variables and SageMaker's, never the runtime's or the server's.
+            "environment": {
+                "MY_SETTING": "on",
+                "SM_CURRENT_HOST": host,
+                "SM_MODEL_DIR": "/opt/ml/model",
+                "TRAINING_JOB_NAME": "byoc",
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+            },
+            "files": ["part-0.csv"],
+        }
+    # What the first instance's container left in /opt/ml/model is the job's model.
+    model = storage.local_path(job["model_artifacts"])
+    with tarfile.open(model) as archive:
+        assert archive.getnames() == ["algo-1.txt"]
+    assert _containers_of(job["id"]) == []
+
+
+def test_sagemaker_program_runs_through_the_training_toolkit_in_the_image(
+    stack: Stack, tmp_path: Path
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(
+        textwrap.dedent(
+            """\
+            import json, os, sys
+            print("script " + json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(),
+                                          "hosts": json.loads(os.environ["SM_HOSTS"])}))
+            """
+        )
+    )
+    toolkit = image("toolkit")
+    with stack.client() as client:
+        job = _create(
+            client,
+            name="byoc-toolkit",
+            image_uri=toolkit,
+            entry_point="train.py",
+            source_uri=client.upload_source(source),
+            hyperparameters={"epochs": 2},
+        )
+        job = stack.wait_until_ended(client, "byoc-toolkit", timeout=JOB_TIMEOUT)
+        events = list(client.logs("byoc-toolkit"))
+    assert job["status"] == "Completed", stack.explain(job, events)
+    (said,) = [e["message"] for e in events if str(e.get("message", "")).startswith("script ")]
+    assert json.loads(said.removeprefix("script ")) == {
+        "argv": ["--epochs", "2"],
+        "cwd": "/opt/ml/code",
+        "hosts": ["algo-1"],
+    }
+
+
+def test_a_failing_container_fails_the_job_with_its_own_reason(stack: Stack, plain: str) -> None:
+    with stack.client() as client:
+        _create(client, name="byoc-fails", image_uri=plain, hyperparameters={"fail": True})
+        job = stack.wait_until_ended(client, "byoc-fails", timeout=JOB_TIMEOUT)
+    assert job["status"] == "Failed"
+    assert job["failure_reason"] == "ValueError: the container was told to fail"
+    assert _containers_of(job["id"]) == []
+
+
+def test_a_stopped_container_job_leaves_no_container(stack: Stack, plain: str) -> None:
+    with stack.client() as client:
+        job = _create(client, name="byoc-stops", image_uri=plain, hyperparameters={"wait": True})
+        stack.wait_for(
+            client,
+            "byoc-stops",
+            lambda _: any(e.get("message") == "waiting" for e in client.logs("byoc-stops")),
+            timeout=JOB_TIMEOUT,
+        )
+        assert len(_containers_of(job["id"])) == 1
+        client.stop_job("byoc-stops")
+        job = stack.wait_until_ended(client, "byoc-stops", timeout=JOB_TIMEOUT)
+    assert job["status"] == "Stopped"
+    assert _containers_of(job["id"]) == []
+
+
+def test_a_catalog_image_still_needs_the_script_it_runs(stack: Stack) -> None:
+    with stack.client() as client, pytest.raises(RunyardError, match="entry_point"):
+        _create(client, name="no-script", framework_version="2.13")
+
+
+def test_an_image_the_engine_cannot_find_fails_the_job_saying_so(stack: Stack) -> None:
+    missing = "localhost/runyard-test-nothing-here:1"
+    with stack.client() as client:
+        _create(client, name="byoc-missing", image_uri=missing)
+        job = stack.wait_until_ended(client, "byoc-missing", timeout=JOB_TIMEOUT)
+    assert job["status"] == "Failed"
+    assert job["failure_reason"].startswith(
+        "CannotStartContainerError: podman could not start the container: Error: "
+    ), job["failure_reason"]
+    assert missing in job["failure_reason"]

@@ -1,0 +1,117 @@
+"""How the runtime starts a custom container (runtime.launch.container): the engine's exact
+arguments, the container's environment and limits, and the reasons it gives when the
+engine itself could not start the container. (tests/e2e/test_custom_containers.py runs
+them with podman.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+from pathlib import Path
+
+import pytest
+
+from contract.instance_config import InstanceConfig, load
+from runtime.launch import container
+from tests.instances import launch_request, write_instances
+
+IMAGE = "registry.example.com/team/train:7"
+
+
+def _config(tmp_path: Path, **changes: object) -> InstanceConfig:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('x')\n")
+    request = launch_request(source, instance_count=2, environment={"MY_SETTING": "on"})
+    base = write_instances(tmp_path / "job", request)["algo-2"]
+    config = load(base)
+    return dataclasses.replace(
+        config,
+        container_image=IMAGE,
+        container_engine=("podman", "--runtime", "runc"),
+        network_namespace="/run/netns/runyard-job-algo-2",
+        host_addresses={"algo-1": "10.213.0.2", "algo-2": "10.213.0.3"},
+        **changes,
+    )
+
+
+def test_the_engine_runs_the_image_as_the_instance_on_its_network(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    env_file = tmp_path / "container.env"
+    argv = container.run_arguments(config, env_file)
+    name = f"runyard-{config.job_id}-algo-2-0"
+    assert argv[:4] == ["run", "--rm", "--replace", "--name"]
+    assert argv[4] == name
+    pairs = dict(zip(argv[5:-2:2], argv[6:-1:2], strict=False))
+    assert pairs["--label"] == "runyard.host=algo-2"
+    assert f"runyard.job-id={config.job_id}" in argv
+    assert pairs["--hostname"] == "algo-2"
+    assert pairs["--volume"] == f"{config.paths.base}:/opt/ml"
+    assert pairs["--env-file"] == str(env_file)
+    assert pairs["--network"] == "ns:/run/netns/runyard-job-algo-2"
+    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--add-host"] == [
+        "algo-1:10.213.0.2",
+        "algo-2:10.213.0.3",
+    ]
+    assert argv[-2:] == [IMAGE, "train"]
+
+
+def test_limits_are_the_instances_own_within_what_podman_may_give(tmp_path: Path) -> None:
+    argv = container.run_arguments(_config(tmp_path), tmp_path / "env")
+    limits = [argv[i + 1] for i, word in enumerate(argv) if word == "--ulimit"]
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    processes = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    assert limits == [
+        f"nofile={min(files, container.OPEN_FILES)}:{min(files, container.OPEN_FILES)}",
+        f"nproc={min(processes, 32768)}:{min(processes, 32768)}",
+    ]
+
+
+def test_a_container_entrypoint_replaces_train(tmp_path: Path) -> None:
+    config = _config(tmp_path, container_command=("/bin/bash", "-c", "echo hi"))
+    argv = container.run_arguments(config, tmp_path / "env")
+    assert argv[argv.index("--entrypoint") + 1] == '["/bin/bash"]'
+    assert argv[-3:] == [IMAGE, "-c", "echo hi"]
+
+
+def test_the_container_gets_the_jobs_variables_never_the_runtimes(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    env = container.container_environment(
+        config, {"MY_SETTING": "on", "RUNYARD_JOB_TOKEN": "secret", "SM_CURRENT_HOST": "algo-2"}
+    )
+    assert env == {
+        "MY_SETTING": "on",
+        "SM_CURRENT_HOST": "algo-2",
+        "SAGEMAKER_PROGRAM": "train.py",
+        "SAGEMAKER_SUBMIT_DIRECTORY": "/opt/ml/code",
+    }
+    env_file = tmp_path / "container.env"
+    container.write_env_file(env_file, env)
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert env_file.read_text().splitlines()[0] == "MY_SETTING=on"
+    with pytest.raises(container.ContainerSetupError, match="MULTI holds a line break"):
+        container.write_env_file(env_file, {"MULTI": "a\nb"})
+
+
+@pytest.mark.parametrize(
+    ("code", "tail", "reason"),
+    [
+        (
+            125,
+            ["Error: localhost/x:1: image not known"],
+            "CannotStartContainerError: podman could not start the container: "
+            "Error: localhost/x:1: image not known",
+        ),
+        (126, ["Error: OCI runtime error: crun: cgroups in hybrid mode"], "CannotStart"),
+        (1, ["Error: in the script's own words"], None),  # the container's own exit
+        (125, ["Traceback (most recent call last):"], None),
+    ],
+)
+def test_an_engine_that_could_not_start_the_container_is_told_from_its_exit(
+    code: int, tail: list[str], reason: str | None
+) -> None:
+    found = container.engine_failure("podman", code, tail)
+    if reason is None:
+        assert found is None
+    else:
+        assert (found or "").startswith(reason), found

@@ -1,0 +1,56 @@
+"""SageMaker's training toolkit (``sagemaker-training`` from PyPI) and every package it
+needs, as wheels, fetched once per machine into ``~/.cache/runyard-tests``: the jobs and
+images of the tests that use the toolkit install it from there, with no index.
+
+A wheelhouse counts only once it is whole: it is made beside its place, marked, then
+moved there. Making it may fail (no way to PyPI): then the test fails with pip's error,
+never skips.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+WHEELHOUSE = Path.home() / ".cache" / "runyard-tests" / "sagemaker-training"
+# Written last into a wheelhouse that pip made in full.
+MADE = ".made"
+# A cold build fetches a few dozen wheels from PyPI and may compile some.
+BUILD_TIMEOUT = 1200
+
+
+def wheelhouse() -> Path:
+    WHEELHOUSE.parent.mkdir(parents=True, exist_ok=True)
+    with open(WHEELHOUSE.parent / "sagemaker-training.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be making it now
+        if not (WHEELHOUSE / MADE).is_file():
+            _make_wheelhouse()
+    return WHEELHOUSE
+
+
+def _make_wheelhouse() -> None:
+    """Made in a directory of its own beside WHEELHOUSE, then moved there whole: an
+    interrupted build leaves nothing that reads as made."""
+    making = Path(tempfile.mkdtemp(prefix=".making-", dir=WHEELHOUSE.parent))
+    try:
+        making.chmod(0o755)  # as a directory made the usual way: jobs read from it
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "sagemaker-training",
+             "--wheel-dir", str(making)],
+            check=True,
+            timeout=BUILD_TIMEOUT,
+        )  # fmt: skip
+        if not list(making.glob("sagemaker_training-*.whl")):
+            pytest.fail(f"pip made no sagemaker_training wheel in {making}")
+        (making / MADE).write_text("")
+        # A wheelhouse without the mark: an interrupted build's, or one made before marks.
+        shutil.rmtree(WHEELHOUSE, ignore_errors=True)
+        making.rename(WHEELHOUSE)
+    finally:
+        shutil.rmtree(making, ignore_errors=True)
