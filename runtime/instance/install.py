@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from runtime.instance import codeartifact
+
 PIP_TAIL = 20
 
 
@@ -36,13 +38,22 @@ def install(
         # The code's own build uses the instance's build tools: nothing is downloaded to
         # build it (a build backend other than setuptools goes in requirements.txt).
         steps.append(("the code as a package", ["--no-build-isolation", "."]))
+    if not steps:
+        return False
     variables = {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+    try:
+        index = codeartifact.index_url(env)
+    except codeartifact.CodeArtifactError as exc:
+        raise InstallError(str(exc)) from exc
+    if index is not None:
+        say(f"Installing from the CodeArtifact repository {env[codeartifact.REPOSITORY_ARN]}")
+        variables["PIP_INDEX_URL"] = index
     for what, args in steps:
         say(f"Installing {what}")
         started = time.monotonic()
         _pip([*pip, "install", *args], code_dir, variables, say, what)
         say(f"Installed {what} in {time.monotonic() - started:.1f} s")
-    return bool(steps)
+    return True
 
 
 def _pip(

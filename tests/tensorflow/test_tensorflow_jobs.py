@@ -62,7 +62,7 @@ def readme_jobs(tf_stack: Stack) -> Ran:
     for job, events in ran.values():
         assert job["status"] == "Completed", tf_stack.explain(job, events)
         assert processes.marked_processes(job["id"]) == []
-    assert tf_processes(tf_stack.python) == {}
+    assert tf_processes(tf_stack.python, tf_stack.job_ids()) == {}
     return ran
 
 
@@ -171,14 +171,14 @@ def test_a_stop_ends_the_parameter_servers_too(tf_stack: Stack) -> None:
             hyperparameters={"steps": 10_000_000},
         )
         _wait_for_line(client, job["name"], "first step done")
-        running = tf_processes(tf_stack.python)
+        running = tf_processes(tf_stack.python, tf_stack.job_ids())
         ps_tasks = [line for line in running.values() if "tensorflow_ps" in line]
         assert len(ps_tasks) == 2, running  # the check below can see them
         client.stop_job(job["name"])
         job = tf_stack.wait_until_ended(client, job["name"], timeout=JOB_TIMEOUT)
     assert job["status"] == "Stopped"
     assert processes.marked_processes(job["id"]) == []
-    assert tf_processes(tf_stack.python) == {}
+    assert tf_processes(tf_stack.python, tf_stack.job_ids()) == {}
 
 
 def test_a_failed_worker_fails_the_job_and_ends_every_tensorflow_process(
@@ -212,10 +212,10 @@ def test_a_failed_worker_fails_the_job_and_ends_every_tensorflow_process(
             distribution=PS,
         )
         _wait_for_line(client, job["name"], "worker serving")
-        running = tf_processes(tf_stack.python)
+        running = tf_processes(tf_stack.python, tf_stack.job_ids())
         assert len([line for line in running.values() if "tensorflow_ps" in line]) == 2, running
         job = tf_stack.wait_until_ended(client, job["name"], timeout=JOB_TIMEOUT)
     assert job["status"] == "Failed"
     assert "the worker lost its footing" in job["failure_reason"]
     assert processes.marked_processes(job["id"]) == []
-    assert tf_processes(tf_stack.python) == {}
+    assert tf_processes(tf_stack.python, tf_stack.job_ids()) == {}
