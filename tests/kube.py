@@ -94,6 +94,31 @@ class KubeServer:
                 found.append((resource.plural, name))
         return sorted(found)
 
+    def describe_job(self, job_id: str) -> str:
+        """The job's pods as ``kubectl get pods`` and its events would show them, for a
+        failing test's message."""
+        lines = []
+        for (resource, _namespace, name), obj in sorted(self.emulator.objects.items()):
+            labels = obj.get("metadata", {}).get("labels", {}) or {}
+            if resource.plural != "pods" or labels.get("runyard.io/job-id") != job_id:
+                continue
+            status = obj.get("status", {}) or {}
+            states = [
+                f"{kind}: {state.get('reason', '')}".rstrip(": ")
+                for container in status.get("containerStatuses", []) or []
+                for kind, state in (container.get("state") or {}).items()
+            ]
+            gone = " (deleted)" if obj.deleted else ""
+            lines.append(f"pod {name}{gone}: {status.get('phase', 'no status')} {states}")
+        events = [
+            obj
+            for (resource, _namespace, _name), obj in self.emulator.objects.items()
+            if resource.plural == "events"
+        ]
+        for event in events[-10:]:
+            lines.append(f"event: {event.get('reason', '')}: {event.get('message', '')}")
+        return "\n".join(lines) or "no pods"
+
     def all_objects(self) -> list[tuple[str, str]]:
         return sorted(
             (resource.plural, name)

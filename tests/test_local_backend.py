@@ -303,7 +303,9 @@ def test_a_child_still_exiting_at_teardown_is_reaped_not_dropped() -> None:
         warnings.simplefilter("always")
         processes.forget_child(pid)
         gc.collect()
-    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    # Only this child's: the collection may find what earlier tests of this process dropped.
+    dropped = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert [w for w in dropped if f"subprocess {pid} " in str(w.message)] == []
     assert not Path(f"/proc/{pid}").exists()  # reaped: not even a zombie is left
 
 

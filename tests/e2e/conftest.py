@@ -6,7 +6,9 @@ its jobs may be left: that is checked (and enforced) for every test that used it
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +29,18 @@ from tests.conftest import POSTGRES_ADMIN_URL, RABBITMQ_URL, REDIS_URL
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TERMINAL = ("Completed", "Failed", "Stopped")
+
+
+def _without_banner(lines: list[str]) -> list[str]:
+    """A process's log without Celery's start-up banner (its ASCII art, configuration and
+    task list, and the warning about running as root): from its first timestamped line."""
+    first = next((i for i, line in enumerate(lines) if _TIMESTAMPED.match(line)), None)
+    if first is None or not any("celery" in line.lower() for line in lines[:first]):
+        return lines
+    return lines[first:]
+
+
+_TIMESTAMPED = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def log_lines(client: Client, name: str) -> list[str]:
@@ -61,6 +75,8 @@ class Stack:
             "RUNYARD_TEARDOWN_GRACE_SECONDS": "2",
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        # What a backend's fixture says of a job's instances, when a wait fails.
+        self.describe_cluster: Callable[[dict[str, Any]], str] | None = None
 
     def start(
         self, part: str, *args: str, key: str | None = None, env: dict[str, str] | None = None
@@ -99,18 +115,28 @@ class Stack:
 
     def log_tail(self, part: str, lines: int = 60) -> str:
         path = self.home / f"{part}.log"
-        return (
-            "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-            if path.exists()
-            else ""
-        )
+        if not path.exists():
+            return ""
+        text = path.read_text(errors="replace").splitlines()
+        return "\n".join(_without_banner(text)[-lines:])
 
-    def explain(self, job: dict[str, Any], events: list[dict[str, Any]]) -> str:
-        """Why a job ended as it did: its reason, its last lines, the stack's own logs."""
-        lines = "\n".join(f"[{e['host']}] {e['stream']}: {e['message']}" for e in events[-40:])
-        return (
-            f"{job['status']}: {job['failure_reason']}\n--- job ---\n{lines}\n{self.diagnostics()}"
-        )
+    def explain(self, job: dict[str, Any], events: list[dict[str, Any]] | None = None) -> str:
+        """Why a job is where it is: its status and reason, its transitions, what the
+        cluster says of it (``describe_cluster``), its last lines, then the stack's logs."""
+        parts = [
+            f"{job['name']}: {job['status']}/{job['secondary_status']}: {job['failure_reason']}",
+            "--- transitions ---",
+            *(
+                f"{t['start_time']} {t['status']}/{t['secondary_status']}: {t['message']}"
+                for t in job["transitions"]
+            ),
+        ]
+        if self.describe_cluster is not None:
+            parts += ["--- cluster ---", self.describe_cluster(job)]
+        if events is not None:
+            parts += ["--- job ---"]
+            parts += [f"[{e['host']}] {e['stream']}: {e['message']}" for e in events[-40:]]
+        return "\n".join([*parts, self.diagnostics()])
 
     def diagnostics(self) -> str:
         return "\n".join(
@@ -136,7 +162,10 @@ class Stack:
                 return job
             if time.monotonic() > deadline:
                 where = f"{job['status']}/{job['secondary_status']}"
-                pytest.fail(f"{name} stuck in {where}\n{self.diagnostics()}")
+                events = None
+                with contextlib.suppress(Exception):  # the job's log, if the API answers
+                    events = [e for e in client.logs(name) if "message" in e]
+                pytest.fail(f"{name} stuck in {where}\n{self.explain(job, events)}")
             time.sleep(0.2)
 
     def wait_until_ended(self, client: Client, name: str, timeout: float = 120) -> dict[str, Any]:

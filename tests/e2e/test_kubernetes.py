@@ -22,12 +22,22 @@ from provisioning.kubernetes.manifests import LABEL_JOB_NAME
 from runtime.reporting.reporter import ServiceClient
 from runyard.client import Client
 from tests.e2e.conftest import Stack
-from tests.kube import NAMESPACE, KubeServer, exited, running, set_pod_status, unschedulable
+from tests.kube import (
+    NAMESPACE,
+    KubeServer,
+    exited,
+    running,
+    set_pod_status,
+    starting,
+    unschedulable,
+)
 
 pytestmark = pytest.mark.e2e
 
 INSTANCE_TYPE = "ml.g5.xlarge"
-SCHEDULE_TIMEOUT = 4.0
+# How long a job's pods may wait unscheduled: what the unschedulable test waits out, and
+# what a loaded machine's worker and test may take between a launch and seeing its pods.
+SCHEDULE_TIMEOUT = 15.0
 NO_GPU = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
 
@@ -54,6 +64,7 @@ def kube_stack(
             "RUNYARD_PUBLIC_URL": "http://runyard-api.runyard.svc:8642",
         }
     )
+    stack.describe_cluster = lambda job: kube_server.describe_job(job["id"])
     stack.up()
     yield stack
     assert stack.down() == []
@@ -68,13 +79,22 @@ class Pods:
         self.base = manifests.base_name(job["name"], job["id"])
 
     def wait_created(self, count: int, timeout: float = 30) -> None:
+        """Until the job's ``count`` pods exist; then each is scheduled at once (its image
+        being pulled), as a cluster with room does within moments, so that no start
+        timeout runs while the test plays the kubelet."""
         deadline = time.monotonic() + timeout
-        while sum(kind == "pods" for kind, _ in self.kube.objects_of(self.job["id"])) < count:
+        while (
+            len(pods := [n for k, n in self.kube.objects_of(self.job["id"]) if k == "pods"]) < count
+        ):
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"pods of {self.job['name']} never appeared\n{self.stack.diagnostics()}"
-                )
+                job = self.stack.client().get_job(self.job["name"])
+                pytest.fail(f"pods of {self.job['name']} never appeared\n{self.stack.explain(job)}")
             time.sleep(0.1)
+        for name in pods:
+            set_pod_status(self.api, name, starting())
+
+    def pod_names(self) -> list[str]:
+        return [name for kind, name in self.kube.objects_of(self.job["id"]) if kind == "pods"]
 
     def set(self, host: str, status: dict[str, Any]) -> None:
         set_pod_status(self.api, manifests.pod_name(self.base, host), status)

@@ -24,6 +24,10 @@ from tests.modelparallel.workload import (
     single_process_reference,
 )
 
+# The module's fixture runs 15 jobs of 2 to 4 processes before the first test: about 3
+# minutes alone on 2 cores, and up to twice that beside the suite's other test process.
+pytestmark = pytest.mark.timeout(900)
+
 # float32 with another summation order: a few ulps.
 EXACT = {"atol": 1e-6, "rtol": 1e-5}
 # bf16 compute keeps 8 bits of mantissa; 3 Adam steps of 0.01 move parameters ~0.03.
