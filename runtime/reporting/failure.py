@@ -1,29 +1,24 @@
 """Why a script failed, for the job's failure_reason: the script's own words if it wrote
 them, else the exception that ended its last traceback, fitted to MAX_REASON characters
 keeping the end (``contract.failures.fit``), and below it as many of the traceback's last
-frames, those nearest the error, as fit whole in what is left."""
+frames, those nearest the error, as fit whole in what is left.
+
+Where several ranks share the stderr (mpirun, torchrun) the traceback is that of the rank
+that failed first (``rank_output``), never a launcher's own: mpirun's summary of the
+exit and torchrun's ``ChildFailedError`` only say which rank that was."""
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from contract.failures import MARKERS, fit, fit_lines, last_within, left_out
 from contract.limits import MAX_REASON
+from runtime.reporting import rank_output, torchrun_summary
+from runtime.reporting.tracebacks import FRAME, HEADING, RULE, Traceback, last_traceback
 
 OUT_OF_MEMORY_EXIT = 137
-
-_TRACEBACK = "Traceback (most recent call last)"
-# A frame's location, '  File "/opt/ml/code/train.py", line 3, in main'; a syntax error's
-# location has the same shape without the ", in ...".
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)')
-# Their message says what is wrong but not where: the location line above it does.
-_SYNTAX_ERRORS = ("SyntaxError:", "IndentationError:", "TabError:")
-_RULE = re.compile(r"^[-=]{10,}$")
-# mpirun --tag-output prefixes each rank's line: "[1,3]<stderr>: ...".
-_MPI_TAG = re.compile(r"^\[(?P<rank>\d+,\d+)\]<std(?:out|err)>:\s?")
 
 
 def read_failure_file(path: Path) -> str | None:
@@ -44,11 +39,11 @@ def reason(exit_code: int, stderr_tail: Sequence[str], failure_file: Path) -> st
             "OutOfMemory: the script was killed with SIGKILL (exit code 137), "
             "most likely because the instance ran out of memory"
         )
-    return _algorithm_error(exit_code, _one_rank(stderr_tail))
+    return _algorithm_error(exit_code, stderr_tail)
 
 
 def _algorithm_error(exit_code: int, stderr_tail: Sequence[str]) -> str:
-    traceback = _last_traceback(stderr_tail)
+    traceback, said = _explanation(stderr_tail)
     prefix, suffix = "AlgorithmError: ", f", exit code: {exit_code}"
     killed_by = _signal_name(exit_code - 128) if exit_code > 128 else None
     if traceback is None and killed_by is not None:
@@ -56,41 +51,42 @@ def _algorithm_error(exit_code: int, stderr_tail: Sequence[str]) -> str:
     # The exit code stays whatever is cut: it is what retry rules and people look for.
     room = MAX_REASON - len(prefix) - len(suffix)
     if traceback is not None:
-        frames, exception = traceback
-        summary = prefix + fit(exception, room) + suffix
-        return summary + _innermost_frames(frames, MAX_REASON - len(summary))
-    last_lines = [line.strip() for line in stderr_tail[-3:] if line.strip()]
-    summary = fit_lines(last_lines, room, " | ") or "the script printed nothing to stderr"
+        summary = prefix + fit(traceback.exception, room) + suffix
+        return summary + _innermost_frames(traceback.frames, MAX_REASON - len(summary))
+    summary = fit_lines(said, room, " | ") or "the script printed nothing to stderr"
     return prefix + summary + suffix
 
 
-def _one_rank(lines: Sequence[str]) -> list[str]:
-    """``lines`` without mpirun's rank tags; where ranks are tagged, only the lines of the
-    rank whose traceback came last, since ranks that fail together interleave theirs."""
-    tags = [_MPI_TAG.match(line) for line in lines]
-    rank = next(
-        (
-            tag["rank"]
-            for line, tag in zip(reversed(lines), reversed(tags), strict=True)
-            if tag is not None and _is_traceback(line[tag.end() :])
-        ),
-        None,
+def _explanation(stderr_tail: Sequence[str]) -> tuple[Traceback | None, list[str]]:
+    """The traceback that explains the failure, or else the lines that say most of it:
+    that of the rank its launcher names as the first to fail, else that of the first rank
+    to print one, else the last untagged one."""
+    lines = list(stderr_tail)
+    summary = torchrun_summary.find(lines)
+    root = summary.root_cause if summary is not None else None
+    trusted = root if summary is not None and summary.root_cause_alone else None
+    if summary is not None:
+        del lines[summary.start : summary.end]  # torchrun's, not the script's
+    ranked = rank_output.untag(lines)
+    named = [trusted.rank if trusted else None, rank_output.mpirun_first_rank(ranked)]
+    texts = [line.text for line in ranked]
+    traceback = (
+        rank_output.traceback_of(ranked, named)
+        or last_traceback(trusted.traceback if trusted else [])  # from its error file
+        or rank_output.first_failure(ranked)
+        or last_traceback(root.traceback if root else [])
+        or last_traceback(texts)  # a single process's, or ranks that tag nothing
     )
-    return [
-        line[tag.end() :] if tag is not None else line
-        for line, tag in zip(lines, tags, strict=True)
-        if rank is None or (tag is not None and tag["rank"] == rank)
-    ]
-
-
-def _is_traceback(line: str) -> bool:
-    return line.startswith(_TRACEBACK) or _FRAME.match(line) is not None
+    if traceback is None and root is not None:
+        return None, [root.describe()]
+    said = [text.strip() for text in texts if text.strip() and not RULE.match(text.strip())]
+    return traceback, said[-3:]
 
 
 def _innermost_frames(lines: Sequence[str], room: int) -> str:
     """The traceback's heading and as many of its last frames as fit whole in ``room``,
     on lines of their own below the exception; nothing if not even the last frame fits."""
-    heading = [lines[0]] if lines and lines[0].startswith(_TRACEBACK) else []
+    heading = [lines[0]] if lines and lines[0].startswith(HEADING) else []
     frames = _frames(lines[len(heading) :])
     if not frames:
         return ""
@@ -110,7 +106,7 @@ def _frames(lines: Sequence[str]) -> list[str]:
     for line in lines:
         if MARKERS.match(line):
             continue
-        if _FRAME.match(line) or not frames:
+        if FRAME.match(line) or not frames:
             frames.append([line])
         else:
             frames[-1].append(line)
@@ -123,36 +119,3 @@ def _signal_name(number: int) -> str | None:
         return signal.Signals(number).name
     except ValueError:
         return None
-
-
-def _last_traceback(lines: Sequence[str]) -> tuple[list[str], str] | None:
-    """The last Python traceback in ``lines``: its heading and frames, and the exception
-    line(s) that end it; a syntax error's with the file and line it names."""
-    begin = _traceback_start(lines)
-    if begin is None:
-        return None
-    frames: list[str] = []
-    exception: list[str] = []
-    location: re.Match[str] | None = None
-    for line in (line.rstrip() for line in lines[begin:]):
-        if not exception and (line.startswith((" ", "\t")) or line.startswith(_TRACEBACK)):
-            location = _FRAME.match(line) or location
-            frames.append(line)  # the traceback's heading or one of its frames
-            continue
-        if not line or _RULE.match(line):
-            break  # what follows is someone else's (mpirun's summary, say)
-        exception.append(line)
-    if not exception:
-        return None
-    if location is not None and exception[0].startswith(_SYNTAX_ERRORS):
-        exception[0] += f" ({location['file']}, line {location['line']})"
-    return frames, "\n".join(exception)
-
-
-def _traceback_start(lines: Sequence[str]) -> int | None:
-    """Where the last traceback in ``lines`` starts. A deep one's heading may have left
-    the tail already, and a script's syntax error has none: then its first frame."""
-    headings = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
-    if headings:
-        return headings[-1]
-    return next((i for i, line in enumerate(lines) if _FRAME.match(line)), None)
