@@ -5,7 +5,8 @@ The runtime stays outside the container, as SageMaker's agent does: it has fetch
 and channels into the instance's directory, which the container sees as ``/opt/ml``, and
 it ships what the container prints, uploads what it leaves in ``/opt/ml/model`` and reports
 its exit. The container joins the instance's network namespace on the job's network under
-its SageMaker host name, with every host's name resolving. Its environment is the job's
+its SageMaker host name, with every host's name and address resolving both ways from an
+/etc/hosts of the instance's own (``runtime.linux.etc_hosts``). Its environment is the job's
 ``environment`` and the ``SM_*`` contract (paths under ``/opt/ml``), plus
 ``SAGEMAKER_PROGRAM`` and ``SAGEMAKER_SUBMIT_DIRECTORY`` for SageMaker's training toolkit
 when the job names an entry point; never the runtime's own variables. It runs ``train``
@@ -27,10 +28,15 @@ from contract.containers import LABEL_HOST, LABEL_JOB_ID, container_name
 from contract.instance_config import InstanceConfig
 from contract.layout import IMAGE_BASE_DIR
 from runtime.launch.workers import Launch, WorkerSpec
+from runtime.linux import etc_hosts
 
 # Where the container's variables are written for the engine (readable by root alone, not
 # on a command line that every process may read).
 ENV_FILE = ".runyard/container.env"
+# The container's /etc/hosts, in place of the engine's, which names neither the IPv4-mapped
+# forms of the job's addresses nor (podman's) ::1, so their lookups would wait on a DNS
+# server the job's network cannot reach, and fail.
+HOSTS_FILE = ".runyard/container-hosts"
 # Podman lowers its own limit on processes to this many when it has more, and a container
 # cannot be given more than the process that starts it has: without CAP_SYS_RESOURCE, a
 # request above that fails (``setrlimit RLIMIT_NPROC: Operation not permitted``).
@@ -53,6 +59,8 @@ def plan(config: InstanceConfig, env: dict[str, str]) -> Launch:
         raise ContainerSetupError(f"the container engine {engine[:1]} is not on this machine")
     env_file = config.paths.base / ENV_FILE
     write_env_file(env_file, env)
+    hosts_file = config.paths.base / HOSTS_FILE
+    hosts_file.write_text(etc_hosts.text(config.current_host, config.host_addresses))
     argv = [found, *engine[1:], *run_arguments(config, env_file)]
     engine_env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
     return Launch([WorkerSpec(argv, engine_env, config.paths.base)])
@@ -75,8 +83,8 @@ def run_arguments(config: InstanceConfig, env_file: Path) -> list[str]:
     ]  # fmt: skip
     if config.network_namespace:
         argv += ["--network", f"ns:{config.network_namespace}"]
-    for name, address in sorted(config.host_addresses.items()):  # its own name too
-        argv += ["--add-host", f"{name}:{address}"]
+    # Both engines leave a bind-mounted /etc/hosts as it is.
+    argv += ["--volume", f"{config.paths.base / HOSTS_FILE}:/etc/hosts"]
     checkpoints = config.paths.checkpoints
     if not checkpoints.is_relative_to(config.paths.base):
         # A checkpoint_local_path outside /opt/ml: the same path inside the container.

@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from runtime.linux import etc_hosts
 from runtime.linux.mounts import mount
 
 # <sched.h>, <sys/mount.h>
@@ -51,8 +52,9 @@ def become_host(
     network_namespace: str,
     read_only: Sequence[Path] = (),
 ) -> None:
-    """Take the host name ``name``; make every host's name resolve (``hosts_file``, written
-    here, bound over /etc/hosts); show ``base`` at ``image_base``; give the instance shared
+    """Take the host name ``name``; make every host's name and address resolve
+    (``hosts_file``, written here from ``addresses`` and the machine's own file, bound over
+    it: see ``etc_hosts``); show ``base`` at ``image_base``; give the instance shared
     memory of its own, and a /sys that shows its own network's interfaces; show each of
     ``read_only`` (the server's environment, the images) read-only. Only this instance's
     mount namespace sees any of it."""
@@ -60,7 +62,7 @@ def become_host(
     for path in read_only:
         bind_read_only(path)
     hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    hosts_file.write_text(hosts_text(name, addresses))
+    hosts_file.write_text(etc_hosts.text(name, addresses, _machine_hosts()))
     _bind(hosts_file, HOSTS_FILE)
     image_base.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
     _bind(base, image_base)
@@ -70,12 +72,13 @@ def become_host(
         mount("sysfs", SYSFS, "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "")
 
 
-def hosts_text(name: str, addresses: dict[str, str]) -> str:
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-    lines += [f"{address}\t{host}" for host, address in addresses.items()]
-    if name not in addresses:
-        lines.append(f"127.0.1.1\t{name}")
-    return "\n".join(lines) + "\n"
+def _machine_hosts() -> str:
+    """The machine's /etc/hosts, as this mount namespace still shows it (nothing when it
+    has none)."""
+    try:
+        return HOSTS_FILE.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 @contextlib.contextmanager

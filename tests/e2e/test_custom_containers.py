@@ -98,6 +98,60 @@ def test_a_container_runs_train_with_sagemakers_contract_on_the_jobs_network(
     assert _containers_of(job["id"]) == []
 
 
+# Each container names its peer's address, its IPv4-mapped form (what a dual-stack socket
+# sees of an IPv4 peer) and loopback's: from its /etc/hosts, with no DNS server in reach.
+NAMES = """
+import json, socket
+resources = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+peer = next(h for h in resources["hosts"] if h != resources["current_host"])
+address = socket.gethostbyname(peer)
+named = {}
+for asked in (address, f"::ffff:{address}", "127.0.0.1", "::ffff:127.0.0.1", "::1"):
+    try:
+        named[asked] = socket.getnameinfo((asked, 7777), 0)[0]
+    except OSError as error:
+        named[asked] = str(error)
+print("names " + json.dumps({"peer": peer, "address": address, "named": named}), flush=True)
+"""
+
+
+def test_every_address_a_container_meets_resolves_to_a_name(
+    stack: Stack, plain: str, tmp_path: Path
+) -> None:
+    (tmp_path / "names.py").write_text(NAMES)
+    with stack.client() as client:
+        job = _create(
+            client,
+            name="byoc-names",
+            image_uri=plain,
+            instance_count=2,
+            entry_point="names.py",
+            source_uri=client.upload_source(tmp_path),
+            container_entrypoint=["python3", "/opt/ml/code/names.py"],
+        )
+        job = stack.wait_until_ended(client, "byoc-names", timeout=JOB_TIMEOUT)
+        events = list(client.logs("byoc-names"))
+    assert job["status"] == "Completed", stack.explain(job, events)
+    said = [str(e["message"]) for e in events if str(e.get("message", "")).startswith("names ")]
+    reports = sorted(
+        (json.loads(line.removeprefix("names ")) for line in said), key=lambda r: r["peer"]
+    )
+    assert [(report["peer"], report["address"]) for report in reports] == [
+        ("algo-1", "10.213.0.2"),
+        ("algo-2", "10.213.0.3"),
+    ]
+    for report in reports:
+        peer, address = report["peer"], report["address"]
+        assert report["named"] == {
+            address: peer,
+            f"::ffff:{address}": f"{peer}.ipv4-mapped",
+            "127.0.0.1": "localhost",
+            "::ffff:127.0.0.1": "localhost.ipv4-mapped",
+            "::1": "localhost",
+        }
+    assert _containers_of(job["id"]) == []
+
+
 def test_sagemaker_program_runs_through_the_training_toolkit_in_the_image(
     stack: Stack, tmp_path: Path
 ) -> None:

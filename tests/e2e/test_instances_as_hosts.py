@@ -105,6 +105,35 @@ print("legacy " + json.dumps({"rank": rank, "sum": value.item()}), flush=True)
 dist.destroy_process_group()
 """
 
+# Each instance names its peer's address as IPv4 and dual-stack IPv6 sockets see it, as
+# torch.distributed's store names each connection, then joins a gloo process group.
+TORCH_NAMES = """
+import json, os, socket, torch, torch.distributed as dist
+
+hosts = json.loads(os.environ["SM_HOSTS"])
+peer = next(host for host in hosts if host != os.environ["SM_CURRENT_HOST"])
+address = socket.gethostbyname(peer)
+
+def ask(call):
+    try:
+        return call()
+    except OSError as error:
+        return f"{type(error).__name__}: {error}"
+
+names = {
+    "peer": peer,
+    "by_address": ask(lambda: socket.gethostbyaddr(address)[0]),
+    "name_info": ask(lambda: socket.getnameinfo((address, 7777), 0)[0]),
+    "mapped_name_info": ask(lambda: socket.getnameinfo((f"::ffff:{address}", 7777), 0)[0]),
+}
+dist.init_process_group("gloo")
+value = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(value)
+names["sum"] = value.item()
+print("names " + json.dumps(names), flush=True)
+dist.destroy_process_group()
+"""
+
 MPI_COLLECTIVES = """
 import json, socket
 from mpi4py import MPI
@@ -244,6 +273,31 @@ def test_the_oldest_sagemaker_pytorch_pattern_finds_its_master_by_name(
     reports = _reports(lines, "legacy")
     assert sorted(report["rank"] for report in reports) == [0, 1]
     assert {report["sum"] for report in reports} == {3.0}
+
+
+def test_addresses_resolve_to_host_names_inside_instances(stack: Stack, tmp_path: Path) -> None:
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            _source(tmp_path, "names", TORCH_NAMES),
+            distribution={"torch_distributed": {"enabled": True}},
+        )
+    reports = sorted(_reports(lines, "names"), key=lambda report: report["peer"])
+    assert [report["peer"] for report in reports] == ["algo-1", "algo-2"]
+    for report in reports:
+        peer = report["peer"]
+        assert report == {
+            "peer": peer,
+            "by_address": peer,
+            "name_info": peer,
+            # What a dual-stack socket sees: named after the host, not as it (etc_hosts).
+            "mapped_name_info": f"{peer}.ipv4-mapped",
+            "sum": 3.0,
+        }
+    # torch's store names every connection it makes and takes: without a name for each
+    # address, each instance's log says so.
+    assert not [line for line in lines if "hostname of the client socket" in line]
 
 
 @pytest.mark.parametrize("isolation", ["namespaces", "shared"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,14 +47,32 @@ def test_the_engine_runs_the_image_as_the_instance_on_its_network(tmp_path: Path
     assert pairs["--label"] == "runyard.host=algo-2"
     assert f"runyard.job-id={config.job_id}" in argv
     assert pairs["--hostname"] == "algo-2"
-    assert pairs["--volume"] == f"{config.paths.base}:/opt/ml"
     assert pairs["--env-file"] == str(env_file)
     assert pairs["--network"] == "ns:/run/netns/runyard-job-algo-2"
-    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--add-host"] == [
-        "algo-1:10.213.0.2",
-        "algo-2:10.213.0.3",
+    # Its /etc/hosts is the instance's own, in place of the engine's (runtime.linux.etc_hosts).
+    volumes = [argv[i + 1] for i, word in enumerate(argv) if word == "--volume"]
+    assert volumes == [
+        f"{config.paths.base}:/opt/ml",
+        f"{config.paths.base}/.runyard/container-hosts:/etc/hosts",
     ]
+    assert "--add-host" not in argv
     assert argv[-2:] == [IMAGE, "train"]
+
+
+def test_the_container_gets_an_etc_hosts_of_the_instances_own(tmp_path: Path) -> None:
+    config = dataclasses.replace(_config(tmp_path), container_engine=(sys.executable,))
+    container.plan(config, {"SM_CURRENT_HOST": "algo-2"})
+    written = (config.paths.base / ".runyard" / "container-hosts").read_text().splitlines()
+    # Both ways, the IPv4-mapped forms too, and nothing of this machine's own file.
+    assert written == [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "10.213.0.2\talgo-1",
+        "10.213.0.3\talgo-2",
+        "::ffff:127.0.0.1\tlocalhost.ipv4-mapped",
+        "::ffff:10.213.0.2\talgo-1.ipv4-mapped",
+        "::ffff:10.213.0.3\talgo-2.ipv4-mapped",
+    ]
 
 
 def test_limits_are_the_instances_own_within_what_podman_may_give(tmp_path: Path) -> None:
