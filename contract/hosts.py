@@ -1,8 +1,11 @@
-"""A job's instances are named algo-1 .. algo-N, as on SageMaker."""
+"""A job's instances are named algo-1 .. algo-N, as on SageMaker, and meet at the first."""
 
 from __future__ import annotations
 
 PREFIX = "algo-"
+# The first host's rendezvous port, where every instance has a network of its own: the
+# one SageMaker's PyTorch container exports as MASTER_PORT, which scripts may assume.
+RENDEZVOUS_PORT = 7777
 
 
 def host_names(instance_count: int) -> list[str]:

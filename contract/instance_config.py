@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import hyperparameters as hp
-from contract import modes
+from contract import modes, storage
 from contract.images import BUILTIN
 from contract.layout import (
     HYPERPARAMETERS_FILE,
@@ -279,9 +279,11 @@ def load(base: Path) -> InstanceConfig:
     input_data = _read(paths.config / INPUT_DATA_CONFIG_FILE, default={})
     raw_hps = _read(paths.config / HYPERPARAMETERS_FILE, default={})
     user_hps, framework = hp.split_framework(hp.decode(raw_hps))
+    runyard_fields = _runyard_fields(runyard)
+    user_hps = {**framework_hyperparameters(runyard_fields, paths), **user_hps}
     try:
         return InstanceConfig(
-            **_runyard_fields(runyard),
+            **runyard_fields,
             paths=paths,
             current_host=resource["current_host"],
             hosts=list(resource["hosts"]),
@@ -295,6 +297,21 @@ def load(base: Path) -> InstanceConfig:
         )
     except KeyError as exc:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
+
+
+def framework_hyperparameters(runyard: Mapping[str, Any], paths: Paths) -> dict[str, Any]:
+    """What the SageMaker SDK's estimator for the job's framework adds to every job's
+    hyperparameters, for a job submitted without it (the job's own win). TensorFlow's
+    sends a ``model_dir``, which scripts pass straight to ``startswith`` or ``save``: the
+    job's S3 output (``<output_path>/<job>/model``), or under mpirun, or where the output
+    is not on S3, the instance's model directory (SM_MODEL_DIR, uploaded at the end)."""
+    if runyard.get("framework") != "tensorflow":
+        return {}
+    mode = modes.enabled_mode(runyard.get("distribution") or {})
+    output = str(runyard.get("output_path") or "")
+    if (mode is None or not mode.uses_mpi) and output.startswith("s3://"):
+        return {"model_dir": storage.join(output, str(runyard["job_name"]), "model")}
+    return {"model_dir": str(paths.model)}
 
 
 def _read(path: Path, default: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -201,7 +201,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
     "NCCL_DEBUG": "INFO"
   },
   "master_addr": "algo-1",
-  "master_port": 29500,
+  "master_port": 7777,
   "framework": "pytorch",
   "launch_agent": [
     "/opt/runyard/venv/bin/python3",

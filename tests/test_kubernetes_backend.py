@@ -177,7 +177,7 @@ def test_the_config_map_holds_each_hosts_config_with_cluster_addresses() -> None
     runyard = yaml.safe_load(root["data"]["algo-1.runyard.json"])
     assert runyard["launch_agent"] == ["python3", "-m", "runtime.launch.remote_agent"]
     assert runyard["agent_port"] == 7077
-    assert runyard["master_port"] == 29500
+    assert runyard["master_port"] == 7777
 
 
 def test_the_cluster_domain_is_a_setting() -> None:

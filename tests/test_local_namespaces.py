@@ -90,7 +90,7 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
     runyard = json.loads(files["input/config/runyard.json"])
     assert {key: runyard[key] for key in ("master_addr", "master_port", "agent_port")} == {
         "master_addr": "10.213.0.2",
-        "master_port": 29500,
+        "master_port": 7777,
         "agent_port": 7077,
     }
     assert runyard["launch_agent"] == [
@@ -224,7 +224,7 @@ def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: 
         "launch_agent": [],
         "image": image,
         "master_addr": "10.213.0.2",
-        "master_port": 29500,
+        "master_port": 7777,
     }  # fmt: skip
     assert [port["host"] for port in materialized.public["network"]["ports"]] == [
         "algo-1",

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract import variables
-from contract.hosts import host_number
+from contract.hosts import RENDEZVOUS_PORT, host_number
 from contract.images import Catalog
 from contract.layout import IMAGE_BASE_DIR
 from contract.problems import Problem
@@ -61,8 +61,6 @@ HOST_TAG = "runyard:host"
 # Which start of the job launched the instance: a restart's instances are new ones, and
 # the earlier attempt's, terminated, must not be taken for them.
 ATTEMPT_TAG = "runyard:attempt"
-# Every instance is a machine of its own, so the rendezvous port never collides.
-MASTER_PORT = 29500
 # EC2 allows 50 tags per instance: the job's own five plus one address per host.
 MAX_TAGS = 50
 _BASE_TAGS = 5
@@ -361,7 +359,7 @@ class Ec2Backend(Backend[Ec2Plan]):
             host,
             # Names, not addresses: user-data makes them resolve (see userdata).
             host_addresses={name: name for name in request.hosts},
-            master_port=MASTER_PORT,
+            master_port=RENDEZVOUS_PORT,
             network_interface=settings.network_interface,
             launch_agent=[python, "-m", LAUNCH_AGENT_MODULE],
             agent_port=settings.agent_port,

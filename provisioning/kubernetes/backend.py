@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from contract.hosts import host_number
+from contract.hosts import RENDEZVOUS_PORT, host_number
 from contract.problems import Problem
 from contract.spec import JobSpec
 from provisioning.base import (
@@ -46,9 +46,6 @@ from provisioning.kubernetes.settings import KubernetesSettings
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-# Every instance rendezvous on this port of algo-1: each pod has its own network, so it
-# never collides with another job's.
-MASTER_PORT = 29500
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 
 # Pod phase -> instance state. A phase missing here (a newer Kubernetes) reads as UNKNOWN.
@@ -158,7 +155,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             request,
             self.settings,
             artifact_root=self.artifact_root,
-            master_port=MASTER_PORT,
+            master_port=RENDEZVOUS_PORT,
             grace_seconds=max(self.stop_grace, self.spot_grace),
         )
         base = manifests.base_name(request.job.name, request.job.id)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from contract import storage, variables
+from contract.hosts import RENDEZVOUS_PORT
 from contract.images import BUILTIN, Catalog
 from contract.instance_config import Isolation
 from contract.layout import Paths
@@ -66,9 +67,8 @@ HOSTS_FILE = "hosts.json"
 JOB_LAYER = "job-env"
 # Runyard's packages: the server's code, which instances see read-only.
 PACKAGES = ("contract", "provisioning", "service", "worker", "runtime", "runyard", "migrations")
-# Each instance with namespaces is a machine of its own: the rendezvous and the launch
-# agent have their usual ports.
-MASTER_PORT = 29500
+# Each instance with namespaces is a machine of its own: the rendezvous
+# (contract.hosts.RENDEZVOUS_PORT) and the launch agent have their usual ports.
 AGENT_PORT = 7077
 # What an instance inherits from the worker's environment: the machine's basics, and how to
 # reach S3 (the job's code, channels and model may live there). Everything else (database
@@ -251,7 +251,7 @@ class LocalBackend(Backend[LocalPlan]):
             [*leader, self.python, "-m", "runtime.train"],
             lambda host: {"network_namespace": net.port(host).namespace_path},
             host_addresses=net.addresses,
-            master_port=MASTER_PORT,
+            master_port=RENDEZVOUS_PORT,
             network_interface=network.INTERFACE,
             launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
             agent_port=AGENT_PORT,
@@ -263,7 +263,7 @@ class LocalBackend(Backend[LocalPlan]):
             request.job.id,
             request.job.name,
             str(job_dir),
-            MASTER_PORT,
+            RENDEZVOUS_PORT,
             instances,
             isolation=Isolation.NAMESPACES.value,
             network=net,
@@ -283,7 +283,7 @@ class LocalBackend(Backend[LocalPlan]):
             [self.python, "-m", "runtime.train"],
             lambda host: {"network_namespace": net.port(host).namespace_path},
             host_addresses=net.addresses,
-            master_port=MASTER_PORT,
+            master_port=RENDEZVOUS_PORT,
             network_interface=network.INTERFACE,
             launch_agent=[],
             isolation=Isolation.CONTAINER,
@@ -295,7 +295,7 @@ class LocalBackend(Backend[LocalPlan]):
             request.job.id,
             request.job.name,
             str(job_dir),
-            MASTER_PORT,
+            RENDEZVOUS_PORT,
             instances,
             isolation=Isolation.CONTAINER.value,
             network=net,

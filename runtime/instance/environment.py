@@ -101,8 +101,33 @@ def script_environment(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    # What the framework's container sets for every job; the job's own environment wins.
+    for key, value in framework_environment(config, env).items():
+        env[key] = config.environment.get(key, value)
     for name in channels:
         env[variables.sm_channel(name)] = str(paths.data / name)
     for key, value in config.hyperparameters.items():
         env[variables.sm_hp(key)] = value if isinstance(value, str) else json.dumps(value)
     return env
+
+
+def framework_environment(config: InstanceConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """What SageMaker's container for the job's framework exports before it runs any
+    script, distributed or not (``env``: the script's environment so far). PyTorch's
+    names the rendezvous: scripts call ``init_process_group(rank=hosts.index(
+    current_host), world_size=len(hosts))`` with no init method and rely on it.
+    TensorFlow's sets its logging and its S3 file system's variables."""
+    if config.framework == "pytorch":
+        return {
+            "MASTER_ADDR": config.master_addr,
+            "MASTER_PORT": str(config.master_port),
+            "NCCL_IB_DISABLE": "1",
+            "NCCL_DEBUG": "WARN",
+        }
+    if config.framework == "tensorflow":
+        found = {"TF_CPP_MIN_LOG_LEVEL": "1", "S3_USE_HTTPS": "1"}
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        if region:
+            found["S3_REGION"] = region
+        return found
+    return {}

@@ -29,7 +29,15 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from contract import hyperparameters, images, limits, modes, mpi_options, variables
+from contract import (
+    hyperparameters,
+    images,
+    limits,
+    modes,
+    mpi_options,
+    sagemaker_flags,
+    variables,
+)
 from contract.failures import fit
 from contract.layout import IMAGE_BASE_DIR
 from contract.phases import Phase
@@ -327,6 +335,29 @@ class JobCreate(_Strict):
     # Set by the server at submission, from image_uri or framework, framework_version and
     # py_version; a client names an image with those.
     image: ImageChoice | None = None
+
+    @model_validator(mode="after")
+    def _distribution_from_flags(self) -> Self:
+        # As SageMaker's containers do: the SDK (and boto3 users) name the distribution in
+        # hyperparameters. Where ``distribution`` is given too, the two must agree.
+        named, problems = sagemaker_flags.distribution(self.hyperparameters)
+        if problems:
+            raise invalid("JobCreate", problems[0].loc, problems[0].message)
+        if not named:
+            return self
+        if self.distribution.enabled_modes():
+            differences = sagemaker_flags.disagreements(self.distribution.as_dict(), named)
+            if differences:
+                raise invalid("JobCreate", ("distribution",), "; ".join(differences))
+            return self
+        try:
+            self.distribution = Distribution.model_validate(named)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            flag = sagemaker_flags.hyperparameter_at(tuple(error["loc"]))
+            where = ("hyperparameters", flag) if flag else ("hyperparameters",)
+            raise invalid("JobCreate", where, error["msg"]) from None
+        return self
 
     @model_validator(mode="after")
     def _what_runs(self) -> Self:

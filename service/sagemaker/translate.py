@@ -2,12 +2,14 @@
 answer.
 
 The SageMaker SDKs say what to run in hyperparameters (``sagemaker_program``,
-``sagemaker_submit_directory``, one ``sagemaker_*_enabled`` flag per distribution): those
-become the spec's entry point, source and ``distribution``, and stay in the
-hyperparameters too, where SageMaker's containers find them. Every member of the request
-is either honoured, recorded and echoed back (what does not change what runs: a role, a
-debugger hook, a KMS key), or refused naming it: an option that would change what runs
-and that Runyard cannot honour is never dropped in silence.
+``sagemaker_submit_directory``, one ``sagemaker_*_enabled`` flag per distribution): the
+first two become the spec's entry point and source, and all stay in the hyperparameters,
+where SageMaker's containers find them and from which the job's schema reads the
+distribution (``contract.sagemaker_flags``), as for a job submitted any other way.
+
+Every member of the request is either honoured, recorded and echoed back (what does not
+change what runs: a role, a debugger hook, a KMS key), or refused naming it: an option
+that would change what runs and that Runyard cannot honour is never dropped in silence.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from contract import hyperparameters, images, storage
+from contract import hyperparameters, images, sagemaker_flags, storage
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.sagemaker.errors import validation
@@ -66,10 +68,12 @@ _S3_SOURCE_REFUSED = {
     "HubAccessConfig": "hub access is not supported",
 }
 
-_TRUE = (True, "true", "True", "TRUE")
 # The SDK's hyperparameters that say what to run.
 PROGRAM = "sagemaker_program"
 SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+# What a job's describe answer says the SDK set, where it was not the SDK that submitted it.
+LOG_LEVEL = 20  # logging.INFO, the SDK's default
+JOB_ROLE = "RunyardJob"
 # SageMaker's default secondary statuses differ from Runyard's in one name.
 _SECONDARY = {"LaunchingInstances": "LaunchingMLInstances", "": "Starting"}
 
@@ -130,7 +134,6 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
         "instance_type": resources["InstanceType"],
         "instance_count": resources["InstanceCount"],
         "volume_size": resources.get("VolumeSizeInGB", 30),
-        "distribution": distribution(values),
         "inputs": _inputs(request.get("InputDataConfig") or [], algorithm),
         "output_path": output.get("S3OutputPath"),
         "max_run": stopping.get("MaxRuntimeInSeconds", 24 * 3600),
@@ -152,52 +155,6 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
         return JobCreate.model_validate({k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         raise validation(_spec_problems(exc)) from None
-
-
-def distribution(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The estimator's ``distribution`` dict from the flags the SDK turned it into."""
-    found: dict[str, Any] = {}
-    for flag, key in (
-        ("sagemaker_torch_distributed_enabled", "torch_distributed"),
-        ("sagemaker_pytorch_ddp_enabled", "pytorchddp"),
-        ("sagemaker_parameter_server_enabled", "parameter_server"),
-        ("sagemaker_multi_worker_mirrored_strategy_enabled", "multi_worker_mirrored_strategy"),
-    ):
-        if values.get(flag) in _TRUE:
-            found[key] = {"enabled": True}
-    if values.get("sagemaker_distribution_instance_groups"):
-        raise validation(
-            "HyperParameters.sagemaker_distribution_instance_groups: heterogeneous "
-            "instance groups are not supported"
-        )
-    if values.get("sagemaker_pytorch_xla_multi_worker_enabled") in _TRUE:
-        raise validation(
-            "HyperParameters.sagemaker_pytorch_xla_multi_worker_enabled: PyTorch/XLA is not "
-            "supported"
-        )
-    if values.get("sagemaker_distributed_dataparallel_enabled") in _TRUE:
-        found["smdistributed"] = {
-            "dataparallel": {
-                "enabled": True,
-                "custom_mpi_options": str(
-                    values.get("sagemaker_distributed_dataparallel_custom_mpi_options") or ""
-                ),
-            }
-        }
-    if values.get("sagemaker_mpi_enabled") in _TRUE:
-        mpi: dict[str, Any] = {
-            "enabled": True,
-            "custom_mpi_options": str(values.get("sagemaker_mpi_custom_mpi_options") or ""),
-        }
-        processes = values.get("sagemaker_mpi_num_of_processes_per_host")
-        if processes is not None:
-            mpi["processes_per_host"] = processes
-        found["mpi"] = mpi
-        # Model parallelism runs under mpirun: the SDK sends its parameters beside the flag.
-        parameters = values.get("mp_parameters")
-        if isinstance(parameters, dict):
-            found["smdistributed"] = {"modelparallel": {"enabled": True, "parameters": parameters}}
-    return found
 
 
 def _is_container(image: str, catalog: images.Catalog) -> bool:
@@ -269,7 +226,6 @@ _MEMBER_OF_FIELD = {
     "instance_type": "ResourceConfig.InstanceType",
     "instance_count": "ResourceConfig.InstanceCount",
     "volume_size": "ResourceConfig.VolumeSizeInGB",
-    "distribution": "HyperParameters (the distribution's sagemaker_* flags)",
     "inputs": "InputDataConfig",
     "output_path": "OutputDataConfig.S3OutputPath",
     "max_run": "StoppingCondition.MaxRuntimeInSeconds",
@@ -293,8 +249,11 @@ def member_of(loc: tuple[str | int, ...]) -> str:
     head, rest = str(loc[0]), [str(part) for part in loc[1:]]
     if head == "inputs" and rest:
         return f"InputDataConfig (channel {rest[0]!r})"
+    if head == "distribution":  # read from the flags the SDK wrote
+        flag = sagemaker_flags.hyperparameter_at(tuple(rest))
+        return f"HyperParameters.{flag}" if flag else "HyperParameters"
     member = _MEMBER_OF_FIELD.get(head, head)
-    if head in ("hyperparameters", "environment", "distribution") and rest:
+    if head in ("hyperparameters", "environment") and rest:
         return f"{member}.{'.'.join(rest)}"
     return member
 
@@ -348,8 +307,7 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or expected_model(job)},
         "TrainingJobStatus": job.status,
         "SecondaryStatus": secondary_status(job),
-        "HyperParameters": request.get("HyperParameters")
-        or {k: hyperparameters.encode(v) for k, v in (spec.get("hyperparameters") or {}).items()},
+        "HyperParameters": request.get("HyperParameters") or _hyperparameters(job, region),
         "AlgorithmSpecification": algorithm,
         "InputDataConfig": request.get("InputDataConfig") or _channels(spec),
         # SageMaker answers with a KmsKeyId always, empty when none was given; the SDK's
@@ -399,9 +357,36 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
     for member in RECORDED:
         if member in request:
             answer[member] = request[member]
+    # The SDK's Estimator.attach reads a role, whoever submitted the job.
+    answer.setdefault("RoleArn", role_arn(job))
     if not answer["RetryStrategy"]["MaximumRetryAttempts"]:
         del answer["RetryStrategy"]
     return answer
+
+
+def role_arn(job: TrainingJob) -> str:
+    """The role a job submitted without one shows: its project's, in the account number
+    its ARN names (Runyard's projects and roles decide what it may do, not IAM)."""
+    return f"arn:aws:iam::{account_id(job.project)}:role/{JOB_ROLE}"
+
+
+def _hyperparameters(job: TrainingJob, region: str) -> dict[str, str]:
+    """A job submitted through Runyard's API, in the hyperparameters the SDK would have
+    sent for it: its own, and the ``sagemaker_*`` ones that say what runs, from which the
+    SDK's framework estimators (``PyTorch.attach``) rebuild it."""
+    spec = job.spec
+    values: dict[str, Any] = dict(spec.get("hyperparameters") or {})
+    framework: dict[str, Any] = {
+        **sagemaker_flags.flags(spec.get("distribution") or {}),
+        "sagemaker_container_log_level": LOG_LEVEL,
+        "sagemaker_job_name": job.name,
+        "sagemaker_region": region,
+    }
+    if spec.get("entry_point"):
+        framework[PROGRAM] = spec["entry_point"]
+        framework[SUBMIT_DIRECTORY] = spec["source_uri"]
+    values = {**framework, **values}  # the job's own win
+    return {key: hyperparameters.encode(value) for key, value in values.items()}
 
 
 def summary(job: TrainingJob, region: str) -> dict[str, Any]:

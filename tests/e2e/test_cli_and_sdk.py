@@ -492,3 +492,30 @@ def test_ctrl_c_in_fit_says_the_job_keeps_running_and_how_to_stop_it(
         assert client.get_job(name)["status"] == "InProgress"
         client.stop_job(name)
         assert stack.wait_until_ended(client, name)["status"] == "Stopped"
+
+
+def test_submit_reads_a_distribution_from_the_sdks_hyperparameters(stack: Stack) -> None:
+    common = [
+        "submit",
+        "--source-dir",
+        str(EXAMPLES / "scripts"),
+        "--entry-point",
+        "mpi_hello.py",
+        "--instance-type",
+        "local",
+        "--instance-count",
+        "2",
+        "-H",
+        "sagemaker_mpi_enabled=true",
+        "-H",
+        "sagemaker_mpi_num_of_processes_per_host=2",
+    ]
+    refused = _runyard(stack, *common, "--distribution", '{"torch_distributed": {"enabled": true}}')
+    assert refused.returncode != 0
+    assert "sagemaker_mpi_enabled" in refused.stderr, refused.stderr
+    assert "torch_distributed" in refused.stderr
+
+    submitted = _runyard(stack, *common, "--name", "cli-flags", "--wait", "--logs")
+    assert submitted.returncode == 0, submitted.stderr
+    ranks = re.findall(r'mpi \{.*"rank": (\d)', submitted.stdout)
+    assert sorted(ranks) == ["0", "1", "2", "3"], submitted.stdout

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from contract.instance_config import load
 from runtime.instance.environment import script_environment
@@ -104,3 +107,59 @@ def test_script_sees_the_whole_contract(tmp_path: Path) -> None:
     assert training_env["current_instance_group"] == "homogeneousCluster"
     assert training_env["instance_groups"] == ["homogeneousCluster"]
     assert training_env["distribution_hosts"] == ["algo-1", "algo-2"]
+
+
+def _environment(tmp_path: Path, **spec: Any) -> tuple[dict[str, str], Path]:
+    bases = write_instances(tmp_path / "job", launch_request(tmp_path / "src", **spec), 7777)
+    config = load(bases["algo-1"])
+    env = script_environment(config, {"AWS_REGION": "eu-west-1"}, num_gpus=0, num_cpus=2)
+    return env, bases["algo-1"]
+
+
+def test_a_pytorch_script_is_given_what_sagemakers_pytorch_container_exports(
+    tmp_path: Path,
+) -> None:
+    env, _base = _environment(tmp_path, instance_count=2)
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "7777")
+    assert (env["NCCL_IB_DISABLE"], env["NCCL_DEBUG"]) == ("1", "WARN")
+    assert "TF_CPP_MIN_LOG_LEVEL" not in env
+    assert "model_dir" not in json.loads(env["SM_HPS"])
+
+
+def test_the_jobs_own_environment_wins_over_the_containers(tmp_path: Path) -> None:
+    env, _base = _environment(tmp_path, environment={"NCCL_DEBUG": "INFO", "MASTER_PORT": "1234"})
+    assert (env["NCCL_DEBUG"], env["MASTER_PORT"]) == ("INFO", "1234")
+
+
+def test_a_tensorflow_script_is_given_tensorflows_variables_and_a_model_dir(
+    tmp_path: Path,
+) -> None:
+    env, base = _environment(tmp_path, framework="tensorflow")
+    assert "MASTER_ADDR" not in env
+    assert (env["TF_CPP_MIN_LOG_LEVEL"], env["S3_REGION"]) == ("1", "eu-west-1")
+    # Its output is not on S3: the instance's model directory, which is uploaded.
+    assert json.loads(env["SM_HPS"])["model_dir"] == str(base / "model")
+    assert json.loads(env["SM_USER_ARGS"])[-2:] == ["--model_dir", str(base / "model")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"output_path": "s3://bucket/out"}, "s3://bucket/out/job-1/model"),
+        # Under mpirun, as the SDK sends it: the instance's own.
+        (
+            {
+                "output_path": "s3://bucket/out",
+                "instance_count": 2,
+                "distribution": {"mpi": {"enabled": True}},
+            },
+            None,
+        ),
+        ({"output_path": "s3://bucket/out", "hyperparameters": {"model_dir": "/tmp/m"}}, "/tmp/m"),
+    ],
+)
+def test_a_tensorflow_model_dir_is_the_sdks(
+    tmp_path: Path, spec: dict[str, Any], expected: str | None
+) -> None:
+    env, base = _environment(tmp_path, framework="tensorflow", **spec)
+    assert json.loads(env["SM_HPS"])["model_dir"] == (expected or str(base / "model"))

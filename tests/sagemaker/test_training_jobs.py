@@ -185,6 +185,36 @@ def test_the_sdks_distribution_flags_become_the_jobs_distribution(
     assert present(spec["distribution"]) == distribution
 
 
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (
+            {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "0"},
+            "HyperParameters.sagemaker_mpi_num_of_processes_per_host",
+        ),
+        # A TensorFlow mode on a PyTorch image: the flag that enabled it is named.
+        (
+            {"sagemaker_multi_worker_mirrored_strategy_enabled": "true"},
+            "HyperParameters.sagemaker_multi_worker_mirrored_strategy_enabled",
+        ),
+    ],
+)
+def test_a_bad_distribution_flag_is_named_as_the_sdk_wrote_it(
+    sm: Any, api: TestClient, source_dir: Path, flags: dict[str, str], named: str
+) -> None:
+    hyperparameters = {
+        "sagemaker_program": json.dumps("train.py"),
+        "sagemaker_submit_directory": json.dumps(source_dir.as_uri()),
+        **flags,
+    }
+    code, message = error_of(
+        sm.create_training_job, **request(source_dir, HyperParameters=hyperparameters)
+    )
+    assert code == "ValidationException"
+    assert named in message, message
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
 def test_a_name_in_use_is_resource_in_use(sm: Any, source_dir: Path) -> None:
     sm.create_training_job(**request(source_dir))
     code, message = error_of(sm.create_training_job, **request(source_dir))
