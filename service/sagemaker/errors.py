@@ -15,12 +15,20 @@ class AwsError(Exception):
         self.message = message
         self.status = status
 
-    def response(self) -> JSONResponse:
+    def response(
+        self, content_type: str = CONTENT_TYPE, *, query_compatible: bool = False
+    ) -> JSONResponse:
+        headers = {"x-amzn-ErrorType": self.code}
+        if query_compatible:
+            # A service that spoke AWS Query first (CloudWatch) names its errors by their
+            # Query codes too, which botocore prefers: ``<code>;Sender``.
+            fault = "Sender" if self.status < 500 else "Receiver"
+            headers["x-amzn-query-error"] = f"{self.code};{fault}"
         return JSONResponse(
             status_code=self.status,
             content={"__type": self.code, "message": self.message},
-            media_type=CONTENT_TYPE,
-            headers={"x-amzn-ErrorType": self.code},
+            media_type=content_type,
+            headers=headers,
         )
 
 

@@ -177,24 +177,10 @@ def as_aws_errors(name: str) -> Iterator[None]:
         raise validation(exc.message) from None
 
 
-def list_tags(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    """The tags of a training job, by its ARN (the SDK's Estimator.attach reads them)."""
-    job_arn = params["ResourceArn"]
-    prefix, _, name = job_arn.rpartition(":training-job/")
-    if not prefix:
-        raise validation("ResourceArn: only training jobs' ARNs are served here")
-    job = _job(call, name)
-    if translate.arn(job, prefix.split(":")[3]) != job_arn:
-        raise not_found()
-    tags = [{"Key": tag["key"], "Value": tag.get("value", "")} for tag in job.spec.get("tags", [])]
-    return {"Tags": tags}
-
-
 Operation = Callable[[Call, dict[str, Any]], dict[str, Any]]
 OPERATIONS: dict[str, Operation] = {
     "CreateTrainingJob": create_training_job,
     "DescribeTrainingJob": describe_training_job,
     "ListTrainingJobs": list_training_jobs,
     "StopTrainingJob": stop_training_job,
-    "ListTags": list_tags,
 }
