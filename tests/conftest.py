@@ -41,6 +41,7 @@ RABBITMQ_URL = os.environ.get("RUNYARD_TEST_RABBITMQ_URL", "amqp://guest:guest@1
 # The suite's heavy environments, by the tests that need them (a path prefix).
 _HEAVY: dict[str, list[Callable[[], object]]] = {
     "tests/e2e/test_sagemaker_sdk": [lambda: sdk_python("v2"), lambda: sdk_python("v3")],
+    "tests/e2e/test_job_end.py": [lambda: sdk_python("v2")],
     "tests/tensorflow/": [tf_python],
 }
 

@@ -284,8 +284,10 @@ def test_phase_reports_are_recorded_and_final_ones_stick(
         assert (row.phase, row.exit_code) == ("Failed", 3)
         assert row.failure_reason is not None
         assert len(row.failure_reason) == 1024
+        # As SageMaker's training time: from the instance's start (its first report,
+        # before the downloads) to its result.
         assert row.training_started_at is not None
-        assert row.training_started_at.second == 1
+        assert row.training_started_at.second == 0
         assert row.training_ended_at is not None
         assert row.training_ended_at.second == 5
 

@@ -55,9 +55,15 @@ class TrainingJob(Base):
     training_end_time: Mapped[datetime | None] = mapped_column(UTCDateTime)
     stop_signalled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # Seconds on instances, summed over every attempt (time waiting for one is free).
+    # Seconds the instances worked, summed over the attempts that ended: each from its
+    # instances' start (their runtime's first report) to its result (service.jobs.billing).
+    # Waiting for capacity or a restart is free. What max_run bounds.
+    worked_seconds: Mapped[float | None] = mapped_column(Float)
+    # BillableTimeInSeconds: the worked seconds billed so far, at the spot price for a
+    # spot job (service.jobs.billing); never more than the training time.
     billable_seconds: Mapped[int | None] = mapped_column(Integer)
-    # For spot jobs: what the billable seconds saved against on-demand, in percent.
+    # For spot jobs: what the billable seconds saved against on-demand, in percent, as
+    # the SageMaker SDK computes it from the billable and the training seconds.
     spot_savings_percent: Mapped[float | None] = mapped_column(Float)
 
     # For a job created through SageMaker's wire protocol: its CreateTrainingJob request
@@ -224,6 +230,8 @@ class JobInstance(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     failure_reason: Mapped[str | None] = mapped_column(String(1024))
     model_uri: Mapped[str | None] = mapped_column(Text)
+    # As SageMaker's TrainingStartTime and TrainingEndTime, for this host (the runtime's
+    # clock): its first report, and its result (after the model's upload).
     training_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     training_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

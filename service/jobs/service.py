@@ -585,11 +585,12 @@ def record_report(
     row.phase = phase
     row.message = report.message
     row.reported_at = utcnow()
-    if phase == Phase.TRAINING and row.training_started_at is None:
+    # SageMaker's training time runs from the instance's start (its runtime's first
+    # report, downloads ahead) to its result (after the model's upload): what is billed.
+    if row.training_started_at is None:
         row.training_started_at = report.time
-    if phase in (Phase.UPLOADING, *FINAL_PHASES) and row.training_ended_at is None:
-        row.training_ended_at = report.time
     if phase in FINAL_PHASES:
+        row.training_ended_at = report.time
         row.exit_code = report.exit_code
         row.failure_reason = report.failure_reason
     if report.model_uri:

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from contract import hyperparameters, images, sagemaker_flags, storage
+from service.jobs import billing
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.sagemaker.errors import validation
@@ -345,8 +346,8 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
     if job.training_end_time:
         answer["TrainingEndTime"] = job.training_end_time
     if job.training_start_time and job.training_end_time:
-        answer["TrainingTimeInSeconds"] = max(
-            1, int((job.training_end_time - job.training_start_time).total_seconds())
+        answer["TrainingTimeInSeconds"] = billing.training_seconds(
+            job.training_start_time, job.training_end_time
         )
     if job.billable_seconds is not None:
         answer["BillableTimeInSeconds"] = job.billable_seconds

@@ -119,7 +119,7 @@ def _snapshot(**columns: object) -> JobSnapshot:
         "restart_cause": None,
         "interruption_noticed_at": None,
         "interruption_message": None,
-        "billable_seconds": 0,
+        "worked_seconds": 0.0,
     }
     values.update(columns)
     return JobSnapshot(**values)  # type: ignore[arg-type]

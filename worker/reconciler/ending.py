@@ -4,13 +4,13 @@ A stop (by a person, max_run or max_wait) gives the scripts their grace, then en
 Stopped with the secondary status that names why, and says why in the job's log as well:
 the instances only know that they were told to stop. Finishing tears every instance down
 first, keeps the consoles of instances that never shipped a line, then records the result
-and bills the attempt: nothing of the job may be left once it reads as ended.
+and bills the attempt: nothing of the job may be left once it reads as ended. The attempt
+is billed up to its result, not up to the end of its teardown (``billing``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import OperationalError
@@ -20,6 +20,7 @@ from contract.failures import fit
 from contract.limits import MAX_LINE
 from provisioning.base import InstanceState
 from service.jobs import repository
+from service.jobs.billing import spot_savings_percent, training_seconds
 from service.jobs.models import TrainingJob
 from service.jobs.states import STOP_REASONS, STOPPED_BY_USER, Secondary, Status
 from service.kit.db import session_scope, to_micros, utcnow
@@ -27,6 +28,7 @@ from service.kit.text import without_nul
 from service.logs import repository as log_repository
 from service.logs import service as logs
 from service.logs.schemas import Line
+from worker.reconciler.billing import attempt_worked, bill_attempt, spot_price_ratio
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, Superseded
 
 log = logging.getLogger(__name__)
@@ -122,14 +124,18 @@ def finish(
     """End the job; ``why``, if given, becomes the last line of its log."""
     if failure_reason is not None:
         failure_reason = fit(without_nul(failure_reason))
+    # The attempt ends with its result, not with the teardown that follows: the instances
+    # are not billed for the time it takes them to go (minutes for an EC2 instance).
+    decided_at = utcnow()
+    worked = attempt_worked(snapshot.hosts, reports, decided_at)
+    ended_at = worked.end if worked is not None else decided_at
+    price_ratio = spot_price_ratio(snapshot, step.settings.spot_price_ratio)
     # Nothing of the job may be left once it reads as ended.
     if teardown:
         keep_consoles(step, snapshot)
         step.backend.teardown(snapshot.ref)
     now = utcnow()
     master = reports.get(snapshot.hosts[0])
-    started = [r.training_started_at for r in reports.values() if r.training_started_at]
-    ended = [r.training_ended_at for r in reports.values() if r.training_ended_at]
     # The reason's first line says what failed; a traceback's frames below it are the
     # failure reason's to show.
     summary = (failure_reason or "").partition("\n")[0][:200]
@@ -138,7 +144,6 @@ def finish(
         Status.FAILED: f"Training job failed: {summary}",
         Status.STOPPED: "Training job stopped",
     }[status]
-    spot_price_ratio = step.settings.spot_price_ratio
 
     def finished(job: TrainingJob) -> None:
         repository.record_transition(job, status, secondary, message, now)
@@ -147,14 +152,12 @@ def finish(
         job.failure_reason = failure_reason
         job.model_artifacts = master.model_uri if master else None
         job.ended_at = now
-        # A short job may end before any pass saw it training.
-        if job.training_start_time is None and started:
-            job.training_start_time = min(started)
+        bill_attempt(job, worked, ended_at, price_ratio)
         if job.training_start_time is not None:
-            job.training_end_time = max(ended) if ended else now
-        bill_attempt(job, now)
-        if snapshot.spec.use_spot_instances and job.billable_seconds:
-            job.spot_savings_percent = round(100 * (1 - spot_price_ratio), 1)
+            job.training_end_time = ended_at
+            if price_ratio is not None and job.billable_seconds is not None:
+                training = training_seconds(job.training_start_time, ended_at)
+                job.spot_savings_percent = spot_savings_percent(job.billable_seconds, training)
         job.pending_reason = None
         job.restart_cause = None
 
@@ -195,11 +198,3 @@ def keep_consoles(step: Pass, snapshot: JobSnapshot) -> None:
         raise  # the database is away for now: the next pass keeps them
     except Exception:
         log.exception("keeping the consoles of %s failed", snapshot.ref.name)
-
-
-def bill_attempt(job: TrainingJob, ended: datetime) -> None:
-    """Add the attempt's time on instances to the job's, once: the attempt is then over."""
-    if job.launched_at is not None:
-        seconds = math.ceil((ended - job.launched_at).total_seconds())
-        job.billable_seconds = (job.billable_seconds or 0) + seconds
-        job.launched_at = None

@@ -23,7 +23,8 @@ from service.jobs.states import Secondary, Status
 from service.kit.db import utcnow
 from service.logs import service as logs
 from worker import retry_policy
-from worker.reconciler.ending import bill_attempt, finish, keep_consoles
+from worker.reconciler.billing import attempt_worked, bill_attempt, spot_price_ratio
+from worker.reconciler.ending import finish, keep_consoles
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, RestartCause, RestartKind
 from worker.reconciler.starting import admit, launch
 from worker.retry_policy import Failure
@@ -139,12 +140,16 @@ def continue_restart(step: Pass, snapshot: JobSnapshot) -> None:
     if cause is None:
         raise ValueError(f"{snapshot.ref.name} is not restarting")
     if not cause.torn_down:
+        # Billed up to the attempt's end, not up to the end of its teardown.
+        decided_at = utcnow()
+        worked = attempt_worked(snapshot.hosts, step.reports(snapshot), decided_at)
+        ended_at = worked.end if worked is not None else decided_at
+        price_ratio = spot_price_ratio(snapshot, step.settings.spot_price_ratio)
         keep_consoles(step, snapshot)
         step.backend.teardown(snapshot.ref)
-        ended = utcnow()
 
         def torn_down(job: TrainingJob) -> None:
-            bill_attempt(job, ended)
+            bill_attempt(job, worked, ended_at, price_ratio)
             job.restart_cause = replace(cause, torn_down=True).dump()
 
         snapshot = step.update(snapshot, torn_down)

@@ -17,6 +17,7 @@ from service.jobs import repository
 from service.jobs.models import TrainingJob
 from service.jobs.states import PHASE_ORDER, Secondary, Status
 from service.kit.db import utcnow
+from worker.reconciler.billing import working_seconds
 from worker.reconciler.ending import drive_stop, finish, past_max_wait, stop_for, stop_for_max_wait
 from worker.reconciler.restarts import drive_interruption, on_failure
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report
@@ -48,7 +49,7 @@ def observe(step: Pass, snapshot: JobSnapshot) -> None:
         on_failure(step, snapshot, reports, failure)
         return
     # Instances that never start must not hold their capacity past the job's budgets.
-    if _out_of_time(step, snapshot):
+    if _out_of_time(step, snapshot, reports):
         return
     pending = {
         host: status
@@ -138,15 +139,14 @@ def first_failure(
     return Failure(infrastructure=lost, reason=reason, exit_code=first.exit_code)
 
 
-def _out_of_time(step: Pass, snapshot: JobSnapshot) -> bool:
+def _out_of_time(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]) -> bool:
     """Stop the job if it is past max_wait (spot) or max_run; say whether it was."""
     if past_max_wait(snapshot):
         stopping = stop_for_max_wait(step, snapshot)
     else:
-        # max_run bounds the time on instances, over every attempt.
-        launched_at = snapshot.launched_at or utcnow()
-        ran = snapshot.billable_seconds + (utcnow() - launched_at).total_seconds()
-        if ran <= snapshot.spec.max_run:
+        # max_run bounds the time the instances worked, over every attempt: what the job
+        # is billed for (SageMaker's MaxRuntimeInSeconds).
+        if working_seconds(snapshot, reports, utcnow()) <= snapshot.spec.max_run:
             return False
         stopping = stop_for(
             step,
@@ -204,7 +204,8 @@ def _show_progress(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]
     def progress(job: TrainingJob) -> None:
         repository.record_transition(job, Status.IN_PROGRESS, phase, _PHASE_MESSAGES[phase])
         job.pending_reason = None
-        if phase == Phase.TRAINING and job.training_start_time is None and started:
+        # As SageMaker's: the training job starts on its instances before they download.
+        if job.training_start_time is None and started:
             job.training_start_time = min(started)
 
     step.update(snapshot, progress)

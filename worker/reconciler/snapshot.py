@@ -115,8 +115,8 @@ class JobSnapshot:
     restart_cause: RestartCause | None
     interruption_noticed_at: datetime | None
     interruption_message: str | None
-    # Seconds on instances in earlier attempts.
-    billable_seconds: int
+    # Seconds the instances worked in earlier attempts.
+    worked_seconds: float
 
     @property
     def stage(self) -> Stage:
@@ -148,7 +148,7 @@ def snapshot_of(job: TrainingJob) -> JobSnapshot:
         status=Status(job.status),
         spec=JobCreate.model_validate(job.spec),
         restart_cause=RestartCause.load(job.restart_cause),
-        billable_seconds=job.billable_seconds or 0,
+        worked_seconds=job.worked_seconds or 0.0,
     )
 
 
