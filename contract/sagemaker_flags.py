@@ -120,7 +120,8 @@ def disagreements(given: Mapping[str, Any], named: Mapping[str, Any]) -> list[st
 
 def _as_given(value: Any) -> Any:
     # The wire carries every value as a string: a count arrives as "2".
-    return int(value) if isinstance(value, str) and value.isdigit() else value
+    digits = isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10
+    return int(value) if digits else value
 
 
 def hyperparameter_at(loc: tuple[str | int, ...]) -> str:
@@ -135,6 +136,17 @@ def hyperparameter_at(loc: tuple[str | int, ...]) -> str:
     if parts[:2] == ("smdistributed", "modelparallel"):
         return MODEL_PARALLEL_PARAMETERS
     return ""
+
+
+def at_flags(problems: list[Problem]) -> list[Problem]:
+    """``problems`` of a distribution these flags named, each located at the hyperparameter
+    that gave the part it concerns, where the user wrote it."""
+    return [
+        Problem(("hyperparameters", *filter(None, [hyperparameter_at(p.loc[1:])])), p.message)
+        if p.loc[:1] == ("distribution",)
+        else p
+        for p in problems
+    ]
 
 
 def _put(tree: dict[str, Any], path: tuple[str, ...], options: dict[str, Any]) -> None:

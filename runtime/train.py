@@ -38,7 +38,7 @@ from runtime.launch import container, handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
-from runtime.linux import namespaces, procfs
+from runtime.linux import etc_hosts, namespaces, procfs
 from runtime.reporting import failure, spot
 from runtime.reporting.reporter import LogShipper, ServiceClient
 
@@ -204,6 +204,8 @@ class Trainer:
             config.paths.base / ".runyard" / "hosts",
             config.network_namespace,
             read_only=_shared_paths(config),
+            # What the runtime and the job's installs reach over the machine's network.
+            machine_names=etc_hosts.url_hosts([*os.environ.values(), *config.environment.values()]),
         )
         os.environ[variables.BASE_DIR] = IMAGE_BASE_DIR
         # Temporary files of its own, as a machine has: the machine's /tmp is shared with

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
+from service.jobs.schemas import JobCreate
 from tests.conftest import job_spec
 
 MPI_FLAGS = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
@@ -148,3 +150,40 @@ def test_a_flag_set_to_false_enables_nothing(api: TestClient, source_dir: Path) 
     response = api.post("/v1/training-jobs", json=spec)
     assert response.status_code == 201, response.text
     assert all(not (mode or {}).get("enabled") for mode in _distribution(response.json()).values())
+
+
+def test_what_the_modes_find_wrong_is_named_at_the_flag_that_gave_it(
+    api: TestClient, source_dir: Path
+) -> None:
+    flags = {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_custom_mpi_options": "-x LD_PRELOAD"}
+    response = api.post(
+        "/v1/training-jobs", json=job_spec(source_dir, instance_count=2, hyperparameters=flags)
+    )
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "hyperparameters", "sagemaker_mpi_custom_mpi_options"]
+    assert "LD_PRELOAD" in error["msg"]
+
+
+def test_a_count_in_other_digits_is_refused_naming_the_flag(
+    api: TestClient, source_dir: Path
+) -> None:
+    flags = {"sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": "²"}
+    response = api.post("/v1/training-jobs", json=job_spec(source_dir, hyperparameters=flags))
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "hyperparameters", "sagemaker_mpi_num_of_processes_per_host"]
+
+
+def test_a_stored_spec_is_not_read_again_under_rules_that_came_since(source_dir: Path) -> None:
+    # Accepted before flags were read: a job stored so keeps running what it was given.
+    stored = job_spec(
+        source_dir,
+        instance_count=2,
+        output_path=source_dir.parent.as_uri(),
+        hyperparameters={"sagemaker_mpi_enabled": "true"},
+        distribution={"torch_distributed": {"enabled": True}},
+    )
+    assert JobCreate.stored(stored).distribution.enabled_modes() == ["torch_distributed"]
+    with pytest.raises(ValidationError):
+        JobCreate.model_validate(stored)

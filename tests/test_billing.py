@@ -26,6 +26,7 @@ from provisioning.base import LaunchRequest, Materialized
 from provisioning.local.backend import LocalPlan
 from runtime.linux.procfs import ProcessId, is_alive
 from service.jobs import billing, service
+from service.jobs.models import TrainingJob
 from service.jobs.schemas import InstanceReport, InterruptionNotice
 from service.kit.db import session_scope, utcnow
 from service.sagemaker import translate
@@ -33,6 +34,7 @@ from service.settings import Settings
 from tests.instances import SleepingInstances
 from tests.jobs import job_dir, job_id, named, submit
 from worker.reconciler import Reconciler
+from worker.reconciler.billing import Worked, bill_attempt
 
 SPOT_PRICE_RATIO = 0.3
 # How long the instances of the test below take to go once told to: they ignore SIGTERM
@@ -175,19 +177,38 @@ def test_max_run_bounds_the_time_the_instances_worked_over_every_attempt(
 
 
 @pytest.mark.parametrize("spot_price_ratio", [None, SPOT_PRICE_RATIO, 0.65, 1.0])
-def test_billable_never_exceeds_training_and_the_savings_are_the_sdks(
-    spot_price_ratio: float | None,
+@pytest.mark.parametrize("skew", [0.0, 3.7, -2.2])
+def test_billable_never_exceeds_training_over_attempts_and_skewed_clocks(
+    spot_price_ratio: float | None, skew: float
 ) -> None:
+    """Attempts of a job billed as the reconciler bills them, the instances' clocks
+    ``skew`` seconds off the service's: whatever the attempts, billable <= training."""
     start = datetime(2026, 1, 1)
-    for centiseconds in range(0, 60_000, 7):
-        end = start + timedelta(milliseconds=10 * centiseconds)
-        training = billing.training_seconds(start, end)
-        billable = billing.billable_seconds((end - start).total_seconds(), spot_price_ratio)
-        assert 1 <= billable <= training
-        if spot_price_ratio is None:
-            assert billable == training
-        printed = f"{(1 - float(billable) / training) * 100:.1f}"
-        assert f"{billing.spot_savings_percent(billable, training):.1f}" == printed
+    for attempts in (1, 2, 3):
+        for seconds in (0.3, 1.0, 1.99, 7.5, 59.9, 3601.2):
+            job = TrainingJob(worked_seconds=None, billable_seconds=None)
+            at = start
+            for _ in range(attempts):
+                job.launched_at = at
+                begun = at + timedelta(seconds=1 + skew)
+                ended = begun + timedelta(seconds=seconds)
+                at = ended + timedelta(seconds=5)  # the wait before a restart
+                bill_attempt(job, Worked(begun, max(begun, ended)), ended, spot_price_ratio)
+            assert job.training_start_time is not None
+            assert job.billable_seconds is not None
+            training = billing.training_seconds(job.training_start_time, ended)
+            assert 1 <= job.billable_seconds <= training, (attempts, seconds, skew)
+            if spot_price_ratio is None and attempts == 1:
+                assert job.billable_seconds == training
+
+
+@pytest.mark.parametrize(
+    ("billable", "training", "printed"),
+    # What the SageMaker SDK prints as "Managed Spot Training savings" for these times.
+    [(3, 10, 70.0), (1, 2, 50.0), (87, 390, 77.7), (2, 2, 0.0), (1, 3, 66.7)],
+)
+def test_the_savings_are_what_the_sdk_prints(billable: int, training: int, printed: float) -> None:
+    assert billing.spot_savings_percent(billable, training) == printed
 
 
 def _leader(settings: Settings, name: str, host: str) -> ProcessId:

@@ -14,15 +14,18 @@ name that also resolved to an IPv6 address would break servers that listen on ev
 of a name (asyncio's and tornado's make their IPv6 sockets IPv6-only, which then cannot bind
 an IPv4-mapped address), and would list each peer twice to ``getaddrinfo``.
 
-The machine's own entries follow, without the names the instance defines: the instance's
-runtime shares this file and reaches the service and storage over the machine's network,
-perhaps by a name only the machine's file knows.
+The machine's own entries follow for the names the runtime reaches (the service, storage,
+a package index: the hosts of the URLs it is given), without the names the instance
+defines: the runtime shares this file and reaches them over the machine's network, perhaps
+by a name only the machine's file knows. Nothing else of the machine's file is shown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 Entry = tuple[str, Sequence[str]]
 
@@ -35,13 +38,16 @@ OWN_NAME_ADDRESS = "127.0.1.1"
 MAPPED_SUFFIX = ".ipv4-mapped"
 
 
-def text(name: str, addresses: Mapping[str, str], machine: str = "") -> str:
-    """The file for the instance ``name`` of a job whose hosts have ``addresses``, with what
-    ``machine`` (the text of the machine's own /etc/hosts) adds."""
+def text(
+    name: str, addresses: Mapping[str, str], machine: str = "", needed: Iterable[str] = ()
+) -> str:
+    """The file for the instance ``name`` of a job whose hosts have ``addresses``, with the
+    entries of ``machine`` (the text of the machine's own /etc/hosts) for the names in
+    ``needed`` (those the runtime reaches, ``url_hosts``): nothing else of the machine's."""
     own = entries(name, addresses)
     taken = {host for _, hosts in own for host in hosts}
     lines = [_line(entry) for entry in own]
-    extra = machine_entries(machine, taken)
+    extra = machine_entries(machine, set(needed) - taken)
     if extra:
         lines += ["# This machine's own names, for the runtime", *map(_line, extra)]
     return "\n".join(lines) + "\n"
@@ -65,16 +71,30 @@ def mapped_name(host: str) -> str:
     return f"{host}{MAPPED_SUFFIX}"
 
 
-def machine_entries(machine: str, taken: Iterable[str]) -> list[Entry]:
-    """The entries of the machine's /etc/hosts text ``machine``, without the names in
-    ``taken`` (and without the lines left with none)."""
-    skip = set(taken)
+def machine_entries(machine: str, needed: Iterable[str]) -> list[Entry]:
+    """The entries of the machine's /etc/hosts text ``machine`` for the names in
+    ``needed`` (and without the lines left with none)."""
+    wanted = set(needed)
     found: list[Entry] = []
     for line in machine.splitlines():
         address, *hosts = line.partition("#")[0].split() or [""]
-        hosts = [host for host in hosts if host not in skip]
+        hosts = [host for host in hosts if host in wanted]
         if address and hosts:
             found.append((address, tuple(hosts)))
+    return found
+
+
+def url_hosts(values: Iterable[str]) -> set[str]:
+    """The host names of the URLs among ``values`` (variables' values: the service's URL,
+    S3's endpoint, a package index): the names the runtime and its installs reach."""
+    found = set()
+    for value in values:
+        for word in value.split():
+            if "://" in word:
+                with contextlib.suppress(ValueError):
+                    host = urlsplit(word).hostname
+                    if host:
+                        found.add(host)
     return found
 
 

@@ -14,7 +14,7 @@ import ctypes
 import functools
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from runtime.linux import etc_hosts
@@ -51,18 +51,19 @@ def become_host(
     hosts_file: Path,
     network_namespace: str,
     read_only: Sequence[Path] = (),
+    machine_names: Iterable[str] = (),
 ) -> None:
     """Take the host name ``name``; make every host's name and address resolve
-    (``hosts_file``, written here from ``addresses`` and the machine's own file, bound over
-    it: see ``etc_hosts``); show ``base`` at ``image_base``; give the instance shared
-    memory of its own, and a /sys that shows its own network's interfaces; show each of
-    ``read_only`` (the server's environment, the images) read-only. Only this instance's
-    mount namespace sees any of it."""
+    (``hosts_file``, written here from ``addresses`` and the machine's own file's entries
+    for ``machine_names``, bound over it: see ``etc_hosts``); show ``base`` at
+    ``image_base``; give the instance shared memory of its own, and a /sys that shows its
+    own network's interfaces; show each of ``read_only`` (the server's environment, the
+    images) read-only. Only this instance's mount namespace sees any of it."""
     socket.sethostname(name)
     for path in read_only:
         bind_read_only(path)
     hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    hosts_file.write_text(etc_hosts.text(name, addresses, _machine_hosts()))
+    hosts_file.write_text(etc_hosts.text(name, addresses, _machine_hosts(), machine_names))
     _bind(hosts_file, HOSTS_FILE)
     image_base.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
     _bind(base, image_base)

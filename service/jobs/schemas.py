@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     computed_field,
@@ -283,6 +284,10 @@ class ImageChoice(_Strict):
         return self.container or self.name
 
 
+# Validation context of a spec read back from the database (``JobCreate.stored``).
+_STORED = "stored"
+
+
 class JobCreate(_Strict):
     name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
@@ -335,11 +340,27 @@ class JobCreate(_Strict):
     # Set by the server at submission, from image_uri or framework, framework_version and
     # py_version; a client names an image with those.
     image: ImageChoice | None = None
+    # Whether ``distribution`` was read from the SDK's flags in the hyperparameters: what
+    # is wrong with it is then said of them.
+    _named_by_flags: bool = PrivateAttr(default=False)
+
+    @property
+    def distribution_named_by_flags(self) -> bool:
+        return self._named_by_flags
+
+    @classmethod
+    def stored(cls, spec: dict[str, Any]) -> Self:
+        """A job's spec as it was stored when it was accepted: what it was submitted with
+        was read then, and is not read again (a rule added since must not change what
+        the job runs)."""
+        return cls.model_validate(spec, context={_STORED: True})
 
     @model_validator(mode="after")
-    def _distribution_from_flags(self) -> Self:
+    def _distribution_from_flags(self, info: ValidationInfo) -> Self:
         # As SageMaker's containers do: the SDK (and boto3 users) name the distribution in
         # hyperparameters. Where ``distribution`` is given too, the two must agree.
+        if (info.context or {}).get(_STORED):
+            return self
         named, problems = sagemaker_flags.distribution(self.hyperparameters)
         if problems:
             raise invalid("JobCreate", problems[0].loc, problems[0].message)
@@ -352,6 +373,7 @@ class JobCreate(_Strict):
             return self
         try:
             self.distribution = Distribution.model_validate(named)
+            self._named_by_flags = True
         except ValidationError as exc:
             error = exc.errors()[0]
             flag = sagemaker_flags.hyperparameter_at(tuple(error["loc"]))

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from contract import modes, storage
+from contract import modes, sagemaker_flags, storage
 from contract.archive import ArchiveError, check_archive
 from contract.hosts import host_names
 from contract.images import ImageError
@@ -136,8 +136,13 @@ def prepare(
                 raise SpecError((name,), "Field required")
     distribution = spec.distribution.as_dict()
     gpus = CATALOG[spec.instance_type].gpus
+    mode_problems = modes.problems(
+        distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus
+    )
     refuse(
-        modes.problems(distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus)
+        sagemaker_flags.at_flags(mode_problems)
+        if spec.distribution_named_by_flags
+        else mode_problems
     )
     output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
     # Before anything looks at the files: a refusal must not tell what is there.

@@ -53,6 +53,24 @@ class Period:
         return ordered[min(max(index, 0), len(ordered) - 1)]
 
 
+class TooManyRows(ValueError):
+    """A request would read more of the stored points and rollups than it may."""
+
+
+@dataclass
+class Budget:
+    """How many stored rows (points and per-minute rollups) one request may still read:
+    what bounds the work of a request, whatever its time range, periods and queries."""
+
+    rows: int
+
+    def take(self, rows: list[Any]) -> list[Any]:
+        if len(rows) > self.rows:
+            raise TooManyRows(f"more than {self.rows} stored rows")
+        self.rows -= len(rows)
+        return rows
+
+
 def per_period(
     session: Session,
     job_id: str,
@@ -61,6 +79,7 @@ def per_period(
     start: datetime,
     end: datetime,
     seconds: int,
+    budget: Budget,
     with_values: bool = False,
 ) -> list[Period]:
     """The periods of ``seconds`` from ``start`` that hold points before ``end``
@@ -77,9 +96,11 @@ def per_period(
     points_from = start
     if not with_values and seconds % MINUTE == 0 and start == minute_of(start):
         points_from = max(start, minute_of(end))
-        for minute, count, total, low, high in _minutes(session, job_id, name, start, points_from):
+        minutes = _minutes(session, job_id, name, start, points_from, budget.rows + 1)
+        for minute, count, total, low, high in budget.take(minutes):
             period_of(minute).add(int(count), float(total), float(low), float(high))
-    for time, value in _points(session, job_id, name, points_from, end):
+    points = _points(session, job_id, name, points_from, end, budget.rows + 1)
+    for time, value in budget.take(points):
         period = period_of(time)
         period.add(1, value, value, value)
         if with_values:
@@ -87,7 +108,9 @@ def per_period(
     return [periods[index] for index in sorted(periods)]
 
 
-def _minutes(session: Session, job_id: str, name: str, start: datetime, end: datetime) -> list[Any]:
+def _minutes(
+    session: Session, job_id: str, name: str, start: datetime, end: datetime, limit: int
+) -> list[Any]:
     """Every host's rollups of the whole minutes in [start, end), summed per minute."""
     if start >= end:
         return []
@@ -106,11 +129,14 @@ def _minutes(session: Session, job_id: str, name: str, start: datetime, end: dat
             MetricRollup.minute < end,
         )
         .group_by(MetricRollup.minute)
+        .limit(limit)
     )
     return list(session.execute(query))
 
 
-def _points(session: Session, job_id: str, name: str, start: datetime, end: datetime) -> list[Any]:
+def _points(
+    session: Session, job_id: str, name: str, start: datetime, end: datetime, limit: int
+) -> list[Any]:
     if start >= end:
         return []
     query = select(MetricPoint.time, MetricPoint.value).where(
@@ -119,4 +145,4 @@ def _points(session: Session, job_id: str, name: str, start: datetime, end: date
         MetricPoint.time >= start,
         MetricPoint.time < end,
     )
-    return list(session.execute(query))
+    return list(session.execute(query.limit(limit)))

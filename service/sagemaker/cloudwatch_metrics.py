@@ -43,6 +43,9 @@ UNIT = "None"
 MAX_STATISTICS_POINTS = 1440
 MAX_QUERIES = 500
 MAX_DATA_POINTS = 100_800
+# The stored rows (points, per-minute rollups) one request may read, all its queries
+# together: a year of percentiles over a job that logs every second is refused, not read.
+MAX_ROWS_READ = 200_000
 METRICS_PAGE = 500
 # Periods under a minute that CloudWatch takes (high-resolution metrics; every point
 # Runyard stores keeps its own time, so its metrics are).
@@ -80,7 +83,8 @@ def get_metric_statistics(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     job = _job_of(call, params["Namespace"], params.get("Dimensions") or [], params.get("Unit"))
     datapoints = []
     if job is not None and params["MetricName"] in _defined(job):
-        for period in _periods(call, job, params["MetricName"], window, bool(ranks)):
+        budget = statistics.Budget(MAX_ROWS_READ)
+        for period in _periods(call, job, params["MetricName"], window, bool(ranks), budget):
             point: dict[str, Any] = {"Timestamp": period.start, "Unit": UNIT}
             point.update({name: _statistic(period, name) for name in asked})
             if ranks:
@@ -107,8 +111,9 @@ def get_metric_data(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     if len(set(ids)) != len(ids):
         raise _invalid("The values for parameter Id in MetricDataQueries are not unique.")
     start, end = params["StartTime"], params["EndTime"]
+    budget = statistics.Budget(MAX_ROWS_READ)
     series = [
-        _series(call, query, start, end, f"MetricDataQueries.member.{index}")
+        _series(call, query, start, end, f"MetricDataQueries.member.{index}", budget)
         for index, query in enumerate(queries, start=1)
     ]
     shown = [
@@ -120,7 +125,7 @@ def get_metric_data(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         shown = [(query, points[::-1]) for query, points in shown]
     digest = page_tokens.digest(params, ("NextToken", "MaxDatapoints"))
     offset = page_tokens.offset_in(params, digest, _bad_token())
-    room = params.get("MaxDatapoints") or MAX_DATA_POINTS
+    room = params.get("MaxDatapoints", MAX_DATA_POINTS)
     if room < 1:
         raise _invalid("The parameter MaxDatapoints must be greater than 0.")
     results, more = _page(shown, offset, room)
@@ -146,7 +151,7 @@ def _page(
         results.append(
             {
                 "Id": query["Id"],
-                "Label": query.get("Label") or query["MetricStat"]["Metric"]["MetricName"],
+                "Label": query.get("Label") or _metric_name(query),
                 "Timestamps": [time for time, _value in page],
                 "Values": [value for _time, value in page],
                 "StatusCode": "PartialData" if partial else "Complete",
@@ -227,8 +232,18 @@ def _window(start_s: float, end_s: float, seconds: int, member: str) -> Window:
     return Window(start=from_micros(micros - micros % step), end=end, seconds=seconds)
 
 
+def _metric_name(query: Mapping[str, Any]) -> str:
+    # Optional in CloudWatch's model: a query may name none (and then finds nothing).
+    return str(query.get("MetricStat", {}).get("Metric", {}).get("MetricName", ""))
+
+
 def _series(
-    call: Call, query: Mapping[str, Any], start_s: float, end_s: float, path: str
+    call: Call,
+    query: Mapping[str, Any],
+    start_s: float,
+    end_s: float,
+    path: str,
+    budget: statistics.Budget,
 ) -> list[tuple[datetime, float]]:
     """The (time, value) points of one query of GetMetricData, in time order."""
     if "Expression" in query:
@@ -250,24 +265,38 @@ def _series(
     )
     if job is None or metric.get("MetricName") not in _defined(job):
         return []
-    periods = _periods(call, job, metric["MetricName"], window, rank is not None)
+    periods = _periods(call, job, metric["MetricName"], window, rank is not None, budget)
     if rank is not None:
         return [(period.start, period.percentile(rank)) for period in periods]
     return [(period.start, _statistic(period, name)) for period in periods]
 
 
 def _periods(
-    call: Call, job: TrainingJob, name: str, window: Window, with_values: bool
+    call: Call,
+    job: TrainingJob,
+    name: str,
+    window: Window,
+    with_values: bool,
+    budget: statistics.Budget,
 ) -> list[statistics.Period]:
-    return statistics.per_period(
-        call.session,
-        job.id,
-        name,
-        start=window.start,
-        end=window.end,
-        seconds=window.seconds,
-        with_values=with_values,
-    )
+    try:
+        return statistics.per_period(
+            call.session,
+            job.id,
+            name,
+            start=window.start,
+            end=window.end,
+            seconds=window.seconds,
+            budget=budget,
+            with_values=with_values,
+        )
+    except statistics.TooManyRows as exc:
+        raise AwsError(
+            "InvalidParameterCombination",
+            f"The request would read {exc} of the job's metrics. You may reduce it by "
+            "decreasing the time range, asking for fewer metrics, or using Periods of whole "
+            "minutes without percentiles.",
+        ) from None
 
 
 def _statistic(period: statistics.Period, name: str) -> float:

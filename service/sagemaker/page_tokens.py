@@ -1,6 +1,8 @@
 """Page tokens for listings answered from an offset: the offset, and a digest of the
 request the token was given for, so that a token is good only for the same request
-(whatever its page size) and a made-up one is refused, not read as some other page."""
+(whatever its page size): one of another request is refused, not read as some other page.
+A token is no secret (a client could make one): its offset only slices what the caller
+may see anyway."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ not have is refused naming it, never dropped.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -120,8 +121,12 @@ def _place_item(
     )
 
 
+# An index is a small ASCII number (1-based): no list of a request holds more items.
+_INDEX = re.compile(r"[1-9][0-9]{0,5}")
+
+
 def _index(parts: list[str], key: str) -> tuple[int, list[str]]:
-    if not parts or not parts[0].isdigit() or int(parts[0]) < 1:
+    if not parts or not _INDEX.fullmatch(parts[0]):
         raise _unknown(key)
     return int(parts[0]), parts[1:]
 

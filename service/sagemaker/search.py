@@ -7,7 +7,6 @@ property DescribeTrainingJob answers with can be searched.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import select
@@ -26,6 +25,9 @@ DEFAULT_RESULTS = 10
 DEFAULT_SORT = "LastModifiedTime"
 # SageMaker's limit on the filters, nested filters and subexpressions of one expression.
 MAX_TERMS = 50
+# What one request may search: the project's newest jobs, this many at most, so that its
+# cost does not grow with the project's history (TotalHits then says "at least").
+MAX_SEARCHED = 5000
 
 
 def search(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +50,8 @@ def search(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         params, digest, validation("NextToken: not a token this server gave for this search")
     )
 
-    found = [doc for doc in _documents(call) if visible(doc) and test(doc)]
+    documents, cut = _documents(call)
+    found = [doc for doc in documents if visible(doc) and test(doc)]
     found.sort(key=lambda doc: doc["TrainingJobArn"])
     found.sort(key=lambda doc: expressions.sort_key(doc, sort_by), reverse=descending)
     # Jobs without the property come last, whichever the order.
@@ -56,23 +59,31 @@ def search(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     page = found[offset : offset + limit]
     answer: dict[str, Any] = {
         "Results": [{"TrainingJob": _record(doc)} for doc in page],
-        "TotalHits": {"Value": len(found), "Relation": "EqualTo"},
+        "TotalHits": {
+            "Value": len(found),
+            "Relation": "GreaterThanOrEqualTo" if cut else "EqualTo",
+        },
     }
     if offset + limit < len(found):
         answer["NextToken"] = page_tokens.token(offset + limit, digest)
     return answer
 
 
-def _documents(call: Call) -> Iterable[dict[str, Any]]:
+def _documents(call: Call) -> tuple[list[dict[str, Any]], bool]:
+    """The newest MAX_SEARCHED jobs of the caller's project as documents, and whether the
+    project has more (the search was cut)."""
     principal = call.principal
     if not principal.sees(principal.project):
-        return []
+        return [], False
     query = (
         select(TrainingJob)
         .where(TrainingJob.project == principal.project)
+        .order_by(TrainingJob.created_at.desc(), TrainingJob.id.desc())
+        .limit(MAX_SEARCHED + 1)
         .options(selectinload(TrainingJob.transitions), selectinload(TrainingJob.final_metrics))
     )
-    return [_document(job, call.region) for job in call.session.scalars(query)]
+    jobs = list(call.session.scalars(query))
+    return [_document(job, call.region) for job in jobs[:MAX_SEARCHED]], len(jobs) > MAX_SEARCHED
 
 
 def _document(job: TrainingJob, region: str) -> dict[str, Any]:

@@ -32,6 +32,9 @@ _ALSO_FILE_URIS = frozenset({"S3Uri"})
 # them), refused by the job's own checks naming what this server runs.
 _OWN_ENUMS = frozenset({"TrainingInstanceType"})
 _ENUM_SHOWN = 12
+# How deep a request's members may nest (each list index counts as a level): far below
+# what recursion allows, far above what any operation needs.
+_MAX_DEPTH = 64
 
 
 @functools.cache
@@ -66,6 +69,11 @@ def check_input(operation_model: OperationModel, params: Any) -> dict[str, Any]:
 
 
 def _check(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
+    if path.count(".") > _MAX_DEPTH:
+        # A shape that holds itself (Search's SubExpressions) must not cost a recursion
+        # per level of whatever a client nests.
+        problems.append(_at(path, f"Member is nested more than {_MAX_DEPTH} levels deep"))
+        return
     kind = shape.type_name
     checker = _CHECKERS.get(kind)
     if checker is None:  # a type this server does not take from clients

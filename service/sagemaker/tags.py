@@ -67,9 +67,9 @@ def job_of_arn(call: Call, resource_arn: str, *, to_change: bool = False) -> Tra
 
 
 def _job_to_change(call: Call, resource_arn: str, action: str) -> TrainingJob:
-    job = job_of_arn(call, resource_arn, to_change=True)
-    call.principal.require(Role.MEMBER, job.project, action)
-    return job
+    # The role first: a caller who may not change the project's jobs locks none of them.
+    call.principal.require(Role.MEMBER, call.principal.project, action)
+    return job_of_arn(call, resource_arn, to_change=True)
 
 
 def _wire(found: list[Tag]) -> list[dict[str, str]]:

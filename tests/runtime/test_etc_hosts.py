@@ -25,8 +25,16 @@ MACHINE_HOSTS = """\
 """
 
 
-def test_the_file_names_every_address_both_ways_and_keeps_the_machines_names() -> None:
-    assert etc_hosts.text("algo-1", ADDRESSES, MACHINE_HOSTS) == (
+# The hosts of the URLs the runtime is given: the service's, S3's (and a name of the
+# job's own, which the job's entry wins over).
+NEEDED = etc_hosts.url_hosts(
+    ["http://runyard-server.test:8000", "x http://storage.test:9000/ y", "plain", "http://algo-2/"]
+)
+
+
+def test_the_file_names_every_address_both_ways_and_the_machines_names_the_runtime_needs() -> None:
+    assert sorted(NEEDED) == ["algo-2", "runyard-server.test", "storage.test"]
+    assert etc_hosts.text("algo-1", ADDRESSES, MACHINE_HOSTS, NEEDED) == (
         "127.0.0.1\tlocalhost\n"
         "::1\tlocalhost ip6-localhost ip6-loopback\n"
         "10.213.0.2\talgo-1\n"
@@ -34,8 +42,8 @@ def test_the_file_names_every_address_both_ways_and_keeps_the_machines_names() -
         "::ffff:127.0.0.1\tlocalhost.ipv4-mapped\n"
         "::ffff:10.213.0.2\talgo-1.ipv4-mapped\n"
         "::ffff:10.213.0.3\talgo-2.ipv4-mapped\n"
+        # Nothing else of the machine's: not its own name, nor its other hosts.
         "# This machine's own names, for the runtime\n"
-        "127.0.1.1\tbuild-7.example.com build-7\n"
         "192.0.2.10\trunyard-server.test\n"
         # The job's algo-2 is the instance's own, whatever the machine calls algo-2.
         "192.0.2.11\tstorage.test\n"
@@ -73,6 +81,7 @@ scratch = Path(sys.argv[1])
 namespaces.become_host(
     "algo-1", json.loads(sys.argv[2]), scratch / "base", scratch / "opt-ml",
     scratch / "base" / ".runyard" / "hosts", "/proc/self/ns/net",
+    machine_names=["runyard-server.test"],
 )
 slowest = 0.0
 
@@ -104,6 +113,7 @@ report = {
     "algo-2 mapped": ask(
         lambda: socket.getaddrinfo("algo-2.ipv4-mapped", 7777, socket.AF_INET6)[0][4][0]),
     "server": ask(socket.gethostbyname, "runyard-server.test"),
+    "machine's own": ask(socket.gethostbyname, "build-7"),
     "listen": {host: ask(listens, host) for host in ("algo-1", "localhost")},
 }
 report["slowest"] = slowest
@@ -155,5 +165,7 @@ def test_inside_an_instance_every_address_resolves_to_a_name_and_back(tmp_path: 
     assert report["listen"] == {"algo-1": "listening", "localhost": "listening"}
     # The runtime reaches the service by the machine's names.
     assert report["server"] == "192.0.2.10"
+    # Of the machine's own file, nothing else shows.
+    assert report["machine's own"].startswith("gaierror")
     # Every answer came from the file: none waited for a DNS server (glibc waits 5 s).
     assert report["slowest"] < 2.0

@@ -22,6 +22,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
 
+from service.sagemaker import cloudwatch_metrics
 from service.settings import Settings
 from tests.conftest import submit_for_instances
 from tests.sagemaker.conftest import credentials
@@ -375,6 +376,11 @@ def test_a_query_form_the_model_does_not_have_is_refused_naming_it(
     assert "Surprise" in unknown.text
     nested = post("Action=ListMetrics&Version=2010-08-01&Dimensions.member.1.Colour=red")
     assert "Dimensions.member.1.Colour" in nested.text
+    # A list index that is not a small number of ASCII digits names no item.
+    for index in ("%C2%B2", "1" * 5000, "0"):
+        odd = post(f"Action=ListMetrics&Version=2010-08-01&Dimensions.member.{index}.Name=x")
+        assert odd.status_code == 400, odd.text
+        assert "<Code>ValidationError</Code>" in odd.text
     action = post("Action=PutMetricData&Version=2010-08-01")
     assert "<Code>UnknownOperationException</Code>" in action.text
     # Signed for another service: refused, in XML.
@@ -388,3 +394,35 @@ def test_a_query_form_the_model_does_not_have_is_refused_naming_it(
     wrong = httpx.post(server + "/", content=request.body, headers=dict(request.headers))
     assert wrong.status_code == 400
     assert "<Code>InvalidSignatureException</Code>" in wrong.text
+
+
+def test_what_a_request_may_read_is_bounded(
+    api: TestClient,
+    settings: Settings,
+    source_dir: Path,
+    cloudwatch: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    printed(api, settings, source_dir)
+    window = {"StartTime": BASE, "EndTime": BASE + timedelta(minutes=3)}
+    # A query that names no metric (CloudWatch's model allows it) finds nothing.
+    nameless = data_query("m", "Sum", 60)
+    del nameless["MetricStat"]["Metric"]["MetricName"]
+    [result] = cloudwatch.get_metric_data(MetricDataQueries=[nameless], **window)[
+        "MetricDataResults"
+    ]
+    assert (result["Label"], result["Values"]) == ("", [])
+    # Four points are stored: a budget of three rows refuses rather than reads on.
+    monkeypatch.setattr(cloudwatch_metrics, "MAX_ROWS_READ", 3)
+    code, message = error_of(
+        cloudwatch.get_metric_data, MetricDataQueries=[data_query("p", "p50", 1)], **window
+    )
+    assert code == "InvalidParameterCombination"
+    assert "more than 3 stored rows" in message
+    code, _message = error_of(
+        cloudwatch.get_metric_statistics, **statistics_request(Period=1, Statistics=["Sum"])
+    )
+    assert code == "InvalidParameterCombination"
+    monkeypatch.setattr(cloudwatch_metrics, "MAX_ROWS_READ", 4)
+    answer = cloudwatch.get_metric_data(MetricDataQueries=[data_query("p", "p50", 1)], **window)
+    assert len(answer["MetricDataResults"][0]["Values"]) == 4

@@ -4,10 +4,15 @@ botocore's output shapes."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from fastapi.testclient import TestClient
 
 from tests.sagemaker.conftest import credentials
@@ -326,3 +331,19 @@ def test_search_sees_only_the_callers_project_and_refuses_bad_expressions(
         "SubExpressions": [{"Filters": [{"Name": "TrainingJobName", "Value": "a"}] * 3}] * 13
     }
     assert refused(SearchExpression=too_many) == ("ValidationException", "SearchExpression")
+    # Nested deeper than recursion could walk (botocore could not even send it): refused
+    # before it is walked.
+    deep: dict[str, Any] = {"Filters": [{"Name": "TrainingJobName", "Value": "a"}]}
+    for _ in range(400):
+        deep = {"SubExpressions": [deep]}
+    body = json.dumps({"Resource": "TrainingJob", "SearchExpression": deep}).encode()
+    headers = {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": "SageMaker.Search"}
+    signed = AWSRequest(method="POST", url=server + "/", data=body, headers=headers)
+    keys = credentials(api)
+    SigV4Auth(
+        Credentials(keys["access_key_id"], keys["secret_access_key"]), "sagemaker", REGION
+    ).add_auth(signed)
+    answer = httpx.post(server + "/", content=body, headers=dict(signed.headers))
+    assert answer.status_code == 400, answer.text
+    assert "ValidationException" in answer.json()["__type"]
+    assert "nested more than" in answer.json()["message"]

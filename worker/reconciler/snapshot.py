@@ -146,7 +146,7 @@ def snapshot_of(job: TrainingJob) -> JobSnapshot:
         job,
         ref=JobRef(job.id, job.name, job.attempt),
         status=Status(job.status),
-        spec=JobCreate.model_validate(job.spec),
+        spec=JobCreate.stored(job.spec),
         restart_cause=RestartCause.load(job.restart_cause),
         worked_seconds=job.worked_seconds or 0.0,
     )
