@@ -39,6 +39,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--classes", type=int, default=4)
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", "model"))
+    # What the SageMaker SDK passes every TensorFlow job (and Runyard one submitted without
+    # it): an S3 prefix on SageMaker, for scripts that save there themselves. This one
+    # saves to the instance's model directory, which is uploaded.
+    parser.add_argument("--model_dir", dest="sdk_model_dir")
     return parser.parse_args()
 
 
