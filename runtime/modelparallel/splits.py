@@ -1,19 +1,19 @@
 """Where a model's pipeline stages begin.
 
-Stages begin at items of the model's stack of blocks (its longest ``nn.ModuleList``, as
-in transformers); what comes before the stack goes with the first stage, what comes after
-with the last. With ``auto_partition`` the stack is cut where the stages' costs are most
-even. A block's cost is ``memory_weight`` x its share of the memory (its parameter bytes
-and the bytes of the activation it passes on) plus the rest x its share of the measured
-forward time: the balance SageMaker's library documents. Where the job leaves
-``memory_weight`` out, ``optimize`` sets it as SageMaker's does: 0.2 for ``speed`` (stages
-of even compute), 0.8 for ``memory`` (stages of even memory). With ``skip_tracing`` the
-model is not run to measure it, nor when its parameters are not made yet
-(``delayed_parameter_initialization``), and parameter bytes stand for both. Blocks that share a
-parameter stay on one stage, as do blocks that share one with what comes before (the
-first stage) or after the stack (the last). Without ``auto_partition``, each block goes
-where ``smp.partition``/``set_partition`` put it (or to ``default_partition``). The
-chosen partition is printed in the job's logs.
+Stages begin at items of the model's stack of blocks (an ``nn.ModuleList``, as in
+transformers, or an ``nn.Sequential``, the model itself included: ``_stack`` says which);
+what comes before the stack goes with the first stage, what comes after with the last. With
+``auto_partition`` the stack is cut where the stages' costs are most even. A block's cost is
+``memory_weight`` x its share of the memory (its parameter bytes and the bytes of the
+activation it passes on) plus the rest x its share of the measured forward time: the balance
+SageMaker's library documents. Where the job leaves ``memory_weight`` out, ``optimize`` sets
+it as SageMaker's does: 0.2 for ``speed`` (stages of even compute), 0.8 for ``memory``
+(stages of even memory). With ``skip_tracing`` the model is not run to measure it, nor when
+its parameters are not made yet (``delayed_parameter_initialization``), and parameter bytes
+stand for both. Blocks that share a parameter stay on one stage, as do blocks that share one
+with what comes before (the first stage) or after the stack (the last). Without
+``auto_partition``, each block goes where ``smp.partition``/``set_partition`` put it (or to
+``default_partition``). The chosen partition is printed in the job's logs.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def split_points(
         measured = Measured.of_sizes(blocks)
         firsts = _manual_cuts(blocks, parameters.default_partition, placed, stages)
     _log(say, name, firsts, measured)
-    return [f"{name}.{index}" for index in firsts[1:]]
+    return [item_name(name, index) for index in firsts[1:]]
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,10 @@ def allowed_starts(module: nn.Module, stack: str, blocks: Sequence[nn.Module]) -
     where: dict[int, set[int]] = {}
     count, seen_stack = len(blocks), False
     for name, parameter in module.named_parameters(remove_duplicate=False):
-        if name.startswith(f"{stack}."):
+        prefix = item_name(stack, "")
+        if name.startswith(prefix):
             seen_stack = True
-            position = int(name[len(stack) + 1 :].split(".")[0])
+            position = int(name[len(prefix) :].split(".")[0])
         else:
             position = count if seen_stack else -1
         where.setdefault(id(parameter), set()).add(position)
@@ -160,17 +161,34 @@ def allowed_starts(module: nn.Module, stack: str, blocks: Sequence[nn.Module]) -
     return allowed
 
 
+def item_name(stack: str, index: int | str) -> str:
+    """The name of a stack's item (``h.3``; ``3`` where the model itself is the stack)."""
+    return f"{stack}.{index}" if stack else str(index)
+
+
 def _stack(module: nn.Module) -> tuple[str, list[nn.Module]]:
+    """The model's stack of blocks: of its ``nn.ModuleList``s and ``nn.Sequential``s (the
+    model itself, too) of two items or more, the one whose items the most parameter bytes
+    can be balanced over: its items' bytes less its largest item's. The stack of a
+    transformer's blocks beats a block's own small sequence, and beats a sequence that
+    holds the embedding, the stack and the head as three items. Among stacks as good, the
+    longest."""
     stacks = [
         (name, list(child))
         for name, child in module.named_modules()
-        if isinstance(child, nn.ModuleList)
+        if isinstance(child, nn.ModuleList | nn.Sequential) and len(child) >= 2
     ]
     if not stacks:
         raise PartitionError(
-            "pipeline stages begin at items of an nn.ModuleList, and the model has none"
+            "pipeline stages begin at items of an nn.ModuleList or nn.Sequential, and the "
+            "model has none of two items or more"
         )
-    return max(stacks, key=lambda stack: len(stack[1]))
+
+    def balance(stack: tuple[str, list[nn.Module]]) -> tuple[int, int]:
+        sizes = [_bytes(item) for item in stack[1]]
+        return sum(sizes) - max(sizes), len(sizes)
+
+    return max(stacks, key=balance)
 
 
 def _bytes(module: nn.Module) -> int:
@@ -226,7 +244,7 @@ def _log(say: Callable[[str], None], name: str, firsts: list[int], measured: Mea
     for stage in range(len(firsts)):
         members = range(bounds[stage], bounds[stage + 1])
         detail = ", ".join(
-            f"{name}.{i} ({measured.parameter_bytes[i] / 2**20:.2f} MiB parameters"
+            f"{item_name(name, i)} ({measured.parameter_bytes[i] / 2**20:.2f} MiB parameters"
             + (
                 f", {measured.activation_bytes[i] / 2**20:.2f} MiB out, "
                 f"{measured.seconds[i] * 1e3:.2f} ms)"

@@ -21,6 +21,7 @@ from tests.modelparallel.workload import (
     POISONED_STEP,
     STEPS,
     scaled_reference,
+    sequential_key,
     single_process_reference,
 )
 
@@ -42,6 +43,7 @@ LAYOUTS = {
     "pipeline_fp16": ONE_INSTANCE,
     "pipeline_manual": ONE_INSTANCE,
     "pipeline_delayed": ONE_INSTANCE,
+    "pipeline_sequential": ONE_INSTANCE,
 }
 
 
@@ -66,6 +68,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "sharded_delayed",
         "pipeline_delayed",
         "replicated_grad_scaler",
+        "pipeline_sequential",
     ]:
         run_job(
             ["-m", "tests.modelparallel.worker", str(out), scenario],
@@ -110,6 +113,20 @@ def test_follows_one_process_training_on_the_global_batch(runs: Path, scenario: 
     assert got.keys() == reference.keys()
     for key in reference:
         torch.testing.assert_close(got[key], reference[key], **EXACT)
+
+
+def test_a_model_that_is_one_nn_sequential_follows_one_process_training(runs: Path) -> None:
+    reference = single_process_reference()
+    got = {
+        sequential_key(key): value for key, value in _params(runs, "pipeline_sequential").items()
+    }
+    assert got.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(got[key], reference[key], **EXACT)
+    # Both stages held and stepped some of its items.
+    held = [rank["optimizer_parameters"] for rank in _ranks(runs, "pipeline_sequential")]
+    assert sum(held) == 10
+    assert min(held) >= 2
 
 
 def test_pipeline_stages_hold_and_step_their_own_blocks(runs: Path) -> None:

@@ -167,3 +167,47 @@ def test_manual_placement_follows_the_marks() -> None:
     assert split_points(model, parameters, 2, example, placed, print) == ["blocks.2"]
     with pytest.raises(PartitionError, match="in order along the stack"):
         split_points(model, parameters, 2, example, {id(model.blocks[0]): 1}, print)
+
+
+def _layers(count: int) -> list[nn.Module]:
+    return [nn.Linear(64, 64) for _ in range(count)]
+
+
+class Nested(nn.Module):
+    """Blocks in an nn.Sequential inside an nn.Sequential with the embedding and head, each
+    block itself a small nn.Sequential: only the stack of blocks balances the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(64, 64),
+            nn.Sequential(*(nn.Sequential(*_layers(2)) for _ in range(4))),
+            nn.Linear(64, 64),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+@pytest.mark.parametrize(
+    ("model", "points"),
+    [
+        # The model itself is the stack: its items are named by their index alone.
+        (nn.Sequential(*_layers(4)), ["2"]),
+        (Nested(), ["body.1.2"]),
+        # Few blocks of many layers each: the blocks, not a block's layers.
+        (Uneven([64, 64]), ["blocks.1"]),
+    ],
+)
+def test_the_stack_is_the_container_that_balances_the_model(
+    model: nn.Module, points: list[str]
+) -> None:
+    parameters = Parameters(partitions=2, skip_tracing=True, memory_weight=0.0)
+    example = ModelCall((torch.randn(4, 64),), {})
+    assert split_points(model, parameters, 2, example, {}, print) == points
+
+
+def test_a_model_without_a_stack_is_refused_naming_the_containers() -> None:
+    example = ModelCall((torch.randn(4, 64),), {})
+    with pytest.raises(PartitionError, match=r"nn\.ModuleList or nn\.Sequential"):
+        split_points(nn.Linear(64, 64), Parameters(partitions=2), 2, example, {}, print)

@@ -25,6 +25,7 @@ from tests.modelparallel.workload import (
     loss_of,
     model,
     poisoned,
+    sequential,
 )
 
 SCENARIOS: dict[str, dict[str, object]] = {
@@ -40,6 +41,8 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "pipeline_simple": {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
     "pipeline_fp16": {"partitions": 2, "microbatches": 2, "fp16": True},
     "pipeline_manual": {"partitions": 2, "microbatches": 2, "auto_partition": False},
+    # The model as one nn.Sequential: its items are the stack.
+    "pipeline_sequential": {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
     # Made under smp.model_creation(), which delays as the job's parameter says.
     "sharded_delayed": {
         "ddp": True,
@@ -132,6 +135,8 @@ def main() -> None:
     elif scenario == "pipeline_delayed":
         with smp.delay_param_initialization(enabled=True):
             net = model()
+    elif scenario == "pipeline_sequential":
+        net = sequential()
     else:
         net = model()
     # Parameter bytes the script's model holds before it is wrapped.

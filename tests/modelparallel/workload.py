@@ -50,6 +50,23 @@ def model() -> Stack:
     return Stack()
 
 
+def sequential() -> nn.Sequential:
+    """The same model, made the same way, as one nn.Sequential: the embedding, each block
+    and the head its items (torchvision's way of stacking a model)."""
+    made = model()
+    return nn.Sequential(made.embed, *made.blocks, made.head)
+
+
+def sequential_key(key: str) -> str:
+    """A key of ``sequential()``'s state_dict as ``model()``'s names it ("2.linear.weight"
+    is "blocks.1.linear.weight")."""
+    index, _, rest = key.partition(".")
+    position = int(index)
+    last = len(model().blocks) + 1
+    where = "embed" if position == 0 else "head" if position == last else f"blocks.{position - 1}"
+    return f"{where}.{rest}"
+
+
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(100 + step)
     x = torch.randn(GLOBAL_BATCH, FEATURES, generator=generator)
