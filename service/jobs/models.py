@@ -234,6 +234,9 @@ class JobInstance(Base):
     # clock): its first report, and its result (after the model's upload).
     training_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     training_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When its script ended (its first report of Uploading or of a result): of instances
+    # that failed, the one whose script ended first failed first, the others after it.
+    script_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[TrainingJob] = relationship(back_populates="instances")

@@ -594,6 +594,8 @@ def record_report(
     # report, downloads ahead) to its result (after the model's upload): what is billed.
     if row.training_started_at is None:
         row.training_started_at = report.time
+    if phase in (Phase.UPLOADING, *FINAL_PHASES) and row.script_ended_at is None:
+        row.script_ended_at = report.time
     if phase in FINAL_PHASES:
         row.training_ended_at = report.time
         row.exit_code = report.exit_code

@@ -123,7 +123,9 @@ def first_failure(
             )
     failed = sorted(
         (r for r in reports.values() if r.phase in (Phase.FAILED, Phase.STOPPED)),
-        key=lambda r: r.training_ended_at or r.reported_at,
+        # The first to fail is the one whose script ended first: its peers fail because
+        # of it, and may report sooner (an instance first ends its other processes).
+        key=lambda r: r.script_ended_at or r.training_ended_at or r.reported_at,
     )
     if not failed:
         return None

@@ -67,6 +67,7 @@ class Report:
     model_uri: str | None
     training_started_at: datetime | None
     training_ended_at: datetime | None
+    script_ended_at: datetime | None
     reported_at: datetime
 
 
