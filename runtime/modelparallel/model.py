@@ -48,6 +48,7 @@ from runtime.modelparallel.pipeline import (
     shapes,
 )
 from runtime.modelparallel.precision import autocast, low_precision
+from runtime.modelparallel.ties import TiedParameters
 
 
 class DistributedModel(nn.Module):
@@ -73,6 +74,9 @@ class DistributedModel(nn.Module):
         self._pipelines: dict[tuple[Any, ...], Pipeline] = {}
         # Other stages' parameters, whose storage this rank gave back once split.
         self._released: Released = []
+        # Parameters used on several stages (tied embeddings): set with the pipeline.
+        self.ties: TiedParameters | None = None
+        self.stand_ins: dict[int, nn.Parameter] = {}
         self._probing = False
         self._replaying: _Replay | None = None
         # Parameters made on the meta device get storage where this rank holds them: its
@@ -121,17 +125,22 @@ class DistributedModel(nn.Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         """The whole model's parameters and buffers, gathered, on every rank."""
         if self.pipeline is not None:
-            return _gathered_stages(self.pipeline.module.state_dict())
+            return _gathered_stages(self.local_state_dict())
         if isinstance(self._inner, FSDPModule):
             options = StateDictOptions(full_state_dict=True)
             return get_model_state_dict(self._inner, options=options)
         return self._inner.state_dict(*args, **kwargs)
 
     def local_state_dict(self) -> dict[str, Any]:
-        """This rank's part: its stage's, or its shards (DTensors) where the states are
-        sharded."""
+        """This rank's part: its stage's (under the model's own names, as its
+        ``state_dict`` has them), or its shards (DTensors) where the states are sharded."""
         if self.pipeline is not None:
-            return self.pipeline.module.state_dict()
+            saved = self._inner.state_dict().keys()
+            return {
+                key: value
+                for key, value in self.pipeline.module.state_dict().items()
+                if key in saved
+            }
         return self._inner.state_dict()
 
     def load_state_dict(  # type: ignore[override]
@@ -140,10 +149,14 @@ class DistributedModel(nn.Module):
         """Loads a whole state_dict (``state_dict()``'s) or this rank's own part
         (``local_state_dict()``'s)."""
         if self.pipeline is not None:
-            stage = self.pipeline.module
-            own = stage.state_dict().keys()
-            return stage.load_state_dict(
-                {key: value for key, value in state_dict.items() if key in own}, strict=strict
+            own = self.local_state_dict().keys()
+            missing = sorted(own - state_dict.keys())
+            if strict and missing:
+                raise RuntimeError(f"load_state_dict: missing keys of this stage: {missing}")
+            # strict=False: a stage's traced module keeps the model's non-persistent
+            # buffers (rotary frequencies, say) as its own, which no state_dict holds.
+            return self.pipeline.module.load_state_dict(
+                {key: value for key, value in state_dict.items() if key in own}, strict=False
             )
         if isinstance(self._inner, FSDPModule) and not _is_local(state_dict):
             options = StateDictOptions(full_state_dict=True, strict=strict)
@@ -189,15 +202,23 @@ class DistributedModel(nn.Module):
                 delayed.allocate(self._inner, state.device)
             self.pipeline = Pipeline(self._inner, state, example, points)
             self._pipelines[key] = self.pipeline
+            self.ties = TiedParameters(self.pipeline.ties, state.topology, state.rank)
+            self.stand_ins = self.ties.bind(self.pipeline.module, self._inner)
             if self._delayed:
                 own = {id(parameter) for parameter in self.pipeline.module.parameters()}
+                own |= self.stand_ins.keys()  # a tie's copy takes its model parameter's value
                 delayed.initialise(self._inner, holds=lambda parameter: id(parameter) in own)
+                self.ties.copy_from(self._inner)
+            self.ties.agree()
             if state.optimizer is not None:
-                state.optimizer.keep_only(self.pipeline.module)
+                state.optimizer.keep_only(self.pipeline.module, self.stand_ins)
             self._released = release_others(self._inner, self.pipeline.module)
         if key not in self._pipelines:
             with held_again(self._released):
-                self._pipelines[key] = Pipeline(self._inner, state, example, self.pipeline.points)
+                again = Pipeline(self._inner, state, example, self.pipeline.points)
+            assert self.ties is not None
+            self.ties.bind(again.module, self._inner)
+            self._pipelines[key] = again
         return self._pipelines[key]
 
     @property

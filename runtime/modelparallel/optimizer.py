@@ -69,17 +69,30 @@ class DistributedOptimizer:
         self._scaled = state.parameters.fp16
         state.optimizer = self
         if state.model is not None and state.model.pipeline is not None:
-            self.keep_only(state.model.pipeline.module)
+            self.keep_only(state.model.pipeline.module, state.model.stand_ins)
 
-    def keep_only(self, stage: torch.nn.Module) -> None:
+    def keep_only(
+        self, stage: torch.nn.Module, stand_ins: Mapping[int, torch.nn.Parameter]
+    ) -> None:
         """Pipeline stages: this rank steps its stage's parameters only, so the others
-        leave the optimizer (with any state they had) and hold no memory in it."""
+        leave the optimizer (with any state they had) and hold no memory in it. A tied
+        parameter the stage holds a copy of (``stand_ins``, by the model's parameter's
+        id) is stepped as that copy."""
         own = {id(parameter) for parameter in stage.parameters()}
         for group in self.optimizer.param_groups:
-            dropped = [p for p in group["params"] if id(p) not in own]
-            group["params"] = [p for p in group["params"] if id(p) in own]
-            for parameter in dropped:
-                self.optimizer.state.pop(parameter, None)
+            kept = []
+            for parameter in group["params"]:
+                stand_in = stand_ins.get(id(parameter))
+                if stand_in is not None:
+                    moved = self.optimizer.state.pop(parameter, None)
+                    if moved is not None:
+                        self.optimizer.state[stand_in] = moved
+                    kept.append(stand_in)
+                elif id(parameter) in own:
+                    kept.append(parameter)
+                else:
+                    self.optimizer.state.pop(parameter, None)
+            group["params"] = kept
 
     @property
     def loss_scale(self) -> float:

@@ -36,6 +36,7 @@ from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.precision import autocast
 from runtime.modelparallel.splits import split_points
+from runtime.modelparallel.ties import Tie, ties_of
 
 
 @dataclass
@@ -97,25 +98,11 @@ class Pipeline:
         parameters = state.parameters
         self.points = points
         self._signature = inspect.signature(module.forward)
-        example = self._positional(example)
-        own_forward = module.__dict__.get("forward")  # one the script set, if any
-        try:
-            self._output: list[pytree.TreeSpec] = []
-            _pass_inputs_through_the_first_stage(module, self._output)
-            # Traced as it runs: under bf16/fp16 autocast the stages send low-precision
-            # activations, and their receive buffers are sized and typed from the trace.
-            with autocast(state):
-                pipe = pipeline(
-                    module,
-                    mb_args=example.args,
-                    mb_kwargs=example.kwargs,
-                    split_spec=dict.fromkeys(points, SplitPoint.BEGINNING),
-                )
-        finally:
-            _unmark(module, points)
-            module.__dict__.pop("forward", None)
-            if own_forward is not None:
-                module.forward = own_forward
+        # Traced as it runs: under bf16/fp16 autocast the stages send low-precision
+        # activations, and their receive buffers are sized and typed from the trace.
+        with autocast(state):
+            pipe, self._output = split(module, self._positional(example), points)
+        self.ties: list[Tie] = ties_of(module, pipe)
         self.stage = pipe.build_stage(state.pp_rank, state.device, group=state.stage_group)
         self._model_inputs = _model_inputs_of_stage(pipe, state.pp_rank, self.stage.submod)
         kind = ScheduleGPipe if parameters.pipeline == "simple" else Schedule1F1B
@@ -171,7 +158,7 @@ class Pipeline:
         """How the schedule merges the microbatches' outputs: it need not, since each
         microbatch's step function runs on its own output; a loss (a scalar) could not
         be concatenated anyway."""
-        leaves = self._output[0].num_leaves
+        leaves = self._output.num_leaves
         dropped = [
             _CustomReducer(None, lambda _merged, _value: None)  # type: ignore[no-untyped-call]
             for _ in range(leaves)
@@ -181,7 +168,7 @@ class Pipeline:
     def _as_the_model_returned(self, output: Any) -> Any:
         """The last stage's output in the model's own structure (a dict, a tuple, ...):
         stages pass their outputs on flattened."""
-        spec = self._output[0]
+        spec = self._output
         if spec.num_leaves == 1:
             return pytree.tree_unflatten([output], spec)
         return pytree.tree_unflatten(list(output), spec)
@@ -215,6 +202,27 @@ class Pipeline:
             for grad in grads:
                 grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
                 offset += grad.numel()
+
+
+def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, pytree.TreeSpec]:
+    """The model traced with ``example`` and cut into stages that begin at ``points``,
+    and the structure of what the model returns (stages pass outputs on flattened)."""
+    own_forward = module.__dict__.get("forward")  # one the script set, if any
+    output: list[pytree.TreeSpec] = []
+    try:
+        _pass_inputs_through_the_first_stage(module, output)
+        pipe = pipeline(
+            module,
+            mb_args=example.args,
+            mb_kwargs=example.kwargs,
+            split_spec=dict.fromkeys(points, SplitPoint.BEGINNING),
+        )
+    finally:
+        _unmark(module, points)
+        module.__dict__.pop("forward", None)
+        if own_forward is not None:
+            module.forward = own_forward
+    return pipe, output[0]
 
 
 Released = list[tuple[nn.Parameter, torch.Size]]

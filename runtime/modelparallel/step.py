@@ -117,6 +117,8 @@ def _pipelined(
     pipeline = model.build_pipeline(calls[0])
     results = pipeline.run(calls, replay)
     if torch.is_grad_enabled():
+        assert model.ties is not None
+        model.ties.sum_gradients()
         pipeline.average_gradients()
     return results
 

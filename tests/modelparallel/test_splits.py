@@ -11,11 +11,13 @@ from torch import nn
 from contract.modelparallel import Parameters
 from runtime.modelparallel.pipeline import ModelCall
 from runtime.modelparallel.splits import (
+    Measured,
     PartitionError,
-    allowed_starts,
     balanced_cuts,
+    kept_together,
     measure,
     split_points,
+    units,
 )
 
 
@@ -74,7 +76,7 @@ def test_balanced_cuts_are_the_best_contiguous_split(stages: int) -> None:
 def test_by_memory_the_split_is_the_best_manual_one() -> None:
     # memory_weight 1: parameter bytes and the bytes each block passes on, nothing else.
     model = Uneven(WIDTHS)
-    measured = measure(model, list(model.blocks), ModelCall((torch.randn(256, 64),), {}))
+    measured = measure(model, units(model, 3), ModelCall((torch.randn(256, 64),), {}))
     assert measured.activation_bytes == [256 * 64 * 4] * len(WIDTHS)
     memory = [
         float(p + a)
@@ -86,7 +88,7 @@ def test_by_memory_the_split_is_the_best_manual_one() -> None:
 
 def test_by_measured_time_the_split_is_the_best_manual_one() -> None:
     model = Uneven(WIDTHS)
-    measured = measure(model, list(model.blocks), ModelCall((torch.randn(256, 64),), {}))
+    measured = measure(model, units(model, 3), ModelCall((torch.randn(256, 64),), {}))
     # The wide blocks take longest: what the cost model is fed is what was measured.
     assert measured.seconds[0] > measured.seconds[1]
     firsts = balanced_cuts(measured.costs(memory_weight=0.0), 3)
@@ -127,30 +129,46 @@ class Tied(nn.Module):
         return self.head(x)
 
 
+def _kept_together(model: nn.Module, stages: int = 2) -> set[int]:
+    return set(kept_together(model, Measured.of_sizes(units(model, stages)), stages))
+
+
 @pytest.mark.parametrize(
     ("share", "allowed"),
     [
-        (None, {1, 2, 3}),
-        (("blocks.1", "blocks.3"), {1}),
-        (("embed", "blocks.1"), {2, 3}),
-        (("blocks.2", "head"), {1, 2}),
+        # Units: embed (0), blocks.0-3 (1-4), head (5).
+        (None, {1, 2, 3, 4, 5}),
+        (("blocks.1", "blocks.3"), {1, 2, 5}),
+        (("embed", "blocks.1"), {3, 4, 5}),
+        (("blocks.2", "head"), {1, 2, 3}),
     ],
 )
 def test_modules_that_share_a_parameter_stay_on_one_stage(
     share: tuple[str, str] | None, allowed: set[int]
 ) -> None:
     model = Tied(share)
-    assert allowed_starts(model, "blocks", list(model.blocks)) == allowed
-    firsts = balanced_cuts([1.0] * 4, 2, allowed)
+    assert _kept_together(model) == allowed
+    firsts = balanced_cuts([1.0] * 6, 2, allowed)
     assert firsts[1] in allowed
 
 
-def test_a_weight_tied_before_and_after_the_stack_cannot_be_split() -> None:
+def test_a_weight_tied_first_and_last_leaves_every_cut_open() -> None:
+    # Tied input and output embeddings: the first and the last stage hold a copy each.
     model = Tied(("embed", "head"))
-    with pytest.raises(PartitionError, match="first and the last stage"):
-        allowed_starts(model, "blocks", list(model.blocks))
+    assert _kept_together(model) == {1, 2, 3, 4, 5}
     with pytest.raises(PartitionError, match="no way to cut"):
         balanced_cuts([1.0] * 4, 3, {1})
+
+
+def test_the_closest_sharers_stay_together_where_not_all_can() -> None:
+    # blocks.1 and blocks.2 share a weight, and blocks.0 and the head another: 3 stages
+    # cannot keep both pairs, so the closer pair is kept and the other parted.
+    model = Tied(("blocks.1", "blocks.2"))
+    model.head.weight = model.blocks[0].weight
+    assert _kept_together(model, stages=3) == {1, 2, 4, 5}
+    example = ModelCall((torch.randn(4, 64),), {})
+    points = split_points(model, Parameters(partitions=3), 3, example, {}, print)
+    assert "blocks.2" not in points
 
 
 def test_a_model_with_fewer_blocks_than_stages_is_refused() -> None:
@@ -165,8 +183,13 @@ def test_manual_placement_follows_the_marks() -> None:
     example = ModelCall((torch.randn(4, 64),), {})
     parameters = Parameters(partitions=2, auto_partition=False)
     assert split_points(model, parameters, 2, example, placed, print) == ["blocks.2"]
-    with pytest.raises(PartitionError, match="in order along the stack"):
+    # A module placed before its predecessors' stage runs on theirs: a pipeline runs in
+    # order. Everything after blocks.0 follows it to stage 1, and stage 0 holds nothing.
+    with pytest.raises(PartitionError, match=r"stages \[1\]: each of the 2 stages"):
         split_points(model, parameters, 2, example, {id(model.blocks[0]): 1}, print)
+    assert split_points(model, parameters, 2, example, {id(model.blocks[1]): 1}, print) == [
+        "blocks.1"
+    ]
 
 
 def _layers(count: int) -> list[nn.Module]:
@@ -207,7 +230,76 @@ def test_the_stack_is_the_container_that_balances_the_model(
     assert split_points(model, parameters, 2, example, {}, print) == points
 
 
-def test_a_model_without_a_stack_is_refused_naming_the_containers() -> None:
+def test_a_model_without_submodules_is_refused() -> None:
     example = ModelCall((torch.randn(4, 64),), {})
-    with pytest.raises(PartitionError, match=r"nn\.ModuleList or nn\.Sequential"):
+    with pytest.raises(PartitionError, match="needs submodules"):
         split_points(nn.Linear(64, 64), Parameters(partitions=2), 2, example, {}, print)
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.inner(x)
+
+
+class Attributes(nn.Module):
+    """A ResNet's shape: a stem, stages as plain attributes (each an nn.Sequential of
+    blocks), heads in an nn.ModuleDict; the head is made before the stages it follows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads = nn.ModuleDict({"logits": nn.Linear(64, 8)})
+        self.stem = nn.Linear(16, 64)
+        self.layer1 = nn.Sequential(*(Residual(64) for _ in range(3)))
+        self.layer2 = nn.Sequential(*(Residual(64) for _ in range(3)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.heads["logits"](self.layer2(self.layer1(self.stem(x))))
+
+
+def test_any_module_tree_is_cut_between_blocks_in_the_order_it_runs() -> None:
+    model = Attributes()
+    found = [unit.name for unit in units(model, 2)]
+    # Attributes are units like items; each stage of blocks is opened into its blocks,
+    # which stay whole; the small ModuleDict of heads is one unit.
+    assert found == [
+        "heads",
+        "stem",
+        *(f"layer1.{i}" for i in range(3)),
+        *(f"layer2.{i}" for i in range(3)),
+    ]
+    example = ModelCall((torch.randn(8, 16),), {})
+    measured = measure(model, units(model, 2), example)
+    assert measured.units[0].name == "stem"
+    assert measured.units[-1].name == "heads"
+    # By parameter bytes, six even blocks: three to a stage.
+    parameters = Parameters(partitions=2, memory_weight=1.0)
+    assert split_points(model, parameters, 2, example, {}, print) == ["layer2.0"]
+    # Four stages: in the blocks' order, never before the stem.
+    points = split_points(model, Parameters(partitions=4, memory_weight=1.0), 4, example, {}, print)
+    assert len(points) == 3
+    assert all(point.startswith(("layer1.", "layer2.")) for point in points)
+    assert points == sorted(points)
+
+
+def test_modules_without_parameters_or_not_run_once_begin_no_stage() -> None:
+    class Reused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = nn.Linear(8, 8)
+            self.act = nn.ReLU()
+            self.twice = nn.Linear(8, 8)
+            self.unused = nn.Linear(8, 8)
+            self.last = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.last(self.twice(self.act(self.twice(self.first(x)))))
+
+    model = Reused()
+    measured = measure(model, units(model, 2), ModelCall((torch.randn(2, 8),), {}))
+    names = [unit.name for unit in measured.units]
+    assert names == ["first", "twice", "act", "last", "unused"]
+    assert {names[i] for i in measured.starts} == {"last"}

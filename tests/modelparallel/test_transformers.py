@@ -1,0 +1,110 @@
+"""Runyard's model-parallel library on transformers models (GPT-2 and Llama from tiny
+configs, input and output embeddings tied), driven as the seed's ``train_gpt_simple.py``
+drives SageMaker's: keyword inputs, the loss computed inside the model and read from its
+``ModelOutput``, a dynamic loss scale, a test step without backward. Each run is real
+processes placed as mpirun places them, checked against one-process training on the
+global batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.dataparallel.launch import Layout, run_job
+from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
+
+# The fixture runs 4 jobs of 2 to 4 processes: about 40 s alone on 2 cores.
+pytestmark = pytest.mark.timeout(600)
+
+# Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
+# attention keys: softmax ignores a constant per query) into steps of up to ~1e-5.
+CLOSE = {"atol": 1e-4, "rtol": 1e-4}
+ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
+SCENARIOS = {
+    "gpt2_simple": ("gpt2", ONE_INSTANCE),
+    "gpt2_interleaved_ddp": ("gpt2", Layout.blocks(instances=2, per_instance=2)),
+    "llama_interleaved": ("llama", ONE_INSTANCE),
+    "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
+}
+TIED = {
+    "gpt2": ("transformer.wte.weight", "lm_head.weight"),
+    "llama": ("model.embed_tokens.weight", "lm_head.weight"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("transformers")
+    for scenario, (_, layout) in SCENARIOS.items():
+        run_job(
+            ["-m", "tests.modelparallel.transformers_worker", str(out), scenario],
+            layout,
+            style="open_mpi",
+            compat=True,
+            timeout=240,
+        )
+    return out
+
+
+def _ranks(runs: Path, scenario: str) -> list[dict[str, Any]]:
+    count = len(SCENARIOS[scenario][1].hosts)
+    return [json.loads((runs / f"{scenario}-rank-{r}.json").read_text()) for r in range(count)]
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_follows_one_process_training_and_loads_into_a_fresh_model(
+    runs: Path, scenario: str
+) -> None:
+    family = SCENARIOS[scenario][0]
+    reference = single_process_reference(family)
+    got: dict[str, torch.Tensor] = torch.load(runs / f"{scenario}.pt")
+    assert got.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(got[key], reference[key], **CLOSE)
+    # The saved state_dict is the model's own: a fresh one loads it, strictly.
+    fresh = model(family)
+    fresh.load_state_dict(got, strict=True)
+    trained = torch.optim.Adam(fresh.parameters())
+    assert trained.param_groups[0]["params"]
+
+
+@pytest.mark.parametrize("scenario", ["gpt2_simple", "gpt2_interleaved_ddp", "llama_interleaved"])
+def test_tied_embeddings_are_one_value_on_every_stage_that_holds_them(
+    runs: Path, scenario: str
+) -> None:
+    family, layout = SCENARIOS[scenario]
+    embedding, head = TIED[family]
+    reference = single_process_reference(family)[embedding]
+    copies = []
+    for rank in range(len(layout.hosts)):
+        part = torch.load(runs / f"{scenario}-rank-{rank}-part.pt")
+        copies += [part[name] for name in (embedding, head) if name in part]
+    # The first stage embeds with it, the last projects onto the vocabulary with it.
+    assert len(copies) >= 2 * (len(layout.hosts) // 2)
+    for copy in copies:
+        assert torch.equal(copy, copies[0])
+    torch.testing.assert_close(copies[0], reference, **CLOSE)
+    # ... and it trained: three steps moved it.
+    assert not torch.equal(reference, single_process_reference(family, steps=0)[embedding])
+
+
+@pytest.mark.parametrize("scenario", ["gpt2_simple", "gpt2_interleaved_ddp", "llama_interleaved"])
+def test_every_rank_hears_its_replicas_losses(runs: Path, scenario: str) -> None:
+    ranks = _ranks(runs, scenario)
+    # Each replica's stages report the loss its last stage computed; the held-out batch
+    # (another size: stages traced again, sharing the parameters) is the same everywhere.
+    by_replica: dict[int, set[float]] = {}
+    for rank in ranks:
+        by_replica.setdefault(rank["dp_rank"], set()).add(rank["loss"])
+    assert all(len(losses) == 1 for losses in by_replica.values())
+    assert len({rank["held_out_loss"] for rank in ranks}) == 1
+
+
+def test_activation_checkpointing_recomputes_each_transformer_block(runs: Path) -> None:
+    # 4 blocks x 2 microbatches x 3 steps, and each once more in the backward pass.
+    for rank in _ranks(runs, "gpt2_sharded_checkpointed"):
+        assert rank["block_forwards"] == 2 * 4 * 2 * STEPS

@@ -1,0 +1,55 @@
+"""The transformers families a SageMaker user brings, split where automatic partitioning
+cuts them and traced by torch's pipelining, as the library does at a job's first step; the
+stages run one after another in this process give what the model itself gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+from contract.modelparallel import Parameters
+from runtime.modelparallel.pipeline import ModelCall, split
+from runtime.modelparallel.splits import split_points
+from runtime.modelparallel.ties import ties_of
+from tests.modelparallel.transformers_workload import batch, model
+
+STACKS = {
+    "gpt2": "transformer.h.",
+    "neox": "gpt_neox.layers.",
+    "llama": "model.layers.",
+    "bert": "bert.encoder.layer.",
+}
+TIED = {
+    "gpt2": ("transformer.wte.weight", "lm_head.weight"),
+    "neox": None,  # GPT-NeoX unties its embeddings by default
+    "llama": ("model.embed_tokens.weight", "lm_head.weight"),
+    "bert": ("bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
+}
+
+
+@pytest.mark.parametrize("family", list(STACKS))
+def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: str) -> None:
+    net = model(family).eval()
+    ids, mask = batch(0)
+    ids, mask = ids[:2], mask[:2]
+    example = ModelCall((), {"input_ids": ids, "attention_mask": mask, "labels": ids})
+    points = split_points(net, Parameters(partitions=2), 2, example, {}, lambda _: None)
+    # Four even blocks: the second stage begins at the third.
+    assert points == [f"{STACKS[family]}2"]
+    with torch.no_grad():
+        expected = net(**example.kwargs)
+        pipe, returned = split(net, example, points)
+        flat = pipe(**example.kwargs)
+    got = pytree.tree_unflatten(list(flat), returned)
+    assert type(got) is type(expected)
+    torch.testing.assert_close(got["loss"], expected["loss"])
+    torch.testing.assert_close(got["logits"], expected["logits"])
+    ties = ties_of(net, pipe)
+    if TIED[family] is None:
+        assert ties == []
+    else:
+        # BERT ties its decoder's bias too, which only the last stage uses.
+        (tie,) = [tie for tie in ties if set(TIED[family]) <= set(tie.names)]
+        # The embedding on the first stage, the projection onto the vocabulary on the last.
+        assert tie.stages == (0, 1)

@@ -1,0 +1,108 @@
+"""One rank of a model-parallel run on a transformers model, written as the seed's
+``train_gpt_simple.py`` is: ``smp.DistributedModel`` around ``from_config``'s model,
+``smp.DistributedOptimizer`` with a dynamic loss scale, ``@smp.step`` train and test steps
+that take ``model(...)["loss"]``.
+
+argv: output folder, scenario name. Rank 0 writes the whole state_dict; every rank its own
+part (``local_state_dict``) and what it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import smdistributed.modelparallel.torch as smp
+import torch
+
+from tests.modelparallel.transformers_workload import LR, STEPS, batch, model
+
+SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
+    "gpt2_simple": ("gpt2", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
+    "gpt2_interleaved_ddp": ("gpt2", {"partitions": 2, "microbatches": 2, "ddp": True}),
+    "llama_interleaved": ("llama", {"partitions": 2, "microbatches": 4}),
+    # Each transformer block recomputes its activations in the backward pass.
+    "gpt2_sharded_checkpointed": (
+        "gpt2",
+        {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
+    ),
+}
+
+
+@smp.step
+def train_step(
+    model: smp.DistributedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)["loss"]
+    model.backward(loss)
+    return loss
+
+
+@smp.step
+def test_step(
+    model: smp.DistributedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    return model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)["loss"]
+
+
+def main() -> None:
+    out, scenario = Path(sys.argv[1]), sys.argv[2]
+    family, config = SCENARIOS[scenario]
+    smp.init(config)
+    net = model(family)
+    # How often the blocks run (recomputation included), where no pipeline traces them.
+    block_forwards = [0]
+
+    def count(*_: object) -> None:
+        block_forwards[0] += 1
+
+    if "partitions" not in config:
+        for block in net.base_model.h:
+            block.register_forward_pre_hook(count)
+            if scenario.endswith("_checkpointed"):
+                smp.set_activation_checkpointing(block)
+    wrapped = smp.DistributedModel(net, trace_device="gpu")
+    optimizer = smp.DistributedOptimizer(
+        torch.optim.Adam(wrapped.parameters(), lr=LR),
+        static_loss_scale=None,
+        dynamic_loss_scale=True,
+        dynamic_loss_args={"scale_window": 1000, "min_scale": 1, "delayed_shift": 2},
+    )
+    per_replica = batch(0)[0].shape[0] // smp.dp_size()
+    rows = slice(smp.dp_rank() * per_replica, (smp.dp_rank() + 1) * per_replica)
+    wrapped.train()
+    for step in range(STEPS):
+        ids, mask = batch(step)
+        optimizer.zero_grad()
+        losses = train_step(wrapped, ids[rows], mask[rows])
+        optimizer.step()
+    trained_forwards = block_forwards[0]
+    wrapped.eval()
+    with torch.no_grad():
+        # A held-out batch of another size: stages of their own, sharing the parameters.
+        held_out = test_step(
+            wrapped, *(part[: 2 * config["microbatches"]] for part in batch(STEPS))
+        )
+    whole = wrapped.state_dict()
+    if smp.rank() == 0:
+        torch.save(whole, out / f"{scenario}.pt")
+    torch.save(wrapped.local_state_dict(), out / f"{scenario}-rank-{smp.rank()}-part.pt")
+    (out / f"{scenario}-rank-{smp.rank()}.json").write_text(
+        json.dumps(
+            {
+                "loss": float(losses.reduce_mean()),
+                "block_forwards": trained_forwards,
+                "held_out_loss": float(held_out.reduce_mean()),
+                "optimizer_parameters": sum(
+                    len(group["params"]) for group in optimizer.param_groups
+                ),
+                "pp_rank": smp.pp_rank(),
+                "dp_rank": smp.dp_rank(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
