@@ -28,7 +28,6 @@ MEMORY_WEIGHT_FOR = {"speed": 0.2, "memory": 0.8}
 
 # SageMaker's parameters that Runyard accepts only at the value that turns them off.
 _ONLY_AT = {
-    "tensor_parallel_degree": 1,
     "shard_optimizer_state": False,
     "prescaled_batch": False,
     "horovod": False,
@@ -53,6 +52,7 @@ class Parameters:
     placement_strategy: str = "cluster"
     ddp: bool = False
     sharded_data_parallel_degree: int = 1
+    tensor_parallel_degree: int = 1
     offload_activations: bool = False
     activation_loading_horizon: int = 4
     fp16: bool = False
@@ -102,6 +102,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "microbatches": _at_least(1),
     "default_partition": _at_least(0),
     "sharded_data_parallel_degree": _at_least(1),
+    "tensor_parallel_degree": _at_least(1),
     "activation_loading_horizon": _at_least(1),
     "memory_weight": lambda v: None if 0 <= v <= 1 else f"must be between 0 and 1, not {v}",
     "pipeline": _one_of(PIPELINES),
@@ -165,6 +166,26 @@ def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> 
         refuse("partitions", f"{p.partitions} does not divide the job's {world_size} processes")
         return found
     replicas = world_size // p.partitions
+    if p.tensor_parallel_degree > 1:
+        degree = p.tensor_parallel_degree
+        if p.partitions > 1:
+            refuse(
+                "tensor_parallel_degree",
+                "Runyard does not yet combine tensor parallelism with pipeline stages "
+                "(partitions > 1)",
+            )
+        elif p.sharded_data_parallel_degree > 1:
+            refuse(
+                "tensor_parallel_degree",
+                "Runyard does not yet combine tensor parallelism with "
+                "sharded_data_parallel_degree > 1",
+            )
+        elif replicas % degree:
+            refuse(
+                "tensor_parallel_degree",
+                f"{degree} does not divide the job's {replicas} data-parallel processes",
+            )
+        replicas //= degree
     if p.default_partition >= p.partitions:
         refuse("default_partition", f"must be below partitions ({p.partitions})")
     if p.sharded_data_parallel_degree > 1:

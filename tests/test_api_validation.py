@@ -90,8 +90,13 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         for case, given, named in [
             ("parameters not an object", [1], []),
             (
-                "tensor parallel",
-                {"tensor_parallel_degree": 2, "ddp": True},
+                "tensor parallel with pipeline stages",
+                {"tensor_parallel_degree": 2, "partitions": 2, "ddp": True},
+                ["tensor_parallel_degree"],
+            ),
+            (
+                "tensor parallel not dividing",
+                {"tensor_parallel_degree": 3, "ddp": True},
                 ["tensor_parallel_degree"],
             ),
             ("unknown parameter", {"partition": 2}, ["partition"]),

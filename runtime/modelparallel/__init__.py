@@ -6,7 +6,8 @@ smdistributed.modelparallel.torch as smp`` there is this package.
 Built on PyTorch's own parts: torch.distributed.pipelining for pipeline stages
 (``pipeline``, ``splits``), DistributedDataParallel for replicas, FSDP2's
 ``fully_shard`` on a 2-D device mesh for sharded data parallelism (MiCS), composable
-activation checkpointing, autocast and FSDP's mixed precision for bf16/fp16, and
+activation checkpointing, DTensor's ``parallelize_module`` for tensor parallelism
+(``tensor``), autocast and FSDP's mixed precision for bf16/fp16, and
 torch.distributed.checkpoint for sharded checkpoints.
 """
 
@@ -58,6 +59,8 @@ from runtime.modelparallel.marks import (
     partition,
     set_activation_checkpointing,
     set_partition,
+    set_tensor_parallelism,
+    tensor_parallelism,
 )
 from runtime.modelparallel.model import DistributedModel
 from runtime.modelparallel.optimizer import DistributedOptimizer
@@ -115,8 +118,10 @@ __all__ = [
     "send",
     "set_activation_checkpointing",
     "set_partition",
+    "set_tensor_parallelism",
     "size",
     "step",
+    "tensor_parallelism",
     "tp_rank",
     "tp_size",
 ]

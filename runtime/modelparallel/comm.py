@@ -69,44 +69,68 @@ def dp_size() -> int:
     return smp_state.current().topology.dp_size
 
 
-# Without tensor parallelism the model-parallel group is the pipeline group and the
-# reduced data-parallel group the data-parallel group (``topology``'s docstring).
-mp_rank, mp_size = pp_rank, pp_size
-rdp_rank, rdp_size = dp_rank, dp_size
-
-
 def tp_rank() -> int:
-    smp_state.current()
-    return 0
+    return smp_state.current().tp_rank
 
 
 def tp_size() -> int:
-    smp_state.current()
-    return 1
+    return smp_state.current().topology.tp_size
+
+
+def rdp_rank() -> int:
+    return smp_state.current().rdp_rank
+
+
+def rdp_size() -> int:
+    return smp_state.current().topology.rdp_size
+
+
+# The model-parallel group is the pipeline group, or the tensor-parallel group: a job has
+# one or the other (``topology``'s docstring).
+def mp_rank() -> int:
+    return tp_rank() if tp_size() > 1 else pp_rank()
+
+
+def mp_size() -> int:
+    return tp_size() if tp_size() > 1 else pp_size()
+
+
+def _is_tp(group: CommGroup) -> bool:
+    state = smp_state.current()
+    return group == CommGroup.TP_GROUP or (
+        group == CommGroup.MP_GROUP and state.topology.tp_size > 1
+    )
 
 
 def _process_group(group: CommGroup) -> dist.ProcessGroup | None:
     state = smp_state.current()
+    if _is_tp(group):
+        return state.tp_group
     if group in (CommGroup.PP_GROUP, CommGroup.MP_GROUP):
         return state.pp_group
-    if group in (CommGroup.DP_GROUP, CommGroup.RDP_GROUP):
+    if group == CommGroup.RDP_GROUP:
+        return state.rdp_group
+    if group == CommGroup.DP_GROUP:
         return state.dp_group
     return None
 
 
 def _members(group: CommGroup) -> list[int]:
     state = smp_state.current()
+    topology = state.topology
+    if _is_tp(group):
+        return topology.tp_group(state.rdp_rank) if topology.tp_size > 1 else [state.rank]
     if group in (CommGroup.PP_GROUP, CommGroup.MP_GROUP):
-        return state.topology.pp_group(state.dp_rank)
+        return topology.pp_group(state.dp_rank)
+    if group == CommGroup.RDP_GROUP and topology.tp_size > 1:
+        return topology.rdp_group(state.tp_rank)
     if group in (CommGroup.DP_GROUP, CommGroup.RDP_GROUP):
-        return state.topology.dp_group(state.pp_rank)
-    if group == CommGroup.TP_GROUP:
-        return [state.rank]
-    return list(range(state.topology.world_size))
+        return topology.dp_group(state.pp_rank)
+    return list(range(topology.world_size))
 
 
 def barrier(group: CommGroup = CommGroup.WORLD) -> None:
-    if group == CommGroup.TP_GROUP:
+    if len(_members(group)) == 1:
         return  # a group of one: nothing to wait for
     dist.barrier(group=_process_group(group))
 
@@ -144,10 +168,13 @@ def recv_from(src_rank: int, rank_type: RankType) -> Any:
 def _global_rank(rank_in_group: int, rank_type: RankType) -> int:
     state = smp_state.current()
     topology = state.topology
+    tensor_parallel = topology.tp_size > 1
+    if rank_type == RankType.TP_RANK or (rank_type == RankType.MP_RANK and tensor_parallel):
+        return topology.tp_group(state.rdp_rank)[rank_in_group] if tensor_parallel else state.rank
+    if rank_type == RankType.RDP_RANK and tensor_parallel:
+        return topology.rdp_group(state.tp_rank)[rank_in_group]
     if rank_type in (RankType.PP_RANK, RankType.MP_RANK):
         return topology.rank_of(rank_in_group, state.dp_rank)
     if rank_type in (RankType.DP_RANK, RankType.RDP_RANK):
         return topology.rank_of(state.pp_rank, rank_in_group)
-    if rank_type == RankType.TP_RANK:
-        return state.rank
     return rank_in_group

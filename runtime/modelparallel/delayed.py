@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.modules.module import register_module_parameter_registration_hook
 
+from runtime.modelparallel import marks
 from runtime.modelparallel import state as smp_state
 
 # The random state the first module each delayed creation made was made under.
@@ -59,15 +60,17 @@ def model_creation(
     tensor_parallelism: bool = False, dtype: torch.dtype | None = None, **_tensor_parallel: Any
 ) -> Iterator[None]:
     """SageMaker's context for making the model: parameters delayed as the job's
-    ``delayed_parameter_initialization`` says, made in ``dtype`` where given."""
+    ``delayed_parameter_initialization`` says, made in ``dtype`` where given, and split
+    across the tensor-parallel group with ``tensor_parallelism``."""
     state = smp_state.current()
-    if tensor_parallelism:
-        state.say_once("model_creation: tensor parallelism is not run here; modules stay whole")
     default = torch.get_default_dtype()
     if dtype is not None:
         torch.set_default_dtype(dtype)
     try:
-        with delay_param_initialization(state.parameters.delayed_parameter_initialization):
+        with (
+            delay_param_initialization(state.parameters.delayed_parameter_initialization),
+            marks.tensor_parallelism() if tensor_parallelism else contextlib.nullcontext(),
+        ):
             yield
     finally:
         torch.set_default_dtype(default)

@@ -34,7 +34,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.modelparallel import delayed
+from runtime.modelparallel import delayed, gradients, tensor
 from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.pipeline import (
@@ -79,6 +79,7 @@ class DistributedModel(nn.Module):
         self.stand_ins: dict[int, nn.Parameter] = {}
         self._probing = False
         self._replaying: _Replay | None = None
+        self._in_step = False
         # Parameters made on the meta device get storage where this rank holds them: its
         # shards once sharded, its stage once split (``build_pipeline``), else the whole.
         self._delayed = delayed.is_delayed(module)
@@ -89,6 +90,11 @@ class DistributedModel(nn.Module):
             delayed.move_buffers(module, state.device)
             if whole:
                 _made_whole(module, state.device)
+        # Blocks split across the tensor-parallel group, by name, with their family.
+        self.split_blocks: list[tuple[str, str]] = []
+        if state.tp_mesh is not None:
+            self.split_blocks = tensor.distribute(module, state.tensor_parallel, state.tp_mesh)
+            _say_split(state, self.split_blocks)
         for checkpointed in state.checkpointed:
             checkpoint_activations(checkpointed)
         self.wrapped: nn.Module = _distribute(module, state)
@@ -103,9 +109,13 @@ class DistributedModel(nn.Module):
             raise Probed(ModelCall(args, kwargs))
         if self._replaying is not None:
             return self._replaying.output
-        if smp_state.current().topology.pp_size > 1:
-            raise RuntimeError("a model in pipeline stages runs inside an smp.step function")
         state = smp_state.current()
+        if state.topology.pp_size > 1:
+            raise RuntimeError("a model in pipeline stages runs inside an smp.step function")
+        if state.topology.tp_size > 1 and not self._in_step:
+            # Outside a step, the ranks of a tensor-parallel group would compute on
+            # batches of their own, which split modules cannot take.
+            raise RuntimeError("a tensor-parallel model runs inside an smp.step function")
         with autocast(state), offloaded(state):
             return self.wrapped(*args, **kwargs)
 
@@ -126,7 +136,7 @@ class DistributedModel(nn.Module):
         """The whole model's parameters and buffers, gathered, on every rank."""
         if self.pipeline is not None:
             return _gathered_stages(self.local_state_dict())
-        if isinstance(self._inner, FSDPModule):
+        if isinstance(self._inner, FSDPModule) or self.split_blocks:
             options = StateDictOptions(full_state_dict=True)
             return get_model_state_dict(self._inner, options=options)
         return self._inner.state_dict(*args, **kwargs)
@@ -158,7 +168,7 @@ class DistributedModel(nn.Module):
             return self.pipeline.module.load_state_dict(
                 {key: value for key, value in state_dict.items() if key in own}, strict=False
             )
-        if isinstance(self._inner, FSDPModule) and not _is_local(state_dict):
+        if (isinstance(self._inner, FSDPModule) or self.split_blocks) and not _is_local(state_dict):
             options = StateDictOptions(full_state_dict=True, strict=strict)
             return set_model_state_dict(self._inner, state_dict, options=options)
         return self._inner.load_state_dict(state_dict, strict=strict)
@@ -228,6 +238,16 @@ class DistributedModel(nn.Module):
         return self.pipeline.module if self.pipeline is not None else self._inner
 
     @contextlib.contextmanager
+    def stepping(self) -> Iterator[None]:
+        """Inside an ``smp.step`` function: where a pipelined or tensor-parallel model
+        may be called."""
+        self._in_step = True
+        try:
+            yield
+        finally:
+            self._in_step = False
+
+    @contextlib.contextmanager
     def microbatch(self, index: int, count: int) -> Iterator[None]:
         """Runs microbatch ``index`` of ``count``: gradients synchronise after the last
         one of every ``backward_passes_per_step``-th step only."""
@@ -237,7 +257,14 @@ class DistributedModel(nn.Module):
         sync = last and self._passes % self.backward_passes_per_step == 0
         self._microbatch_scale = 1.0 / count if self.average_grads_across_microbatches else 1.0
         try:
-            if isinstance(self.wrapped, DistributedDataParallel) and not sync:
+            if self.split_blocks and sync and torch.is_grad_enabled():
+                yield
+                # Replicas holding the same shards average their gradients (no DDP:
+                # it does not take DTensor parameters).
+                state = smp_state.current()
+                size = state.topology.rdp_size
+                gradients.average(self._inner.parameters(), state.rdp_group, size)
+            elif isinstance(self.wrapped, DistributedDataParallel) and not sync:
                 with self.wrapped.no_sync():
                     yield
             elif isinstance(self._inner, FSDPModule):
@@ -281,10 +308,27 @@ def _distribute(module: nn.Module, state: smp_state.State) -> nn.Module:
         return module
     if state.topology.pp_size > 1:
         return module  # split into stages at the first step; replicas average per stage
+    if state.topology.tp_size > 1:
+        return module  # replicas average after each step (``microbatch``)
     if state.topology.dp_size > 1:
         device_ids = [state.device.index] if state.device.type == "cuda" else None
         return DistributedDataParallel(module, device_ids=device_ids, process_group=state.dp_group)
     return module
+
+
+def _say_split(state: smp_state.State, split: list[tuple[str, str]]) -> None:
+    if not split:
+        state.say_once(
+            "tensor_parallel_degree > 1, but no module is marked for tensor parallelism "
+            "(smp.tensor_parallelism(), smp.set_tensor_parallelism): every rank holds the "
+            "whole model"
+        )
+        return
+    families = sorted({family for _, family in split})
+    state.say_once(
+        f"tensor parallelism over {state.topology.tp_size} ranks: {len(split)} blocks "
+        f"split ({', '.join(families)}), from {split[0][0]} to {split[-1][0]}"
+    )
 
 
 def _is_local(state_dict: dict[str, Any]) -> bool:

@@ -32,6 +32,7 @@ from torch.distributed.pipelining import Pipe, Schedule1F1B, ScheduleGPipe, Spli
 from torch.distributed.pipelining.microbatch import _CustomReducer
 from torch.utils import _pytree as pytree
 
+from runtime.modelparallel import gradients
 from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.precision import autocast
@@ -186,22 +187,7 @@ class Pipeline:
     def average_gradients(self) -> None:
         """The replicas of this stage agree on its gradients: their mean."""
         state = smp_state.current()
-        if state.topology.dp_size == 1:
-            return
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for parameter in self.module.parameters():
-            if parameter.grad is not None:
-                by_dtype.setdefault(parameter.grad.dtype, []).append(parameter.grad)
-        # One collective per step and type, not one per parameter: a stage of many small
-        # tensors would otherwise pay a round trip for each.
-        for grads in by_dtype.values():
-            flat = torch.cat([grad.reshape(-1) for grad in grads])
-            dist.all_reduce(flat, group=state.dp_group)
-            flat.div_(state.topology.dp_size)
-            offset = 0
-            for grad in grads:
-                grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
-                offset += grad.numel()
+        gradients.average(self.module.parameters(), state.dp_group, state.topology.dp_size)
 
 
 def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, pytree.TreeSpec]:

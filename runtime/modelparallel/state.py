@@ -46,12 +46,20 @@ class State:
     # on the same group while a send is in flight would read the send's bytes.
     stage_group: dist.ProcessGroup
     dp_group: dist.ProcessGroup
+    # Tensor parallelism: the ranks sharing one replica's shards, and those holding the
+    # same shard (the data-parallel group where there is none).
+    tp_group: dist.ProcessGroup | None
+    rdp_group: dist.ProcessGroup
+    tp_mesh: DeviceMesh | None
     # Sharded data parallel: (replicate, shard); None where the states are not sharded.
     mesh: DeviceMesh | None
     model: DistributedModel | None = None
     optimizer: DistributedOptimizer | None = None
     # Modules the script put on a stage (``smp.partition``, ``set_partition``).
     partitions: dict[int, int] = field(default_factory=dict)
+    # Modules the script marked for tensor parallelism (``smp.tensor_parallelism``,
+    # ``set_tensor_parallelism``), by id: True to distribute, False to keep whole.
+    tensor_parallel: dict[int, bool] = field(default_factory=dict)
     # Modules the script asked to checkpoint activations of.
     checkpointed: list[torch.nn.Module] = field(default_factory=list)
     said: set[str] = field(default_factory=set)
@@ -63,6 +71,14 @@ class State:
     @property
     def dp_rank(self) -> int:
         return self.topology.dp_rank(self.rank)
+
+    @property
+    def tp_rank(self) -> int:
+        return self.topology.tp_rank(self.rank)
+
+    @property
+    def rdp_rank(self) -> int:
+        return self.topology.rdp_rank(self.rank)
 
     def say_once(self, message: str) -> None:
         """A note for the job's logs, from the first rank only, once."""
@@ -111,6 +127,7 @@ def init(config: Mapping[str, Any] | None = None) -> State:
         pp_size=parameters.partitions,
         shard_degree=parameters.sharded_data_parallel_degree,
         placement=parameters.placement_strategy,
+        tp_size=parameters.tensor_parallel_degree,
     )
     # Pipeline schedules may leave sends in flight when the script returns: taking the
     # groups down before the interpreter ends lets their threads end first.
@@ -118,6 +135,13 @@ def init(config: Mapping[str, Any] | None = None) -> State:
     rank = dist.get_rank()
     local_rank = process_group.get_local_rank()
     device = _device(local_rank)
+    dp_group = _own_group([topology.dp_group(p) for p in range(topology.pp_size)], rank)
+    tp_group, rdp_group, tp_mesh = None, dp_group, None
+    if topology.tp_size > 1:
+        tp_groups = [topology.tp_group(r) for r in range(topology.rdp_size)]
+        tp_group = _own_group(tp_groups, rank)
+        rdp_group = _own_group([topology.rdp_group(t) for t in range(topology.tp_size)], rank)
+        tp_mesh = DeviceMesh.from_group(tp_group, device.type, mesh_dim_names=("tp",))
     _state = State(
         parameters=parameters,
         topology=topology,
@@ -127,7 +151,10 @@ def init(config: Mapping[str, Any] | None = None) -> State:
         device=device,
         pp_group=_own_group([topology.pp_group(d) for d in range(topology.dp_size)], rank),
         stage_group=_own_group([topology.pp_group(d) for d in range(topology.dp_size)], rank),
-        dp_group=_own_group([topology.dp_group(p) for p in range(topology.pp_size)], rank),
+        dp_group=dp_group,
+        tp_group=tp_group,
+        rdp_group=rdp_group,
+        tp_mesh=tp_mesh,
         mesh=_shard_mesh(topology, device, rank),
     )
     return _state

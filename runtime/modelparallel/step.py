@@ -1,9 +1,11 @@
 """``@smp.step``: the script's step function, run once per microbatch.
 
 Tensor arguments are split along their batch axis (0, or as ``input_split_axes`` says)
-into ``microbatches`` parts; arguments named in ``non_split_inputs`` and anything not a
-tensor reach every microbatch whole. What the function returns comes back as
-``StepOutput`` (one per returned value), holding every microbatch's value.
+into ``microbatches`` parts (with tensor parallelism, after the rows of the
+tensor-parallel group's ranks are joined: ``runtime.modelparallel.tensor``); arguments
+named in ``non_split_inputs`` and anything not a tensor reach every microbatch whole. What
+the function returns comes back as ``StepOutput`` (one per returned value), holding every
+microbatch's value.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 
 from runtime.modelparallel import state as smp_state
+from runtime.modelparallel import tensor
 from runtime.modelparallel.pipeline import Probed
 
 
@@ -64,6 +67,16 @@ def step(
         state = smp_state.current()
         count = state.parameters.microbatches
         bound = signature.bind(*args, **kwargs)
+        if state.tp_group is not None:
+            # The ranks of a tensor-parallel group step on the group's batch together.
+            size = state.topology.tp_size
+            bound.arguments.update(
+                {
+                    name: tensor.gathered(value, axes.get(name, 0), state.tp_group, size)
+                    for name, value in bound.arguments.items()
+                    if name not in whole
+                }
+            )
         parts = {
             name: [value] * count
             if name in whole
@@ -72,11 +85,14 @@ def step(
         }
         if state.topology.pp_size > 1:
             return _outputs(_pipelined(func, bound, parts, state))
+        if state.model is None:
+            raise RuntimeError("an smp.step function runs a model: wrap it in smp.DistributedModel")
         results = []
-        for index in range(count):
-            bound.arguments.update({name: values[index] for name, values in parts.items()})
-            with _microbatch(state, index, count):
-                results.append(func(*bound.args, **bound.kwargs))
+        with state.model.stepping():
+            for index in range(count):
+                bound.arguments.update({name: values[index] for name, values in parts.items()})
+                with state.model.microbatch(index, count):
+                    results.append(func(*bound.args, **bound.kwargs))
         return _outputs(results)
 
     return run
@@ -121,12 +137,6 @@ def _pipelined(
         model.ties.sum_gradients()
         pipeline.average_gradients()
     return results
-
-
-def _microbatch(state: smp_state.State, index: int, count: int) -> Any:
-    if state.model is None:
-        raise RuntimeError("an smp.step function runs a model: wrap it in smp.DistributedModel")
-    return state.model.microbatch(index, count)
 
 
 def _split(value: Any, count: int, axis: int, name: str) -> list[Any]:

@@ -9,8 +9,12 @@ on adjacent ranks. Sharded data parallelism (pp = 1) cuts the replicas into grou
 states, sharded across it, and the groups replicate one another (MiCS); adjacent ranks
 share an instance, so the sharding's all-gathers stay inside one where they fit.
 
-Tensor parallelism is not run (refused at submission), so the model-parallel group is
-the pipeline group and the reduced data-parallel group is the data-parallel group.
+Tensor parallelism (``tensor_parallel_degree`` t > 1; with one stage, as the API allows)
+puts the t ranks of a tensor-parallel group on adjacent ranks, so on one instance, where
+they exchange activations in every layer. As in SageMaker's library the data-parallel
+group then holds every rank of a stage (t x the replicas), and the reduced data-parallel
+group the ranks that hold the same shards (one per replica); the model-parallel group is
+the pipeline group, or the tensor-parallel group.
 """
 
 from __future__ import annotations
@@ -24,12 +28,17 @@ class Topology:
     pp_size: int = 1
     shard_degree: int = 1
     placement: str = "cluster"
+    tp_size: int = 1
 
     def __post_init__(self) -> None:
         if self.world_size % self.pp_size:
             raise ValueError(f"{self.pp_size} stages do not divide {self.world_size} processes")
         if self.dp_size % self.shard_degree:
             raise ValueError(f"shard groups of {self.shard_degree} do not divide {self.dp_size}")
+        if self.dp_size % self.tp_size:
+            raise ValueError(f"{self.tp_size} tensor-parallel ranks do not divide {self.dp_size}")
+        if self.tp_size > 1 and self.pp_size > 1:
+            raise ValueError("tensor parallelism with pipeline stages is not run")
 
     @property
     def dp_size(self) -> int:
@@ -39,6 +48,25 @@ class Topology:
     def replicate_size(self) -> int:
         """How many copies of the model states the replicas keep (sharded: one a group)."""
         return self.dp_size // self.shard_degree
+
+    @property
+    def rdp_size(self) -> int:
+        """How many replicas hold the same tensor-parallel shard."""
+        return self.dp_size // self.tp_size
+
+    def tp_rank(self, rank: int) -> int:
+        return rank % self.tp_size
+
+    def rdp_rank(self, rank: int) -> int:
+        return self.dp_rank(rank) // self.tp_size
+
+    def tp_group(self, rdp_rank: int) -> list[int]:
+        """The ranks that hold the shards of one replica's tensor-parallel modules."""
+        return [rdp_rank * self.tp_size + tp for tp in range(self.tp_size)]
+
+    def rdp_group(self, tp_rank: int) -> list[int]:
+        """The ranks that hold the same shard, one per replica."""
+        return [replica * self.tp_size + tp_rank for replica in range(self.rdp_size)]
 
     def pp_rank(self, rank: int) -> int:
         if self.placement == "cluster":

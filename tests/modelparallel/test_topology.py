@@ -54,3 +54,20 @@ def test_step_outputs_reduce_across_microbatches() -> None:
     assert output.reduce_sum().item() == 4.0
     assert output.stack().tolist() == [1.0, 3.0]
     assert StepOutput([torch.ones(2, 1), torch.zeros(1, 1)]).concat().shape == (3, 1)
+
+
+def test_tensor_parallel_groups_are_adjacent_ranks_and_replicas_hold_the_same_shard() -> None:
+    topology = Topology(world_size=8, tp_size=2)
+    assert topology.dp_size == 8  # SageMaker's data-parallel group spans the tp ranks
+    assert topology.rdp_size == 4
+    assert [topology.tp_rank(rank) for rank in range(8)] == [0, 1] * 4
+    assert [topology.rdp_rank(rank) for rank in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert topology.tp_group(1) == [2, 3]
+    assert topology.rdp_group(1) == [1, 3, 5, 7]
+
+
+def test_tensor_parallelism_with_pipeline_stages_is_not_a_topology() -> None:
+    with pytest.raises(ValueError, match="pipeline stages"):
+        Topology(world_size=4, pp_size=2, tp_size=2)
+    with pytest.raises(ValueError, match="do not divide"):
+        Topology(world_size=4, tp_size=3)

@@ -1,9 +1,9 @@
 """Runyard's model-parallel library on transformers models (GPT-2 and Llama from tiny
-configs, input and output embeddings tied), driven as the seed's ``train_gpt_simple.py``
-drives SageMaker's: keyword inputs, the loss computed inside the model and read from its
-``ModelOutput``, a dynamic loss scale, a test step without backward. Each run is real
-processes placed as mpirun places them, checked against one-process training on the
-global batch."""
+configs, input and output embeddings tied; GPT-NeoX and BERT split by tensor parallelism),
+driven as the seed's ``train_gpt_simple.py`` drives SageMaker's: keyword inputs, the
+loss computed inside the model and read from its ``ModelOutput``, a dynamic loss scale, a
+test step without backward. Each run is real processes placed as mpirun places them,
+checked against one-process training on the global batch."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 4 jobs of 2 to 4 processes: about 40 s alone on 2 cores.
+# The fixture runs 7 jobs of 2 to 4 processes: about 60 s alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
@@ -29,6 +29,8 @@ SCENARIOS = {
     "gpt2_interleaved_ddp": ("gpt2", Layout.blocks(instances=2, per_instance=2)),
     "llama_interleaved": ("llama", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
+    "llama_tensor_parallel": ("llama", ONE_INSTANCE),
+    "llama_tensor_parallel_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
 }
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
@@ -47,6 +49,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             compat=True,
             timeout=240,
         )
+    run_job(
+        ["-m", "tests.modelparallel.tensor_parallel_worker", str(out)],
+        ONE_INSTANCE,
+        timeout=240,
+    )
     return out
 
 
@@ -108,3 +115,36 @@ def test_activation_checkpointing_recomputes_each_transformer_block(runs: Path) 
     # 4 blocks x 2 microbatches x 3 steps, and each once more in the backward pass.
     for rank in _ranks(runs, "gpt2_sharded_checkpointed"):
         assert rank["block_forwards"] == 2 * 4 * 2 * STEPS
+
+
+@pytest.mark.parametrize("scenario", ["llama_tensor_parallel", "llama_tensor_parallel_ddp"])
+def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
+    runs: Path, scenario: str
+) -> None:
+    ranks = _ranks(runs, scenario)
+    # Adjacent ranks make a tensor-parallel group; replicas are the groups.
+    assert [(rank["tp_rank"], rank["rdp_rank"]) for rank in ranks] == [
+        (index % 2, index // 2) for index in range(len(ranks))
+    ]
+    whole = sum(p.numel() * p.element_size() for p in model("llama").parameters())
+    # The decoder layers (most of the model) are split in two; embeddings and norms whole.
+    assert all(rank["parameter_bytes"] <= 0.55 * whole for rank in ranks)
+    # A group steps on its ranks' rows together: one loss per group.
+    by_group: dict[int, set[float]] = {}
+    for rank in ranks:
+        by_group.setdefault(rank["rdp_rank"], set()).add(rank["loss"])
+    assert all(len(losses) == 1 for losses in by_group.values())
+    assert len(by_group) == len(ranks) // 2
+
+
+@pytest.mark.parametrize("family", ["llama", "neox", "bert"])
+def test_split_blocks_compute_the_whole_models_logits_and_gradients(
+    runs: Path, family: str
+) -> None:
+    for rank in range(2):
+        found = json.loads((runs / f"tensor-parallel-rank-{rank}.json").read_text())[family]
+        assert found["blocks"] == 4
+        assert found["split_weights"] > 0
+        assert found["logits"] < 1e-5
+        assert found["loss"] < 1e-6
+        assert found["gradients"] < 1e-5

@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 from contract.modelparallel import Parameters
 from runtime.modelparallel.pipeline import ModelCall, split
 from runtime.modelparallel.splits import split_points
+from runtime.modelparallel.tensor import TensorParallelError, planned
 from runtime.modelparallel.ties import ties_of
 from tests.modelparallel.transformers_workload import batch, model
 
@@ -53,3 +54,23 @@ def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: st
         (tie,) = [tie for tie in ties if set(TIED[family]) <= set(tie.names)]
         # The embedding on the first stage, the projection onto the vocabulary on the last.
         assert tie.stages == (0, 1)
+
+
+def test_tensor_parallelism_splits_the_families_it_knows_and_names_what_it_refuses() -> None:
+    for family in ("llama", "neox", "bert"):
+        net = model(family)
+        blocks = planned(net, {id(m): True for m in net.modules()}, 2)
+        assert [name.rsplit(".", 1)[-1] for name, _, _ in blocks] == ["0", "1", "2", "3"]
+    # Marked only where the script said: one layer of four.
+    net = model("llama")
+    only = planned(net, {id(net.model.layers[2]): True}, 2)
+    assert [name for name, _, _ in only] == ["model.layers.2"]
+    # ... and a marked module kept whole inside a marked model stays whole.
+    kept = {id(m): True for m in net.modules()} | {id(net.model.layers[0]): False}
+    assert len(planned(net, kept, 2)) == 3
+    gpt2 = model("gpt2")
+    with pytest.raises(TensorParallelError, match="Conv1D"):
+        planned(gpt2, {id(m): True for m in gpt2.modules()}, 2)
+    # Four heads do not divide among three ranks.
+    with pytest.raises(TensorParallelError, match="does not divide"):
+        planned(net, {id(m): True for m in net.modules()}, 3)

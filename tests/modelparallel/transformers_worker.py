@@ -27,6 +27,13 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "gpt2",
         {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
     ),
+    # Made under smp.tensor_parallelism(): its decoder layers split over 2 ranks.
+    "llama_tensor_parallel": ("llama", {"tensor_parallel_degree": 2, "microbatches": 2}),
+    # ... and two such replicas (2 x 2 over 2 instances), with a checkpointed block.
+    "llama_tensor_parallel_ddp": (
+        "llama",
+        {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2},
+    ),
 }
 
 
@@ -46,18 +53,28 @@ def test_step(
     return model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)["loss"]
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def main() -> None:
     out, scenario = Path(sys.argv[1]), sys.argv[2]
     family, config = SCENARIOS[scenario]
     smp.init(config)
-    net = model(family)
+    if "tensor_parallel_degree" in config:
+        with smp.tensor_parallelism():
+            net = model(family)
+        if scenario.endswith("_ddp"):
+            smp.set_activation_checkpointing(net.model.layers[1])
+    else:
+        net = model(family)
     # How often the blocks run (recomputation included), where no pipeline traces them.
     block_forwards = [0]
 
     def count(*_: object) -> None:
         block_forwards[0] += 1
 
-    if "partitions" not in config:
+    if family == "gpt2" and "partitions" not in config:
         for block in net.base_model.h:
             block.register_forward_pre_hook(count)
             if scenario.endswith("_checkpointed"):
@@ -87,7 +104,8 @@ def main() -> None:
     whole = wrapped.state_dict()
     if smp.rank() == 0:
         torch.save(whole, out / f"{scenario}.pt")
-    torch.save(wrapped.local_state_dict(), out / f"{scenario}-rank-{smp.rank()}-part.pt")
+    if "partitions" in config:
+        torch.save(wrapped.local_state_dict(), out / f"{scenario}-rank-{smp.rank()}-part.pt")
     (out / f"{scenario}-rank-{smp.rank()}.json").write_text(
         json.dumps(
             {
@@ -97,6 +115,11 @@ def main() -> None:
                 "optimizer_parameters": sum(
                     len(group["params"]) for group in optimizer.param_groups
                 ),
+                "parameter_bytes": sum(
+                    _local(p).numel() * p.element_size() for p in wrapped.module.parameters()
+                ),
+                "tp_rank": smp.tp_rank(),
+                "rdp_rank": smp.rdp_rank(),
                 "pp_rank": smp.pp_rank(),
                 "dp_rank": smp.dp_rank(),
             }
