@@ -37,7 +37,7 @@ _METRIC_POINTS = cast(Table, MetricPoint.__table__)
 @dataclass(frozen=True)
 class _Definition:
     name: str
-    pattern: patterns.Pattern[str]
+    pattern: patterns.Pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +138,7 @@ def _points(
                 )
 
 
-def _value(pattern: patterns.Pattern[str], message: str) -> float | None:
+def _value(pattern: patterns.Pattern, message: str) -> float | None:
     """The first match's group as a finite number, else None. NaN and infinities are
     dropped: they are not JSON, and a chart or a "final" value cannot use them."""
     match = patterns.search(pattern, message)
