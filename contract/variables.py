@@ -31,6 +31,17 @@ JOB_TOKEN = "RUNYARD_JOB_TOKEN"  # noqa: S105 (the variable's name, not a secret
 AGENT_KEY = "RUNYARD_AGENT_KEY"
 # Never handed to user code.
 PRIVATE = (JOB_TOKEN, AGENT_KEY)
+# Names of variables whose values plans and answers show masked: credentials, by the
+# names they usually go by (AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, DB_PASSWORD, API_KEY).
+_SECRET_NAME = re.compile(
+    r"SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|AUTH|(^|_)(API)?KEY(_|$)",
+    re.IGNORECASE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable of this name holds a credential, to be shown masked."""
+    return name in PRIVATE or _SECRET_NAME.search(name) is not None
 
 
 def instance_environment(

@@ -159,6 +159,30 @@ def test_dry_run_shows_the_plan_and_creates_nothing(
     assert not settings.jobs_dir.exists() or not any(settings.jobs_dir.iterdir())
 
 
+def test_dry_run_masks_the_servers_credentials_and_the_jobs_own(
+    api: TestClient, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIASERVERKEYID00000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "server-secret-0123456789")
+    environment = {"WANDB_API_KEY": "job-secret-abcdef", "DB_PASSWORD": "pw-1", "MY_FLAG": "on"}
+    spec = job_spec(source_dir, environment=environment)
+    response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
+    assert response.status_code == 200, response.text
+    shown = response.text
+    for secret in ("AKIASERVERKEYID00000", "server-secret-0123456789", "job-secret-abcdef", "pw-1"):
+        assert secret not in shown
+    env = response.json()["plan"]["instances"][0]["env"]
+    assert env["AWS_SECRET_ACCESS_KEY"] == env["AWS_ACCESS_KEY_ID"] == "<redacted>"
+    runyard = json.loads(
+        response.json()["plan"]["instances"][0]["files"]["input/config/runyard.json"]
+    )
+    assert runyard["environment"] == {
+        "DB_PASSWORD": "<redacted>",
+        "MY_FLAG": "on",
+        "WANDB_API_KEY": "<redacted>",
+    }
+
+
 def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) -> None:
     response = api.post(
         "/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir, instance_count=0)

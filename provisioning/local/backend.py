@@ -624,10 +624,12 @@ def _server_paths(images_root: Path) -> list[str]:
 
 
 def _public(plan: LocalPlan) -> dict[str, Any]:
+    """The plan as a dry run shows it: the runtime's secrets and the credentials an
+    instance inherits from the server (S3's, say) masked."""
     data = asdict(plan)
     for instance in data["instances"]:
-        for name in variables.PRIVATE:
-            if name in instance["env"]:
+        for name in instance["env"]:
+            if variables.is_secret_name(name):
                 instance["env"][name] = REDACTED
     return data
 

@@ -7,6 +7,7 @@ enqueued with ``enqueue_reconcile``, which sends only after the commit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -23,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from contract import modes, sagemaker_flags, storage
+from contract import modes, sagemaker_flags, storage, variables
 from contract.archive import ArchiveError, check_archive
 from contract.hosts import host_names
 from contract.images import ImageError
@@ -305,9 +306,15 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
     if repository.name_taken(session, prepared.name, project):
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
+    job_spec = prepared.spec.job_spec()
+    # The job's own credentials (by their names) are not shown back either.
+    shown = {
+        name: REDACTED if variables.is_secret_name(name) else value
+        for name, value in job_spec.environment.items()
+    }
     request = LaunchRequest(
         job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
-        spec=prepared.spec.job_spec(),
+        spec=dataclasses.replace(job_spec, environment=shown),
         service_url=settings.public_url,
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
         agent_key=REDACTED,
