@@ -20,6 +20,7 @@ import resource
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -88,8 +89,12 @@ def worker(args: argparse.Namespace) -> None:
                 schedule.step(target=ids)
             optimizer.step()
     else:
-        config: dict[str, object] = {"partitions": 2, "microbatches": args.microbatches}
-        config["auto_partition"] = args.cut == "auto"
+        config: dict[str, object] = {
+            "partitions": 2,
+            "microbatches": args.microbatches,
+            "auto_partition": args.cut == "auto",
+            "optimize": args.optimize,
+        }
         smp.init(config)
         if args.cut != "auto":
             for block in list(model.transformer.h)[int(args.cut) :]:
@@ -125,7 +130,14 @@ def worker(args: argparse.Namespace) -> None:
     both: list[float] = [0.0] * PROCESSES
     dist.all_gather_object(both, statistics.median(cpu))
     if rank == 0:
-        report({"samples_per_s": args.batch / statistics.median(times), "cpu_s": sum(both)})
+        points = [] if args.runner == "torch" else wrapped.pipeline.points  # type: ignore[union-attr]
+        report(
+            {
+                "samples_per_s": args.batch / statistics.median(times),
+                "cpu_s": sum(both),
+                "points": points,
+            }
+        )
 
 
 def main() -> None:
@@ -134,6 +146,12 @@ def main() -> None:
     parser.add_argument("--runner", default="runyard", help=argparse.SUPPRESS)
     parser.add_argument("--cut", default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--microbatches", type=int, default=4, help="microbatches per step")
+    parser.add_argument(
+        "--optimize",
+        default="speed",
+        choices=["speed", "memory"],
+        help="what the auto partition balances (SageMaker's default is memory)",
+    )
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every run")
     parser.add_argument("--layers", type=int, default=6, help="GPT-2 blocks")
@@ -153,7 +171,17 @@ def main() -> None:
     passed = [
         f"--{key}={value}"
         for key, value in vars(args).items()
-        if key in ("microbatches", "steps", "layers", "width", "sequence", "vocabulary", "batch")
+        if key
+        in (
+            "microbatches",
+            "optimize",
+            "steps",
+            "layers",
+            "width",
+            "sequence",
+            "vocabulary",
+            "batch",
+        )
     ]
     half = str(args.layers // 2)
     runs = {
@@ -166,7 +194,7 @@ def main() -> None:
             if str(cut) != half
         },
     }
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, extra in runs.items():
             results[name].append(launch(Path(__file__), PROCESSES, [*extra, *passed]))
@@ -179,9 +207,10 @@ def main() -> None:
     print(f"runyard / torch on the same split (block {half}): {same_split:.2f}x")
     manual = [name for name in runs if name.startswith("runyard, stage 1")]
     best = max(manual, key=lambda name: speed[name])
+    chosen = ", ".join(results["runyard, auto"][-1]["points"])
     print(
-        f"auto / best manual ({best.removeprefix('runyard, ')}): "
-        f"{speed['runyard, auto'] / speed[best]:.2f}x"
+        f"auto (optimize={args.optimize}, stage 1 from {chosen}) / best manual "
+        f"({best.removeprefix('runyard, ')}): {speed['runyard, auto'] / speed[best]:.2f}x"
     )
 
 

@@ -140,27 +140,46 @@ class Measured:
 
 def measure(module: nn.Module, found: list[Unit], example: ModelCall) -> Measured:
     """Each unit's forward time on the first microbatch (the second of two runs), the
-    bytes of what it passes on, and the order the model runs the units in."""
+    bytes of what it passes on, and the order the model runs the units in. The model's
+    own code between units (a causal mask built before the blocks, a loss computed after
+    the head) counts to the unit that runs next, or to the last one after it: it runs on
+    that unit's stage."""
     count = len(found)
     took, passed, calls = [0.0] * count, [0] * count, [0] * count
     order: list[int] = []
-    started: dict[int, float] = {}
+    # When the model or the last unit to run ended: what the next unit's time counts from.
+    mark = [0.0]
+    last = [-1]
 
     def before(index: int) -> None:
         calls[index] += 1
         if index not in order:
             order.append(index)
-        started[index] = time.perf_counter()
+        now = time.perf_counter()
+        took[index] += now - mark[0]
+        mark[0], last[0] = now, index
 
     def after(index: int, output: Any) -> None:
-        took[index] += time.perf_counter() - started[index]
+        now = time.perf_counter()
+        took[index] += now - mark[0]
+        mark[0] = now
         passed[index] = sum(
             t.numel() * t.element_size()
             for t in torch.utils._pytree.tree_leaves(output)
             if isinstance(t, torch.Tensor)
         )
 
-    handles = []
+    def model_began(*_: Any) -> None:
+        mark[0], last[0] = time.perf_counter(), -1
+
+    def model_ended(*_: Any) -> None:
+        if last[0] >= 0:
+            took[last[0]] += time.perf_counter() - mark[0]
+
+    handles = [
+        module.register_forward_pre_hook(model_began),
+        module.register_forward_hook(model_ended),
+    ]
     for index, unit in enumerate(found):
         handles.append(unit.module.register_forward_pre_hook(lambda *_, i=index: before(i)))
         handles.append(

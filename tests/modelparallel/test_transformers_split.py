@@ -36,8 +36,9 @@ def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: st
     ids, mask = ids[:2], mask[:2]
     example = ModelCall((), {"input_ids": ids, "attention_mask": mask, "labels": ids})
     points = split_points(net, Parameters(partitions=2), 2, example, {}, lambda _: None)
-    # Four even blocks: the second stage begins at the third.
-    assert points == [f"{STACKS[family]}2"]
+    # Four even blocks, and lighter modules around them: the second stage begins at a
+    # block past the first (which one, the measured times say).
+    assert points in ([f"{STACKS[family]}{index}"] for index in (1, 2, 3))
     with torch.no_grad():
         expected = net(**example.kwargs)
         pipe, returned = split(net, example, points)
