@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select, tuple_
 
 from service.auth.access import Role
 from service.jobs import service as jobs
@@ -119,42 +119,103 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             for s in _streams(call, job_prefix, exact="/" in prefix)
             if s.name.startswith(prefix)
         ]
-    pattern = params.get("filterPattern", "")
+    terms = _terms(params.get("filterPattern", ""))
     limit = params.get("limit", DEFAULT_FILTERED)
-    after = _offset(params.get("nextToken"))
-    matched: list[tuple[LogEvent, TrainingJob]] = []
-    for job, host in wanted:
-        query = select(LogEvent).where(LogEvent.job_id == job.id, LogEvent.host == host)
+    by_id = {job.id: job for job, _ in wanted}
+    page: list[LogEvent] = []
+    more = False
+    if wanted:
+        query = select(LogEvent).where(
+            tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted])
+        )
         query = _within(query, params.get("startTime"), params.get("endTime"))
-        for row in call.session.scalars(query.order_by(LogEvent.seq)):
-            if _matches(pattern, row.message):
-                matched.append((row, job))
-    matched.sort(key=lambda pair: (pair[0].time, pair[0].host, pair[0].seq))
-    page = matched[after : after + limit]
+        # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
+        # each row is then matched exactly here. Rows are read as they come, a page's worth.
+        for term in terms:
+            query = query.where(LogEvent.message.contains(term, autoescape=True))
+        position = _position(params.get("nextToken"))
+        if position is not None:
+            query = query.where(_after(position))
+        ordered = query.order_by(*_FILTER_ORDER).execution_options(yield_per=500)
+        rows = call.session.scalars(ordered)
+        try:
+            for row in rows:
+                if all(term in row.message for term in terms):
+                    if len(page) == limit:
+                        more = True
+                        break
+                    page.append(row)
+        finally:
+            rows.close()  # a cursor left open mid-way holds the database's resources
     answer: dict[str, Any] = {
         "events": [
             {
                 **_event(row),
-                "logStreamName": stream_name(job, row.host),
-                "eventId": f"{job.id}-{row.host}-{row.seq}",
+                "logStreamName": stream_name(by_id[row.job_id], row.host),
+                "eventId": f"{row.job_id}-{row.host}-{row.seq}",
             }
-            for row, job in page
+            for row in page
         ],
         "searchedLogStreams": [
             {"logStreamName": stream_name(job, host), "searchedCompletely": True}
             for job, host in wanted
         ],
     }
-    if after + limit < len(matched):
-        answer["nextToken"] = _offset_token(after + limit)
+    if more:
+        answer["nextToken"] = _position_token(page[-1])
     return answer
 
 
-def _matches(pattern: str, message: str) -> bool:
+# Events across streams in time order; equal times by stream, then as the host numbered
+# them: a total order, so a page ends at a row the next page starts after.
+_FILTER_ORDER = (LogEvent.time, LogEvent.host, LogEvent.job_id, LogEvent.seq)
+
+
+def _terms(pattern: str) -> list[str]:
     # CloudWatch's filter syntax, in its simplest and commonest form: every term must
     # appear ("a b"), a quoted phrase as it stands.
-    terms = re.findall(r'"([^"]*)"|(\S+)', pattern)
-    return all((quoted or bare) in message for quoted, bare in terms)
+    return [quoted or bare for quoted, bare in re.findall(r'"([^"]*)"|(\S+)', pattern)]
+
+
+def _after(position: tuple[datetime, str, str, int]) -> Any:
+    """Rows after ``position`` in ``_FILTER_ORDER`` (written out: a row-value comparison
+    would not convert the time as its column does)."""
+    time, host, job_id, seq = position
+    return or_(
+        LogEvent.time > time,
+        and_(
+            LogEvent.time == time,
+            or_(
+                LogEvent.host > host,
+                and_(
+                    LogEvent.host == host,
+                    or_(
+                        LogEvent.job_id > job_id,
+                        and_(LogEvent.job_id == job_id, LogEvent.seq > seq),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def _position_token(row: LogEvent) -> str:
+    place = {"t": row.time.isoformat(), "h": row.host, "j": row.job_id, "s": row.seq}
+    return base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+
+
+def _position(token: str | None) -> tuple[datetime, str, str, int] | None:
+    if token is None:
+        return None
+    try:
+        place = json.loads(base64.urlsafe_b64decode(token.encode()))
+        time = datetime.fromisoformat(place["t"])
+        host, job_id, seq = place["h"], place["j"], place["s"]
+        if isinstance(host, str) and isinstance(job_id, str) and isinstance(seq, int):
+            return time, host, job_id, seq
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        pass
+    raise _invalid("The specified nextToken is invalid.")
 
 
 def _streams(call: Call, job_prefix: str, *, exact: bool) -> list[Stream]:

@@ -118,6 +118,30 @@ def test_filter_finds_lines_across_streams(logs: Any, shipped: Any) -> None:
     assert len(every["events"]) == 7
 
 
+def test_filtered_events_page_in_time_order_with_tokens(logs: Any, shipped: Any) -> None:
+    every = logs.filter_log_events(logGroupName=GROUP, logStreamNamePrefix="job-1/")["events"]
+    paged, token, pages = [], None, 0
+    while True:
+        more = {"nextToken": token} if token else {}
+        answer = logs.filter_log_events(
+            logGroupName=GROUP, logStreamNamePrefix="job-1/", limit=2, **more
+        )
+        paged += answer["events"]
+        pages += 1
+        token = answer.get("nextToken")
+        if token is None:
+            break
+    assert pages == 4
+    assert [e["eventId"] for e in paged] == [e["eventId"] for e in every]
+    assert [e["timestamp"] for e in paged] == sorted(e["timestamp"] for e in paged)
+    # Terms narrow in the database and match exactly, case included.
+    upper = logs.filter_log_events(logGroupName=GROUP, filterPattern="LOSS=")
+    assert upper["events"] == []
+    with pytest.raises(ClientError) as caught:
+        logs.filter_log_events(logGroupName=GROUP, nextToken="bm90IGEgdG9rZW4=")
+    assert caught.value.response["Error"]["Code"] == "InvalidParameterException"
+
+
 def test_unknown_groups_and_streams_are_resource_not_found(logs: Any, shipped: Any) -> None:
     for call, params in (
         (logs.describe_log_streams, {"logGroupName": "/aws/lambda/x"}),
