@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from sqlalchemy import event, select
 
 from service.jobs.models import JobInstance, TrainingJob
 from service.kit.db import get_engine, session_scope
+from service.logs import service as logs_service
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
 
@@ -260,6 +263,34 @@ def test_follow_streams_events_then_ends_with_the_job(
         body = "".join(response.iter_text())
     assert "second" in body
     assert "first" not in body
+
+
+def test_a_followed_stream_ends_once_its_token_is_revoked(
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logs_service, "CREDENTIALS_RECHECK_SECONDS", 0.2)
+    submit_for_instances(api, settings, source_dir)
+    token = api.post("/v1/tokens", json={"name": "watcher", "role": "viewer"}).json()["token"]
+    watcher = {"Authorization": f"Bearer {token}"}
+
+    def revoke_soon() -> None:
+        time.sleep(0.5)
+        assert api.delete("/v1/tokens/watcher").status_code == 204
+
+    revoker = threading.Thread(target=revoke_soon)
+    revoker.start()
+    started = time.monotonic()
+    with api.stream(
+        "GET", "/v1/training-jobs/job-1/logs", params={"follow": "true"}, headers=watcher
+    ) as response:
+        assert response.status_code == 200
+        body = "".join(response.iter_text())
+    revoker.join()
+    # The job is still running: the stream ended for the token, not with an end event.
+    assert "event: end" not in body
+    assert time.monotonic() - started < 10
+    again = api.get("/v1/training-jobs/job-1/logs", params={"follow": "true"}, headers=watcher)
+    assert again.status_code == 401
 
 
 def test_phase_reports_are_recorded_and_final_ones_stick(

@@ -108,6 +108,19 @@ def identify(
     return principal
 
 
+def credentials_hold(request: Request, settings: Settings) -> bool:
+    """Whether the credentials a request came with still stand (read again, not from the
+    cache): a long-lived answer, such as a followed log stream, asks now and then and
+    ends once its token is revoked or its console session has ended."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    credentials = HTTPAuthorizationCredentials(scheme=scheme, credentials=value) if value else None
+    try:
+        identify(request, settings, credentials, request.cookies.get(sessions.COOKIE))
+    except (Unauthorized, Forbidden):
+        return False
+    return True
+
+
 async def require_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
     # Async: no I/O, so no hand-off to the thread pool (see service.kit.deps).
     if principal.kind != "user":

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -7,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from service.auth.deps import CurrentPrincipal, CurrentUser
+from service.auth.deps import CurrentPrincipal, CurrentUser, credentials_hold
 from service.jobs import service as jobs
 from service.jobs.routes import HostName, JobName, ProjectName
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
@@ -25,6 +26,7 @@ class Ingested(BaseModel):
 
 @router.get("/{name}/logs", response_model=LogsPage, responses=replies(401, 404, 422))
 def get_logs(
+    request: Request,
     name: JobName,
     session: ReadSessionDep,
     settings: SettingsDep,
@@ -46,7 +48,9 @@ def get_logs(
     if follow:
         position = service.parse_position(last_event_id, hosts)
         return StreamingResponse(
-            service.follow(settings, job.id, position),
+            service.follow(
+                settings, job.id, position, functools.partial(credentials_hold, request, settings)
+            ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, or_, select
@@ -30,6 +31,8 @@ from service.settings import Settings
 
 FOLLOW_POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 15.0
+# How often a followed stream reads its caller's credentials again.
+CREDENTIALS_RECHECK_SECONDS = 5.0
 FOLLOW_BATCH = 1000
 
 
@@ -114,11 +117,24 @@ def format_position(position: dict[str, int]) -> str:
     return ",".join(f"{host}:{seq}" for host, seq in position.items() if seq)
 
 
-async def follow(settings: Settings, job_id: str, position: dict[str, int]) -> AsyncIterator[str]:
+async def follow(
+    settings: Settings,
+    job_id: str,
+    position: dict[str, int],
+    credentials_hold: Callable[[], bool],
+) -> AsyncIterator[str]:
     """Server-sent events: ``log`` for each line, then one ``end`` once the job has ended
-    and every line it stored has been sent. Each event's id resumes the stream after it."""
+    and every line it stored has been sent. Each event's id resumes the stream after it.
+    Every ``CREDENTIALS_RECHECK_SECONDS`` the caller's credentials are read again; once
+    they no longer hold (a revoked token, an ended session) the stream stops, and the
+    client's reconnection is answered 401."""
     idle = 0.0
+    checked = time.monotonic()
     while True:
+        if time.monotonic() - checked >= CREDENTIALS_RECHECK_SECONDS:
+            if not await run_in_threadpool(credentials_hold):
+                return
+            checked = time.monotonic()
         status, rows = await run_in_threadpool(_poll, settings, job_id, dict(position))
         for row in rows:
             position[row.host] = row.seq
