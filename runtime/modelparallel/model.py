@@ -256,12 +256,12 @@ class DistributedModel(nn.Module):
             self._passes += 1
         sync = last and self._passes % self.backward_passes_per_step == 0
         self._microbatch_scale = 1.0 / count if self.average_grads_across_microbatches else 1.0
+        state = smp_state.current()
         try:
-            if self.split_blocks and sync and torch.is_grad_enabled():
+            if state.topology.tp_size > 1 and sync and torch.is_grad_enabled():
                 yield
                 # Replicas holding the same shards average their gradients (no DDP:
                 # it does not take DTensor parameters).
-                state = smp_state.current()
                 size = state.topology.rdp_size
                 gradients.average(self._inner.parameters(), state.rdp_group, size)
             elif isinstance(self.wrapped, DistributedDataParallel) and not sync:

@@ -17,7 +17,7 @@ import torch
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 7 jobs of 2 to 4 processes: about 60 s alone on 2 cores.
+# The fixture runs 8 jobs of 2 to 4 processes: about 70 s alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
@@ -31,6 +31,7 @@ SCENARIOS = {
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel": ("llama", ONE_INSTANCE),
     "llama_tensor_parallel_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
+    "llama_tensor_parallel_unmarked": ("llama", Layout.blocks(instances=2, per_instance=2)),
 }
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),

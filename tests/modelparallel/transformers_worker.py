@@ -34,6 +34,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "llama",
         {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2},
     ),
+    # Nothing marked for tensor parallelism: each rank the whole model, replicas in step.
+    "llama_tensor_parallel_unmarked": (
+        "llama",
+        {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2},
+    ),
 }
 
 
@@ -61,7 +66,7 @@ def main() -> None:
     out, scenario = Path(sys.argv[1]), sys.argv[2]
     family, config = SCENARIOS[scenario]
     smp.init(config)
-    if "tensor_parallel_degree" in config:
+    if "tensor_parallel_degree" in config and not scenario.endswith("_unmarked"):
         with smp.tensor_parallelism():
             net = model(family)
         if scenario.endswith("_ddp"):
