@@ -4,6 +4,12 @@ Every member of an archive is checked with the standard library's ``data`` extra
 filter before anything is written, so a hostile archive (absolute paths, ``..``, links
 pointing out, device files) is refused whole instead of half-extracted.
 
+Checking is bounded work, whoever sent the archive: a member is refused on its header
+(the size it declares, its name) before any of its bytes are read, and the stream is
+refused as it is decompressed once it grows past what the archive may unpack to or
+compresses far better than code does, so a small decompression bomb costs a few MiB of
+reading, not gigabytes.
+
 Packing is deterministic (sorted names, fixed times and owners, no name or time in the
 gzip header), so the same files always give the same bytes; and an archive's ``digest``
 is of what it unpacks to, so bundles packed by other tools still compare by content.
@@ -11,23 +17,49 @@ is of what it unpacks to, so bundles packed by other tools still compare by cont
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
+import io
+import lzma
 import os
 import stat
 import tarfile
 import tempfile
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, cast
 
 
 class ArchiveError(Exception):
     """The archive is unreadable or would write outside its target."""
 
 
+class ArchiveTooLarge(ArchiveError):
+    """The archive would unpack to more bytes or members than allowed, or is a bomb."""
+
+
 MAX_MEMBERS = 200_000
 MAX_UNPACKED_BYTES = 4 * 1024**3
+# Code and its data files compress about 3-10:1 and little real content passes 100:1,
+# while a run of zeros compresses about 1000:1 with gzip (far more with bz2 or xz). An
+# archive unpacking to more than this many times the packed bytes read so far is a bomb.
+MAX_COMPRESSION_RATIO = 200
+# The ratio is checked only past this many unpacked bytes: a tiny archive (a few empty or
+# repetitive files) compresses far better than 200:1, and costs nothing to read anyway.
+RATIO_FLOOR_BYTES = 1024**2
+# What a member's headers and padding may take on top of the size it declares: its tar
+# header, a pax or GNU long-name header holding a name and a link target of at most
+# MAX_NAME_BYTES each, padding to the next 512-byte block. The stream may hold this much
+# per member besides the unpacked bytes allowed, so a header can be no bomb either.
+_HEADER_BYTES_PER_MEMBER = 16 * 1024
+# Linux's PATH_MAX and NAME_MAX, and a depth no code tree needs: longer or deeper paths fail
+# to unpack (ENAMETOOLONG, or a RecursionError creating the directories) on every instance.
+MAX_NAME_BYTES = 4096
+MAX_COMPONENT_BYTES = 255
+MAX_DEPTH = 64
 # Every packed member's time: 2000-01-01 UTC. Not 0: tools that zip the unpacked code
 # (building a wheel of a packaged entry point) refuse times before 1980.
 FIXED_MTIME = 946_684_800
@@ -43,29 +75,42 @@ class Contents:
 
 
 def check_archive(
-    archive: Path, destination: Path | None = None, max_bytes: int = MAX_UNPACKED_BYTES
+    archive: Path,
+    destination: Path | None = None,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
 ) -> list[str]:
     """Names of the regular files in ``archive``; raises ArchiveError if any member is
-    unsafe or the whole would unpack to more than ``max_bytes``."""
-    return scan_archive(archive, destination, max_bytes).files
+    unsafe, and ArchiveTooLarge if the whole would unpack to more than ``max_bytes`` or
+    ``max_members`` members, or compresses more than ``MAX_COMPRESSION_RATIO`` to one."""
+    return scan_archive(archive, destination, max_bytes, max_members).files
 
 
 def scan_archive(
-    archive: Path, destination: Path | None = None, max_bytes: int = MAX_UNPACKED_BYTES
+    archive: Path,
+    destination: Path | None = None,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
 ) -> Contents:
     """Check every member as ``check_archive`` does, and digest what it unpacks to."""
-    tree = _Tree(archive, destination or Path(tempfile.gettempdir()) / "runyard-archive-check")
+    tree = _Tree(
+        archive,
+        destination or Path(tempfile.gettempdir()) / "runyard-archive-check",
+        max_bytes,
+        max_members,
+    )
     try:
         # Read as a stream: each member's bytes are hashed as they go by, in one pass.
-        with open(archive, "rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
-            for count, member in enumerate(tar, start=1):
-                tree.add(member, tar.extractfile(member) if member.isfile() else None)
-                if tree.unpacked > max_bytes or count > MAX_MEMBERS:
-                    raise ArchiveError(
-                        f"{archive.name}: unpacks to more than {max_bytes} bytes "
-                        f"or {MAX_MEMBERS} members"
-                    )
-    except (tarfile.TarError, OSError, EOFError) as exc:
+        with open(archive, "rb") as raw:
+            # Decompressed here rather than by tarfile ("r|*"), which inflates a whole
+            # buffer of input at once, however much it unpacks to.
+            stream = _BoundedStream(archive, raw, max_bytes)
+            unpacked = cast(IO[bytes], stream)  # tarfile only calls read()
+            with tarfile.open(fileobj=unpacked, mode="r|", bufsize=_STREAM_CHUNK) as tar:
+                for member in tar:
+                    tree.add(member, tar.extractfile(member) if member.isfile() else None)
+                    stream.members = tree.members
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise ArchiveError(f"{archive.name}: not a readable tar archive ({exc})") from exc
     return tree.contents()
 
@@ -73,19 +118,22 @@ def scan_archive(
 class _Tree:
     """The members seen so far: each checked, and recorded as what it unpacks to."""
 
-    def __init__(self, archive: Path, destination: Path) -> None:
+    def __init__(self, archive: Path, destination: Path, max_bytes: int, max_members: int) -> None:
         self.archive = archive
         self.destination = destination
+        self.max_bytes = max_bytes
+        self.max_members = max_members
         self.unpacked = 0
+        self.members = 0
         self.files: list[str] = []
         # Normalised name -> "kind mode payload"; a later member of the same name replaces
         # an earlier one, as it does on extraction.
         self.records: dict[str, str] = {}
 
     def add(self, member: tarfile.TarInfo, data: IO[bytes] | None) -> None:
+        self._admit(member)
         _check_member(self.archive, member, self.destination)
         name = os.path.normpath(member.name)
-        self.unpacked += member.size
         if member.islnk():
             self._add_hard_link(member, name)
         elif member.isfile():
@@ -95,6 +143,19 @@ class _Tree:
             self.records[name] = f"symlink {member.linkname}"
         elif member.isdir():
             self.records[name] = f"dir {member.mode & 0o7777:o}"
+
+    def _admit(self, member: tarfile.TarInfo) -> None:
+        # On the header alone, before any of the member's bytes are read: the size a
+        # header declares is what unpacking it writes (and what reading it past costs).
+        self.members += 1
+        if self.members > self.max_members:
+            raise ArchiveTooLarge(f"{self.archive.name}: has more than {self.max_members} members")
+        if self.unpacked + member.size > self.max_bytes:
+            raise ArchiveTooLarge(
+                f"{self.archive.name}: unpacks to more than {self.max_bytes} bytes "
+                f"(reached at member {_shown(member.name)}, of {member.size} bytes)"
+            )
+        self.unpacked += member.size
 
     def _add_hard_link(self, member: tarfile.TarInfo, name: str) -> None:
         # tarfile links to a regular file archived before the link; anything else fails
@@ -115,6 +176,83 @@ class _Tree:
         return Contents(files=self.files, digest=digest.hexdigest())
 
 
+class _BoundedStream:
+    """The tar stream inside ``raw``, decompressed as it is read and refused as soon as it
+    grows past the unpacked bytes allowed (with room for headers, ``members`` having gone
+    by) or past ``MAX_COMPRESSION_RATIO`` times the packed bytes read so far."""
+
+    def __init__(self, archive: Path, raw: IO[bytes], max_bytes: int) -> None:
+        self.archive = archive
+        self.max_bytes = max_bytes
+        self.members = 0
+        self.unpacked = 0
+        self._packed, self._stream = _decompressed(raw)
+
+    def read(self, size: int = -1) -> bytes:
+        # tarfile asks for its bufsize at a time, so a check runs every chunk, whether it
+        # reads a member's bytes or a header it keeps whole (a pax or GNU long name).
+        chunk = self._stream.read(size)
+        self.unpacked += len(chunk)
+        # Besides the members' bytes: the headers of those gone by and of the next, and
+        # what tarfile has read ahead.
+        headers = _HEADER_BYTES_PER_MEMBER * (self.members + 1) + _STREAM_CHUNK
+        room = self.max_bytes + headers
+        if self.unpacked > room:
+            raise ArchiveTooLarge(
+                f"{self.archive.name}: unpacks to more than {self.max_bytes} bytes"
+            )
+        if (
+            self.unpacked > RATIO_FLOOR_BYTES
+            and self.unpacked > MAX_COMPRESSION_RATIO * self._packed.count
+        ):
+            raise ArchiveTooLarge(
+                f"{self.archive.name}: unpacks to more than {MAX_COMPRESSION_RATIO} times "
+                f"its packed size ({self.unpacked} bytes from the first "
+                f"{self._packed.count}): refused as a decompression bomb"
+            )
+        return chunk
+
+
+class _Counted(io.RawIOBase):
+    """``raw``, counting the bytes read from it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._raw = raw
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk = self._raw.read(size)
+        self.count += len(chunk)
+        return chunk
+
+
+# How much tarfile asks of the stream at a time, and so how often the limits are checked.
+_STREAM_CHUNK = 64 * 1024
+
+
+def _decompressed(
+    raw: IO[bytes],
+) -> tuple[_Counted, _Counted | gzip.GzipFile | bz2.BZ2File | lzma.LZMAFile]:
+    """``raw`` counted, and what it decompresses to (itself for a plain tar), told apart
+    as tarfile's own "r:*" does. Each reader decompresses a bounded amount per read,
+    however well its input compresses."""
+    start = raw.read(6)
+    raw.seek(0)
+    packed = _Counted(raw)
+    if start.startswith(b"\x1f\x8b"):
+        return packed, gzip.GzipFile(fileobj=packed, mode="rb")
+    if start.startswith(b"BZh"):
+        return packed, bz2.BZ2File(packed)
+    if start.startswith((b"\xfd7zXZ\x00", b"\x5d\x00\x00\x80\x00")):  # .xz, legacy .lzma
+        # LZMAFile reads any object with read(), as BZ2File does; typeshed asks for IO.
+        return packed, lzma.LZMAFile(cast(IO[bytes], packed))
+    return packed, packed
+
+
 def _sha256(data: IO[bytes] | None) -> str:
     digest = hashlib.sha256()
     while data is not None and (chunk := data.read(_READ_CHUNK)):
@@ -124,8 +262,9 @@ def _sha256(data: IO[bytes] | None) -> str:
 
 def _check_member(archive: Path, member: tarfile.TarInfo, destination: Path) -> None:
     def refuse(why: str) -> ArchiveError:
-        return ArchiveError(f"{archive.name}: refused member {member.name!r}: {why}")
+        return ArchiveError(f"{archive.name}: refused member {_shown(member.name)}: {why}")
 
+    _check_path(member, refuse)
     # The data filter would quietly strip a leading "/"; an archive that has one was not
     # made for this purpose, so it is refused whole.
     if member.name.startswith(("/", "\\")) or ".." in PurePosixPath(member.name).parts:
@@ -134,12 +273,43 @@ def _check_member(archive: Path, member: tarfile.TarInfo, destination: Path) -> 
     # can resolve above the directory holding it, however the path is resolved.
     if member.issym() or member.islnk():
         target = PurePosixPath(member.linkname)
+        if _byte_length(member.linkname) > MAX_NAME_BYTES:
+            raise refuse(f"link target longer than {MAX_NAME_BYTES} bytes")
         if target.is_absolute() or ".." in target.parts:
             raise refuse(f"link to {member.linkname!r} points outside its directory")
     try:
         tarfile.data_filter(member, str(destination))
     except tarfile.FilterError as exc:
         raise refuse(str(exc)) from exc
+
+
+def _check_path(member: tarfile.TarInfo, refuse: Callable[[str], ArchiveError]) -> None:
+    """Refuse a name no file system takes: extracting it would fail half-way, on every
+    instance, instead of the archive being refused whole here."""
+    # tarfile strips a directory's trailing "/", so "./" (as `tar -C dir .` writes the top
+    # directory) arrives as "."; anything else with no name would overwrite the target.
+    if not member.name or (os.path.normpath(member.name) == "." and not member.isdir()):
+        raise refuse("empty name")
+    if _byte_length(member.name) > MAX_NAME_BYTES:
+        raise refuse(f"name longer than {MAX_NAME_BYTES} bytes")
+    parts = PurePosixPath(member.name).parts
+    if len(parts) > MAX_DEPTH:
+        raise refuse(f"path deeper than {MAX_DEPTH} directories")
+    if any(_byte_length(part) > MAX_COMPONENT_BYTES for part in parts):
+        raise refuse(f"a directory or file name longer than {MAX_COMPONENT_BYTES} bytes")
+
+
+def _byte_length(name: str) -> int:
+    # tarfile decodes names it cannot read as UTF-8 with surrogateescape; this gives back
+    # the bytes the file system would get.
+    return len(name.encode(errors="surrogateescape"))
+
+
+def _shown(name: str) -> str:
+    """``name`` quoted for a message, cut short when it is too long to read."""
+    if len(name) <= 200:
+        return repr(name)
+    return f"{name[:200]!r}... ({_byte_length(name)} bytes)"
 
 
 def extract(archive: Path, destination: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> None:

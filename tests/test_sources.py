@@ -7,15 +7,17 @@ import io
 import re
 import shutil
 import tarfile
+import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from contract import storage
 from contract.archive import make_tarball
 from service.jobs.schemas import NAME_PATTERN
 from service.settings import Settings
-from tests.archives import archive_with_link, archive_with_member
+from tests.archives import archive_with_link, archive_with_member, gzip_bomb
 from tests.conftest import job_spec
 
 GZIP = {"Content-Type": "application/gzip"}
@@ -167,3 +169,62 @@ def test_a_dry_run_checks_the_bundle_and_stores_nothing(
     assert (
         api.post("/v1/training-jobs", json=job_spec(source_dir, source_uri=uri)).status_code == 201
     )
+
+
+def test_a_decompression_bomb_is_refused_quickly_and_nothing_is_stored(
+    api: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    # 2 MiB uploaded: 2 GiB of zeros, over the 1 GiB a bundle may unpack to by default,
+    # and 256 MiB, under it but packed 1000:1 as no code is.
+    over = gzip_bomb(tmp_path / "over.tar.gz", 2 * 1024**3).read_bytes()
+    packed_too_well = gzip_bomb(tmp_path / "ratio.tar.gz", 256 * 1024**2).read_bytes()
+    for bomb, why in [
+        (over, "unpacks to more than 1073741824 bytes"),
+        (packed_too_well, "unpacks to more than 200 times its packed size"),
+    ]:
+        started = time.monotonic()
+        response = api.post("/v1/sources", content=bomb, headers=GZIP)
+        assert time.monotonic() - started < 5
+        assert response.status_code == 413, response.text
+        assert why in response.json()["detail"]
+    assert not (storage.local_path(settings.artifact_root) / "_sources").exists()
+
+
+def test_the_unpacked_limit_is_a_setting(
+    api: TestClient,
+    settings: Settings,
+    admin_token: str,
+    source_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from service.app import create_app
+
+    monkeypatch.setenv("RUNYARD_MAX_SOURCE_UNPACKED_BYTES", "1000")
+    assert Settings(home=tmp_path / "env").max_source_unpacked_bytes == 1000
+    (source_dir / "data.txt").write_text("x" * 2000)
+    bundle = make_tarball(source_dir, tmp_path / "code.tar.gz").read_bytes()
+    small = settings.model_copy(update={"max_source_unpacked_bytes": 1000})
+    with TestClient(create_app(small)) as client:
+        client.headers["Authorization"] = f"Bearer {admin_token}"
+        refused = client.post("/v1/sources", content=bundle, headers=GZIP)
+    assert refused.status_code == 413, refused.text
+    assert "unpacks to more than 1000 bytes" in refused.json()["detail"]
+    assert api.post("/v1/sources", content=bundle, headers=GZIP).status_code == 201
+
+
+def test_names_that_cannot_unpack_are_refused_at_upload(
+    api: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    for name, why in [
+        ("", "empty name"),
+        ("/".join(["d"] * 2000), "path deeper than 64 directories"),
+    ]:
+        bundle = archive_with_member(tmp_path / "bad.tar.gz", name).read_bytes()
+        response = api.post("/v1/sources", content=bundle, headers=GZIP)
+        assert response.status_code == 422, response.text
+        [error] = response.json()["detail"]
+        assert error["loc"][-1] == "body"
+        assert f"refused member {name[:200]!r}" in error["msg"]
+        assert why in error["msg"]
+    assert not (storage.local_path(settings.artifact_root) / "_sources").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 from fastapi.concurrency import run_in_threadpool
 
 from contract import storage
-from contract.archive import ArchiveError, scan_archive
+from contract.archive import ArchiveError, ArchiveTooLarge, scan_archive
 from service.kit.errors import PayloadTooLarge, SpecError
 from service.settings import Settings
 
@@ -61,7 +61,9 @@ async def _receive(chunks: AsyncIterator[bytes], upload: Path, max_bytes: int) -
 
 def _keep(settings: Settings, upload: Path, dry_run: bool) -> str:
     try:
-        contents = scan_archive(upload)
+        contents = scan_archive(upload, max_bytes=settings.max_source_unpacked_bytes)
+    except ArchiveTooLarge as exc:
+        raise PayloadTooLarge(str(exc)) from exc
     except ArchiveError as exc:
         raise SpecError(("body",), str(exc)) from exc
     uri = storage.join(folder(settings), f"{contents.digest}.tar.gz")
