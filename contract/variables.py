@@ -11,6 +11,7 @@ the runtime sets them from the instance config (``runtime.instance.environment``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, MutableMapping
 
 # Every name Runyard keeps for itself starts so.
 RESERVED_PREFIX = "RUNYARD_"
@@ -85,6 +86,25 @@ AGENT_CONNECT_TIMEOUT = "RUNYARD_AGENT_CONNECT_TIMEOUT"
 AGENT_COMMAND = "RUNYARD_AGENT_COMMAND"
 # Where the EC2 instance metadata service is, if not at its own address (tests).
 IMDS_URL = "RUNYARD_IMDS_URL"
+
+# The job's own variables on their way to its script through processes they must not
+# reach (mpirun, its daemons and their launch agents): each under this prefix, which means
+# nothing to a loader or to Open MPI, until the process that starts the script gives it its
+# own name back (runtime.launch.mpi_rank). A job's names never start with RUNYARD_, so the
+# prefixed names are never the job's own.
+JOB_VARIABLE_PREFIX = "RUNYARD_JOB_VAR_"
+
+
+def carry_job_variables(job: Mapping[str, str]) -> dict[str, str]:
+    """``job`` under the names that carry it past the launcher's own processes."""
+    return {JOB_VARIABLE_PREFIX + name: value for name, value in job.items()}
+
+
+def take_job_variables(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """The job's variables carried in ``environ`` under their own names, removed from it."""
+    carried = [name for name in environ if name.startswith(JOB_VARIABLE_PREFIX)]
+    return {name.removeprefix(JOB_VARIABLE_PREFIX): environ.pop(name) for name in carried}
+
 
 # What a user script sees, named as SageMaker's containers name them (the runtime builds
 # them from the instance config, in ``runtime.instance.environment``). Each constant is

@@ -30,7 +30,7 @@ from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from runtime import channels, checkpoints, launch
 from runtime.instance import image_wait, install, layers, resources
-from runtime.instance.environment import script_environment
+from runtime.instance.environment import launcher_environment, script_environment
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
 from runtime.instance.peers import PeerWatch
@@ -355,25 +355,20 @@ class Trainer:
         if config.container_image:
             return self._container_plan(gpus, cpus)
         python = self._environment()
-        env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
-        env = layers.layer_environment(python, env)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(config.paths.code), env.get("PYTHONPATH")])
-        )
-        # Collective backends pick their interface from these; the backend knows which one
-        # reaches the other instances.
-        env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
-        env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
-        env.setdefault("TP_SOCKET_IFNAME", config.network_interface)  # torch RPC's TensorPipe
+        # The launcher's own processes run without the job's variables, the script with them.
+        env = launcher_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
+        env = _in_job_python(config, python, env)
+        script_env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
+        script_env = _in_job_python(config, python, script_env)
         if config.container_command:
             argv = self._container_command()
-            return launch.plan(config, argv, env, num_gpus=gpus, python=python)
-        args = hyperparameters.to_cli_args(config.hyperparameters)
-        as_module = install.is_package(config.paths.code)
-        argv = command(
-            python.python, config.paths.code, config.entry_point, args, as_module=as_module
-        )
-        return launch.plan(config, argv, env, num_gpus=gpus, python=python)
+        else:
+            args = hyperparameters.to_cli_args(config.hyperparameters)
+            as_module = install.is_package(config.paths.code)
+            argv = command(
+                python.python, config.paths.code, config.entry_point, args, as_module=as_module
+            )
+        return launch.plan(config, argv, env, script_env=script_env, num_gpus=gpus, python=python)
 
     def _container_plan(self, gpus: int, cpus: int) -> Launch:
         """The job's own image, run in a container that sees this instance as /opt/ml."""
@@ -508,6 +503,22 @@ class Trainer:
             self.spot_watch.stop()
         # Every line is stored before the final report, so a finished job has all its logs.
         self.shipper.close()
+
+
+def _in_job_python(
+    config: InstanceConfig, python: PythonEnvironment, env: dict[str, str]
+) -> dict[str, str]:
+    """``env`` for a process of the job's: in its Python environment, with its code."""
+    env = layers.layer_environment(python, env)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(config.paths.code), env.get("PYTHONPATH")])
+    )
+    # Collective backends pick their interface from these; the backend knows which one
+    # reaches the other instances.
+    env.setdefault("GLOO_SOCKET_IFNAME", config.network_interface)
+    env.setdefault("NCCL_SOCKET_IFNAME", config.network_interface)
+    env.setdefault("TP_SOCKET_IFNAME", config.network_interface)  # torch RPC's TensorPipe
+    return env
 
 
 def _shared_paths(config: InstanceConfig) -> list[Path]:

@@ -166,7 +166,7 @@ def test_what_sagemaker_users_pass_is_accepted(api: TestClient, source_dir: Path
 def test_the_environment_holds_open_mpi_variables_to_the_same_rule(
     api: TestClient, source_dir: Path, variable: str
 ) -> None:
-    # Under mpirun the job's environment is mpirun's own.
+    # The job's environment reaches each rank, whose Open MPI library reads these.
     response = api.post("/v1/training-jobs", json=job_spec(source_dir, environment={variable: "x"}))
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"][:2] == ["body", "environment"]

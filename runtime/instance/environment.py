@@ -64,9 +64,31 @@ def training_env(config: InstanceConfig, *, num_gpus: int, num_cpus: int) -> dic
 def script_environment(
     config: InstanceConfig, inherited: Mapping[str, str], *, num_gpus: int, num_cpus: int
 ) -> dict[str, str]:
+    """What the user's script runs with: ``inherited`` (the runtime's own, less its
+    secrets), the job's own ``environment``, and the SageMaker contract over both."""
+    return _environment(config, inherited, config.environment, num_gpus, num_cpus)
+
+
+def launcher_environment(
+    config: InstanceConfig, inherited: Mapping[str, str], *, num_gpus: int, num_cpus: int
+) -> dict[str, str]:
+    """What the processes a launcher starts for itself run with (mpirun, its daemons and
+    their launch agents, Runyard's helpers): the script's environment as it would be had
+    the job set no variables of its own. The job's variables are the script's alone: one
+    such as LD_PRELOAD or PYTHONPATH would change what those processes load and run."""
+    return _environment(config, inherited, {}, num_gpus, num_cpus)
+
+
+def _environment(
+    config: InstanceConfig,
+    inherited: Mapping[str, str],
+    job: Mapping[str, str],
+    num_gpus: int,
+    num_cpus: int,
+) -> dict[str, str]:
     paths = config.paths
     env = {key: value for key, value in inherited.items() if key not in variables.PRIVATE}
-    env.update(config.environment)
+    env.update(job)
     channels = sorted(config.channels)
     full = training_env(config, num_gpus=num_gpus, num_cpus=num_cpus)
     env.update(
@@ -103,7 +125,7 @@ def script_environment(
     )
     # What the framework's container sets for every job; the job's own environment wins.
     for key, value in framework_environment(config, env).items():
-        env[key] = config.environment.get(key, value)
+        env[key] = job.get(key, value)
     for name in channels:
         env[variables.sm_channel(name)] = str(paths.data / name)
     for key, value in config.hyperparameters.items():

@@ -11,6 +11,10 @@ parameter_server  TensorFlow: TF_CONFIG and a ps task per instance; PyTorch: a R
                   (``parameter_servers``)
 tf_multi_worker   multi_worker_mirrored_strategy: TF_CONFIG, the entry point once per
                   instance (``tf_config``)
+
+Each gets two environments: the one its own processes run with (mpirun, Runyard's
+helpers), without the job's variables, and the script's, with them: a job's variables
+reach its script and nothing else.
 """
 
 from __future__ import annotations
@@ -23,9 +27,19 @@ from runtime.instance.layers import PythonEnvironment
 from runtime.launch import mpi, parameter_servers, tf_config, torch_distributed
 from runtime.launch.workers import Launch, WorkerSpec
 
-# (config, mode, entry point argv, its variables, GPUs, the job's Python environment)
+# (config, mode, entry point argv, the launcher's variables, the script's, GPUs, the
+# job's Python environment)
 Plan = Callable[
-    [InstanceConfig, Mode | None, list[str], dict[str, str], int, PythonEnvironment], Launch
+    [
+        InstanceConfig,
+        Mode | None,
+        list[str],
+        dict[str, str],
+        dict[str, str],
+        int,
+        PythonEnvironment,
+    ],
+    Launch,
 ]
 
 
@@ -33,11 +47,12 @@ def _script(
     config: InstanceConfig,
     _mode: Mode | None,
     entry: list[str],
-    env: dict[str, str],
+    _env: dict[str, str],
+    script_env: dict[str, str],
     _gpus: int,
     _python: PythonEnvironment,
 ) -> Launch:
-    return Launch([WorkerSpec(entry, env, config.paths.code)])
+    return Launch([WorkerSpec(entry, script_env, config.paths.code)])
 
 
 LAUNCHERS: dict[Launcher, Plan] = {
@@ -54,14 +69,23 @@ def plan(
     entry: list[str],
     env: dict[str, str],
     *,
+    script_env: dict[str, str] | None = None,
     num_gpus: int,
     python: PythonEnvironment | None = None,
 ) -> Launch:
-    """The processes to start; ``python`` is the job's environment (by default the
-    runtime's own), whose interpreter runs Runyard's own helper processes too."""
+    """The processes to start. ``env``: what the launcher's own processes run with;
+    ``script_env``: what the script runs with, the job's variables included (by default
+    ``env``, for a job that sets none); ``python``: the job's Python environment (by
+    default the runtime's own), whose interpreter runs Runyard's helper processes too."""
     mode = config.mode
     # A mode this runtime has no launcher for is refused at submission; run the script.
     launcher = mode.launcher if mode is not None and mode.launcher else Launcher.SCRIPT
     return LAUNCHERS[launcher](
-        config, mode, entry, env, num_gpus, python or PythonEnvironment.current()
+        config,
+        mode,
+        entry,
+        env,
+        env if script_env is None else script_env,
+        num_gpus,
+        python or PythonEnvironment.current(),
     )

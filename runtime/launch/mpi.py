@@ -6,6 +6,10 @@ runs the command in that instance's directory and environment; where instances a
 separate machines, runtime.launch.remote_agent, whose server the other instances run while
 they wait). The other instances start no rank themselves: they wait for the Open MPI
 daemon started on them, and end when it does.
+
+mpirun, its daemons and their launch agents run without the job's own variables: those
+travel to each rank under Runyard's names (``variables.carry_job_variables``), and the
+rank's shim (``runtime.launch.mpi_rank``) sets them just before it becomes the script.
 """
 
 from __future__ import annotations
@@ -73,27 +77,69 @@ def plan(
     mode: Mode | None,
     entry: list[str],
     env: dict[str, str],
+    script_env: dict[str, str],
     gpus: int,
     python: PythonEnvironment,
 ) -> Launch:
     if not config.is_master:
         return Launch(waits_for_mpi=True)
     options = mode.launch_options(config.distribution) if mode is not None else {}
+    # Checked again here: a job stored before a rule changed runs under today's rules.
+    try:
+        custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
+    except mpi_options.MpiOptionError as exc:
+        raise MpiSetupError(f"custom_mpi_options: {exc}") from exc
+    env = rank_environment(config, mode, env, python)
+    script_env = rank_environment(config, mode, script_env, python)
+    job = job_variables(config, env, script_env, custom)
+    # A bare `-x NAME` forwards mpirun's own NAME, which mpirun lacks where the name is the
+    # job's (Open MPI would warn that it is not set): the shim sets that one.
+    custom = [
+        argument
+        for argument in custom
+        if not (argument.option == "-x" and argument.values[0] in job)
+    ]
+    env = {**env, **variables.carry_job_variables(job)}
+    argv = mpirun_command(
+        config, entry, env, python, per_host=processes_per_host(options, gpus), custom=custom
+    )
+    return Launch([WorkerSpec(argv, env, config.paths.code)])
+
+
+def rank_environment(
+    config: InstanceConfig, mode: Mode | None, env: dict[str, str], python: PythonEnvironment
+) -> dict[str, str]:
+    """``env`` with what every rank needs besides: the env:// rendezvous and the libraries
+    its mode offers."""
     # Forwarded to every rank, for scripts that rendezvous with env:// (pytorchddp).
     env = {**env, "MASTER_ADDR": config.master_addr, "MASTER_PORT": str(config.master_port)}
     # What the job installed (requirements.txt, on its PYTHONPATH) counts as installed.
     search = [*filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *python.search]
     for directory in library_path(mode.libraries if mode is not None else (), search):
         env = {**env, "PYTHONPATH": _prepend(str(directory), env.get("PYTHONPATH"))}
-    # Checked again here: a job stored before a rule changed runs under today's rules.
-    try:
-        custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
-    except mpi_options.MpiOptionError as exc:
-        raise MpiSetupError(f"custom_mpi_options: {exc}") from exc
-    argv = mpirun_command(
-        config, entry, env, python, per_host=processes_per_host(options, gpus), custom=custom
-    )
-    return Launch([WorkerSpec(argv, env, config.paths.code)])
+    return env
+
+
+def job_variables(
+    config: InstanceConfig,
+    env: dict[str, str],
+    script_env: dict[str, str],
+    custom: list[mpi_options.Argument],
+) -> dict[str, str]:
+    """What a rank's shim sets over what mpirun gives the rank: each variable the job sets
+    and whatever else those change (the job's PATH after its Python environment's), as
+    the script sees them. Not a variable that the job's own ``-x NAME=value`` sets: that one
+    wins, as the first ``-x`` of a name does in Open MPI."""
+    given = {
+        argument.variable
+        for argument in custom
+        if argument.variable is not None and "=" in argument.values[0]
+    }
+    return {
+        name: value
+        for name, value in script_env.items()
+        if (name in config.environment or env.get(name) != value) and name not in given
+    }
 
 
 def library_path(names: tuple[str, ...], search: Sequence[str]) -> list[Path]:
@@ -165,8 +211,14 @@ def mpirun_command(
         custom = [argument for argument in custom if argument.mca_param not in ("btl", "coll")]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
-    forwarded = [name for name in env if name in FORWARDED or name.startswith(variables.SM_PREFIX)]
-    forwarded += [name for name in config.environment if name not in forwarded]
+    # By name only: mpirun reads the values from its own environment, so that none (the
+    # job's secrets among them) is ever part of a command line, which is logged.
+    forwarded = [
+        name
+        for name in env
+        if name in FORWARDED
+        or name.startswith((variables.SM_PREFIX, variables.JOB_VARIABLE_PREFIX))
+    ]
     for name in forwarded:
         if name not in variables_set:
             argv += ["-x", name]

@@ -7,7 +7,8 @@ instances after the first, until the master's task is done too
 (``runtime.launch.tensorflow_master``); with one instance, the script alone, without
 TF_CONFIG. PyTorch: one Runyard parameter server per instance (RPC ranks 0..S-1, in
 host order), then the workers (ranks S.., host by host), as ``runtime.parameter_server``
-expects.
+expects. The servers and the waits are Runyard's helpers: they run without the job's
+variables, which are the script's alone.
 """
 
 from __future__ import annotations
@@ -25,26 +26,30 @@ def plan(
     _mode: Mode | None,
     entry: list[str],
     env: dict[str, str],
+    script_env: dict[str, str],
     gpus: int,
     python: PythonEnvironment,
 ) -> Launch:
     if config.framework == "tensorflow":
-        return Launch(_tensorflow(config, entry, env, python.python))
-    return Launch(_pytorch(config, entry, env, max(gpus, 1), python.python))
+        return Launch(_tensorflow(config, entry, env, script_env, python.python))
+    return Launch(_pytorch(config, entry, env, script_env, max(gpus, 1), python.python))
 
 
 def _tensorflow(
-    config: InstanceConfig, entry: list[str], env: dict[str, str], python: str
+    config: InstanceConfig,
+    entry: list[str],
+    env: dict[str, str],
+    script_env: dict[str, str],
+    python: str,
 ) -> list[WorkerSpec]:
     code = config.paths.code
     if len(config.hosts) == 1:
-        return [WorkerSpec(entry, env, code)]
+        return [WorkerSpec(entry, script_env, code)]
     ps_env = tf_config.environment(env, tf_config.parameter_server(config, ps_task=True))
     script_config = tf_config.parameter_server(config, ps_task=False)
-    script_env = tf_config.environment(env, script_config)
     specs = [
         WorkerSpec([python, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True),
-        WorkerSpec(entry, script_env, code),
+        WorkerSpec(entry, tf_config.environment(script_env, script_config), code),
     ]
     if not config.is_master:
         [master] = script_config["cluster"]["master"]
@@ -57,12 +62,12 @@ def _pytorch(
     config: InstanceConfig,
     entry: list[str],
     env: dict[str, str],
+    script_env: dict[str, str],
     workers_per_host: int,
     python: str,
 ) -> list[WorkerSpec]:
     servers = len(config.hosts)
-    common = {
-        **env,
+    group = {
         "MASTER_ADDR": config.master_addr,
         "MASTER_PORT": str(config.master_port),
         variables.PS_NUM_SERVERS: str(servers),
@@ -71,11 +76,13 @@ def _pytorch(
     # The server only applies optimizer steps: one thread leaves the CPUs to the workers,
     # which, several to an instance, also get one each (as under torchrun).
     server_env = {
-        **common,
+        **env,
+        **group,
         variables.PS_ROLE: "server",
         variables.PS_RANK: str(config.node_rank),
-        "OMP_NUM_THREADS": common.get("OMP_NUM_THREADS", "1"),
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
     }
+    common = {**script_env, **group}
     if workers_per_host > 1:
         common.setdefault("OMP_NUM_THREADS", "1")
     specs = [WorkerSpec([python, "-m", "runtime.parameter_server"], server_env, config.paths.code)]

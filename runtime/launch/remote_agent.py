@@ -20,7 +20,7 @@ A connection that ends before X ends the command: its process group, and every p
 carrying the command's marker (Open MPI's daemon detaches from the group). The key is
 derived from the job's token, which never leaves the runtime: the first instance's runtime
 leaves the key in a 0600 file under its base dir, where the client, a child of mpirun with
-the script's environment (no token there), finds it through SM_BASE_DIR. A command for the
+the launcher's environment (no token there), finds it through SM_BASE_DIR. A command for the
 client's own host runs right there, as the local agent runs it.
 """
 

@@ -15,8 +15,8 @@ import sys
 def main() -> None:
     # TensorFlow's C++ notes are not the job's: its start-up (CPU features, oneDNN) and,
     # while a TensorFlow 1 script trains, warnings about steps it cleans up after ("Local
-    # rendezvous is aborting ... Cleanup"). Its errors still show; a job's own
-    # TF_CPP_MIN_LOG_LEVEL wins.
+    # rendezvous is aborting ... Cleanup"). Its errors still show; a level already set
+    # wins (the job's own variables are its script's, not this helper's).
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         import tensorflow as tf

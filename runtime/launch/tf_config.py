@@ -86,9 +86,10 @@ def plan_multi_worker(
     config: InstanceConfig,
     _mode: Mode | None,
     entry: list[str],
-    env: dict[str, str],
+    _env: dict[str, str],
+    script_env: dict[str, str],
     _gpus: int,
     _python: PythonEnvironment,
 ) -> Launch:
-    tf_env = environment(env, multi_worker_mirrored(config))
+    tf_env = environment(script_env, multi_worker_mirrored(config))
     return Launch([WorkerSpec(entry, tf_env, config.paths.code)])

@@ -1,7 +1,8 @@
 """A torchrun equivalent: ``nproc_per_node`` processes per instance, ranked across hosts.
 
 Each instance starts its own processes with the env:// rendezvous variables pointing at
-algo-1, which is all ``torch.distributed.init_process_group()`` needs.
+algo-1, which is all ``torch.distributed.init_process_group()`` needs. The runtime is the
+agent that starts them: every process it starts runs the script, with the job's variables.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ def plan(
     config: InstanceConfig,
     _mode: Mode | None,
     entry: list[str],
-    env: dict[str, str],
+    _env: dict[str, str],
+    script_env: dict[str, str],
     gpus: int,
     _python: PythonEnvironment,
 ) -> Launch:
-    return Launch(worker_specs(config, entry, env, max(gpus, 1)))
+    return Launch(worker_specs(config, entry, script_env, max(gpus, 1)))
 
 
 def worker_specs(

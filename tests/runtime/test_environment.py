@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from contract.instance_config import load
-from runtime.instance.environment import script_environment
+from runtime.instance.environment import launcher_environment, script_environment
 from tests.instances import launch_request, write_instances
 
 CONTRACT = [
@@ -129,6 +129,27 @@ def test_a_pytorch_script_is_given_what_sagemakers_pytorch_container_exports(
 def test_the_jobs_own_environment_wins_over_the_containers(tmp_path: Path) -> None:
     env, _base = _environment(tmp_path, environment={"NCCL_DEBUG": "INFO", "MASTER_PORT": "1234"})
     assert (env["NCCL_DEBUG"], env["MASTER_PORT"]) == ("INFO", "1234")
+
+
+def test_the_launchers_own_processes_get_the_environment_without_the_jobs_variables(
+    tmp_path: Path,
+) -> None:
+    job = {"LD_PRELOAD": "/job/hook.so", "NCCL_DEBUG": "INFO", "AWS_REGION": "us-east-2"}
+    bases = write_instances(
+        tmp_path / "job", launch_request(tmp_path / "src", environment=job), 7777
+    )
+    config = load(bases["algo-1"])
+    inherited = {"PATH": "/bin", "RUNYARD_JOB_TOKEN": "secret"}
+    launcher = launcher_environment(config, inherited, num_gpus=0, num_cpus=2)
+    script = script_environment(config, inherited, num_gpus=0, num_cpus=2)
+    assert "LD_PRELOAD" not in launcher
+    assert "AWS_REGION" not in launcher
+    # The framework's defaults and the SageMaker contract are everyone's.
+    assert launcher["NCCL_DEBUG"] == "WARN"
+    assert launcher["SM_CURRENT_HOST"] == "algo-1"
+    assert "RUNYARD_JOB_TOKEN" not in launcher
+    # The script's is the launcher's with the job's variables over it.
+    assert script == {**launcher, **job}
 
 
 def test_a_tensorflow_script_is_given_tensorflows_variables_and_a_model_dir(

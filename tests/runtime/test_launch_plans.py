@@ -142,16 +142,21 @@ def test_mpirun_on_the_first_instance_only(tmp_path: Path) -> None:
         host: InstanceConfig(**{**config.__dict__, "launch_agent": ("agent", "--hosts", "f.json")})
         for host, config in configs.items()
     }
-    env = {"PATH": "/bin", "SM_HOSTS": "[]", "MY_FLAG": "1", "RUNYARD_HOST": "algo-1"}
-    master = plan(configs["algo-1"], ["python", "train.py"], env, num_gpus=0)
+    env = {"PATH": "/bin", "SM_HOSTS": "[]", "RUNYARD_HOST": "algo-1"}
+    script_env = {**env, "MY_FLAG": "1"}
+    master = plan(configs["algo-1"], ["python", "train.py"], env, script_env=script_env, num_gpus=0)
     (mpirun,) = master.specs
     argv = mpirun.argv
     assert argv[argv.index("--host") + 1] == "algo-1:3,algo-2:3"
     assert argv[argv.index("-np") + 1] == "6"
     assert argv[argv.index("plm_ssh_agent") + 1] == "agent --hosts f.json"
     forwarded = [argv[i + 1] for i, part in enumerate(argv) if part == "-x"]
-    assert {"PATH", "SM_HOSTS", "MY_FLAG", "MASTER_ADDR", "MASTER_PORT"} <= set(forwarded)
+    assert {"PATH", "SM_HOSTS", "MASTER_ADDR", "MASTER_PORT"} <= set(forwarded)
     assert "RUNYARD_HOST" not in forwarded  # each instance's identity comes from its agent
+    # The job's own variable passes mpirun under Runyard's name, for the rank's shim.
+    assert "MY_FLAG" not in mpirun.env
+    assert mpirun.env["RUNYARD_JOB_VAR_MY_FLAG"] == "1"
+    assert "RUNYARD_JOB_VAR_MY_FLAG" in forwarded
     assert argv[-4:] == ["-m", "runtime.launch.mpi_rank", "python", "train.py"]
     assert argv[argv.index("NCCL_DEBUG=INFO") - 1] == "-x"
     assert "self,tcp" not in argv  # separate machines keep shared memory inside each
@@ -242,3 +247,79 @@ def test_tensorflow_processes_get_two_inter_op_threads_at_least(
         tf_processes = [spec for spec in launch.specs if "TF_CONFIG" in spec.env]
         assert tf_processes
         assert {spec.env.get("TF_NUM_INTEROP_THREADS") for spec in tf_processes} == {threads}
+
+
+# The job's own variables, as the runtime hands them to a launcher: in the script's
+# environment only.
+JOB = {"LD_PRELOAD": "/job/hook.so", "JOB_MARKER": "on"}
+
+
+@pytest.mark.parametrize(
+    ("framework", "distribution"),
+    [
+        ("pytorch", {}),
+        ("pytorch", {"torch_distributed": {"enabled": True}}),
+        ("pytorch", {"parameter_server": {"enabled": True}}),
+        ("tensorflow", {"parameter_server": {"enabled": True}}),
+        ("tensorflow", {"multi_worker_mirrored_strategy": {"enabled": True}}),
+    ],
+    ids=["script", "torch_distributed", "pytorch-ps", "tensorflow-ps", "multi_worker"],
+)
+def test_only_the_processes_that_run_the_script_get_the_jobs_variables(
+    tmp_path: Path, framework: str, distribution: dict[str, Any]
+) -> None:
+    configs = _configs(
+        tmp_path, CLUSTER, framework=framework, distribution=distribution, environment=JOB
+    )
+    env = {"PATH": "/bin"}
+    launch = plan(
+        configs["algo-2"], ["python", "train.py"], env, script_env={**env, **JOB}, num_gpus=2
+    )
+    scripts = [spec for spec in launch.specs if spec.argv == ["python", "train.py"]]
+    helpers = [spec for spec in launch.specs if spec.argv != ["python", "train.py"]]
+    assert scripts
+    assert all(spec.env.items() >= JOB.items() for spec in scripts)
+    # Runyard's parameter servers and the wait for the master are the runtime's helpers.
+    assert not [spec.argv for spec in helpers if JOB.keys() & spec.env.keys()]
+
+
+def test_mpirun_carries_the_jobs_variables_past_itself_to_the_ranks(tmp_path: Path) -> None:
+    job = {"LD_PRELOAD": "/job/hook.so", "API_TOKEN": "s3cret", "NCCL_DEBUG": "WARN"}
+    job |= {"PYTHONPATH": "/job/lib", "OMP_NUM_THREADS": "4", "GLOO_SOCKET_IFNAME": "eth1"}
+    options = "-x OMP_NUM_THREADS=2 -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME"
+    data_parallel = {"enabled": True, "custom_mpi_options": options}
+    distribution = {"smdistributed": {"dataparallel": data_parallel}}
+    config = _configs(tmp_path, distribution=distribution, environment=job)["algo-1"]
+    config = InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
+    env = {"PATH": "/bin", "PYTHONPATH": "/code", "NCCL_DEBUG": "WARN", "NCCL_SOCKET_IFNAME": "lo"}
+    script_env = {**env, **job, "PYTHONPATH": "/code:/job/lib"}
+    (mpirun,) = plan(config, ["python", "train.py"], env, script_env=script_env, num_gpus=0).specs
+    # mpirun runs as if the job had set nothing.
+    assert {name: mpirun.env.get(name) for name in job} == {
+        **dict.fromkeys(job),
+        "PYTHONPATH": f"{COMPAT_DIR}:/code",
+        "NCCL_DEBUG": "WARN",
+    }
+    carried = {
+        name.removeprefix("RUNYARD_JOB_VAR_"): value
+        for name, value in mpirun.env.items()
+        if name.startswith("RUNYARD_JOB_VAR_")
+    }
+    assert carried == {
+        "LD_PRELOAD": "/job/hook.so",
+        "API_TOKEN": "s3cret",
+        # The job's own, though mpirun's is the same: every rank gets it, wherever it runs.
+        "NCCL_DEBUG": "WARN",
+        # As the script sees it, the library its mode offers first.
+        "PYTHONPATH": f"{COMPAT_DIR}:/code:/job/lib",
+        # A bare -x of the job's variable is left to the shim, which sets the job's value.
+        "GLOO_SOCKET_IFNAME": "eth1",
+        # Not OMP_NUM_THREADS: the job's options set it for the ranks with -x, which wins.
+    }
+    argv = mpirun.argv
+    forwarded = [argv[i + 1] for i, part in enumerate(argv) if part == "-x"]
+    assert {f"RUNYARD_JOB_VAR_{name}" for name in carried} <= set(forwarded)
+    assert "GLOO_SOCKET_IFNAME" not in forwarded
+    assert {"OMP_NUM_THREADS=2", "NCCL_SOCKET_IFNAME"} <= set(forwarded)
+    # Forwarded by name: no value of the job's is on the command line, which is logged.
+    assert not [word for word in argv if "s3cret" in word or "/job/" in word]

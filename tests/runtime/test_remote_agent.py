@@ -62,7 +62,7 @@ class Cluster:
         return remote_agent.serving(config, self.key, env, self.logs.append, **options)
 
     def client_env(self, patience: float = 5.0) -> dict[str, str]:
-        """What mpirun on algo-1 hands its launch agent: the script's environment."""
+        """What mpirun on algo-1 hands its launch agent: the launcher's environment."""
         return {
             **os.environ,
             "SM_BASE_DIR": str(self.bases["algo-1"]),
