@@ -44,3 +44,10 @@ def hyperparameter_bytes(values: Mapping[str, Any]) -> int:
 # The most lines one batch from an instance may hold: the service refuses more, the
 # runtime sends no more.
 MAX_LOG_BATCH = 5000
+# The most bytes a batch's messages take as the runtime sends them (JSON with its ASCII
+# escapes: a character of a progress bar, such as "\u2588", takes six). One line takes
+# at most MAX_LINE characters of twelve bytes (a pair of escaped surrogates), far less.
+MAX_LOG_BATCH_TEXT = 4 * 1024 * 1024
+# The most bytes a batch's whole body takes: its messages, and each line's time, stream
+# and punctuation (about 40 bytes). The service takes bodies of at least this size.
+MAX_LOG_BATCH_BODY = MAX_LOG_BATCH_TEXT + MAX_LOG_BATCH * 64

@@ -20,6 +20,7 @@ from service.console import routes as console
 from service.jobs.routes import router as jobs_router
 from service.jobs.submissions import Submissions
 from service.kit import enqueue
+from service.kit.body_limit import BodyLimit
 from service.kit.db import autocommit_reads
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
@@ -69,6 +70,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Signed with SigV4, not a bearer token: it checks its callers itself.
     app.include_router(sagemaker_router)
     console.install(app)
+    # Source bundles stream to disk, up to their own limit; every other body is JSON.
+    app.add_middleware(
+        BodyLimit,
+        default=app.state.settings.max_request_bytes,
+        routes={("POST", sources_router.prefix): app.state.settings.max_source_bytes},
+    )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from contract import storage
 from contract.images import PYTHON, VERSION, Catalog, Image
+from contract.limits import MAX_LOG_BATCH_BODY
 from provisioning.catalog import CATALOG
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import KubernetesSettings
@@ -111,7 +112,15 @@ class Settings(BaseSettings):
     # infrastructure failure, instead of hanging in a collective until max_run. 0: never.
     peer_timeout_seconds: float = Field(default=60.0, ge=0)
     max_instance_count: int = Field(default=16, ge=1)
+    # An uploaded source bundle: at most this many bytes as sent (compressed), and at most
+    # this many once unpacked, which every instance of a job it runs does again. Archives
+    # that compress far better than code (decompression bombs) are refused besides.
     max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
+    max_source_unpacked_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
+    # The largest request body of any other route (job specs, reports, SageMaker's calls),
+    # refused before it is read whole, whoever sends it. At least what an instance's log
+    # batch may take, the largest body the service is sent.
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=MAX_LOG_BATCH_BODY)
     # Images jobs may name besides the built-in catalog's (a JSON list of objects with
     # framework, framework_version, python, packages, and optionally processor, aliases
     # and description); one with a catalog image's name replaces it.

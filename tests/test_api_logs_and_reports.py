@@ -293,6 +293,37 @@ def test_a_followed_stream_ends_once_its_token_is_revoked(
     assert again.status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ({"first_seq": 10**30, "rows": [[1.0, "stdout", "x"]]}, "first_seq"),
+        ({"first_seq": 2**31 - 2, "rows": [[1.0, "stdout", "x"]]}, "first_seq"),
+        (
+            {
+                "lines": [
+                    {
+                        "seq": 2**40,
+                        "time": "2026-01-01T00:00:00Z",
+                        "stream": "stdout",
+                        "message": "x",
+                    }
+                ]
+            },
+            "seq",
+        ),
+    ],
+)
+def test_line_numbers_past_what_the_database_holds_are_refused_by_name(
+    api: TestClient, settings: Settings, source_dir: Path, batch: dict[str, Any], field: str
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir)
+    response = api.post(
+        "/v1/training-jobs/job-1/instances/algo-1/logs", json=batch, headers=headers
+    )
+    assert response.status_code == 422, response.text
+    assert field in {str(part) for error in response.json()["detail"] for part in error["loc"]}
+
+
 def test_phase_reports_are_recorded_and_final_ones_stick(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:

@@ -13,7 +13,7 @@ from service.jobs import service
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
-from tests.conftest import job_spec
+from tests.conftest import job_spec, submit_for_instances
 
 
 def _stored_jobs(api: TestClient) -> list[dict[str, Any]]:
@@ -463,3 +463,63 @@ def test_an_unknown_key_like_no_other_lists_the_keys(api: TestClient, source_dir
         "unknown key; the keys are torch_distributed, pytorchddp, mpi, parameter_server, "
         "smdistributed, multi_worker_mirrored_strategy"
     )
+
+
+# More digits than Python converts from text (4,300): json.loads raises deep inside.
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (["instance_count"], HUGE),
+        (["max_run"], HUGE),
+        (["max_run"], "-" + HUGE),
+        (["hyperparameters", "epochs"], HUGE),
+        (["retry_rules", 0, "on_exit_codes", 1], HUGE),
+        # Fields without a maximum of their own hold what a database column does.
+        (["instance_count"], str(2**31)),
+        (["retry_rules", 0, "on_exit_codes", 1], str(2**31)),
+    ],
+)
+def test_an_integer_out_of_range_is_refused_naming_the_field(
+    api: TestClient, source_dir: Path, field: list[str | int], value: str
+) -> None:
+    spec = job_spec(
+        source_dir,
+        max_retry_attempts=1,
+        retry_rules=[{"on_exit_codes": [1, 2], "action": "retry"}],
+        hyperparameters={"epochs": 3},
+    )
+    where: Any = spec
+    for part in field[:-1]:
+        where = where[part]
+    where[field[-1]] = "@HUGE@"
+    # As text: Python could not write the number as JSON itself.
+    body = json.dumps(spec).replace('"@HUGE@"', value)
+    headers = {"Content-Type": "application/json"}
+    response = api.post("/v1/training-jobs", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", *field]
+    assert value not in response.text
+    assert _stored_jobs(api) == []
+    # The same body without a token is refused for that first.
+    anonymous = api.post(
+        "/v1/training-jobs", content=body, headers={**headers, "Authorization": ""}
+    )
+    assert anonymous.status_code == 401
+
+
+@pytest.mark.parametrize("field", ["exit_code", "attempt"])
+def test_an_instance_report_out_of_range_is_refused_naming_the_field(
+    api: TestClient, settings: Settings, source_dir: Path, field: str
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir)
+    report = {"phase": "Failed", "time": "2026-01-01T00:00:00Z", "exit_code": 1, field: 2**40}
+    response = api.post(
+        "/v1/training-jobs/job-1/instances/algo-1/status", json=report, headers=headers
+    )
+    assert response.status_code == 422, response.text
+    assert [error["loc"] for error in response.json()["detail"]] == [["body", field]]
+    assert api.get("/v1/training-jobs/job-1").json()["status"] != "Failed"

@@ -87,3 +87,12 @@ def test_revoking_the_token_ends_its_sessions(
         assert browser.get("/v1/me").status_code == 200
         assert api.delete("/v1/tokens/laptop").status_code == 204
         assert browser.get("/v1/me").status_code == 401
+
+
+def test_no_other_site_may_show_a_console_page_in_a_frame(settings: Settings) -> None:
+    with _browser(settings) as browser:
+        for path in ("/", "/sign-in", "/jobs/job-1", "/submit", "/capacity"):
+            page = browser.get(path)
+            assert page.status_code == 200, path
+            assert "frame-ancestors 'none'" in page.headers["content-security-policy"], path
+            assert page.headers["x-frame-options"] == "DENY", path

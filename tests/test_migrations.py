@@ -150,3 +150,37 @@ def test_jobs_waiting_before_the_priority_column_keep_their_place(
             line = repository.first_in_line(session, 10)
     assert priorities == {"j1": -3, "j2": 0, "j3": 7, "j4": 9, "j5": 0}
     assert line == ["j3", "j2", "j5", "j1"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_tokens_from_before_random_access_keys_keep_theirs(engine: str, tmp_path: Path) -> None:
+    from service.auth import service as auth
+    from service.auth.tokens import legacy_access_key_id
+
+    key = b"signing key"
+    with _database_at(engine, tmp_path, "0016") as url:
+        with get_engine(url).begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO api_tokens (id, name, project, role, server_admin, prefix, "
+                    "token_hash, created_at) VALUES (7, 'ci', 'default', 'member', false, "
+                    "'ry_', 'hash-7', CURRENT_TIMESTAMP)"
+                )
+            )
+        upgrade(url)
+        with session_scope(url) as session:
+            old_id, old_secret = auth.aws_credentials(session, key, 7)
+            new = auth.create_token(session, "new")
+            made = auth.authenticate(session, key, new)
+            assert made is not None
+            assert made.token_id is not None
+            new_id, _ = auth.aws_credentials(session, key, made.token_id)
+            holder = auth.access_key_holder(session, key, old_id)
+            by_number = auth.access_key_holder(session, key, legacy_access_key_id(made.token_id))
+    # The key the token had is still its key, and signs with the same secret.
+    assert old_id == legacy_access_key_id(7)
+    assert holder is not None
+    assert (holder[0].token_id, holder[1]) == (7, old_secret)
+    # A token made since has a random id, and its row's number names nothing.
+    assert new_id != legacy_access_key_id(made.token_id)
+    assert by_number is None

@@ -229,6 +229,27 @@ def test_another_projects_jobs_are_absent_from_lists_and_names_repeat(world: Wor
     assert mine.json()["id"] == world.beta_job["id"] != world.alpha_job["id"]
 
 
+def test_no_job_is_made_in_a_project_that_does_not_exist(world: World, source_dir: Path) -> None:
+    admin = {"Authorization": f"Bearer {world.tokens['server admin']}"}
+    member = {"Authorization": f"Bearer {world.tokens['alpha member']}"}
+    spec = job_spec(source_dir, name="nowhere-job")
+    for params in ({"project": "nowhere"}, {"project": "nowhere", "dry_run": "true"}):
+        # A server administrator sees every project, so may be told this one is not there;
+        # a project's member gets the same answer for any project not its own.
+        for headers in (admin, member):
+            response = world.api.post(
+                "/v1/training-jobs", params=params, json=spec, headers=headers
+            )
+            assert response.status_code == 404, response.text
+            assert response.json()["detail"] == "no project named 'nowhere'"
+    every = world.api.get("/v1/training-jobs", headers=admin).json()["items"]
+    assert sorted(item["project"] for item in every) == ["alpha", "beta"]
+    # Projects that exist still take the administrator's jobs.
+    beta = world.api.post("/v1/training-jobs", params={"project": "beta"}, json=spec, headers=admin)
+    assert beta.status_code == 201, beta.text
+    assert beta.json()["project"] == "beta"
+
+
 def test_a_dry_run_does_not_tell_whether_another_project_has_a_name(
     world: World, source_dir: Path
 ) -> None:

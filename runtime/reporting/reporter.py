@@ -19,11 +19,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from contract import variables
-from contract.limits import MAX_LINE, MAX_LOG_BATCH
+from contract.limits import MAX_LINE, MAX_LOG_BATCH, MAX_LOG_BATCH_TEXT
 from contract.phases import Phase
 
 log = logging.getLogger("runyard.runtime")
@@ -31,8 +32,6 @@ log = logging.getLogger("runyard.runtime")
 # As many lines as the service takes in one batch: each batch costs a request and a
 # commit, so a script printing fast is shipped in few.
 MAX_BATCH = MAX_LOG_BATCH
-# A batch's text stops growing past this (a batch of long lines is a large request).
-MAX_BATCH_TEXT = 4 * 1024 * 1024
 # The longest a line waits to go out with others: `runyard logs -f` stays this live.
 BATCH_INTERVAL = 0.2
 MAX_BUFFERED = 200_000
@@ -239,10 +238,13 @@ class _Line(NamedTuple):
 
 def _batch_size(pending: list[_Line]) -> int:
     """How many of the first pending lines make one batch: at most MAX_BATCH lines and
-    MAX_BATCH_TEXT characters of text, but always at least one line."""
-    size, budget = 0, MAX_BATCH_TEXT
+    MAX_LOG_BATCH_TEXT bytes of messages as the body writes them, but always at least one
+    line. Counted in bytes sent, not characters: the service bounds bodies in bytes, and
+    escapes make a line of progress bars six times longer than it reads."""
+    size, budget = 0, MAX_LOG_BATCH_TEXT
     for line in itertools.islice(pending, MAX_BATCH):
-        budget -= len(line.message)
+        # As json.dumps writes the message: quoted, with its escapes (json's C code).
+        budget -= len(encode_basestring_ascii(line.message))
         if size and budget < 0:
             break
         size += 1

@@ -53,6 +53,9 @@ class ApiToken(Base):
     server_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     prefix: Mapped[str] = mapped_column(String(12))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The AWS access key id of its credentials, random (service.auth.tokens). Tokens made
+    # before there was one have none: theirs is still derived from the row's id.
+    access_key_id: Mapped[str | None] = mapped_column(String(20), unique=True, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Written at most once a minute per token (service.auth.service.TOUCH_EVERY).
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -32,8 +32,7 @@ def create_token(
 ) -> str:
     """Store a new user token (or the one given) and return it; this is the only time it
     is readable."""
-    if session.get(Project, project) is None:
-        raise NotFound(f"no project named {project!r}")
+    require_project(session, project)
     if _in_force(session, project, name) is not None:
         raise Conflict(f"project {project!r} already has a token named {name!r}")
     # A revoked token's name may be used again: the old row keeps its history under a
@@ -51,6 +50,7 @@ def create_token(
             server_admin=server_admin,
             prefix=token[:12],
             token_hash=tokens.hash_token(token),
+            access_key_id=tokens.new_access_key_id(),
         )
     )
     session.flush()
@@ -84,6 +84,13 @@ def _in_force(session: Session, project: str, name: str) -> ApiToken | None:
             ApiToken.project == project, ApiToken.name == name, ApiToken.revoked_at.is_(None)
         )
     )
+
+
+def require_project(session: Session, name: str) -> None:
+    """Refuse a project that does not exist: a server administrator, who sees every
+    project, may name any, and nothing may be made in one that is not there."""
+    if session.get(Project, name) is None:
+        raise NotFound(f"no project named {name!r}")
 
 
 def create_project(session: Session, name: str) -> Project:
@@ -122,11 +129,20 @@ def access_key_holder(
 ) -> tuple[Principal, str] | None:
     """Who holds an AWS access key, and its secret (to check a signature with); None when
     no token in force has that key."""
-    token_id = tokens.token_id_of_access_key(access_key)
-    row = None if token_id is None else session.get(ApiToken, token_id)
+    row = session.scalar(select(ApiToken).where(ApiToken.access_key_id == access_key))
+    if row is None:
+        row = _legacy_access_key_holder(session, access_key)
     if row is None or row.revoked_at is not None:
         return None
     return principal_of(row), tokens.secret_access_key(signing_key, row.id, row.token_hash)
+
+
+def _legacy_access_key_holder(session: Session, access_key: str) -> ApiToken | None:
+    """The token made before ids were random whose id ``access_key`` is: a token with an id
+    of its own is never reached by its row's number."""
+    token_id = tokens.token_id_of_legacy_access_key(access_key)
+    row = None if token_id is None else session.get(ApiToken, token_id)
+    return row if row is not None and row.access_key_id is None else None
 
 
 def aws_credentials(session: Session, signing_key: bytes, token_id: int) -> tuple[str, str]:
@@ -134,9 +150,8 @@ def aws_credentials(session: Session, signing_key: bytes, token_id: int) -> tupl
     row = session.get(ApiToken, token_id)
     if row is None or row.revoked_at is not None:
         raise NotFound("the token has been revoked")
-    return tokens.access_key_id(row.id), tokens.secret_access_key(
-        signing_key, row.id, row.token_hash
-    )
+    key_id = row.access_key_id or tokens.legacy_access_key_id(row.id)
+    return key_id, tokens.secret_access_key(signing_key, row.id, row.token_hash)
 
 
 def begin_console_session(session: Session, session_id: str, token_id: int) -> None:

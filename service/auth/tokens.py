@@ -19,8 +19,12 @@ USER_PREFIX = "ry_"
 INSTANCE_PREFIX = "ryi_"
 # AWS-style credentials of a user token, for SigV4 clients (boto3, the SageMaker SDKs):
 # the access key id names the token, the secret is derived from it with the signing key.
+# An id is the prefix and 16 random characters of AWS's own alphabet (20 in all, as
+# AWS's): ids say nothing of each other, so none can be guessed from another.
 ACCESS_KEY_PREFIX = "RYAK"
-_ACCESS_KEY = re.compile(ACCESS_KEY_PREFIX + r"([0-9A-F]{16})")
+_ACCESS_KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+# The ids of tokens made before ids were random: the row's number, in hexadecimal.
+_LEGACY_ACCESS_KEY = re.compile(ACCESS_KEY_PREFIX + r"([0-9A-F]{16})")
 
 
 def new_user_token() -> str:
@@ -57,13 +61,17 @@ def _instance_mac(key: bytes, job_id: str, host: str) -> str:
     return hmac.new(key, f"instance:{job_id}:{host}".encode(), hashlib.sha256).hexdigest()
 
 
-def access_key_id(token_id: int) -> str:
-    """The AWS access key id of the user token with that row id (20 characters, as AWS's)."""
+def new_access_key_id() -> str:
+    return ACCESS_KEY_PREFIX + "".join(secrets.choice(_ACCESS_KEY_ALPHABET) for _ in range(16))
+
+
+def legacy_access_key_id(token_id: int) -> str:
+    """The AWS access key id of a user token made before ids were random."""
     return f"{ACCESS_KEY_PREFIX}{token_id:016X}"
 
 
-def token_id_of_access_key(access_key: str) -> int | None:
-    match = _ACCESS_KEY.fullmatch(access_key)
+def token_id_of_legacy_access_key(access_key: str) -> int | None:
+    match = _LEGACY_ACCESS_KEY.fullmatch(access_key)
     token_id = None if match is None else int(match.group(1), 16)
     # Token rows are numbered in a 32-bit column: a larger number names none.
     return token_id if token_id is not None and token_id < 2**31 else None

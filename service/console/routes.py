@@ -18,6 +18,11 @@ STATIC_PATH = "/console/static"
 # Every path this module adds to the app: all open, since none holds data.
 PATHS = frozenset({"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", STATIC_PATH})
 
+# No other site may show a page of the console in a frame, where a click meant for it
+# could be taken (clickjacking): a page only says so for itself. X-Frame-Options is for
+# browsers older than CSP's frame-ancestors.
+FRAMING_HEADERS = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY"}
+
 templates = Jinja2Templates(directory=_HERE / "templates")
 router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -36,7 +41,7 @@ def _page(request: Request, template: str, title: str, **context: object) -> HTM
             "yaml": (VENDOR_DIR / "js-yaml.min.js").is_file(),
             **context,
         },
-        headers={"Cache-Control": "no-store"},
+        headers={"Cache-Control": "no-store", **FRAMING_HEADERS},
     )
 
 

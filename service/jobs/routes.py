@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AfterValidator
 
 from contract import storage
+from service.auth import service as auth
 from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.auth.schemas import NAME_PATTERN
@@ -80,6 +81,10 @@ async def create_training_job(
     administrator may name another). The project's capacity quotas apply to it."""
     project = user.project_in_sight(project)
     user.require(Role.MEMBER, project, "submitting a job")
+    if project != user.project:
+        # A server administrator's choice (a token's own project exists): a create would
+        # otherwise make a job in a project that is not there.
+        await run_in_threadpool(_require_project, settings, project)
     if dry_run:
         plan = await run_in_threadpool(_dry_run, settings, spec, project)
         return JSONResponse(plan.model_dump(mode="json"))
@@ -92,6 +97,11 @@ async def create_training_job(
     # for a JobPublic made just now.
     created = to_public(job).model_dump_json()
     return Response(created, status_code=201, media_type="application/json")
+
+
+def _require_project(settings: Settings, project: str) -> None:
+    with session_scope(settings.database_url, readonly=True) as session:
+        auth.require_project(session, project)
 
 
 def _dry_run(settings: Settings, spec: JobCreate, project: str) -> DryRun:

@@ -45,6 +45,7 @@ from contract.phases import Phase
 from contract.spec import Channel as ChannelSpec
 from contract.spec import JobSpec
 from service.kit import patterns
+from service.kit.integers import INT32_MAX, Int32
 from service.kit.text import Loc, StorableText, find_surrogate, unstorable, without_nul
 
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
@@ -255,7 +256,7 @@ class RetryRule(_Strict):
     ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
     first rule that matches decides."""
 
-    on_exit_codes: list[int] = Field(default_factory=list, max_length=64)
+    on_exit_codes: list[Int32] = Field(default_factory=list, max_length=64)
     on_failure_reasons: list[str] = Field(default_factory=list, max_length=16)
     action: Literal["retry", "fail"]
 
@@ -301,7 +302,8 @@ class JobCreate(_Strict):
     py_version: str | None = Field(default=None, max_length=16)
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     instance_type: str = Field(min_length=1, max_length=64)
-    instance_count: int = Field(default=1, ge=1)
+    # The server's maximum is checked with its configuration; this bounds what is read.
+    instance_count: int = Field(default=1, ge=1, le=INT32_MAX)
     volume_size: int = Field(default=30, ge=1, le=16384)
     distribution: Distribution = Field(default_factory=Distribution)
     inputs: dict[str, Channel] = Field(default_factory=dict)
@@ -579,8 +581,9 @@ def _environment_key_problem(key: str) -> str | None:
     # Names the runtime itself sets: a job may not override them.
     if key.startswith(variables.RESERVED_PREFIX):
         return f"key {key!r}: names starting with {variables.RESERVED_PREFIX} are reserved"
-    # Under mpirun the job's environment is mpirun's own: held to what custom_mpi_options
-    # may set, or Open MPI's launch would be the job's to change.
+    # Under mpirun the job's environment reaches each rank's Open MPI library (never
+    # mpirun's own): held to what custom_mpi_options may set, so a job tunes Open MPI's
+    # communication only in the ways the API allows there.
     if (problem := mpi_options.open_mpi_variable_problem(key)) is not None:
         return f"key {key!r}: {problem}"
     return None
@@ -757,7 +760,7 @@ class InterruptionNotice(_Strict):
     message: StorableText = Field(default="spot capacity reclaimed", min_length=1, max_length=512)
     # The attempt of the instance that got the notice: a late notice from an earlier
     # attempt's instance must not interrupt the next one. Absent when a person sends it.
-    attempt: int | None = Field(default=None, ge=0)
+    attempt: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
 class InstanceReport(_Strict):
@@ -766,12 +769,12 @@ class InstanceReport(_Strict):
     phase: Phase
     time: datetime
     message: StorableText = Field(default="", max_length=4096)
-    exit_code: int | None = None
+    exit_code: Int32 | None = None
     failure_reason: str | None = None
     model_uri: str | None = Field(default=None, max_length=2048)
     # Which start of the job the instance belongs to; an earlier attempt's report is
     # ignored. Absent from runtimes that predate restarts.
-    attempt: int | None = Field(default=None, ge=0)
+    attempt: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
     @field_validator("failure_reason")
     @classmethod

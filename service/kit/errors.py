@@ -12,11 +12,14 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from contract.problems import Problem
+from service.kit import integers
 
 
 class RunyardError(Exception):
@@ -107,6 +110,32 @@ def install_error_handler(app: FastAPI, admit: AdmissionCheck | None = None) -> 
             for error in exc.errors()
         ]
         return JSONResponse(status_code=422, content={"detail": errors})
+
+    # A JSON body holding an integer too long for Python to convert gets FastAPI's 400,
+    # which names nothing: it is answered as the field error it is, credentials first.
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        where = await _too_long_integer(request, exc)
+        if where is None:
+            return await http_exception_handler(request, exc)
+        too_long = {
+            "loc": ("body", *where),
+            "msg": f"Input should be an integer of at most {integers.most_digits()} digits",
+            "type": "int_parsing_size",
+        }
+        return await _invalid(request, RequestValidationError([too_long]))
+
+
+async def _too_long_integer(request: Request, exc: HTTPException) -> tuple[str | int, ...] | None:
+    """Where the body holds an integer too long to convert, when that is why FastAPI could
+    not read it (its 400, raised from json.loads's ValueError); else None."""
+    if exc.status_code != 400 or not isinstance(exc.__cause__, ValueError):
+        return None
+    try:
+        # The body FastAPI read, kept by the request.
+        return integers.first_too_long(integers.json_loads(await request.body()))
+    except (ValueError, RecursionError):
+        return None
 
 
 class ErrorBody(BaseModel):

@@ -7,6 +7,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 from contract.limits import MAX_LINE, MAX_LOG_BATCH
 from service.kit.db import to_micros
+from service.kit.integers import INT32_MAX
 from service.kit.text import StorableText
 
 Stream = Literal["stdout", "stderr", "runtime"]
@@ -32,7 +33,7 @@ class LogLine(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=INT32_MAX)  # what the seq column holds
     time: AwareDatetime
     stream: Stream
     message: Message
@@ -48,7 +49,8 @@ class LogBatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    first_seq: int | None = Field(default=None, ge=1)
+    # The last row's number, too, fits the seq column.
+    first_seq: int | None = Field(default=None, ge=1, le=INT32_MAX - MAX_LOG_BATCH)
     rows: list[tuple[Stamp, Stream, Message]] | None = Field(default=None, max_length=MAX_LOG_BATCH)
     lines: list[LogLine] | None = Field(default=None, max_length=MAX_LOG_BATCH)
 

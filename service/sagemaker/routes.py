@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import service as auth
+from service.kit import integers
 from service.kit.db import session_scope
 from service.kit.errors import NotFound
 from service.sagemaker import (
@@ -165,11 +166,8 @@ def _answer(
     signature = sigv4.read(request.headers)
     with session_scope(settings.database_url) as session:
         holder = auth.access_key_holder(session, settings.signing_key(), signature.access_key)
-        if holder is None:
-            raise sigv4.unrecognized()
-        principal, secret = holder
         arrived = sigv4.Arrived(request.method, str(request.url), request.headers, body)
-        sigv4.verify(signature, secret, arrived, service.signing_name)
+        principal = sigv4.verify_holder(signature, holder, arrived, service.signing_name)
         try:
             params = shapes.check_input(operation_model, read_params(operation_model))
         except AwsError as exc:
@@ -202,7 +200,9 @@ def _parsed(body: bytes) -> Any:
     if not body.strip():
         return {}
     try:
-        return json.loads(body)
+        # An integer too long for Python to convert is kept for the member's check to
+        # refuse by name (service.kit.integers).
+        return integers.json_loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise AwsError("SerializationException", "The request body is not JSON.") from None
 

@@ -3,20 +3,25 @@
 botocore checks only required members, types and minimums before it sends; everything
 else the model says (maximum lengths and values, enums, patterns, unknown members) is
 checked here, so any client (boto3, the SDKs, curl) gets SageMaker's
-``ValidationException`` naming the member, never a 500 or a silent drop. Values are not
-repeated in messages: an environment value may be a secret.
+``ValidationException`` naming the member, never a 500 or a silent drop. An integer
+member without bounds of its own is held to its type's (32 or 64 bits), and one too
+long to convert arrives as a ``TooLong`` (``service.kit.integers``) and is refused as
+out of range. Values are not repeated in messages: an environment value may be a
+secret.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
 from typing import Any
 
 import botocore.session
 import regex
 from botocore.model import OperationModel, ServiceModel, Shape, StructureShape
 
+from service.kit.integers import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, TooLong
 from service.kit.text import unstorable
 from service.sagemaker.errors import AwsError
 
@@ -137,14 +142,18 @@ def _string(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
 
 
 def _integer(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int | TooLong):
         problems.append(_at(path, "Member must be an integer"))
         return
-    _bounds(shape, value, path, problems)
+    amount = value.as_float() if isinstance(value, TooLong) else value
+    # A member without bounds of its own holds what its type does (Java's int and long,
+    # as AWS reads it): no larger number reaches a column or a conversion.
+    low, high = _INTEGER_RANGES[shape.type_name]
+    _within(shape, amount, "value", path, problems, low=low, high=high)
 
 
 def _number(shape: Shape, value: Any, path: str, problems: list[str]) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
         problems.append(_at(path, "Member must be a finite number"))
         return
     _bounds(shape, value, path, problems)
@@ -157,8 +166,15 @@ def _boolean(_shape: Shape, value: Any, path: str, problems: list[str]) -> None:
 
 def _timestamp(_shape: Shape, value: Any, path: str, problems: list[str]) -> None:
     # AWS JSON 1.1 sends timestamps as epoch seconds.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
         problems.append(_at(path, "Member must be a timestamp in epoch seconds"))
+
+
+def _finite(value: float) -> bool:
+    if isinstance(value, int):
+        # Beyond a double's range (over 308 digits): math.isfinite would raise.
+        return abs(value) <= sys.float_info.max
+    return math.isfinite(value)
 
 
 def _length(shape: Shape, length: int, path: str, problems: list[str]) -> None:
@@ -169,15 +185,26 @@ def _bounds(shape: Shape, value: float, path: str, problems: list[str]) -> None:
     _within(shape, value, "value", path, problems)
 
 
-def _within(shape: Shape, amount: float, what: str, path: str, problems: list[str]) -> None:
-    """The model's ``min`` and ``max``: of a length (strings, lists, maps) or a value."""
-    low, high = shape.metadata.get("min"), shape.metadata.get("max")
+def _within(
+    shape: Shape,
+    amount: float,
+    what: str,
+    path: str,
+    problems: list[str],
+    *,
+    low: float | None = None,
+    high: float | None = None,
+) -> None:
+    """The model's ``min`` and ``max`` (else ``low`` and ``high``): of a length (strings,
+    lists, maps) or a value."""
+    low, high = shape.metadata.get("min", low), shape.metadata.get("max", high)
     if low is not None and amount < low:
         problems.append(_at(path, f"Member must have {what} greater than or equal to {low}"))
     if high is not None and amount > high:
         problems.append(_at(path, f"Member must have {what} less than or equal to {high}"))
 
 
+_INTEGER_RANGES = {"integer": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}
 _CHECKERS = {
     "structure": _structure,
     "list": _list,

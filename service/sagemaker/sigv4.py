@@ -4,17 +4,24 @@ The signature is computed again with botocore's own signer from the request as i
 arrived, over the headers the client says it signed, and compared in constant time. The
 request's time must be within ``MAX_SKEW`` of the server's, so a captured request cannot be
 replayed later. The errors are AWS's: ``MissingAuthenticationTokenException`` (no
-signature), ``IncompleteSignature`` (a malformed one), ``UnrecognizedClientException`` (an
-access key nobody holds) and ``InvalidSignatureException`` (a wrong or stale one).
+signature), ``IncompleteSignature`` (a malformed one) and ``InvalidSignatureException``
+(a wrong or stale one).
+
+An access key nobody holds, or a revoked token's, goes through the same checks as any
+other, with a secret nobody knows, and fails as a wrong secret does, where AWS would
+answer ``UnrecognizedClientException``: one answer for every bad key, so that whoever
+tries ids learns nothing of which ones exist or were revoked.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -32,6 +39,9 @@ _SCOPE = re.compile(
 )
 _SIGNED_HEADERS = re.compile(r"[a-z0-9-]+(;[a-z0-9-]+)*")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
+# What a key nobody holds is checked with: as long as a real secret, known to nobody.
+_NOBODYS_SECRET = secrets.token_urlsafe(30)[:40]
+Holder = TypeVar("Holder")
 
 
 @dataclass(frozen=True)
@@ -138,10 +148,7 @@ def verify(
         )
     expected = _signature_of(signature, secret, request)
     if not hmac.compare_digest(expected, signature.value):
-        raise _invalid(
-            "The request signature we calculated does not match the signature you provided. "
-            "Check your AWS Secret Access Key and signing method."
-        )
+        raise mismatch()
 
 
 def _signature_of(signature: Signature, secret: str, request: Arrived) -> str:
@@ -163,9 +170,29 @@ def _signature_of(signature: Signature, secret: str, request: Arrived) -> str:
     return str(signer.signature(signer.string_to_sign(prepared, canonical), prepared))
 
 
-def unrecognized() -> AwsError:
-    return AwsError(
-        "UnrecognizedClientException", "The security token included in the request is invalid."
+def verify_holder(
+    signature: Signature,
+    holder: tuple[Holder, str] | None,
+    request: Arrived,
+    service: str,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Holder:
+    """Who signed ``request``: ``holder`` (who holds the access key, and its secret, or
+    None for a key nobody holds) once its secret is found to have signed it. Every bad
+    key fails the same way, at the same step, as a wrong secret (see the module)."""
+    if holder is None:
+        verify(signature, _NOBODYS_SECRET, request, service, now)
+        raise mismatch()  # should the secret ever be guessed
+    who, secret = holder
+    verify(signature, secret, request, service, now)
+    return who
+
+
+def mismatch() -> AwsError:
+    """The one answer to a wrong secret, an unknown access key and a revoked one."""
+    return _invalid(
+        "The request signature we calculated does not match the signature you provided. "
+        "Check your AWS Access Key ID, Secret Access Key and signing method."
     )
 
 

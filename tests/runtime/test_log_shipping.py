@@ -15,12 +15,14 @@ import uvicorn
 from fastapi.testclient import TestClient
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from contract.limits import MAX_LOG_BATCH
+from contract.limits import MAX_LOG_BATCH, MAX_LOG_BATCH_BODY
 from provisioning.local.backend import free_port
+from runtime.reporting.reporter import LogShipper, ServiceClient
 from service.app import create_app
 from service.settings import Settings
 from tests.conftest import submit_for_instances
 from tests.instances import launch_request, start_runtime, write_instances
+from tests.sagemaker.live import serving
 
 
 class _CountingLogPosts:
@@ -124,3 +126,22 @@ def test_lines_are_stored_while_the_script_still_runs(
         go_on.touch()
         output, _ = runtime.communicate(timeout=60)
     assert runtime.returncode == 0, output[-2000:]
+
+
+def test_batches_of_escaped_characters_fit_the_smallest_body_limit(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    """A progress bar's "█" is six bytes in the body ("\\u2588"): batches are cut by the
+    bytes they send, so even the smallest body limit a server may have takes each."""
+    headers = submit_for_instances(api, settings, source_dir)
+    token = headers["Authorization"].removeprefix("Bearer ")
+    strictest = settings.model_copy(update={"max_request_bytes": MAX_LOG_BATCH_BODY})
+    app = _CountingLogPosts(create_app(strictest))
+    lines = [f"{i} " + "█" * 2500 for i in range(2000)]  # 30 MB as the body writes them
+    with serving(app) as url:
+        shipper = LogShipper(ServiceClient(url, token, "job-1", "algo-1"), echo=False).start()
+        for line in lines:
+            shipper.emit("stdout", line)
+        shipper.close()
+    assert _messages(api, "stdout") == lines
+    assert app.log_posts >= 30_000_000 // MAX_LOG_BATCH_BODY

@@ -4,6 +4,7 @@ malformed or missing signature, or a key nobody holds, gets AWS's error for it."
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,17 +27,18 @@ TARGET = "SageMaker.ListTrainingJobs"
 def signed(
     url: str,
     keys: dict[str, str],
-    body: dict[str, Any],
+    body: Any,
     *,
     target: str = TARGET,
     service: str = "sagemaker",
     when: datetime | None = None,
 ) -> httpx.Response:
-    """A request signed by botocore's own signer, sent as any HTTP client would."""
+    """A request signed by botocore's own signer, sent as any HTTP client would; ``body``
+    as JSON, or as the bytes given."""
     request = AWSRequest(
         method="POST",
         url=url + "/",
-        data=json.dumps(body).encode(),
+        data=body if isinstance(body, bytes) else json.dumps(body).encode(),
         headers={"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"},
     )
     signer = SigV4Auth(
@@ -63,24 +65,26 @@ def error(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, response.json()["__type"]
 
 
-def test_a_tokens_credentials_sign_and_a_wrong_secret_is_refused(
+def answer(response: httpx.Response) -> tuple[int, str, str]:
+    return response.status_code, response.json()["__type"], response.json()["message"]
+
+
+def test_a_tokens_credentials_sign_and_every_bad_key_is_refused_alike(
     api: TestClient, server: str
 ) -> None:
     keys = credentials(api)
-    assert keys["access_key_id"].startswith("RYAK")
-    assert len(keys["access_key_id"]) == 20
+    assert re.fullmatch(r"RYAK[A-Z2-7]{16}", keys["access_key_id"])
     assert signed(server, keys, {}).status_code == 200
 
     secret = keys["secret_access_key"]
     # Its last character changed: to another one, whatever it was.
     wrong = {**keys, "secret_access_key": secret[:-1] + ("y" if secret.endswith("x") else "x")}
-    assert error(signed(server, wrong, {})) == (400, "InvalidSignatureException")
-    nobody = {**keys, "access_key_id": "RYAK" + "F" * 16}
-    assert error(signed(server, nobody, {})) == (400, "UnrecognizedClientException")
-    assert error(signed(server, {**keys, "access_key_id": "AKIAEXAMPLE0000000000"}, {})) == (
-        400,
-        "UnrecognizedClientException",
-    )
+    refused = answer(signed(server, wrong, {}))
+    assert refused[:2] == (400, "InvalidSignatureException")
+    # Keys nobody holds, with the right secret of another key: the same answer, so that
+    # trying ids tells nothing of which exist.
+    for nobodys in ("RYAK" + "F" * 16, "RYAK" + "A" * 16, "AKIAEXAMPLE0000000000"):
+        assert answer(signed(server, {**keys, "access_key_id": nobodys}, {})) == refused
 
 
 def test_the_signature_covers_the_body_the_time_and_the_service(
@@ -132,7 +136,7 @@ def test_a_revoked_tokens_credentials_stop_working(api: TestClient, server: str)
     keys = credentials(api, minted)
     assert signed(server, keys, {}).status_code == 200
     assert api.delete("/v1/tokens/ci").status_code == 204
-    assert error(signed(server, keys, {})) == (400, "UnrecognizedClientException")
+    assert error(signed(server, keys, {})) == (400, "InvalidSignatureException")
 
 
 def test_bad_bodies_and_unknown_operations_get_aws_errors(api: TestClient, server: str) -> None:
@@ -229,4 +233,127 @@ def test_a_stored_member_with_a_lone_surrogate_is_refused(
     response = signed(server, credentials(api), body, target="SageMaker.CreateTrainingJob")
     assert error(response) == (400, "ValidationException")
     assert "debugHookConfig.s3OutputPath" in response.json()["message"]
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_boto3_gets_one_answer_for_a_key_nobody_holds_a_revoked_one_and_a_wrong_secret(
+    api: TestClient, server: str
+) -> None:
+    admin = credentials(api)
+    minted = api.post("/v1/tokens", json={"name": "ci", "role": "member"}).json()["token"]
+    revoked = credentials(api, minted)
+    assert api.delete("/v1/tokens/ci").status_code == 204
+    bad_keys = {
+        "wrong secret": {**admin, "secret_access_key": "x" * 40},
+        "nobody's key": {**admin, "access_key_id": "RYAK" + "Q" * 16},
+        "revoked key": revoked,
+    }
+    answers = {}
+    for label, keys in bad_keys.items():
+        with pytest.raises(ClientError) as caught:
+            client("sagemaker", server, keys).list_training_jobs()
+        reply = caught.value.response
+        answers[label] = (reply["ResponseMetadata"]["HTTPStatusCode"], reply["Error"])
+    # The same status, code and message for each: nothing tells which ids exist.
+    mismatch = (
+        "The request signature we calculated does not match the signature you provided. "
+        "Check your AWS Access Key ID, Secret Access Key and signing method."
+    )
+    expected = (400, {"Code": "InvalidSignatureException", "Message": mismatch})
+    assert answers == dict.fromkeys(bad_keys, expected)
+
+
+def test_access_key_ids_are_random_and_those_issued_before_still_work(
+    api: TestClient, server: str, settings: Any
+) -> None:
+    from sqlalchemy import select, update
+
+    from service.auth.models import ApiToken
+    from service.auth.tokens import legacy_access_key_id
+    from service.kit.db import session_scope
+
+    names = ["one", "two", "three"]
+    minted = {
+        name: api.post("/v1/tokens", json={"name": name, "role": "member"}).json()["token"]
+        for name in names
+    }
+    keys = {name: credentials(api, token) for name, token in minted.items()}
+    with session_scope(settings.database_url, readonly=True) as session:
+        row_ids: dict[str, int] = dict(session.execute(select(ApiToken.name, ApiToken.id)).all())
+    ids = [keys[name]["access_key_id"] for name in names]
+    assert len(set(ids)) == len(ids)
+    for name in names:
+        key_id = keys[name]["access_key_id"]
+        # AWS's shape, and nothing of the row's number in it.
+        assert re.fullmatch(r"RYAK[A-Z2-7]{16}", key_id), key_id
+        assert key_id != legacy_access_key_id(row_ids[name])
+        assert client("sagemaker", server, keys[name]).list_training_jobs()
+    # The row's number is no key of a token with an id of its own.
+    numbered = {**keys["one"], "access_key_id": legacy_access_key_id(row_ids["one"])}
+    with pytest.raises(ClientError, match="InvalidSignatureException"):
+        client("sagemaker", server, numbered).list_training_jobs()
+
+    # A token from before ids were random has none: its key is its row's number still.
+    with session_scope(settings.database_url) as session:
+        session.execute(update(ApiToken).where(ApiToken.name == "two").values(access_key_id=None))
+    before = credentials(api, minted["two"])
+    assert before["access_key_id"] == legacy_access_key_id(row_ids["two"])
+    assert before["secret_access_key"] == keys["two"]["secret_access_key"]
+    assert client("sagemaker", server, before).list_training_jobs()["TrainingJobSummaries"] == []
+
+
+# More digits than Python converts from text (4,300): json.loads would raise deep inside.
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("target", "body", "member", "constraint"),
+    [
+        (TARGET, f'{{"MaxResults": {HUGE}}}', "maxResults", "less than or equal to 100"),
+        (TARGET, f'{{"MaxResults": -{HUGE}}}', "maxResults", "greater than or equal to 1"),
+        (TARGET, f'{{"CreationTimeAfter": {HUGE}}}', "creationTimeAfter", "timestamp"),
+        # Beyond a double's range, under Python's limit.
+        (TARGET, f'{{"CreationTimeAfter": 1{"0" * 400}}}', "creationTimeAfter", "timestamp"),
+        (
+            "SageMaker.CreateTrainingJob",
+            {"ResourceConfig": {"InstanceCount": HUGE}},
+            "resourceConfig.instanceCount",
+            "less than or equal to 2147483647",
+        ),
+        # Members with no maximum of their own: their type's (Java's int and long).
+        (
+            "SageMaker.CreateTrainingJob",
+            {"StoppingCondition": {"MaxRuntimeInSeconds": str(2**31)}},
+            "stoppingCondition.maxRuntimeInSeconds",
+            "less than or equal to 2147483647",
+        ),
+        (
+            "SageMaker.CreateTrainingJob",
+            {"ProfilerConfig": {"ProfilingIntervalInMilliseconds": str(2**63)}},
+            "profilerConfig.profilingIntervalInMilliseconds",
+            "less than or equal to 9223372036854775807",
+        ),
+    ],
+)
+def test_an_integer_out_of_range_is_refused_naming_its_member(
+    api: TestClient,
+    server: str,
+    source_dir: Any,
+    target: str,
+    body: str | dict[str, Any],
+    member: str,
+    constraint: str,
+) -> None:
+    if isinstance(body, dict):  # a CreateTrainingJob with those members, written as given
+        from tests.sagemaker.test_training_jobs import request
+
+        create = request(source_dir)
+        for key, values in body.items():
+            create[key] = {**create.get(key, {}), **{k: f"@{v}@" for k, v in values.items()}}
+        body = re.sub(r'"@(-?[0-9]+)@"', r"\1", json.dumps(create))
+    response = signed(server, credentials(api), body.encode(), target=target)
+    assert error(response) == (400, "ValidationException"), response.text
+    message = response.json()["message"]
+    assert f"'{member}'" in message, message
+    assert constraint in message, message
     assert api.get("/v1/training-jobs").json()["items"] == []
