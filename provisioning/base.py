@@ -232,6 +232,12 @@ class Backend(ABC, Generic[PlanT]):
         refused naming the field); the default accepts whatever the catalog allows."""
         return []
 
+    def shared_because(self) -> str | None:
+        """Why jobs' instances would share one machine (and so could read one another's
+        files and the server's), or None where each is a host of its own: a pod, an EC2
+        instance, a local instance in namespaces."""
+        return None
+
     @abstractmethod
     def materialize(self, request: LaunchRequest) -> Materialized[PlanT]: ...
 

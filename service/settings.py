@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     # (root, with util-linux and iproute2), and lets them share the machine elsewhere;
     # "namespaces" refuses jobs where it cannot; "shared" never uses namespaces.
     local_isolation: Literal["auto", "namespaces", "shared"] = "auto"
+    # Local instances that share the machine (no namespaces) can read one another's files
+    # and the server's: "one" takes such jobs only while the server has one project, "many"
+    # takes them from every project (the operator trusts them all).
+    local_shared_projects: Literal["one", "many"] = "one"
     # A local instance with namespaces that reaches none of its peers for this many seconds
     # (after it did) has lost the job's network: the job restarts, as after any
     # infrastructure failure, instead of hanging in a collective until max_run. 0: never.

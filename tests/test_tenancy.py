@@ -16,12 +16,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from contract import storage
+from runyard.server import prepare
+from service.app import create_app
 from service.auth.access import Role
 from service.auth.tokens import instance_token
 from service.jobs.models import TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
-from tests.conftest import job_spec
+from tests.conftest import job_spec, make_settings
 
 JOB = "shared-name"
 VIEWER, MEMBER, ADMIN = Role.VIEWER, Role.MEMBER, Role.ADMIN
@@ -435,3 +437,44 @@ def test_a_project_admin_cannot_revoke_the_server_administrators_token(
     refused = api.delete("/v1/tokens/admin", headers={"Authorization": f"Bearer {ada}"})
     assert refused.status_code == 403
     assert api.get("/v1/me").json()["server_admin"] is True  # still in force
+
+
+@pytest.mark.parametrize(
+    ("projects", "opted_in", "accepted"),
+    [
+        (["default"], False, True),  # one team: its jobs share the machine as before
+        (["default", "beta"], False, False),
+        (["default", "beta"], True, True),  # the operator trusts every project
+    ],
+)
+def test_instances_that_would_share_the_machine_take_one_projects_jobs_unless_opted_in(
+    tmp_path: Path,
+    database_url: str,
+    source_dir: Path,
+    projects: list[str],
+    opted_in: bool,
+    accepted: bool,
+) -> None:
+    settings = make_settings(
+        tmp_path / "home",
+        database_url,
+        local_isolation="shared",
+        local_shared_projects="many" if opted_in else "one",
+    )
+    admin = prepare(settings)
+    with TestClient(create_app(settings)) as api:
+        api.headers["Authorization"] = f"Bearer {admin}"
+        for project in projects[1:]:
+            assert api.post("/v1/projects", json={"name": project}).status_code == 201
+        answer = api.post(
+            "/v1/training-jobs", params={"dry_run": "true"}, json=job_spec(source_dir)
+        )
+    if accepted:
+        assert answer.status_code == 200, answer.text
+        return
+    assert answer.status_code == 422
+    (problem,) = answer.json()["detail"]
+    assert problem["loc"] == ["body", "backend"]
+    assert "RUNYARD_LOCAL_ISOLATION is shared" in problem["msg"]
+    assert "2 projects" in problem["msg"]
+    assert "RUNYARD_LOCAL_SHARED_PROJECTS=many" in problem["msg"]

@@ -206,6 +206,12 @@ class LocalBackend(Backend[LocalPlan]):
                             f"which needs Linux namespaces here: {why}")]  # fmt: skip
         return []
 
+    def shared_because(self) -> str | None:
+        # Where namespaces are asked for and cannot be used, ``check`` refuses the job.
+        if self.isolation == "shared":
+            return "RUNYARD_LOCAL_ISOLATION is shared"
+        return network.unavailable()
+
     def _isolation(self) -> tuple[Isolation, str]:
         """How this server's instances are kept apart, and why not, when they are not."""
         if self.isolation == "shared":

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -30,10 +30,12 @@ from contract.hosts import host_names
 from contract.images import ImageError
 from contract.limits import MAX_REASON
 from contract.phases import FINAL_PHASES, Phase
+from contract.problems import Problem
 from provisioning import registry
-from provisioning.base import REDACTED, JobRef, LaunchRequest
+from provisioning.base import REDACTED, Backend, JobRef, LaunchRequest
 from provisioning.catalog import CATALOG
 from service.auth.access import Principal, Role
+from service.auth.models import Project
 from service.capacity import service as capacity
 from service.jobs import file_roots, project_areas, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
@@ -47,7 +49,7 @@ from service.jobs.schemas import (
     nul_location,
 )
 from service.jobs.states import TERMINAL, Secondary, Status
-from service.kit.db import utcnow
+from service.kit.db import session_scope, utcnow
 from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
@@ -169,8 +171,33 @@ def prepare(
         }
     )
     # What only the backend knows: whether its instances could reach the code and data.
-    refuse(registry.build(backend, settings).check(final.job_spec(), settings.public_url))
+    built = registry.build(backend, settings)
+    refuse(built.check(final.job_spec(), settings.public_url))
+    if settings.local_shared_projects == "one":
+        refuse(_shared_machine_problems(settings, built))
     return PreparedJob(name=name, backend=backend, spec=final)
+
+
+def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:
+    """Instances that share a machine can read any other job's files and the server's:
+    the server takes such jobs only while it serves one project, unless its operator says
+    every project may (RUNYARD_LOCAL_SHARED_PROJECTS=many)."""
+    why = backend.shared_because()
+    if why is None:
+        return []
+    with session_scope(settings.database_url, readonly=True) as session:
+        projects = session.scalar(select(func.count()).select_from(Project)) or 0
+    if projects <= 1:
+        return []
+    return [
+        Problem(
+            ("backend",),
+            f"local instances would share this machine ({why}), where a job of one of this "
+            f"server's {projects} projects could read another's data; give the instances "
+            "namespaces, or set RUNYARD_LOCAL_SHARED_PROJECTS=many to take jobs of every "
+            "project anyway",
+        )
+    ]
 
 
 def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
