@@ -89,7 +89,8 @@ def split_points(
 
 
 def units(module: nn.Module, stages: int) -> list[Unit]:
-    """The model's units, in the order they were made (``module_tree`` order)."""
+    """The model's units, in the order they were registered (which a measured forward
+    reorders as it runs them)."""
     share = _bytes(module) / (GRANULARITY * stages)
 
     def split(name: str, parent: nn.Module) -> Iterator[Unit]:

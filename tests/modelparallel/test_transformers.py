@@ -76,8 +76,6 @@ def test_follows_one_process_training_and_loads_into_a_fresh_model(
     # The saved state_dict is the model's own: a fresh one loads it, strictly.
     fresh = model(family)
     fresh.load_state_dict(got, strict=True)
-    trained = torch.optim.Adam(fresh.parameters())
-    assert trained.param_groups[0]["params"]
 
 
 @pytest.mark.parametrize("scenario", ["gpt2_simple", "gpt2_interleaved_ddp", "llama_interleaved"])
