@@ -185,7 +185,7 @@ def test_billable_never_exceeds_training_over_attempts_and_skewed_clocks(
     ``skew`` seconds off the service's: whatever the attempts, billable <= training."""
     start = datetime(2026, 1, 1)
     for attempts in (1, 2, 3):
-        for seconds in (0.3, 1.0, 1.99, 7.5, 59.9, 3601.2):
+        for seconds in (0.3, 1.0, 1.99, 7.5, 13.9, 59.9, 3601.2):
             job = TrainingJob(worked_seconds=None, billable_seconds=None)
             at = start
             for _ in range(attempts):
@@ -200,6 +200,9 @@ def test_billable_never_exceeds_training_over_attempts_and_skewed_clocks(
             assert 1 <= job.billable_seconds <= training, (attempts, seconds, skew)
             if spot_price_ratio is None and attempts == 1:
                 assert job.billable_seconds == training
+            elif spot_price_ratio is not None and job.billable_seconds > 1:
+                # Savings of at least the spot price's share, whatever the fractions.
+                assert job.billable_seconds <= training * spot_price_ratio, (attempts, seconds)
 
 
 @pytest.mark.parametrize(

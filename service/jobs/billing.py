@@ -24,9 +24,11 @@ def billable_seconds(worked_seconds: float, spot_price_ratio: float | None) -> i
     ``worked_seconds``: at the spot price's share of on-demand's for a spot job
     (``spot_price_ratio``; None on demand), cut to whole seconds as the training time is,
     and at least one, as it is. On demand, a job of one attempt is billed its training
-    time."""
+    time. The worked time is cut to whole seconds before the share is taken, as the
+    training time is: a spot job then saves at least the spot price's share of the
+    training time (13.9 s worked of 13.9 s: 3 of 13 billed, not 4)."""
     share = 1.0 if spot_price_ratio is None else spot_price_ratio
-    return max(1, int(max(0.0, worked_seconds) * share))
+    return max(1, int(int(max(0.0, worked_seconds)) * share))
 
 
 def spot_savings_percent(billable: int, training: int) -> float:
