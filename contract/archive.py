@@ -18,6 +18,7 @@ is of what it unpacks to, so bundles packed by other tools still compare by cont
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import hashlib
 import io
@@ -31,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, cast
+
+from contract import untrusted
 
 
 class ArchiveError(Exception):
@@ -322,12 +325,17 @@ def extract(archive: Path, destination: Path, max_bytes: int = MAX_UNPACKED_BYTE
 def make_tarball(source_dir: Path, target: Path, exclude: frozenset[str] = frozenset()) -> Path:
     """Write ``source_dir``'s contents (not the directory itself) to a .tar.gz at ``target``,
     leaving out files and directories whose name is in ``exclude``. The same files give
-    the same bytes, whenever and wherever they are packed."""
+    the same bytes, whenever and wherever they are packed.
 
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if PurePosixPath(info.name).name in exclude:
-            return None
-        return _normalised(info, source_dir / info.name)
+    The tree may be another user's (a job's model directory, packed by its root runtime
+    while the job's processes may still write it): nothing below ``source_dir`` is followed.
+    A symbolic link is stored as a link, as tar stores one; a directory is entered only if
+    it is still the one listed, and a file's bytes are read only from what was opened as a
+    regular file (``contract.untrusted``), never from a link's target, a FIFO or a device.
+    """
+
+    def keep(relative: PurePosixPath) -> bool:
+        return relative.name not in exclude
 
     target.parent.mkdir(parents=True, exist_ok=True)
     with (
@@ -336,25 +344,61 @@ def make_tarball(source_dir: Path, target: Path, exclude: frozenset[str] = froze
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        # tar.add recurses into directories in sorted order.
-        for entry in sorted(source_dir.iterdir()) if source_dir.exists() else []:
-            tar.add(entry, arcname=entry.name, filter=keep)
+        # In the order tar.add would add them: sorted names, each directory before its own.
+        for entry in untrusted.walk(source_dir, keep) if source_dir.exists() else []:
+            _add(tar, entry)
     return target
 
 
-def _normalised(info: tarfile.TarInfo, path: Path) -> tarfile.TarInfo:
-    # Archives must not carry the packer's user names or ids, nor anything that changes
-    # when the files are touched or checked out again: only content, kind, and whether a
-    # file is executable (as git keeps it).
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.mtime = FIXED_MTIME
-    if info.islnk():
-        # tar makes a second name of a hard-linked file a link to the first, which may be
-        # excluded; stored as a file of its own, it always unpacks.
-        info.type, info.linkname, info.size = tarfile.REGTYPE, "", path.stat().st_size
-    if info.isdir() or (info.isfile() and info.mode & stat.S_IXUSR):
+def _add(tar: tarfile.TarFile, entry: untrusted.Entry) -> None:
+    found = entry.stat
+    kind = _MEMBER_TYPES.get(stat.S_IFMT(found.st_mode))
+    if kind is None:
+        return  # a socket: tar leaves it out
+    try:
+        if kind == tarfile.REGTYPE:
+            fd, opened = entry.open()
+            # A second name of a hard-linked file is stored as a file of its own, so that
+            # it always unpacks whichever names are excluded; its bytes are those opened.
+            with os.fdopen(fd, "rb") as data:
+                tar.addfile(_member(entry.relative, opened, kind), data)
+            return
+        linkname = entry.link() if kind == tarfile.SYMTYPE else ""
+    except (FileNotFoundError, untrusted.Refused):
+        return  # gone, or swapped for something else, since it was listed: left out
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        return  # no longer a link (readlink's EINVAL): left out as well
+    tar.addfile(_member(entry.relative, found, kind, linkname))
+
+
+# What tar.add stores of each kind of file.
+_MEMBER_TYPES = {
+    stat.S_IFREG: tarfile.REGTYPE,
+    stat.S_IFDIR: tarfile.DIRTYPE,
+    stat.S_IFLNK: tarfile.SYMTYPE,
+    stat.S_IFIFO: tarfile.FIFOTYPE,
+    stat.S_IFCHR: tarfile.CHRTYPE,
+    stat.S_IFBLK: tarfile.BLKTYPE,
+}
+
+
+def _member(
+    relative: PurePosixPath, found: os.stat_result, kind: bytes, linkname: str = ""
+) -> tarfile.TarInfo:
+    """The member tar.add would make of ``found``, normalised: archives must not carry the
+    packer's user names or ids, nor anything that changes when the files are touched or
+    checked out again; only content, kind, and whether a file is executable (as git keeps
+    it)."""
+    info = tarfile.TarInfo(relative.as_posix())
+    info.type, info.linkname, info.mtime = kind, linkname, FIXED_MTIME
+    info.mode = stat.S_IMODE(found.st_mode)
+    if kind == tarfile.REGTYPE:
+        info.size = found.st_size
+        info.mode = 0o755 if info.mode & stat.S_IXUSR else 0o644
+    elif kind == tarfile.DIRTYPE:
         info.mode = 0o755
-    elif info.isfile():
-        info.mode = 0o644
+    elif kind in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+        info.devmajor, info.devminor = os.major(found.st_rdev), os.minor(found.st_rdev)
     return info

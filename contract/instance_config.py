@@ -122,6 +122,10 @@ class RunyardConfig:
     # With namespaces: what the instance sees read-only besides the runtime's own
     # environment (the server's, the image store).
     read_only_paths: tuple[str, ...] = ()
+    # With namespaces: what the job's processes must not see at all (the server's home,
+    # its database, logs and other jobs), each covered by an empty directory; the job's
+    # processes run as a user of their own (runtime.linux.confine).
+    hidden_paths: tuple[str, ...] = ()
     # A custom container: the OCI image the job's processes run in, and the engine's
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
@@ -182,6 +186,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "notices": lambda _name, value: tuple(str(line) for line in value),
     "container_command": lambda _name, value: tuple(str(part) for part in value),
     "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
+    "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }

@@ -37,6 +37,7 @@ def instance_files(
     job_layer: str = "",
     download_cache: str = "",
     read_only_paths: list[str] | None = None,
+    hidden_paths: list[str] | None = None,
     container_image: str = "",
     container_engine: list[str] | None = None,
 ) -> dict[str, str]:
@@ -75,6 +76,7 @@ def instance_files(
         job_layer=job_layer,
         download_cache=download_cache,
         read_only_paths=tuple(read_only_paths or ()),
+        hidden_paths=tuple(hidden_paths or ()),
         container_image=container_image,
         container_engine=tuple(container_engine or ()),
     )

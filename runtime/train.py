@@ -18,18 +18,18 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from contract import archive, hyperparameters, storage, variables
+from contract import archive, hyperparameters, storage, untrusted, variables
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
 from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from runtime import channels, checkpoints, launch
-from runtime.instance import image_wait, install, layers, resources
+from runtime.instance import image_wait, install, job_user, layers, resources
 from runtime.instance.environment import launcher_environment, script_environment
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
@@ -38,7 +38,8 @@ from runtime.launch import container, handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
-from runtime.linux import etc_hosts, namespaces, procfs
+from runtime.linux import confine, etc_hosts, namespaces, procfs
+from runtime.linux.confine import Confinement
 from runtime.reporting import failure, spot
 from runtime.reporting.reporter import LogShipper, ServiceClient
 
@@ -72,6 +73,8 @@ class Trainer:
         self.stop = threading.Event()
         self.checkpoint_sync: checkpoints.CheckpointSync | None = None
         self.spot_watch: spot.SpotNoticeWatcher | None = None
+        # How the job's processes are started where they run as a user of their own.
+        self.confinement: Confinement | None = None
         # Pipe and FastFile channels serve while the script runs; closed when run() ends.
         self.inputs: channels.Inputs | None = None
         # Why this instance lost the job's network, once it has.
@@ -143,6 +146,10 @@ class Trainer:
             return self.fail(1, f"ClientError: {exc}")
         except remote_agent.AgentError as exc:
             return self.fail(1, f"InternalServerError: {exc}")
+        try:
+            self.confinement = self._hand_over()
+        except OSError as exc:
+            return self.fail(1, f"InternalServerError: the job's user: {exc}")
         # Ranks run on every instance (under MPI, started from the first): each uploads.
         try:
             self.checkpoint_sync = checkpoints.start_sync(config, self.say)
@@ -185,7 +192,12 @@ class Trainer:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
                 return self.fail(1, f"UploadError: could not store the model: {exc}")
-        paths.success.touch()
+        # Through nothing the script may have planted there (output/ is its user's); the
+        # marker is SageMaker's courtesy, and a job that made room for none still succeeded.
+        try:
+            untrusted.write_file(paths.base, paths.success.relative_to(paths.base).as_posix(), b"")
+        except OSError as exc:
+            self.say(f"Could not leave output/success: {exc}")
         self._finish_logs()
         self.report(Phase.COMPLETED, exit_code=0, model_uri=model_uri)
         return 0
@@ -264,10 +276,24 @@ class Trainer:
         ]
         procfs.signal_pids(others, signal.SIGKILL)
 
+    def _hand_over(self) -> Confinement | None:
+        """With namespaces, the job's processes run as the job's own user, which owns what
+        they write here, and see nothing of the server (``runtime.linux.confine``); a
+        custom container is the engine's to confine, and elsewhere the instance is a
+        machine of the job's own."""
+        config = self.config
+        if config.isolation != Isolation.NAMESPACES or config.container_image:
+            return None
+        how = job_user.confinement(config, _shared_paths(config))
+        job_user.hand_over(config, how.uid, config.paths.base / INSTANCE_LAYER)
+        return how
+
     def _run_scripts(self, launch_plan: Launch) -> GroupResult:
         started = time.monotonic()
         count = len(launch_plan.specs)
         self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
+        if self.confinement is not None:
+            launch_plan = job_user.confined(launch_plan, self.confinement, self.config)
         try:
             result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
         finally:
@@ -416,7 +442,10 @@ class Trainer:
         # The daemon runs as the local agent would run it: in the instance's environment
         # (the job marker included), less what user code must never see.
         env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
-        with remote_agent.serving(config, agent_key, env, self.say):
+        wrap: Callable[[list[str]], list[str]] = list
+        if self.confinement is not None:
+            env, wrap = job_user.job_environment(env, config), self.confinement.wrap
+        with remote_agent.serving(config, agent_key, env, self.say, wrap=wrap):
             return mpi.wait_for_daemon(config, self.stop, self.say)
 
     def _reason(self, result: GroupResult) -> str:
@@ -424,6 +453,10 @@ class Trainer:
         if config.container_image:
             engine = Path(config.container_engine[0]).name if config.container_engine else ""
             refused = container.engine_failure(engine, result.exit_code, result.stderr_tail)
+            if refused is not None:
+                return refused
+        if self.confinement is not None:
+            refused = confine.refusal(result.exit_code, result.stderr_tail)
             if refused is not None:
                 return refused
         return failure.reason(result.exit_code, result.stderr_tail, config.paths.failure)
@@ -443,7 +476,7 @@ class Trainer:
         paths = self.config.paths
         if failure.read_failure_file(paths.failure) is None:
             paths.output.mkdir(parents=True, exist_ok=True)
-            paths.failure.write_text(reason)
+            failure.write_failure_file(paths.failure, reason)
         self.say(f"Failed: {reason}")
         self._finish_logs()
         self.report(Phase.FAILED, exit_code=exit_code, failure_reason=reason)

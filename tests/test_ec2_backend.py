@@ -227,6 +227,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "job_layer": "",
   "download_cache": "",
   "read_only_paths": [],
+  "hidden_paths": [],
   "container_image": "",
   "container_engine": []
 }

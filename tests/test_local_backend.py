@@ -138,6 +138,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         # Shared by the job's instances on this machine; beside the jobs, pip's cache.
         "job_layer": str(jobs / "job-env"),
         "download_cache": str(tmp_path / "cache" / "pip"),
+        # Instances that share the machine have no covers (their processes are the server's).
+        "hidden_paths": [],
         "container_image": "",
         "container_engine": [],
     }

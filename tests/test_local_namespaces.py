@@ -102,6 +102,8 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
     assert runyard["network_namespace"] == f"/run/netns/runyard-{job_id}-algo-2"
     assert runyard["peer_timeout_seconds"] == 60.0
     assert runyard["notices"] == []
+    # The job's processes see nothing of the server's home, where the jobs directory is.
+    assert runyard["hidden_paths"] == [str(tmp_path)]
     # Planning makes nothing.
     assert not Path(runyard["network_namespace"]).exists()
     assert not (tmp_path / "jobs").exists()

@@ -165,8 +165,12 @@ class LocalBackend(Backend[LocalPlan]):
         images: ImageStore | None = None,
         download_cache: Path | None = None,
         container_engine: str = "auto",
+        hidden: Sequence[Path] | None = None,
     ) -> None:
         self.jobs_dir = jobs_dir
+        # What the job's processes must not see of this machine: the server's home (its
+        # token, keys, database, logs, other jobs), beside the jobs by default.
+        self.hidden = [jobs_dir.parent] if hidden is None else list(hidden)
         self.catalog = catalog or Catalog()
         # Where catalog images are built; beside the jobs by default.
         self.images = images or ImageStore(jobs_dir.parent / "images")
@@ -262,6 +266,7 @@ class LocalBackend(Backend[LocalPlan]):
             launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
             agent_port=AGENT_PORT,
             isolation=Isolation.NAMESPACES,
+            hidden_paths=[str(path) for path in self.hidden],
             notices=self._cpu_notice(request),
             peer_timeout_seconds=self.peer_timeout,
         )

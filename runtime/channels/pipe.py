@@ -15,20 +15,28 @@ thread wherever it waits (in a read from storage, once that chunk has come) and 
 the FIFOs. A storage error ends the epoch early and makes no further FIFO; it is kept in
 ``error``, so the job fails naming the object even if the script made do with what it
 read.
+
+The data directory is the job's: the writer (root) opens a FIFO's name without following a
+link, and streams only into the FIFO it finds there, never into a file put in its place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from contract import storage
+from contract import storage, untrusted
 from runtime.channels import channel_data
 from runtime.channels.channel_data import ChannelError, ChannelObject
+
+# Opening a name in the job's directory: never through a link, never waiting.
+_NO_WAIT = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Stopped(Exception):
@@ -96,8 +104,8 @@ class PipeChannel:
         if current is not None and self._thread.is_alive():
             # A writer blocked in open(2) waits for a reader: be one, without waiting for
             # a writer in turn (O_NONBLOCK), and stay one until the writer has gone.
-            with contextlib.suppress(FileNotFoundError):
-                release = os.open(current, os.O_RDONLY | os.O_NONBLOCK)
+            with contextlib.suppress(OSError):  # gone, or the job's link: not followed
+                release = os.open(current, os.O_RDONLY | _NO_WAIT)
         try:
             if self._thread.is_alive():
                 self._thread.join(timeout)
@@ -128,9 +136,12 @@ class PipeChannel:
         while not self._stopping.is_set():
             path = self.fifo(epoch)
             try:
-                fd = os.open(path, os.O_WRONLY)  # until a reader opens it (or stop() does)
+                fd = _open_fifo(path)  # waits until a reader opens it (or stop() does)
             except FileNotFoundError:
                 return  # removed by a stop() that gave up waiting for this thread
+            except OSError as exc:
+                self._fail(f"{path}: {exc.strerror or exc}", self.fifo(epoch + 1))
+                return
             try:
                 # The next epoch's FIFO exists as soon as this one is being read: a script
                 # that opens it once this one ends (or once it has read enough of it)
@@ -157,7 +168,8 @@ class PipeChannel:
         with self._lock:
             if self._stopping.is_set():
                 return False
-            os.mkfifo(path, 0o600)
+            # Readable by the job's user, which the runtime is not (runtime.linux.confine).
+            os.mkfifo(path, 0o644)
             self._made.append(path)
             self._current = path
             return True
@@ -198,9 +210,25 @@ class PipeChannel:
         # rather than waiting forever. Held open for reading and writing (which never
         # waits on Linux) across the unlink, so no reader can slip in unanswered.
         try:
-            held = os.open(next_fifo, os.O_RDWR | os.O_NONBLOCK)
+            held = os.open(next_fifo, os.O_RDWR | _NO_WAIT)
         except OSError:
             held = None
         next_fifo.unlink(missing_ok=True)
         if held is not None:
             os.close(held)
+
+
+def _open_fifo(path: Path) -> int:
+    """The FIFO at ``path``, open for writing once a reader has opened it; refused (never
+    written) where the job put a link or anything but a FIFO in its place."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OSError("a symbolic link is there, not the channel's FIFO") from exc
+    found = os.fstat(fd)
+    if not stat.S_ISFIFO(found.st_mode):
+        os.close(fd)
+        raise OSError(f"{untrusted.kind(found.st_mode)} is there, not the channel's FIFO")
+    return fd

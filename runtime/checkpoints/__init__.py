@@ -18,7 +18,12 @@ holds a whole file.
 
 As on SageMaker, every instance uploads to the same prefix. Scripts usually write
 checkpoints on one rank only; where instances write the same relative path, the last
-upload wins. Files deleted locally stay stored, and symbolic links are not uploaded.
+upload wins. Files deleted locally stay stored.
+
+The directory is the job's, and the runtime that reads and writes it is root: below the
+directory no link is ever followed (a link, a FIFO or anything else not a regular file is
+not uploaded, and the sync says so), and restored files are moved into place without
+writing through a link the job left there (``contract.untrusted``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import statistics
 import tempfile
 import threading
@@ -34,9 +40,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract import storage
+from contract import storage, untrusted
 from contract.instance_config import InstanceConfig
 from runtime.checkpoints.filewatch import (
+    NotFollowed,
     NotWhole,
     PollingWatcher,
     Ready,
@@ -46,6 +53,7 @@ from runtime.checkpoints.filewatch import (
     default_watcher,
     scan,
     stat_key,
+    survey,
 )
 
 Say = Callable[[str], None]
@@ -53,6 +61,8 @@ Say = Callable[[str], None]
 RETRY_DELAYS = (1.0, 3.0, 9.0)
 # How often the upload thread looks up from waiting to see whether it must stop.
 WAKE_INTERVAL = 0.1
+# How many of the entries the final sync passes over (links, FIFOs) it names.
+NAMED_SKIPS = 5
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ def restore(config: InstanceConfig, say: Say) -> Restored | None:
     try:
         objects = _stored_objects(uri)
         if objects:
-            storage.fetch(uri, target)
+            _fetch_into(uri, target, config.paths.base, say)
     except storage.StorageError as exc:
         raise storage.StorageError(f"restoring checkpoints: {exc}") from exc
     except OSError as exc:
@@ -89,6 +99,25 @@ def restore(config: InstanceConfig, say: Say) -> Restored | None:
             f"from {uri} into {target} in {restored.seconds:.1f} s"
         )
     return restored
+
+
+def _fetch_into(uri: str, target: Path, scratch_dir: Path, say: Say) -> None:
+    """What is stored under ``uri``, fetched into a directory of the runtime's own, then
+    each file moved to its place below ``target`` (the job's): a file replaces whatever the
+    job left at its name, and a link on the way (a directory of the job's swapped for a
+    link to elsewhere) refuses the restore instead of being followed."""
+    scratch_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".checkpoint-restore-", dir=scratch_dir) as staging:
+        storage.fetch(uri, Path(staging))
+        for entry in untrusted.walk(Path(staging)):
+            mode = entry.stat.st_mode
+            if stat.S_ISDIR(mode):
+                with untrusted.directory(target, entry.relative, create=True):
+                    pass
+            elif stat.S_ISREG(mode):
+                untrusted.place(Path(staging, entry.relative), target, entry.relative)
+            else:  # a link in a store of files: no checkpoint the sync stored
+                say(f"Checkpoint {entry.relative} not restored: it is {untrusted.kind(mode)}")
 
 
 def _stored_objects(uri: str) -> list[tuple[str, int]]:
@@ -158,6 +187,8 @@ class CheckpointSync:
         self.failed: list[str] = []  # URIs that could not be stored, last attempt failed
         self._watcher = watcher
         self._stored: dict[str, StatKey] = {}
+        # What the sync said it passes over (a link, a FIFO), so that it says so once.
+        self._passed_over: set[str] = set()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._scratch: Path | None = None
@@ -265,13 +296,31 @@ class CheckpointSync:
 
     def _unstored(self, pending: list[Path]) -> list[Path]:
         """Files the watcher still had to hand, then those stat says were changed since
-        they were last stored, or never were."""
+        they were last stored, or never were. Says what it passes over, not yet said."""
+        files, others = survey(self.root)
         changed = [
-            path
-            for path, key in scan(self.root).items()
-            if self._stored.get(self._relative(path)) != key
+            path for path, key in files.items() if self._stored.get(self._relative(path)) != key
         ]
+        skipped = {
+            relative: what
+            for path, what in sorted(others.items())
+            if (relative := self._relative(path)) not in self._passed_over
+        }
+        if skipped:
+            named = [f"{relative} ({what})" for relative, what in skipped.items()]
+            more = len(named) - NAMED_SKIPS
+            self.say(
+                "Final checkpoint sync passed over what is not a regular file, never "
+                "following nor reading it: "
+                + ", ".join(named[:NAMED_SKIPS])
+                + (f" and {more} more" if more > 0 else "")
+            )
         return list(dict.fromkeys([*pending, *sorted(changed)]))
+
+    def _pass_over(self, relative: str, why: str) -> None:
+        if relative not in self._passed_over:
+            self._passed_over.add(relative)
+            self.say(f"Checkpoint {relative} not stored: {why} (never followed nor read)")
 
     def _store_one(self, path: Path, ready: Ready | None, *, final: bool) -> Upload | None:
         """Store one file; whatever goes wrong is that file's failure, not the sync's."""
@@ -293,7 +342,10 @@ class CheckpointSync:
             return None  # our own staging copies, where scratch_dir is inside the tree
         with self._staging_file() as copy:
             try:
-                key = copy_whole(path, copy)
+                key = copy_whole(path, copy, self.root)
+            except NotFollowed as exc:
+                self._pass_over(relative, str(exc))
+                return None
             except NotWhole as exc:
                 # Gone (a temporary name renamed away) or being written: its close or
                 # rename brings it back while the script runs. After it, say why.

@@ -6,6 +6,10 @@ mtime over two polls. ``copy_whole`` then copies a file only while no process ha
 for writing, and keeps the copy only if none opened it for writing meanwhile: on Linux a
 read lease says both (the kernel refuses one while a writer has the file open, and breaks
 it when a writer opens the file); elsewhere stat before and after the copy must agree.
+
+The tree is the job's, copied by its root runtime: what is walked and read below the root
+is never reached through a link, and only a regular file's bytes are read
+(``contract.untrusted``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from contract import untrusted
 from runtime.linux import inotify
 
 # A file's version as stat sees it: size, mtime, ctime (a rename sets it), inode.
@@ -328,35 +333,49 @@ def stat_key(path: Path) -> StatKey | None:
 
 def scan(root: Path) -> dict[Path, StatKey]:
     """Every regular file under ``root`` (symbolic links not followed) and its version."""
-    found = {}
-    for directory, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(directory, name)
-            key = stat_key(path)
+    return survey(root)[0]
+
+
+def survey(root: Path) -> tuple[dict[Path, StatKey], dict[Path, str]]:
+    """As ``scan``, and besides what is neither a regular file nor a directory (a link, a
+    FIFO), with what it is."""
+    files: dict[Path, StatKey] = {}
+    others: dict[Path, str] = {}
+    try:
+        for entry in untrusted.walk(root):
+            key = _key(entry.stat)
             if key is not None:
-                found[path] = key
-    return found
+                files[root / entry.relative] = key
+            elif not stat.S_ISDIR(entry.stat.st_mode):
+                others[root / entry.relative] = untrusted.kind(entry.stat.st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # no tree (yet): nothing in it
+    return files, others
 
 
 class NotWhole(Exception):
     """No whole version of the file to copy now: it is gone, or being written."""
 
 
-def copy_whole(path: Path, target: Path) -> StatKey:
-    """Copy ``path`` to ``target`` as one complete version; returns which one."""
+class NotFollowed(NotWhole):
+    """What is there is no regular file reached without a link: never read."""
+
+
+def copy_whole(path: Path, target: Path, root: Path | None = None) -> StatKey:
+    """Copy ``path`` to ``target`` as one complete version; returns which one. Below
+    ``root`` (by default, the file's own directory) no link is followed."""
+    top = path.parent if root is None else root
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd, opened = untrusted.open_file(top, path.relative_to(top).as_posix())
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise NotWhole("gone") from exc
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotWhole("a symbolic link") from exc
-        raise
+    except untrusted.Refused as exc:
+        raise NotFollowed(str(exc)) from exc
     leased = _take_read_lease(fd)
     try:
         if leased is False:
             raise NotWhole("open for writing")
-        before = _key(os.fstat(fd))
+        before = _key(opened)
         if before is None or stat_key(path) != before:
             raise NotWhole("replaced")
         with open(target, "wb") as out:

@@ -6,16 +6,21 @@ for the daemon (``mark_ready``); until then a launch agent waits for it, as ssh 
 machine that is still booting. An agent that cannot start the daemon says why in the
 calling instance's directory (``record_failure``), so that the first instance's runtime
 reports the failure as Runyard's, not as the script's.
+
+Agents run as the job's user, and the files they leave are the job's: the runtime (root)
+reads them without following a link or waiting on a FIFO, and only their start
+(``contract.untrusted``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from contract import variables
+from contract import untrusted, variables
 
 READY = Path(".runyard") / "mpi-ready"
 FAILURES = Path(".runyard") / "agent-failures"
@@ -24,6 +29,8 @@ FAILURES = Path(".runyard") / "agent-failures"
 LOST = Path(".runyard") / "agent-lost"
 # How long an agent waits for its instance (and the remote agent's client for the server).
 DEFAULT_PATIENCE = 600.0
+# How much of the agents' files is read: the runtime reports their first line.
+MAX_NOTES_BYTES = 64 * 1024
 
 
 class PatienceError(ValueError):
@@ -31,8 +38,8 @@ class PatienceError(ValueError):
 
 
 def mark_ready(base: Path) -> None:
-    (base / READY).parent.mkdir(parents=True, exist_ok=True)
-    (base / READY).touch()
+    # A new file in place of whatever is there: never a touch through a link.
+    untrusted.write_file(base, READY.as_posix(), b"")
 
 
 def wait_until_ready(base: Path, patience: float, poll: float = 0.1) -> bool:
@@ -54,28 +61,27 @@ def record_failure(
     base = environ.get(variables.BASE_DIR)
     if not base:
         return
-    path = Path(base) / (LOST if lost else FAILURES)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as failures:
-            failures.write(message.replace("\n", " ") + "\n")
-    except OSError:
-        pass
+    line = message.replace("\n", " ") + "\n"
+    with contextlib.suppress(OSError):
+        untrusted.append(Path(base), (LOST if lost else FAILURES).as_posix(), line.encode())
 
 
 def failures(base: Path) -> list[str]:
-    return _lines(base / FAILURES)
+    return _lines(base, FAILURES)
 
 
 def lost(base: Path) -> list[str]:
-    return _lines(base / LOST)
+    return _lines(base, LOST)
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(base: Path, relative: Path) -> list[str]:
+    """The lines the agents left, as far as MAX_NOTES_BYTES; none where anything but a
+    regular file is there (the job's doing: no agent leaves one)."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+        data = untrusted.read_start(base, relative.as_posix(), MAX_NOTES_BYTES)
+    except (FileNotFoundError, NotADirectoryError, untrusted.Refused):
         return []
+    return data.decode(errors="replace").splitlines()
 
 
 def patience(environ: Mapping[str, str] = os.environ) -> float:

@@ -231,6 +231,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         env: Mapping[str, str],
         say: Say,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        wrap: Callable[[list[str]], list[str]] = list,
     ) -> None:
         self.address_family = _family(address[0])
         self.key = key
@@ -239,6 +240,8 @@ class AgentServer(socketserver.ThreadingTCPServer):
         self.env = dict(env)
         self.say = say
         self.handshake_timeout = handshake_timeout
+        # How a command is started: as it is, or confined as the job's user.
+        self.wrap = wrap
         self._lock = threading.Lock()
         self._running: dict[socket.socket, _Command] = {}
         self._started: list[_Command] = []
@@ -286,7 +289,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
                 raise AgentError("this instance's runtime is ending")
             marker = secrets.token_hex(16)
             process = subprocess.Popen(
-                ["/bin/sh", "-c", command],
+                self.wrap(["/bin/sh", "-c", command]),
                 cwd=self.cwd,
                 env={**self.env, variables.AGENT_COMMAND: marker},
                 stdin=subprocess.DEVNULL,
@@ -447,8 +450,10 @@ def serving(
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     stop_grace: float = STOP_GRACE,
+    wrap: Callable[[list[str]], list[str]] = list,
 ) -> Iterator[AgentServer]:
-    """The server, for as long as the block runs."""
+    """The server, for as long as the block runs; ``wrap`` gives the argv each command is
+    started with (``runtime.linux.confine``'s, say)."""
     if config.agent_port is None:
         raise AgentError("this job has no agent_port for the launch agent to listen on")
     address = (listen_address(config), config.agent_port)
@@ -461,6 +466,7 @@ def serving(
             env=env,
             say=say,
             handshake_timeout=handshake_timeout,
+            wrap=wrap,
         )
     except OSError as exc:
         raise AgentError(f"the launch agent could not listen on port {address[1]}: {exc}") from exc

@@ -5,33 +5,59 @@ frames, those nearest the error, as fit whole in what is left.
 
 Where several ranks share the stderr (mpirun, torchrun) the traceback is that of the rank
 that failed first (``rank_output``), never a launcher's own: mpirun's summary of the
-exit and torchrun's ``ChildFailedError`` only say which rank that was."""
+exit and torchrun's ``ChildFailedError`` only say which rank that was.
+
+output/failure is the job's, read and written by its root runtime: never followed if it is
+a link, never waited on if it is a FIFO, and never read whole if it is large
+(``contract.untrusted``)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from contract import untrusted
 from contract.failures import MARKERS, fit, fit_lines, last_within, left_out
 from contract.limits import MAX_REASON
 from runtime.reporting import rank_output, torchrun_summary
 from runtime.reporting.tracebacks import FRAME, HEADING, RULE, Traceback, last_traceback
 
 OUT_OF_MEMORY_EXIT = 137
+# How much of output/failure is read: all of it up to this size; past it, its first line
+# and this many bytes of its end, which hold far more than a reason keeps of a text
+# (``fit``: the first line and the last lines).
+FAILURE_READ_BYTES = 64 * MAX_REASON
+
+
+class NotAFile(Exception):
+    """Something other than a regular file is where the script's failure file goes."""
 
 
 def read_failure_file(path: Path) -> str | None:
-    """The script's own explanation, if it wrote one to output/failure."""
+    """What the script left at output/failure (``path``): its own explanation, if it wrote
+    one; if it left something there that is not a regular file (a link, a FIFO), a note
+    saying so, which is no explanation (``reason`` passes over it) but keeps the runtime
+    from writing there in its stead. None if nothing is there, or only blank text."""
     try:
-        text = path.read_text(errors="replace").strip()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    return fit(text) or None
+        return _written(path)
+    except NotAFile as exc:
+        return str(exc)
+
+
+def write_failure_file(path: Path, reason: str) -> None:
+    """Leave ``reason`` at output/failure (``path``) as a new regular file, in place of
+    whatever is there: a link the script left there is replaced, never written through."""
+    root, relative = _below_output(path)
+    untrusted.write_file(root, relative, reason.encode())
 
 
 def reason(exit_code: int, stderr_tail: Sequence[str], failure_file: Path) -> str:
-    written = read_failure_file(failure_file)
+    try:
+        written = _written(failure_file)
+    except NotAFile:
+        written = None  # no words of the script's: what it printed says more
     if written:
         return written
     if exit_code == OUT_OF_MEMORY_EXIT:
@@ -40,6 +66,41 @@ def reason(exit_code: int, stderr_tail: Sequence[str], failure_file: Path) -> st
             "most likely because the instance ran out of memory"
         )
     return _algorithm_error(exit_code, stderr_tail)
+
+
+def _written(path: Path) -> str | None:
+    root, relative = _below_output(path)
+    try:
+        fd, found = untrusted.open_file(root, relative)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except untrusted.Refused as exc:
+        raise NotAFile(f"{exc}: not read") from exc
+    try:
+        if found.st_size <= FAILURE_READ_BYTES:
+            data = untrusted.read(fd, FAILURE_READ_BYTES)
+        else:
+            data = _first_line_and_end(fd, found.st_size)
+    finally:
+        os.close(fd)
+    return fit(data.decode(errors="replace").strip()) or None
+
+
+def _first_line_and_end(fd: int, size: int) -> bytes:
+    """A failure file too large to read: its first line (as much of it as a reason keeps)
+    and its last whole lines within FAILURE_READ_BYTES, all ``fit`` looks at. Lines left
+    out in between are not counted (that would take reading them)."""
+    first = untrusted.read(fd, 4 * MAX_REASON).partition(b"\n")[0]
+    end = untrusted.read(fd, FAILURE_READ_BYTES, size - FAILURE_READ_BYTES)
+    _cut, newline, whole_lines = end.partition(b"\n")
+    return first + b"\n" + (whole_lines if newline else end)
+
+
+def _below_output(path: Path) -> tuple[Path, PurePosixPath]:
+    """``path`` as a file below the directory above its own (the base directory, above
+    output/): output/ itself is the job's, and may be anything."""
+    root = path.parent.parent
+    return root, PurePosixPath(path.parent.name, path.name)
 
 
 def _algorithm_error(exit_code: int, stderr_tail: Sequence[str]) -> str:

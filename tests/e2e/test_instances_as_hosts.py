@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from provisioning.local import network, processes
+from runtime.linux.confine import JOB_UID_BASE
 from runyard.client import Client
 from runyard.output import describe_lines
 from tests.e2e.conftest import Stack
@@ -349,3 +350,82 @@ def test_without_the_tools_instances_share_the_machine_and_say_why(
     assert job["isolation"] == "shared"
     [notice] = [line for line in lines if "share this machine's host name" in line]
     assert "not found on PATH" in notice
+
+
+SANDBOX = """
+import json, os, subprocess
+
+home = json.load(open("/opt/ml/input/config/hyperparameters.json"))["home"]
+
+
+def attempt(call):
+    try:
+        return call()
+    except OSError as exc:
+        return type(exc).__name__
+
+
+report = {
+    "uid": os.getuid(),
+    "token": attempt(lambda: open(os.path.join(home, "token")).read()),
+    "home": attempt(lambda: sorted(os.listdir(home))),
+    "jobs": attempt(lambda: sorted(os.listdir(os.path.join(home, "jobs")))),
+    "runtime_environ": attempt(lambda: len(open("/proc/1/environ", "rb").read())),
+    "unmount": subprocess.run(["umount", home], capture_output=True).returncode,
+    "model": attempt(lambda: open("/opt/ml/model/model.txt", "w").write("weights")),
+    "tmp": attempt(lambda: open("/tmp/scratch.txt", "w").write("scratch")),
+    "own_home": attempt(lambda: open(os.path.expanduser("~/.cache-probe"), "w").write("c")),
+}
+print("sandbox", json.dumps(report), flush=True)
+"""
+
+
+def test_a_jobs_processes_see_nothing_of_the_server(stack: Stack, tmp_path: Path) -> None:
+    """A member's script looks for the server's home (the administrator's token, the
+    database, other jobs) and its runtime's environment: it runs as the job's own user,
+    and finds only what its instance is given."""
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            _source(tmp_path, "sandbox", SANDBOX),
+            hyperparameters={"home": str(stack.home)},
+        )
+    [first, second] = _reports(lines, "sandbox")
+    assert first["uid"] == second["uid"] >= JOB_UID_BASE
+    for report in (first, second):
+        assert report["token"] == "FileNotFoundError"
+        # At most what its instances run from (the image store, the job's own layer),
+        # where those exist; here (the built-in image, no requirements) nothing at all.
+        assert report["home"] == report["jobs"] == "FileNotFoundError", report
+        assert report["runtime_environ"] == "PermissionError"
+        assert report["unmount"] != 0
+        assert report["model"] == len("weights")
+        assert report["tmp"] == len("scratch")
+        assert report["own_home"] == 1
+    assert (stack.home / "token").exists()
+
+
+PIPE_EPOCHS = """
+for epoch in range(3):
+    with open(f"/opt/ml/input/data/train_{epoch}", "rb") as fifo:
+        print("pipe", epoch, len(fifo.read()), flush=True)
+"""
+
+
+def test_a_pipe_channel_serves_every_epoch_to_the_jobs_user(stack: Stack, tmp_path: Path) -> None:
+    """The runtime makes each epoch's FIFO while the script runs, as root; the script, as
+    the job's user, opens each of them."""
+    data = tmp_path / "train"
+    data.mkdir()
+    (data / "part-0.bin").write_bytes(b"x" * 1000)
+    (data / "part-1.bin").write_bytes(b"y" * 24)
+    with stack.client() as client:
+        _, lines = _run(
+            stack,
+            client,
+            _source(tmp_path, "pipe", PIPE_EPOCHS),
+            inputs={"train": {"uri": data.as_uri(), "input_mode": "Pipe"}},
+        )
+    read = [line for line in lines if line.startswith("pipe ")]
+    assert sorted(read) == sorted([f"pipe {epoch} 1024" for epoch in range(3)] * 2)

@@ -28,12 +28,12 @@ from tests.wheels import make_wheel, offline
 pytestmark = pytest.mark.e2e
 
 # A job that pins another torch than the server's, and tries to write where the server's
-# packages are; it waits (up to a minute) until the plain job has run beside it.
+# packages are; it waits (up to two minutes) until the plain job has run beside it, which
+# the test tells it in its own base directory (jobs see no place they share).
 PINNED = """
 import argparse, errno, os, sys, time, torch
 parser = argparse.ArgumentParser()
 parser.add_argument("--server-site")
-parser.add_argument("--meeting")
 args = parser.parse_args()
 print("torch", torch.__version__, "from", torch.__file__, flush=True)
 try:
@@ -41,20 +41,16 @@ try:
     print("server site: written", flush=True)
 except OSError as exc:
     print("server site:", errno.errorcode[exc.errno], flush=True)
-for _ in range(600):
-    if os.path.exists(os.path.join(args.meeting, "plain-ran")):
+for _ in range(1200):
+    if os.path.exists(os.path.join(os.environ["SAGEMAKER_BASE_DIR"], "plain-ran")):
         break
     time.sleep(0.1)
 else:
     sys.exit("the plain job never ran beside this one")
 """
 PLAIN = """
-import argparse, os, torch
-parser = argparse.ArgumentParser()
-parser.add_argument("--meeting")
-args = parser.parse_args()
+import torch
 print("torch", torch.__version__, flush=True)
-open(os.path.join(args.meeting, "plain-ran"), "w").close()
 """
 PROBE = """
 import json, sys, runyard_probe, runtime
@@ -136,8 +132,6 @@ def test_a_jobs_torch_pin_changes_neither_the_server_nor_a_job_beside_it(
 ) -> None:
     isolation = env_stack.env["RUNYARD_LOCAL_ISOLATION"]
     server_site = _site_of(server_python)
-    meeting = tmp_path / "meeting"
-    meeting.mkdir()
     pinned = _source(tmp_path, "pinned", {"train.py": PINNED, "requirements.txt": "torch==1.99\n"})
     plain = _source(tmp_path, "plain", {"train.py": PLAIN})
     with env_stack.client() as client:
@@ -147,19 +141,18 @@ def test_a_jobs_torch_pin_changes_neither_the_server_nor_a_job_beside_it(
             name="pinned",
             entry_point="train.py",
             instance_count=2,
-            hyperparameters={"server-site": server_site, "meeting": str(meeting)},
+            hyperparameters={"server-site": server_site},
             # The job's own environment reaches its install, as on SageMaker.
             environment=offline(wheels),
         )
         env_stack.wait_for(
             client, "pinned", lambda job: job["secondary_status"] == "Training", timeout=120
         )
-        second = env_stack.submit(
-            client, plain, name="plain", entry_point="train.py",
-            hyperparameters={"meeting": str(meeting)},
-        )  # fmt: skip
-        jobs = {job["name"]: env_stack.wait_until_ended(client, job["name"], timeout=180)
-                for job in (first, second)}  # fmt: skip
+        second = env_stack.submit(client, plain, name="plain", entry_point="train.py")
+        jobs = {"plain": env_stack.wait_until_ended(client, second["name"], timeout=180)}
+        for host in ("algo-1", "algo-2"):  # the pinned job's instances, still running
+            (env_stack.home / "jobs" / first["id"] / host / "plain-ran").touch()
+        jobs["pinned"] = env_stack.wait_until_ended(client, first["name"], timeout=180)
         for name, job in jobs.items():
             assert job["status"] == "Completed", env_stack.explain(job, list(client.logs(name)))
         pinned_lines = _host_lines(client, "pinned")

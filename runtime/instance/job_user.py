@@ -1,0 +1,126 @@
+"""The instance handed to the job's user: what the job's processes may write becomes
+theirs, and how each of them is started confined (``runtime.linux.confine``).
+
+The runtime stays root and keeps to itself what it holds for the service (its token in
+its environment, the agent's listening socket); the job's user owns what is in /opt/ml
+(code, input, model, output, checkpoints) but the runtime's own directory, its own Python
+layer and a home there, as a container's user owns what it writes; /opt/ml itself stays
+root's, so the job cannot move the runtime's directory aside. The image and the job's
+layer stay readable to it, not writable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from contract.instance_config import InstanceConfig
+from runtime.launch.workers import Launch
+from runtime.linux.confine import JOB_USER_NAME, Confinement, job_uid
+
+# Below the base directory: the runtime's own directory (root's; the job may pass
+# through, not list it), and in it the job's scratch (root's, sticky, everyone's: the
+# instance's /tmp), the home of the job's user, and the files the launch agents that run
+# as the job's user leave for the runtime.
+RUNTIME_DIR = ".runyard"
+SCRATCH = f"{RUNTIME_DIR}/tmp"  # noqa: S108 (below the base directory)
+HOME = f"{RUNTIME_DIR}/home"
+AGENT_NOTES = (f"{RUNTIME_DIR}/agent-failures", f"{RUNTIME_DIR}/agent-lost")
+AGENT_KEY = f"{RUNTIME_DIR}/agent.key"
+
+
+def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinement:
+    """How each of the job's processes on this instance is started: as the job's user,
+    with the server's paths (``config.hidden_paths``) hidden, the instance's scratch
+    directory as /tmp, and ``read_only`` (the runtime's environment, the images) and the
+    job's layer bound back where a cover hides them."""
+    scratch = str(config.paths.base / SCRATCH)
+    kept = [str(path) for path in read_only]
+    if config.job_layer:
+        kept.append(config.job_layer)
+    writable = (
+        []
+        if _below(config.paths.checkpoints, config.paths.base)
+        else [str(config.paths.checkpoints)]
+    )
+    return Confinement(
+        uid=job_uid(config.job_id),
+        hidden=tuple(config.hidden_paths),
+        private={"/tmp": scratch, "/var/tmp": scratch},  # noqa: S108 (made private here)
+        read_only=tuple(kept),
+        writable=tuple(writable),
+    )
+
+
+def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
+    """Make the job's user the owner of what its processes write on this instance. Its
+    files are walked without following links and without crossing into other mounts (a
+    FastFile channel, a FUSE mount of its own)."""
+    base = config.paths.base
+    runtime_dir = base / RUNTIME_DIR
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    runtime_dir.chmod(0o711)
+    scratch = base / SCRATCH
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.chown(scratch, 0, 0)
+    scratch.chmod(0o1777)
+    (base / HOME).mkdir(mode=0o700, exist_ok=True)
+    for name in AGENT_NOTES:
+        (base / name).touch(mode=0o600, exist_ok=True)
+    paths = config.paths
+    # All of /opt/ml but the runtime's own directory: SageMaker's scripts and drivers
+    # write beside their config too (the SDK's drivers leave input/sm_training.env).
+    owned = [
+        *(path for path in base.iterdir() if path.name != RUNTIME_DIR),
+        paths.checkpoints,
+        instance_layer,
+        base / HOME,
+        *(base / name for name in (*AGENT_NOTES, AGENT_KEY)),
+    ]
+    for path in owned:
+        _own_tree(path, uid)
+
+
+def job_environment(env: Mapping[str, str], config: InstanceConfig) -> dict[str, str]:
+    """``env`` for a process of the job's user: a home it may write (caches of pip,
+    torch, Hugging Face), and a user name, which it has none of in /etc/passwd."""
+    home = str(config.paths.base / HOME)
+    return {**env, "HOME": home, "USER": JOB_USER_NAME, "LOGNAME": JOB_USER_NAME}
+
+
+def confined(launch: Launch, how: Confinement, config: InstanceConfig) -> Launch:
+    """``launch`` with each of its processes started confined, in the job's user's
+    environment."""
+    specs = [
+        dataclasses.replace(spec, argv=how.wrap(spec.argv), env=job_environment(spec.env, config))
+        for spec in launch.specs
+    ]
+    return dataclasses.replace(launch, specs=specs)
+
+
+def _below(path: Path, base: Path) -> bool:
+    return path == base or base in path.parents
+
+
+def _own_tree(root: Path, uid: int) -> None:
+    try:
+        top = os.lstat(root)
+    except FileNotFoundError:
+        return
+    os.chown(root, uid, uid, follow_symlinks=False)
+    if not stat.S_ISDIR(top.st_mode):
+        return
+    for directory, names in _walk_one_device(root, top.st_dev):
+        for name in names:
+            os.chown(os.path.join(directory, name), uid, uid, follow_symlinks=False)
+
+
+def _walk_one_device(root: Path, device: int) -> Iterable[tuple[str, list[str]]]:
+    """(directory, entries) below ``root`` on its own file system, links not followed."""
+    for directory, dirs, files in os.walk(root, followlinks=False):
+        kept = [d for d in dirs if os.lstat(os.path.join(directory, d)).st_dev == device]
+        dirs[:] = kept
+        yield directory, [*kept, *files]

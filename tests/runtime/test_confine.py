@@ -1,0 +1,188 @@
+"""A job's process, confined: the job's user, no capabilities, the server's paths hidden,
+what it needs bound back read-only, the instance's scratch directory as /tmp; and none of
+it reaching the caller's mount namespace. Run as root, as an instance's runtime is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.linux import confine
+from runtime.linux.confine import JOB_UID_BASE, JOB_UID_COUNT, Confinement, job_uid
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="confining takes root")
+
+UID = JOB_UID_BASE + 4242
+# The interpreter the probes run with, which may lie below root's 0700 home (pyenv's).
+PYTHON = (sys.prefix, sys.base_prefix)
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> dict[str, Path]:
+    """A server's home with a secret and an image store in it, a directory closed to
+    other users with an interpreter-like tree below, and an instance's scratch."""
+    home = tmp_path / "home"
+    (home / "secret").mkdir(parents=True)
+    (home / "token").write_text("the admin token")
+    (home / "images" / "python").mkdir(parents=True)
+    (home / "images" / "python" / "lib.py").write_text("image")
+    closed = tmp_path / "closed"
+    (closed / "versions").mkdir(parents=True)
+    (closed / "versions" / "lib.py").write_text("interpreter")
+    closed.chmod(0o700)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o1777)
+    # pytest's own directory is root's 0700: the confined process could not pass it.
+    tmp_path.chmod(0o755)
+    return {"home": home, "closed": closed, "scratch": scratch}
+
+
+def _run(how: Confinement, script: str) -> dict[str, object]:
+    """What ``script`` (Python, printing one JSON object) finds when run confined."""
+    argv = how.wrap([sys.executable, "-I", "-c", script])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def _probe(how: Confinement, machine: dict[str, Path], body: str) -> dict[str, object]:
+    home, closed = machine["home"], machine["closed"]
+    script = f"""
+import json, os, sys
+def attempt(call):
+    try:
+        return call()
+    except OSError as exc:
+        return type(exc).__name__
+home, closed = {str(home)!r}, {str(closed)!r}
+{body}
+"""
+    return _run(how, script)
+
+
+def test_a_confined_process_is_the_jobs_user_without_capabilities(
+    machine: dict[str, Path],
+) -> None:
+    how = Confinement(uid=UID, hidden=(str(machine["home"]),), read_only=PYTHON)
+    found = _probe(
+        how,
+        machine,
+        """
+status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+print(json.dumps({
+    "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
+    "groups": [g for g in os.getgroups() if g != os.getgid()],
+    "caps": [status[k].strip() for k in ("CapEff", "CapPrm", "CapAmb")],
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    # Root's own process (the caller's init here) keeps its environment to itself.
+    "init_environ": attempt(lambda: len(open("/proc/1/environ", "rb").read())),
+}))
+""",
+    )
+    assert found["ids"] == [UID] * 4
+    assert found["groups"] == []
+    assert found["caps"] == ["0000000000000000"] * 3
+    assert found["no_new_privs"] == "1"
+    assert found["init_environ"] == "PermissionError"
+
+
+def test_the_servers_home_is_hidden_and_what_is_kept_is_read_only(
+    machine: dict[str, Path],
+) -> None:
+    home, closed = machine["home"], machine["closed"]
+    how = Confinement(
+        uid=UID,
+        hidden=(str(home),),
+        read_only=(*PYTHON, str(home / "images"), str(closed / "versions")),
+    )
+    found = _probe(
+        how,
+        machine,
+        """
+import subprocess
+print(json.dumps({
+    "home": sorted(os.listdir(home)),
+    "token": attempt(lambda: open(os.path.join(home, "token")).read()),
+    "image": open(os.path.join(home, "images", "python", "lib.py")).read(),
+    "write_image": attempt(lambda: open(os.path.join(home, "images", "new"), "w")),
+    "write_home": attempt(lambda: open(os.path.join(home, "new"), "w")),
+    "interpreter": open(os.path.join(closed, "versions", "lib.py")).read(),
+    "closed": sorted(os.listdir(closed)),
+    "unmount": subprocess.run(["umount", home], capture_output=True).returncode,
+}))
+""",
+    )
+    assert found["home"] == ["images"]
+    assert found["token"] == "FileNotFoundError"
+    assert found["image"] == "image"
+    assert found["write_image"] == "OSError"  # EROFS
+    assert found["write_home"] == "OSError"
+    # Below a directory closed to other users: reached once bound back, nothing else.
+    assert found["interpreter"] == "interpreter"
+    assert found["closed"] == ["versions"]
+    assert found["unmount"] != 0
+    # The caller's namespace saw none of it.
+    assert (home / "token").read_text() == "the admin token"
+    assert sorted(p.name for p in home.iterdir()) == ["images", "secret", "token"]
+
+
+def test_tmp_is_the_instances_scratch_directory(machine: dict[str, Path]) -> None:
+    scratch = machine["scratch"]
+    how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=PYTHON)
+    found = _probe(
+        how,
+        machine,
+        """
+with open("/tmp/from-the-job", "w") as f:
+    f.write("mine")
+print(json.dumps({"tmp": sorted(os.listdir("/tmp"))}))
+""",
+    )
+    assert found["tmp"] == ["from-the-job"]
+    made = scratch / "from-the-job"
+    assert made.read_text() == "mine"
+    assert made.stat().st_uid == UID
+
+
+def test_a_mount_point_the_job_planted_refuses_the_start(
+    machine: dict[str, Path], tmp_path: Path
+) -> None:
+    """The job writes its /tmp; had it put a link where a kept path's mount point goes,
+    root would follow it: the start is refused instead."""
+    scratch = machine["scratch"]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    # As seen through /tmp: the kept path's parents are made in the scratch directory.
+    planted = scratch / tmp_path.relative_to("/tmp").parts[0]
+    os.symlink("/", planted)
+    os.lchown(planted, UID, UID)
+    how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=(str(kept),))
+    argv = how.wrap(["true"])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 126
+    # Runyard's failure, not the script's.
+    reason = confine.refusal(done.returncode, done.stderr.splitlines())
+    assert reason is not None
+    assert reason.startswith("InternalServerError: could not confine the job's process: ")
+
+
+def test_job_users_differ_by_job_and_stay_in_their_range() -> None:
+    uids = {job_uid(f"job-{n}") for n in range(1000)}
+    assert len(uids) == 1000
+    assert all(JOB_UID_BASE <= uid < JOB_UID_BASE + JOB_UID_COUNT for uid in uids)
+    assert job_uid("job-1") == job_uid("job-1")
+
+
+def test_a_bad_confinement_starts_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    argv = [sys.executable, "-I", "-m", "runtime.linux.confine", "{not json", "--", "touch"]
+    done = subprocess.run([*argv, str(marker)], capture_output=True, text=True, check=False)
+    assert done.returncode == 126
+    assert not marker.exists()

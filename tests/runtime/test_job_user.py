@@ -1,0 +1,84 @@
+"""An instance handed to the job's user: it owns what its processes write in /opt/ml,
+links included as links (never their targets), while the runtime's own directory, /opt/ml
+itself and whatever a link points at stay root's."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from runtime.instance import job_user
+from runtime.launch.workers import Launch, WorkerSpec
+from runtime.linux.confine import JOB_USER_NAME, job_uid
+from tests.channels import instance_configs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="handing files over takes root")
+
+
+def _owner(path: Path) -> int:
+    return os.lstat(path).st_uid
+
+
+def test_the_job_owns_what_it_writes_and_the_runtime_keeps_its_own(tmp_path: Path) -> None:
+    [config] = instance_configs(tmp_path, {})
+    base = config.paths.base
+    outside = tmp_path / "outside"
+    outside.write_text("root's")
+    (config.paths.code / "train.py").write_text("print()\n")
+    (config.paths.code / "link").symlink_to(outside)
+    (config.paths.data / "train").mkdir()
+    (config.paths.data / "train" / "part-0").write_text("data")
+    runtime_dir = base / job_user.RUNTIME_DIR
+    runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    (runtime_dir / "hosts").write_text("127.0.0.1 localhost\n")
+    (base / job_user.AGENT_KEY).write_bytes(b"key")
+    layer = base / ".runyard" / "env"
+    (layer / "bin").mkdir(parents=True)
+    uid = job_uid(config.job_id)
+
+    job_user.hand_over(config, uid, layer)
+
+    for path in (
+        config.paths.code / "train.py",
+        config.paths.code / "link",  # the link itself
+        config.paths.data / "train" / "part-0",
+        config.paths.model,
+        config.paths.output_data,
+        config.paths.checkpoints,
+        base / "input" / "config",
+        layer / "bin",
+        base / job_user.HOME,
+        base / job_user.AGENT_KEY,
+        *(base / note for note in job_user.AGENT_NOTES),
+    ):
+        assert _owner(path) == uid, path
+    # What stays root's: the link's target, /opt/ml itself, the runtime's directory (the
+    # job may pass through, not list nor write it) and what the runtime wrote there.
+    assert _owner(outside) == _owner(base) == _owner(runtime_dir) == 0
+    assert _owner(runtime_dir / "hosts") == 0
+    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o711
+    scratch = os.stat(base / job_user.SCRATCH)
+    assert (scratch.st_uid, stat.S_IMODE(scratch.st_mode)) == (0, 0o1777)
+    assert stat.S_IMODE(os.stat(base / job_user.HOME).st_mode) == 0o700
+
+
+def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path: Path) -> None:
+    [config] = instance_configs(tmp_path, {})
+    how = job_user.confinement(config, [Path("/usr")])
+    assert how.uid == job_uid(config.job_id)
+    assert how.private == {"/tmp": str(config.paths.base / job_user.SCRATCH)} | {
+        "/var/tmp": str(config.paths.base / job_user.SCRATCH)
+    }
+    spec = WorkerSpec(["python", "train.py"], {"HOME": "/root", "PATH": "/usr/bin"}, Path("/"))
+    [confined] = job_user.confined(Launch([spec]), how, config).specs
+    assert confined.argv[-3:] == ["--", "python", "train.py"]
+    assert confined.argv[1:4] == ["-I", "-m", "runtime.linux.confine"]
+    assert confined.env == {
+        "HOME": str(config.paths.base / job_user.HOME),
+        "PATH": "/usr/bin",
+        "USER": JOB_USER_NAME,
+        "LOGNAME": JOB_USER_NAME,
+    }
