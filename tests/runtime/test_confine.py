@@ -4,6 +4,7 @@ it reaching the caller's mount namespace. Run as root, as an instance's runtime 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -186,3 +187,30 @@ def test_a_bad_confinement_starts_nothing(tmp_path: Path) -> None:
     done = subprocess.run([*argv, str(marker)], capture_output=True, text=True, check=False)
     assert done.returncode == 126
     assert not marker.exists()
+
+
+def test_a_confined_process_may_not_make_namespaces_or_mounts(machine: dict[str, Path]) -> None:
+    """The job's user could otherwise make a user namespace of its own, and be root there
+    (this machine lets any user); seccomp refuses it, and mounts, with EPERM."""
+    how = Confinement(uid=UID, read_only=PYTHON)
+    found = _probe(
+        how,
+        machine,
+        """
+import ctypes, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def call(result):
+    return ctypes.get_errno() if result != 0 else 0
+print(json.dumps({
+    "unshare_user": call(libc.unshare(0x10000000)),
+    "mount": call(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
+    "unshare_tool": subprocess.run(["unshare", "-U", "true"], capture_output=True).returncode,
+    # What training does start still starts: threads and processes.
+    "child": subprocess.run(["true"]).returncode,
+}))
+""",
+    )
+    assert found["unshare_user"] == errno.EPERM
+    assert found["mount"] == errno.EPERM
+    assert found["unshare_tool"] != 0
+    assert found["child"] == 0
