@@ -126,6 +126,9 @@ class RunyardConfig:
     # its database, logs and other jobs), each covered by an empty directory; the job's
     # processes run as a user of their own (runtime.linux.confine).
     hidden_paths: tuple[str, ...] = ()
+    # Where the job's file:// URIs may lead, held to when the runtime uses them
+    # (contract.file_confinement); empty: not checked here.
+    file_roots: tuple[str, ...] = ()
     # A custom container: the OCI image the job's processes run in, and the engine's
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
@@ -187,6 +190,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "container_command": lambda _name, value: tuple(str(part) for part in value),
     "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
     "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
+    "file_roots": lambda _name, value: tuple(str(path) for path in value),
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }

@@ -24,6 +24,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
+from contract import file_confinement
+
 SUPPORTED_SCHEMES = ("file", "s3")
 # What decides which S3 client a process gets; a change (tests point at another server)
 # gets a new client instead of a stale one. Local instances inherit these from the worker,
@@ -149,17 +151,17 @@ def put_file(source: Path, uri: str) -> None:
         _S3(uri).upload(source)  # an S3 object appears whole or not at all
         return
     target = local_path(uri)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
-    )
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp_name)
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with _local(uri), file_confinement.directory_for_writing(target.parent) as parent:
+        fd, tmp_name = tempfile.mkstemp(
+            dir=parent, prefix=f".{target.name}.", suffix=PARTIAL_SUFFIX
+        )
+        os.close(fd)
+        try:
+            shutil.copyfile(source, tmp_name)
+            os.replace(tmp_name, parent / target.name)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
 
 
 def list_objects(uri: str) -> list[tuple[str, int]]:
@@ -180,11 +182,11 @@ def size(uri: str) -> int:
         if found is None:
             raise StorageError(f"{uri}: no such object")
         return found
-    path = local_path(uri)
     try:
-        if not path.is_file():
-            raise StorageError(f"{uri}: no such file")
-        return path.stat().st_size
+        with _local(uri), file_confinement.pinned(local_path(uri)) as path:
+            if not path.is_file():
+                raise StorageError(f"{uri}: no such file")
+            return path.stat().st_size
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
 
@@ -194,7 +196,8 @@ def modified(uri: str) -> datetime:
     if scheme(uri) == "s3":
         return _S3(uri).last_modified()
     try:
-        return datetime.fromtimestamp(local_path(uri).stat().st_mtime, UTC)
+        with _local(uri), file_confinement.pinned(local_path(uri)) as path:
+            return datetime.fromtimestamp(path.stat().st_mtime, UTC)
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
 
@@ -204,8 +207,12 @@ def remove(uri: str) -> None:
     if scheme(uri) == "s3":
         _S3(uri).delete()
         return
+    path = local_path(uri)
     try:
-        local_path(uri).unlink(missing_ok=True)
+        with _local(uri), file_confinement.pinned(path.parent, directory=True) as parent:
+            (parent / path.name).unlink(missing_ok=True)
+    except FileNotFoundError:
+        return  # no directory, no file
     except OSError as exc:
         raise StorageError(f"{uri}: cannot delete ({exc.strerror or exc})") from exc
 
@@ -217,7 +224,11 @@ def read_chunks(uri: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
         yield from _S3(uri).chunks(chunk_size)
         return
     try:
-        with local_path(uri).open("rb") as source:
+        with (
+            _local(uri),
+            file_confinement.pinned(local_path(uri)) as path,
+            path.open("rb") as source,
+        ):
             while chunk := source.read(chunk_size):
                 yield chunk
     except OSError as exc:
@@ -267,18 +278,23 @@ def _listing(uri: str) -> list[StoredObject]:
     root = local_path(uri)
     try:
         if root.is_file():
-            return [StoredObject(uri, root.name, root.stat().st_size)]
+            return [StoredObject(uri, root.name, size(uri))]
         if not root.is_dir():
             raise StorageError(f"{uri}: no such file or directory")
         found = []
-        for directory, _dirs, names in os.walk(root):
-            for name in names:
-                path = Path(directory, name)
-                # A link to a file is that file (a dataset of links into a shared store
-                # arrives whole); links to nothing, or to a directory, are not objects.
-                if path.is_file() and not is_partial(name):
-                    relative = path.relative_to(root).as_posix()
-                    found.append(StoredObject(path.as_uri(), relative, path.stat().st_size))
+        with _local(uri), file_confinement.pinned(root, directory=True) as walked:
+            for directory, _dirs, names in os.walk(walked):
+                for name in names:
+                    path = Path(directory, name)
+                    # A link to a file is that file (a dataset of links into a shared
+                    # store arrives whole); links to nothing, or to a directory, are not
+                    # objects. Each is checked again where it is read (confined).
+                    if path.is_file() and not is_partial(name):
+                        relative = path.relative_to(walked)
+                        item = StoredObject(
+                            (root / relative).as_uri(), relative.as_posix(), path.stat().st_size
+                        )
+                        found.append(item)
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
     return sorted(found, key=lambda item: item.relative)
@@ -300,7 +316,8 @@ def copy_object(uri: str, target: Path, on_bytes: Callable[[int], None] | None =
         return
     try:
         if on_bytes is None:
-            shutil.copyfile(local_path(uri), target)
+            with _local(uri), file_confinement.pinned(local_path(uri)) as path:
+                shutil.copyfile(path, target)
             return
         with target.open("wb") as output:
             for chunk in read_chunks(uri):
@@ -311,25 +328,47 @@ def copy_object(uri: str, target: Path, on_bytes: Callable[[int], None] | None =
 
 
 def _fetch_local_tree(uri: str, destination: Path) -> Path:
-    source = local_path(uri)
-    if not source.exists():
+    named = local_path(uri)
+    if not named.exists():
         raise StorageError(f"{uri}: no such file or directory")
     destination.mkdir(parents=True, exist_ok=True)
     try:
-        if source.is_dir():
-            shutil.copytree(
-                source,
-                destination,
-                symlinks=True,
-                dirs_exist_ok=True,
-                ignore=_partial_copies,
-            )
-            return destination
-        target = destination / source.name
-        shutil.copyfile(source, target)
-        return target
+        with _local(uri), file_confinement.pinned(named) as source:
+            if source.is_dir():
+                if file_confinement.confined():
+                    file_confinement.copy_tree(source, destination, is_partial)
+                    return destination
+                shutil.copytree(
+                    source,
+                    destination,
+                    symlinks=True,
+                    dirs_exist_ok=True,
+                    ignore=_partial_copies,
+                )
+                return destination
+            target = destination / named.name
+            shutil.copyfile(source, target)
+            return target
     except OSError as exc:
         raise StorageError(f"{uri}: cannot read ({exc.strerror or exc})") from exc
+
+
+@contextlib.contextmanager
+def _local(uri: str) -> Iterator[None]:
+    """A local path that leads outside the roots, refused naming the URI (only where the
+    process is confined: ``contract.file_confinement``)."""
+    try:
+        yield
+    except file_confinement.OutsideRoots as exc:
+        raise StorageError(f"{uri}: refused: {exc}") from exc
+
+
+@contextlib.contextmanager
+def opened_local(uri: str) -> Iterator[Path]:
+    """The file a ``file://`` URI names, as a path that stays that file while the block
+    runs (checked against the roots where the process is confined)."""
+    with _local(uri), file_confinement.pinned(local_path(uri)) as path:
+        yield path
 
 
 def _partial_copies(_directory: str, names: list[str]) -> set[str]:

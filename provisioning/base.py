@@ -75,6 +75,9 @@ class LaunchRequest:
     # The number of this attempt's first log line on every host, after the last stored
     # one: the service keeps only lines above each host's last seq.
     first_log_seq: int = 1
+    # Where the job's file:// URIs may lead (RUNYARD_FILE_ROOTS and the artifact root): the
+    # instances' runtimes hold them to it when they use them, not only at submission.
+    file_roots: tuple[str, ...] = ()
 
     @property
     def hosts(self) -> list[str]:

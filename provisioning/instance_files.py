@@ -77,6 +77,7 @@ def instance_files(
         download_cache=download_cache,
         read_only_paths=tuple(read_only_paths or ()),
         hidden_paths=tuple(hidden_paths or ()),
+        file_roots=request.file_roots,
         container_image=container_image,
         container_engine=tuple(container_engine or ()),
     )

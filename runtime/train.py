@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from contract import archive, hyperparameters, storage, untrusted, variables
+from contract import archive, file_confinement, hyperparameters, storage, untrusted, variables
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
@@ -328,7 +328,8 @@ class Trainer:
         if storage.is_dir(uri):
             storage.fetch(uri, config.paths.code)
         elif storage.scheme(uri) == "file" and storage.is_file(uri):
-            archive.extract(storage.local_path(uri), config.paths.code)
+            with storage.opened_local(uri) as tarball:
+                archive.extract(tarball, config.paths.code)
         elif storage.is_file(uri):
             with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
                 archive.extract(storage.fetch(uri, Path(scratch)), config.paths.code)
@@ -587,6 +588,9 @@ def main() -> int:
     except ConfigError as exc:
         print(f"runyard runtime: {exc}", file=sys.stderr)
         return 2
+    if config.file_roots:
+        # A link made or swapped in since the job was submitted takes it nowhere else.
+        file_confinement.confine(config.file_roots)
     client = ServiceClient.from_env(config.job_name, config.current_host, config.attempt)
     shipper = LogShipper(client, first_seq=config.first_log_seq).start()
     trainer = Trainer(config, client, shipper)

@@ -228,6 +228,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "download_cache": "",
   "read_only_paths": [],
   "hidden_paths": [],
+  "file_roots": [],
   "container_image": "",
   "container_engine": []
 }

@@ -27,13 +27,13 @@ def problems(spec: JobSpec, roots: Sequence[Path]) -> list[Problem]:
     """The first of the job's file:// URIs that leads outside ``roots``, as a problem."""
     forms = _forms(roots)  # resolved once a request: each resolution walks the disk
     for loc, uri in spec.storage_uris().items():
-        problem = _problem(uri, roots, forms)
+        problem = _problem(uri, forms)
         if problem is not None:
             return [Problem(loc, problem)]
     return []
 
 
-def _problem(uri: str, roots: Sequence[Path], forms: set[str]) -> str | None:
+def _problem(uri: str, forms: set[str]) -> str | None:
     try:
         if storage.scheme(uri) != "file":
             return None
@@ -42,9 +42,11 @@ def _problem(uri: str, roots: Sequence[Path], forms: set[str]) -> str | None:
         return None  # malformed or unsupported: the checks after this one say why
     if "\x00" in str(path):
         return f"{uri}: a file name cannot hold NUL (%00)"
+    # The roots themselves are not named: they are the server's paths (its home among
+    # them), which its administrator knows and a member need not.
     outside = (
         f"{uri}: outside the directories this server lets jobs use "
-        f"({', '.join(str(root) for root in roots) or 'none'}; RUNYARD_FILE_ROOTS)"
+        "(its administrator names them in RUNYARD_FILE_ROOTS)"
     )
     if not _inside(os.path.normpath(path), forms):
         return outside

@@ -345,6 +345,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         service_url=settings.public_url,
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
         agent_key=REDACTED,
+        file_roots=tuple(str(root) for root in settings.file_roots),
     )
     materialized = backend.materialize(request)
     return DryRun(

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -429,3 +431,44 @@ def test_a_pipe_channel_serves_every_epoch_to_the_jobs_user(stack: Stack, tmp_pa
         )
     read = [line for line in lines if line.startswith("pipe ")]
     assert sorted(read) == sorted([f"pipe {epoch} 1024" for epoch in range(3)] * 2)
+
+
+WAITS_THEN_SAVES = """
+import os, time
+base = os.environ["SAGEMAKER_BASE_DIR"]
+for _ in range(1200):
+    if os.path.exists(os.path.join(base, "go")):
+        break
+    time.sleep(0.1)
+with open(os.path.join(base, "model", "model.txt"), "w") as model:
+    model.write("weights")
+"""
+
+
+def test_an_output_path_swapped_for_a_link_after_submission_is_refused(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The output path was inside the server's file roots when the job was submitted;
+    replaced by a link to elsewhere while it runs, the model goes nowhere."""
+    output = tmp_path / "output"
+    output.mkdir()
+    elsewhere = Path(tempfile.mkdtemp(prefix="runyard-elsewhere-"))  # outside every root
+    try:
+        with stack.client() as client:
+            job = stack.submit(
+                client,
+                _source(tmp_path, "saves", WAITS_THEN_SAVES),
+                entry_point="train.py",
+                output_path=output.as_uri(),
+            )
+            stack.wait_for(client, job["name"], lambda j: j["secondary_status"] == "Training")
+            output.rename(tmp_path / "moved")
+            output.symlink_to(elsewhere)
+            (stack.home / "jobs" / job["id"] / "algo-1" / "go").touch()
+            job = stack.wait_until_ended(client, job["name"], timeout=180)
+        assert job["status"] == "Failed"
+        assert job["failure_reason"].startswith("UploadError: could not store the model: ")
+        assert "refused" in job["failure_reason"]
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        shutil.rmtree(elsewhere)
