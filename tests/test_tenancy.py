@@ -351,6 +351,17 @@ def test_credentials_are_checked_before_the_body(world: World, credentials: str 
     assert response.status_code == 422
 
 
+def test_a_viewers_submission_is_refused_before_its_body_is_validated(world: World) -> None:
+    """The role is decided before the body: a viewer's metric pattern is never compiled,
+    nor is a malformed body read further than its JSON."""
+    viewer = {"Authorization": f"Bearer {world.tokens['alpha viewer']}"}
+    heavy = {"metric_definitions": [{"Name": "m", "Regex": "((((a{100}){100}){100}){100})"}]}
+    for body in (heavy, {"instance_type": 7}):
+        response = world.api.post("/v1/training-jobs", json=body, headers=viewer)
+        assert response.status_code == 403, response.text
+        assert "needs the member role" in response.text
+
+
 def test_the_openapi_document_lists_each_routes_refusals(api: TestClient) -> None:
     document = api.get("/openapi.json").json()
     missing = []

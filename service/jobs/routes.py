@@ -58,6 +58,15 @@ ProjectName = Annotated[
 ]
 
 
+async def submitting_project(user: CurrentUser, project: ProjectName = None) -> str:
+    """The project a job is submitted to, once the caller may submit there: decided from
+    the credentials and the query alone, before the body is validated, so a viewer's body
+    (its metric patterns, say) costs no compiling."""
+    project = user.project_in_sight(project)
+    user.require(Role.MEMBER, project, "submitting a job")
+    return project
+
+
 @router.post(
     "",
     status_code=201,
@@ -72,15 +81,13 @@ async def create_training_job(
     settings: SettingsDep,
     user: CurrentUser,
     submissions: SubmissionsDep,
+    project: Annotated[str, Depends(submitting_project)],
     dry_run: Annotated[
         bool, Query(description="Show what would be created; create nothing")
     ] = False,
-    project: ProjectName = None,
 ) -> Response:
     """Submit a training job (estimator-style spec) to the caller's project (a server
     administrator may name another). The project's capacity quotas apply to it."""
-    project = user.project_in_sight(project)
-    user.require(Role.MEMBER, project, "submitting a job")
     if project != user.project:
         # A server administrator's choice (a token's own project exists): a create would
         # otherwise make a job in a project that is not there.
