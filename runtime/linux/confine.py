@@ -1,5 +1,5 @@
 """The job's processes, confined: run as a user of the job's own, in a mount namespace
-where the server's home is an empty directory and /tmp is private.
+where the server's home is an empty directory and /tmp is the instance's own.
 
 An instance's runtime stays root (it mounts FastFile channels, binds /etc/hosts, enters
 network namespaces) and starts each of the job's processes (the launcher, mpirun, the
@@ -7,16 +7,19 @@ daemons mpirun asks the launch agent for) through this module:
 
     python -I -m runtime.linux.confine CONFINEMENT_JSON -- ARGV...
 
-which, still root, takes a mount namespace of its own, covers each hidden path and /tmp
-with an empty tmpfs, binds back what the job needs from below them (its Python, Runyard's
-packages, the image store, the job's layer: each at the same path, read-only), then drops
-to the job's user (no supplementary groups, no capabilities, no new privileges) and execs
-ARGV. Children inherit all of it, so nothing the script starts can climb back.
+which, still root, takes a mount namespace of its own, covers each hidden path with an
+empty read-only tmpfs and /tmp with the instance's scratch directory, binds back what the
+job needs from below them (its Python, Runyard's packages, the image store, the job's
+layer: each at the same path, read-only), then drops to the job's user (no supplementary
+groups, no capabilities, no new privileges), narrows its system calls (seccomp, where
+the machine has libseccomp) and execs ARGV. Children inherit all of it, so nothing the
+script starts can climb back.
 
 Why a process and not ``preexec_fn``: the runtime is multithreaded, and what runs between
 fork and exec there must not take locks; an exec'd interpreter has none to take. The
-tmpfs covers are locked to the job once its user has no CAP_SYS_ADMIN: it cannot unmount
-them.
+covers are locked to the job once its user has no CAP_SYS_ADMIN: it cannot unmount them.
+Starting one costs about 50 ms of CPU (``bench/confine_start.py``), once per process the
+runtime starts, not per rank a launcher forks.
 """
 
 from __future__ import annotations
