@@ -9,7 +9,7 @@ directory the instance has.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 IMAGE_BASE_DIR = "/opt/ml"
 # The config files, relative to the base directory.
@@ -82,6 +82,25 @@ class Paths:
             self.checkpoints,
         ):
             path.mkdir(parents=True, exist_ok=True)
+
+
+# Where a job on the local backend may keep its checkpoints (checkpoint_local_path): its
+# instance's own directory, or its own /tmp. Any other path would be the server machine's,
+# written by the instance's runtime as root.
+LOCAL_CHECKPOINT_PARENTS = (IMAGE_BASE_DIR, "/tmp")  # noqa: S108 (the instance's own /tmp)
+
+
+def local_checkpoint_problem(local_path: str | None) -> str | None:
+    """Why ``local_path`` cannot hold a local instance's checkpoints, if it cannot."""
+    if local_path is None:
+        return None
+    path = PurePosixPath(local_path)
+    if any(path.is_relative_to(parent) for parent in LOCAL_CHECKPOINT_PARENTS):
+        return None
+    return (
+        f"on the local backend checkpoints stay in the instance: a path under "
+        f"{' or '.join(LOCAL_CHECKPOINT_PARENTS)}, not {local_path}"
+    )
 
 
 def checkpoint_dir(base: Path, local_path: str | None) -> Path | None:

@@ -224,10 +224,10 @@ class Trainer:
         # other instances, whose processes have the same small pids in their namespaces
         # (Open MPI's daemon names its session directory after its pid), and it stays
         # visible since the job's own paths may lie in it.
-        scratch = Path(IMAGE_BASE_DIR) / ".runyard" / "tmp"
+        scratch = Path(IMAGE_BASE_DIR) / job_user.SCRATCH
         scratch.mkdir(parents=True, exist_ok=True)
         os.environ["TMPDIR"] = str(scratch)
-        return load(Path(IMAGE_BASE_DIR))
+        return job_user.in_own_tmp(load(Path(IMAGE_BASE_DIR)))
 
     @contextlib.contextmanager
     def _job_network(self) -> Iterator[None]:

@@ -278,6 +278,12 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         {"checkpoint_local_path": "/opt/ml"},
         ["checkpoint_local_path"],
     ),
+    (
+        # The local backend's instances would have their runtime write it on the server.
+        "checkpoint path of the server's machine",
+        {"checkpoint_local_path": "/etc/cron.d"},
+        ["checkpoint_local_path"],
+    ),
     ("checkpoint uri scheme", {"checkpoint_s3_uri": "gs://bucket/ckpt"}, ["checkpoint_s3_uri"]),
     ("too many retries", {"max_retry_attempts": 31}, ["max_retry_attempts"]),
     (

@@ -38,7 +38,7 @@ from contract import storage, variables
 from contract.hosts import RENDEZVOUS_PORT
 from contract.images import BUILTIN, Catalog
 from contract.instance_config import Isolation
-from contract.layout import Paths
+from contract.layout import Paths, local_checkpoint_problem
 from contract.problems import Problem
 from contract.spec import JobSpec
 from provisioning.base import (
@@ -191,6 +191,8 @@ class LocalBackend(Backend[LocalPlan]):
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
         problems = []
+        if (why := local_checkpoint_problem(spec.checkpoint_local_path)) is not None:
+            problems.append(Problem(("checkpoint_local_path",), why))
         if spec.image.container is not None:
             problems += self._container_problems(spec.image.container)
         elif self.isolation == "namespaces" and (why := network.unavailable()) is not None:

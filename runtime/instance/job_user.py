@@ -15,9 +15,10 @@ import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from contract.instance_config import InstanceConfig
+from contract.layout import Paths
 from runtime.launch.workers import Launch
 from runtime.linux.confine import JOB_USER_NAME, Confinement, job_uid
 
@@ -32,6 +33,18 @@ AGENT_NOTES = (f"{RUNTIME_DIR}/agent-failures", f"{RUNTIME_DIR}/agent-lost")
 AGENT_KEY = f"{RUNTIME_DIR}/agent.key"
 
 
+def in_own_tmp(config: InstanceConfig) -> InstanceConfig:
+    """``config`` with a checkpoint path the job gave under /tmp where the job's processes
+    see it: in their /tmp, which is the instance's scratch directory."""
+    local_path = config.checkpoint_local_path
+    tmp = PurePosixPath("/tmp")  # noqa: S108 (the job's own, made so by confine)
+    if local_path is None or not PurePosixPath(local_path).is_relative_to(tmp):
+        return config
+    relative = PurePosixPath(local_path).relative_to(tmp)
+    mapped = config.paths.base / SCRATCH / relative
+    return dataclasses.replace(config, paths=Paths(config.paths.base, mapped))
+
+
 def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinement:
     """How each of the job's processes on this instance is started: as the job's user,
     with the server's paths (``config.hidden_paths``) hidden, the instance's scratch
@@ -41,17 +54,11 @@ def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinemen
     kept = [str(path) for path in read_only]
     if config.job_layer:
         kept.append(config.job_layer)
-    writable = (
-        []
-        if _below(config.paths.checkpoints, config.paths.base)
-        else [str(config.paths.checkpoints)]
-    )
     return Confinement(
         uid=job_uid(config.job_id),
         hidden=tuple(config.hidden_paths),
         private={"/tmp": scratch, "/var/tmp": scratch},  # noqa: S108 (made private here)
         read_only=tuple(kept),
-        writable=tuple(writable),
     )
 
 
@@ -75,7 +82,9 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
     # write beside their config too (the SDK's drivers leave input/sm_training.env).
     owned = [
         *(path for path in base.iterdir() if path.name != RUNTIME_DIR),
-        paths.checkpoints,
+        # Never a path of the machine's: the local backend keeps them below the base
+        # directory (/opt/ml, or /tmp, which is the scratch directory: in_own_tmp).
+        *([paths.checkpoints] if _below(paths.checkpoints, base) else []),
         instance_layer,
         base / HOME,
         *(base / name for name in (*AGENT_NOTES, AGENT_KEY)),

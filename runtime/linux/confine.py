@@ -79,8 +79,6 @@ class Confinement:
     private: dict[str, str] = field(default_factory=dict)
     # Bound back, read-only and at the same path, where a cover above hid them.
     read_only: tuple[str, ...] = ()
-    # Bound back writable (a checkpoint directory the job gave outside /opt/ml).
-    writable: tuple[str, ...] = ()
 
     def wrap(self, argv: Sequence[str], python: str = sys.executable) -> list[str]:
         """``argv``, to be run confined. ``-I``: the job's PYTHONPATH and user site stay
@@ -93,10 +91,7 @@ class Confinement:
         return cls(
             uid=int(data["uid"]),
             private={str(k): str(v) for k, v in data.get("private", {}).items()},
-            **{
-                name: tuple(str(p) for p in data.get(name, ()))
-                for name in ("hidden", "read_only", "writable")
-            },
+            **{name: tuple(str(p) for p in data.get(name, ())) for name in ("hidden", "read_only")},
         )
 
 
@@ -178,18 +173,16 @@ def enter(confinement: Confinement) -> None:
     _check(_libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Nothing mounted here reaches the instance's namespace, nor the other way round.
     mount("none", Path("/"), "", MS_REC | MS_PRIVATE, "")
-    kept = [(Path(p), False) for p in confinement.read_only] + [
-        (Path(p), True) for p in confinement.writable
-    ]
-    hidden = {Path(p) for p in confinement.hidden} | _closed_above(p for p, _ in kept)
+    kept = [Path(p) for p in confinement.read_only]
+    hidden = {Path(p) for p in confinement.hidden} | _closed_above(kept)
     covers = sorted(
         [(p, None) for p in hidden] + [(Path(p), Path(s)) for p, s in confinement.private.items()],
         key=lambda item: len(item[0].parts),
     )
     # Bound back below a cover: each opened now, before its cover hides it.
     below = [
-        (path, writable, cover, os.open(path, os.O_PATH))
-        for path, writable in sorted(kept, key=lambda item: len(item[0].parts))
+        (path, cover, os.open(path, os.O_PATH))
+        for path in sorted(kept, key=lambda path: len(path.parts))
         if path.exists() and (cover := _cover_of(path, covers)) is not None
     ]
     sources = {cover: os.open(source, os.O_PATH) for cover, source in covers if source}
@@ -202,8 +195,8 @@ def enter(confinement: Confinement) -> None:
             covered.append(cover)
         else:
             mount(f"/proc/self/fd/{sources[cover]}", cover, "", MS_BIND, "")
-    for path, writable, cover, fd in below:
-        _bind_back(path, writable, cover, fd)
+    for path, cover, fd in below:
+        _bind_back(path, cover, fd)
     for fd in [*sources.values(), *(fd for *_, fd in below)]:
         os.close(fd)
     for cover in covered:
@@ -256,7 +249,7 @@ def _cover_of(path: Path, covers: Sequence[tuple[Path, Path | None]]) -> Path | 
     return None
 
 
-def _bind_back(path: Path, writable: bool, cover: Path, fd: int) -> None:
+def _bind_back(path: Path, cover: Path, fd: int) -> None:
     """``path`` (open as ``fd``) shown again at its place, under the cover above it. Its
     mount point is made by this process, as root; a cover bound from a directory the job
     writes (its /tmp) is root's and sticky, so what root made there the job can neither
@@ -274,8 +267,7 @@ def _bind_back(path: Path, writable: bool, cover: Path, fd: int) -> None:
     if not is_dir:
         path.touch(mode=0o644, exist_ok=True)
     mount(f"/proc/self/fd/{fd}", path, "", MS_BIND | MS_REC, "")
-    if not writable:
-        mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, "")
+    mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, "")
 
 
 def _become(uid: int) -> None:

@@ -4,6 +4,7 @@ itself and whatever a link points at stay root's."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -63,6 +64,15 @@ def test_the_job_owns_what_it_writes_and_the_runtime_keeps_its_own(tmp_path: Pat
     scratch = os.stat(base / job_user.SCRATCH)
     assert (scratch.st_uid, stat.S_IMODE(scratch.st_mode)) == (0, 0o1777)
     assert stat.S_IMODE(os.stat(base / job_user.HOME).st_mode) == 0o700
+
+
+def test_a_checkpoint_path_in_tmp_is_in_the_jobs_own_tmp(tmp_path: Path) -> None:
+    [config] = instance_configs(tmp_path, {})
+    base = config.paths.base
+    given = dataclasses.replace(config, checkpoint_local_path="/tmp/ckpt/run-1")
+    mapped = job_user.in_own_tmp(given)
+    assert mapped.paths.checkpoints == base / job_user.SCRATCH / "ckpt" / "run-1"
+    assert job_user.in_own_tmp(config).paths.checkpoints == config.paths.checkpoints
 
 
 def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path: Path) -> None:
