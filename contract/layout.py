@@ -84,22 +84,20 @@ class Paths:
             path.mkdir(parents=True, exist_ok=True)
 
 
-# Where a job on the local backend may keep its checkpoints (checkpoint_local_path): its
-# instance's own directory, or its own /tmp. Any other path would be the server machine's,
-# written by the instance's runtime as root.
-LOCAL_CHECKPOINT_PARENTS = (IMAGE_BASE_DIR, "/tmp")  # noqa: S108 (the instance's own /tmp)
-
-
 def local_checkpoint_problem(local_path: str | None) -> str | None:
-    """Why ``local_path`` cannot hold a local instance's checkpoints, if it cannot."""
+    """Why ``local_path`` cannot hold a local instance's checkpoints, if it cannot. It
+    must be a directory right below /opt/ml (``/opt/ml/checkpoints``, as SageMaker's
+    default): any other path would be the server machine's, which the instance's runtime
+    writes as root; and one deeper would lie in a directory the job's user owns, which it
+    could swap for a link while the runtime stores from it."""
     if local_path is None:
         return None
     path = PurePosixPath(local_path)
-    if any(path.is_relative_to(parent) for parent in LOCAL_CHECKPOINT_PARENTS):
+    if path.parent == PurePosixPath(IMAGE_BASE_DIR) and not path.name.startswith("."):
         return None
     return (
-        f"on the local backend checkpoints stay in the instance: a path under "
-        f"{' or '.join(LOCAL_CHECKPOINT_PARENTS)}, not {local_path}"
+        f"on the local backend checkpoints stay in the instance, in a directory right below "
+        f"{IMAGE_BASE_DIR} (as {IMAGE_BASE_DIR}/checkpoints), not {local_path}"
     )
 
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -227,7 +227,7 @@ class Trainer:
         scratch = Path(IMAGE_BASE_DIR) / job_user.SCRATCH
         scratch.mkdir(parents=True, exist_ok=True)
         os.environ["TMPDIR"] = str(scratch)
-        return job_user.in_own_tmp(load(Path(IMAGE_BASE_DIR)))
+        return load(Path(IMAGE_BASE_DIR))
 
     @contextlib.contextmanager
     def _job_network(self) -> Iterator[None]:
@@ -359,7 +359,9 @@ class Trainer:
         # An image other than the runtime's own is offered Runyard's packages.
         runtime_root = Path(__file__).resolve().parents[1]
         offered = [] if python == sys.executable else [runtime_root / n for n in RUNTIME_PACKAGES]
-        install_env = dict(os.environ)
+        # The runtime's own secrets stay out of pip's reach (and of the build backends it
+        # runs from the job's code).
+        install_env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
         install_env.update(config.environment)
         if config.download_cache and not {"PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"} & set(
             config.environment
@@ -443,10 +445,10 @@ class Trainer:
         # The daemon runs as the local agent would run it: in the instance's environment
         # (the job marker included), less what user code must never see.
         env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
-        wrap: Callable[[list[str]], list[str]] = list
+        start = None
         if self.confinement is not None:
-            env, wrap = job_user.job_environment(env, config), self.confinement.wrap
-        with remote_agent.serving(config, agent_key, env, self.say, wrap=wrap):
+            env, start = job_user.job_environment(env, config), self.confinement.start
+        with remote_agent.serving(config, agent_key, env, self.say, start=start):
             return mpi.wait_for_daemon(config, self.stop, self.say)
 
     def _reason(self, result: GroupResult) -> str:

@@ -284,6 +284,17 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         {"checkpoint_local_path": "/etc/cron.d"},
         ["checkpoint_local_path"],
     ),
+    (
+        # Below a directory the job's user owns, which it could swap for a link.
+        "checkpoint path deep in /opt/ml",
+        {"checkpoint_local_path": "/opt/ml/output/ckpt"},
+        ["checkpoint_local_path"],
+    ),
+    (
+        "checkpoint path in the runtime's own directory",
+        {"checkpoint_local_path": "/opt/ml/.runyard"},
+        ["checkpoint_local_path"],
+    ),
     ("checkpoint uri scheme", {"checkpoint_s3_uri": "gs://bucket/ckpt"}, ["checkpoint_s3_uri"]),
     ("too many retries", {"max_retry_attempts": 31}, ["max_retry_attempts"]),
     (

@@ -15,10 +15,9 @@ import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from contract.instance_config import InstanceConfig
-from contract.layout import Paths
 from runtime.launch.workers import Launch
 from runtime.linux.confine import JOB_USER_NAME, Confinement, job_uid
 
@@ -31,18 +30,6 @@ SCRATCH = f"{RUNTIME_DIR}/tmp"  # noqa: S108 (below the base directory)
 HOME = f"{RUNTIME_DIR}/home"
 AGENT_NOTES = (f"{RUNTIME_DIR}/agent-failures", f"{RUNTIME_DIR}/agent-lost")
 AGENT_KEY = f"{RUNTIME_DIR}/agent.key"
-
-
-def in_own_tmp(config: InstanceConfig) -> InstanceConfig:
-    """``config`` with a checkpoint path the job gave under /tmp where the job's processes
-    see it: in their /tmp, which is the instance's scratch directory."""
-    local_path = config.checkpoint_local_path
-    tmp = PurePosixPath("/tmp")  # noqa: S108 (the job's own, made so by confine)
-    if local_path is None or not PurePosixPath(local_path).is_relative_to(tmp):
-        return config
-    relative = PurePosixPath(local_path).relative_to(tmp)
-    mapped = config.paths.base / SCRATCH / relative
-    return dataclasses.replace(config, paths=Paths(config.paths.base, mapped))
 
 
 def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinement:
@@ -59,6 +46,7 @@ def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinemen
         hidden=tuple(config.hidden_paths),
         private={"/tmp": scratch, "/var/tmp": scratch},  # noqa: S108 (made private here)
         read_only=tuple(kept),
+        handover_dir=str(config.paths.base / RUNTIME_DIR),
     )
 
 
@@ -78,12 +66,24 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
     for name in AGENT_NOTES:
         (base / name).touch(mode=0o600, exist_ok=True)
     paths = config.paths
-    # All of /opt/ml but the runtime's own directory: SageMaker's scripts and drivers
-    # write beside their config too (the SDK's drivers leave input/sm_training.env).
+    # input/ stays root's, sticky and open to all, as /tmp is: SageMaker's drivers write
+    # beside their config (the SDK's leave input/sm_training.env), and the job may not move
+    # input/data, where the runtime makes each Pipe epoch's FIFO and mounts FastFile
+    # channels, aside for a link. What File channels hold is the job's, as the files it
+    # reads would be in a container (a file kept 0600 at its source stays readable);
+    # FIFOs and mounted channels stay root's.
+    os.chown(paths.input, 0, 0)
+    paths.input.chmod(0o1777)
+    data_device = os.lstat(paths.data).st_dev
+    for channel in paths.data.iterdir():
+        found = os.lstat(channel)
+        if found.st_dev == data_device and not stat.S_ISFIFO(found.st_mode):
+            _own_tree(channel, uid)
+    # The rest of /opt/ml but the runtime's own directory is the job's.
     owned = [
-        *(path for path in base.iterdir() if path.name != RUNTIME_DIR),
-        # Never a path of the machine's: the local backend keeps them below the base
-        # directory (/opt/ml, or /tmp, which is the scratch directory: in_own_tmp).
+        *(path for path in base.iterdir() if path.name not in (RUNTIME_DIR, paths.input.name)),
+        # Never a path of the machine's: the local backend keeps them right below the
+        # base directory (contract.layout.local_checkpoint_problem).
         *([paths.checkpoints] if _below(paths.checkpoints, base) else []),
         instance_layer,
         base / HOME,
@@ -103,10 +103,10 @@ def job_environment(env: Mapping[str, str], config: InstanceConfig) -> dict[str,
 def confined(launch: Launch, how: Confinement, config: InstanceConfig) -> Launch:
     """``launch`` with each of its processes started confined, in the job's user's
     environment."""
-    specs = [
-        dataclasses.replace(spec, argv=how.wrap(spec.argv), env=job_environment(spec.env, config))
-        for spec in launch.specs
-    ]
+    specs = []
+    for spec in launch.specs:
+        argv, env = how.start(spec.argv, job_environment(spec.env, config))
+        specs.append(dataclasses.replace(spec, argv=argv, env=env))
     return dataclasses.replace(launch, specs=specs)
 
 

@@ -166,7 +166,12 @@ def job_layer(
                 (links / package.name).symlink_to(package, target_is_directory=True)
         try:
             installed = install.install(
-                code_dir, [layer.python, "-m", "pip"], layer_environment(layer, env), say
+                # -I: pip's own modules, not a pip/ the job's code holds (the code
+                # directory is pip's working directory).
+                code_dir,
+                [layer.python, "-I", "-m", "pip"],
+                layer_environment(layer, env),
+                say,
             )
         except install.InstallError as exc:
             failure.write_text(str(exc))

@@ -80,6 +80,14 @@ class DaemonLost(Exception):
     """The connection to a daemon's agent broke while the daemon ran."""
 
 
+# How the agent starts a command: its argv and environment, as they are or changed.
+Start = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+
+
+def _as_it_is(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    return argv, env
+
+
 class AgentError(Exception):
     """The agent cannot do its part: no key, no config, no listening port, no peer."""
 
@@ -231,7 +239,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         env: Mapping[str, str],
         say: Say,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
-        wrap: Callable[[list[str]], list[str]] = list,
+        start: Start = _as_it_is,
     ) -> None:
         self.address_family = _family(address[0])
         self.key = key
@@ -241,7 +249,7 @@ class AgentServer(socketserver.ThreadingTCPServer):
         self.say = say
         self.handshake_timeout = handshake_timeout
         # How a command is started: as it is, or confined as the job's user.
-        self.wrap = wrap
+        self.start = start
         self._lock = threading.Lock()
         self._running: dict[socket.socket, _Command] = {}
         self._started: list[_Command] = []
@@ -288,10 +296,13 @@ class AgentServer(socketserver.ThreadingTCPServer):
             if self._closing:
                 raise AgentError("this instance's runtime is ending")
             marker = secrets.token_hex(16)
+            argv, env = self.start(
+                ["/bin/sh", "-c", command], {**self.env, variables.AGENT_COMMAND: marker}
+            )
             process = subprocess.Popen(
-                self.wrap(["/bin/sh", "-c", command]),
+                argv,
                 cwd=self.cwd,
-                env={**self.env, variables.AGENT_COMMAND: marker},
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -450,10 +461,10 @@ def serving(
     *,
     handshake_timeout: float = HANDSHAKE_TIMEOUT,
     stop_grace: float = STOP_GRACE,
-    wrap: Callable[[list[str]], list[str]] = list,
+    start: Start | None = None,
 ) -> Iterator[AgentServer]:
-    """The server, for as long as the block runs; ``wrap`` gives the argv each command is
-    started with (``runtime.linux.confine``'s, say)."""
+    """The server, for as long as the block runs; ``start`` gives the command and
+    environment each command is started with (``runtime.linux.confine``'s, say)."""
     if config.agent_port is None:
         raise AgentError("this job has no agent_port for the launch agent to listen on")
     address = (listen_address(config), config.agent_port)
@@ -466,7 +477,7 @@ def serving(
             env=env,
             say=say,
             handshake_timeout=handshake_timeout,
-            wrap=wrap,
+            start=start or _as_it_is,
         )
     except OSError as exc:
         raise AgentError(f"the launch agent could not listen on port {address[1]}: {exc}") from exc

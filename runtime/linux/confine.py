@@ -5,7 +5,7 @@ An instance's runtime stays root (it mounts FastFile channels, binds /etc/hosts,
 network namespaces) and starts each of the job's processes (the launcher, mpirun, the
 daemons mpirun asks the launch agent for) through this module:
 
-    python -I -m runtime.linux.confine CONFINEMENT_JSON -- ARGV...
+    python -I -m runtime.linux.confine CONFINEMENT_JSON ENV_FILE -- ARGV...
 
 which, still root, takes a mount namespace of its own, covers each hidden path with an
 empty read-only tmpfs and /tmp with the instance's scratch directory, binds back what the
@@ -24,6 +24,7 @@ runtime starts, not per rank a launcher forks.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -32,7 +33,8 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -79,11 +81,23 @@ class Confinement:
     private: dict[str, str] = field(default_factory=dict)
     # Bound back, read-only and at the same path, where a cover above hid them.
     read_only: tuple[str, ...] = ()
+    # Where the environments of the processes being started wait for them: a directory of
+    # root's that the job's user may not list nor write (the runtime's own).
+    handover_dir: str = ""
 
-    def wrap(self, argv: Sequence[str], python: str = sys.executable) -> list[str]:
-        """``argv``, to be run confined. ``-I``: the job's PYTHONPATH and user site stay
-        out of the interpreter that does the confining."""
-        return [python, "-I", "-m", __name__, json.dumps(asdict(self)), "--", *argv]
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str], python: str = sys.executable
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that start ``argv`` confined, with ``env`` once it
+        is the job's user. The confining interpreter itself (root until it drops) runs with
+        nothing of ``env``: the job's LD_PRELOAD, LD_LIBRARY_PATH or PYTHONPATH would load
+        the job's code into it; ``env`` waits in a file of root's that it reads and removes.
+        ``-I``: no user site and no PYTHON* variable either."""
+        fd, path = tempfile.mkstemp(prefix="env-", suffix=".json", dir=self.handover_dir or None)
+        with os.fdopen(fd, "w") as handover:  # mkstemp: 0600, root's
+            json.dump(dict(env), handover)
+        command = [python, "-I", "-m", __name__, json.dumps(asdict(self)), path, "--", *argv]
+        return command, {"PATH": CONFINER_PATH}
 
     @classmethod
     def from_json(cls, text: str) -> Confinement:
@@ -91,6 +105,7 @@ class Confinement:
         return cls(
             uid=int(data["uid"]),
             private={str(k): str(v) for k, v in data.get("private", {}).items()},
+            handover_dir=str(data.get("handover_dir", "")),
             **{name: tuple(str(p) for p in data.get(name, ())) for name in ("hidden", "read_only")},
         )
 
@@ -130,6 +145,9 @@ REFUSED_CALLS = (
     "quotactl",
     "syslog",
 )
+
+# The confining interpreter's whole environment: where it finds nothing but the system's.
+CONFINER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 # How a process that could not be confined ends: the exit status and line it leaves.
 REFUSED_STATUS = 126
@@ -280,20 +298,33 @@ def _become(uid: int) -> None:
     _check(_libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+def _handed_over(path: str) -> dict[str, str]:
+    """The environment ``Confinement.start`` left at ``path``, which is then removed."""
+    try:
+        with open(path, encoding="utf-8") as handover:
+            env = json.load(handover)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return {str(name): str(value) for name, value in env.items()}
+
+
 def main(argv: Sequence[str]) -> NoReturn:
-    if len(argv) < 3 or argv[1] != "--":
+    if len(argv) < 4 or argv[2] != "--":
         print(
-            "usage: python -I -m runtime.linux.confine CONFINEMENT_JSON -- ARGV...", file=sys.stderr
+            "usage: python -I -m runtime.linux.confine CONFINEMENT ENV_FILE -- ARGV...",
+            file=sys.stderr,
         )
         sys.exit(2)
     try:
+        env = _handed_over(argv[1])
         enter(Confinement.from_json(argv[0]))
-    except (OSError, ValueError, KeyError, ConfineError) as exc:
+    except (OSError, ValueError, KeyError, AttributeError, ConfineError) as exc:
         print(f"{REFUSED}: {exc}", file=sys.stderr)
         sys.exit(REFUSED_STATUS)
-    command = list(argv[2:])
+    command = list(argv[3:])
     try:
-        os.execvp(command[0], command)
+        os.execvpe(command[0], command, env)
     except OSError as exc:
         print(f"runyard: could not start {command[0]}: {exc}", file=sys.stderr)
         sys.exit(127)

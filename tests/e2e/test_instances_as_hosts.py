@@ -472,28 +472,3 @@ def test_an_output_path_swapped_for_a_link_after_submission_is_refused(
         assert list(elsewhere.iterdir()) == []
     finally:
         shutil.rmtree(elsewhere)
-
-
-SAVES_IN_TMP = """
-import os
-os.makedirs("/tmp/ckpt", exist_ok=True)
-with open("/tmp/ckpt/state.txt", "w") as state:
-    state.write(os.environ["SM_CURRENT_HOST"])
-"""
-
-
-def test_checkpoints_the_job_keeps_in_its_own_tmp_are_stored(stack: Stack, tmp_path: Path) -> None:
-    """checkpoint_local_path under /tmp is the job's own /tmp (its instance's scratch),
-    which the runtime stores from, as it does /opt/ml/checkpoints."""
-    store = tmp_path / "checkpoints"
-    with stack.client() as client:
-        _run(
-            stack,
-            client,
-            _source(tmp_path, "ckpt", SAVES_IN_TMP),
-            checkpoint_local_path="/tmp/ckpt",
-            checkpoint_s3_uri=store.as_uri(),
-        )
-    stored = sorted(p.relative_to(store).as_posix() for p in store.rglob("state.txt"))
-    assert stored, sorted(p.as_posix() for p in store.rglob("*"))
-    assert {(store / p).read_text() for p in stored} <= {"algo-1", "algo-2"}

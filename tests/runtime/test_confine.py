@@ -46,8 +46,8 @@ def machine(tmp_path: Path) -> dict[str, Path]:
 
 def _run(how: Confinement, script: str) -> dict[str, object]:
     """What ``script`` (Python, printing one JSON object) finds when run confined."""
-    argv = how.wrap([sys.executable, "-I", "-c", script])
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    argv, env = how.start([sys.executable, "-I", "-c", script], {"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout)
     return result
@@ -168,8 +168,8 @@ def test_a_mount_point_the_job_planted_refuses_the_start(
     os.symlink("/", planted)
     os.lchown(planted, UID, UID)
     how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=(str(kept),))
-    argv = how.wrap(["true"])
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    argv, env = how.start(["true"], {"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 126
     # Runyard's failure, not the script's.
     reason = confine.refusal(done.returncode, done.stderr.splitlines())
@@ -184,9 +184,32 @@ def test_job_users_differ_by_job_and_stay_in_their_range() -> None:
     assert job_uid("job-1") == job_uid("job-1")
 
 
+def test_the_jobs_environment_reaches_its_process_and_not_the_confining_one(
+    machine: dict[str, Path],
+) -> None:
+    """The confining interpreter is root until it drops: a job's LD_PRELOAD must not load
+    into it. The loader says so once for each process that has a library it cannot load:
+    once here, for the job's own process, which gets the whole environment."""
+    how = Confinement(uid=UID, read_only=PYTHON, handover_dir=str(machine["home"]))
+    job_env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": "/no/such/library.so", "MINE": "yes"}
+    argv, env = how.start(["sh", "-c", 'echo "MINE=$MINE"'], job_env)
+    assert env == {"PATH": confine.CONFINER_PATH}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "MINE=yes"
+    assert done.stderr.count("/no/such/library.so") == 1, done.stderr
+    # The environment waited in a file of root's, removed once read.
+    assert [p.name for p in machine["home"].iterdir() if p.name.startswith("env-")] == []
+
+
 def test_a_bad_confinement_starts_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    argv = [sys.executable, "-I", "-m", "runtime.linux.confine", "{not json", "--", "touch"]
+    env_file = tmp_path / "env.json"
+    env_file.write_text("{}")
+    argv = [
+        *(sys.executable, "-I", "-m", "runtime.linux.confine", "{not json"),
+        *(str(env_file), "--", "touch"),
+    ]
     done = subprocess.run([*argv, str(marker)], capture_output=True, text=True, check=False)
     assert done.returncode == 126
     assert not marker.exists()

@@ -4,7 +4,7 @@ itself and whatever a link points at stay root's."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 import stat
 from pathlib import Path
@@ -13,7 +13,7 @@ import pytest
 
 from runtime.instance import job_user
 from runtime.launch.workers import Launch, WorkerSpec
-from runtime.linux.confine import JOB_USER_NAME, job_uid
+from runtime.linux.confine import CONFINER_PATH, JOB_USER_NAME, job_uid
 from tests.channels import instance_configs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="handing files over takes root")
@@ -32,6 +32,8 @@ def test_the_job_owns_what_it_writes_and_the_runtime_keeps_its_own(tmp_path: Pat
     (config.paths.code / "link").symlink_to(outside)
     (config.paths.data / "train").mkdir()
     (config.paths.data / "train" / "part-0").write_text("data")
+    (config.paths.data / "train" / "part-0").chmod(0o600)
+    os.mkfifo(config.paths.data / "pipe_0", 0o644)
     runtime_dir = base / job_user.RUNTIME_DIR
     runtime_dir.mkdir(mode=0o700, exist_ok=True)
     (runtime_dir / "hosts").write_text("127.0.0.1 localhost\n")
@@ -45,11 +47,9 @@ def test_the_job_owns_what_it_writes_and_the_runtime_keeps_its_own(tmp_path: Pat
     for path in (
         config.paths.code / "train.py",
         config.paths.code / "link",  # the link itself
-        config.paths.data / "train" / "part-0",
         config.paths.model,
         config.paths.output_data,
         config.paths.checkpoints,
-        base / "input" / "config",
         layer / "bin",
         base / job_user.HOME,
         base / job_user.AGENT_KEY,
@@ -60,19 +60,17 @@ def test_the_job_owns_what_it_writes_and_the_runtime_keeps_its_own(tmp_path: Pat
     # job may pass through, not list nor write it) and what the runtime wrote there.
     assert _owner(outside) == _owner(base) == _owner(runtime_dir) == 0
     assert _owner(runtime_dir / "hosts") == 0
+    # input/ is root's and sticky (the job writes beside its config, and cannot move
+    # input/data, where the runtime makes FIFOs).
+    assert _owner(config.paths.input) == _owner(config.paths.data) == 0
+    assert stat.S_IMODE(os.stat(config.paths.input).st_mode) == 0o1777
+    # What a File channel holds is the job's; a Pipe channel's FIFO stays root's.
+    assert _owner(config.paths.data / "train" / "part-0") == uid
+    assert _owner(config.paths.data / "pipe_0") == 0
     assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o711
     scratch = os.stat(base / job_user.SCRATCH)
     assert (scratch.st_uid, stat.S_IMODE(scratch.st_mode)) == (0, 0o1777)
     assert stat.S_IMODE(os.stat(base / job_user.HOME).st_mode) == 0o700
-
-
-def test_a_checkpoint_path_in_tmp_is_in_the_jobs_own_tmp(tmp_path: Path) -> None:
-    [config] = instance_configs(tmp_path, {})
-    base = config.paths.base
-    given = dataclasses.replace(config, checkpoint_local_path="/tmp/ckpt/run-1")
-    mapped = job_user.in_own_tmp(given)
-    assert mapped.paths.checkpoints == base / job_user.SCRATCH / "ckpt" / "run-1"
-    assert job_user.in_own_tmp(config).paths.checkpoints == config.paths.checkpoints
 
 
 def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path: Path) -> None:
@@ -82,11 +80,18 @@ def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path
     assert how.private == {"/tmp": str(config.paths.base / job_user.SCRATCH)} | {
         "/var/tmp": str(config.paths.base / job_user.SCRATCH)
     }
+    (config.paths.base / job_user.RUNTIME_DIR).mkdir(exist_ok=True)
     spec = WorkerSpec(["python", "train.py"], {"HOME": "/root", "PATH": "/usr/bin"}, Path("/"))
     [confined] = job_user.confined(Launch([spec]), how, config).specs
     assert confined.argv[-3:] == ["--", "python", "train.py"]
     assert confined.argv[1:4] == ["-I", "-m", "runtime.linux.confine"]
-    assert confined.env == {
+    # The confining interpreter gets nothing of the job's environment; the job's process
+    # gets it whole, from a file of root's in the runtime's own directory.
+    assert confined.env == {"PATH": CONFINER_PATH}
+    handed = Path(confined.argv[5])
+    assert handed.parent == config.paths.base / job_user.RUNTIME_DIR
+    assert stat.S_IMODE(handed.stat().st_mode) == 0o600
+    assert json.loads(handed.read_text()) == {
         "HOME": str(config.paths.base / job_user.HOME),
         "PATH": "/usr/bin",
         "USER": JOB_USER_NAME,

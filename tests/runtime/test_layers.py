@@ -158,3 +158,18 @@ def test_offered_packages_are_importable_in_an_image_without_them(
     assert _run(image.python, "import importlib.util as u; print(u.find_spec('contract'))") == (
         "None"
     )
+
+
+def test_a_pip_in_the_jobs_code_is_not_the_pip_that_installs(
+    tmp_path: Path, image: layers.PythonEnvironment, wheels: Path
+) -> None:
+    """The code directory is pip's working directory; the runtime's pip is the layer's
+    own, never a ``pip`` package the job's code holds."""
+    code = _code(tmp_path, "torch==1.99\n")
+    (code / "pip").mkdir()
+    (code / "pip" / "__init__.py").write_text("")
+    marker = tmp_path / "hijacked"
+    (code / "pip" / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    job = layers.job_layer(tmp_path / "job-env", image, code, offline(wheels), lambda _: None)
+    assert _torch(job.python) == "1.99"
+    assert not marker.exists()
