@@ -36,9 +36,10 @@ import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
+from contract import untrusted
 from runtime.linux.mounts import mount
 
 # <sched.h>, <sys/mount.h>, <linux/prctl.h>
@@ -275,7 +276,9 @@ def _bind_back(path: Path, cover: Path, fd: int) -> None:
     job's, made before) refuses the start."""
     is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
     made = path if is_dir else path.parent
-    made.mkdir(mode=0o755, parents=True, exist_ok=True)
+    # Made from the cover down without following a link the job may have left there.
+    with untrusted.directory(cover, PurePosixPath(made.relative_to(cover)), create=True):
+        pass
     for directory in [made, *made.parents]:
         if directory != cover and cover not in directory.parents:
             break  # above the cover: the machine's own

@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -155,26 +157,38 @@ print(json.dumps({"tmp": sorted(os.listdir("/tmp"))}))
     assert made.stat().st_uid == UID
 
 
-def test_a_mount_point_the_job_planted_refuses_the_start(
-    machine: dict[str, Path], tmp_path: Path
-) -> None:
+def test_a_mount_point_the_job_planted_refuses_the_start(machine: dict[str, Path]) -> None:
     """The job writes its /tmp; had it put a link where a kept path's mount point goes,
-    root would follow it: the start is refused instead."""
+    root would follow it making the mount point: the start is refused instead, and
+    nothing is made where the link points."""
     scratch = machine["scratch"]
-    kept = tmp_path / "kept"
+    # A kept path below /tmp whose parents any user may pass (a checkout in /tmp, say).
+    parent = Path(tempfile.mkdtemp(prefix="runyard-kept-", dir="/tmp"))
+    parent.chmod(0o755)
+    kept = parent / "env"
     kept.mkdir()
-    # As seen through /tmp: the kept path's parents are made in the scratch directory.
-    planted = scratch / tmp_path.relative_to("/tmp").parts[0]
-    os.symlink("/", planted)
-    os.lchown(planted, UID, UID)
-    how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=(str(kept),))
-    argv, env = how.start(["true"], {"PATH": "/usr/bin:/bin"})
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    # Outside /tmp, which the confined process sees as the scratch directory.
+    elsewhere = Path(tempfile.mkdtemp(prefix="runyard-confine-", dir="/run"))
+    try:
+        # As seen through the job's /tmp: the kept path's parent, a link of the job's.
+        planted = scratch / parent.name
+        os.symlink(elsewhere, planted)
+        os.lchown(planted, UID, UID)
+        how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=(str(kept),))
+        argv, env = how.start(["true"], {"PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        made = sorted(p.name for p in elsewhere.iterdir())
+    finally:
+        shutil.rmtree(elsewhere)
+        shutil.rmtree(parent)
     assert done.returncode == 126
     # Runyard's failure, not the script's.
     reason = confine.refusal(done.returncode, done.stderr.splitlines())
     assert reason is not None
     assert reason.startswith("InternalServerError: could not confine the job's process: ")
+    assert made == []
 
 
 def test_job_users_differ_by_job_and_stay_in_their_range() -> None:
