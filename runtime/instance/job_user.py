@@ -3,10 +3,11 @@ theirs, and how each of them is started confined (``runtime.linux.confine``).
 
 The runtime stays root and keeps to itself what it holds for the service (its token in
 its environment, the agent's listening socket); the job's user owns what is in /opt/ml
-(code, input, model, output, checkpoints) but the runtime's own directory, its own Python
-layer and a home there, as a container's user owns what it writes; /opt/ml itself stays
-root's, so the job cannot move the runtime's directory aside. The image and the job's
-layer stay readable to it, not writable.
+(code, model, output, checkpoints, what its File channels hold) but the runtime's own
+directory and input/ itself, its own Python layer and a home there, as a container's user
+owns what it writes; /opt/ml and input/ stay root's, so the job cannot move the runtime's
+directory, or input/data, aside. The image and the job's layer stay readable to it, not
+writable.
 """
 
 from __future__ import annotations
