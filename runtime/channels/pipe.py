@@ -16,8 +16,10 @@ the FIFOs. A storage error ends the epoch early and makes no further FIFO; it is
 ``error``, so the job fails naming the object even if the script made do with what it
 read.
 
-The data directory is the job's: the writer (root) opens a FIFO's name without following a
-link, and streams only into the FIFO it finds there, never into a file put in its place.
+The writer (root) opens a FIFO's name without following a link, and streams only into the
+FIFO it finds there, never into a file put in its place: the data directory stays root's
+where the job runs as a user of its own (runtime.instance.job_user), and this holds even
+where something else could write there.
 """
 
 from __future__ import annotations
