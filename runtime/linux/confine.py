@@ -40,18 +40,20 @@ from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
 from contract import untrusted
-from runtime.linux.mounts import mount
+from runtime.linux.mounts import (
+    MS_BIND,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    mount,
+)
 
-# <sched.h>, <sys/mount.h>, <linux/prctl.h>
+# <sched.h>, <linux/prctl.h> (mount(2)'s flags: runtime.linux.mounts)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_REMOUNT = 0x20
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
 PR_SET_NO_NEW_PRIVS = 38
 
 # The job's users: one per job, from a range far above the machine's accounts and

@@ -18,17 +18,19 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from runtime.linux import etc_hosts
-from runtime.linux.mounts import mount
+from runtime.linux.mounts import (
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    mount,
+)
 
 # <sched.h>, <sys/mount.h>
 CLONE_NEWNET = 0x40000000
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_REMOUNT = 0x20
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
 
 HOSTS_FILE = Path("/etc/hosts")
 SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 (the instance's own, mounted below)

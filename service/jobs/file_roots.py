@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from contract import storage
+from contract.file_confinement import inside
 from contract.problems import Problem
 from contract.spec import JobSpec
 
@@ -68,10 +69,3 @@ def root_forms(root: Path) -> tuple[str, str]:
 
 def _inside(path: str, roots: set[str]) -> bool:
     return any(inside(path, root) for root in roots)
-
-
-def inside(path: str, root: str) -> bool:
-    """Whether the normalized absolute ``path`` is ``root`` or below it, folder by folder
-    (/data2 is not inside /data). Strings, not pathlib: this runs for every URI of every
-    job submitted, where pathlib's parsing cost more than the rest of the check."""
-    return path == root or path.startswith(root if root.endswith("/") else root + "/")

@@ -16,10 +16,11 @@ import posixpath
 from pathlib import PurePosixPath
 
 from contract import storage
+from contract.file_confinement import inside
 from contract.problems import Problem
 from contract.spec import JobSpec
 from service.auth.models import DEFAULT_PROJECT
-from service.jobs.file_roots import inside, root_forms
+from service.jobs.file_roots import root_forms
 from service.sources.service import SOURCES_FOLDER
 
 PROJECTS_FOLDER = "projects"

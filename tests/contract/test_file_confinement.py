@@ -5,7 +5,6 @@ else, whether they are met reading, listing, fetching or writing."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from contract import file_confinement, storage
 
 
 @pytest.fixture
-def roots(tmp_path: Path) -> Iterator[dict[str, Path]]:
+def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """A root with a dataset in it, and a secret beside the root."""
     root = tmp_path / "root"
     data = root / "data"
@@ -23,11 +22,10 @@ def roots(tmp_path: Path) -> Iterator[dict[str, Path]]:
     secret = tmp_path / "home" / "token"
     secret.parent.mkdir()
     secret.write_text("the admin token")
+    # Confined for this test only: the module's state comes back as it was.
+    monkeypatch.setattr(file_confinement, "_roots", None)
     file_confinement.confine([str(root)])
-    try:
-        yield {"root": root, "data": data, "secret": secret}
-    finally:
-        file_confinement.lift()
+    return {"root": root, "data": data, "secret": secret}
 
 
 def test_what_is_inside_is_read_as_before(roots: dict[str, Path], tmp_path: Path) -> None:
