@@ -133,6 +133,11 @@ class RunyardConfig:
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
     container_engine: tuple[str, ...] = ()
+    # The service gives the job AWS credentials of its own (short-lived, limited to its
+    # own S3 locations): the runtime asks for them and relays them to the job's processes
+    # as a container credentials endpoint. False: the instance's machine has its own (an
+    # instance profile, a pod's service account).
+    aws_credentials: bool = False
 
     def to_json(self) -> str:
         return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
@@ -192,6 +197,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
     "file_roots": lambda _name, value: tuple(str(path) for path in value),
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
+    "aws_credentials": lambda _name, value: value is True,
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }
 

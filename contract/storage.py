@@ -5,9 +5,9 @@ change at each call site. boto3 is imported only when an ``s3://`` URI is used: 
 stays standard-library-only for ``file://`` users.
 
 S3 is reached the way the AWS CLI reaches it: credentials from boto3's own chain
-(environment, shared files, instance profile), and the endpoint from ``AWS_ENDPOINT_URL`` /
-``AWS_ENDPOINT_URL_S3``, which boto3 reads itself. An ``s3://`` URI names an object or, as
-a directory would, the objects under ``<key>/``.
+(environment, shared files, a container credentials endpoint, instance profile), and the
+endpoint from ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``, which boto3 reads itself.
+An ``s3://`` URI names an object or, as a directory would, the objects under ``<key>/``.
 """
 
 from __future__ import annotations
@@ -24,23 +24,26 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
-from contract import file_confinement
+from contract import file_confinement, variables
 
 SUPPORTED_SCHEMES = ("file", "s3")
-# What decides which S3 client a process gets; a change (tests point at another server)
-# gets a new client instead of a stale one. Local instances inherit these from the worker,
-# as a SageMaker job gets its role: they fetch code and data and store models with them.
-S3_CLIENT_ENV = (
+# Where S3 is and in which region: what an instance is told of it by the machine that
+# starts it. Credentials are not among them: an instance gets the job's own
+# (``contract.variables.CONTAINER_CREDENTIALS_URI``), never the server's.
+S3_ENDPOINT_ENV = (
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
     "AWS_REGION",
     "AWS_DEFAULT_REGION",
 )
-
+# What decides which S3 client a process gets; a change (tests point at another server,
+# the runtime starts relaying the job's credentials) gets a new client, not a stale one.
+S3_CLIENT_ENV = (
+    *S3_ENDPOINT_ENV,
+    *variables.AWS_KEY_VARIABLES,
+    variables.CONTAINER_CREDENTIALS_URI,
+    variables.CONTAINER_AUTHORIZATION,
+)
 
 # How much of an object is held in memory at a time when it is streamed.
 CHUNK_SIZE = 1 << 20

@@ -73,6 +73,22 @@ def instance_environment(
     return environment
 
 
+# The job's AWS credentials, as botocore (and every AWS SDK) finds a container's: the
+# runtime relays them from the service on the instance's loopback (runtime.instance.
+# credentials_relay), and every process of the job has these two. The token only opens
+# that relay; it is the job's, shown masked like any credential.
+CONTAINER_CREDENTIALS_URI = "AWS_CONTAINER_CREDENTIALS_FULL_URI"
+CONTAINER_AUTHORIZATION = "AWS_CONTAINER_AUTHORIZATION_TOKEN"
+# Credentials a process may hold that would win over the relayed ones in botocore's chain:
+# a runtime that relays the job's own leaves none of them set.
+AWS_KEY_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
+
+
 # Set by the parameter-server launcher for each process of Runyard's parameter server for
 # PyTorch (runtime.parameter_server reads them): its role and its RPC rank among all.
 PS_ROLE = "RUNYARD_PS_ROLE"

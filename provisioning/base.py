@@ -78,6 +78,9 @@ class LaunchRequest:
     # Where the job's file:// URIs may lead (RUNYARD_FILE_ROOTS and the artifact root): the
     # instances' runtimes hold them to it when they use them, not only at submission.
     file_roots: tuple[str, ...] = ()
+    # The service gives each instance the job's own AWS credentials (through its runtime),
+    # instead of the instance using its machine's.
+    aws_credentials: bool = False
 
     @property
     def hosts(self) -> list[str]:

@@ -78,6 +78,7 @@ def instance_files(
         read_only_paths=tuple(read_only_paths or ()),
         hidden_paths=tuple(hidden_paths or ()),
         file_roots=request.file_roots,
+        aws_credentials=request.aws_credentials,
         container_image=container_image,
         container_engine=tuple(container_engine or ()),
     )

@@ -29,7 +29,7 @@ from contract.instance_config import ConfigError, InstanceConfig, Isolation, loa
 from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from runtime import channels, checkpoints, launch
-from runtime.instance import image_wait, install, job_user, layers, resources
+from runtime.instance import credentials_relay, image_wait, install, job_user, layers, resources
 from runtime.instance.environment import launcher_environment, script_environment
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
@@ -598,6 +598,7 @@ def main() -> int:
     trainer = Trainer(config, client, shipper)
     signal.signal(signal.SIGTERM, trainer.on_sigterm)
     try:
+        credentials_relay.serve(config, client)
         return trainer.run()
     except Exception as exc:  # a runtime bug must still end as a reported failure
         traceback.print_exc()

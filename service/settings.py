@@ -139,6 +139,28 @@ class Settings(BaseSettings):
     # Container a team's code names: {"pytorch-training:2.1.0-cpu-py310": "builtin"}.
     image_aliases: dict[str, str] = Field(default_factory=dict)
 
+    # Where a job's instances get AWS credentials: "service" gives each job credentials of
+    # its own, short-lived and limited to the job's S3 locations (its code, channels,
+    # output and checkpoints), which the runtime serves to the job's processes as a
+    # container credentials endpoint; the server's own keys never reach an instance.
+    # "machine" leaves it to the instances' machines (an EC2 instance profile, a pod's
+    # service account); local instances then have none. "server" relays the server's own
+    # credentials, unlimited, for an S3-compatible store without STS: every job can then
+    # do all the server can (the operator trusts them all).
+    instance_credentials: Literal["service", "machine", "server"] = "service"
+    # The IAM role the service assumes for each job, the job's limits as its session
+    # policy; "{project}" in it becomes the job's project (a role per project). Unset: the
+    # service asks STS for a federation token limited the same way, which only an IAM
+    # user's keys may do.
+    instance_role_arn: str = Field(
+        default="",
+        max_length=2048,
+        pattern=r"^(|arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/{}-]+)$",
+    )
+    # How long the credentials a job is given last (STS's bounds; a role's own maximum
+    # may be lower). The runtime asks for fresh ones well before they end.
+    instance_credentials_seconds: int = Field(default=3600, ge=1800, le=43200)
+
     # Capacity: how many instances of each type exist to run jobs on (a type missing here
     # has no limit), and per project how many of each type, or of all types together under
     # "*", its jobs may hold at once.

@@ -171,11 +171,14 @@ def test_dry_run_masks_the_servers_credentials_and_the_jobs_own(
     shown = response.text
     for secret in ("AKIASERVERKEYID00000", "server-secret-0123456789", "job-secret-abcdef", "pw-1"):
         assert secret not in shown
+    # The server's keys are not an instance's at all: the service gives the job its own.
     env = response.json()["plan"]["instances"][0]["env"]
-    assert env["AWS_SECRET_ACCESS_KEY"] == env["AWS_ACCESS_KEY_ID"] == "<redacted>"
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert "AWS_ACCESS_KEY_ID" not in env
     runyard = json.loads(
         response.json()["plan"]["instances"][0]["files"]["input/config/runyard.json"]
     )
+    assert runyard["aws_credentials"] is True
     assert runyard["environment"] == {
         "DB_PASSWORD": "<redacted>",
         "MY_FLAG": "on",

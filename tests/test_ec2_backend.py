@@ -230,7 +230,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "hidden_paths": [],
   "file_roots": [],
   "container_image": "",
-  "container_engine": []
+  "container_engine": [],
+  "aws_credentials": false
 }
 RUNYARD_EOF
 

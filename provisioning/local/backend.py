@@ -70,11 +70,12 @@ PACKAGES = ("contract", "provisioning", "service", "worker", "runtime", "runyard
 # Each instance with namespaces is a machine of its own: the rendezvous
 # (contract.hosts.RENDEZVOUS_PORT) and the launch agent have their usual ports.
 AGENT_PORT = 7077
-# What an instance inherits from the worker's environment: the machine's basics, and how to
-# reach S3 (the job's code, channels and model may live there). Everything else (database
-# URLs, broker credentials) stays out of reach of user code.
+# What an instance inherits from the worker's environment: the machine's basics, and where
+# S3 is (the job's code, channels and model may live there). Everything else (the server's
+# AWS keys, database URLs, broker credentials) stays out of reach of user code: the job's
+# AWS credentials are its own, from the service.
 INHERITED_ENV = (
-    *storage.S3_CLIENT_ENV,
+    *storage.S3_ENDPOINT_ENV,
     "PATH",
     "HOME",
     "LANG",

@@ -78,6 +78,14 @@ class ServiceClient:
         with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
             response.read()
 
+    def get(self, path: str) -> bytes:
+        request = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
+            f"{self.base}/{path}", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            body: bytes = response.read()
+            return body
+
     def post_with_retry(self, path: str, body: dict[str, Any], deadline: float) -> bool:
         """Retry transient failures until ``deadline`` (monotonic); False if never delivered."""
         delay = 0.2

@@ -14,7 +14,8 @@ from service.auth.deps import CurrentPrincipal, CurrentUser
 from service.auth.schemas import NAME_PATTERN
 from service.capacity import service as capacity
 from service.capacity.schemas import PlacePublic
-from service.jobs import service
+from service.jobs import instance_credentials, service
+from service.jobs.instance_credentials import InstanceCredentials
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
     NAME_SCHEMA,
@@ -210,6 +211,25 @@ def report_instance_status(
     """Called by the runtime on an instance when its phase changes."""
     job = service.job_for_instance(session, name, host, principal)
     service.record_report(session, settings, job, host, report)
+
+
+@router.get(
+    "/{name}/instances/{host}/credentials",
+    response_model=InstanceCredentials,
+    response_model_by_alias=True,
+    include_in_schema=False,
+)
+def instance_aws_credentials(
+    name: JobName,
+    host: HostName,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    principal: CurrentPrincipal,
+) -> InstanceCredentials:
+    """Called by the runtime on an instance for the job's AWS credentials, which it serves
+    to the job's processes (``service.jobs.instance_credentials``)."""
+    job = service.job_for_instance(session, name, host, principal, live=True)
+    return instance_credentials.for_job(settings, job)
 
 
 @router.post(

@@ -346,6 +346,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
         agent_key=REDACTED,
         file_roots=tuple(str(root) for root in settings.file_roots),
+        aws_credentials=settings.instance_credentials != "machine",
     )
     materialized = backend.materialize(request)
     return DryRun(

@@ -176,7 +176,10 @@ class Stack:
         with self.client() as client:
             while True:
                 page = client.list_jobs(limit=100, cursor=cursor)
-                ids += [client.get_job(item["name"])["id"] for item in page["items"]]
+                for item in page["items"]:
+                    # Named in its own project: the admin's token reaches every project.
+                    with Client(self.url, client.token, project=item["project"]) as scoped:
+                        ids.append(scoped.get_job(item["name"])["id"])
                 cursor = page["next_cursor"]
                 if cursor is None:
                     return ids

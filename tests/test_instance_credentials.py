@@ -1,0 +1,228 @@
+"""The AWS credentials the service gives a job's instances: from STS (moto's server), with
+a session policy that holds them to the job's own S3 locations."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from contract.spec import Channel, JobSpec
+from service.app import create_app
+from service.jobs import instance_credentials
+from service.jobs.instance_credentials import MAX_POLICY_CHARACTERS, session_policy
+from service.kit.errors import Conflict
+from service.settings import Settings
+from tests.conftest import instance_headers, job_spec, make_settings
+
+URL = "/v1/training-jobs/job-1/instances/algo-1/credentials"
+
+
+def _spec(**fields: Any) -> JobSpec:
+    values: dict[str, Any] = {
+        "entry_point": "train.py",
+        "source_uri": "s3://code/team-a/src.tar.gz",
+        "instance_type": "local",
+        "output_path": "s3://out/team-a",
+    }
+    values.update(fields)
+    return JobSpec(**values)
+
+
+def _statements(policy: str) -> list[dict[str, Any]]:
+    parsed = json.loads(policy)
+    assert parsed["Version"] == "2012-10-17"
+    return list(parsed["Statement"])
+
+
+def _actions(policy: str) -> dict[str, Any]:
+    """Each allowed action's resources (and, for listing, its condition by bucket)."""
+    found: dict[str, Any] = {}
+    for statement in _statements(policy):
+        assert statement["Effect"] == "Allow"
+        for action in statement["Action"]:
+            if action == "s3:ListBucket":
+                condition = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+                found.setdefault(action, {})[statement["Resource"]] = condition
+            else:
+                found[action] = statement["Resource"]
+    return found
+
+
+def test_the_policy_reads_code_and_channels_and_writes_only_the_jobs_output() -> None:
+    spec = _spec(
+        inputs={"train": Channel("s3://data/team-a/train/"), "local": Channel("file:///d")},
+        checkpoint_s3_uri="s3://out/team-a/checkpoints/job-1",
+    )
+    actions = _actions(session_policy(spec, "job-1"))
+    written = [
+        "arn:aws:s3:::out/team-a/checkpoints/job-1",
+        "arn:aws:s3:::out/team-a/checkpoints/job-1/*",
+        "arn:aws:s3:::out/team-a/job-1",
+        "arn:aws:s3:::out/team-a/job-1/*",
+    ]
+    assert actions["s3:PutObject"] == written
+    assert actions["s3:DeleteObject"] == written
+    assert actions["s3:GetObject"] == sorted(
+        [
+            *written,
+            "arn:aws:s3:::code/team-a/src.tar.gz",
+            "arn:aws:s3:::code/team-a/src.tar.gz/*",
+            "arn:aws:s3:::data/team-a/train",
+            "arn:aws:s3:::data/team-a/train/*",
+        ]
+    )
+    # Listing: only below the job's own prefixes, bucket by bucket.
+    assert actions["s3:ListBucket"] == {
+        "arn:aws:s3:::code": ["team-a/src.tar.gz", "team-a/src.tar.gz/*"],
+        "arn:aws:s3:::data": ["team-a/train", "team-a/train/*"],
+        "arn:aws:s3:::out": [
+            "team-a/checkpoints/job-1",
+            "team-a/checkpoints/job-1/*",
+            "team-a/job-1",
+            "team-a/job-1/*",
+        ],
+    }
+
+
+def test_wildcards_in_a_key_allow_that_key_only() -> None:
+    actions = _actions(session_policy(_spec(output_path="s3://out/a*b?$"), "job-1"))
+    assert "arn:aws:s3:::out/a${*}b${?}${$}/job-1/*" in actions["s3:PutObject"]
+    assert not any("a*" in arn for arn in actions["s3:PutObject"])
+
+
+def test_a_whole_bucket_and_a_manifest_channel_read_their_bucket() -> None:
+    spec = _spec(
+        source_uri="s3://code",
+        inputs={"m": Channel("s3://data/lists/train.manifest", s3_data_type="ManifestFile")},
+    )
+    actions = _actions(session_policy(spec, "job-1"))
+    assert "arn:aws:s3:::code/*" in actions["s3:GetObject"]
+    assert "arn:aws:s3:::data/*" in actions["s3:GetObject"]
+    # Listing a whole bucket has no prefix condition.
+    assert actions["s3:ListBucket"]["arn:aws:s3:::code"] is None
+    assert actions["s3:ListBucket"]["arn:aws:s3:::data"] is None
+
+
+def test_a_job_on_files_only_gets_credentials_that_allow_nothing() -> None:
+    spec = _spec(source_uri="file:///src", output_path="file:///out")
+    assert _statements(session_policy(spec, "job-1")) == [
+        {"Effect": "Deny", "Action": ["s3:*"], "Resource": "*"}
+    ]
+
+
+def test_a_codeartifact_repository_is_readable_through_its_domain() -> None:
+    arn = "arn:aws:codeartifact:us-east-1:111122223333:repository/tools/pypi-store"
+    statements = _statements(session_policy(_spec(environment={"CA_REPOSITORY_ARN": arn}), "job-1"))
+    by_action = {action: s for s in statements for action in s["Action"]}
+    assert by_action["codeartifact:GetAuthorizationToken"]["Resource"] == (
+        "arn:aws:codeartifact:us-east-1:111122223333:domain/tools"
+    )
+    assert by_action["codeartifact:ReadFromRepository"]["Resource"] == arn
+
+
+def test_a_policy_over_stss_limit_is_refused_naming_the_job() -> None:
+    inputs = {f"c{n}": Channel(f"s3://data/some/long/prefix/number/{n}/") for n in range(40)}
+    with pytest.raises(Conflict, match=rf"'job-1'.*at most {MAX_POLICY_CHARACTERS}"):
+        session_policy(_spec(inputs=inputs), "job-1")
+
+
+def test_the_project_names_its_role() -> None:
+    settings = make_settings(
+        Path("/nonexistent"),
+        "sqlite://",
+        instance_role_arn="arn:aws:iam::123456789012:role/ry-{project}",
+    )
+    assert instance_credentials.role_for(settings, "team-a") == (
+        "arn:aws:iam::123456789012:role/ry-team-a"
+    )
+
+
+@pytest.mark.parametrize("arn", ["role/x", "arn:aws:iam::12:role/x", "arn:aws:s3:::bucket"])
+def test_a_role_that_is_not_an_iam_roles_arn_is_refused(arn: str) -> None:
+    with pytest.raises(ValueError, match="instance_role_arn"):
+        make_settings(Path("/nonexistent"), "sqlite://", instance_role_arn=arn)
+
+
+@contextlib.contextmanager
+def _api(settings: Settings, admin_token: str) -> Iterator[TestClient]:
+    """The API of a server with ``settings`` (changed from the fixture's)."""
+    with TestClient(create_app(settings)) as api:
+        api.headers["Authorization"] = f"Bearer {admin_token}"
+        yield api
+
+
+@pytest.fixture(autouse=True)
+def _forget_kept() -> None:
+    instance_credentials._kept.clear()
+
+
+def test_an_instance_is_given_federated_credentials_limited_to_its_job(
+    api: TestClient, settings: Settings, source_dir: Path, s3_client: Any
+) -> None:
+    created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+    answer = api.get(URL, headers=instance_headers(settings, created["id"]))
+    assert answer.status_code == 200, answer.text
+    given = answer.json()
+    assert sorted(given) == ["AccessKeyId", "Expiration", "SecretAccessKey", "Token"]
+    # Not the service's own keys (the dummy "testing" ones this process has).
+    assert given["AccessKeyId"] != "testing"
+    expires = datetime.fromisoformat(given["Expiration"])
+    assert timedelta(minutes=55) < expires - datetime.now(UTC) <= timedelta(hours=1)
+    # The same while plenty of them remains: one STS call for all of a job's instances.
+    again = api.get(URL, headers=instance_headers(settings, created["id"])).json()
+    assert again == given
+
+
+def test_an_assumed_roles_credentials_are_given_when_the_operator_names_one(
+    settings: Settings, admin_token: str, source_dir: Path, s3_client: Any
+) -> None:
+    role = "arn:aws:iam::123456789012:role/runyard-{project}"
+    settings = settings.model_copy(update={"instance_role_arn": role})
+    with _api(settings, admin_token) as api:
+        created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+        given = api.get(URL, headers=instance_headers(settings, created["id"])).json()
+    # moto's assumed-role keys start as AWS's do (ASIA: temporary); a federation token's
+    # are the fixed example keys.
+    assert given["AccessKeyId"].startswith("ASIA"), given
+
+
+def test_only_the_jobs_own_live_instances_get_credentials(
+    api: TestClient, settings: Settings, source_dir: Path, s3_client: Any
+) -> None:
+    created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+    # A user token (the admin's, here) is not an instance's.
+    assert api.get(URL).status_code == 403
+    other = instance_headers(settings, created["id"], "algo-2")
+    assert api.get(URL, headers=other).status_code == 403
+    api.post("/v1/training-jobs/job-1/stop")
+    ended = api.get(URL, headers=instance_headers(settings, created["id"]))
+    assert ended.status_code == 409, ended.text
+
+
+def test_a_server_that_leaves_credentials_to_machines_gives_none(
+    settings: Settings, admin_token: str, source_dir: Path
+) -> None:
+    settings = settings.model_copy(update={"instance_credentials": "machine"})
+    with _api(settings, admin_token) as api:
+        created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+        refused = api.get(URL, headers=instance_headers(settings, created["id"]))
+    assert refused.status_code == 409
+    assert "machines" in refused.json()["detail"]
+
+
+def test_an_operator_may_relay_the_servers_own_keys_to_a_store_without_sts(
+    settings: Settings, admin_token: str, source_dir: Path, s3_client: Any
+) -> None:
+    settings = settings.model_copy(update={"instance_credentials": "server"})
+    with _api(settings, admin_token) as api:
+        created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+        given = api.get(URL, headers=instance_headers(settings, created["id"])).json()
+    # The dummy keys this process (the server, here) holds, through the relay still.
+    assert (given["AccessKeyId"], given["SecretAccessKey"]) == ("testing", "testing")
