@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from service.jobs import service
 from service.kit.db import session_scope, to_micros, utcnow
 from service.logs import service as logs
 from service.logs.schemas import Line
+from service.metrics import extraction
 from service.settings import Settings
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
@@ -245,3 +247,50 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
 def _job_id(settings: Settings, name: str) -> str:
     with session_scope(settings.database_url) as session:
         return service.get(session, name, SERVER_ADMIN).id
+
+
+def _complete_with_lines(
+    settings: Settings,
+    source_dir: Path,
+    definitions: list[dict[str, str]],
+    messages: list[str],
+    budget: float | None = None,
+) -> str:
+    """A job that printed ``messages`` (stored, not searched) and completes; with
+    ``budget``, an API process searched its lines with that budget before it ended."""
+    name = submit(settings, source_dir, metric_definitions=definitions)
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(job_id(settings, name))
+    now = to_micros(utcnow())
+    printed = [Line(seq, now, "stdout", text) for seq, text in enumerate(messages, start=1)]
+    with session_scope(settings.database_url) as session:
+        logs.ingest(session, job_id(settings, name), "algo-1", printed)
+    if budget is not None:
+        extraction.extract_pending(settings.database_url, job_id(settings, name), "algo-1", budget)
+    report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
+    reconciler.reconcile(job_id(settings, name))
+    assert job_state(settings, name)["status"] == "Completed"
+    return name
+
+
+def test_lines_no_api_process_searched_give_their_metrics_before_the_job_ends(
+    settings: Settings, source_dir: Path
+) -> None:
+    """As when the API process that stored a batch died before searching it."""
+    loss = [{"name": "loss", "regex": r"loss=([0-9.]+)"}]
+    name = _complete_with_lines(settings, source_dir, loss, ["loss=1", "loss=2", "loss=3"])
+    with session_scope(settings.database_url, readonly=True) as session:
+        job = service.get(session, name, SERVER_ADMIN)
+        assert [(metric.name, metric.value) for metric in job.final_metrics] == [("loss", 3.0)]
+
+
+def test_a_host_left_unsearched_says_so_in_the_jobs_last_lines(
+    settings: Settings, source_dir: Path
+) -> None:
+    costly = [{"name": "m", "regex": r"[ab]*a[ab]{60}c(\d)"}]
+    chooser = random.Random(2)
+    noise = "".join(chooser.choice("ab") for _ in range(16_000))
+    name = _complete_with_lines(settings, source_dir, costly, [noise] * 40, budget=0.001)
+    host, _, last = _log(settings, name)[-1]
+    assert host == "algo-1"
+    assert last.startswith("Metrics were not searched for after line ")

@@ -296,3 +296,21 @@ class JobFinalMetric(Base):
     value: Mapped[float] = mapped_column(Float)
     time: Mapped[datetime] = mapped_column(UTCDateTime)
     host: Mapped[str] = mapped_column(String(32))
+
+
+class MetricCursor(Base):
+    """How far a job's metrics have been extracted from one host's lines: lines are stored
+    when they arrive and searched after (``service.metrics.extraction``), so a search
+    that a crash cut short is taken up again from here, and none is done twice."""
+
+    __tablename__ = "metric_cursors"
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("training_jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    host: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # The host's last line whose points are stored.
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+    # Set when the host's lines cost the job's patterns more than their budget: its later
+    # lines are not searched; why, in words.
+    stopped: Mapped[str | None] = mapped_column(String(1024))

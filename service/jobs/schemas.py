@@ -234,11 +234,20 @@ class MetricDefinition(_Strict):
     @classmethod
     def _one_group(cls, value: str) -> str:
         try:
-            groups = patterns.compile_pattern(value).groups
+            compiled = patterns.compile_pattern(value)
         except patterns.PatternError as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from exc
-        if groups != 1:
-            raise ValueError(f"must have exactly one capture group (the value), has {groups}")
+        if compiled.groups != 1:
+            raise ValueError(
+                f"must have exactly one capture group (the value), has {compiled.groups}"
+            )
+        size = patterns.program_size(compiled)
+        if size > patterns.MAX_METRIC_PROGRAM:
+            raise ValueError(
+                f"too costly to search every line with: its program has {size} instructions, "
+                f"at most {patterns.MAX_METRIC_PROGRAM} (counted repetitions nested in one "
+                "another, or very large ones)"
+            )
         return value
 
 

@@ -19,6 +19,13 @@ import re2
 # characters; ``((a{100}){100}){100}`` asks for far more and is refused.
 MAX_PROGRAM_BYTES = 1 << 20
 
+# The most instructions a metric pattern's program may have. Searching a line is linear
+# in it where RE2 falls back from its DFA to its NFA, which a pattern can make it do: this
+# bounds what one line's search may cost (``service.metrics.extraction``). Metric
+# patterns people write have tens (``.*loss=([0-9.]+)`` has 34); nested counted
+# repetition has hundreds and more.
+MAX_METRIC_PROGRAM = 500
+
 Pattern = Any  # google-re2 ships no type information
 PatternError = re2.error
 
@@ -43,3 +50,9 @@ def describe(exc: Exception) -> str:
 def search(pattern: Any, text: str) -> Any:
     """The first match in ``text``, or None."""
     return pattern.search(text)
+
+
+def program_size(pattern: Any) -> int:
+    """How many instructions the compiled pattern's program has."""
+    size: int = pattern.programsize
+    return size

@@ -3,7 +3,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
@@ -16,6 +16,7 @@ from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.logs import service
 from service.logs.schemas import LogBatch, LogEventPublic, LogsPage
+from service.metrics import extraction
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["logs"])
 
@@ -84,8 +85,14 @@ def ingest_logs(
     # no body of theirs is read.
     principal: CurrentPrincipal,
     session: SessionDep,
+    settings: SettingsDep,
     batch: LogBatchBody,
+    after: BackgroundTasks,
 ) -> Ingested:
-    """Called by the runtime on an instance with its next lines."""
+    """Called by the runtime on an instance with its next lines. Their metrics are found
+    once the answer is sent (``service.metrics.extraction``)."""
     job = jobs.job_for_instance(session, name, host, principal, live=True)
-    return Ingested(stored=service.ingest(session, job.id, host, batch.stored()))
+    stored = service.ingest(session, job.id, host, batch.stored())
+    if stored and job.spec.get("metric_definitions"):
+        after.add_task(extraction.extract_pending, settings.database_url, job.id, host)
+    return Ingested(stored=stored)

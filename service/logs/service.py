@@ -26,7 +26,6 @@ from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs import repository
 from service.logs.models import LogEvent
 from service.logs.schemas import Line, LogEventPublic
-from service.metrics import service as metrics
 from service.settings import Settings
 
 FOLLOW_POLL_SECONDS = 0.25
@@ -49,8 +48,6 @@ def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
     )
     fresh = sorted((line for line in lines if line.seq > (last or 0)), key=lambda line: line.seq)
     repository.insert_lines(session, job_id, host, fresh)
-    # Only from the lines stored just now: a retried batch must not count a value twice.
-    metrics.extract(session, job_id, host, fresh)
     return len(fresh)
 
 

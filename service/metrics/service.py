@@ -1,14 +1,16 @@
 """Metrics: values that a job's ``metric_definitions`` find in its log lines.
 
-Points are extracted when lines are ingested (never when they are read), from the lines
-that ingest stores for the first time; so a retried batch, whose lines are skipped, adds
-no point twice.
+Points are found once per line, after it is stored and before anyone reads them
+(``service.metrics.extraction`` says when and how much work each search may take); this
+module finds them in lines and stores them, with each metric's latest value and the
+job's progress.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -52,23 +54,61 @@ class _Point:
     value: float
 
 
-def extract(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> int:
-    """Store the points found in ``lines`` (new lines of one host, in seq order) and move
-    each metric's latest value forward; returns how many points were stored."""
-    if not lines:
-        return 0
-    definitions = _definitions(session, job_id)
-    if not definitions:
-        return 0
-    points = list(_points(job_id, host, definitions, lines))
+@dataclass(frozen=True)
+class Found:
+    """What searching some lines gave: their points, the last line searched, and whether
+    the search stopped there, its budget spent."""
+
+    points: list[_Point]
+    last_seq: int
+    over_budget: bool
+
+
+def definitions(spec: dict[str, Any]) -> list[_Definition]:
+    """The job's metric definitions, compiled (once per search: RE2's cache holds only
+    so many patterns)."""
+    return [
+        _Definition(item["name"], patterns.compile_pattern(item["regex"]))
+        for item in spec.get("metric_definitions", [])
+    ]
+
+
+def find(
+    job_id: str,
+    host: str,
+    defined: list[_Definition],
+    lines: Sequence[Line],
+    cpu_budget: float,
+) -> Found:
+    """The points in ``lines`` (one host's, in seq order), searched until this thread has
+    spent ``cpu_budget`` seconds of CPU on them (looked at after each search, which RE2
+    cannot be stopped in): the line it ran out on and those after are left unsearched."""
+    started = time.thread_time()
+    points: list[_Point] = []
+    last = 0
+    for line in lines:
+        found = []
+        if line.stream in SCRIPT_STREAMS:
+            for definition in defined:
+                value = _value(definition.pattern, line.message)
+                if time.thread_time() - started > cpu_budget:
+                    return Found(points, last, over_budget=True)
+                if value is not None:
+                    time_ = from_micros(line.micros)
+                    found.append(_Point(job_id, definition.name, host, line.seq, time_, value))
+        points += found
+        last = line.seq
+    return Found(points, last, over_budget=False)
+
+
+def store(session: Session, points: list[_Point]) -> None:
+    """Store ``points`` and move each metric's latest value and the job's progress on."""
     if not points:
-        return 0
+        return
     session.execute(insert(_METRIC_POINTS), [asdict(point) for point in points])
     rollups.add(session, points)
-    latest = _latest_by_name(points)
-    _update_final(session, latest)
-    _update_progress(session, job_id, points)
-    return len(points)
+    _update_final(session, _latest_by_name(points))
+    _update_progress(session, points[0].job_id, points)
 
 
 @dataclass(frozen=True)
@@ -108,34 +148,8 @@ def _series(session: Session, job_id: str, name: str, window: Window) -> MetricS
     return MetricSeries(name=name, points=found.points, bucket_seconds=found.bucket_seconds)
 
 
-def _definitions(session: Session, job_id: str) -> list[_Definition]:
-    # The route has just loaded the job, so this is normally the session's copy, not a
-    # query. Compiled once per batch, as the engine's cache holds only so many.
-    job = session.get(TrainingJob, job_id)
-    if job is None:
-        return []
-    return [
-        _Definition(item["name"], patterns.compile_pattern(item["regex"]))
-        for item in job.spec.get("metric_definitions", [])
-    ]
-
-
 def _defined_names(spec: dict[str, Any]) -> list[str]:
     return [str(item["name"]) for item in spec.get("metric_definitions", [])]
-
-
-def _points(
-    job_id: str, host: str, definitions: list[_Definition], lines: Iterable[Line]
-) -> Iterable[_Point]:
-    for line in lines:
-        if line.stream not in SCRIPT_STREAMS:
-            continue
-        for definition in definitions:
-            value = _value(definition.pattern, line.message)
-            if value is not None:
-                yield _Point(
-                    job_id, definition.name, host, line.seq, from_micros(line.micros), value
-                )
 
 
 def _value(pattern: patterns.Pattern, message: str) -> float | None:

@@ -28,6 +28,7 @@ from service.kit.text import without_nul
 from service.logs import repository as log_repository
 from service.logs import service as logs
 from service.logs.schemas import Line
+from service.metrics import extraction
 from worker.reconciler.billing import attempt_worked, bill_attempt, spot_price_ratio
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, Superseded
 
@@ -134,6 +135,8 @@ def finish(
     if teardown:
         keep_consoles(step, snapshot)
         step.backend.teardown(snapshot.ref)
+    # Its final metrics whole: lines an API process stored but did not search (it died).
+    unsearched = _search_the_rest(step, snapshot)
     now = utcnow()
     master = reports.get(snapshot.hosts[0])
     # The reason's first line says what failed; a traceback's frames below it are the
@@ -147,6 +150,8 @@ def finish(
 
     def finished(job: TrainingJob) -> None:
         repository.record_transition(job, status, secondary, message, now)
+        for host, reason in unsearched.items():
+            _log_last_line(job, host, reason, now)
         if why is not None:
             _log_last_line(job, snapshot.hosts[0], why, now)
         job.failure_reason = failure_reason
@@ -162,6 +167,16 @@ def finish(
         job.restart_cause = None
 
     step.update(snapshot, finished)
+
+
+def _search_the_rest(step: Pass, snapshot: JobSnapshot) -> dict[str, str]:
+    """Search each host's lines not searched for metrics yet; the hosts whose lines were
+    left unsearched (over the search's budget), and why."""
+    url = step.settings.database_url
+    for host in snapshot.hosts:
+        extraction.extract_pending(url, snapshot.ref.id, host)
+    with session_scope(url, readonly=True) as session:
+        return extraction.stopped_hosts(session, snapshot.ref.id)
 
 
 def _log_last_line(job: TrainingJob, host: str, message: str, at: datetime) -> None:

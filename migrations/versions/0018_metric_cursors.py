@@ -1,0 +1,42 @@
+"""How far each host's lines have been searched for metrics: extraction now runs after a
+batch is stored, no longer while it is
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-11-28
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0018"
+down_revision = "0017"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "metric_cursors",
+        sa.Column(
+            "job_id",
+            sa.String(length=32),
+            sa.ForeignKey("training_jobs.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("host", sa.String(length=32), primary_key=True),
+        sa.Column("seq", sa.Integer(), nullable=False),
+        sa.Column("stopped", sa.String(length=1024), nullable=True),
+    )
+    # Every line stored until now was searched as it was stored: each host's cursor
+    # starts after its last line.
+    op.execute(
+        "INSERT INTO metric_cursors (job_id, host, seq) "
+        "SELECT job_id, host, max(seq) FROM log_events GROUP BY job_id, host"
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("metric_cursors")
