@@ -17,7 +17,7 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -41,6 +41,7 @@ S3_ENDPOINT_ENV = (
 S3_CLIENT_ENV = (
     *S3_ENDPOINT_ENV,
     *variables.AWS_KEY_VARIABLES,
+    *variables.AWS_FILE_VARIABLES,
     variables.CONTAINER_CREDENTIALS_URI,
     variables.CONTAINER_AUTHORIZATION,
 )
@@ -220,9 +221,9 @@ def remove(uri: str) -> None:
         raise StorageError(f"{uri}: cannot delete ({exc.strerror or exc})") from exc
 
 
-def read_chunks(uri: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+def read_chunks(uri: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
     """The bytes of one object, a chunk at a time, without landing it on disk (Pipe mode
-    streams what it reads straight into a FIFO)."""
+    streams what it reads straight into a FIFO); closing it early reads no more."""
     if scheme(uri) == "s3":
         yield from _S3(uri).chunks(chunk_size)
         return
@@ -381,6 +382,10 @@ def _partial_copies(_directory: str, names: list[str]) -> set[str]:
 # -- s3:// -------------------------------------------------------------------------------
 
 
+class _AccessDenied(StorageError):
+    """The credentials do not allow the call (or S3 will not say whether the key exists)."""
+
+
 class _NoSuchObject(StorageError):
     """Nothing at the key (the bucket exists)."""
 
@@ -411,8 +416,19 @@ class _S3:
                 head = _s3_client().head_object(Bucket=self.bucket, Key=self.key)
         except _NoSuchObject:
             return None
+        except _AccessDenied:
+            # S3 answers 403, not 404, for a missing key to a caller whose listing is held
+            # to prefixes (a job's own credentials): listing at the key tells the two apart.
+            if self._listed_exactly():
+                raise
+            return None
         size: int = head["ContentLength"]
         return size
+
+    def _listed_exactly(self) -> bool:
+        with self._aws_call():
+            page = _s3_client().list_objects_v2(Bucket=self.bucket, Prefix=self.key, MaxKeys=1)
+        return any(item["Key"] == self.key for item in page.get("Contents", []))
 
     def has_children(self) -> bool:
         with self._aws_call():
@@ -488,7 +504,7 @@ class _S3:
         if code == "NoSuchBucket":
             return StorageError(f"{self.uri}: no such bucket {self.bucket!r}")
         if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            return StorageError(f"{self.uri}: access denied ({code})")
+            return _AccessDenied(f"{self.uri}: access denied ({code})")
         if code in ("NoSuchKey", "404"):
             return _NoSuchObject(f"{self.uri}: no such object")
         return StorageError(f"{self.uri}: {exc}")

@@ -79,14 +79,24 @@ def instance_environment(
 # that relay; it is the job's, shown masked like any credential.
 CONTAINER_CREDENTIALS_URI = "AWS_CONTAINER_CREDENTIALS_FULL_URI"
 CONTAINER_AUTHORIZATION = "AWS_CONTAINER_AUTHORIZATION_TOKEN"
-# Credentials a process may hold that would win over the relayed ones in botocore's chain:
-# a runtime that relays the job's own leaves none of them set.
+# What botocore's chain looks at before a container endpoint (keys, a profile, a web
+# identity, another container endpoint): a runtime that relays the job's own credentials
+# leaves none of them set, and points the shared files (AWS_FILE_VARIABLES) at nothing.
 AWS_KEY_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
 )
+AWS_FILE_VARIABLES = ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+# What a process of the job needs to find the relayed credentials, wherever it starts
+# (a rank mpirun starts through another instance's agent, a container).
+RELAYED_CREDENTIALS = (CONTAINER_CREDENTIALS_URI, CONTAINER_AUTHORIZATION, *AWS_FILE_VARIABLES)
 
 
 # Set by the parameter-server launcher for each process of Runyard's parameter server for

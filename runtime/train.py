@@ -406,7 +406,11 @@ class Trainer:
         inside = dataclasses.replace(
             config, paths=Paths(base, checkpoint_dir(base, config.checkpoint_local_path))
         )
-        sm_env = script_environment(inside, {}, num_gpus=gpus, num_cpus=cpus)
+        # Of the runtime's own variables, what reaches S3 with the job's credentials: the
+        # relay listens in the instance's network, which the container joins.
+        reach = (*storage.S3_ENDPOINT_ENV, *variables.RELAYED_CREDENTIALS)
+        inherited = {name: os.environ[name] for name in reach if name in os.environ}
+        sm_env = script_environment(inside, inherited, num_gpus=gpus, num_cpus=cpus)
         return container.plan(config, container.container_environment(config, sm_env))
 
     def _container_command(self) -> list[str]:

@@ -8,6 +8,7 @@ every service's state between tests, which is much cheaper than a new server.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -108,6 +109,39 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def iam_user(server: MotoServer, name: str, statements: list[dict[str, Any]]) -> dict[str, str]:
+    """An IAM user of ``server`` whose one inline policy holds ``statements``; its
+    keys as boto3 takes them (``aws_access_key_id``, ``aws_secret_access_key``)."""
+    iam = server.client("iam")
+    iam.create_user(UserName=name)
+    iam.put_user_policy(
+        UserName=name,
+        PolicyName="policy",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}),
+    )
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {
+        "aws_access_key_id": key["AccessKeyId"],
+        "aws_secret_access_key": key["SecretAccessKey"],
+    }
+
+
+def as_user(monkeypatch: pytest.MonkeyPatch, server: MotoServer, keys: dict[str, str]) -> None:
+    """This process's AWS environment (boto3's, the service's) pointed at ``server`` with
+    an IAM user's ``keys`` (``iam_user``'s)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+
+
+def enforce_iam(server: MotoServer) -> None:
+    """From now on ``server`` refuses every call its IAM policies do not allow, as AWS
+    does (its keys included: only IAM users' and assumed roles' keys work). moto ignores
+    the session policies STS is given."""
+    httpx.post(f"{server.url}/moto-api/reset-auth", content=b"0").raise_for_status()
 
 
 # Fixtures, registered as a plugin by tests/conftest.py.

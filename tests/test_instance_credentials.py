@@ -19,6 +19,7 @@ from service.jobs import instance_credentials
 from service.jobs.instance_credentials import MAX_POLICY_CHARACTERS, session_policy
 from service.kit.errors import Conflict
 from service.settings import Settings
+from tests import aws
 from tests.conftest import instance_headers, job_spec, make_settings
 
 URL = "/v1/training-jobs/job-1/instances/algo-1/credentials"
@@ -97,17 +98,49 @@ def test_wildcards_in_a_key_allow_that_key_only() -> None:
     assert not any("a*" in arn for arn in actions["s3:PutObject"])
 
 
-def test_a_whole_bucket_and_a_manifest_channel_read_their_bucket() -> None:
-    spec = _spec(
-        source_uri="s3://code",
-        inputs={"m": Channel("s3://data/lists/train.manifest", s3_data_type="ManifestFile")},
-    )
-    actions = _actions(session_policy(spec, "job-1"))
+def test_a_whole_bucket_is_listed_without_a_condition() -> None:
+    actions = _actions(session_policy(_spec(source_uri="s3://code"), "job-1"))
     assert "arn:aws:s3:::code/*" in actions["s3:GetObject"]
-    assert "arn:aws:s3:::data/*" in actions["s3:GetObject"]
-    # Listing a whole bucket has no prefix condition.
     assert actions["s3:ListBucket"]["arn:aws:s3:::code"] is None
-    assert actions["s3:ListBucket"]["arn:aws:s3:::data"] is None
+
+
+MANIFEST = Channel("s3://lists/team-a/train.manifest", s3_data_type="ManifestFile")
+
+
+def test_a_manifests_prefix_is_read_as_a_string_prefix() -> None:
+    """SageMaker joins a manifest's prefix and its keys as strings: ``part-`` and
+    ``0001``. The manifest itself is read too."""
+    spec = _spec(inputs={"train": MANIFEST})
+    policy = session_policy(spec, "job-1", manifest_prefixes=["s3://data/team-a/part-"])
+    assert _permitted(policy, "s3:GetObject", "arn:aws:s3:::data/team-a/part-0001")
+    assert _permitted(policy, "s3:GetObject", "arn:aws:s3:::lists/team-a/train.manifest")
+    assert not _permitted(policy, "s3:GetObject", "arn:aws:s3:::data/team-a/other")
+    assert not _permitted(policy, "s3:GetObject", "arn:aws:s3:::lists/team-b/x")
+    assert _actions(policy)["s3:ListBucket"]["arn:aws:s3:::data"] == ["team-a/part-*"]
+
+
+def test_the_service_reads_a_manifests_prefix_from_its_head(s3_client: Any) -> None:
+    s3_client.create_bucket(Bucket="lists")
+    entries = ["x" * 100 for _ in range(10_000)]  # a megabyte of keys after the prefix
+    body = json.dumps([{"prefix": "s3://data/team-a/part-"}, *entries])
+    s3_client.put_object(Bucket="lists", Key="team-a/train.manifest", Body=body.encode())
+    spec = _spec(inputs={"train": MANIFEST})
+    assert instance_credentials.manifest_prefixes(spec, "job-1") == ["s3://data/team-a/part-"]
+
+
+def test_a_manifest_that_cannot_say_its_prefix_is_refused_naming_the_channel(
+    s3_client: Any,
+) -> None:
+    s3_client.create_bucket(Bucket="lists")
+    s3_client.put_object(Bucket="lists", Key="team-a/train.manifest", Body=b'{"no": "array"}')
+    with pytest.raises(Conflict, match=r"channel 'train': its manifest .* cannot be read"):
+        instance_credentials.manifest_prefixes(_spec(inputs={"train": MANIFEST}), "job-1")
+
+
+def test_a_manifest_the_job_may_rewrite_is_refused() -> None:
+    mine = Channel("s3://out/team-a/job-1/lists/train.manifest", s3_data_type="ManifestFile")
+    with pytest.raises(Conflict, match="lies where the job writes"):
+        instance_credentials.manifest_prefixes(_spec(inputs={"train": mine}), "job-1")
 
 
 def test_a_job_on_files_only_gets_credentials_that_allow_nothing() -> None:
@@ -125,6 +158,29 @@ def test_a_codeartifact_repository_is_readable_through_its_domain() -> None:
         "arn:aws:codeartifact:us-east-1:111122223333:domain/tools"
     )
     assert by_action["codeartifact:ReadFromRepository"]["Resource"] == arn
+
+
+def test_a_job_naming_too_many_locations_is_refused_when_it_is_submitted(
+    api: TestClient, source_dir: Path
+) -> None:
+    inputs = {f"c{n}": f"s3://data/some/long/prefix/number/{n}/" for n in range(20)}
+    refused = api.post("/v1/training-jobs", json=job_spec(source_dir, inputs=inputs))
+    assert refused.status_code == 422, refused.text
+    detail = refused.json()["detail"][0]
+    assert detail["loc"] == ["body", "inputs"]
+    assert "one STS session policy" in detail["msg"]
+
+
+@pytest.mark.parametrize(
+    "arn", ["*", "arn:aws:codeartifact:*:*:repository/*/*", "arn:aws:s3:::bucket"]
+)
+def test_a_codeartifact_repository_must_be_named_by_its_arn(
+    api: TestClient, source_dir: Path, arn: str
+) -> None:
+    spec = job_spec(source_dir, environment={"CA_REPOSITORY_ARN": arn})
+    refused = api.post("/v1/training-jobs", json=spec)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == ["body", "environment", "CA_REPOSITORY_ARN"]
 
 
 def test_a_policy_over_stss_limit_is_refused_naming_the_job() -> None:
@@ -175,6 +231,7 @@ def test_an_instance_is_given_federated_credentials_limited_to_its_job(
     assert given["AccessKeyId"] != "testing"
     expires = datetime.fromisoformat(given["Expiration"])
     assert timedelta(minutes=55) < expires - datetime.now(UTC) <= timedelta(hours=1)
+    assert answer.headers["cache-control"] == "no-store"
     # The same while plenty of them remains: one STS call for all of a job's instances.
     again = api.get(URL, headers=instance_headers(settings, created["id"])).json()
     assert again == given
@@ -226,3 +283,63 @@ def test_an_operator_may_relay_the_servers_own_keys_to_a_store_without_sts(
         given = api.get(URL, headers=instance_headers(settings, created["id"])).json()
     # The dummy keys this process (the server, here) holds, through the relay still.
     assert (given["AccessKeyId"], given["SecretAccessKey"]) == ("testing", "testing")
+
+
+def _permitted(policy: str, action: str, resource: str) -> bool:
+    """Whether ``policy`` allows ``action`` on ``resource``, by moto's IAM evaluator (the
+    one its server enforces role and user policies with; it is given the session policy
+    here, which its STS does not enforce)."""
+    from moto.iam.access_control import IAMPolicy, PermissionResult
+
+    return IAMPolicy(policy).is_action_permitted(action, resource) == PermissionResult.PERMITTED
+
+
+def test_the_policy_allows_the_jobs_own_objects_and_no_neighbours() -> None:
+    spec = _spec(
+        inputs={"train": Channel("s3://data/team-a/train/")},
+        checkpoint_s3_uri="s3://out/team-a/checkpoints/job-1",
+    )
+    policy = session_policy(spec, "job-1")
+    allowed = [
+        ("s3:GetObject", "arn:aws:s3:::data/team-a/train/part-0"),
+        ("s3:GetObject", "arn:aws:s3:::code/team-a/src.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::out/team-a/job-1/output/model.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::out/team-a/checkpoints/job-1/step-10.pt"),
+        ("s3:DeleteObject", "arn:aws:s3:::out/team-a/checkpoints/job-1/step-0.pt"),
+    ]
+    denied = [
+        ("s3:GetObject", "arn:aws:s3:::data/team-a/train-old/part-0"),  # a sibling prefix
+        ("s3:GetObject", "arn:aws:s3:::data/team-b/train/part-0"),
+        ("s3:GetObject", "arn:aws:s3:::out/team-a/job-10/output/model.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::data/team-a/train/part-0"),  # channels are read
+        ("s3:PutObject", "arn:aws:s3:::code/team-a/src.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::out/team-a/other-job/model.tar.gz"),
+        ("s3:DeleteObject", "arn:aws:s3:::out/team-a/job-1-old/x"),
+        ("s3:GetObject", "arn:aws:s3:::elsewhere/anything"),
+        ("s3:DeleteBucket", "arn:aws:s3:::out"),
+        ("iam:CreateUser", "*"),
+    ]
+    assert [case for case in allowed if not _permitted(policy, *case)] == []
+    assert [case for case in denied if _permitted(policy, *case)] == []
+
+
+def test_a_refusal_by_sts_is_not_asked_again_as_if_sts_were_busy(
+    settings: Settings,
+    admin_token: str,
+    source_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's keys may not assume the role: a refusal (409), not "busy" (503)."""
+    role = "arn:aws:iam::123456789012:role/runyard"
+    settings = settings.model_copy(update={"instance_role_arn": role})
+    with aws.moto_server(tmp_path_factory.mktemp("moto-iam")) as server:
+        s3_only = [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]
+        keys = aws.iam_user(server, "runyard-server", s3_only)
+        aws.enforce_iam(server)
+        aws.as_user(monkeypatch, server, keys)
+        with _api(settings, admin_token) as api:
+            created = api.post("/v1/training-jobs", json=job_spec(source_dir)).json()
+            refused = api.get(URL, headers=instance_headers(settings, created["id"]))
+    assert refused.status_code == 409, refused.text
+    assert f"STS refused AssumeRole of {role}: AccessDenied" in refused.text

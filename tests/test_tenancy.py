@@ -404,11 +404,17 @@ def test_each_project_has_its_own_part_of_the_artifact_root(
         )
         assert refused.status_code == 422, (fields, refused.text)
         assert refused.json()["detail"][0]["loc"] == ["body", *loc]
-    # The default project reaches everything but the other projects' parts.
-    refused = world.api.post(
-        "/v1/training-jobs", json=job_spec(source_dir, output_path=f"{root}/projects/beta")
-    )
-    assert refused.status_code == 422
+    # The default project reaches everything but the other projects' parts: not through
+    # a job named after their folder, whose outputs would land in it, nor through the
+    # root itself, which holds them all.
+    for fields in (
+        {"output_path": f"{root}/projects/beta"},
+        {"name": "projects"},
+        {"checkpoint_s3_uri": root},
+        {"inputs": {"train": root}},
+    ):
+        refused = world.api.post("/v1/training-jobs", json=job_spec(source_dir, **fields))
+        assert refused.status_code == 422, (fields, refused.text)
     mine = world.api.post(
         "/v1/training-jobs",
         json=job_spec(source_dir, output_path=f"{root}/projects/beta/models"),

@@ -9,17 +9,13 @@ machine's.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-REPOSITORY_ARN = "CA_REPOSITORY_ARN"
-# arn:<partition>:codeartifact:<region>:<owner account>:repository/<domain>/<repository>
-_ARN = re.compile(
-    r"arn:(?P<partition>[^:]+):codeartifact:(?P<region>[^:]+):(?P<owner>[0-9]{12}):"
-    r"repository/(?P<domain>[^/]+)/(?P<repository>[^/]+)"
-)
+from contract import codeartifact
+
+REPOSITORY_ARN = codeartifact.REPOSITORY_ARN
 
 
 class CodeArtifactError(Exception):
@@ -32,13 +28,13 @@ def index_url(env: Mapping[str, str]) -> str | None:
     arn = env.get(REPOSITORY_ARN)
     if not arn:
         return None
-    match = _ARN.fullmatch(arn)
-    if match is None:
+    named = codeartifact.parse(arn)
+    if named is None:
         raise CodeArtifactError(f"{REPOSITORY_ARN} {arn[:200]!r} is not a repository's ARN")
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = _client(env, match["region"])
-    owner, domain, repository = match["owner"], match["domain"], match["repository"]
+    client = _client(env, named.region)
+    owner, domain, repository = named.owner, named.domain, named.name
     try:
         token = client.get_authorization_token(domain=domain, domainOwner=owner)
         endpoint = client.get_repository_endpoint(

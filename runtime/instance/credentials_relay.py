@@ -23,6 +23,7 @@ import threading
 import urllib.error
 from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime, timedelta
+from http.client import HTTPException
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -36,6 +37,8 @@ log = logging.getLogger("runyard.runtime")
 LOOPBACK = "127.0.0.1"
 PATH = "/credentials"
 REFRESH_MARGIN = timedelta(minutes=20)
+# botocore refuses credentials with less than 10 minutes left (its mandatory refresh).
+STILL_USABLE = timedelta(minutes=11)
 # What an answer from the service must hold, as SDKs read it.
 FIELDS = ("AccessKeyId", "SecretAccessKey", "Token", "Expiration")
 
@@ -57,6 +60,9 @@ def serve(
     relay = CredentialsRelay(lambda: _ask(client), config.network_namespace).start()
     for name in variables.AWS_KEY_VARIABLES:
         environ.pop(name, None)
+    # The machine's ~/.aws (the server's, on the local backend) would win over the relay.
+    for name in variables.AWS_FILE_VARIABLES:
+        environ[name] = os.devnull
     environ[variables.CONTAINER_CREDENTIALS_URI] = relay.url
     environ[variables.CONTAINER_AUTHORIZATION] = relay.token
     return relay
@@ -101,9 +107,7 @@ class CredentialsRelay:
             if self._network_namespace:
                 # A socket belongs to the network it was made in, whoever serves it.
                 with namespaces.network(self._network_namespace):
-                    self._servers.append(
-                        ThreadingHTTPServer((LOOPBACK, self.port), _handler(self))
-                    )
+                    self._servers.append(ThreadingHTTPServer((LOOPBACK, self.port), _handler(self)))
         except OSError:
             for server in self._servers:
                 server.server_close()  # never served: nothing to shut down
@@ -122,11 +126,19 @@ class CredentialsRelay:
         self._servers.clear()
 
     def answer(self) -> bytes:
-        """The credentials to hand out now, fetched anew when near their end."""
+        """The credentials to hand out now, fetched anew when near their end. While the
+        service cannot give fresh ones, those held are handed out as long as SDKs still
+        take them (more than ``STILL_USABLE`` left)."""
         with self._lock:
             now = datetime.now(UTC)
             if self._kept is None or self._kept[1] - now < REFRESH_MARGIN:
-                body = self._fetch()
+                try:
+                    body = self._fetch()
+                except (OSError, HTTPException, CredentialsError):
+                    if self._kept is None or self._kept[1] - now < STILL_USABLE:
+                        raise
+                    log.warning("the service gave no fresh AWS credentials; the held ones serve")
+                    return self._kept[0]
                 self._kept = (body, _expiration(body))
             return self._kept[0]
 
@@ -161,7 +173,7 @@ def _handler(relay: CredentialsRelay) -> type[BaseHTTPRequestHandler]:
             else:
                 try:
                     body = relay.answer()
-                except (OSError, CredentialsError) as exc:  # the SDK asks again
+                except (OSError, HTTPException, CredentialsError) as exc:  # the SDK asks again
                     log.warning("no AWS credentials for the job: %s", exc)
                     self._send(503, {"message": f"no AWS credentials for the job: {exc}"})
                     return

@@ -213,10 +213,14 @@ def mpirun_command(
         argv.append("--allow-run-as-root")
     # By name only: mpirun reads the values from its own environment, so that none (the
     # job's secrets among them) is ever part of a command line, which is logged.
+    # Instances sharing one machine share its loopback: the first instance's relay of the
+    # job's AWS credentials serves the ranks of all of them, whose launch agents lack it.
+    relayed = variables.RELAYED_CREDENTIALS if config.shared_machine else ()
     forwarded = [
         name
         for name in env
         if name in FORWARDED
+        or name in relayed
         or name.startswith((variables.SM_PREFIX, variables.JOB_VARIABLE_PREFIX))
     ]
     for name in forwarded:

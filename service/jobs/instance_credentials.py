@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from contract import storage
+from contract import codeartifact, storage
 from contract.spec import JobSpec
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
@@ -39,8 +40,6 @@ MAX_POLICY_CHARACTERS = 2048
 # runtime asks again once less than its own margin (runtime.instance.credentials_relay,
 # 20 minutes) remains, so it is always given fresh ones then.
 REUSE_MARGIN = timedelta(minutes=25)
-# The repository a job's requirements come from (as SageMaker's toolkit reads it).
-CODEARTIFACT_REPOSITORY = "CA_REPOSITORY_ARN"
 
 
 class CredentialsUnavailable(RunyardError):
@@ -60,34 +59,44 @@ class InstanceCredentials(BaseModel):
 
 @dataclass(frozen=True)
 class Location:
-    """An S3 location a job uses: an object, or everything below it as a directory."""
+    """An S3 location a job uses: an object, or everything below it as a directory; or,
+    with ``starting``, every key that starts with ``key`` (a manifest's prefix, which
+    SageMaker joins to its keys as strings)."""
 
     bucket: str
     key: str
+    starting: bool = False
 
 
 def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
-    """The job's credentials: those handed out before, while enough of them remains."""
+    """The job's credentials: those handed out before, while enough of them remains. The
+    instances of a job ask at once when it starts: one of them asks STS, the others wait
+    for its answer."""
     if settings.instance_credentials == "machine":
         raise Conflict("this server leaves AWS credentials to the instances' own machines")
-    now = datetime.now(UTC)
     with _lock:
-        kept = _kept.get(job.id)
+        asking = _asking.setdefault(job.id, threading.Lock())
+    with asking:
+        now = datetime.now(UTC)
+        with _lock:
+            kept = _kept.get(job.id)
         if kept is not None and kept.expiration - now > REUSE_MARGIN:
             return kept
-    if settings.instance_credentials == "server":
-        fresh = _servers_own(settings)
-    else:
-        fresh = _from_sts(settings, job, JobCreate.model_validate(job.spec).job_spec())
-    with _lock:
-        for ended in [key for key, value in _kept.items() if value.expiration <= now]:
-            del _kept[ended]
-        _kept[job.id] = fresh
-    return fresh
+        if settings.instance_credentials == "server":
+            fresh = _servers_own(settings)
+        else:
+            fresh = _from_sts(settings, job, JobCreate.model_validate(job.spec).job_spec())
+        with _lock:
+            for ended in [key for key, value in _kept.items() if value.expiration <= now]:
+                del _kept[ended]
+                _asking.pop(ended, None)
+            _kept[job.id] = fresh
+        return fresh
 
 
 _lock = threading.Lock()
 _kept: dict[str, InstanceCredentials] = {}
+_asking: dict[str, threading.Lock] = {}
 
 
 def role_for(settings: Settings, project: str) -> str:
@@ -99,30 +108,77 @@ def locations(spec: JobSpec, job_name: str) -> tuple[list[Location], list[Locati
     """What the job reads (its code, its channels) and what it writes (its output below
     ``output_path``, its checkpoints), on S3."""
     read = [spec.source_uri, *(channel.uri for channel in spec.inputs.values())]
-    written = [storage.join(spec.output_path, job_name)]
-    if spec.checkpoint_s3_uri:
-        written.append(spec.checkpoint_s3_uri)
+    written = [spec.checkpoint_s3_uri or ""]
+    if spec.output_path.startswith("s3://"):
+        written.append(storage.join(spec.output_path, job_name))
     return _s3(read), _s3(written)
 
 
-def _s3(uris: list[str]) -> list[Location]:
+def _s3(uris: list[str], *, strip: bool = True) -> list[Location]:
     found = []
     for uri in uris:
         if uri.startswith("s3://"):
             bucket, _, key = uri.removeprefix("s3://").partition("/")
-            found.append(Location(bucket, key.strip("/")))
+            found.append(Location(bucket, key.strip("/") if strip else key))
     return found
 
 
-def session_policy(spec: JobSpec, job_name: str, partition: str = "aws") -> str:
-    """The IAM policy (compact JSON) that holds a job's credentials to its locations.
+# How much of a manifest is read for its prefix, its first element: far more than a
+# prefix (a URI of at most a few hundred characters) takes.
+MANIFEST_HEAD = 64 * 1024
 
-    A ManifestFile channel names objects anywhere its manifest says; the manifest is not
-    read here, so the whole bucket it lies in is readable to the job.
-    """
+
+def manifest_prefixes(spec: JobSpec, job_name: str) -> list[str]:
+    """The prefix each of the job's ManifestFile channels' manifests names, read with the
+    service's own credentials. A manifest the job may write itself is refused: it could
+    point the job's next credentials anywhere."""
+    _, written = locations(spec, job_name)
+    prefixes = []
+    for name, channel in sorted(spec.inputs.items()):
+        if channel.s3_data_type != "ManifestFile" or not channel.uri.startswith("s3://"):
+            continue
+        (manifest,) = _s3([channel.uri])
+        if any(_within(manifest, place) for place in written):
+            raise Conflict(
+                f"channel {name!r}: its manifest {channel.uri} lies where the job writes; "
+                "a manifest the job could rewrite cannot say what it may read"
+            )
+        prefixes.append(_prefix_of(name, channel.uri))
+    return prefixes
+
+
+def _within(location: Location, place: Location) -> bool:
+    return not place.key or location.key == place.key or location.key.startswith(place.key + "/")
+
+
+def _prefix_of(channel: str, uri: str) -> str:
+    try:
+        chunks = storage.read_chunks(uri, MANIFEST_HEAD)
+        try:
+            head = next(chunks, b"")
+        finally:
+            chunks.close()  # the rest of a large manifest is never read
+        text = head.decode("utf-8", errors="replace").lstrip()
+        if not text.startswith("["):
+            raise ValueError("not a JSON array")
+        first, _ = json.JSONDecoder().raw_decode(text, len(text) - len(text[1:].lstrip()))
+        prefix = first.get("prefix") if isinstance(first, dict) else None
+        if not isinstance(prefix, str) or not prefix.startswith("s3://"):
+            raise ValueError('its first element is not {"prefix": "s3://..."}')
+    except (storage.StorageError, ValueError) as exc:
+        raise Conflict(f"channel {channel!r}: its manifest {uri} cannot be read: {exc}") from None
+    return prefix
+
+
+def session_policy(
+    spec: JobSpec, job_name: str, partition: str = "aws", manifest_prefixes: Sequence[str] = ()
+) -> str:
+    """The IAM policy (compact JSON) that holds a job's credentials to its locations:
+    ``manifest_prefixes`` are the prefixes its ManifestFile channels' manifests name
+    (``manifest_prefixes``, the function, reads them)."""
     read, written = locations(spec, job_name)
-    manifests = [c.uri for c in spec.inputs.values() if c.s3_data_type == "ManifestFile"]
-    read += [Location(location.bucket, "") for location in _s3(manifests)]
+    for prefix in _s3(list(manifest_prefixes), strip=False):
+        read.append(Location(prefix.bucket, prefix.key, starting=True))
     statements: list[dict[str, Any]] = []
     if read or written:
         statements.append(
@@ -140,18 +196,17 @@ def session_policy(spec: JobSpec, job_name: str, partition: str = "aws") -> str:
                 "Resource": _object_arns(partition, written),
             }
         )
-    for bucket, keys in sorted(_by_bucket([*read, *written]).items()):
+    for bucket, patterns in sorted(_by_bucket([*read, *written]).items()):
         statement: dict[str, Any] = {
             "Effect": "Allow",
             "Action": ["s3:ListBucket"],
             "Resource": f"arn:{partition}:s3:::{bucket}",
         }
-        if "" not in keys:
-            patterns = sorted({pattern for key in keys for pattern in (key, f"{key}/*")})
-            statement["Condition"] = {"StringLike": {"s3:prefix": patterns}}
+        if "" not in patterns:
+            statement["Condition"] = {"StringLike": {"s3:prefix": sorted(patterns)}}
         statements.append(statement)
-    repository = spec.environment.get(CODEARTIFACT_REPOSITORY, "")
-    if repository:
+    repository = codeartifact.parse(spec.environment.get(codeartifact.REPOSITORY_ARN, ""))
+    if repository is not None:
         statements += _codeartifact(repository)
     if not statements:
         # Nothing on S3: credentials that allow nothing (a policy needs one statement).
@@ -169,7 +224,9 @@ def session_policy(spec: JobSpec, job_name: str, partition: str = "aws") -> str:
 def _object_arns(partition: str, found: list[Location]) -> list[str]:
     arns = set()
     for location in found:
-        if not location.key:
+        if location.starting:
+            arns.add(f"arn:{partition}:s3:::{location.bucket}/{_literal(location.key)}*")
+        elif not location.key:
             arns.add(f"arn:{partition}:s3:::{location.bucket}/*")
         else:
             key = _literal(location.key)
@@ -179,9 +236,15 @@ def _object_arns(partition: str, found: list[Location]) -> list[str]:
 
 
 def _by_bucket(found: list[Location]) -> dict[str, set[str]]:
+    """Each bucket's listing prefixes, as ``s3:prefix`` patterns ("" for all of it)."""
     buckets: dict[str, set[str]] = {}
     for location in found:
-        buckets.setdefault(location.bucket, set()).add(_literal(location.key))
+        key = _literal(location.key)
+        if location.starting:
+            patterns = {f"{key}*"} if key else {""}
+        else:
+            patterns = {key, f"{key}/*"} if key else {""}
+        buckets.setdefault(location.bucket, set()).update(patterns)
     return buckets
 
 
@@ -192,20 +255,19 @@ def _literal(key: str) -> str:
     return "".join({"$": "${$}", "*": "${*}", "?": "${?}"}.get(char, char) for char in key)
 
 
-def _codeartifact(repository: str) -> list[dict[str, Any]]:
+def _codeartifact(repository: codeartifact.Repository) -> list[dict[str, Any]]:
     """Reading the job's CodeArtifact repository: a token for its domain, the repository's
-    endpoint and packages (the ARN is checked by the runtime before it is used)."""
-    domain = repository.replace(":repository/", ":domain/", 1).rsplit("/", 1)[0]
+    endpoint and packages."""
     return [
         {
             "Effect": "Allow",
             "Action": ["codeartifact:GetAuthorizationToken"],
-            "Resource": domain,
+            "Resource": repository.domain_arn,
         },
         {
             "Effect": "Allow",
             "Action": ["codeartifact:GetRepositoryEndpoint", "codeartifact:ReadFromRepository"],
-            "Resource": repository,
+            "Resource": repository.arn,
         },
         {
             "Effect": "Allow",
@@ -224,12 +286,17 @@ def _servers_own(settings: Settings) -> InstanceCredentials:
     if found is None:
         raise Conflict(_NO_CREDENTIALS)
     frozen = found.get_frozen_credentials()
-    lasting = timedelta(seconds=settings.instance_credentials_seconds)
+    expiration = datetime.now(UTC) + timedelta(seconds=settings.instance_credentials_seconds)
+    # Temporary ones of the server's own (a role's, SSO's) end when they end: handed out
+    # for longer, SDKs would not ask again in time.
+    ends: datetime | None = getattr(found, "_expiry_time", None)
+    if ends is not None:
+        expiration = min(expiration, ends)
     return InstanceCredentials(
         access_key_id=frozen.access_key,
         secret_access_key=frozen.secret_key,
         token=frozen.token or "",
-        expiration=datetime.now(UTC) + lasting,
+        expiration=expiration,
     )
 
 
@@ -239,17 +306,31 @@ _NO_CREDENTIALS = (
 )
 
 
+_TRANSIENT = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "ServiceUnavailable",
+        "InternalFailure",
+        "RequestTimeout",
+    }
+)
+
+
 def _from_sts(settings: Settings, job: TrainingJob, spec: JobSpec) -> InstanceCredentials:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     session = boto3.session.Session()
     region = session.region_name or "us-east-1"
-    partition = session.get_partition_for_region(region)
-    policy = session_policy(spec, job.name, partition)
+    role = role_for(settings, job.project)
+    # The role's own partition (aws-cn, aws-us-gov) names the job's buckets, else the
+    # region's.
+    partition = role.split(":")[1] if role else session.get_partition_for_region(region)
+    policy = session_policy(spec, job.name, partition, manifest_prefixes(spec, job.name))
     seconds = settings.instance_credentials_seconds
     sts = session.client("sts", region_name=region)
-    role = role_for(settings, job.project)
     try:
         if role:
             answer = sts.assume_role(
@@ -267,9 +348,10 @@ def _from_sts(settings: Settings, job: TrainingJob, spec: JobSpec) -> InstanceCr
     except ClientError as exc:
         error = exc.response.get("Error", {})
         call = "AssumeRole of " + role if role else "GetFederationToken"
-        raise CredentialsUnavailable(
-            f"STS refused {call}: {error.get('Code', '')}: {error.get('Message', '')}"
-        ) from None
+        code = str(error.get("Code", ""))
+        # Asking again helps only where STS was busy; a refusal stays one.
+        refused = Conflict if code not in _TRANSIENT else CredentialsUnavailable
+        raise refused(f"STS refused {call}: {code}: {error.get('Message', '')}") from None
     except BotoCoreError as exc:
         raise CredentialsUnavailable(f"STS could not be reached: {exc}") from None
     given = answer["Credentials"]

@@ -35,12 +35,15 @@ def output_root(artifact_root: str, project: str) -> str:
     return storage.join(artifact_root, PROJECTS_FOLDER, project)
 
 
-def problems(spec: JobSpec, artifact_root: str, project: str) -> list[Problem]:
-    """The first of the job's URIs inside another project's part of the artifact root."""
+def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> list[Problem]:
+    """The first of the job's URIs inside another project's part of the artifact root.
+    Its outputs go below ``output_path/<job name>``: that is where it writes."""
     own = output_root(artifact_root, project)
     tops = _root_forms(artifact_root)
     for loc, uri in spec.storage_uris().items():
-        below = _below(uri, artifact_root, tops)
+        below = _below(
+            _written(uri, job_name) if loc == ("output_path",) else uri, artifact_root, tops
+        )
         if below is None or _allowed(below, project, reading=loc[0] in _READ_ONLY):
             continue
         return [
@@ -53,12 +56,21 @@ def problems(spec: JobSpec, artifact_root: str, project: str) -> list[Problem]:
     return []
 
 
+def _written(output_path: str, job_name: str) -> str:
+    """Where a job writes below its output path (a bad URI is for other checks to name)."""
+    try:
+        return storage.join(output_path, job_name)
+    except storage.StorageError:
+        return output_path
+
+
 def _allowed(below: PurePosixPath, project: str, *, reading: bool) -> bool:
     parts = below.parts
     if parts[:1] == (SOURCES_FOLDER,):
         return reading
     if project == DEFAULT_PROJECT:
-        return parts[:1] != (PROJECTS_FOLDER,)
+        # Not the root itself, which holds every project's area.
+        return bool(parts) and parts[0] != PROJECTS_FOLDER
     return parts[:2] == (PROJECTS_FOLDER, project)
 
 

@@ -225,10 +225,12 @@ def instance_aws_credentials(
     session: ReadSessionDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
+    response: Response,
 ) -> InstanceCredentials:
     """Called by the runtime on an instance for the job's AWS credentials, which it serves
     to the job's processes (``service.jobs.instance_credentials``)."""
     job = service.job_for_instance(session, name, host, principal, live=True)
+    response.headers["Cache-Control"] = "no-store"  # a secret: no proxy keeps it
     return instance_credentials.for_job(settings, job)
 
 

@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from contract import (
+    codeartifact,
     hyperparameters,
     images,
     limits,
@@ -520,6 +521,21 @@ class JobCreate(_Strict):
     @classmethod
     def _map_limits(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         _MAP_LIMITS[str(info.field_name)].check(value)
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _codeartifact_repository(cls, value: dict[str, str]) -> dict[str, str]:
+        # The job's credentials may read the repository it names: a repository's ARN, not
+        # a pattern.
+        arn = value.get(codeartifact.REPOSITORY_ARN)
+        if arn is not None and codeartifact.parse(arn) is None:
+            raise invalid(
+                "JobCreate",
+                (codeartifact.REPOSITORY_ARN,),
+                "must be a CodeArtifact repository's ARN "
+                "(arn:aws:codeartifact:<region>:<account>:repository/<domain>/<repository>)",
+            )
         return value
 
     @field_validator("inputs", mode="before")

@@ -37,7 +37,7 @@ from provisioning.catalog import CATALOG
 from service.auth.access import Principal, Role
 from service.auth.models import Project
 from service.capacity import service as capacity
-from service.jobs import file_roots, project_areas, repository
+from service.jobs import file_roots, instance_credentials, project_areas, repository
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
@@ -148,17 +148,22 @@ def prepare(
         else mode_problems
     )
     output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
+    name = spec.name or _generate_name(spec, now or utcnow())
     # Before anything looks at the files: a refusal must not tell what is there.
     located = spec.model_copy(update={"output_path": output_path}).job_spec()
     refuse(file_roots.problems(located, settings.file_roots))
-    refuse(project_areas.problems(located, settings.artifact_root, project))
+    refuse(project_areas.problems(located, name, settings.artifact_root, project))
+    if settings.instance_credentials == "service":
+        try:  # refused now, not when the instances first ask for the job's credentials
+            instance_credentials.session_policy(located, name)
+        except Conflict as exc:
+            raise SpecError(("inputs",), exc.message) from None
     if not source_checked:
         _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
     _check_output_path(("output_path",), output_path)
     if spec.checkpoint_s3_uri is not None:
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
-    name = spec.name or _generate_name(spec, now or utcnow())
     final = spec.model_copy(
         update={
             "name": name,

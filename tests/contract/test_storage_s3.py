@@ -150,6 +150,26 @@ def test_access_denied_names_the_uri(
             storage.fetch(uri, tmp_path / "x")
 
 
+def test_a_key_that_answers_403_is_missing_if_listing_at_it_shows_nothing(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 answers HEAD on a missing key with 403 to credentials whose listing is held to
+    prefixes (a job's); moto, which answers 404, shows the same by a policy that allows
+    listing and reading nothing."""
+    with aws.moto_server(tmp_path_factory.mktemp("moto-iam")) as server:
+        server.client("s3").create_bucket(Bucket=BUCKET)
+        server.client("s3").put_object(Bucket=BUCKET, Key="data/present", Body=b"x")
+        listing = [{"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "*"}]
+        keys = aws.iam_user(server, "lister", listing)
+        aws.enforce_iam(server)
+        aws.as_user(monkeypatch, server, keys)
+        assert storage.is_file(f"s3://{BUCKET}/data/absent") is False
+        assert storage.exists(f"s3://{BUCKET}/data") is True
+        # There, but not to be read: that is said, not taken for missing.
+        with pytest.raises(storage.StorageError, match="data/present: access denied"):
+            storage.is_file(f"s3://{BUCKET}/data/present")
+
+
 def test_file_uris_never_import_boto3(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_text("x")

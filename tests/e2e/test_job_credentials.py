@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 
 from runyard.client import Client
@@ -94,32 +93,18 @@ def enforcing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MotoSe
     """A moto server of this module's own, that checks every call against IAM once set up;
     with the server's (an IAM user's) S3 client."""
     with aws.moto_server(tmp_path_factory.mktemp("moto-iam")) as moto:
-        iam = moto.client("iam")
-        iam.create_user(UserName="runyard-server")
-        iam.put_user_policy(
-            UserName="runyard-server",
-            PolicyName="all",
-            PolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
-                }
-            ),
-        )
-        key = iam.create_access_key(UserName="runyard-server")["AccessKey"]
+        everything = [{"Effect": "Allow", "Action": "*", "Resource": "*"}]
+        key = aws.iam_user(moto, "runyard-server", everything)
         for project in ("team-a", "team-b"):
-            _project_role(iam, project)
+            _project_role(moto.client("iam"), project)
         s3 = moto.client("s3")
         s3.create_bucket(Bucket=BUCKET)
         s3.put_object(Bucket=BUCKET, Key="team-a/data/train.txt", Body=b"team a's data")
         s3.put_object(Bucket=BUCKET, Key="team-b/secret.txt", Body=b"team b's secret")
-        # From here on moto refuses what IAM would.
-        httpx.post(f"{moto.url}/moto-api/reset-auth", content=b"0").raise_for_status()
-        server = boto3.session.Session(
-            aws_access_key_id=key["AccessKeyId"],
-            aws_secret_access_key=key["SecretAccessKey"],
-            region_name=aws.REGION,
-        ).client("s3", endpoint_url=moto.url)
+        aws.enforce_iam(moto)
+        server = boto3.session.Session(**key, region_name=aws.REGION).client(
+            "s3", endpoint_url=moto.url
+        )
         with pytest.raises(Exception, match=r"InvalidAccessKeyId|InvalidClientTokenId|403"):
             moto.client("s3").list_objects_v2(Bucket=BUCKET)  # unknown keys are refused now
         yield moto, (key, server)
@@ -136,8 +121,8 @@ def iam_stack(
     stack.env.update(
         {
             "AWS_ENDPOINT_URL": moto.url,
-            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_ACCESS_KEY_ID": key["aws_access_key_id"],
+            "AWS_SECRET_ACCESS_KEY": key["aws_secret_access_key"],
             "AWS_DEFAULT_REGION": aws.REGION,
             "RUNYARD_INSTANCE_ROLE_ARN": f"arn:aws:iam::{ACCOUNT}:role/runyard-{{project}}",
             "RUNYARD_LOCAL_ISOLATION": "shared",
@@ -188,7 +173,7 @@ def test_a_job_reaches_its_own_prefix_and_is_denied_another_projects(
     assert "AWS_CONTAINER_AUTHORIZATION_TOKEN" in probe["variables"]
     assert "AWS_ACCESS_KEY_ID" not in probe["variables"]
     assert "AWS_SECRET_ACCESS_KEY" not in probe["variables"]
-    assert not any(key["SecretAccessKey"] in line for line in lines)
+    assert not any(key["aws_secret_access_key"] in line for line in lines)
     model = "team-a/output/probe/output/model.tar.gz"
     assert server_s3.head_object(Bucket=BUCKET, Key=model)["ContentLength"] > 0
 

@@ -14,6 +14,8 @@ import pytest
 
 from contract.instance_config import InstanceConfig, load
 from runtime.launch import container
+from runtime.reporting.reporter import LogShipper
+from runtime.train import Trainer
 from tests.instances import launch_request, write_instances
 
 IMAGE = "registry.example.com/team/train:7"
@@ -134,3 +136,28 @@ def test_an_engine_that_could_not_start_the_container_is_told_from_its_exit(
         assert found is None
     else:
         assert (found or "").startswith(reason), found
+
+
+def test_the_container_reaches_the_jobs_credentials_and_s3_through_the_runtimes_relay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The relay listens in the instance's network, which the container joins: the
+    container is told where, and nothing else of the runtime's own variables."""
+    relayed = {
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:41000/credentials",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN": "relay-token",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_ENDPOINT_URL": "http://s3.example.com",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    for name, value in {**relayed, "RUNYARD_JOB_TOKEN": "secret", "DATABASE": "x"}.items():
+        monkeypatch.setenv(name, value)
+    config = dataclasses.replace(_config(tmp_path), container_engine=("true",))
+    trainer = Trainer(config, None, LogShipper(None, echo=False))
+    trainer._container_plan(0, 1)
+    lines = (config.paths.base / container.ENV_FILE).read_text().splitlines()
+    given = dict(line.split("=", 1) for line in lines)
+    assert {name: given.get(name) for name in relayed} == relayed
+    assert "RUNYARD_JOB_TOKEN" not in given
+    assert "DATABASE" not in given

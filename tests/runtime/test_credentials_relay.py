@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
 from botocore.credentials import ContainerProvider
 from botocore.exceptions import CredentialRetrievalError
@@ -159,6 +160,8 @@ def test_the_runtime_names_the_relay_and_drops_every_other_credential(
             "PATH": "/bin",
             variables.CONTAINER_CREDENTIALS_URI: relay.url,
             variables.CONTAINER_AUTHORIZATION: relay.token,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_CONFIG_FILE": os.devnull,
         }
         frozen = _provider(relay.url, relay.token).load().get_frozen_credentials()
     finally:
@@ -214,3 +217,55 @@ def test_with_namespaces_the_relay_is_at_one_address_in_both_networks(
     assert inside.returncode == 0, inside.stderr
     assert json.loads(inside.stdout)["AccessKeyId"] == outside.access_key == "ASIAJOB1"
     assert fetch.calls == 1
+
+
+def test_the_machines_own_aws_files_and_identities_do_not_win_over_the_relay(
+    tmp_path: Path, service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore looks at ~/.aws and a web identity before a container endpoint: the
+    server's own, on the local backend, would be the job's credentials."""
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(
+        "[default]\naws_access_key_id = AKIASERVERHOME\naws_secret_access_key = s\n"
+    )
+    request = dataclasses.replace(launch_request(tmp_path / "src"), aws_credentials=True)
+    config = load(write_instances(tmp_path / "instances", request)["algo-1"])
+    client = ServiceClient(service, "instance-token", "job-1", "algo-1")
+    environ = {
+        "HOME": str(home),
+        "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/pod",
+        "AWS_WEB_IDENTITY_TOKEN_FILE": str(home / "token"),
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    relay = credentials_relay.serve(config, client, environ)
+    assert relay is not None
+    for name in list(os.environ):
+        if name.startswith("AWS_") or name == "HOME":
+            monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    try:
+        found = botocore.session.Session().get_credentials()
+    finally:
+        relay.stop()
+    assert found is not None
+    assert (found.method, found.access_key) == ("container-role", "ASIASERVICE")
+
+
+def test_held_credentials_serve_while_the_service_cannot_give_fresh_ones() -> None:
+    answers = [_credentials("ASIAHELD", timedelta(minutes=15))]
+
+    def flaky() -> bytes:
+        if answers:
+            return answers.pop()
+        raise OSError("the service is away")
+
+    running = CredentialsRelay(flaky).start()
+    try:
+        first = json.loads(running.answer())
+        # Due for a refresh (15 minutes left), which fails: the held ones still serve.
+        again = json.loads(running.answer())
+    finally:
+        running.stop()
+    assert first["AccessKeyId"] == again["AccessKeyId"] == "ASIAHELD"

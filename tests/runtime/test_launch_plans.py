@@ -201,6 +201,26 @@ def test_every_mpi_mode_on_one_machine_leaves_out_the_per_node_collectives(
         assert (("--mca", "btl", "self,tcp") in options) is shared, mpirun.argv
 
 
+def test_ranks_of_instances_on_one_machine_find_the_first_instances_credentials_relay(
+    tmp_path: Path,
+) -> None:
+    """They share its loopback, and their launch agents have no relay of their own to
+    name; instances on machines (or networks) of their own each have theirs."""
+    config = _configs(tmp_path, distribution={"mpi": {"enabled": True}})["algo-1"]
+    config = InstanceConfig(**{**config.__dict__, "launch_agent": ("agent",)})
+    relay = {
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:41000/credentials",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN": "relay-token",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_CONFIG_FILE": "/dev/null",
+    }
+    for shared in (True, False):
+        on_one = InstanceConfig(**{**config.__dict__, "shared_machine": shared})
+        (mpirun,) = plan(on_one, ["python", "train.py"], relay, num_gpus=0).specs
+        pairs = set(zip(mpirun.argv, mpirun.argv[1:], strict=False))
+        assert all((("-x", name) in pairs) is shared for name in relay), mpirun.argv
+
+
 def test_data_parallel_jobs_see_the_compatibility_package(tmp_path: Path) -> None:
     configs = _configs(
         tmp_path, distribution={"smdistributed": {"dataparallel": {"enabled": True}}}
