@@ -278,11 +278,9 @@ class Trainer:
 
     def _hand_over(self) -> Confinement | None:
         """With namespaces, the job's processes run as the job's own user, which owns what
-        they write here, and see nothing of the server (``runtime.linux.confine``); a
-        custom container is the engine's to confine, and elsewhere the instance is a
-        machine of the job's own."""
+        they write here, and see nothing of the server (``runtime.linux.confine``)."""
         config = self.config
-        if config.isolation != Isolation.NAMESPACES or config.container_image:
+        if not self._confines():
             return None
         how = job_user.confinement(config, _shared_paths(config))
         job_user.hand_over(config, how.uid, config.paths.base / INSTANCE_LAYER)
@@ -375,8 +373,31 @@ class Trainer:
             self.say,
             offered=offered,
             should_stop=self.stop.is_set,
+            installer=self._installer(install_env),
         )
         return layers.instance_layer(config.paths.base / INSTANCE_LAYER, job)
+
+    def _installer(self, install_env: dict[str, str]) -> layers.Installer | None:
+        """Where the job's processes run as its own user (``_hand_over``), its packages
+        are installed by that user too: their builds run none of the job's code as root."""
+        config = self.config
+        if not self._confines():
+            return None
+        sources = job_user.local_pip_sources(install_env, config)
+        how = job_user.installer(config, [*_shared_paths(config), *sources])
+        job_user.ready_for_install(config, how.uid)
+
+        def start(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+            return how.start(argv, job_user.job_environment(env, config))
+
+        return layers.Installer(how.uid, start, job_user.own_tree)
+
+    def _confines(self) -> bool:
+        """Whether the job's processes run as a user of their own here: with namespaces; a
+        custom container is the engine's to confine, and elsewhere the instance is a
+        machine of the job's own."""
+        config = self.config
+        return config.isolation == Isolation.NAMESPACES and not config.container_image
 
     def _plan(self) -> Launch:
         config = self.config

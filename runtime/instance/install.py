@@ -27,10 +27,24 @@ def is_package(code_dir: Path) -> bool:
     return (code_dir / "setup.py").is_file() or (code_dir / "pyproject.toml").is_file()
 
 
+# How a command is started: as it is, or as ``runtime.linux.confine.Confinement.start``
+# starts it (the command and environment that run it confined).
+Starter = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+
+
+def as_it_is(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    return argv, env
+
+
 def install(
-    code_dir: Path, pip: list[str], env: Mapping[str, str], say: Callable[[str], None]
+    code_dir: Path,
+    pip: list[str],
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    start: Starter = as_it_is,
 ) -> bool:
-    """Run the installs the code needs with ``pip`` (an argv); whether there were any."""
+    """Run the installs the code needs with ``pip`` (an argv), each started by ``start``;
+    whether there were any."""
     steps: list[tuple[str, list[str]]] = []
     if (code_dir / "requirements.txt").is_file():
         steps.append(("requirements.txt", ["-r", "requirements.txt"]))
@@ -51,7 +65,8 @@ def install(
     for what, args in steps:
         say(f"Installing {what}")
         started = time.monotonic()
-        _pip([*pip, "install", *args], code_dir, variables, say, what)
+        argv, started_env = start([*pip, "install", *args], variables)
+        _pip(argv, code_dir, started_env, say, what)
         say(f"Installed {what} in {time.monotonic() - started:.1f} s")
     return True
 

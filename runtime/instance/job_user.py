@@ -18,6 +18,7 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from contract import file_confinement
 from contract.instance_config import InstanceConfig
 from runtime.launch.workers import Launch
 from runtime.linux.confine import JOB_USER_NAME, Confinement, job_uid
@@ -51,10 +52,51 @@ def confinement(config: InstanceConfig, read_only: Sequence[Path]) -> Confinemen
     )
 
 
-def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
-    """Make the job's user the owner of what its processes write on this instance. Its
-    files are walked without following links and without crossing into other mounts (a
-    FastFile channel, a FUSE mount of its own)."""
+def installer(config: InstanceConfig, read_only: Sequence[Path]) -> Confinement:
+    """How the job's requirements (and its code, when it is a package) are installed with
+    namespaces: by the job's user, confined as its processes are, the job's layer writable
+    to it. Whatever the job's packages run while they build (a setup.py) runs so, never as
+    root."""
+    how = confinement(config, read_only)
+    layer = config.job_layer
+    return dataclasses.replace(
+        how,
+        read_only=tuple(path for path in how.read_only if path != layer),
+        writable=(layer,) if layer else (),
+    )
+
+
+# pip's settings that may name directories of the machine to install from.
+_PIP_SOURCES = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
+
+
+def local_pip_sources(env: Mapping[str, str], config: InstanceConfig) -> list[Path]:
+    """The directories of this machine that the job's pip settings name to install from
+    (``PIP_FIND_LINKS=/data/wheels``, a ``file://`` index) and that a job may read, being
+    inside the server's file roots and holding nothing hidden from it: the job's user,
+    installing, is shown them read-only (its /tmp is its own)."""
+    found = []
+    for name in _PIP_SOURCES:
+        for word in env.get(name, "").split():
+            path = word.removeprefix("file://")
+            if not path.startswith("/"):
+                continue  # a URL pip fetches over the network
+            resolved = os.path.realpath(path)
+            readable = any(file_confinement.inside(resolved, root) for root in config.file_roots)
+            hides = any(file_confinement.inside(hidden, resolved) for hidden in config.hidden_paths)
+            if os.path.isdir(resolved) and readable and not hides:
+                found.append(Path(resolved))
+    return found
+
+
+def ready_for_install(config: InstanceConfig, uid: int) -> None:
+    """What an install by the job's user needs of the instance: its /tmp and home, and
+    the code, which a package's build writes beside (build/, *.egg-info), its own."""
+    _runtime_dirs(config, uid)
+    own_tree(config.paths.code, uid)
+
+
+def _runtime_dirs(config: InstanceConfig, uid: int) -> None:
     base = config.paths.base
     runtime_dir = base / RUNTIME_DIR
     runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +106,15 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
     os.chown(scratch, 0, 0)
     scratch.chmod(0o1777)
     (base / HOME).mkdir(mode=0o700, exist_ok=True)
+    own_tree(base / HOME, uid)
+
+
+def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
+    """Make the job's user the owner of what its processes write on this instance. Its
+    files are walked without following links and without crossing into other mounts (a
+    FastFile channel, a FUSE mount of its own)."""
+    base = config.paths.base
+    _runtime_dirs(config, uid)
     for name in AGENT_NOTES:
         (base / name).touch(mode=0o600, exist_ok=True)
     paths = config.paths
@@ -79,7 +130,7 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
     for channel in paths.data.iterdir():
         found = os.lstat(channel)
         if found.st_dev == data_device and not stat.S_ISFIFO(found.st_mode):
-            _own_tree(channel, uid)
+            own_tree(channel, uid)
     # The rest of /opt/ml but the runtime's own directory is the job's.
     owned = [
         *(path for path in base.iterdir() if path.name not in (RUNTIME_DIR, paths.input.name)),
@@ -91,7 +142,7 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
         *(base / name for name in (*AGENT_NOTES, AGENT_KEY)),
     ]
     for path in owned:
-        _own_tree(path, uid)
+        own_tree(path, uid)
 
 
 def job_environment(env: Mapping[str, str], config: InstanceConfig) -> dict[str, str]:
@@ -115,7 +166,9 @@ def _below(path: Path, base: Path) -> bool:
     return path == base or base in path.parents
 
 
-def _own_tree(root: Path, uid: int) -> None:
+def own_tree(root: Path, uid: int) -> None:
+    """``root`` and what is below it on its file system owned by ``uid``, links not
+    followed (nor their targets changed)."""
     try:
         top = os.lstat(root)
     except FileNotFoundError:

@@ -143,10 +143,12 @@ def job_layer(
     *,
     offered: Sequence[Path] = (),
     should_stop: Callable[[], bool] = lambda: False,
+    installer: Installer | None = None,
 ) -> PythonEnvironment:
     """The job's layer at ``target``, made by whichever instance takes its lock first (the
     others wait for it, and fail as it failed). ``offered``: package directories to make
-    importable there too (Runyard's own, for an image that does not hold them)."""
+    importable there too (Runyard's own, for an image that does not hold them).
+    ``installer``: who installs into it, when not the runtime itself."""
     failure = target.with_name(target.name + ".failed")
     target.parent.mkdir(parents=True, exist_ok=True)
     with _locked(target.with_name(target.name + ".lock"), should_stop):
@@ -164,21 +166,42 @@ def job_layer(
             links.mkdir()
             for package in offered:
                 (links / package.name).symlink_to(package, target_is_directory=True)
+        pip_env = layer_environment(layer, env)
+        if installer is not None:
+            installer.own(target, installer.uid)
+            # pip's cache is shared by every job on the machine: not this user's to write.
+            pip_env.pop("PIP_CACHE_DIR", None)
+            pip_env["PIP_NO_CACHE_DIR"] = "1"
         try:
             installed = install.install(
                 # -I: pip's own modules, not a pip/ the job's code holds (the code
                 # directory is pip's working directory).
                 code_dir,
                 [layer.python, "-I", "-m", "pip"],
-                layer_environment(layer, env),
+                pip_env,
                 say,
+                installer.start if installer is not None else install.as_it_is,
             )
         except install.InstallError as exc:
             failure.write_text(str(exc))
             raise
+        finally:
+            if installer is not None:
+                # Root's again, before root writes in it: the job's processes only read it.
+                installer.own(target, 0)
         record = {"installed": installed, "by": env.get(variables.HOST, "")}
         (target / MARKER).write_text(json.dumps(record))
         return layer
+
+
+@dataclass(frozen=True)
+class Installer:
+    """The job's user, installing into the job's layer: ``start`` starts pip confined as
+    it, ``own`` hands a tree to a user (``runtime.instance.job_user.own_tree``)."""
+
+    uid: int
+    start: install.Starter
+    own: Callable[[Path, int], None]
 
 
 def instance_layer(target: Path, below: PythonEnvironment) -> PythonEnvironment:

@@ -84,6 +84,9 @@ class Confinement:
     private: dict[str, str] = field(default_factory=dict)
     # Bound back, read-only and at the same path, where a cover above hid them.
     read_only: tuple[str, ...] = ()
+    # Bound back writable so (the job's layer, while its requirements are installed by the
+    # job's user).
+    writable: tuple[str, ...] = ()
     # Where the environments of the processes being started wait for them: a directory of
     # root's that the job's user may not list nor write (the runtime's own).
     handover_dir: str = ""
@@ -109,7 +112,10 @@ class Confinement:
             uid=int(data["uid"]),
             private={str(k): str(v) for k, v in data.get("private", {}).items()},
             handover_dir=str(data.get("handover_dir", "")),
-            **{name: tuple(str(p) for p in data.get(name, ())) for name in ("hidden", "read_only")},
+            **{
+                name: tuple(str(p) for p in data.get(name, ()))
+                for name in ("hidden", "read_only", "writable")
+            },
         )
 
 
@@ -194,7 +200,8 @@ def enter(confinement: Confinement) -> None:
     _check(_libc().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # Nothing mounted here reaches the instance's namespace, nor the other way round.
     mount("none", Path("/"), "", MS_REC | MS_PRIVATE, "")
-    kept = [Path(p) for p in confinement.read_only]
+    writable = {Path(p) for p in confinement.writable}
+    kept = [Path(p) for p in confinement.read_only] + sorted(writable)
     hidden = {Path(p) for p in confinement.hidden} | _closed_above(kept)
     covers = sorted(
         [(p, None) for p in hidden] + [(Path(p), Path(s)) for p, s in confinement.private.items()],
@@ -217,7 +224,7 @@ def enter(confinement: Confinement) -> None:
         else:
             mount(f"/proc/self/fd/{sources[cover]}", cover, "", MS_BIND, "")
     for path, cover, fd in below:
-        _bind_back(path, cover, fd)
+        _bind_back(path, cover, fd, writable=path in writable)
     for fd in [*sources.values(), *(fd for *_, fd in below)]:
         os.close(fd)
     for cover in covered:
@@ -270,7 +277,7 @@ def _cover_of(path: Path, covers: Sequence[tuple[Path, Path | None]]) -> Path | 
     return None
 
 
-def _bind_back(path: Path, cover: Path, fd: int) -> None:
+def _bind_back(path: Path, cover: Path, fd: int, *, writable: bool = False) -> None:
     """``path`` (open as ``fd``) shown again at its place, under the cover above it. Its
     mount point is made by this process, as root; a cover bound from a directory the job
     writes (its /tmp) is root's and sticky, so what root made there the job can neither
@@ -290,7 +297,8 @@ def _bind_back(path: Path, cover: Path, fd: int) -> None:
     if not is_dir:
         path.touch(mode=0o644, exist_ok=True)
     mount(f"/proc/self/fd/{fd}", path, "", MS_BIND | MS_REC, "")
-    mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, "")
+    read_only = 0 if writable else MS_RDONLY
+    mount("", path, "", MS_REMOUNT | MS_BIND | read_only | MS_NOSUID | MS_NODEV, "")
 
 
 def _become(uid: int) -> None:

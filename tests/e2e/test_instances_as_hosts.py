@@ -408,6 +408,58 @@ def test_a_jobs_processes_see_nothing_of_the_server(stack: Stack, tmp_path: Path
     assert (stack.home / "token").exists()
 
 
+# The code as a package: its build (setup.py, run by pip when the runtime installs the
+# code) looks for the server's home, then leaves what it found in a module of the package.
+BUILD_PROBE = """
+import json, os
+from setuptools import setup
+
+home = {home!r}
+
+
+def attempt(call):
+    try:
+        return call()
+    except OSError as exc:
+        return type(exc).__name__
+
+
+found = {{
+    "uid": os.getuid(),
+    "token": attempt(lambda: open(os.path.join(home, "token")).read()),
+    "home": attempt(lambda: sorted(os.listdir(home))),
+    "runtime_environ": attempt(lambda: len(open("/proc/1/environ", "rb").read())),
+}}
+with open("build_probe.py", "w") as module:
+    module.write(f"FOUND = {{found!r}}\\n")
+setup(name="build-probe", version="1.0", py_modules=["build_probe"])
+"""
+PRINT_BUILD_PROBE = """
+import json, os
+import build_probe
+print("build", json.dumps({**build_probe.FOUND, "script_uid": os.getuid()}), flush=True)
+"""
+
+
+def test_a_packages_build_runs_as_the_jobs_user_and_sees_nothing_of_the_server(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The runtime installs the job's packages before its scripts run; a package's build
+    (a setup.py, code of the job's) runs as the job's user, confined as its scripts are."""
+    source = _source(tmp_path, "package", PRINT_BUILD_PROBE)
+    (source / "setup.py").write_text(BUILD_PROBE.format(home=str(stack.home)))
+    with stack.client() as client:
+        _, lines = _run(stack, client, source)
+    assert any(line == "Installing the code as a package" for line in lines), lines
+    [first, second] = _reports(lines, "build")
+    assert first["uid"] == first["script_uid"] >= JOB_UID_BASE
+    assert first == second  # built once, by the first instance, for both
+    assert first["token"] == "FileNotFoundError"
+    # An empty cover, but for the way to the job's own layer, which the build writes.
+    assert first["home"] == ["jobs"]
+    assert first["runtime_environ"] == "PermissionError"
+
+
 PIPE_EPOCHS = """
 for epoch in range(3):
     with open(f"/opt/ml/input/data/train_{epoch}", "rb") as fifo:

@@ -136,6 +136,31 @@ print(json.dumps({
     assert sorted(p.name for p in home.iterdir()) == ["images", "secret", "token"]
 
 
+def test_a_writable_path_below_a_cover_is_the_one_place_written(
+    machine: dict[str, Path],
+) -> None:
+    """The job's layer, bound back writable while the job's user installs into it."""
+    home = machine["home"]
+    layer = home / "jobs" / "job-env"
+    layer.mkdir(parents=True)
+    os.chown(layer, UID, UID)
+    how = Confinement(uid=UID, hidden=(str(home),), read_only=PYTHON, writable=(str(layer),))
+    found = _probe(
+        how,
+        machine,
+        f"""
+layer = {str(layer)!r}
+print(json.dumps({{
+    "layer": attempt(lambda: open(os.path.join(layer, "pkg.py"), "w").write("x")),
+    "beside": attempt(lambda: open(os.path.join(home, "jobs", "other"), "w")),
+    "token": attempt(lambda: open(os.path.join(home, "token")).read()),
+}}))
+""",
+    )
+    assert found == {"layer": 1, "beside": "OSError", "token": "FileNotFoundError"}
+    assert (layer / "pkg.py").read_text() == "x"
+
+
 def test_tmp_is_the_instances_scratch_directory(machine: dict[str, Path]) -> None:
     scratch = machine["scratch"]
     how = Confinement(uid=UID, private={"/tmp": str(scratch)}, read_only=PYTHON)

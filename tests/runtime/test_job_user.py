@@ -4,6 +4,7 @@ itself and whatever a link points at stay root's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -97,3 +98,20 @@ def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path
         "USER": JOB_USER_NAME,
         "LOGNAME": JOB_USER_NAME,
     }
+
+
+def test_pip_may_read_local_wheel_directories_inside_the_file_roots_only(
+    tmp_path: Path,
+) -> None:
+    [config] = instance_configs(tmp_path, {})
+    roots, home = tmp_path / "roots", tmp_path / "roots" / "server-home"
+    wheels, outside, above_home = roots / "wheels", tmp_path / "elsewhere", roots
+    for directory in (wheels, outside, home):
+        directory.mkdir(parents=True, exist_ok=True)
+    config = dataclasses.replace(config, file_roots=(str(roots),), hidden_paths=(str(home),))
+    env = {
+        "PIP_FIND_LINKS": f"{wheels} {outside} https://example.com/wheels",
+        "PIP_INDEX_URL": f"file://{above_home}",  # holds the server's home: never shown
+        "PIP_EXTRA_INDEX_URL": f"file://{roots / 'missing'}",
+    }
+    assert job_user.local_pip_sources(env, config) == [wheels]
