@@ -184,3 +184,33 @@ def test_tokens_from_before_random_access_keys_keep_theirs(engine: str, tmp_path
     # A token made since has a random id, and its row's number names nothing.
     assert new_id != legacy_access_key_id(made.token_id)
     assert by_number is None
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_lines_searched_as_they_were_stored_are_not_searched_again(
+    engine: str, tmp_path: Path
+) -> None:
+    """Before cursors, points were found as lines were stored: a live job's hosts start
+    after their last line; an ended job's lines are searched no more, and get none."""
+    with _database_at(engine, tmp_path, "0017") as url:
+        with get_engine(url).begin() as connection:
+            _insert_job(connection, "j1", {}, "InProgress")
+            _insert_job(connection, "j2", {}, "Completed")
+            for job_id, host, seq in (
+                ("j1", "algo-1", 7),
+                ("j1", "algo-2", 3),
+                ("j2", "algo-1", 5),
+            ):
+                connection.execute(
+                    text(
+                        "INSERT INTO log_events (job_id, host, stream, seq, time, message) "
+                        "VALUES (:job, :host, 'stdout', :seq, :time, 'loss=1')"
+                    ),
+                    {"job": job_id, "host": host, "seq": seq, "time": datetime(2026, 6, 1)},
+                )
+        upgrade(url)
+        with get_engine(url).begin() as connection:
+            cursors = connection.execute(
+                text("SELECT job_id, host, seq, stopped FROM metric_cursors ORDER BY host")
+            ).all()
+    assert [tuple(row) for row in cursors] == [("j1", "algo-1", 7, None), ("j1", "algo-2", 3, None)]

@@ -31,10 +31,14 @@ def upgrade() -> None:
         sa.Column("stopped", sa.String(length=1024), nullable=True),
     )
     # Every line stored until now was searched as it was stored: each host's cursor
-    # starts after its last line.
+    # starts after its last line. Only a live job's lines are searched from here on (an
+    # ended one's take no more), so only live jobs need cursors.
     op.execute(
         "INSERT INTO metric_cursors (job_id, host, seq) "
-        "SELECT job_id, host, max(seq) FROM log_events GROUP BY job_id, host"
+        "SELECT log_events.job_id, log_events.host, max(log_events.seq) FROM log_events "
+        "JOIN training_jobs ON training_jobs.id = log_events.job_id "
+        "WHERE training_jobs.status NOT IN ('Completed', 'Failed', 'Stopped') "
+        "GROUP BY log_events.job_id, log_events.host"
     )
 
 

@@ -85,7 +85,7 @@ def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
         if settings.instance_credentials == "server":
             fresh = _servers_own(settings)
         else:
-            fresh = _from_sts(settings, job, JobCreate.model_validate(job.spec).job_spec())
+            fresh = _from_sts(settings, job, JobCreate.stored(job.spec).job_spec())
         with _lock:
             for ended in [key for key, value in _kept.items() if value.expiration <= now]:
                 del _kept[ended]

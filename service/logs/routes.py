@@ -94,5 +94,5 @@ def ingest_logs(
     job = jobs.job_for_instance(session, name, host, principal, live=True)
     stored = service.ingest(session, job.id, host, batch.stored())
     if stored and job.spec.get("metric_definitions"):
-        after.add_task(extraction.extract_pending, settings.database_url, job.id, host)
+        after.add_task(extraction.extract_after_answer, settings.database_url, job.id, host)
     return Ingested(stored=stored)

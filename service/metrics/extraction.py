@@ -13,26 +13,27 @@ batch, whose lines are not stored again, is searched once.
 
 The work is bounded. RE2 searches in time linear in the line and in the pattern's
 program, which is bounded at submission (``service.kit.patterns.MAX_METRIC_PROGRAM``), so
-one search of one line is short (at most about 35 ms for a 16 KiB line here, for a
-pattern that keeps RE2 off its DFA). A round of at most ``ROUND_LINES`` lines stops once
-it has cost ``CPU_BUDGET_SECONDS`` of the thread's CPU, looked at after each search; RE2
-releases the GIL while it searches, so the API's other requests go on meanwhile. A host
-whose lines cost that much is searched no further: the cursor says why, and so does the
-job's log when it ends.
+one search of one line is short (tens of milliseconds at most for a 16 KiB line, for a
+pattern that keeps RE2 off its DFA). A round of at most ``ROUND_LINES`` lines ends once
+it has cost ``CPU_BUDGET_SECONDS`` of the thread's CPU, looked at after each search, and
+the next takes up from there; RE2 releases the GIL while it searches, so the API's other
+requests go on meanwhile. A host whose lines cost the patterns more than
+``MAX_NANOSECONDS_PER_CHARACTER`` is searched no further: the cursor says why, and so
+does the job's log when it ends. A batch that arrives while its host is being searched
+adds no thread: the search under way looks again before it ends.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from contract.limits import MAX_LOG_BATCH
 from service.jobs.models import MetricCursor, TrainingJob
 from service.kit.db import session_scope, to_micros
 from service.logs.models import LogEvent
@@ -41,14 +42,28 @@ from service.metrics import service
 
 log = logging.getLogger(__name__)
 
-ROUND_LINES = MAX_LOG_BATCH
-# A round of a batch's lines with every definition costs far less: 5,000 lines of 80
-# characters and 40 definitions take about 0.1 s.
+# At most this many lines (16 MiB of text at most) are held and searched at a time.
+ROUND_LINES = 1000
+# A round ends once it has cost this much of the thread's CPU, and the next takes up from
+# the line it ended at: 1,000 lines of 80 characters and 40 definitions take about 0.03 s,
+# of 16 KiB and 40 plain definitions about 0.3 s.
 CPU_BUDGET_SECONDS = 2.0
+# What the definitions' searches may cost per character of a line and definition before
+# the host is searched no further: plain and wildcard patterns cost a few nanoseconds;
+# patterns that keep RE2 off its DFA, thousands.
+MAX_NANOSECONDS_PER_CHARACTER = 50.0
 
-# One search per host at a time in this process: two batches' searches would read the
-# same lines, and one of them would find its work done by the other.
-_searching: dict[tuple[str, str], threading.Lock] = {}
+
+@dataclass
+class _Search:
+    """A host's search under way in this process; ``again``: lines arrived meanwhile."""
+
+    again: bool = False
+
+
+# One search per host at a time in this process, and no thread waiting for one: a batch
+# whose host is being searched asks that search to look again before it ends.
+_searching: dict[tuple[str, str], _Search] = {}
 _searching_lock = threading.Lock()
 
 
@@ -57,9 +72,36 @@ def extract_pending(
 ) -> None:
     """Search the host's lines after its cursor, round by round, until none is left;
     each round may cost ``cpu_budget`` seconds of CPU."""
-    with _one_search(job_id, host):
-        while _round(database_url, job_id, host, cpu_budget):
-            pass
+    key = (job_id, host)
+    with _searching_lock:
+        running = _searching.get(key)
+        if running is not None:
+            running.again = True
+            return
+        running = _searching[key] = _Search()
+    try:
+        while True:
+            running.again = False
+            while _round(database_url, job_id, host, cpu_budget):
+                pass
+            with _searching_lock:
+                if not running.again:
+                    del _searching[key]
+                    return
+    except BaseException:
+        with _searching_lock:
+            _searching.pop(key, None)
+        raise
+
+
+def extract_after_answer(database_url: str, job_id: str, host: str) -> None:
+    """``extract_pending`` as a request's background task: its response is sent, so what
+    goes wrong is logged here, naming the job and host (the worker searches what is left
+    before the job ends)."""
+    try:
+        extract_pending(database_url, job_id, host)
+    except Exception:
+        log.exception("searching the lines of job %s, host %s, for metrics failed", job_id, host)
 
 
 def stopped_hosts(session: Session, job_id: str) -> dict[str, str]:
@@ -72,24 +114,10 @@ def stopped_hosts(session: Session, job_id: str) -> dict[str, str]:
     return {host: str(why) for host, why in rows}
 
 
-@contextmanager
-def _one_search(job_id: str, host: str) -> Iterator[None]:
-    key = (job_id, host)
-    with _searching_lock:
-        lock = _searching.setdefault(key, threading.Lock())
-    try:
-        with lock:
-            yield
-    finally:
-        with _searching_lock:
-            if not lock.locked():
-                _searching.pop(key, None)
-
-
 def _round(
     database_url: str, job_id: str, host: str, cpu_budget: float = CPU_BUDGET_SECONDS
 ) -> bool:
-    """One round; whether lines may be left after it."""
+    """One round; whether to go on with another."""
     with session_scope(database_url, readonly=True) as session:
         job = session.get(TrainingJob, job_id)
         if job is None or not job.spec.get("metric_definitions"):
@@ -102,24 +130,26 @@ def _round(
         lines = _lines_after(session, job_id, host, start)
     if not lines:
         return False
-    found = service.find(job_id, host, defined, lines, cpu_budget)
-    try:
-        with session_scope(database_url) as session:
-            cursor = _locked_cursor(session, job_id, host)
-            if cursor.seq != start:
-                return True  # another process searched these lines meanwhile: look again
-            service.store(session, found.points)
-            cursor.seq = found.last_seq
-            if found.over_budget:
-                cursor.stopped = (
-                    f"Metrics were not searched for after line {found.last_seq} of {host}: "
-                    "its lines cost the metric definitions' patterns more than "
-                    f"{cpu_budget:g} s of CPU per {ROUND_LINES} lines"
-                )
-                log.warning("job %s: %s", job_id, cursor.stopped)
-    except IntegrityError:
-        return True  # another process made the cursor meanwhile: look again
-    return len(lines) == ROUND_LINES and not found.over_budget
+    found = service.find(job_id, host, defined, lines, cpu_budget, after=start)
+    costly = found.over_budget and found.nanoseconds_per_character > MAX_NANOSECONDS_PER_CHARACTER
+    with session_scope(database_url) as session:
+        cursor = _locked_cursor(session, job_id, host)
+        if cursor.seq != start:
+            return True  # another process searched these lines meanwhile: look again
+        service.store(session, found.points)
+        cursor.seq = found.last_seq
+        if costly:
+            cursor.stopped = (
+                f"Metrics were not searched for after line {found.last_seq} of {host}: its "
+                f"lines cost the metric definitions' patterns "
+                f"{found.nanoseconds_per_character:.0f} ns of CPU per character, more than "
+                f"{MAX_NANOSECONDS_PER_CHARACTER:g}"
+            )
+            log.warning("job %s: %s", job_id, cursor.stopped)
+    if costly:
+        return False
+    # A round cut short by its budget goes on where it ended; a whole one, if it was full.
+    return found.over_budget or len(lines) == ROUND_LINES
 
 
 def _lines_after(session: Session, job_id: str, host: str, seq: int) -> list[Line]:
@@ -133,16 +163,17 @@ def _lines_after(session: Session, job_id: str, host: str, seq: int) -> list[Lin
 
 
 def _locked_cursor(session: Session, job_id: str, host: str) -> MetricCursor:
-    """The host's cursor, made if it is not yet, held until the transaction ends."""
+    """The host's cursor, made if it is not yet (by whichever process comes first: the
+    others' inserts do nothing), held until the transaction ends."""
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(
+        insert(MetricCursor).values(job_id=job_id, host=host, seq=0).on_conflict_do_nothing()
+    )
     query = (
         select(MetricCursor)
         .where(MetricCursor.job_id == job_id, MetricCursor.host == host)
         .with_for_update()
     )
     cursor = session.scalar(query)
-    if cursor is None:
-        session.add(MetricCursor(job_id=job_id, host=host, seq=0))
-        session.flush()  # two processes making it: the second's flush fails, and it looks again
-        cursor = session.scalar(query)
-        assert cursor is not None
+    assert cursor is not None  # made above, or by another
     return cursor

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, or_, select, update
+from sqlalchemy import Table, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -56,12 +56,14 @@ class _Point:
 
 @dataclass(frozen=True)
 class Found:
-    """What searching some lines gave: their points, the last line searched, and whether
-    the search stopped there, its budget spent."""
+    """What searching some lines gave: their points, the last line searched whole, whether
+    its budget was spent (the search stops there), and what it cost per character searched
+    and definition."""
 
     points: list[_Point]
     last_seq: int
     over_budget: bool
+    nanoseconds_per_character: float = 0.0
 
 
 def definitions(spec: dict[str, Any]) -> list[_Definition]:
@@ -73,39 +75,64 @@ def definitions(spec: dict[str, Any]) -> list[_Definition]:
     ]
 
 
+# What one search costs besides its characters (the call, the match object), counted as
+# this many characters: short lines are then not taken for costly ones.
+SEARCH_OVERHEAD_CHARACTERS = 1000
+
+
 def find(
     job_id: str,
     host: str,
     defined: list[_Definition],
     lines: Sequence[Line],
     cpu_budget: float,
+    *,
+    after: int = 0,
 ) -> Found:
-    """The points in ``lines`` (one host's, in seq order), searched until this thread has
-    spent ``cpu_budget`` seconds of CPU on them (looked at after each search, which RE2
-    cannot be stopped in): the line it ran out on and those after are left unsearched."""
+    """The points in ``lines`` (one host's, in seq order, all after line ``after``),
+    searched until this thread has spent ``cpu_budget`` seconds of CPU on them (looked at
+    after each search, which RE2 cannot be stopped in, once the first line is searched
+    whole): the line it ran out on and those after are left unsearched."""
     started = time.thread_time()
     points: list[_Point] = []
-    last = 0
+    last, searched = after, 0
     for line in lines:
         found = []
         if line.stream in SCRIPT_STREAMS:
             for definition in defined:
                 value = _value(definition.pattern, line.message)
-                if time.thread_time() - started > cpu_budget:
-                    return Found(points, last, over_budget=True)
+                searched += len(line.message) + SEARCH_OVERHEAD_CHARACTERS
+                spent = time.thread_time() - started
+                if spent > cpu_budget and last != after:
+                    return Found(points, last, True, spent * 1e9 / searched)
                 if value is not None:
                     time_ = from_micros(line.micros)
                     found.append(_Point(job_id, definition.name, host, line.seq, time_, value))
         points += found
         last = line.seq
-    return Found(points, last, over_budget=False)
+        spent = time.thread_time() - started
+        if spent > cpu_budget:
+            return Found(points, last, True, spent * 1e9 / max(searched, 1))
+    spent = time.thread_time() - started
+    return Found(points, last, False, spent * 1e9 / max(searched, 1))
 
 
 def store(session: Session, points: list[_Point]) -> None:
-    """Store ``points`` and move each metric's latest value and the job's progress on."""
+    """Store ``points`` and move each metric's latest value and the job's progress on.
+    A point of a line already stored (by a server of before searches had cursors, during
+    an upgrade) is left as it is, and counted once."""
     if not points:
         return
-    session.execute(insert(_METRIC_POINTS), [asdict(point) for point in points])
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    statement = (
+        insert(_METRIC_POINTS)
+        .on_conflict_do_nothing(index_elements=["job_id", "name", "host", "seq"])
+        .returning(_METRIC_POINTS.c.name, _METRIC_POINTS.c.seq)
+    )
+    stored = {(name, seq) for name, seq in session.execute(statement, [asdict(p) for p in points])}
+    points = [point for point in points if (point.name, point.seq) in stored]
+    if not points:
+        return
     rollups.add(session, points)
     _update_final(session, _latest_by_name(points))
     _update_progress(session, points[0].job_id, points)
@@ -180,7 +207,8 @@ def _update_final(session: Session, points: list[_Point]) -> None:
     host may have reported it). One statement per metric, so two hosts' batches racing
     on the same metric cannot fail on the primary key."""
     insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    for point in points:
+    # By name: two writers (hosts, the API and the worker) lock the rows in one order.
+    for point in sorted(points, key=lambda point: point.name):
         statement = insert(JobFinalMetric).values(
             job_id=point.job_id,
             name=point.name,
@@ -201,8 +229,15 @@ def _update_progress(session: Session, job_id: str, points: list[_Point]) -> Non
     UPDATE, not a change of the ORM row: it must not count as a new version of the job,
     which would make the reconciler's concurrent step start over."""
     job = session.get(TrainingJob, job_id)
-    progress = (job.spec.get("progress_metric") if job is not None else None) or {}
-    values = [point for point in points if point.name == progress.get("name")]
+    if job is None:
+        return
+    progress = job.spec.get("progress_metric") or {}
+    # An earlier attempt's lines, searched late, say nothing of this attempt's progress.
+    values = [
+        point
+        for point in points
+        if point.name == progress.get("name") and point.seq >= job.attempt_first_log_seq
+    ]
     if not values:
         return
     total = float(progress.get("total", 1.0))

@@ -172,11 +172,18 @@ def finish(
 def _search_the_rest(step: Pass, snapshot: JobSnapshot) -> dict[str, str]:
     """Search each host's lines not searched for metrics yet; the hosts whose lines were
     left unsearched (over the search's budget), and why."""
+    # Best effort, as keeping the consoles is: the job ends even where this fails.
     url = step.settings.database_url
-    for host in snapshot.hosts:
-        extraction.extract_pending(url, snapshot.ref.id, host)
-    with session_scope(url, readonly=True) as session:
-        return extraction.stopped_hosts(session, snapshot.ref.id)
+    try:
+        for host in snapshot.hosts:
+            extraction.extract_pending(url, snapshot.ref.id, host)
+        with session_scope(url, readonly=True) as session:
+            return extraction.stopped_hosts(session, snapshot.ref.id)
+    except (Superseded, OperationalError):
+        raise  # the database is away for now: the next pass searches them
+    except Exception:
+        log.exception("searching the last lines of %s for metrics failed", snapshot.ref.name)
+        return {}
 
 
 def _log_last_line(job: TrainingJob, host: str, message: str, at: datetime) -> None:
