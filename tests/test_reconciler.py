@@ -294,3 +294,20 @@ def test_a_host_left_unsearched_says_so_in_the_jobs_last_lines(
     host, _, last = _log(settings, name)[-1]
     assert host == "algo-1"
     assert last.startswith("Metrics were not searched for after line ")
+
+
+def test_a_job_accepted_under_earlier_pattern_rules_still_ends(
+    settings: Settings, source_dir: Path
+) -> None:
+    """A metric pattern refused today (its program is over the bound) in a job accepted
+    before the bound: the job's stored spec is read as stored."""
+    name = submit(settings, source_dir, metric_definitions=[{"name": "m", "regex": "m=(\\d)"}])
+    with session_scope(settings.database_url) as session:
+        job = service.get(session, name, SERVER_ADMIN)
+        large = [{"name": "m", "regex": "(?:a{1,40}){1,25}m=(\\d)"}]
+        job.spec = {**job.spec, "metric_definitions": large}
+    reconciler = Reconciler(settings, _sleepers(settings))
+    reconciler.reconcile(job_id(settings, name))
+    report(settings, name, "algo-1", "Completed", exit_code=0, model_uri="file:///m/model.tar.gz")
+    reconciler.reconcile(job_id(settings, name))
+    assert job_state(settings, name)["status"] == "Completed"
