@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the API serves them; nothing is fetched at run time.
 VENDOR := service/console/static/vendor
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-fast lint clean
 
 # torch first and pinned: it comes from the local CPU wheel, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml
@@ -39,6 +39,13 @@ TEST_WORKERS ?= 2
 
 test: lint
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+
+# The units, for a newcomer's edit-and-check loop: no server stacks, browsers, clusters,
+# images or multi-process training (those are `make test`'s).
+FAST_SKIPS := e2e console deploy tensorflow dataparallel modelparallel horovod parameter_server
+test-fast: install
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile -m "not e2e" \
+	    $(addprefix --ignore=tests/,$(FAST_SKIPS))
 
 clean:
 	rm -rf $(VENV) $(VENDOR) console/node_modules .pytest_cache .mypy_cache .ruff_cache *.egg-info
