@@ -41,9 +41,10 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
-    # interruption), sources, tokens (mint, list, revoke), projects (create, list), me,
-    # capacity, a job's place in line, model download, the caller's AWS credentials.
-    assert len(routes) == 20, routes
+    # interruption) and an instance's AWS credentials, sources, tokens (mint, list,
+    # revoke), projects (create, list), me, capacity, a job's place in line, model
+    # download, the caller's AWS credentials.
+    assert len(routes) == 21, routes
 
 
 @pytest.mark.parametrize(

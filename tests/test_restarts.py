@@ -381,12 +381,14 @@ def test_a_job_that_completed_is_not_restarted_by_a_late_notice(
 def test_a_job_that_completed_in_time_is_not_stopped_for_max_wait(
     settings: Settings, source_dir: Path
 ) -> None:
-    name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=1)
+    # The report must come before the deadline, however loaded the machine: 3 s for what
+    # takes a tenth of that.
+    name = submit(settings, source_dir, use_spot_instances=True, max_run=1, max_wait=3)
     _, build = _backend(settings)
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(job_id(settings, name))
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=0)
-    time.sleep(1.2)  # the pass that sees it comes after the deadline
+    time.sleep(3.2)  # the pass that sees it comes after the deadline
     reconciler.reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Completed"
 
