@@ -32,6 +32,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.

@@ -1,0 +1,1 @@
+"""The instance the runtime makes ready: its environment, layers, installs and user."""

@@ -1,0 +1,1 @@
+"""What the runtime asks of Linux itself: namespaces, mounts, confinement, /proc."""
