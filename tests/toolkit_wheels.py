@@ -1,6 +1,9 @@
 """SageMaker's training toolkit (``sagemaker-training`` from PyPI) and every package it
-needs, as wheels, fetched once per machine into ``~/.cache/runyard-tests``: the jobs and
-images of the tests that use the toolkit install it from there, with no index.
+needs, as wheels, fetched once per machine into ``/var/cache/runyard-tests`` (or, where
+that cannot be written, ``~/.cache/runyard-tests``): the jobs and images of the tests that
+use the toolkit install it from there, with no index. Not below root's home: with
+namespaces a job's installs run as the job's own user, who cannot pass root's 0700 home,
+and read the machine's files as any other user does.
 
 A wheelhouse counts only once it is whole: it is made beside its place, marked, then
 moved there. Making it may fail (no way to PyPI): then the test fails with pip's error,
@@ -10,6 +13,7 @@ never skips.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-WHEELHOUSE = Path.home() / ".cache" / "runyard-tests" / "sagemaker-training"
+_MACHINE_CACHE = Path("/var/cache")
+_CACHE = (
+    _MACHINE_CACHE / "runyard-tests"
+    if os.access(_MACHINE_CACHE, os.W_OK)
+    else Path.home() / ".cache" / "runyard-tests"
+)
+WHEELHOUSE = _CACHE / "sagemaker-training"
 # Written last into a wheelhouse that pip made in full.
 MADE = ".made"
 # A cold build fetches a few dozen wheels from PyPI and may compile some.
@@ -27,6 +37,7 @@ BUILD_TIMEOUT = 1200
 
 def wheelhouse() -> Path:
     WHEELHOUSE.parent.mkdir(parents=True, exist_ok=True)
+    WHEELHOUSE.parent.chmod(0o755)  # a job's user reads the wheels below it
     with open(WHEELHOUSE.parent / "sagemaker-training.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be making it now
         if not (WHEELHOUSE / MADE).is_file():
