@@ -196,8 +196,11 @@ def test_a_failed_worker_fails_the_job_and_ends_every_tensorflow_process(
         "    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()\n"
         "    server = tf.distribute.Server(resolver.cluster_spec(), 'worker', 0)\n"
         "    print('worker serving', flush=True)\n"
-        "    import time; time.sleep(8)\n"
-        "    sys.exit('the worker lost its footing')\n"
+        "    import os, time; time.sleep(8)\n"
+        # At once: sys.exit would tear the in-process server down first, and the chief,
+        # failing on its loss, could end before this process did.
+        "    print('the worker lost its footing', file=sys.stderr, flush=True)\n"
+        "    os._exit(1)\n"
         "sys.argv += ['--steps', '10000000']\n"
         "train.main()\n"
     )
