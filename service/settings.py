@@ -246,6 +246,12 @@ class Settings(BaseSettings):
             )
         return value
 
+    @property
+    def service_gives_credentials(self) -> bool:
+        """Whether the service hands each job's instances their AWS credentials (its own
+        from STS, or the server's): what every launch request says to the runtimes."""
+        return self.instance_credentials != "machine"
+
     def quotas_of(self, project: str) -> dict[str, int]:
         """What ``project``'s jobs may hold, by instance type and "*" for all types."""
         if project in self.project_quotas:

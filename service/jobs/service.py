@@ -351,7 +351,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
         agent_key=REDACTED,
         file_roots=tuple(str(root) for root in settings.file_roots),
-        aws_credentials=settings.instance_credentials != "machine",
+        aws_credentials=settings.service_gives_credentials,
     )
     materialized = backend.materialize(request)
     return DryRun(

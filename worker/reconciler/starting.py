@@ -65,7 +65,7 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         agent_key=agent_key(settings.signing_key(), snapshot.ref.id),
         first_log_seq=snapshot.attempt_first_log_seq,
         file_roots=tuple(str(root) for root in settings.file_roots),
-        aws_credentials=settings.instance_credentials != "machine",
+        aws_credentials=settings.service_gives_credentials,
     )
     # Adopts what an earlier, interrupted attempt started.
     materialized = step.backend.submit(request)
