@@ -2,7 +2,8 @@
 
 The transformer blocks the script marked (``smp.tensor_parallelism()`` around the model's
 making, ``smp.set_tensor_parallelism(module)``, ``smp.model_creation(tensor_parallelism=
-True)``) are split as Megatron-LM splits them, with ``parallelize_module``: in attention,
+True)``) are split as Megatron-LM splits them, with ``parallelize_module`` (``projections``
+gives each layer its style, GPT-2's transposed and fused ``Conv1D`` too): in attention,
 the query, key and value projections by output columns (whole heads on each rank) and the
 output projection by input rows; in the MLP, the first projections by columns and the last
 by rows. A rank so holds 1/t of each block's parameters and computes its heads and its
@@ -19,19 +20,16 @@ reduced data-parallel group) then average their gradients after the step.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    ParallelStyle,
-    RowwiseParallel,
-    parallelize_module,
-)
+from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
+
+from runtime.modelparallel import projections
 
 
 class TensorParallelError(ValueError):
@@ -40,21 +38,36 @@ class TensorParallelError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
-    """Which linear layers of a family's block are split by columns and which by rows
-    (paths inside the block)."""
+    """Which projections of a family's block are split by columns (outputs) and which by
+    rows (inputs), as paths inside the block; ``parts``: column-split projections that
+    compute several parts side by side, and how many; ``widths``: attributes of the
+    block's modules that hold a split width (``module.attribute``), divided by the degree."""
 
     family: str
     columns: tuple[str, ...]
     rows: tuple[str, ...]
+    parts: dict[str, int] = field(default_factory=dict)
+    widths: tuple[str, ...] = ()
 
     def matches(self, block: nn.Module) -> bool:
         return all(
-            isinstance(_find(block, path), nn.Linear) for path in (*self.columns, *self.rows)
-        )
+            projections.is_projection(_find(block, path)) for path in (*self.columns, *self.rows)
+        ) and all(_has_width(block, path) for path in self.widths)
 
-    def styles(self) -> dict[str, ParallelStyle]:
-        split: dict[str, ParallelStyle] = {path: ColwiseParallel() for path in self.columns}
-        return split | {path: RowwiseParallel() for path in self.rows}
+    def styles(self, block: nn.Module) -> dict[str, ParallelStyle]:
+        split = {
+            path: projections.columns(block.get_submodule(path), self.parts.get(path, 1))
+            for path in self.columns
+        }
+        return split | {path: projections.rows(block.get_submodule(path)) for path in self.rows}
+
+    def narrow(self, block: nn.Module, degree: int) -> None:
+        """The widths the block's own code splits its projections' outputs by, as one
+        rank's share (GPT-2's attention cuts ``c_attn``'s output every ``split_size``)."""
+        for path in self.widths:
+            owner_path, _, attribute = path.rpartition(".")
+            owner = block.get_submodule(owner_path)
+            setattr(owner, attribute, getattr(owner, attribute) // degree)
 
 
 PLANS = (
@@ -73,6 +86,13 @@ PLANS = (
         "GPT-NeoX",
         columns=("attention.query_key_value", "mlp.dense_h_to_4h"),
         rows=("attention.dense", "mlp.dense_4h_to_h"),
+    ),
+    Plan(
+        "GPT-2",
+        columns=("attn.c_attn", "mlp.c_fc"),
+        rows=("attn.c_proj", "mlp.c_proj"),
+        parts={"attn.c_attn": 3},
+        widths=("attn.split_size",),
     ),
     Plan(
         "BERT",
@@ -97,7 +117,8 @@ def distribute(
     no such block, is refused by name."""
     blocks = planned(model, marked, mesh.size())
     for _, module, plan in blocks:
-        parallelize_module(module, mesh, plan.styles())
+        parallelize_module(module, mesh, plan.styles(module))
+        plan.narrow(module, mesh.size())
     return [(name or "the model", plan.family) for name, _, plan in blocks]
 
 
@@ -114,8 +135,7 @@ def planned(
         families = "; ".join(plan.family for plan in PLANS)
         raise TensorParallelError(
             "tensor_parallel_degree: no module marked for tensor parallelism holds a "
-            f"transformer block Runyard splits ({families}); GPT-2's fused Conv1D "
-            "projections, for one, are not split"
+            f"transformer block Runyard splits ({families})"
         )
     return blocks
 
@@ -141,9 +161,9 @@ def _marked_blocks(
 
 def _check_divisible(name: str, block: nn.Module, plan: Plan, degree: int) -> None:
     for path in (*plan.columns, *plan.rows):
-        linear = _find(block, path)
-        assert isinstance(linear, nn.Linear)
-        size = linear.out_features if path in plan.columns else linear.in_features
+        projection = block.get_submodule(path)
+        inputs, outputs = projections.features(projection)
+        size = outputs // plan.parts.get(path, 1) if path in plan.columns else inputs
         if size % degree:
             raise TensorParallelError(
                 f"tensor_parallel_degree {degree} does not divide the {size} features of "
@@ -158,6 +178,12 @@ def _check_divisible(name: str, block: nn.Module, plan: Plan, degree: int) -> No
                         f"tensor_parallel_degree {degree} does not divide the {count} "
                         f"attention heads of {name} ({attribute})"
                     )
+
+
+def _has_width(block: nn.Module, path: str) -> bool:
+    owner_path, _, attribute = path.rpartition(".")
+    owner = _find(block, owner_path)
+    return isinstance(getattr(owner, attribute, None), int)
 
 
 def _find(block: nn.Module, path: str) -> nn.Module | None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
@@ -30,6 +31,7 @@ SCENARIOS = {
     "llama_interleaved": ("llama", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel": ("llama", ONE_INSTANCE),
+    "gpt2_tensor_parallel": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
     "llama_tensor_parallel_unmarked": ("llama", Layout.blocks(instances=2, per_instance=2)),
 }
@@ -116,16 +118,31 @@ def test_activation_checkpointing_recomputes_each_transformer_block(runs: Path) 
         assert rank["block_forwards"] == 2 * 4 * 2 * STEPS
 
 
-@pytest.mark.parametrize("scenario", ["llama_tensor_parallel", "llama_tensor_parallel_ddp"])
+@pytest.mark.parametrize("scenario", ["gpt2_tensor_parallel", "llama_tensor_parallel"])
+def test_a_tensor_parallel_checkpoint_rebuilds_the_whole_model(runs: Path, scenario: str) -> None:
+    family = SCENARIOS[scenario][0]
+    reference = single_process_reference(family)
+    # Each rank wrote its shards; torch's converter joins them, with no process group,
+    # into the model's own state_dict (GPT-2's query, key and value in the model's order).
+    rebuilt = full_state_dict(runs / f"{scenario}-checkpoint" / "trained")
+    assert rebuilt.keys() == reference.keys()
+    for key in reference:
+        torch.testing.assert_close(rebuilt[key], reference[key], **CLOSE)
+
+
+@pytest.mark.parametrize(
+    "scenario", ["gpt2_tensor_parallel", "llama_tensor_parallel", "llama_tensor_parallel_ddp"]
+)
 def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
     runs: Path, scenario: str
 ) -> None:
+    family = SCENARIOS[scenario][0]
     ranks = _ranks(runs, scenario)
     # Adjacent ranks make a tensor-parallel group; replicas are the groups.
     assert [(rank["tp_rank"], rank["rdp_rank"]) for rank in ranks] == [
         (index % 2, index // 2) for index in range(len(ranks))
     ]
-    whole = sum(p.numel() * p.element_size() for p in model("llama").parameters())
+    whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
     # The decoder layers (most of the model) are split in two; embeddings and norms whole.
     assert all(rank["parameter_bytes"] <= 0.55 * whole for rank in ranks)
     # A group steps on its ranks' rows together: one loss per group.
@@ -136,7 +153,7 @@ def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
     assert len(by_group) == len(ranks) // 2
 
 
-@pytest.mark.parametrize("family", ["llama", "neox", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "bert"])
 def test_split_blocks_compute_the_whole_models_logits_and_gradients(
     runs: Path, family: str
 ) -> None:
@@ -147,3 +164,4 @@ def test_split_blocks_compute_the_whole_models_logits_and_gradients(
         assert found["logits"] < 1e-5
         assert found["loss"] < 1e-6
         assert found["gradients"] < 1e-5
+        assert found["state_dict"] == 0.0

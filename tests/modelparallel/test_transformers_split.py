@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 from torch.utils import _pytree as pytree
 
 from contract.modelparallel import Parameters
 from runtime.modelparallel.pipeline import ModelCall, split
+from runtime.modelparallel.projections import by_rank, in_model_order
 from runtime.modelparallel.splits import split_points
 from runtime.modelparallel.tensor import TensorParallelError, planned
 from runtime.modelparallel.ties import ties_of
@@ -58,7 +60,7 @@ def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: st
 
 
 def test_tensor_parallelism_splits_the_families_it_knows_and_names_what_it_refuses() -> None:
-    for family in ("llama", "neox", "bert"):
+    for family in ("gpt2", "llama", "neox", "bert"):
         net = model(family)
         blocks = planned(net, {id(m): True for m in net.modules()}, 2)
         assert [name.rsplit(".", 1)[-1] for name, _, _ in blocks] == ["0", "1", "2", "3"]
@@ -69,9 +71,24 @@ def test_tensor_parallelism_splits_the_families_it_knows_and_names_what_it_refus
     # ... and a marked module kept whole inside a marked model stays whole.
     kept = {id(m): True for m in net.modules()} | {id(net.model.layers[0]): False}
     assert len(planned(net, kept, 2)) == 3
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    with pytest.raises(TensorParallelError, match=r"no module marked .* GPT-2"):
+        planned(mlp, {id(mlp): True}, 2)
+    # GPT-2's c_attn is three parts of 32 features: each part must divide.
     gpt2 = model("gpt2")
-    with pytest.raises(TensorParallelError, match="Conv1D"):
-        planned(gpt2, {id(m): True for m in gpt2.modules()}, 2)
+    with pytest.raises(
+        TensorParallelError, match=r"32 features of transformer\.h\.0\.attn\.c_attn$"
+    ):
+        planned(gpt2, {id(m): True for m in gpt2.modules()}, 3)
     # Four heads do not divide among three ranks.
     with pytest.raises(TensorParallelError, match="does not divide"):
         planned(net, {id(m): True for m in net.modules()}, 3)
+
+
+def test_a_projection_of_several_parts_is_held_by_rank_and_given_back_in_model_order() -> None:
+    # Query, key and value side by side, 4 features each, over 2 ranks.
+    fused = torch.arange(12.0).repeat(3, 1)
+    held = by_rank(fused, axis=1, parts=3, degree=2)
+    # Rank 0's half of each part, then rank 1's.
+    assert held[0].tolist() == [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]
+    assert torch.equal(in_model_order(held, axis=1, parts=3, degree=2), fused)

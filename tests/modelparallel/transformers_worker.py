@@ -4,7 +4,7 @@
 that take ``model(...)["loss"]``.
 
 argv: output folder, scenario name. Rank 0 writes the whole state_dict; every rank its own
-part (``local_state_dict``) and what it saw.
+part (``local_state_dict``) and what it saw; some scenarios a checkpoint as well.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     # Made under smp.tensor_parallelism(): its decoder layers split over 2 ranks.
     "llama_tensor_parallel": ("llama", {"tensor_parallel_degree": 2, "microbatches": 2}),
+    # GPT-2's fused query-key-value Conv1D split by heads; saved through DCP and resumed.
+    "gpt2_tensor_parallel": ("gpt2", {"tensor_parallel_degree": 2, "microbatches": 2}),
     # ... and two such replicas (2 x 2 over 2 instances), with a checkpointed block.
     "llama_tensor_parallel_ddp": (
         "llama",
@@ -40,6 +42,10 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2},
     ),
 }
+
+
+# Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
+CHECKPOINTED = {"gpt2_tensor_parallel", "llama_tensor_parallel"}
 
 
 @smp.step
@@ -100,6 +106,14 @@ def main() -> None:
         losses = train_step(wrapped, ids[rows], mask[rows])
         optimizer.step()
     trained_forwards = block_forwards[0]
+    if scenario in CHECKPOINTED:
+        # Saved, moved on a step, and resumed: what is kept is what was saved.
+        folder = out / f"{scenario}-checkpoint"
+        smp.save_checkpoint(folder, tag="trained", user_content={"steps": STEPS})
+        train_step(wrapped, *(part[rows] for part in batch(STEPS + 1)))
+        optimizer.step()
+        resumed = smp.resume_from_checkpoint(folder)
+        assert resumed == {"steps": STEPS}, resumed
     wrapped.eval()
     with torch.no_grad():
         # A held-out batch of another size: stages of their own, sharing the parameters.

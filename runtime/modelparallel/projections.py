@@ -1,0 +1,211 @@
+"""How tensor parallelism splits one projection of a block: ``nn.Linear`` through torch's
+own ``ColwiseParallel``/``RowwiseParallel``, and the ``Conv1D`` of GPT-2 and its kin
+(transformers' ``pytorch_utils.Conv1D``: a linear layer whose weight is stored
+transposed, ``(in, out)``) through the same styles with the weight's other axis split.
+
+A projection may compute several parts side by side (GPT-2's ``c_attn``: query, key and
+value, each ``n_embd`` wide). Split by plain columns, a rank would hold the whole query
+and half the keys; each rank must rather hold its share of every part (its heads'
+queries, keys and values). The parameter is kept in that order while split (rank 0's
+share of each part, then rank 1's, ...), and a state_dict hook puts it back into the
+model's own order whenever it is read or loaded, so saved weights, checkpoints and a full
+``state_dict`` are the model's, whatever the degree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import (
+    DTensor,
+    Placement,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
+
+
+def is_projection(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.Linear) or is_transposed(module)
+
+
+def is_transposed(module: nn.Module | None) -> bool:
+    """A ``Conv1D``: ``nx`` inputs, ``nf`` outputs, its weight ``(nx, nf)``."""
+    weight = getattr(module, "weight", None)
+    nx, nf = getattr(module, "nx", None), getattr(module, "nf", None)
+    return (
+        isinstance(module, nn.Module)
+        and isinstance(weight, torch.Tensor)
+        and isinstance(nx, int)
+        and isinstance(nf, int)
+        and tuple(weight.shape) == (nx, nf)
+    )
+
+
+def features(module: nn.Module) -> tuple[int, int]:
+    """(inputs, outputs) of a projection."""
+    if is_transposed(module):
+        return int(module.nx), int(module.nf)  # type: ignore[arg-type]
+    assert isinstance(module, nn.Linear)
+    return module.in_features, module.out_features
+
+
+def columns(module: nn.Module, parts: int = 1) -> ParallelStyle:
+    """The style that splits ``module``'s outputs (of ``parts`` parts side by side)."""
+    if is_transposed(module):
+        return _TransposedColumns(parts)
+    if parts > 1:  # no family Runyard splits has one
+        raise NotImplementedError("an nn.Linear of several output parts")
+    return ColwiseParallel()
+
+
+def rows(module: nn.Module) -> ParallelStyle:
+    """The style that splits ``module``'s inputs; the ranks' outputs are summed."""
+    return _TransposedRows() if is_transposed(module) else RowwiseParallel()
+
+
+class _TransposedColumns(ColwiseParallel):
+    def __init__(self, parts: int) -> None:
+        super().__init__()
+        self.parts = parts
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        def partition(_name: str, owner: nn.Module, mesh: DeviceMesh) -> None:
+            if owner is module:
+                _split_parts(module, mesh, self.parts, {"weight": 1, "bias": 0})
+
+        return _distributed(self, module, device_mesh, partition)
+
+
+class _TransposedRows(RowwiseParallel):
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        self.desired_input_layouts = (Shard(-1),)  # as torch's style sets it for a linear
+
+        def partition(_name: str, owner: nn.Module, mesh: DeviceMesh) -> None:
+            if owner is module:
+                _register(module, "weight", mesh, [Shard(0)])
+                if getattr(module, "bias", None) is not None:
+                    _register(module, "bias", mesh, [Replicate()])
+
+        return _distributed(self, module, device_mesh, partition)
+
+
+def _distributed(
+    style: ColwiseParallel | RowwiseParallel,
+    module: nn.Module,
+    mesh: DeviceMesh,
+    partition: Any,
+) -> nn.Module:
+    """``module`` split by ``partition``, its input and output laid out as torch's own
+    style lays out a linear layer's."""
+    layouts = (style.input_layouts, style.desired_input_layouts)
+    return distribute_module(
+        module,
+        mesh,
+        partition,
+        lambda mod, inputs, mesh: style._prepare_input_fn(  # type: ignore[no-untyped-call]
+            *layouts, mod, inputs, mesh
+        ),
+        lambda mod, outputs, mesh: style._prepare_output_fn(  # type: ignore[no-untyped-call]
+            style.output_layouts, style.use_local_output, mod, outputs, mesh
+        ),
+    )
+
+
+def _register(module: nn.Module, name: str, mesh: DeviceMesh, placements: list[Placement]) -> None:
+    parameter = getattr(module, name)
+    split = distribute_tensor(parameter.detach(), mesh, placements)
+    module.register_parameter(name, nn.Parameter(split, requires_grad=parameter.requires_grad))
+
+
+def _split_parts(module: nn.Module, mesh: DeviceMesh, parts: int, axes: dict[str, int]) -> None:
+    """Splits each of ``axes``' parameters along its axis, reordered by rank first when
+    ``parts`` > 1; hooks keep the model's order in what ``state_dict`` reads and loads."""
+    degree = mesh.size()
+    present = {name: axis for name, axis in axes.items() if getattr(module, name, None) is not None}
+    for name, axis in present.items():
+        with torch.no_grad():
+            parameter = getattr(module, name)
+            parameter.data = by_rank(parameter.data, axis, parts, degree)
+        _register(module, name, mesh, [Shard(axis)])
+    if parts > 1:
+        module.register_state_dict_post_hook(  # type: ignore[no-untyped-call]
+            _ModelOrder(present, parts, degree)
+        )
+        module.register_load_state_dict_pre_hook(  # type: ignore[no-untyped-call]
+            _SplitOrder(present, parts, degree)
+        )
+
+
+def by_rank(tensor: torch.Tensor, axis: int, parts: int, degree: int) -> torch.Tensor:
+    """``tensor``'s ``parts`` parts along ``axis``, each cut in ``degree`` shares, reordered
+    share-major: rank 0's share of every part, then rank 1's."""
+    return _swapped(tensor, axis, parts, degree)
+
+
+def in_model_order(tensor: torch.Tensor, axis: int, parts: int, degree: int) -> torch.Tensor:
+    """``by_rank`` undone."""
+    return _swapped(tensor, axis, degree, parts)
+
+
+def _swapped(tensor: torch.Tensor, axis: int, outer: int, inner: int) -> torch.Tensor:
+    """``tensor`` with ``axis`` seen as (outer, inner, rest) blocks, read as (inner,
+    outer, rest)."""
+    shape = list(tensor.shape)
+    cut = [*shape[:axis], outer, inner, shape[axis] // (outer * inner), *shape[axis + 1 :]]
+    return tensor.reshape(cut).transpose(axis, axis + 1).reshape(shape)
+
+
+class _ModelOrder:
+    """state_dict post-hook: the split parameters as the model orders them. Every rank of
+    the group gathers the whole (a state_dict of a split model is read by all of them)."""
+
+    def __init__(self, axes: dict[str, int], parts: int, degree: int) -> None:
+        self.axes, self.parts, self.degree = axes, parts, degree
+
+    def __call__(
+        self, module: nn.Module, state_dict: dict[str, Any], prefix: str, _metadata: Any
+    ) -> None:
+        for name, axis in self.axes.items():
+            key = prefix + name
+            value = state_dict.get(key)
+            if not isinstance(value, DTensor):
+                continue
+            with torch.no_grad():
+                whole = in_model_order(value.full_tensor(), axis, self.parts, self.degree)
+                state_dict[key] = _share_of(whole, value)
+
+
+class _SplitOrder:
+    """load_state_dict pre-hook: loaded values (the model's order, whole or split) put in
+    the split's order."""
+
+    def __init__(self, axes: dict[str, int], parts: int, degree: int) -> None:
+        self.axes, self.parts, self.degree = axes, parts, degree
+
+    def __call__(self, module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+        for name, axis in self.axes.items():
+            key = prefix + name
+            value = state_dict.get(key)
+            own = getattr(module, name)
+            if not isinstance(value, torch.Tensor) or not isinstance(own, DTensor):
+                continue
+            whole = value.full_tensor() if isinstance(value, DTensor) else value
+            with torch.no_grad():
+                state_dict[key] = _share_of(by_rank(whole, axis, self.parts, self.degree), own)
+
+
+def _share_of(whole: torch.Tensor, like: DTensor) -> DTensor:
+    """This rank's share of ``whole`` (which every rank holds), laid out as ``like``."""
+    (placement,) = like.placements
+    assert isinstance(placement, Shard)
+    rank = like.device_mesh.get_local_rank()
+    local = whole.chunk(like.device_mesh.size(), dim=placement.dim)[rank]
+    return DTensor.from_local(
+        local.to(like.device), like.device_mesh, like.placements, run_check=False
+    )
