@@ -174,12 +174,6 @@ def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> 
                 "Runyard does not yet combine tensor parallelism with pipeline stages "
                 "(partitions > 1)",
             )
-        elif p.sharded_data_parallel_degree > 1:
-            refuse(
-                "tensor_parallel_degree",
-                "Runyard does not yet combine tensor parallelism with "
-                "sharded_data_parallel_degree > 1",
-            )
         elif replicas % degree:
             refuse(
                 "tensor_parallel_degree",

@@ -120,6 +120,11 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
                 ["sharded_data_parallel_degree"],
             ),
             (
+                "sharding not dividing what tensor parallelism leaves",
+                {"tensor_parallel_degree": 2, "sharded_data_parallel_degree": 4, "ddp": True},
+                ["sharded_data_parallel_degree"],
+            ),
+            (
                 "sharding with a pipeline",
                 {
                     "partitions": 2,

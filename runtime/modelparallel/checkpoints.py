@@ -35,8 +35,9 @@ USER_CONTENT = "user_content.pt"
 
 
 def _partial_name(path: str | Path, state: smp_state.State) -> str:
-    # One file per part of the model: its stage, and its shard where the states are sharded.
-    suffix = f"_{state.pp_rank}_0"
+    # One file per part of the model, named as SageMaker's library names them: its stage
+    # and tensor-parallel rank, and its shard where the states are sharded.
+    suffix = f"_{state.pp_rank}_{state.tp_rank}"
     if state.mesh is not None:
         suffix += f"_{state.mesh.get_local_rank('shard')}"
     return f"{path}{suffix}"
@@ -48,7 +49,7 @@ def _writes(state: smp_state.State, partial: bool) -> bool:
     # Every part is written by one rank: the first replica (or shard group) holding it.
     if state.mesh is not None:
         return state.mesh.get_local_rank("replicate") == 0
-    return state.dp_rank == 0
+    return state.rdp_rank == 0
 
 
 def save(obj: Any, f: str | Path, partial: bool = True, **torch_save_options: Any) -> None:

@@ -258,7 +258,10 @@ class DistributedModel(nn.Module):
         self._microbatch_scale = 1.0 / count if self.average_grads_across_microbatches else 1.0
         state = smp_state.current()
         try:
-            if state.topology.tp_size > 1 and sync and torch.is_grad_enabled():
+            if isinstance(self._inner, FSDPModule):
+                self._inner.set_requires_gradient_sync(sync)
+                yield
+            elif state.topology.tp_size > 1 and sync and torch.is_grad_enabled():
                 yield
                 # Replicas holding the same shards average their gradients (no DDP:
                 # it does not take DTensor parameters).
@@ -267,9 +270,6 @@ class DistributedModel(nn.Module):
             elif isinstance(self.wrapped, DistributedDataParallel) and not sync:
                 with self.wrapped.no_sync():
                     yield
-            elif isinstance(self._inner, FSDPModule):
-                self._inner.set_requires_gradient_sync(sync)
-                yield
             else:
                 yield
         finally:

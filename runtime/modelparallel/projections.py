@@ -201,11 +201,8 @@ class _SplitOrder:
 
 
 def _share_of(whole: torch.Tensor, like: DTensor) -> DTensor:
-    """This rank's share of ``whole`` (which every rank holds), laid out as ``like``."""
-    (placement,) = like.placements
-    assert isinstance(placement, Shard)
-    rank = like.device_mesh.get_local_rank()
-    local = whole.chunk(like.device_mesh.size(), dim=placement.dim)[rank]
-    return DTensor.from_local(
-        local.to(like.device), like.device_mesh, like.placements, run_check=False
+    """This rank's share of ``whole`` (which every rank holds), laid out as ``like`` (split
+    over the tensor-parallel ranks, and sharded too where the states are)."""
+    return distribute_tensor(
+        whole.to(like.device), like.device_mesh, like.placements, src_data_rank=None
     )

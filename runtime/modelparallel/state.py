@@ -137,11 +137,20 @@ def init(config: Mapping[str, Any] | None = None) -> State:
     device = _device(local_rank)
     dp_group = _own_group([topology.dp_group(p) for p in range(topology.pp_size)], rank)
     tp_group, rdp_group, tp_mesh = None, dp_group, None
+    mesh = _shard_mesh(topology, device, rank)
     if topology.tp_size > 1:
         tp_groups = [topology.tp_group(r) for r in range(topology.rdp_size)]
         tp_group = _own_group(tp_groups, rank)
         rdp_group = _own_group([topology.rdp_group(t) for t in range(topology.tp_size)], rank)
         tp_mesh = DeviceMesh.from_group(tp_group, device.type, mesh_dim_names=("tp",))
+        if topology.shard_degree > 1:
+            # FSDP shards tensor-parallel parameters only over a mesh of the same root.
+            world = DeviceMesh(
+                device.type,
+                torch.tensor(topology.sharded_tp_mesh()),
+                mesh_dim_names=("replicate", "shard", "tp"),
+            )
+            tp_mesh, mesh = world["tp"], world["replicate", "shard"]
     _state = State(
         parameters=parameters,
         topology=topology,
@@ -155,7 +164,7 @@ def init(config: Mapping[str, Any] | None = None) -> State:
         tp_group=tp_group,
         rdp_group=rdp_group,
         tp_mesh=tp_mesh,
-        mesh=_shard_mesh(topology, device, rank),
+        mesh=mesh,
     )
     return _state
 
@@ -183,7 +192,7 @@ def _own_group(groups: list[list[int]], rank: int) -> dist.ProcessGroup:
 
 
 def _shard_mesh(topology: Topology, device: torch.device, rank: int) -> DeviceMesh | None:
-    if topology.shard_degree == 1:
+    if topology.shard_degree == 1 or topology.tp_size > 1:
         return None
     return DeviceMesh(
         device.type,

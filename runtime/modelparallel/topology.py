@@ -14,7 +14,9 @@ puts the t ranks of a tensor-parallel group on adjacent ranks, so on one instanc
 they exchange activations in every layer. As in SageMaker's library the data-parallel
 group then holds every rank of a stage (t x the replicas), and the reduced data-parallel
 group the ranks that hold the same shards (one per replica); the model-parallel group is
-the pipeline group, or the tensor-parallel group.
+the pipeline group, or the tensor-parallel group. Sharded together with tensor
+parallelism, the shard groups are cut from the reduced data-parallel group: the ranks
+form a (replicate, shard, tp) mesh, the tensor-parallel ranks innermost.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Topology:
             raise ValueError(f"shard groups of {self.shard_degree} do not divide {self.dp_size}")
         if self.dp_size % self.tp_size:
             raise ValueError(f"{self.tp_size} tensor-parallel ranks do not divide {self.dp_size}")
+        if self.rdp_size % self.shard_degree:
+            raise ValueError(f"shard groups of {self.shard_degree} do not divide {self.rdp_size}")
         if self.tp_size > 1 and self.pp_size > 1:
             raise ValueError("tensor parallelism with pipeline stages is not run")
 
@@ -47,7 +51,7 @@ class Topology:
     @property
     def replicate_size(self) -> int:
         """How many copies of the model states the replicas keep (sharded: one a group)."""
-        return self.dp_size // self.shard_degree
+        return self.rdp_size // self.shard_degree
 
     @property
     def rdp_size(self) -> int:
@@ -96,3 +100,12 @@ class Topology:
         ranks = self.dp_group(pp_rank)
         degree = self.shard_degree
         return [ranks[start : start + degree] for start in range(0, len(ranks), degree)]
+
+    def sharded_tp_mesh(self) -> list[list[list[int]]]:
+        """The ranks as (replicate, shard, tp): shard groups of the ranks that hold the
+        same tensor-parallel shard, each rank beside its tensor-parallel peers."""
+        groups = self.rdp_size // self.shard_degree
+        return [
+            [self.tp_group(group * self.shard_degree + shard) for shard in range(self.shard_degree)]
+            for group in range(groups)
+        ]

@@ -30,6 +30,16 @@ def test_shard_groups_are_adjacent_ranks_replicated_across() -> None:
     assert topology.replicate_size == 2
 
 
+def test_sharded_with_tensor_parallelism_cuts_shard_groups_from_the_same_shard_holders() -> None:
+    topology = Topology(8, shard_degree=2, tp_size=2)
+    # (replicate, shard, tp): tensor-parallel peers adjacent, a shard group one rank of
+    # each of two tensor-parallel groups, two such copies of the model states.
+    assert topology.sharded_tp_mesh() == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    assert topology.replicate_size == 2
+    with pytest.raises(ValueError, match="shard groups of 4 do not divide 2"):
+        Topology(4, shard_degree=4, tp_size=2)
+
+
 def test_degrees_that_do_not_divide_are_refused() -> None:
     with pytest.raises(ValueError, match="do not divide"):
         Topology(6, pp_size=4)

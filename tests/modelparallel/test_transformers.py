@@ -32,6 +32,10 @@ SCENARIOS = {
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel": ("llama", ONE_INSTANCE),
     "gpt2_tensor_parallel": ("gpt2", ONE_INSTANCE),
+    "gpt2_tensor_parallel_sharded_checkpointed": (
+        "gpt2",
+        Layout.blocks(instances=2, per_instance=2),
+    ),
     "llama_tensor_parallel_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
     "llama_tensor_parallel_unmarked": ("llama", Layout.blocks(instances=2, per_instance=2)),
 }
@@ -112,13 +116,21 @@ def test_every_rank_hears_its_replicas_losses(runs: Path, scenario: str) -> None
     assert len({rank["held_out_loss"] for rank in ranks}) == 1
 
 
-def test_activation_checkpointing_recomputes_each_transformer_block(runs: Path) -> None:
+@pytest.mark.parametrize(
+    "scenario", ["gpt2_sharded_checkpointed", "gpt2_tensor_parallel_sharded_checkpointed"]
+)
+def test_activation_checkpointing_recomputes_each_transformer_block(
+    runs: Path, scenario: str
+) -> None:
     # 4 blocks x 2 microbatches x 3 steps, and each once more in the backward pass.
-    for rank in _ranks(runs, "gpt2_sharded_checkpointed"):
+    for rank in _ranks(runs, scenario):
         assert rank["block_forwards"] == 2 * 4 * 2 * STEPS
 
 
-@pytest.mark.parametrize("scenario", ["gpt2_tensor_parallel", "llama_tensor_parallel"])
+@pytest.mark.parametrize(
+    "scenario",
+    ["gpt2_tensor_parallel", "llama_tensor_parallel", "gpt2_tensor_parallel_sharded_checkpointed"],
+)
 def test_a_tensor_parallel_checkpoint_rebuilds_the_whole_model(runs: Path, scenario: str) -> None:
     family = SCENARIOS[scenario][0]
     reference = single_process_reference(family)
@@ -131,7 +143,13 @@ def test_a_tensor_parallel_checkpoint_rebuilds_the_whole_model(runs: Path, scena
 
 
 @pytest.mark.parametrize(
-    "scenario", ["gpt2_tensor_parallel", "llama_tensor_parallel", "llama_tensor_parallel_ddp"]
+    "scenario",
+    [
+        "gpt2_tensor_parallel",
+        "llama_tensor_parallel",
+        "llama_tensor_parallel_ddp",
+        "gpt2_tensor_parallel_sharded_checkpointed",
+    ],
 )
 def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
     runs: Path, scenario: str
@@ -145,6 +163,9 @@ def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
     whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
     # The decoder layers (most of the model) are split in two; embeddings and norms whole.
     assert all(rank["parameter_bytes"] <= 0.55 * whole for rank in ranks)
+    if "sharded" in scenario:
+        # ... and each rank holds half of its group's share (and of the embeddings).
+        assert all(rank["parameter_bytes"] <= 0.3 * whole for rank in ranks)
     # A group steps on its ranks' rows together: one loss per group.
     by_group: dict[int, set[float]] = {}
     for rank in ranks:

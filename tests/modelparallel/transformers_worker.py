@@ -36,6 +36,17 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "llama",
         {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2},
     ),
+    # GPT-2 split over 2 ranks, and its states sharded over the 2 such groups (FSDP2 on
+    # the tensor-parallel parameters), each block recomputing its activations.
+    "gpt2_tensor_parallel_sharded_checkpointed": (
+        "gpt2",
+        {
+            "tensor_parallel_degree": 2,
+            "sharded_data_parallel_degree": 2,
+            "ddp": True,
+            "microbatches": 2,
+        },
+    ),
     # Nothing marked for tensor parallelism: each rank the whole model, replicas in step.
     "llama_tensor_parallel_unmarked": (
         "llama",
@@ -45,7 +56,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
 
 
 # Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
-CHECKPOINTED = {"gpt2_tensor_parallel", "llama_tensor_parallel"}
+CHECKPOINTED = {
+    "gpt2_tensor_parallel",
+    "llama_tensor_parallel",
+    "gpt2_tensor_parallel_sharded_checkpointed",
+}
 
 
 @smp.step
