@@ -168,13 +168,7 @@ def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> 
     replicas = world_size // p.partitions
     if p.tensor_parallel_degree > 1:
         degree = p.tensor_parallel_degree
-        if p.partitions > 1:
-            refuse(
-                "tensor_parallel_degree",
-                "Runyard does not yet combine tensor parallelism with pipeline stages "
-                "(partitions > 1)",
-            )
-        elif replicas % degree:
+        if replicas % degree:
             refuse(
                 "tensor_parallel_degree",
                 f"{degree} does not divide the job's {replicas} data-parallel processes",

@@ -90,8 +90,8 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         for case, given, named in [
             ("parameters not an object", [1], []),
             (
-                "tensor parallel with pipeline stages",
-                {"tensor_parallel_degree": 2, "partitions": 2, "ddp": True},
+                "tensor parallel not dividing what the stages leave",
+                {"tensor_parallel_degree": 4, "partitions": 2, "ddp": True, "microbatches": 2},
                 ["tensor_parallel_degree"],
             ),
             (

@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+from torch.distributed.tensor import DTensor
 
 from runtime.modelparallel import state as smp_state
 
@@ -117,12 +118,18 @@ def resume_from_checkpoint(
     optimizer = state.optimizer if load_optimizer else None
     states = _states(state.model, optimizer)
     dcp_load(states, checkpoint_id=str(folder))
-    module = state.model.own_module
-    set_model_state_dict(module, states["model"])
+    model = state.model
+    module = model.own_module
+    if model.pipeline is not None or model.shares is not None:
+        # A stage's own parameters (shares taken from split ones), as the model names them.
+        model.load_state_dict(states["model"])
+    else:
+        set_model_state_dict(module, states["model"])
     if optimizer is not None:
-        set_optimizer_state_dict(
-            module, optimizer.optimizer, states["optimizer"], options=_OPTIMIZER_LAYOUT
-        )
+        moments = states["optimizer"]
+        if model.shares is not None:
+            moments = {key: _local(value) for key, value in moments.items()}
+        set_optimizer_state_dict(module, optimizer.optimizer, moments, options=_OPTIMIZER_LAYOUT)
     return torch.load(folder / USER_CONTENT, weights_only=False)
 
 
@@ -137,11 +144,27 @@ def _states(model: Any, optimizer: Any) -> dict[str, Any]:
     (before a pipeline is built, which is when scripts resume)."""
     module = model.own_module
     states: dict[str, Any] = {"model": get_model_state_dict(module)}
+    if model.pipeline is not None:
+        # A stage's traced module holds the model's non-persistent buffers (rotary
+        # frequencies, say) as its own: what is saved is what the model's state_dict has.
+        kept = model.local_state_dict().keys()
+        states["model"] = {key: value for key, value in states["model"].items() if key in kept}
     if optimizer is not None:
         states["optimizer"] = get_optimizer_state_dict(
             module, optimizer.optimizer, options=_OPTIMIZER_LAYOUT
         )
+    shares = model.shares
+    if shares is not None:
+        # Split parameters inside pipeline stages are plain shares: written as DTensors,
+        # so each rank writes its own and a checkpoint holds the whole.
+        states["model"] = shares.as_dtensors(states["model"])
+        if "optimizer" in states:
+            states["optimizer"] = shares.moments_as_dtensors(states["optimizer"])
     return states
+
+
+def _local(value: Any) -> Any:
+    return value.to_local() if isinstance(value, DTensor) else value
 
 
 def _write_newest(path: Path, tag: str) -> None:

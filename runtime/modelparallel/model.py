@@ -34,7 +34,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.modelparallel import delayed, gradients, tensor
+from runtime.modelparallel import delayed, gradients, stage_split, tensor
 from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.pipeline import (
@@ -92,7 +92,15 @@ class DistributedModel(nn.Module):
                 _made_whole(module, state.device)
         # Blocks split across the tensor-parallel group, by name, with their family.
         self.split_blocks: list[tuple[str, str]] = []
-        if state.tp_mesh is not None:
+        # Inside pipeline stages, the split parameters are plain shares (``stage_split``).
+        self.shares: stage_split.Shares | None = None
+        if state.tp_mesh is not None and state.topology.pp_size > 1:
+            assert state.tp_group is not None
+            self.split_blocks, self.shares = stage_split.distribute(
+                module, state.tensor_parallel, state.tp_group, state.tp_mesh
+            )
+            _say_split(state, self.split_blocks)
+        elif state.tp_mesh is not None:
             self.split_blocks = tensor.distribute(module, state.tensor_parallel, state.tp_mesh)
             _say_split(state, self.split_blocks)
         for checkpointed in state.checkpointed:
@@ -135,7 +143,12 @@ class DistributedModel(nn.Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
         """The whole model's parameters and buffers, gathered, on every rank."""
         if self.pipeline is not None:
-            return _gathered_stages(self.local_state_dict())
+            own = self.local_state_dict()
+            if self.shares is not None:
+                own = {key: self._whole(key, value) for key, value in own.items()}
+            return _gathered_stages(own)
+        if self.shares is not None:
+            return {key: self._whole(key, value) for key, value in self._inner.state_dict().items()}
         if isinstance(self._inner, FSDPModule) or self.split_blocks:
             options = StateDictOptions(full_state_dict=True)
             return get_model_state_dict(self._inner, options=options)
@@ -166,12 +179,28 @@ class DistributedModel(nn.Module):
             # strict=False: a stage's traced module keeps the model's non-persistent
             # buffers (rotary frequencies, say) as its own, which no state_dict holds.
             return self.pipeline.module.load_state_dict(
-                {key: value for key, value in state_dict.items() if key in own}, strict=False
+                {key: self._own(key, value) for key, value in state_dict.items() if key in own},
+                strict=False,
             )
+        if self.shares is not None:
+            given = {key: self._own(key, value) for key, value in state_dict.items()}
+            return self._inner.load_state_dict(given, strict=strict)
         if (isinstance(self._inner, FSDPModule) or self.split_blocks) and not _is_local(state_dict):
             options = StateDictOptions(full_state_dict=True, strict=strict)
             return set_model_state_dict(self._inner, state_dict, options=options)
         return self._inner.load_state_dict(state_dict, strict=strict)
+
+    def _whole(self, key: str, value: Any) -> Any:
+        """A split parameter whole (in a pipelined tensor-parallel model), else ``value``."""
+        if self.shares is None or key not in self.shares.splits:
+            return value
+        return self.shares.whole(key, value)
+
+    def _own(self, key: str, value: Any) -> Any:
+        """This rank's share of a split parameter, else ``value``."""
+        if self.shares is None or key not in self.shares.splits:
+            return value
+        return self.shares.own(key, value)
 
     @property
     def module(self) -> nn.Module:

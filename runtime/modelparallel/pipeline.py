@@ -74,6 +74,8 @@ def agreed_split_points(module: nn.Module, state: smp_state.State, example: Mode
     """Where the stages begin, decided by one rank: measured forward times differ from
     rank to rank, and every replica's stages must hold the same blocks for their
     gradients to be averaged."""
+    # A split model's forward sums over its tensor-parallel group: all of them measure.
+    measures = state.rank == 0 or state.tp_group is not None
     decided = [
         split_points(
             module,
@@ -83,7 +85,7 @@ def agreed_split_points(module: nn.Module, state: smp_state.State, example: Mode
             state.partitions,
             state.say_once,
         )
-        if state.rank == 0
+        if measures
         else None
     ]
     dist.broadcast_object_list(decided, src=0)
@@ -185,9 +187,10 @@ class Pipeline:
         return loss  # type: ignore[no-any-return]
 
     def average_gradients(self) -> None:
-        """The replicas of this stage agree on its gradients: their mean."""
+        """The replicas of this stage that hold the same shares agree on its gradients:
+        their mean."""
         state = smp_state.current()
-        gradients.average(self.module.parameters(), state.dp_group, state.topology.dp_size)
+        gradients.average(self.module.parameters(), state.rdp_group, state.topology.rdp_size)
 
 
 def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, pytree.TreeSpec]:

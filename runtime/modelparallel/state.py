@@ -139,9 +139,11 @@ def init(config: Mapping[str, Any] | None = None) -> State:
     tp_group, rdp_group, tp_mesh = None, dp_group, None
     mesh = _shard_mesh(topology, device, rank)
     if topology.tp_size > 1:
-        tp_groups = [topology.tp_group(r) for r in range(topology.rdp_size)]
+        stages = range(topology.pp_size)
+        tp_groups = [topology.tp_group(r, p) for p in stages for r in range(topology.rdp_size)]
         tp_group = _own_group(tp_groups, rank)
-        rdp_group = _own_group([topology.rdp_group(t) for t in range(topology.tp_size)], rank)
+        rdp_groups = [topology.rdp_group(t, p) for p in stages for t in range(topology.tp_size)]
+        rdp_group = _own_group(rdp_groups, rank)
         tp_mesh = DeviceMesh.from_group(tp_group, device.type, mesh_dim_names=("tp",))
         if topology.shard_degree > 1:
             # FSDP shards tensor-parallel parameters only over a mesh of the same root.

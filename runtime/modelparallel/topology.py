@@ -9,9 +9,10 @@ on adjacent ranks. Sharded data parallelism (pp = 1) cuts the replicas into grou
 states, sharded across it, and the groups replicate one another (MiCS); adjacent ranks
 share an instance, so the sharding's all-gathers stay inside one where they fit.
 
-Tensor parallelism (``tensor_parallel_degree`` t > 1; with one stage, as the API allows)
-puts the t ranks of a tensor-parallel group on adjacent ranks, so on one instance, where
-they exchange activations in every layer. As in SageMaker's library the data-parallel
+Tensor parallelism (``tensor_parallel_degree`` t > 1) groups the t ranks that hold one
+stage of t adjacent replicas (adjacent ranks where there is one stage, so on one
+instance, where they exchange activations in every layer; with ``cluster`` placement and
+p stages, ranks p apart). As in SageMaker's library the data-parallel
 group then holds every rank of a stage (t x the replicas), and the reduced data-parallel
 group the ranks that hold the same shards (one per replica); the model-parallel group is
 the pipeline group, or the tensor-parallel group. Sharded together with tensor
@@ -41,8 +42,6 @@ class Topology:
             raise ValueError(f"{self.tp_size} tensor-parallel ranks do not divide {self.dp_size}")
         if self.rdp_size % self.shard_degree:
             raise ValueError(f"shard groups of {self.shard_degree} do not divide {self.rdp_size}")
-        if self.tp_size > 1 and self.pp_size > 1:
-            raise ValueError("tensor parallelism with pipeline stages is not run")
 
     @property
     def dp_size(self) -> int:
@@ -59,18 +58,22 @@ class Topology:
         return self.dp_size // self.tp_size
 
     def tp_rank(self, rank: int) -> int:
-        return rank % self.tp_size
+        return self.dp_rank(rank) % self.tp_size
 
     def rdp_rank(self, rank: int) -> int:
         return self.dp_rank(rank) // self.tp_size
 
-    def tp_group(self, rdp_rank: int) -> list[int]:
-        """The ranks that hold the shards of one replica's tensor-parallel modules."""
-        return [rdp_rank * self.tp_size + tp for tp in range(self.tp_size)]
+    def tp_group(self, rdp_rank: int, pp_rank: int = 0) -> list[int]:
+        """The ranks that hold the shards of one replica's tensor-parallel modules (of
+        stage ``pp_rank``)."""
+        return [self.rank_of(pp_rank, rdp_rank * self.tp_size + tp) for tp in range(self.tp_size)]
 
-    def rdp_group(self, tp_rank: int) -> list[int]:
-        """The ranks that hold the same shard, one per replica."""
-        return [replica * self.tp_size + tp_rank for replica in range(self.rdp_size)]
+    def rdp_group(self, tp_rank: int, pp_rank: int = 0) -> list[int]:
+        """The ranks that hold the same shard (of stage ``pp_rank``), one per replica."""
+        return [
+            self.rank_of(pp_rank, replica * self.tp_size + tp_rank)
+            for replica in range(self.rdp_size)
+        ]
 
     def pp_rank(self, rank: int) -> int:
         if self.placement == "cluster":

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.timeout(600)
 # attention keys: softmax ignores a constant per query) into steps of up to ~1e-5.
 CLOSE = {"atol": 1e-4, "rtol": 1e-4}
 ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
+FOUR_ON_ONE = Layout.blocks(instances=1, per_instance=4)
 SCENARIOS = {
     "gpt2_simple": ("gpt2", ONE_INSTANCE),
     "gpt2_interleaved_ddp": ("gpt2", Layout.blocks(instances=2, per_instance=2)),
@@ -38,6 +39,8 @@ SCENARIOS = {
     ),
     "llama_tensor_parallel_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
     "llama_tensor_parallel_unmarked": ("llama", Layout.blocks(instances=2, per_instance=2)),
+    "gpt2_tensor_parallel_pipeline": ("gpt2", FOUR_ON_ONE),
+    "llama_tensor_parallel_pipeline": ("llama", FOUR_ON_ONE),
 }
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
@@ -84,7 +87,16 @@ def test_follows_one_process_training_and_loads_into_a_fresh_model(
     fresh.load_state_dict(got, strict=True)
 
 
-@pytest.mark.parametrize("scenario", ["gpt2_simple", "gpt2_interleaved_ddp", "llama_interleaved"])
+PIPELINED = [
+    "gpt2_simple",
+    "gpt2_interleaved_ddp",
+    "llama_interleaved",
+    "gpt2_tensor_parallel_pipeline",
+    "llama_tensor_parallel_pipeline",
+]
+
+
+@pytest.mark.parametrize("scenario", PIPELINED)
 def test_tied_embeddings_are_one_value_on_every_stage_that_holds_them(
     runs: Path, scenario: str
 ) -> None:
@@ -104,7 +116,7 @@ def test_tied_embeddings_are_one_value_on_every_stage_that_holds_them(
     assert not torch.equal(reference, single_process_reference(family, steps=0)[embedding])
 
 
-@pytest.mark.parametrize("scenario", ["gpt2_simple", "gpt2_interleaved_ddp", "llama_interleaved"])
+@pytest.mark.parametrize("scenario", PIPELINED)
 def test_every_rank_hears_its_replicas_losses(runs: Path, scenario: str) -> None:
     ranks = _ranks(runs, scenario)
     # Each replica's stages report the loss its last stage computed; the held-out batch
@@ -129,7 +141,13 @@ def test_activation_checkpointing_recomputes_each_transformer_block(
 
 @pytest.mark.parametrize(
     "scenario",
-    ["gpt2_tensor_parallel", "llama_tensor_parallel", "gpt2_tensor_parallel_sharded_checkpointed"],
+    [
+        "gpt2_tensor_parallel",
+        "llama_tensor_parallel",
+        "gpt2_tensor_parallel_sharded_checkpointed",
+        "gpt2_tensor_parallel_pipeline",
+        "llama_tensor_parallel_pipeline",
+    ],
 )
 def test_a_tensor_parallel_checkpoint_rebuilds_the_whole_model(runs: Path, scenario: str) -> None:
     family = SCENARIOS[scenario][0]
@@ -172,6 +190,28 @@ def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
         by_group.setdefault(rank["rdp_rank"], set()).add(rank["loss"])
     assert all(len(losses) == 1 for losses in by_group.values())
     assert len(by_group) == len(ranks) // 2
+
+
+@pytest.mark.parametrize(
+    "scenario", ["gpt2_tensor_parallel_pipeline", "llama_tensor_parallel_pipeline"]
+)
+def test_each_pipeline_stage_is_split_over_its_tensor_parallel_ranks(
+    runs: Path, scenario: str
+) -> None:
+    family = SCENARIOS[scenario][0]
+    ranks = _ranks(runs, scenario)
+    # cluster placement: a replica's stages on adjacent ranks, its tensor-parallel peers
+    # (the same stage) two ranks on.
+    assert [(rank["pp_rank"], rank["tp_rank"]) for rank in ranks] == [
+        (0, 0),
+        (1, 0),
+        (0, 1),
+        (1, 1),
+    ]
+    whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
+    # Each rank: two of the four blocks, split in two, and an embedding or the head.
+    assert all(rank["parameter_bytes"] <= 0.35 * whole for rank in ranks)
+    assert all(rank["parameter_bytes"] > 0.2 * whole for rank in ranks)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "bert"])

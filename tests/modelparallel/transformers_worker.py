@@ -47,6 +47,15 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
             "microbatches": 2,
         },
     ),
+    # Tensor parallelism inside pipeline stages: 2 stages, each split over 2 ranks.
+    "gpt2_tensor_parallel_pipeline": (
+        "gpt2",
+        {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2, "pipeline": "simple"},
+    ),
+    "llama_tensor_parallel_pipeline": (
+        "llama",
+        {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2},
+    ),
     # Nothing marked for tensor parallelism: each rank the whole model, replicas in step.
     "llama_tensor_parallel_unmarked": (
         "llama",
@@ -58,7 +67,9 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
 # Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
 CHECKPOINTED = {
     "gpt2_tensor_parallel",
+    "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel",
+    "llama_tensor_parallel_pipeline",
     "gpt2_tensor_parallel_sharded_checkpointed",
 }
 
