@@ -10,6 +10,7 @@ scaler. Each run is real processes placed as mpirun places them, importing
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,13 @@ from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.workload import (
     POISONED_STEP,
     STEPS,
+    nested_key,
     scaled_reference,
     sequential_key,
     single_process_reference,
 )
 
-# The module's fixture runs 15 jobs of 2 to 4 processes before the first test: about 3
+# The module's fixture runs 17 jobs of 2 to 4 processes before the first test: about 3
 # minutes alone on 2 cores, and up to twice that beside the suite's other test process.
 pytestmark = pytest.mark.timeout(900)
 
@@ -44,6 +46,7 @@ LAYOUTS = {
     "pipeline_manual": ONE_INSTANCE,
     "pipeline_delayed": ONE_INSTANCE,
     "pipeline_sequential": ONE_INSTANCE,
+    "pipeline_nested": ONE_INSTANCE,
 }
 
 
@@ -69,6 +72,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "pipeline_delayed",
         "replicated_grad_scaler",
         "pipeline_sequential",
+        "pipeline_nested",
     ]:
         run_job(
             ["-m", "tests.modelparallel.worker", str(out), scenario],
@@ -115,16 +119,20 @@ def test_follows_one_process_training_on_the_global_batch(runs: Path, scenario: 
         torch.testing.assert_close(got[key], reference[key], **EXACT)
 
 
-def test_a_model_that_is_one_nn_sequential_follows_one_process_training(runs: Path) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "renamed"),
+    [("pipeline_sequential", sequential_key), ("pipeline_nested", nested_key)],
+)
+def test_a_model_of_other_containers_follows_one_process_training(
+    runs: Path, scenario: str, renamed: Callable[[str], str]
+) -> None:
     reference = single_process_reference()
-    got = {
-        sequential_key(key): value for key, value in _params(runs, "pipeline_sequential").items()
-    }
+    got = {renamed(key): value for key, value in _params(runs, scenario).items()}
     assert got.keys() == reference.keys()
     for key in reference:
         torch.testing.assert_close(got[key], reference[key], **EXACT)
-    # Both stages held and stepped some of its items.
-    held = [rank["optimizer_parameters"] for rank in _ranks(runs, "pipeline_sequential")]
+    # Both stages held and stepped some of its modules.
+    held = [rank["optimizer_parameters"] for rank in _ranks(runs, scenario)]
     assert sum(held) == 10
     assert min(held) >= 2
 

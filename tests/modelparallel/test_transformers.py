@@ -18,7 +18,7 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 8 jobs of 2 to 4 processes: about 70 s alone on 2 cores.
+# The fixture runs 13 jobs of 2 to 4 processes: about 2 minutes alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of

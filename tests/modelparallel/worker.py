@@ -21,6 +21,7 @@ from tests.modelparallel.workload import (
     SCALE,
     STEPS,
     Block,
+    Nested,
     batch,
     loss_of,
     model,
@@ -43,6 +44,8 @@ SCENARIOS: dict[str, dict[str, object]] = {
     "pipeline_manual": {"partitions": 2, "microbatches": 2, "auto_partition": False},
     # The model as one nn.Sequential: its items are the stack.
     "pipeline_sequential": {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
+    # The model as a tree of attributes, an nn.ModuleDict and nested nn.Sequentials.
+    "pipeline_nested": {"partitions": 2, "microbatches": 2},
     # Made under smp.model_creation(), which delays as the job's parameter says.
     "sharded_delayed": {
         "ddp": True,
@@ -137,6 +140,8 @@ def main() -> None:
             net = model()
     elif scenario == "pipeline_sequential":
         net = sequential()
+    elif scenario == "pipeline_nested":
+        net = Nested()
     else:
         net = model()
     # Parameter bytes the script's model holds before it is wrapped.

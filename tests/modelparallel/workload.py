@@ -67,6 +67,42 @@ def sequential_key(key: str) -> str:
     return f"{where}.{rest}"
 
 
+class Nested(nn.Module):
+    """The same model as a tree of other containers, laid out as a ResNet is: its head in
+    an nn.ModuleDict made first, the embedding a plain attribute, the blocks in nested
+    nn.Sequentials of two and one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        made = model()
+        self.heads = nn.ModuleDict({"out": made.head})
+        self.stem = made.embed
+        first, second, third = made.blocks
+        self.layers = nn.Sequential(nn.Sequential(first, second), nn.Sequential(third))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.heads["out"](self.layers(self.stem(x)))
+
+
+# ``Nested``'s modules by ``model()``'s names.
+NESTED_NAMES = {
+    "heads.out": "head",
+    "stem": "embed",
+    "layers.0.0": "blocks.0",
+    "layers.0.1": "blocks.1",
+    "layers.1.0": "blocks.2",
+}
+
+
+def nested_key(key: str) -> str:
+    """A key of ``Nested()``'s state_dict as ``model()``'s names it."""
+    owner, _, rest = key.rpartition(".")
+    for nested, name in NESTED_NAMES.items():
+        if owner.startswith(nested):
+            return name + owner[len(nested) :] + "." + rest
+    raise KeyError(key)
+
+
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(100 + step)
     x = torch.randn(GLOBAL_BATCH, FEATURES, generator=generator)
