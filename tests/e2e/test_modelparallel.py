@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 
 from runyard.client import Client
 from tests.e2e.conftest import Stack
@@ -54,6 +55,17 @@ PIPELINE_DISTRIBUTION = {
         "modelparallel": {
             "enabled": True,
             "parameters": {"partitions": 2, "microbatches": 4, "ddp": True},
+        }
+    },
+}
+# A transformers GPT-2 in 2 pipeline stages, each split over 2 ranks (tensor parallelism
+# inside the stages): cluster placement puts a stage's two ranks on the two instances.
+TRANSFORMERS_DISTRIBUTION = {
+    "mpi": {"enabled": True, "processes_per_host": 2},
+    "smdistributed": {
+        "modelparallel": {
+            "enabled": True,
+            "parameters": {"partitions": 2, "tensor_parallel_degree": 2, "microbatches": 2},
         }
     },
 }
@@ -173,3 +185,36 @@ def test_a_killed_instance_resumes_from_the_sharded_checkpoint(
     assert expected.keys() == got.keys()
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], atol=1e-6, rtol=1e-5)
+
+
+def test_a_transformers_gpt2_trains_in_tensor_parallel_pipeline_stages(
+    mp_stack: Stack, tmp_path: Path
+) -> None:
+    steps = 16
+    with mp_stack.client() as client:
+        job = mp_stack.submit(
+            client,
+            "modelparallel-transformers",
+            name="gpt2-tp-pp",
+            entry_point="train_gpt2.py",
+            instance_count=2,
+            distribution=TRANSFORMERS_DISTRIBUTION,
+            hyperparameters={"max_steps": steps},
+            output_path=(tmp_path / "gpt2-tp-pp" / "output").as_uri(),
+        )
+        job = mp_stack.wait_until_ended(client, job["name"], timeout=300)
+        lines = _lines(client, job["name"])
+        assert job["status"] == "Completed", mp_stack.explain(job, list(client.logs(job["name"])))
+    losses = _losses(lines)
+    assert sorted(losses) == list(range(steps)), lines
+    assert losses[steps - 1] < losses[0] / 2, losses
+    assert any("4 blocks split (GPT-2)" in line for line in lines), lines
+    assert any("pipeline stages begin at: transformer.h." in line for line in lines), lines
+    # The saved model is transformers' own: a fresh GPT-2 of the config loads it strictly,
+    # its tied embeddings one value.
+    state = _model(job, tmp_path)
+    assert torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
+    config = transformers.GPT2Config(
+        vocab_size=64, n_positions=32, n_embd=64, n_layer=4, n_head=4, use_cache=False
+    )
+    transformers.GPT2LMHeadModel(config).load_state_dict(state, strict=True)
