@@ -1,11 +1,12 @@
-"""Tensor parallelism in Runyard's model-parallel library on a transformers Llama (from a
-config), 2 processes on the same global batch, side by side in one run: tensor-parallel
-degree 2 (the decoder layers split over both ranks, made inside
+"""Tensor parallelism in Runyard's model-parallel library on a transformers Llama or GPT-2
+(from a config), 2 processes on the same global batch, side by side in one run:
+tensor-parallel degree 2 (the decoder layers split over both ranks, made inside
 ``smp.tensor_parallelism()``) against degree 1 (each rank the whole model, 2 replicas
 under ``ddp``). Prints samples per second, CPU seconds per step (both processes
 together) and the parameter bytes each rank holds.
 
-    .venv/bin/python bench/modelparallel_tensor.py [--steps 6] [--rounds 2]
+    .venv/bin/python bench/modelparallel_tensor.py [--family llama|gpt2] [--steps 6]
+        [--rounds 2]
 """
 
 from __future__ import annotations
@@ -32,28 +33,47 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def made(args: argparse.Namespace) -> torch.nn.Module:
+    """The family's causal language model, from a config (nothing downloaded)."""
+    if args.family == "gpt2":
+        return transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                n_layer=args.layers,
+                n_embd=args.width,
+                n_head=8,
+                n_positions=args.sequence,
+                vocab_size=args.vocabulary,
+                bos_token_id=0,
+                eos_token_id=0,
+                use_cache=False,
+            )
+        )
+    return transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            num_hidden_layers=args.layers,
+            hidden_size=args.width,
+            intermediate_size=args.width * 8 // 3 // 64 * 64,
+            num_attention_heads=8,
+            num_key_value_heads=8,
+            max_position_embeddings=args.sequence,
+            vocab_size=args.vocabulary,
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=0,
+            use_cache=False,
+        )
+    )
+
+
 def worker(args: argparse.Namespace) -> None:
     config: dict[str, object] = {"microbatches": 1, "ddp": True}
     if args.degree > 1:
         config["tensor_parallel_degree"] = args.degree
     smp.init(config)
     torch.manual_seed(0)
-    made = transformers.LlamaConfig(
-        num_hidden_layers=args.layers,
-        hidden_size=args.width,
-        intermediate_size=args.width * 8 // 3 // 64 * 64,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        max_position_embeddings=args.sequence,
-        vocab_size=args.vocabulary,
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=0,
-        use_cache=False,
-    )
     split = smp.tensor_parallelism() if args.degree > 1 else contextlib.nullcontext()
     with split:
-        model = transformers.LlamaForCausalLM(made)
+        model = made(args)
     wrapped = smp.DistributedModel(model)
     optimizer = smp.DistributedOptimizer(torch.optim.Adam(wrapped.parameters(), lr=1e-4))
     generator = torch.Generator().manual_seed(1)
@@ -99,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--degree", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--family", choices=("llama", "gpt2"), default="llama")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every run")
     parser.add_argument("--layers", type=int, default=8, help="decoder layers")
@@ -111,13 +132,13 @@ def main() -> None:
         worker(args)
         return
     print(
-        f"{machine()}; Llama of {args.layers} layers x {args.width}, vocabulary "
+        f"{machine()}; {args.family} of {args.layers} layers x {args.width}, vocabulary "
         f"{args.vocabulary}, {args.sequence} tokens; {PROCESSES} processes, batch {args.batch}"
     )
     passed = [
         f"--{key}={value}"
         for key, value in vars(args).items()
-        if key in ("steps", "layers", "width", "sequence", "vocabulary", "batch")
+        if key in ("family", "steps", "layers", "width", "sequence", "vocabulary", "batch")
     ]
     results: dict[int, list[dict[str, float]]] = {1: [], 2: []}
     for _ in range(args.rounds):

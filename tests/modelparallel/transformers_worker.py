@@ -56,6 +56,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "llama",
         {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2},
     ),
+    # A new run of the GPT-2 one, resumed from its checkpoint before its first step.
+    "gpt2_tensor_parallel_pipeline_resumed": (
+        "gpt2",
+        {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2, "pipeline": "simple"},
+    ),
     # Nothing marked for tensor parallelism: each rank the whole model, replicas in step.
     "llama_tensor_parallel_unmarked": (
         "llama",
@@ -64,6 +69,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
+# Scenarios that resume from another's checkpoint (which its 3 steps saved), by name.
+RESUMED = {"gpt2_tensor_parallel_pipeline_resumed": "gpt2_tensor_parallel_pipeline"}
 # Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
 CHECKPOINTED = {
     "gpt2_tensor_parallel",
@@ -126,7 +133,13 @@ def main() -> None:
     per_replica = batch(0)[0].shape[0] // smp.dp_size()
     rows = slice(smp.dp_rank() * per_replica, (smp.dp_rank() + 1) * per_replica)
     wrapped.train()
-    for step in range(STEPS):
+    first, last = 0, STEPS
+    if scenario in RESUMED:
+        # As scripts resume: before the first step, so before any stage is built; then
+        # one step more, which needs the optimizer's moments as they were saved.
+        smp.resume_from_checkpoint(out / f"{RESUMED[scenario]}-checkpoint")
+        first, last = STEPS, STEPS + 1
+    for step in range(first, last):
         ids, mask = batch(step)
         optimizer.zero_grad()
         losses = train_step(wrapped, ids[rows], mask[rows])
