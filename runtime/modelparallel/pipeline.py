@@ -28,6 +28,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import fx, nn
+from torch.distributed._composable.checkpoint_activation import (
+    checkpoint as checkpoint_activations,
+)
 from torch.distributed.pipelining import Pipe, Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 from torch.distributed.pipelining.microbatch import _CustomReducer
 from torch.utils import _pytree as pytree
@@ -107,6 +110,7 @@ class Pipeline:
             pipe, self._output = split(module, self._positional(example), points)
         self.ties: list[Tie] = ties_of(module, pipe)
         self.stage = pipe.build_stage(state.pp_rank, state.device, group=state.stage_group)
+        _checkpoint_traced(module, self.stage.submod, state.checkpointed)
         self._model_inputs = _model_inputs_of_stage(pipe, state.pp_rank, self.stage.submod)
         kind = ScheduleGPipe if parameters.pipeline == "simple" else Schedule1F1B
         self.schedule = kind(
@@ -241,6 +245,22 @@ def held_again(released: Released) -> Iterator[None]:
     finally:
         for parameter, _ in released:
             parameter.data = parameter.data.new_empty(0)
+
+
+def _checkpoint_traced(module: nn.Module, stage: nn.Module, checkpointed: list[nn.Module]) -> None:
+    """Recomputes in the backward pass the activations of the stage's modules that stand
+    for the model's checkpointed ones: a traced stage runs its own copies of the model's
+    modules (under the same names), not the model's, so their marks do not carry over."""
+    names = {id(each): name for name, each in module.named_modules()}
+    for original in checkpointed:
+        name = names.get(id(original))
+        if not name:
+            continue
+        try:
+            traced = stage.get_submodule(name)
+        except AttributeError:
+            continue  # on another stage
+        checkpoint_activations(traced)
 
 
 def _pass_inputs_through_the_first_stage(module: nn.Module, output: list[pytree.TreeSpec]) -> None:

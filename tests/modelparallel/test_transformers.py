@@ -30,6 +30,7 @@ SCENARIOS = {
     "gpt2_simple": ("gpt2", ONE_INSTANCE),
     "gpt2_interleaved_ddp": ("gpt2", Layout.blocks(instances=2, per_instance=2)),
     "llama_interleaved": ("llama", ONE_INSTANCE),
+    "gpt2_pipeline_checkpointed": ("gpt2", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel": ("llama", ONE_INSTANCE),
     "gpt2_tensor_parallel": ("gpt2", ONE_INSTANCE),
@@ -95,6 +96,7 @@ PIPELINED = [
     "gpt2_simple",
     "gpt2_interleaved_ddp",
     "llama_interleaved",
+    "gpt2_pipeline_checkpointed",
     "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline",
 ]
@@ -130,6 +132,20 @@ def test_every_rank_hears_its_replicas_losses(runs: Path, scenario: str) -> None
         by_replica.setdefault(rank["dp_rank"], set()).add(rank["loss"])
     assert all(len(losses) == 1 for losses in by_replica.values())
     assert len({rank["held_out_loss"] for rank in ranks}) == 1
+
+
+@pytest.mark.parametrize(
+    ("scenario", "runs_per_block"), [("gpt2_simple", 1), ("gpt2_pipeline_checkpointed", 2)]
+)
+def test_pipeline_stages_recompute_the_blocks_marked_for_activation_checkpointing(
+    runs: Path, scenario: str, runs_per_block: int
+) -> None:
+    ranks = _ranks(runs, scenario)
+    assert sum(rank["stage_blocks"] for rank in ranks) == 4
+    # Counted from the second step: each stage's blocks x 2 microbatches x 2 steps, and
+    # each once more in the backward pass where marked.
+    for rank in ranks:
+        assert rank["block_forwards"] == runs_per_block * rank["stage_blocks"] * 2 * (STEPS - 1)
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "gpt2",
         {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
     ),
+    # Pipeline stages whose blocks recompute their activations in the backward pass.
+    "gpt2_pipeline_checkpointed": (
+        "gpt2",
+        {"partitions": 2, "microbatches": 2, "pipeline": "simple"},
+    ),
     # Made under smp.tensor_parallelism(): its decoder layers split over 2 ranks.
     "llama_tensor_parallel": ("llama", {"tensor_parallel_degree": 2, "microbatches": 2}),
     # GPT-2's fused query-key-value Conv1D split by heads; saved through DCP and resumed.
@@ -118,11 +123,11 @@ def main() -> None:
     def count(*_: object) -> None:
         block_forwards[0] += 1
 
-    if family == "gpt2" and "partitions" not in config:
-        for block in net.base_model.h:
+    for block in net.base_model.h if family == "gpt2" else []:
+        if "partitions" not in config:
             block.register_forward_pre_hook(count)
-            if scenario.endswith("_checkpointed"):
-                smp.set_activation_checkpointing(block)
+        if scenario.endswith("_checkpointed"):
+            smp.set_activation_checkpointing(block)
     wrapped = smp.DistributedModel(net, trace_device="gpu")
     optimizer = smp.DistributedOptimizer(
         torch.optim.Adam(wrapped.parameters(), lr=LR),
@@ -134,6 +139,7 @@ def main() -> None:
     rows = slice(smp.dp_rank() * per_replica, (smp.dp_rank() + 1) * per_replica)
     wrapped.train()
     first, last = 0, STEPS
+    stage_blocks = 0
     if scenario in RESUMED:
         # As scripts resume: before the first step, so before any stage is built; then
         # one step more, which needs the optimizer's moments as they were saved.
@@ -144,6 +150,12 @@ def main() -> None:
         optimizer.zero_grad()
         losses = train_step(wrapped, ids[rows], mask[rows])
         optimizer.step()
+        if step == first and wrapped.pipeline is not None:
+            # The stage runs its own traced blocks: counted from the second step on.
+            for name, block in wrapped.pipeline.module.named_modules():
+                if name.startswith("transformer.h.") and name.count(".") == 2:
+                    block.register_forward_pre_hook(count)
+                    stage_blocks += 1
     trained_forwards = block_forwards[0]
     if scenario in CHECKPOINTED:
         # Saved, moved on a step, and resumed: what is kept is what was saved.
@@ -169,6 +181,7 @@ def main() -> None:
             {
                 "loss": float(losses.reduce_mean()),
                 "block_forwards": trained_forwards,
+                "stage_blocks": stage_blocks,
                 "held_out_loss": float(held_out.reduce_mean()),
                 "optimizer_parameters": sum(
                     len(group["params"]) for group in optimizer.param_groups
