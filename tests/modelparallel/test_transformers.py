@@ -18,7 +18,7 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 13 jobs of 2 to 4 processes: about 2 minutes alone on 2 cores.
+# The fixture runs 17 jobs of 2 to 8 processes: about 3.5 minutes alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
@@ -42,6 +42,7 @@ SCENARIOS = {
     "llama_tensor_parallel_unmarked": ("llama", Layout.blocks(instances=2, per_instance=2)),
     "gpt2_tensor_parallel_pipeline": ("gpt2", FOUR_ON_ONE),
     "llama_tensor_parallel_pipeline": ("llama", FOUR_ON_ONE),
+    "llama_tensor_parallel_pipeline_ddp": ("llama", Layout.blocks(instances=2, per_instance=4)),
     # After "gpt2_tensor_parallel_pipeline", whose checkpoint it resumes from for a 4th step.
     "gpt2_tensor_parallel_pipeline_resumed": ("gpt2", FOUR_ON_ONE),
 }
@@ -99,6 +100,7 @@ PIPELINED = [
     "gpt2_pipeline_checkpointed",
     "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline",
+    "llama_tensor_parallel_pipeline_ddp",
 ]
 
 
@@ -213,7 +215,12 @@ def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
 
 
 @pytest.mark.parametrize(
-    "scenario", ["gpt2_tensor_parallel_pipeline", "llama_tensor_parallel_pipeline"]
+    "scenario",
+    [
+        "gpt2_tensor_parallel_pipeline",
+        "llama_tensor_parallel_pipeline",
+        "llama_tensor_parallel_pipeline_ddp",
+    ],
 )
 def test_each_pipeline_stage_is_split_over_its_tensor_parallel_ranks(
     runs: Path, scenario: str
@@ -221,12 +228,9 @@ def test_each_pipeline_stage_is_split_over_its_tensor_parallel_ranks(
     family = SCENARIOS[scenario][0]
     ranks = _ranks(runs, scenario)
     # cluster placement: a replica's stages on adjacent ranks, its tensor-parallel peers
-    # (the same stage) two ranks on.
-    assert [(rank["pp_rank"], rank["tp_rank"]) for rank in ranks] == [
-        (0, 0),
-        (1, 0),
-        (0, 1),
-        (1, 1),
+    # (the same stage) two ranks on, the next replica four ranks on.
+    assert [(rank["pp_rank"], rank["tp_rank"], rank["rdp_rank"]) for rank in ranks] == [
+        (index % 2, index // 2 % 2, index // 4) for index in range(len(ranks))
     ]
     whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
     # Each rank: two of the four blocks, split in two, and an embedding or the head.

@@ -61,6 +61,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "llama",
         {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2},
     ),
+    # ... and two such replicas (tp x pp x dp: 8 processes on 2 instances).
+    "llama_tensor_parallel_pipeline_ddp": (
+        "llama",
+        {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2, "ddp": True},
+    ),
     # A new run of the GPT-2 one, resumed from its checkpoint before its first step.
     "gpt2_tensor_parallel_pipeline_resumed": (
         "gpt2",
