@@ -18,7 +18,7 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 17 jobs of 2 to 8 processes: about 3.5 minutes alone on 2 cores.
+# The fixture runs 21 jobs of 2 to 8 processes: about 4 minutes alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
@@ -29,7 +29,11 @@ FOUR_ON_ONE = Layout.blocks(instances=1, per_instance=4)
 SCENARIOS = {
     "gpt2_simple": ("gpt2", ONE_INSTANCE),
     "gpt2_interleaved_ddp": ("gpt2", Layout.blocks(instances=2, per_instance=2)),
+    "gpt2_interleaved": ("gpt2", ONE_INSTANCE),
+    "llama_simple": ("llama", ONE_INSTANCE),
     "llama_interleaved": ("llama", ONE_INSTANCE),
+    "llama_interleaved_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
+    "llama_sharded_checkpointed": ("llama", ONE_INSTANCE),
     "gpt2_pipeline_checkpointed": ("gpt2", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
     "llama_tensor_parallel": ("llama", ONE_INSTANCE),
@@ -95,8 +99,11 @@ def test_follows_one_process_training_and_loads_into_a_fresh_model(
 
 PIPELINED = [
     "gpt2_simple",
+    "gpt2_interleaved",
     "gpt2_interleaved_ddp",
+    "llama_simple",
     "llama_interleaved",
+    "llama_interleaved_ddp",
     "gpt2_pipeline_checkpointed",
     "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline",
@@ -151,7 +158,12 @@ def test_pipeline_stages_recompute_the_blocks_marked_for_activation_checkpointin
 
 
 @pytest.mark.parametrize(
-    "scenario", ["gpt2_sharded_checkpointed", "gpt2_tensor_parallel_sharded_checkpointed"]
+    "scenario",
+    [
+        "gpt2_sharded_checkpointed",
+        "llama_sharded_checkpointed",
+        "gpt2_tensor_parallel_sharded_checkpointed",
+    ],
 )
 def test_activation_checkpointing_recomputes_each_transformer_block(
     runs: Path, scenario: str

@@ -15,14 +15,8 @@ from runtime.modelparallel.projections import by_rank, in_model_order
 from runtime.modelparallel.splits import split_points
 from runtime.modelparallel.tensor import TensorParallelError, planned
 from runtime.modelparallel.ties import ties_of
-from tests.modelparallel.transformers_workload import batch, model
+from tests.modelparallel.transformers_workload import STACKS, batch, model
 
-STACKS = {
-    "gpt2": "transformer.h.",
-    "neox": "gpt_neox.layers.",
-    "llama": "model.layers.",
-    "bert": "bert.encoder.layer.",
-}
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
     "neox": None,  # GPT-NeoX unties its embeddings by default
@@ -40,7 +34,7 @@ def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: st
     points = split_points(net, Parameters(partitions=2), 2, example, {}, lambda _: None)
     # Four even blocks, and lighter modules around them: the second stage begins at a
     # block past the first (which one, the measured times say).
-    assert points in ([f"{STACKS[family]}{index}"] for index in (1, 2, 3))
+    assert points in ([f"{STACKS[family]}.{index}"] for index in (1, 2, 3))
     with torch.no_grad():
         expected = net(**example.kwargs)
         pipe, returned = split(net, example, points)

@@ -16,15 +16,22 @@ from pathlib import Path
 import smdistributed.modelparallel.torch as smp
 import torch
 
-from tests.modelparallel.transformers_workload import LR, STEPS, batch, model
+from tests.modelparallel.transformers_workload import LR, STACKS, STEPS, batch, model
 
 SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     "gpt2_simple": ("gpt2", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
     "gpt2_interleaved_ddp": ("gpt2", {"partitions": 2, "microbatches": 2, "ddp": True}),
+    "gpt2_interleaved": ("gpt2", {"partitions": 2, "microbatches": 2}),
+    "llama_simple": ("llama", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
     "llama_interleaved": ("llama", {"partitions": 2, "microbatches": 4}),
+    "llama_interleaved_ddp": ("llama", {"partitions": 2, "microbatches": 2, "ddp": True}),
     # Each transformer block recomputes its activations in the backward pass.
     "gpt2_sharded_checkpointed": (
         "gpt2",
+        {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
+    ),
+    "llama_sharded_checkpointed": (
+        "llama",
         {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
     ),
     # Pipeline stages whose blocks recompute their activations in the backward pass.
@@ -128,7 +135,7 @@ def main() -> None:
     def count(*_: object) -> None:
         block_forwards[0] += 1
 
-    for block in net.base_model.h if family == "gpt2" else []:
+    for block in net.get_submodule(STACKS[family]):
         if "partitions" not in config:
             block.register_forward_pre_hook(count)
         if scenario.endswith("_checkpointed"):
@@ -158,7 +165,7 @@ def main() -> None:
         if step == first and wrapped.pipeline is not None:
             # The stage runs its own traced blocks: counted from the second step on.
             for name, block in wrapped.pipeline.module.named_modules():
-                if name.startswith("transformer.h.") and name.count(".") == 2:
+                if name.rpartition(".")[0] == STACKS[family]:
                     block.register_forward_pre_hook(count)
                     stage_blocks += 1
     trained_forwards = block_forwards[0]

@@ -9,6 +9,13 @@ import torch
 import transformers
 from torch import nn
 
+# Where each family keeps its stack of blocks.
+STACKS = {
+    "gpt2": "transformer.h",
+    "llama": "model.layers",
+    "neox": "gpt_neox.layers",
+    "bert": "bert.encoder.layer",
+}
 GLOBAL_BATCH = 8
 SEQUENCE = 16
 VOCABULARY = 96
