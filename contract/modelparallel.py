@@ -173,6 +173,12 @@ def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> 
                 "tensor_parallel_degree",
                 f"{degree} does not divide the job's {replicas} data-parallel processes",
             )
+        if p.partitions > 1 and p.delayed_parameter_initialization:
+            refuse(
+                "delayed_parameter_initialization",
+                "Runyard does not make parameters late for tensor parallelism inside "
+                "pipeline stages (tensor_parallel_degree > 1 with partitions > 1)",
+            )
         replicas //= degree
     if p.default_partition >= p.partitions:
         refuse("default_partition", f"must be below partitions ({p.partitions})")

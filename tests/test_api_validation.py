@@ -125,6 +125,16 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
                 ["sharded_data_parallel_degree"],
             ),
             (
+                "late parameters for tensor parallelism in pipeline stages",
+                {
+                    "tensor_parallel_degree": 2,
+                    "partitions": 2,
+                    "microbatches": 2,
+                    "delayed_parameter_initialization": True,
+                },
+                ["delayed_parameter_initialization"],
+            ),
+            (
                 "sharding with a pipeline",
                 {
                     "partitions": 2,
