@@ -121,14 +121,14 @@ def resume_from_checkpoint(
     model = state.model
     module = model.own_module
     if model.pipeline is not None or model.shares is not None:
-        # A stage's own parameters (shares taken from split ones), as the model names them.
+        # The model's own load: a stage's parameters, or shares taken from split ones.
         model.load_state_dict(states["model"])
     else:
         set_model_state_dict(module, states["model"])
     if optimizer is not None:
-        moments = states["optimizer"]
-        if model.shares is not None:
-            moments = {key: _local(value) for key, value in moments.items()}
+        moments = {
+            key: _moment_as_held(model, key, value) for key, value in states["optimizer"].items()
+        }
         set_optimizer_state_dict(module, optimizer.optimizer, moments, options=_OPTIMIZER_LAYOUT)
     return torch.load(folder / USER_CONTENT, weights_only=False)
 
@@ -157,14 +157,45 @@ def _states(model: Any, optimizer: Any) -> dict[str, Any]:
     if shares is not None:
         # Split parameters inside pipeline stages are plain shares: written as DTensors,
         # so each rank writes its own and a checkpoint holds the whole.
-        states["model"] = shares.as_dtensors(states["model"])
-        if "optimizer" in states:
-            states["optimizer"] = shares.moments_as_dtensors(states["optimizer"])
+        states["model"] = {
+            key: shares.as_dtensor(key, value) if key in shares.splits else value
+            for key, value in states["model"].items()
+        }
+    if "optimizer" in states:
+        states["optimizer"] = {
+            key: _moment_as_saved(model, key, value) for key, value in states["optimizer"].items()
+        }
     return states
 
 
-def _local(value: Any) -> Any:
-    return value.to_local() if isinstance(value, DTensor) else value
+def _moment_as_saved(model: Any, key: str, value: Any) -> Any:
+    """An optimizer moment of a split parameter as a checkpoint keeps it: laid out as the
+    whole parameter, in the model's order (GPT-2's fused query-key-value is held by rank
+    while split), so any layout resumes from it."""
+    owner = _moment_owner(key, value)
+    if owner is not None and model.shares is not None and owner in model.shares.splits:
+        return model.shares.as_dtensor(owner, value)
+    if owner is not None and owner in model.parted and isinstance(value, DTensor):
+        return model.parted[owner].in_model_order(value)
+    return value
+
+
+def _moment_as_held(model: Any, key: str, value: Any) -> Any:
+    """``_moment_as_saved`` undone: a loaded moment as the split parameter holds it."""
+    owner = _moment_owner(key, value)
+    if owner is not None and model.shares is not None and owner in model.shares.splits:
+        return model.shares.own(owner, value)
+    if owner is not None and owner in model.parted and isinstance(value, DTensor):
+        return model.parted[owner].as_held(value, value)
+    return value
+
+
+def _moment_owner(key: str, value: Any) -> str | None:
+    """The parameter whose tensor a flattened optimizer entry (``state.<parameter>.<name>``)
+    holds; None for anything else (a step count, a setting)."""
+    if not key.startswith("state.") or not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return None
+    return key.removeprefix("state.").rpartition(".")[0]
 
 
 def _write_newest(path: Path, tag: str) -> None:

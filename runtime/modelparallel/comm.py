@@ -85,28 +85,25 @@ def rdp_size() -> int:
     return smp_state.current().topology.rdp_size
 
 
-# The model-parallel group is the pipeline group, or the tensor-parallel group: a job has
-# one or the other (``topology``'s docstring).
+# The model-parallel group holds one replica: its stages' tensor-parallel groups, stage by
+# stage (the pipeline group without tensor parallelism, the tensor-parallel group without
+# stages), as SageMaker's library ranks them.
 def mp_rank() -> int:
-    return tp_rank() if tp_size() > 1 else pp_rank()
+    state = smp_state.current()
+    return state.topology.mp_rank(state.rank)
 
 
 def mp_size() -> int:
-    return tp_size() if tp_size() > 1 else pp_size()
-
-
-def _is_tp(group: CommGroup) -> bool:
-    state = smp_state.current()
-    return group == CommGroup.TP_GROUP or (
-        group == CommGroup.MP_GROUP and state.topology.tp_size > 1
-    )
+    return tp_size() * pp_size()
 
 
 def _process_group(group: CommGroup) -> dist.ProcessGroup | None:
     state = smp_state.current()
-    if _is_tp(group):
+    if group == CommGroup.TP_GROUP:
         return state.tp_group
-    if group in (CommGroup.PP_GROUP, CommGroup.MP_GROUP):
+    if group == CommGroup.MP_GROUP:
+        return state.mp_group
+    if group == CommGroup.PP_GROUP:
         return state.pp_group
     if group == CommGroup.RDP_GROUP:
         return state.rdp_group
@@ -118,12 +115,14 @@ def _process_group(group: CommGroup) -> dist.ProcessGroup | None:
 def _members(group: CommGroup) -> list[int]:
     state = smp_state.current()
     topology = state.topology
-    if _is_tp(group):
-        return topology.tp_group(state.rdp_rank) if topology.tp_size > 1 else [state.rank]
-    if group in (CommGroup.PP_GROUP, CommGroup.MP_GROUP):
+    if group == CommGroup.TP_GROUP:
+        return topology.tp_group(state.rdp_rank, state.pp_rank)
+    if group == CommGroup.MP_GROUP:
+        return topology.mp_group(state.rdp_rank)
+    if group == CommGroup.PP_GROUP:
         return topology.pp_group(state.dp_rank)
     if group == CommGroup.RDP_GROUP and topology.tp_size > 1:
-        return topology.rdp_group(state.tp_rank)
+        return topology.rdp_group(state.tp_rank, state.pp_rank)
     if group in (CommGroup.DP_GROUP, CommGroup.RDP_GROUP):
         return topology.dp_group(state.pp_rank)
     return list(range(topology.world_size))
@@ -143,7 +142,8 @@ def pp_barrier() -> None:
     barrier(CommGroup.PP_GROUP)
 
 
-mp_barrier = pp_barrier
+def mp_barrier() -> None:
+    barrier(CommGroup.MP_GROUP)
 
 
 def broadcast(obj: Any, group: CommGroup = CommGroup.WORLD) -> None:
@@ -168,12 +168,13 @@ def recv_from(src_rank: int, rank_type: RankType) -> Any:
 def _global_rank(rank_in_group: int, rank_type: RankType) -> int:
     state = smp_state.current()
     topology = state.topology
-    tensor_parallel = topology.tp_size > 1
-    if rank_type == RankType.TP_RANK or (rank_type == RankType.MP_RANK and tensor_parallel):
-        return topology.tp_group(state.rdp_rank)[rank_in_group] if tensor_parallel else state.rank
-    if rank_type == RankType.RDP_RANK and tensor_parallel:
-        return topology.rdp_group(state.tp_rank)[rank_in_group]
-    if rank_type in (RankType.PP_RANK, RankType.MP_RANK):
+    if rank_type == RankType.TP_RANK:
+        return topology.tp_group(state.rdp_rank, state.pp_rank)[rank_in_group]
+    if rank_type == RankType.MP_RANK:
+        return topology.mp_group(state.rdp_rank)[rank_in_group]
+    if rank_type == RankType.RDP_RANK and topology.tp_size > 1:
+        return topology.rdp_group(state.tp_rank, state.pp_rank)[rank_in_group]
+    if rank_type == RankType.PP_RANK:
         return topology.rank_of(rank_in_group, state.dp_rank)
     if rank_type in (RankType.DP_RANK, RankType.RDP_RANK):
         return topology.rank_of(state.pp_rank, rank_in_group)

@@ -34,7 +34,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from runtime.modelparallel import delayed, gradients, stage_split, tensor
+from runtime.modelparallel import delayed, gradients, projections, stage_split, tensor
 from runtime.modelparallel import state as smp_state
 from runtime.modelparallel.activations import offloaded
 from runtime.modelparallel.pipeline import (
@@ -103,6 +103,8 @@ class DistributedModel(nn.Module):
         elif state.tp_mesh is not None:
             self.split_blocks = tensor.distribute(module, state.tensor_parallel, state.tp_mesh)
             _say_split(state, self.split_blocks)
+        # Split parameters of several parts, held by rank (``projections``), by name.
+        self.parted = projections.parted(module)
         for checkpointed in state.checkpointed:
             checkpoint_activations(checkpointed)
         self.wrapped: nn.Module = _distribute(module, state)
@@ -156,7 +158,9 @@ class DistributedModel(nn.Module):
 
     def local_state_dict(self) -> dict[str, Any]:
         """This rank's part: its stage's (under the model's own names, as its
-        ``state_dict`` has them), or its shards (DTensors) where the states are sharded."""
+        ``state_dict`` has them), or its shards (DTensors) where the states are sharded or
+        split; inside pipeline stages, a split parameter is this rank's share, a plain
+        tensor (GPT-2's fused query-key-value held by rank)."""
         if self.pipeline is not None:
             saved = self._inner.state_dict().keys()
             return {

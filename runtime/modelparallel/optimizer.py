@@ -123,7 +123,8 @@ class DistributedOptimizer:
         return self.optimizer.step(closure)
 
     def state_dict(self) -> dict[str, Any]:
-        """The whole optimizer state, keyed by parameter name (gathered where sharded)."""
+        """The optimizer state, keyed by parameter name: gathered where the states are
+        sharded; tensor-parallel parameters' state as this rank holds it."""
         model = self._model()
         if model is None:
             return self.optimizer.state_dict()

@@ -77,8 +77,10 @@ def agreed_split_points(module: nn.Module, state: smp_state.State, example: Mode
     """Where the stages begin, decided by one rank: measured forward times differ from
     rank to rank, and every replica's stages must hold the same blocks for their
     gradients to be averaged."""
-    # A split model's forward sums over its tensor-parallel group: all of them measure.
-    measures = state.rank == 0 or state.tp_group is not None
+    # A split model's forward sums over its tensor-parallel group: rank 0's whole group
+    # measures with it.
+    deciders = state.topology.tp_group(0, 0) if state.tp_group is not None else [0]
+    measures = state.rank in deciders
     decided = [
         split_points(
             module,

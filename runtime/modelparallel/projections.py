@@ -14,6 +14,8 @@ model's own order whenever it is read or loaded, so saved weights, checkpoints a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -99,7 +101,7 @@ def _distributed(
     style: ColwiseParallel | RowwiseParallel,
     module: nn.Module,
     mesh: DeviceMesh,
-    partition: Any,
+    partition: Callable[[str, nn.Module, DeviceMesh], None],
 ) -> nn.Module:
     """``module`` split by ``partition``, its input and output laid out as torch's own
     style lays out a linear layer's."""
@@ -123,6 +125,43 @@ def _register(module: nn.Module, name: str, mesh: DeviceMesh, placements: list[P
     module.register_parameter(name, nn.Parameter(split, requires_grad=parameter.requires_grad))
 
 
+@dataclass(frozen=True)
+class Parts:
+    """How a split parameter of several parts is held: along ``axis``, ``parts`` parts side
+    by side, each cut in ``degree`` shares, held share-major (``by_rank``)."""
+
+    axis: int
+    parts: int
+    degree: int
+
+    def in_model_order(self, value: DTensor) -> DTensor:
+        """``value`` (the parameter, or an optimizer moment of it, as held) in the model's
+        order, laid out as it was. Every rank of the group gathers the whole."""
+        with torch.no_grad():
+            whole = in_model_order(value.full_tensor(), self.axis, self.parts, self.degree)
+            return _share_of(whole, value)
+
+    def as_held(self, value: torch.Tensor, like: DTensor) -> DTensor:
+        """``value`` (in the model's order, whole or split) as the split holds it, laid out
+        as ``like``."""
+        whole = value.full_tensor() if isinstance(value, DTensor) else value
+        with torch.no_grad():
+            return _share_of(by_rank(whole, self.axis, self.parts, self.degree), like)
+
+
+# The attribute of a split module that holds its parameters' ``Parts``, by name.
+PARTS = "_parts_held_by_rank"
+
+
+def parted(model: nn.Module) -> dict[str, Parts]:
+    """Every parameter of ``model`` held by rank, by its name in the model."""
+    found = {}
+    for prefix, module in model.named_modules():
+        for name, parts in getattr(module, PARTS, {}).items():
+            found[f"{prefix}.{name}" if prefix else name] = parts
+    return found
+
+
 def _split_parts(module: nn.Module, mesh: DeviceMesh, parts: int, axes: dict[str, int]) -> None:
     """Splits each of ``axes``' parameters along its axis, reordered by rank first when
     ``parts`` > 1; hooks keep the model's order in what ``state_dict`` reads and loads."""
@@ -134,11 +173,13 @@ def _split_parts(module: nn.Module, mesh: DeviceMesh, parts: int, axes: dict[str
             parameter.data = by_rank(parameter.data, axis, parts, degree)
         _register(module, name, mesh, [Shard(axis)])
     if parts > 1:
+        held = {name: Parts(axis, parts, degree) for name, axis in present.items()}
+        setattr(module, PARTS, held)
         module.register_state_dict_post_hook(  # type: ignore[no-untyped-call]
-            _ModelOrder(present, parts, degree)
+            _ModelOrder(held)
         )
         module.register_load_state_dict_pre_hook(  # type: ignore[no-untyped-call]
-            _SplitOrder(present, parts, degree)
+            _SplitOrder(held)
         )
 
 
@@ -165,39 +206,31 @@ class _ModelOrder:
     """state_dict post-hook: the split parameters as the model orders them. Every rank of
     the group gathers the whole (a state_dict of a split model is read by all of them)."""
 
-    def __init__(self, axes: dict[str, int], parts: int, degree: int) -> None:
-        self.axes, self.parts, self.degree = axes, parts, degree
+    def __init__(self, held: dict[str, Parts]) -> None:
+        self.held = held
 
     def __call__(
         self, module: nn.Module, state_dict: dict[str, Any], prefix: str, _metadata: Any
     ) -> None:
-        for name, axis in self.axes.items():
-            key = prefix + name
-            value = state_dict.get(key)
-            if not isinstance(value, DTensor):
-                continue
-            with torch.no_grad():
-                whole = in_model_order(value.full_tensor(), axis, self.parts, self.degree)
-                state_dict[key] = _share_of(whole, value)
+        for name, parts in self.held.items():
+            value = state_dict.get(prefix + name)
+            if isinstance(value, DTensor):
+                state_dict[prefix + name] = parts.in_model_order(value)
 
 
 class _SplitOrder:
     """load_state_dict pre-hook: loaded values (the model's order, whole or split) put in
     the split's order."""
 
-    def __init__(self, axes: dict[str, int], parts: int, degree: int) -> None:
-        self.axes, self.parts, self.degree = axes, parts, degree
+    def __init__(self, held: dict[str, Parts]) -> None:
+        self.held = held
 
     def __call__(self, module: nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
-        for name, axis in self.axes.items():
-            key = prefix + name
-            value = state_dict.get(key)
+        for name, parts in self.held.items():
+            value = state_dict.get(prefix + name)
             own = getattr(module, name)
-            if not isinstance(value, torch.Tensor) or not isinstance(own, DTensor):
-                continue
-            whole = value.full_tensor() if isinstance(value, DTensor) else value
-            with torch.no_grad():
-                state_dict[key] = _share_of(by_rank(whole, axis, self.parts, self.degree), own)
+            if isinstance(value, torch.Tensor) and isinstance(own, DTensor):
+                state_dict[prefix + name] = parts.as_held(value, own)
 
 
 def _share_of(whole: torch.Tensor, like: DTensor) -> DTensor:

@@ -8,14 +8,14 @@ script builds its optimizer: each projection of a block's plan is replaced, at i
 path and under its own parameter names, by the rank's share of it (``ColumnShare``: its
 share of the outputs; ``RowShare``: its share of the inputs), and two operators of
 Runyard's own, registered with ``torch.library`` so that the trace keeps them, carry the
-communication: ``copy`` before a column share (an identity forward, an all-reduce of
-the gradient backward) and ``reduce`` after a row share (an all-reduce forward, an
-identity backward). The trace then sees one rank's shapes (its heads, its share of the
-MLP), and the stages compute what the whole model does.
+communication: ``copy_to_group`` before a column share (an identity forward, an
+all-reduce of the gradient backward) and ``sum_over_group`` after a row share (an
+all-reduce forward, an identity backward). The trace then sees one rank's shapes (its
+heads, its share of the MLP), and the stages compute what the whole model does.
 
 A split parameter is a plain tensor, this rank's share. What is saved is the model's:
 ``Shares`` gives the whole value (``whole``) for a full state_dict, and a DTensor over
-the tensor-parallel mesh (``as_dtensors``) for torch.distributed.checkpoint, so a
+the tensor-parallel mesh (``as_dtensor``) for torch.distributed.checkpoint, so a
 checkpoint rebuilds the whole model as the other layouts' checkpoints do.
 """
 
@@ -38,35 +38,35 @@ from runtime.modelparallel import projections, tensor
 _GROUPS: dict[str, dist.ProcessGroup] = {}
 
 
-@torch.library.custom_op("runyard_mp::reduce", mutates_args=())
-def reduce(value: torch.Tensor, group: str) -> torch.Tensor:
+@torch.library.custom_op("runyard_mp::sum_over_group", mutates_args=())
+def sum_over_group(value: torch.Tensor, group: str) -> torch.Tensor:
     """The sum of ``value`` over the group's ranks."""
-    summed = value.contiguous().clone()
+    summed = value.clone(memory_format=torch.contiguous_format)
     dist.all_reduce(summed, group=_GROUPS[group])
     return summed
 
 
-@reduce.register_fake
-def _reduce_shape(value: torch.Tensor, group: str) -> torch.Tensor:
+@sum_over_group.register_fake
+def _sum_shape(value: torch.Tensor, group: str) -> torch.Tensor:
     return torch.empty_like(value)
 
 
-def _reduce_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+def _sum_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
     # Every rank's output is the same sum: each passes its gradient on unchanged.
     return grad, None
 
 
-reduce.register_autograd(_reduce_backward)
+sum_over_group.register_autograd(_sum_backward)
 
 
-@torch.library.custom_op("runyard_mp::copy", mutates_args=())
-def copy(value: torch.Tensor, group: str) -> torch.Tensor:
+@torch.library.custom_op("runyard_mp::copy_to_group", mutates_args=())
+def copy_to_group(value: torch.Tensor, group: str) -> torch.Tensor:
     """``value``, whose gradient is summed over the group's ranks: each rank's share of
     a projection contributes its part of the input's gradient."""
     return value.clone()
 
 
-@copy.register_fake
+@copy_to_group.register_fake
 def _copy_shape(value: torch.Tensor, group: str) -> torch.Tensor:
     return torch.empty_like(value)
 
@@ -76,10 +76,10 @@ def _copy_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 
 def _copy_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-    return reduce(grad, ctx.group), None
+    return sum_over_group(grad, ctx.group), None
 
 
-copy.register_autograd(_copy_backward, setup_context=_copy_context)
+copy_to_group.register_autograd(_copy_backward, setup_context=_copy_context)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class ColumnShare(nn.Module):
             self.bias = _share(bias, 0, parts, rank, degree)
 
     def forward(self, value: torch.Tensor) -> torch.Tensor:
-        value = copy(value, self.group)
+        value = copy_to_group(value, self.group)
         return _project(value, self.weight, self.bias, self.transposed)
 
 
@@ -128,7 +128,7 @@ class RowShare(nn.Module):
             self.bias = nn.Parameter(bias.detach().clone(), requires_grad=bias.requires_grad)
 
     def forward(self, value: torch.Tensor) -> torch.Tensor:
-        summed: torch.Tensor = reduce(
+        summed: torch.Tensor = sum_over_group(
             _project(value, self.weight, None, self.transposed), self.group
         )
         return summed + self.bias if self.bias is not None else summed
@@ -192,35 +192,13 @@ class Shares:
         ordered = projections.by_rank(value, split.axis, split.parts, self.degree)
         return ordered.chunk(self.degree, dim=split.axis)[self.mesh.get_local_rank()]
 
-    def as_dtensors(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """``state`` (a stage's) with each split parameter a DTensor of the whole, in the
-        model's order, for torch.distributed.checkpoint."""
-        shared = dict(state)
-        for name, value in state.items():
-            if name in self.splits:
-                whole = self.whole(name, value.detach())
-                placements = [Shard(self.splits[name].axis)]
-                shared[name] = distribute_tensor(whole, self.mesh, placements, src_data_rank=None)
-        return shared
-
-    def moments_as_dtensors(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """An optimizer's flattened state (``state.<parameter>.<name>``) with the moments
-        of split parameters as DTensors of this rank's share (kept in the split's order:
-        a checkpoint's optimizer state resumes at the same degree)."""
-        shared = dict(state)
-        for key, value in state.items():
-            name = _parameter_of(key, self.splits)
-            if name is not None and isinstance(value, torch.Tensor) and value.dim() > 0:
-                placements = [Shard(self.splits[name].axis)]
-                shared[key] = DTensor.from_local(value, self.mesh, placements, run_check=False)
-        return shared
-
-
-def _parameter_of(key: str, splits: Mapping[str, Split]) -> str | None:
-    if not key.startswith("state."):
-        return None
-    name = key[len("state.") :].rpartition(".")[0]
-    return name if name in splits else None
+    def as_dtensor(self, name: str, value: torch.Tensor) -> DTensor:
+        """This rank's share ``value`` of split parameter ``name`` (or of an optimizer
+        moment of it) as a DTensor of the whole, in the model's order: what
+        torch.distributed.checkpoint writes, each rank its own part."""
+        whole = self.whole(name, value.detach())
+        placements = [Shard(self.splits[name].axis)]
+        return distribute_tensor(whole, self.mesh, placements, src_data_rank=None)
 
 
 def distribute(

@@ -46,6 +46,8 @@ class State:
     # on the same group while a send is in flight would read the send's bytes.
     stage_group: dist.ProcessGroup
     dp_group: dist.ProcessGroup
+    # A replica's ranks: its stages' tensor-parallel groups (or its stages, or its group).
+    mp_group: dist.ProcessGroup
     # Tensor parallelism: the ranks sharing one replica's shards, and those holding the
     # same shard (the data-parallel group where there is none).
     tp_group: dist.ProcessGroup | None
@@ -153,6 +155,10 @@ def init(config: Mapping[str, Any] | None = None) -> State:
                 mesh_dim_names=("replicate", "shard", "tp"),
             )
             tp_mesh, mesh = world["tp"], world["replicate", "shard"]
+    pp_group = _own_group([topology.pp_group(d) for d in range(topology.dp_size)], rank)
+    mp_group = pp_group if tp_group is None else tp_group
+    if topology.tp_size > 1 and topology.pp_size > 1:
+        mp_group = _own_group([topology.mp_group(r) for r in range(topology.rdp_size)], rank)
     _state = State(
         parameters=parameters,
         topology=topology,
@@ -160,7 +166,8 @@ def init(config: Mapping[str, Any] | None = None) -> State:
         local_rank=local_rank,
         local_size=process_group.get_local_size(),
         device=device,
-        pp_group=_own_group([topology.pp_group(d) for d in range(topology.dp_size)], rank),
+        pp_group=pp_group,
+        mp_group=mp_group,
         stage_group=_own_group([topology.pp_group(d) for d in range(topology.dp_size)], rank),
         dp_group=dp_group,
         tp_group=tp_group,

@@ -63,17 +63,25 @@ class Topology:
     def rdp_rank(self, rank: int) -> int:
         return self.dp_rank(rank) // self.tp_size
 
-    def tp_group(self, rdp_rank: int, pp_rank: int = 0) -> list[int]:
+    def tp_group(self, rdp_rank: int, pp_rank: int) -> list[int]:
         """The ranks that hold the shards of one replica's tensor-parallel modules (of
         stage ``pp_rank``)."""
         return [self.rank_of(pp_rank, rdp_rank * self.tp_size + tp) for tp in range(self.tp_size)]
 
-    def rdp_group(self, tp_rank: int, pp_rank: int = 0) -> list[int]:
+    def rdp_group(self, tp_rank: int, pp_rank: int) -> list[int]:
         """The ranks that hold the same shard (of stage ``pp_rank``), one per replica."""
         return [
             self.rank_of(pp_rank, replica * self.tp_size + tp_rank)
             for replica in range(self.rdp_size)
         ]
+
+    def mp_group(self, rdp_rank: int) -> list[int]:
+        """The ranks that hold one replica of the model: every stage's tensor-parallel
+        group, stage by stage (SageMaker's model-parallel group)."""
+        return [rank for stage in range(self.pp_size) for rank in self.tp_group(rdp_rank, stage)]
+
+    def mp_rank(self, rank: int) -> int:
+        return self.pp_rank(rank) * self.tp_size + self.tp_rank(rank)
 
     def pp_rank(self, rank: int) -> int:
         if self.placement == "cluster":
@@ -109,6 +117,9 @@ class Topology:
         same tensor-parallel shard, each rank beside its tensor-parallel peers."""
         groups = self.rdp_size // self.shard_degree
         return [
-            [self.tp_group(group * self.shard_degree + shard) for shard in range(self.shard_degree)]
+            [
+                self.tp_group(group * self.shard_degree + shard, 0)
+                for shard in range(self.shard_degree)
+            ]
             for group in range(groups)
         ]

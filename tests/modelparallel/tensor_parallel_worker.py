@@ -38,6 +38,7 @@ def differences(family: str, mesh: DeviceMesh) -> dict[str, float]:
     found["logits"] = (outputs[0]["logits"] - outputs[1]["logits"]).abs().max().item()
     found["loss"] = abs(outputs[0]["loss"].item() - outputs[1]["loss"].item())
     whole_parameters = dict(whole.named_parameters())
+    held_by_rank = projections.parted(split)
     worst, shards = 0.0, 0
     for name, parameter in split.named_parameters():
         reference = whole_parameters[name].grad
@@ -47,10 +48,9 @@ def differences(family: str, mesh: DeviceMesh) -> dict[str, float]:
         if isinstance(grad, DTensor):
             shards += 1
             grad = grad.full_tensor()
-            if ".attn.c_attn." in name:
-                # GPT-2's query, key and value are held by rank while split.
-                axis = 1 if name.endswith("weight") else 0
-                grad = projections.in_model_order(grad, axis, 3, mesh.size())
+            parts = held_by_rank.get(name)
+            if parts is not None:  # GPT-2's query, key and value, held by rank while split
+                grad = projections.in_model_order(grad, parts.axis, parts.parts, parts.degree)
         worst = max(worst, (grad - reference).abs().max().item())
     found["gradients"] = worst
     # What a split model saves is the model's own: every parameter in the model's order.

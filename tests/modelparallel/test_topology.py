@@ -72,12 +72,38 @@ def test_tensor_parallel_groups_are_adjacent_ranks_and_replicas_hold_the_same_sh
     assert topology.rdp_size == 4
     assert [topology.tp_rank(rank) for rank in range(8)] == [0, 1] * 4
     assert [topology.rdp_rank(rank) for rank in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert topology.tp_group(1) == [2, 3]
-    assert topology.rdp_group(1) == [1, 3, 5, 7]
+    assert topology.tp_group(1, 0) == [2, 3]
+    assert topology.rdp_group(1, 0) == [1, 3, 5, 7]
+    assert topology.mp_group(1) == [2, 3]
 
 
-def test_tensor_parallelism_with_pipeline_stages_is_not_a_topology() -> None:
-    with pytest.raises(ValueError, match="pipeline stages"):
-        Topology(world_size=4, pp_size=2, tp_size=2)
+@pytest.mark.parametrize("placement", ["cluster", "spread"])
+def test_tensor_parallel_groups_inside_pipeline_stages_hold_one_stage_each(
+    placement: str,
+) -> None:
+    topology = Topology(world_size=16, pp_size=2, tp_size=2, placement=placement)
+    ranks = range(16)
+    for rank in ranks:
+        stage, rdp, tp = topology.pp_rank(rank), topology.rdp_rank(rank), topology.tp_rank(rank)
+        # A rank's groups, as the library and smp.broadcast/send address them, hold it,
+        # and hold only ranks of its own stage (tp, rdp) or its own replica (mp).
+        own_tp = topology.tp_group(rdp, stage)
+        own_rdp = topology.rdp_group(tp, stage)
+        assert rank in own_tp
+        assert rank in own_rdp
+        assert rank in topology.mp_group(rdp)
+        assert {topology.pp_rank(peer) for peer in own_tp + own_rdp} == {stage}
+        assert {topology.rdp_rank(peer) for peer in topology.mp_group(rdp)} == {rdp}
+        assert topology.mp_group(rdp)[topology.mp_rank(rank)] == rank
+    # Every rank in exactly one group of each kind.
+    for kind in (
+        [topology.tp_group(r, p) for p in range(2) for r in range(4)],
+        [topology.rdp_group(t, p) for p in range(2) for t in range(2)],
+        [topology.mp_group(r) for r in range(4)],
+    ):
+        assert sorted(rank for group in kind for rank in group) == list(ranks)
+
+
+def test_tensor_parallel_degrees_that_do_not_divide_are_refused() -> None:
     with pytest.raises(ValueError, match="do not divide"):
         Topology(world_size=4, tp_size=3)

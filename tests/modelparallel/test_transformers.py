@@ -18,7 +18,7 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 21 jobs of 2 to 8 processes: about 4 minutes alone on 2 cores.
+# The fixture runs 23 jobs of 2 to 8 processes: about 4.5 minutes alone on 2 cores.
 pytestmark = pytest.mark.timeout(600)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
@@ -47,11 +47,19 @@ SCENARIOS = {
     "gpt2_tensor_parallel_pipeline": ("gpt2", FOUR_ON_ONE),
     "llama_tensor_parallel_pipeline": ("llama", FOUR_ON_ONE),
     "llama_tensor_parallel_pipeline_ddp": ("llama", Layout.blocks(instances=2, per_instance=4)),
-    # After "gpt2_tensor_parallel_pipeline", whose checkpoint it resumes from for a 4th step.
+    # After the scenario whose checkpoint each resumes from, for a 4th step: the same
+    # layout, then plain replicas (GPT-2's fused query-key-value moments in the model's
+    # order, whatever the layout that saved them).
     "gpt2_tensor_parallel_pipeline_resumed": ("gpt2", FOUR_ON_ONE),
+    "gpt2_replicated_from_tensor_parallel": ("gpt2", ONE_INSTANCE),
+    "gpt2_replicated_from_tensor_parallel_pipeline": ("gpt2", ONE_INSTANCE),
 }
 # Steps each scenario's model has taken, where not STEPS.
-TRAINED = {"gpt2_tensor_parallel_pipeline_resumed": STEPS + 1}
+TRAINED = {
+    "gpt2_tensor_parallel_pipeline_resumed": STEPS + 1,
+    "gpt2_replicated_from_tensor_parallel": STEPS + 1,
+    "gpt2_replicated_from_tensor_parallel_pipeline": STEPS + 1,
+}
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
     "llama": ("model.embed_tokens.weight", "lm_head.weight"),
@@ -244,10 +252,21 @@ def test_each_pipeline_stage_is_split_over_its_tensor_parallel_ranks(
     assert [(rank["pp_rank"], rank["tp_rank"], rank["rdp_rank"]) for rank in ranks] == [
         (index % 2, index // 2 % 2, index // 4) for index in range(len(ranks))
     ]
+    # SageMaker's model-parallel group is a replica's ranks: stages x tensor-parallel.
+    assert all(rank["mp_size"] == 4 for rank in ranks)
+    assert [rank["mp_rank"] for rank in ranks] == [
+        rank["pp_rank"] * 2 + rank["tp_rank"] for rank in ranks
+    ]
     whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
     # Each rank: two of the four blocks, split in two, and an embedding or the head.
     assert all(rank["parameter_bytes"] <= 0.35 * whole for rank in ranks)
     assert all(rank["parameter_bytes"] > 0.2 * whole for rank in ranks)
+
+
+def test_a_rank_hears_the_first_of_its_own_stages_tensor_parallel_group(runs: Path) -> None:
+    ranks = _ranks(runs, "gpt2_tensor_parallel_pipeline")
+    # Rank 2 is stage 0's second tensor-parallel rank, rank 3 stage 1's.
+    assert [rank["heard"] for rank in ranks] == [{}, {}, {"tp": 0}, {"tp": 1}]
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "bert"])

@@ -78,6 +78,9 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         "gpt2",
         {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2, "pipeline": "simple"},
     ),
+    # Plain replicas resumed from the tensor-parallel checkpoints: another layout.
+    "gpt2_replicated_from_tensor_parallel": ("gpt2", {"ddp": True, "microbatches": 2}),
+    "gpt2_replicated_from_tensor_parallel_pipeline": ("gpt2", {"ddp": True, "microbatches": 2}),
     # Nothing marked for tensor parallelism: each rank the whole model, replicas in step.
     "llama_tensor_parallel_unmarked": (
         "llama",
@@ -87,7 +90,11 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
 
 
 # Scenarios that resume from another's checkpoint (which its 3 steps saved), by name.
-RESUMED = {"gpt2_tensor_parallel_pipeline_resumed": "gpt2_tensor_parallel_pipeline"}
+RESUMED = {
+    "gpt2_tensor_parallel_pipeline_resumed": "gpt2_tensor_parallel_pipeline",
+    "gpt2_replicated_from_tensor_parallel": "gpt2_tensor_parallel",
+    "gpt2_replicated_from_tensor_parallel_pipeline": "gpt2_tensor_parallel_pipeline",
+}
 # Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
 CHECKPOINTED = {
     "gpt2_tensor_parallel",
@@ -112,6 +119,18 @@ def test_step(
     model: smp.DistributedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> torch.Tensor:
     return model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)["loss"]
+
+
+def exchange() -> dict[str, object]:
+    """What each rank hears from the first of its tensor-parallel group (smp.broadcast /
+    smp.recv_from), with a barrier of its model-parallel group (every stage's ranks)."""
+    heard: dict[str, object] = {}
+    if smp.tp_rank() == 0:
+        smp.broadcast({"from": smp.rank()}, smp.TP_GROUP)
+    else:
+        heard["tp"] = smp.recv_from(0, smp.RankType.TP_RANK)["from"]
+    smp.mp_barrier()
+    return heard
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -177,6 +196,7 @@ def main() -> None:
         optimizer.step()
         resumed = smp.resume_from_checkpoint(folder)
         assert resumed == {"steps": STEPS}, resumed
+    heard = exchange() if scenario == "gpt2_tensor_parallel_pipeline" else {}
     wrapped.eval()
     with torch.no_grad():
         # A held-out batch of another size: stages of their own, sharing the parameters.
@@ -201,6 +221,9 @@ def main() -> None:
                 "parameter_bytes": sum(
                     _local(p).numel() * p.element_size() for p in wrapped.module.parameters()
                 ),
+                "heard": heard,
+                "mp_rank": smp.mp_rank(),
+                "mp_size": smp.mp_size(),
                 "tp_rank": smp.tp_rank(),
                 "rdp_rank": smp.rdp_rank(),
                 "pp_rank": smp.pp_rank(),
