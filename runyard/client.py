@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 
 from contract.archive import ArchiveError, check_archive, make_tarball
+from contract.ports import SERVICE_PORT
 from runyard import variables
 
-DEFAULT_PORT = 8642
+DEFAULT_PORT = SERVICE_PORT
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 # Not worth shipping to a training instance.
 PACKING_EXCLUDES = frozenset(

@@ -29,11 +29,11 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from contract import storage
 from contract.images import PYTHON, VERSION, Catalog, Image
 from contract.limits import MAX_LOG_BATCH_BODY
+from contract.ports import SERVICE_PORT
 from provisioning.catalog import CATALOG
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import KubernetesSettings
 
-DEFAULT_PORT = 8642
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
 # A requirement as pip takes one (a name, extras, a version or marker), never an option.
 _REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]*\])?([ <>=!~;@][^\n]*)?$"
@@ -305,7 +305,7 @@ class Settings(BaseSettings):
         if not self.artifact_root:
             self.artifact_root = (self.home / "artifacts").as_uri()
         if not self.public_url:
-            self.public_url = f"http://127.0.0.1:{DEFAULT_PORT}"
+            self.public_url = f"http://127.0.0.1:{SERVICE_PORT}"
         self.public_url = self.public_url.rstrip("/")
         self.artifact_root = self.artifact_root.rstrip("/")
         if urlsplit(self.artifact_root).scheme == "file":
