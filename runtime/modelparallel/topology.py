@@ -15,7 +15,7 @@ instance, where they exchange activations in every layer; with ``cluster`` place
 p stages, ranks p apart). As in SageMaker's library the data-parallel
 group then holds every rank of a stage (t x the replicas), and the reduced data-parallel
 group the ranks that hold the same shards (one per replica); the model-parallel group is
-the pipeline group, or the tensor-parallel group. Sharded together with tensor
+one replica's ranks, every stage's tensor-parallel group. Sharded together with tensor
 parallelism, the shard groups are cut from the reduced data-parallel group: the ranks
 form a (replicate, shard, tp) mesh, the tensor-parallel ranks innermost.
 """
