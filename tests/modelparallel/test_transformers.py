@@ -18,8 +18,9 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 23 jobs of 2 to 8 processes: about 4.5 minutes alone on 2 cores.
-pytestmark = pytest.mark.timeout(600)
+# The fixture runs 23 jobs of 2 to 8 processes before the first test: about 4.5 minutes
+# alone on 2 cores, and up to twice that beside the suite's other test process.
+pytestmark = pytest.mark.timeout(1200)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
 # attention keys: softmax ignores a constant per query) into steps of up to ~1e-5.
