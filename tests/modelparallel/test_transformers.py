@@ -18,7 +18,7 @@ from runtime.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 
-# The fixture runs 23 jobs of 2 to 8 processes before the first test: about 4.5 minutes
+# The fixture runs 21 jobs of 2 to 8 processes before the first test: about 4.5 minutes
 # alone on 2 cores, and up to twice that beside the suite's other test process.
 pytestmark = pytest.mark.timeout(1200)
 
