@@ -11,16 +11,17 @@ included), then stores their points and moves the cursor in one transaction, onl
 other process moved it meanwhile; so no line is searched into points twice, and a retried
 batch, whose lines are not stored again, is searched once.
 
-The work is bounded. RE2 searches in time linear in the line and in the pattern's
-program, which is bounded at submission (``service.kit.patterns.MAX_METRIC_PROGRAM``), so
-one search of one line is short (tens of milliseconds at most for a 16 KiB line, for a
-pattern that keeps RE2 off its DFA). A round of at most ``ROUND_LINES`` lines ends once
-it has cost ``CPU_BUDGET_SECONDS`` of the thread's CPU, looked at after each search, and
-the next takes up from there; RE2 releases the GIL while it searches, so the API's other
-requests go on meanwhile. A host whose lines cost the patterns more than
-``MAX_NANOSECONDS_PER_CHARACTER`` is searched no further: the cursor says why, and so
-does the job's log when it ends. A batch that arrives while its host is being searched
-adds no thread: the search under way looks again before it ends.
+The work is bounded. RE2 searches in time linear in the line and in the pattern's program,
+which is bounded at submission (``service.kit.patterns.MAX_METRIC_PROGRAM``), so one
+search of one line is short (tens of milliseconds at most for a 16 KiB line, for a pattern
+that keeps RE2 off its DFA). A round of at most ``ROUND_LINES`` lines ends once it has
+cost ``CPU_BUDGET_SECONDS`` of the thread's CPU, looked at after each search, and the next
+takes up from there; RE2 releases the GIL while it searches, so the API's other requests
+go on meanwhile. A host whose lines cost the patterns more than
+``MAX_NANOSECONDS_PER_CHARACTER`` is searched no further: the cursor says why, and so does
+the job's log when it ends (judged on rounds of at least ``MIN_JUDGED_CPU_SECONDS``). A
+batch that arrives while its host is being searched adds no thread: the search under way
+looks again before it ends.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ CPU_BUDGET_SECONDS = 2.0
 # the host is searched no further: plain and wildcard patterns cost a few nanoseconds;
 # patterns that keep RE2 off its DFA, thousands.
 MAX_NANOSECONDS_PER_CHARACTER = 50.0
+# ... judged on a round that took at least this much CPU: a shorter sample is one garbage
+# collection or one cold cache away from any figure (a costly line of 16 KiB takes tens
+# of milliseconds alone).
+MIN_JUDGED_CPU_SECONDS = 0.01
 
 
 @dataclass
@@ -131,7 +136,11 @@ def _round(
     if not lines:
         return False
     found = service.find(job_id, host, defined, lines, cpu_budget, after=start)
-    costly = found.over_budget and found.nanoseconds_per_character > MAX_NANOSECONDS_PER_CHARACTER
+    costly = (
+        found.over_budget
+        and found.cpu_seconds >= MIN_JUDGED_CPU_SECONDS
+        and found.nanoseconds_per_character > MAX_NANOSECONDS_PER_CHARACTER
+    )
     with session_scope(database_url) as session:
         cursor = _locked_cursor(session, job_id, host)
         if cursor.seq != start:

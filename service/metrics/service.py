@@ -57,13 +57,14 @@ class _Point:
 @dataclass(frozen=True)
 class Found:
     """What searching some lines gave: their points, the last line searched whole, whether
-    its budget was spent (the search stops there), and what it cost per character searched
-    and definition."""
+    its budget was spent (the search stops there), what it cost per character searched and
+    definition, and the thread's CPU seconds it took."""
 
     points: list[_Point]
     last_seq: int
     over_budget: bool
     nanoseconds_per_character: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 def definitions(spec: dict[str, Any]) -> list[_Definition]:
@@ -104,7 +105,7 @@ def find(
                 searched += len(line.message) + SEARCH_OVERHEAD_CHARACTERS
                 spent = time.thread_time() - started
                 if spent > cpu_budget and last != after:
-                    return Found(points, last, True, spent * 1e9 / searched)
+                    return Found(points, last, True, spent * 1e9 / searched, spent)
                 if value is not None:
                     time_ = from_micros(line.micros)
                     found.append(_Point(job_id, definition.name, host, line.seq, time_, value))
@@ -112,9 +113,9 @@ def find(
         last = line.seq
         spent = time.thread_time() - started
         if spent > cpu_budget:
-            return Found(points, last, True, spent * 1e9 / max(searched, 1))
+            return Found(points, last, True, spent * 1e9 / max(searched, 1), spent)
     spent = time.thread_time() - started
-    return Found(points, last, False, spent * 1e9 / max(searched, 1))
+    return Found(points, last, False, spent * 1e9 / max(searched, 1), spent)
 
 
 def store(session: Session, points: list[_Point]) -> None:
