@@ -1,7 +1,7 @@
-"""How tensor parallelism splits one projection of a block: ``nn.Linear`` through torch's
-own ``ColwiseParallel``/``RowwiseParallel``, and the ``Conv1D`` of GPT-2 and its kin
-(transformers' ``pytorch_utils.Conv1D``: a linear layer whose weight is stored
-transposed, ``(in, out)``) through the same styles with the weight's other axis split.
+"""How tensor parallelism splits one projection of a block, an ``nn.Linear`` or the
+``Conv1D`` of GPT-2 and its kin (transformers' ``pytorch_utils.Conv1D``: a linear layer
+whose weight is stored transposed, ``(in, out)``), through torch's own
+``ColwiseParallel``/``RowwiseParallel`` with the weight's matching axis split.
 
 A projection may compute several parts side by side (GPT-2's ``c_attn``: query, key and
 value, each ``n_embd`` wide). Split by plain columns, a rank would hold the whole query
@@ -59,11 +59,7 @@ def features(module: nn.Module) -> tuple[int, int]:
 
 def columns(module: nn.Module, parts: int = 1) -> ParallelStyle:
     """The style that splits ``module``'s outputs (of ``parts`` parts side by side)."""
-    if is_transposed(module):
-        return _TransposedColumns(parts)
-    if parts > 1:  # no family Runyard splits has one
-        raise NotImplementedError("an nn.Linear of several output parts")
-    return ColwiseParallel()
+    return _Columns(parts, axis=1 if is_transposed(module) else 0)
 
 
 def rows(module: nn.Module) -> ParallelStyle:
@@ -71,15 +67,18 @@ def rows(module: nn.Module) -> ParallelStyle:
     return _TransposedRows() if is_transposed(module) else RowwiseParallel()
 
 
-class _TransposedColumns(ColwiseParallel):
-    def __init__(self, parts: int) -> None:
+class _Columns(ColwiseParallel):
+    """torch's column split, for an ``nn.Linear`` (outputs: the weight's axis 0) or a
+    ``Conv1D`` (axis 1), its outputs of ``parts`` parts held by rank."""
+
+    def __init__(self, parts: int, axis: int) -> None:
         super().__init__()
-        self.parts = parts
+        self.parts, self.axis = parts, axis
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
         def partition(_name: str, owner: nn.Module, mesh: DeviceMesh) -> None:
             if owner is module:
-                _split_parts(module, mesh, self.parts, {"weight": 1, "bias": 0})
+                _split_parts(module, mesh, self.parts, {"weight": self.axis, "bias": 0})
 
         return _distributed(self, module, device_mesh, partition)
 
