@@ -290,7 +290,7 @@ def test_a_host_left_unsearched_says_so_in_the_jobs_last_lines(
     costly = [{"name": "m", "regex": r"[ab]*a[ab]{60}c(\d)"}]
     chooser = random.Random(2)
     noise = "".join(chooser.choice("ab") for _ in range(16_000))
-    name = _complete_with_lines(settings, source_dir, costly, [noise] * 40, budget=0.001)
+    name = _complete_with_lines(settings, source_dir, costly, [noise] * 40, budget=0.02)
     host, _, last = _log(settings, name)[-1]
     assert host == "algo-1"
     assert last.startswith("Metrics were not searched for after line ")
