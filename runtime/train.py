@@ -28,6 +28,7 @@ from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
 from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
+from contract.protocol import Endpoint, InterruptionNotice, Stream
 from runtime import channels, checkpoints, launch
 from runtime.instance import credentials_relay, image_wait, install, job_user, layers, resources
 from runtime.instance.environment import launcher_environment, script_environment
@@ -43,7 +44,7 @@ from runtime.linux.confine import Confinement
 from runtime.reporting import failure, spot
 from runtime.reporting.reporter import LogShipper, ServiceClient
 
-RUNTIME_STREAM = "runtime"
+RUNTIME_STREAM: Stream = "runtime"
 # Under the base directory: the job's layer, where it has none shared with the job's other
 # instances on a machine, and this instance's own (runtime.instance.layers).
 JOB_LAYER = ".runyard/job-env"
@@ -549,8 +550,8 @@ class Trainer:
             self.say(f"Spot interruption notice: {message}")
             deadline = time.monotonic() + SPOT_NOTICE_DEADLINE
             # The attempt, so that a notice arriving late cannot interrupt the next one.
-            body = {"message": message[:512], "attempt": self.config.attempt}
-            if not client.post_with_retry("interruption", body, deadline):
+            notice = InterruptionNotice(message[:512], attempt=self.config.attempt)
+            if not client.post_with_retry(Endpoint.INTERRUPTION, notice, deadline):
                 # The notice is EC2's own and the instance goes regardless: the scripts
                 # still get their SIGTERM and the time left to checkpoint.
                 self.say("Could not tell the service of the notice: stopping the scripts here")

@@ -3,17 +3,23 @@ tests of the reconciler: submit, report for an instance, read back what the job 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from contract import protocol
+from contract.phases import Phase
+from contract.protocol import StatusReport
 from service.auth.access import Principal, Role
 from service.jobs import service
+from service.jobs.instance_messages import StatusReportBody
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import InstanceReport, JobCreate
+from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
+from service.kit.protocol import as_message, validate_body
 from service.settings import Settings
 from tests.conftest import job_spec
 
@@ -31,7 +37,10 @@ def submit(settings: Settings, source_dir: Path, **spec: Any) -> str:
 
 def report(settings: Settings, name: str, host: str, phase: str, **fields: Any) -> None:
     """What the runtime on ``host`` would report."""
-    sent = InstanceReport(phase=phase, time=utcnow(), **fields)  # type: ignore[arg-type]
+    sent = StatusReport(phase=Phase(phase), time=utcnow(), **fields)
+    # As the route takes it: validated, long reasons cut to fit.
+    body = json.dumps(protocol.body(sent), default=str).encode()
+    sent = as_message(StatusReport, validate_body(StatusReportBody, body))
     with session_scope(settings.database_url) as session:
         job = named(session, name)
         service.record_report(session, settings, job, host, sent)

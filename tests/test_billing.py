@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
+from contract.phases import Phase
+from contract.protocol import InterruptionNotice, StatusReport
 from provisioning.base import LaunchRequest, Materialized
 from provisioning.local.backend import LocalPlan
 from runtime.linux.procfs import ProcessId, is_alive
 from service.jobs import billing, service
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import InstanceReport, InterruptionNotice
 from service.kit.db import session_scope, utcnow
 from service.sagemaker import translate
 from service.settings import Settings
@@ -78,7 +79,7 @@ def _report(
 ) -> None:
     """What the runtime on ``host`` reports, stamped ``at`` by its clock."""
     final = {"exit_code": 0} if phase == "Completed" else {}
-    sent = InstanceReport(phase=phase, time=at, attempt=attempt, **final)
+    sent = StatusReport(phase=Phase(phase), time=at, attempt=attempt, **final)
     with session_scope(settings.database_url) as session:
         service.record_report(session, settings, named(session, name), host, sent)
 

@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from contract.phases import Phase
+from contract.protocol import StatusReport
 from provisioning.base import Backend
 from service.app import create_app
 from service.auth.models import Project
 from service.auth.service import create_project, create_token
 from service.capacity import service as capacity
 from service.jobs import service
-from service.jobs.schemas import InstanceReport, JobCreate
+from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec
@@ -63,7 +65,7 @@ def _complete(settings: Settings, name: str, count: int) -> None:
     with session_scope(settings.database_url) as session:
         job = named(session, name)
         for index in range(1, count + 1):
-            report = InstanceReport(phase="Completed", time=utcnow(), exit_code=0)
+            report = StatusReport(phase=Phase.COMPLETED, time=utcnow(), exit_code=0)
             service.record_report(session, settings, job, f"algo-{index}", report)
 
 

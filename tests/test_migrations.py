@@ -214,3 +214,50 @@ def test_lines_searched_as_they_were_stored_are_not_searched_again(
                 text("SELECT job_id, host, seq, stopped FROM metric_cursors ORDER BY host")
             ).all()
     assert [tuple(row) for row in cursors] == [("j1", "algo-1", 7, None), ("j1", "algo-2", 3, None)]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_jobs_from_before_the_stage_column_get_the_stage_their_columns_told(
+    engine: str, tmp_path: Path
+) -> None:
+    with _database_at(engine, tmp_path, "0018") as url:
+        with get_engine(url).begin() as connection:
+            for job_id, status in (
+                ("j1", "InProgress"),
+                ("j2", "InProgress"),
+                ("j3", "InProgress"),
+                ("j4", "InProgress"),
+                ("j5", "Stopping"),
+                ("j6", "Failed"),
+                ("j7", "InProgress"),
+            ):
+                _insert_job(connection, job_id, {}, status)
+            at = datetime(2026, 6, 2)
+            for job_id, column, value in (
+                ("j2", "admitted_at", at),
+                ("j3", "admitted_at", at),
+                ("j3", "launched_at", at),
+                ("j4", "admitted_at", at),
+                ("j4", "launched_at", at),
+                ("j4", "restart_cause", '{"kind": "application"}'),
+                ("j5", "restart_cause", '{"kind": "application"}'),
+                ("j7", "restart_cause", '{"kind": "capacity"}'),
+            ):
+                connection.execute(
+                    text(f"UPDATE training_jobs SET {column} = :value WHERE id = :id"),
+                    {"value": value, "id": job_id},
+                )
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            stages = dict(session.execute(select(TrainingJob.id, TrainingJob.stage)).all())
+            line = repository.first_in_line(session, 10)
+    assert stages == {
+        "j1": "Queued",
+        "j2": "Launching",
+        "j3": "Running",
+        "j4": "Restarting",
+        "j5": "Stopping",  # a stop outranks a restart under way
+        "j6": "Ended",
+        "j7": "Restarting",  # waiting for spot capacity, not in line
+    }
+    assert line == ["j1"]

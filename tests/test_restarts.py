@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from contract.protocol import InterruptionNotice
 from provisioning.base import Backend, InstanceState, InstanceStatus
 from service.jobs import billing, service
-from service.jobs.schemas import InterruptionNotice
 from service.kit.db import session_scope, to_micros, utcnow
 from service.kit.errors import Conflict
 from service.logs import service as logs

@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from service.jobs import repository
 from service.jobs.models import JobLease, TrainingJob
-from service.jobs.states import Status
+from service.jobs.states import TERMINAL, Stage, Status
 from service.kit.db import session_scope, utcnow
 
 
@@ -35,6 +35,7 @@ def _jobs(
                 spec={"priority": priority, "use_spot_instances": spot},
                 priority=priority,
                 backend="local",
+                stage=_stage(status, admitted, launched, restart_cause),
                 status=status,
                 secondary_status="Pending",
                 admitted_at=utcnow() if admitted else None,
@@ -45,6 +46,19 @@ def _jobs(
             session.add(job)
             ids.append(job.id)
     return ids
+
+
+def _stage(status: Status, admitted: bool, launched: bool, restart_cause: str | None) -> Stage:
+    """The stage the lifecycle would have moved a job of these columns to."""
+    if status in TERMINAL:
+        return Stage.ENDED
+    if status == Status.STOPPING:
+        return Stage.STOPPING
+    if restart_cause is not None:
+        return Stage.RESTARTING
+    if not admitted:
+        return Stage.QUEUED
+    return Stage.RUNNING if launched else Stage.LAUNCHING
 
 
 def _sweep(url: str) -> list[str]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from contract import variables
 from contract.instance_config import InstanceConfig
+from contract.protocol import Endpoint
 from runtime.linux import namespaces
 from runtime.reporting.reporter import ServiceClient
 
@@ -70,7 +71,7 @@ def serve(
 
 def _ask(client: ServiceClient) -> bytes:
     try:
-        return client.get("credentials")
+        return client.get(Endpoint.CREDENTIALS)
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:1000].decode(errors="replace")
         raise CredentialsError(f"the service answered {exc.code}: {detail}") from None

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-Sink = Callable[[str, str], None]
+from contract.protocol import Stream
+
+Sink = Callable[[Stream, str], None]
 # Enough lines for a deep traceback, heading and all (a library's stack, a DataLoader
 # worker's carried in its exception), which the failure reason is made from.
 STDERR_TAIL = 200
@@ -100,7 +102,7 @@ class WorkerGroup:
             self._pump(process.stdout, "stdout", None)
             self._pump(process.stderr, "stderr", tail)
 
-    def _pump(self, pipe: IO[bytes], stream: str, tail: collections.deque[str] | None) -> None:
+    def _pump(self, pipe: IO[bytes], stream: Stream, tail: collections.deque[str] | None) -> None:
         def pump() -> None:
             with pipe:
                 for raw in iter(pipe.readline, b""):

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple
-from urllib.parse import quote
 
-from contract import variables
+from contract import protocol, variables
 from contract.limits import MAX_LINE, MAX_LOG_BATCH, MAX_LOG_BATCH_TEXT
 from contract.phases import Phase
+from contract.protocol import Endpoint, LogBatch, StatusReport, Stream
 
 log = logging.getLogger("runyard.runtime")
 
@@ -35,10 +35,6 @@ MAX_BATCH = MAX_LOG_BATCH
 # The longest a line waits to go out with others: `runyard logs -f` stays this live.
 BATCH_INTERVAL = 0.2
 MAX_BUFFERED = 200_000
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 class ServiceClient:
@@ -54,7 +50,7 @@ class ServiceClient:
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"service URL must be http(s), got {url!r}")
-        self.base = f"{url.rstrip('/')}/v1/training-jobs/{quote(job_name)}/instances/{quote(host)}"
+        self.base = protocol.instance_url(url, job_name, host)
         self.token = token
         self.timeout = timeout
         # Sent with every report: the service ignores the words of an earlier attempt.
@@ -68,40 +64,42 @@ class ServiceClient:
             return None  # run without a service (e.g. by hand): logs go to stdout only
         return cls(url, token, job_name, host, attempt=attempt)
 
-    def post(self, path: str, body: dict[str, Any]) -> None:
+    def post(self, endpoint: Endpoint, message: protocol.InstanceMessage) -> None:
         request = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
-            f"{self.base}/{path}",
-            data=json.dumps(body).encode(),
+            f"{self.base}/{endpoint}",
+            data=json.dumps(protocol.body(message)).encode(),
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
             method="POST",
         )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
             response.read()
 
-    def get(self, path: str) -> bytes:
+    def get(self, endpoint: Endpoint) -> bytes:
         request = urllib.request.Request(  # noqa: S310 (scheme checked in __init__)
-            f"{self.base}/{path}", headers={"Authorization": f"Bearer {self.token}"}
+            f"{self.base}/{endpoint}", headers={"Authorization": f"Bearer {self.token}"}
         )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
             body: bytes = response.read()
             return body
 
-    def post_with_retry(self, path: str, body: dict[str, Any], deadline: float) -> bool:
+    def post_with_retry(
+        self, endpoint: Endpoint, message: protocol.InstanceMessage, deadline: float
+    ) -> bool:
         """Retry transient failures until ``deadline`` (monotonic); False if never delivered."""
         delay = 0.2
         while True:
             try:
-                self.post(path, body)
+                self.post(endpoint, message)
                 return True
             except urllib.error.HTTPError as exc:
                 if exc.code < 500 and exc.code != 429:
-                    log.error("service refused %s: %s %s", path, exc.code, exc.read()[:500])
+                    log.error("service refused %s: %s %s", endpoint, exc.code, exc.read()[:500])
                     return False
                 error: Exception = exc
             except (urllib.error.URLError, OSError) as exc:
                 error = exc
             if time.monotonic() + delay > deadline:
-                log.error("could not reach the service for %s: %s", path, error)
+                log.error("could not reach the service for %s: %s", endpoint, error)
                 return False
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -109,14 +107,11 @@ class ServiceClient:
     def report(
         self,
         phase: Phase,
-        fields: Mapping[str, object] | None = None,
+        fields: Mapping[str, Any] | None = None,
         deadline_seconds: float = 300.0,
     ) -> bool:
-        given = {key: value for key, value in (fields or {}).items() if value is not None}
-        body = {"phase": phase, "time": now_iso(), **given}
-        if self.attempt is not None:
-            body["attempt"] = self.attempt
-        return self.post_with_retry("status", body, time.monotonic() + deadline_seconds)
+        report = StatusReport(phase, datetime.now(UTC), attempt=self.attempt, **(fields or {}))
+        return self.post_with_retry(Endpoint.STATUS, report, time.monotonic() + deadline_seconds)
 
 
 def _printable(text: str) -> str:
@@ -155,7 +150,7 @@ class LogShipper:
         self._thread.start()
         return self
 
-    def emit(self, stream: str, message: str) -> None:
+    def emit(self, stream: Stream, message: str) -> None:
         if self.client is None and not self.echo:
             return
         message = _printable(message.rstrip("\n")[:MAX_LINE])
@@ -180,7 +175,7 @@ class LogShipper:
             self._thread.start()
         self._thread.join(timeout)
 
-    def _append(self, stream: str, message: str) -> None:
+    def _append(self, stream: Stream, message: str) -> None:
         """Numbered and stamped under the lock, so seqs follow the order lines came in."""
         self._seq += 1
         # Never before the line above, should the clock step back: a follower reads a
@@ -215,15 +210,15 @@ class LogShipper:
         failure, which the service recognises by its seqs."""
         # Packed: the lines' seqs follow each other, so only the first is sent, and each
         # line is a row, which the service reads five times faster than an object.
-        body = {"first_seq": batch[0].seq, "rows": [line.row() for line in batch]}
+        packed = LogBatch(batch[0].seq, [line.row() for line in batch])
         delay = BATCH_INTERVAL
-        while not self._ship(client, body):
+        while not self._ship(client, packed):
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def _ship(self, client: ServiceClient, body: dict[str, Any]) -> bool:
+    def _ship(self, client: ServiceClient, packed: LogBatch) -> bool:
         try:
-            client.post("logs", body)
+            client.post(Endpoint.LOGS, packed)
             return True
         except urllib.error.HTTPError as exc:
             if exc.code < 500 and exc.code != 429:
@@ -237,10 +232,10 @@ class LogShipper:
 class _Line(NamedTuple):
     seq: int
     stamp: float
-    stream: str
+    stream: Stream
     message: str
 
-    def row(self) -> tuple[float, str, str]:
+    def row(self) -> tuple[float, Stream, str]:
         return (self.stamp, self.stream, self.message)
 
 

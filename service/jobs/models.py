@@ -22,11 +22,11 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    and_,
     literal_column,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.jobs.states import Stage, Status
 from service.kit.db import Base, UTCDateTime, utcnow
 
 # SQLite only autoincrements an INTEGER PRIMARY KEY.
@@ -41,6 +41,9 @@ class TrainingJob(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     backend: Mapped[str] = mapped_column(String(32))
 
+    # Where the job is in its life (service.jobs.lifecycle.Stage), moved only by the
+    # lifecycle's events.
+    stage: Mapped[str] = mapped_column(String(16), server_default=Stage.QUEUED)
     status: Mapped[str] = mapped_column(String(16), index=True)
     secondary_status: Mapped[str] = mapped_column(String(32))
     failure_reason: Mapped[str | None] = mapped_column(String(1024))
@@ -125,7 +128,11 @@ class TrainingJob(Base):
     def estimated_remaining_seconds(self) -> int | None:
         """Seconds until the script's progress reaches 1, at the pace of this attempt
         so far; None until two progress values, or once the job has ended."""
-        if self.status != "InProgress" or self.progress is None or self.progress_first is None:
+        if (
+            self.status != Status.IN_PROGRESS
+            or self.progress is None
+            or self.progress_first is None
+        ):
             return None
         if self.progress_at is None or self.progress_first_at is None:
             return None
@@ -154,14 +161,10 @@ class TrainingJob(Base):
 
 
 # A job waiting in line for capacity: nothing happens to it until capacity frees, so
-# nothing need look at it until then (the reconciler's Stage.QUEUED). The status is
-# written into the SQL, not bound: a database uses a partial index (below) only for a
-# query whose conditions it can see imply the index's.
-IN_LINE = and_(
-    TrainingJob.status == literal_column("'InProgress'"),
-    TrainingJob.restart_cause.is_(None),
-    TrainingJob.admitted_at.is_(None),
-)
+# nothing need look at it until then. The stage is written into the SQL, not bound: a
+# database uses a partial index (below) only for a query whose conditions it can see imply
+# the index's.
+IN_LINE = TrainingJob.stage == literal_column(f"'{Stage.QUEUED}'")
 # The order of the line: priority (higher first), then age.
 LINE_ORDER = (TrainingJob.priority.desc(), TrainingJob.created_at, TrainingJob.id)
 # The line in its order: its front is read each time capacity frees and at each sweep,

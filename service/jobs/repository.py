@@ -30,10 +30,9 @@ from service.jobs.models import (
     JobTransition,
     TrainingJob,
 )
-from service.jobs.states import LIVE, TERMINAL, Secondary, Status
+from service.jobs.states import LIVE, TERMINAL, Stage
 from service.kit.db import Base, UTCDateTime, read_pages_in_index_order, utcnow
 from service.kit.pagination import decode_cursor, encode_cursor
-from service.kit.text import without_nul
 
 
 def get(
@@ -216,12 +215,7 @@ def _not_swept_since(moment: datetime) -> ColumnElement[bool]:
 
 def _running() -> ColumnElement[bool]:
     """A live job whose instances were launched and are not being stopped or restarted."""
-    return and_(
-        _live(),
-        TrainingJob.status != Status.STOPPING,
-        TrainingJob.restart_cause.is_(None),
-        TrainingJob.launched_at.is_not(None),
-    )
+    return TrainingJob.stage == Stage.RUNNING
 
 
 def first_in_line(session: Session, count: int) -> list[str]:
@@ -244,41 +238,6 @@ def ended_job_ids(session: Session, ids: list[str]) -> set[str]:
     terminal = [str(status) for status in TERMINAL]
     query = select(TrainingJob.id).where(TrainingJob.id.in_(ids), TrainingJob.status.in_(terminal))
     return set(session.scalars(query))
-
-
-def record_transition(
-    job: TrainingJob, status: Status, secondary: str, message: str, now: datetime | None = None
-) -> bool:
-    """Move the job to (status, secondary); returns False when nothing changed."""
-    if job.status == status and job.secondary_status == secondary:
-        return False
-    now = now or utcnow()
-    if job.transitions and job.transitions[-1].end_time is None:
-        job.transitions[-1].end_time = now
-    job.status = status
-    job.secondary_status = secondary
-    job.transitions.append(
-        JobTransition(
-            status=status,
-            secondary_status=secondary,
-            start_time=now,
-            # Messages quote providers and instances, whose words may hold a NUL.
-            message=without_nul(message),
-        )
-    )
-    return True
-
-
-def record_waiting(job: TrainingJob, message: str) -> None:
-    """The job waits (for capacity, for its instances), saying why; a changed reason
-    updates the current transition rather than adding one."""
-    message = without_nul(message)
-    job.pending_reason = message[:2048]
-    if (
-        not record_transition(job, Status.IN_PROGRESS, Secondary.PENDING, message)
-        and job.transitions[-1].message != message
-    ):
-        job.transitions[-1].message = message[:2048]
 
 
 def instance(session: Session, job_id: str, host: str) -> JobInstance | None:

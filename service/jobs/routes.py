@@ -7,7 +7,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AfterValidator
 
-from contract import storage
+from contract import protocol, storage
+from contract.protocol import JOBS_PATH, Endpoint, instance_route
 from service.auth import service as auth
 from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal, CurrentUser
@@ -16,12 +17,15 @@ from service.capacity import service as capacity
 from service.capacity.schemas import PlacePublic
 from service.jobs import instance_credentials, service
 from service.jobs.instance_credentials import InstanceCredentials
+from service.jobs.instance_messages import (
+    INTERRUPTION_NOTICE_BODY,
+    read_interruption_notice,
+    read_status_report,
+)
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import (
     NAME_SCHEMA,
     DryRun,
-    InstanceReport,
-    InterruptionNotice,
     JobCreate,
     JobPublic,
     JobsPage,
@@ -36,7 +40,7 @@ from service.kit.errors import NotFound, replies
 from service.kit.text import LookupText
 from service.settings import Settings
 
-router = APIRouter(prefix="/v1/training-jobs", tags=["training jobs"])
+router = APIRouter(prefix=JOBS_PATH, tags=["training jobs"])
 
 
 async def get_submissions(request: Request) -> Submissions:
@@ -199,14 +203,15 @@ def stop_training_job(
     return to_public(service.stop(session, settings, name, user, project))
 
 
-@router.post("/{name}/instances/{host}/status", status_code=204, include_in_schema=False)
+@router.post(instance_route(Endpoint.STATUS), status_code=204, include_in_schema=False)
 def report_instance_status(
     name: JobName,
     host: HostName,
-    report: InstanceReport,
     session: SessionDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
+    # After the token: a caller without one learns that first, and no body of theirs is read.
+    report: Annotated[protocol.StatusReport, Depends(read_status_report)],
 ) -> None:
     """Called by the runtime on an instance when its phase changes."""
     job = service.job_for_instance(session, name, host, principal)
@@ -214,7 +219,7 @@ def report_instance_status(
 
 
 @router.get(
-    "/{name}/instances/{host}/credentials",
+    instance_route(Endpoint.CREDENTIALS),
     response_model=InstanceCredentials,
     response_model_by_alias=True,
     include_in_schema=False,
@@ -235,17 +240,18 @@ def instance_aws_credentials(
 
 
 @router.post(
-    "/{name}/instances/{host}/interruption",
+    instance_route(Endpoint.INTERRUPTION),
     response_model=JobPublic,
     responses=replies(401, 403, 404, 409, 422),
+    openapi_extra=INTERRUPTION_NOTICE_BODY,
 )
 def notice_interruption(
     name: JobName,
     host: HostName,
-    notice: InterruptionNotice,
     session: SessionDep,
     settings: SettingsDep,
     principal: CurrentPrincipal,
+    notice: Annotated[protocol.InterruptionNotice, Depends(read_interruption_notice)],
     project: ProjectName = None,
 ) -> JobPublic:
     """A spot interruption notice for an instance of a spot job: its scripts get SIGTERM

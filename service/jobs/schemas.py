@@ -40,14 +40,12 @@ from contract import (
     sagemaker_flags,
     variables,
 )
-from contract.failures import fit
 from contract.layout import IMAGE_BASE_DIR
-from contract.phases import Phase
 from contract.spec import Channel as ChannelSpec
 from contract.spec import JobSpec
 from service.kit import patterns
 from service.kit.integers import INT32_MAX, Int32
-from service.kit.text import Loc, StorableText, find_surrogate, unstorable, without_nul
+from service.kit.text import Loc, find_surrogate
 
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 MAX_NAME = 63
@@ -93,7 +91,7 @@ def invalid(title: str, loc: Loc, message: str) -> ValidationError:
     )
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="wrap")
@@ -134,11 +132,11 @@ def _with_known_keys(error: ErrorDetails, known: list[str]) -> InitErrorDetails:
     }
 
 
-class _Toggle(_Strict):
+class _Toggle(Strict):
     enabled: bool = False
 
 
-class _Distribution(_Strict):
+class _Distribution(Strict):
     """The estimator's ``distribution`` dict; unknown keys are refused."""
 
     def as_dict(self) -> dict[str, Any]:
@@ -169,7 +167,7 @@ def _option_field(option: modes.Option) -> tuple[Any, Any]:
     return kind, Field(default=option.default, ge=option.minimum, le=option.maximum)
 
 
-def _options_model(mode: modes.Mode) -> type[_Strict]:
+def _options_model(mode: modes.Mode) -> type[Strict]:
     """A mode's options: ``enabled``, and whatever else its record says it takes."""
     if mode.takes is None:
         return _Toggle
@@ -192,7 +190,7 @@ def _distribution_keys(under: tuple[str, ...] = ()) -> dict[str, Any]:
             model = _options_model(mode)
         else:
             title = f"{key.capitalize()}Distribution"
-            model = create_model(title, __base__=_Strict, **_distribution_keys((*under, key)))
+            model = create_model(title, __base__=Strict, **_distribution_keys((*under, key)))
         keys[key] = (model | None, None)
     return keys
 
@@ -210,7 +208,7 @@ else:
     )
 
 
-class Channel(_Strict):
+class Channel(Strict):
     # A prefix (every object under it), or a manifest file listing the objects.
     uri: str = Field(min_length=1, max_length=1024)
     s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
@@ -220,12 +218,12 @@ class Channel(_Strict):
     compression: Literal["None", "Gzip"] = "None"
 
 
-class Tag(_Strict):
+class Tag(Strict):
     key: str = Field(min_length=1, max_length=128)
     value: str = Field(default="", max_length=256)
 
 
-class MetricDefinition(_Strict):
+class MetricDefinition(Strict):
     """As in the estimator's ``metric_definitions``: the regex's one group is the value."""
 
     name: str = Field(min_length=1, max_length=255)
@@ -253,7 +251,7 @@ class MetricDefinition(_Strict):
         return value
 
 
-class ProgressMetric(_Strict):
+class ProgressMetric(Strict):
     """Which of the job's metrics tells how far training is: its value divided by
     ``total`` is the fraction done (an epoch metric with the epoch count, say)."""
 
@@ -261,7 +259,7 @@ class ProgressMetric(_Strict):
     total: float = Field(default=1.0, gt=0)
 
 
-class RetryRule(_Strict):
+class RetryRule(Strict):
     """One rule of ``retry_rules``. A failure matches when its exit code is one of
     ``on_exit_codes`` (when given) and its reason matches one of the regular expressions
     ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
@@ -284,7 +282,7 @@ class RetryRule(_Strict):
         return value
 
 
-class ImageChoice(_Strict):
+class ImageChoice(Strict):
     """The image a job runs on, as the server resolved it at submission: a catalog image's
     name (``builtin`` by default), or an OCI image that runs as a custom container."""
 
@@ -300,7 +298,7 @@ class ImageChoice(_Strict):
 _STORED = "stored"
 
 
-class JobCreate(_Strict):
+class JobCreate(Strict):
     name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     # Both, unless a container entry point runs instead (it brings its own code).
@@ -778,39 +776,3 @@ class DryRun(BaseModel):
     backend: str
     plan: dict[str, Any]
     rendered: str
-
-
-class InterruptionNotice(_Strict):
-    """A spot interruption notice for one instance."""
-
-    message: StorableText = Field(default="spot capacity reclaimed", min_length=1, max_length=512)
-    # The attempt of the instance that got the notice: a late notice from an earlier
-    # attempt's instance must not interrupt the next one. Absent when a person sends it.
-    attempt: int | None = Field(default=None, ge=0, le=INT32_MAX)
-
-
-class InstanceReport(_Strict):
-    """Sent by the runtime on an instance when its phase changes."""
-
-    phase: Phase
-    time: datetime
-    message: StorableText = Field(default="", max_length=4096)
-    exit_code: Int32 | None = None
-    failure_reason: str | None = None
-    model_uri: str | None = Field(default=None, max_length=2048)
-    # Which start of the job the instance belongs to; an earlier attempt's report is
-    # ignored. Absent from runtimes that predate restarts.
-    attempt: int | None = Field(default=None, ge=0, le=INT32_MAX)
-
-    @field_validator("failure_reason")
-    @classmethod
-    def _truncate(cls, value: str | None) -> str | None:
-        return None if value is None else without_nul(fit(value))
-
-    @field_validator("model_uri")
-    @classmethod
-    def _storable_uri(cls, value: str | None) -> str | None:
-        # The job keeps it and the model is fetched from it: refused, not repaired.
-        if value is not None and (problem := unstorable(value)) is not None:
-            raise ValueError(problem)
-        return value

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from contract import modes, sagemaker_flags, storage, variables
+from contract import modes, protocol, sagemaker_flags, storage, variables
 from contract.archive import ArchiveError, check_archive
 from contract.hosts import host_names
 from contract.images import ImageError
@@ -37,18 +37,17 @@ from provisioning.catalog import CATALOG
 from service.auth.access import Principal, Role
 from service.auth.models import Project
 from service.capacity import service as capacity
-from service.jobs import file_roots, instance_credentials, project_areas, repository
+from service.jobs import file_roots, instance_credentials, lifecycle, project_areas, repository
+from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
     DryRun,
     ImageChoice,
-    InstanceReport,
-    InterruptionNotice,
     JobCreate,
     hyperparameters_too_large,
     nul_location,
 )
-from service.jobs.states import TERMINAL, Secondary, Status
+from service.jobs.states import TERMINAL, Status
 from service.kit.db import session_scope, utcnow
 from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
@@ -439,8 +438,6 @@ def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
         name=prepared.name,
         spec=prepared.spec.model_dump(mode="json", exclude_none=True),
         backend=prepared.backend,
-        status=Status.IN_PROGRESS,
-        secondary_status="",
         project=project,
         priority=prepared.spec.priority,
         created_at=utcnow(),
@@ -452,9 +449,7 @@ def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
         instances=[],
         final_metrics=[],
     )
-    repository.record_transition(
-        job, Status.IN_PROGRESS, Secondary.STARTING, "Preparing the instances"
-    )
+    lifecycle.submitted(job, "Preparing the instances")
     job.lease = JobLease()
     return job
 
@@ -474,7 +469,7 @@ def _wait_in_line(session: Session, settings: Settings, jobs: list[TrainingJob])
     waiting = set()
     for job, verdict in zip(limited, capacity.forecast(session, settings, limited), strict=True):
         if not verdict.admitted:
-            repository.record_waiting(job, verdict.reason)
+            lifecycle.apply(job, Event.WAITING, verdict.reason)
             waiting.add(job.id)
     return [job.id in waiting for job in jobs]
 
@@ -543,10 +538,7 @@ def stop(
             raise Conflict(f"training job {name!r} has already ended ({job.status})")
         if job.status == Status.STOPPING:
             break
-        job.stop_reason = "StoppedByUser"
-        repository.record_transition(
-            job, Status.STOPPING, Secondary.STOPPING, "Stopping at the user's request"
-        )
+        lifecycle.apply(job, Event.STOP_REQUESTED, "Stopping at the user's request")
         in_line = _never_launched(job)
         try:
             if in_line:  # its reads flush the change above first: it may be stale too
@@ -574,9 +566,7 @@ def _stop_in_line(session: Session, job: TrainingJob) -> None:
     capacity and has no instances. (The version check on the job row keeps a reconciler
     that admits it meanwhile from going on: one of the two writes fails and reads again.)"""
     now = utcnow()
-    repository.record_transition(
-        job, Status.STOPPED, Secondary.STOPPED, "Training job stopped", now
-    )
+    lifecycle.apply(job, Event.STOPPED, "Training job stopped", now)
     log_repository.append_service_line(
         session,
         job.id,
@@ -585,7 +575,6 @@ def _stop_in_line(session: Session, job: TrainingJob) -> None:
         now,
     )
     job.ended_at = now
-    job.pending_reason = None
 
 
 def job_for_instance(
@@ -609,7 +598,7 @@ def job_for_instance(
 
 
 def record_report(
-    session: Session, settings: Settings, job: TrainingJob, host: str, report: InstanceReport
+    session: Session, settings: Settings, job: TrainingJob, host: str, report: protocol.StatusReport
 ) -> None:
     """Store what the runtime on ``host`` says; the reconciler turns it into job state."""
     if job.status in TERMINAL:
@@ -648,7 +637,11 @@ def record_report(
 
 
 def notice_interruption(
-    session: Session, settings: Settings, job: TrainingJob, host: str, notice: InterruptionNotice
+    session: Session,
+    settings: Settings,
+    job: TrainingJob,
+    host: str,
+    notice: protocol.InterruptionNotice,
 ) -> TrainingJob:
     """A spot interruption notice for one of the job's instances (from the runtime on
     EC2, which saw the two-minute warning, or sent by hand to simulate one): the

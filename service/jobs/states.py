@@ -21,6 +21,22 @@ TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.STOPPED})
 LIVE = frozenset(Status) - TERMINAL
 
 
+class Stage(StrEnum):
+    """Where a job is in its life; each live stage has one reconciler handler."""
+
+    # Waiting for capacity: its instances are not taken from the capacity yet.
+    QUEUED = "Queued"
+    # Admitted; its instances are not launched yet.
+    LAUNCHING = "Launching"
+    # Its instances are launched: watch them and their reports.
+    RUNNING = "Running"
+    # A restart is under way: tear the attempt down, back off, begin the next one.
+    RESTARTING = "Restarting"
+    # A stop was asked (by a person, or by max_run or max_wait): drive it to Stopped.
+    STOPPING = "Stopping"
+    ENDED = "Ended"
+
+
 class Secondary(StrEnum):
     STARTING = "Starting"
     PENDING = "Pending"
@@ -46,13 +62,6 @@ PHASE_ORDER = {
     Phase.COMPLETED: 4,
     Phase.FAILED: 4,
     Phase.STOPPED: 4,
-}
-
-# A Stopping job ends with the secondary status that names why it stopped.
-STOP_REASONS = {
-    "StoppedByUser": Secondary.STOPPED,
-    "MaxRuntimeExceeded": Secondary.MAX_RUNTIME_EXCEEDED,
-    "MaxWaitTimeExceeded": Secondary.MAX_WAIT_TIME_EXCEEDED,
 }
 
 # The last line of the log of a job a user stopped.

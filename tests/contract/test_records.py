@@ -16,8 +16,8 @@ from contract.instance_config import ConfigError, RunyardConfig
 from provisioning.base import JobRef
 from runtime.launch import LAUNCHERS
 from service.jobs.schemas import Distribution, JobCreate
-from service.jobs.states import Status
-from worker.reconciler.snapshot import JobSnapshot, RestartCause, Stage
+from service.jobs.states import Stage, Status
+from worker.reconciler.snapshot import JobSnapshot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -102,6 +102,7 @@ def _snapshot(**columns: object) -> JobSnapshot:
     values: dict[str, object] = {
         "ref": JobRef("0" * 32, "job-1"),
         "version": 1,
+        "stage": Stage.QUEUED,
         "status": Status.IN_PROGRESS,
         "secondary_status": "Starting",
         "spec": JobCreate(entry_point="train.py", source_uri="file:///src", instance_type="local"),
@@ -123,18 +124,6 @@ def _snapshot(**columns: object) -> JobSnapshot:
     }
     values.update(columns)
     return JobSnapshot(**values)  # type: ignore[arg-type]
-
-
-def test_a_jobs_stage_follows_from_its_columns() -> None:
-    cause = RestartCause("application", "exit 1", NOW.isoformat())
-    assert _snapshot().stage == Stage.QUEUED
-    assert _snapshot(admitted_at=NOW).stage == Stage.LAUNCHING
-    assert _snapshot(admitted_at=NOW, launched_at=NOW).stage == Stage.RUNNING
-    restarting = _snapshot(admitted_at=NOW, launched_at=NOW, restart_cause=cause)
-    assert restarting.stage == Stage.RESTARTING
-    # A stop outranks everything else, a restart under way included.
-    stopping = dataclasses.replace(restarting, status=Status.STOPPING)
-    assert stopping.stage == Stage.STOPPING
 
 
 def test_an_unprepared_spec_has_no_job_spec(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ Order of a job's life::
                                          (a retried failure, a spot interruption)
     Stopping/(Stopping|MaxRuntimeExceeded|MaxWaitTimeExceeded) -> Stopped
 
-A pass derives the job's stage (``snapshot.Stage``) and hands it to that stage's handler:
+A pass reads the job's stage, which only ``service.jobs.lifecycle`` moves (its table is
+printed in docs/job-lifecycle.md), and hands the job to that stage's handler, which decides
+the events:
 
     Stopping    ending.drive_stop            the scripts' grace, then Stopped
     Restarting  restarts.continue_restart    tear down, back off, the next attempt
@@ -37,11 +39,12 @@ from provisioning import registry
 from provisioning.base import KILL_WAIT_SECONDS, Backend, LaunchError, TeardownError
 from service.capacity import service as capacity
 from service.jobs import repository
+from service.jobs.states import Stage
 from service.kit.db import session_scope
 from service.kit.enqueue import enqueue_reconcile
 from service.settings import Settings
 from worker.reconciler import ending, restarts, running, starting
-from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Stage, Superseded, load
+from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Superseded, load
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,11 @@ from sqlalchemy.orm import object_session
 from contract.failures import fit
 from contract.limits import MAX_LINE
 from provisioning.base import InstanceState
-from service.jobs import repository
+from service.jobs import lifecycle
 from service.jobs.billing import spot_savings_percent, training_seconds
+from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
-from service.jobs.states import STOP_REASONS, STOPPED_BY_USER, Secondary, Status
+from service.jobs.states import STOPPED_BY_USER
 from service.kit.db import session_scope, to_micros, utcnow
 from service.kit.text import without_nul
 from service.logs import repository as log_repository
@@ -50,20 +51,15 @@ def stop_for_max_wait(step: Pass, snapshot: JobSnapshot) -> JobSnapshot:
     return stop_for(
         step,
         snapshot,
-        "MaxWaitTimeExceeded",
-        Secondary.MAX_WAIT_TIME_EXCEEDED,
+        Event.MAX_WAIT_EXCEEDED,
         f"Stopping: the job took longer than max_wait ({snapshot.spec.max_wait} s), "
         "waiting for spot capacity included",
     )
 
 
-def stop_for(
-    step: Pass, snapshot: JobSnapshot, reason: str, secondary: Secondary, message: str
-) -> JobSnapshot:
+def stop_for(step: Pass, snapshot: JobSnapshot, reason: Event, message: str) -> JobSnapshot:
     def stopping(job: TrainingJob) -> None:
-        job.stop_reason = reason
-        job.pending_reason = None
-        repository.record_transition(job, Status.STOPPING, secondary, message)
+        lifecycle.apply(job, reason, message)
 
     return step.update(snapshot, stopping)
 
@@ -85,22 +81,21 @@ def drive_stop(step: Pass, snapshot: JobSnapshot) -> None:
     if running and utcnow() - signalled_at < grace:
         return  # give the scripts their grace period; the sweep comes back
     reports = step.reports(snapshot)
-    secondary = STOP_REASONS.get(snapshot.stop_reason or "", Secondary.STOPPED)
-    why = _why_stopped(snapshot, secondary)
-    finish(step, snapshot, reports, Status.STOPPED, secondary, None, why=why)
+    ended = lifecycle.end_of_stop(snapshot.stop_reason)
+    finish(step, snapshot, reports, ended, None, why=_why_stopped(snapshot, ended))
 
 
-def _why_stopped(snapshot: JobSnapshot, secondary: Secondary) -> str:
+def _why_stopped(snapshot: JobSnapshot, ended: Event) -> str:
     spec = snapshot.spec
     return {
-        Secondary.MAX_RUNTIME_EXCEEDED: (
+        Event.STOPPED_AT_MAX_RUNTIME: (
             f"Training job stopped: its max_run of {spec.max_run} s was reached"
         ),
-        Secondary.MAX_WAIT_TIME_EXCEEDED: (
+        Event.STOPPED_AT_MAX_WAIT: (
             f"Training job stopped: its max_wait of {spec.max_wait} s was reached, "
             "waiting for spot capacity included"
         ),
-    }.get(secondary, STOPPED_BY_USER)
+    }.get(ended, STOPPED_BY_USER)
 
 
 def fail(step: Pass, job_id: str, reason: str, *, teardown: bool) -> None:
@@ -108,21 +103,21 @@ def fail(step: Pass, job_id: str, reason: str, *, teardown: bool) -> None:
     current = step.load(job_id)
     if current is not None:
         reports = step.reports(current)
-        finish(step, current, reports, Status.FAILED, Secondary.FAILED, reason, teardown=teardown)
+        finish(step, current, reports, Event.FAILED, reason, teardown=teardown)
 
 
 def finish(
     step: Pass,
     snapshot: JobSnapshot,
     reports: dict[str, Report],
-    status: Status,
-    secondary: Secondary,
+    ending: Event,
     failure_reason: str | None,
     *,
     teardown: bool = True,
     why: str | None = None,
 ) -> None:
-    """End the job; ``why``, if given, becomes the last line of its log."""
+    """End the job by ``ending`` (completed, failed or a stop's end); ``why``, if given,
+    becomes the last line of its log."""
     if failure_reason is not None:
         failure_reason = fit(without_nul(failure_reason))
     # The attempt ends with its result, not with the teardown that follows: the instances
@@ -143,13 +138,12 @@ def finish(
     # failure reason's to show.
     summary = (failure_reason or "").partition("\n")[0][:200]
     message = {
-        Status.COMPLETED: "Training job completed",
-        Status.FAILED: f"Training job failed: {summary}",
-        Status.STOPPED: "Training job stopped",
-    }[status]
+        Event.COMPLETED: "Training job completed",
+        Event.FAILED: f"Training job failed: {summary}",
+    }.get(ending, "Training job stopped")
 
     def finished(job: TrainingJob) -> None:
-        repository.record_transition(job, status, secondary, message, now)
+        lifecycle.apply(job, ending, message, now)
         for host, reason in unsearched.items():
             _log_last_line(job, host, reason, now)
         if why is not None:
@@ -163,7 +157,6 @@ def finish(
             if price_ratio is not None and job.billable_seconds is not None:
                 training = training_seconds(job.training_start_time, ended_at)
                 job.spot_savings_percent = spot_savings_percent(job.billable_seconds, training)
-        job.pending_reason = None
         job.restart_cause = None
 
     step.update(snapshot, finished)

@@ -17,9 +17,9 @@ from typing import Literal
 from sqlalchemy.orm import object_session
 
 from provisioning.base import InstanceState, LaunchError
-from service.jobs import repository
+from service.jobs import lifecycle
+from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
-from service.jobs.states import Secondary, Status
 from service.kit.db import utcnow
 from service.logs import service as logs
 from worker import retry_policy
@@ -42,7 +42,7 @@ def on_failure(
         max_infrastructure_restarts=step.settings.max_infrastructure_restarts,
     )
     if not verdict.retry:
-        finish(step, snapshot, reports, Status.FAILED, Secondary.FAILED, verdict.reason)
+        finish(step, snapshot, reports, Event.FAILED, verdict.reason)
         return
     kind: Literal["application", "infrastructure"] = (
         "infrastructure" if failure.infrastructure else "application"
@@ -62,10 +62,9 @@ def drive_interruption(step: Pass, snapshot: JobSnapshot) -> None:
 
         def signalled(job: TrainingJob) -> None:
             job.stop_signalled_at = now
-            repository.record_transition(
+            lifecycle.apply(
                 job,
-                Status.IN_PROGRESS,
-                Secondary.INTERRUPTED,
+                Event.INTERRUPTED,
                 f"Spot interruption: {notice}; the scripts got SIGTERM and {grace:g} s "
                 "to save a checkpoint",
             )
@@ -110,7 +109,7 @@ def begin_restart(
     def restarting(job: TrainingJob) -> None:
         job.restart_cause = cause.dump()
         if kind == "capacity":
-            repository.record_waiting(job, reason)
+            lifecycle.apply(job, Event.RESTARTED_FOR_CAPACITY, reason)
             return
         if kind == "application":
             job.restarts += 1
@@ -127,9 +126,9 @@ def begin_restart(
                     f"({job.infrastructure_restarts} of "
                     f"{settings.max_infrastructure_restarts}): {reason}"
                 )
-        secondary = Secondary.INTERRUPTED if kind == "interruption" else Secondary.RESTARTING
         # An interruption's transition began with its notice, which it keeps.
-        repository.record_transition(job, Status.IN_PROGRESS, secondary, message)
+        event = Event.RESTARTED_ON_INTERRUPTION if kind == "interruption" else Event.RESTARTED
+        lifecycle.apply(job, event, message)
 
     continue_restart(step, step.update(snapshot, restarting))
 
@@ -179,10 +178,12 @@ def continue_restart(step: Pass, snapshot: JobSnapshot) -> None:
         job.interruption_message = None
         job.progress_first = job.progress_first_at = None
         job.progress = job.progress_at = None
-        job.pending_reason = None
         job.instances.clear()  # the new attempt's instances report afresh
         if cause.kind in ("interruption", "capacity"):
             job.admitted_at = None  # the instances went back: queue for capacity again
+            lifecycle.apply(job, Event.REQUEUED)
+        else:
+            lifecycle.apply(job, Event.RELAUNCHING)
 
     snapshot = step.update(snapshot, next_attempt)
     if snapshot.admitted_at is None:

@@ -13,9 +13,10 @@ from datetime import timedelta
 from contract.failures import instance_lost, is_instance_lost
 from contract.phases import FINAL_PHASES, Phase
 from provisioning.base import InstanceState, InstanceStatus
-from service.jobs import repository
+from service.jobs import lifecycle
+from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
-from service.jobs.states import PHASE_ORDER, Secondary, Status
+from service.jobs.states import PHASE_ORDER
 from service.kit.db import utcnow
 from worker.reconciler.billing import working_seconds
 from worker.reconciler.ending import drive_stop, finish, past_max_wait, stop_for, stop_for_max_wait
@@ -23,10 +24,11 @@ from worker.reconciler.restarts import drive_interruption, on_failure
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report
 from worker.retry_policy import Failure
 
-_PHASE_MESSAGES = {
-    Phase.DOWNLOADING: "Downloading the code and input data",
-    Phase.TRAINING: "Training in progress",
-    Phase.UPLOADING: "Uploading the model",
+# The job shows the phase of its slowest running instance.
+_PHASE_EVENTS = {
+    Phase.DOWNLOADING: (Event.DOWNLOADING, "Downloading the code and input data"),
+    Phase.TRAINING: (Event.TRAINING, "Training in progress"),
+    Phase.UPLOADING: (Event.UPLOADING, "Uploading the model"),
 }
 
 
@@ -39,7 +41,7 @@ def observe(step: Pass, snapshot: JobSnapshot) -> None:
     # deadline, or before a spot notice came, ends Completed even if this pass only runs
     # after it.
     if completed(snapshot, statuses, reports):
-        finish(step, snapshot, reports, Status.COMPLETED, Secondary.COMPLETED, None)
+        finish(step, snapshot, reports, Event.COMPLETED, None)
         return
     if snapshot.interruption_noticed_at is not None:
         drive_interruption(step, snapshot)
@@ -153,8 +155,7 @@ def _out_of_time(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]) 
         stopping = stop_for(
             step,
             snapshot,
-            "MaxRuntimeExceeded",
-            Secondary.MAX_RUNTIME_EXCEEDED,
+            Event.MAX_RUNTIME_EXCEEDED,
             f"Stopping: the job ran longer than max_run ({snapshot.spec.max_run} s)",
         )
     drive_stop(step, stopping)
@@ -180,10 +181,10 @@ def _wait_for_instances(
             f"CapacityError: {len(unplaced)} of {count} instances were not running "
             f"{timeout:g} s after launch{_why(unplaced)}"
         )
-        finish(step, snapshot, reports, Status.FAILED, Secondary.FAILED, reason)
+        finish(step, snapshot, reports, Event.FAILED, reason)
         return
     message = f"Waiting for {len(pending)} of {count} instances{_why(pending)}"
-    step.update(snapshot, lambda job: repository.record_waiting(job, message))
+    step.update(snapshot, lambda job: lifecycle.apply(job, Event.WAITING, message))
 
 
 def _show_progress(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]) -> None:
@@ -204,8 +205,8 @@ def _show_progress(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]
     started = [r.training_started_at for r in reports.values() if r.training_started_at]
 
     def progress(job: TrainingJob) -> None:
-        repository.record_transition(job, Status.IN_PROGRESS, phase, _PHASE_MESSAGES[phase])
-        job.pending_reason = None
+        event, message = _PHASE_EVENTS[phase]
+        lifecycle.apply(job, event, message)
         # As SageMaker's: the training job starts on its instances before they download.
         if job.training_start_time is None and started:
             job.training_start_time = min(started)

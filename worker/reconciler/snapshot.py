@@ -1,5 +1,5 @@
-"""A job as one reconcile pass sees it: a snapshot read in a short transaction, the stage
-derived from it, and the writes that check the snapshot is still current.
+"""A job as one reconcile pass sees it: a snapshot read in a short transaction, its stage
+among it, and the writes that check the snapshot is still current.
 
 Side effects (starting or ending instances) happen between transactions, never inside one;
 every write checks the job's version, so a concurrent stop from the API is never
@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,7 +24,7 @@ from provisioning.base import Backend, JobRef
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
 from service.jobs.schemas import JobCreate
-from service.jobs.states import TERMINAL, Status
+from service.jobs.states import TERMINAL, Stage, Status
 from service.kit.db import session_scope
 from service.settings import Settings
 
@@ -39,21 +38,6 @@ class Superseded(Exception):
 # Errors a pass leaves to the next pass (the sweep re-drives every live job): the job
 # moved on under us, or the database itself is unreachable.
 RETRIED = (Superseded, SQLAlchemyError)
-
-
-class Stage(StrEnum):
-    """Where a live job is in its life, derived from its columns in one place (``stage``)."""
-
-    # A stop was asked (by a person, or by max_run or max_wait): drive it to Stopped.
-    STOPPING = "Stopping"
-    # A restart is under way: tear the attempt down, back off, begin the next one.
-    RESTARTING = "Restarting"
-    # Waiting for capacity: its instances are not taken from the capacity yet.
-    QUEUED = "Queued"
-    # Admitted; its instances are not launched yet.
-    LAUNCHING = "Launching"
-    # Its instances are launched: watch them and their reports.
-    RUNNING = "Running"
 
 
 @dataclass(frozen=True)
@@ -99,6 +83,8 @@ class JobSnapshot:
 
     ref: JobRef
     version: int
+    # Where the job is in its life (``service.jobs.lifecycle``): which handler drives it.
+    stage: Stage
     status: Status
     secondary_status: str
     spec: JobCreate
@@ -120,18 +106,6 @@ class JobSnapshot:
     worked_seconds: float
 
     @property
-    def stage(self) -> Stage:
-        if self.status == Status.STOPPING:
-            return Stage.STOPPING
-        if self.restart_cause is not None:
-            return Stage.RESTARTING
-        if self.admitted_at is None:
-            return Stage.QUEUED
-        if self.launched_at is None:
-            return Stage.LAUNCHING
-        return Stage.RUNNING
-
-    @property
     def hosts(self) -> list[str]:
         return host_names(self.spec.instance_count)
 
@@ -146,6 +120,7 @@ def snapshot_of(job: TrainingJob) -> JobSnapshot:
         JobSnapshot,
         job,
         ref=JobRef(job.id, job.name, job.attempt),
+        stage=Stage(job.stage),
         status=Status(job.status),
         spec=JobCreate.stored(job.spec),
         restart_cause=RestartCause.load(job.restart_cause),

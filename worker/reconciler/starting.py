@@ -8,9 +8,9 @@ from sqlalchemy.orm import object_session
 from provisioning.base import LaunchRequest
 from service.auth.tokens import agent_key, instance_token
 from service.capacity import service as capacity
-from service.jobs import repository
+from service.jobs import lifecycle
+from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
-from service.jobs.states import Secondary, Status
 from service.kit.db import utcnow
 from worker.reconciler.snapshot import JobSnapshot, Pass
 
@@ -29,9 +29,9 @@ def admit(step: Pass, snapshot: JobSnapshot) -> None:
             verdict = capacity.decide(session, settings, job)
         if verdict.admitted:
             job.admitted_at = utcnow()
-            job.pending_reason = None
+            lifecycle.apply(job, Event.ADMITTED)
         else:
-            repository.record_waiting(job, verdict.reason)
+            lifecycle.apply(job, Event.WAITING, verdict.reason)
 
     snapshot = step.update(snapshot, admitting)
     if snapshot.admitted_at is not None:
@@ -47,10 +47,7 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         message += f" (attempt {attempt + 1}{resuming})"
 
     def launching(job: TrainingJob) -> None:
-        repository.record_transition(
-            job, Status.IN_PROGRESS, Secondary.LAUNCHING_INSTANCES, message
-        )
-        job.pending_reason = None
+        lifecycle.apply(job, Event.LAUNCHING, message)
 
     snapshot = step.update(snapshot, launching)
     settings = step.settings
@@ -74,5 +71,6 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
     def launched(job: TrainingJob) -> None:
         job.launched_at = now
         job.isolation = materialized.isolation
+        lifecycle.apply(job, Event.LAUNCHED)
 
     step.update(snapshot, launched)
