@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def _anchors(page: Path) -> set[str]:
     tokens = list(MarkdownIt().enable("table").parse(page.read_text()))
     return {
         _slug(inline.content)
-        for heading, inline in zip(tokens, tokens[1:], strict=False)
+        for heading, inline in pairwise(tokens)
         if heading.type == "heading_open"
     }
 
