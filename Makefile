@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the API serves them; nothing is fetched at run time.
 VENDOR := service/console/static/vendor
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-fast lint docs clean
 
 # torch first and pinned: it comes from the local CPU wheel, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml
@@ -33,6 +33,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# docs/configuration.md, written from the settings' own descriptions (a test holds the
+# committed page to it).
+docs: $(STAMP)
+	$(BIN)/python -m service.settings_docs > docs/configuration.md.new
+	mv docs/configuration.md.new docs/configuration.md
 
 # Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.

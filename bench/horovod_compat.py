@@ -1,7 +1,7 @@
 """Training steps per second of a Horovod PyTorch script on Runyard's ``horovod.torch``
 against the same model under torch's DistributedDataParallel, on the same processes.
 
-Two models: the README's Horovod example (examples/horovod-pytorch: 32 -> 64 -> 4, so
+Two models: the Horovod example (examples/horovod-pytorch: 32 -> 64 -> 4, so
 each step is mostly the collective's latency) and an MLP of ``--width`` (1024 -> W -> W ->
 1024 -> 10; 7.4M parameters at 2048, so mostly bytes). Every process trains on its own
 batch of ``--batch`` samples (weak scaling). The implementations alternate in rounds on

@@ -44,15 +44,34 @@ class ImageDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    framework: Literal["pytorch", "tensorflow"]
-    framework_version: str = Field(pattern=VERSION.pattern, max_length=32)
-    python: str = Field(pattern=f"^{PYTHON.pattern}$")
-    packages: list[Annotated[str, Field(pattern=_REQUIREMENT, max_length=200)]] = Field(
-        min_length=1, max_length=100
+    framework: Literal["pytorch", "tensorflow"] = Field(
+        description="The framework it holds: `pytorch` or `tensorflow`."
     )
-    processor: Literal["cpu", "gpu"] = "cpu"
-    aliases: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(default_factory=list)
-    description: str = ""
+    framework_version: str = Field(
+        pattern=VERSION.pattern,
+        max_length=32,
+        description="The framework's version, as jobs name it in `framework_version` (`2.13.0`).",
+    )
+    python: str = Field(
+        pattern=f"^{PYTHON.pattern}$",
+        description="The Python it runs (`3.11`), as jobs name it in `py_version` (`py311`).",
+    )
+    packages: list[Annotated[str, Field(pattern=_REQUIREMENT, max_length=200)]] = Field(
+        min_length=1,
+        max_length=100,
+        description="What pip installs into it, in order: 1 to 100 requirements (a name, "
+        "extras, a version or a marker, never an option).",
+    )
+    processor: Literal["cpu", "gpu"] = Field(
+        default="cpu",
+        description="Whether its packages are CPU or GPU builds; part of its name "
+        "(`<framework>-training:<version>-<processor>-<py_version>`).",
+    )
+    aliases: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
+        default_factory=list,
+        description="Other names a job may give it as `image_uri`.",
+    )
+    description: str = Field(default="", description="What `runyard images list` says of it.")
 
     def image(self) -> Image:
         return Image(
@@ -71,152 +90,334 @@ class Settings(BaseSettings):
         env_prefix="RUNYARD_", env_nested_delimiter="__", extra="ignore"
     )
 
-    home: Path = Field(default_factory=lambda: Path.home() / ".runyard")
-    database_url: str = ""
-    broker_url: str = ""
-    artifact_root: str = ""
-    # The directories a job's file:// URIs (source, channels, output, checkpoints) may
-    # name; the artifact root, when it is file://, is always one of them.
-    file_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
-    public_url: str = ""
-    # The path prefix the API is served under behind a proxy (an Ingress at /runyard): the
-    # console's links and its session cookie then carry it. Empty: served at /.
-    root_path: str = Field(default="", pattern=r"^(|/[^\s?#]*[^/\s?#])$")
-    secret_key: SecretStr | None = None
-    # The admin token, where a deployment manages it (each API replica of a Helm release
-    # would otherwise mint its own); unset, one is minted into RUNYARD_HOME/token.
-    admin_token: SecretStr | None = None
-    environment: str = "development"
-    # API processes serving one port (the kernel spreads connections between them): a
-    # process answers from one core, so a many-core server needs several for its peak.
-    api_workers: int = Field(default=1, ge=1, le=64)
-    # How long an API process remembers who holds a bearer token (0: it reads the token
-    # for every request). A token revoked through one API process is refused by it at
-    # once, and by the other replicas of the deployment within this many seconds.
-    token_cache_seconds: float = Field(default=1.0, ge=0, le=60)
-
-    # Instance types each backend serves; a job's backend is looked up here unless it
-    # names one: local, kubernetes or ec2.
-    backends: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=lambda: {"local": "local", "local_gpu": "local"}
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".runyard",
+        description="The server's directory: its embedded database, broker and artifact "
+        "store, the admin token, the signing key, the jobs' working directories and the "
+        "images it builds live here unless set elsewhere.",
     )
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
-    ec2: Ec2Settings = Field(default_factory=Ec2Settings)
-    # How the local backend keeps a job's instances apart: "auto" gives each its own Linux
-    # namespaces (host name, address, /opt/ml, processes) where the worker may make them
-    # (root, with util-linux and iproute2), and lets them share the machine elsewhere;
-    # "namespaces" refuses jobs where it cannot; "shared" never uses namespaces.
-    local_isolation: Literal["auto", "namespaces", "shared"] = "auto"
-    # Local instances that share the machine (no namespaces) can read one another's files
-    # and the server's: "one" takes such jobs only while the server has one project, "many"
-    # takes them from every project (the operator trusts them all).
-    local_shared_projects: Literal["one", "many"] = "one"
-    # A local instance with namespaces that reaches none of its peers for this many seconds
-    # (after it did) has lost the job's network: the job restarts, as after any
-    # infrastructure failure, instead of hanging in a collective until max_run. 0: never.
-    peer_timeout_seconds: float = Field(default=60.0, ge=0)
-    max_instance_count: int = Field(default=16, ge=1)
-    # An uploaded source bundle: at most this many bytes as sent (compressed), and at most
-    # this many once unpacked, which every instance of a job it runs does again. Archives
-    # that compress far better than code (decompression bombs) are refused besides.
-    max_source_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
-    max_source_unpacked_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
-    # The largest request body of any other route (job specs, reports, SageMaker's calls),
-    # refused before it is read whole, whoever sends it. At least what an instance's log
-    # batch may take, the largest body the service is sent.
-    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=MAX_LOG_BATCH_BODY)
-    # Images jobs may name besides the built-in catalog's (a JSON list of objects with
-    # framework, framework_version, python, packages, and optionally processor, aliases
-    # and description); one with a catalog image's name replaces it.
-    images: list[ImageDefinition] = Field(default_factory=list)
-    # What runs a job's own container image on the local backend: "auto" (podman, else a
-    # Docker whose daemon answers), or the engine's command with its options.
-    container_engine: str = Field(default="auto", min_length=1, max_length=500)
-    # Where the local backend keeps the catalog images it builds (a disk with room for a
-    # few GB each); RUNYARD_HOME/images by default.
-    image_store: Path | None = None
-    # Names that run a catalog image (or "builtin"), such as the AWS Deep Learning
-    # Container a team's code names: {"pytorch-training:2.1.0-cpu-py310": "builtin"}.
-    image_aliases: dict[str, str] = Field(default_factory=dict)
+    database_url: str = Field(
+        default="",
+        description="The database, as a SQLAlchemy URL such as "
+        "`postgresql://user@host/db`. Empty: SQLite in `RUNYARD_HOME` (`runyard.db`).",
+    )
+    broker_url: str = Field(
+        default="",
+        description="Celery's broker: `redis://...` or `amqp://...`. Empty: a "
+        "SQLite-backed broker in `RUNYARD_HOME` (`sqla+sqlite:///.../broker.db`).",
+    )
+    artifact_root: str = Field(
+        default="",
+        description="Where uploaded code (in `_sources/`, named by its content) and, "
+        "unless a job names its own `output_path`, models and outputs are stored: a "
+        "`file://` or `s3://` URI. Empty: `file://$RUNYARD_HOME/artifacts`.",
+    )
+    file_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Directories that a job's `file://` URIs (`source_uri`, input channels, "
+        "`output_path`, `checkpoint_s3_uri`) may name besides the artifact root, written "
+        "`/data:/scratch` or as a JSON list; the artifact root, when it is `file://`, is "
+        "always one. A URI outside them once `..`, percent-escapes and symbolic links are "
+        "resolved is refused with a 422 that names the field, whether or not the path "
+        "exists; with an `s3://` artifact root and no roots, every `file://` URI is.",
+    )
+    public_url: str = Field(
+        default="",
+        description="How instances reach the API. Empty: `http://127.0.0.1:<port>`, which "
+        "only local instances can use: jobs on pods or EC2 instances are refused with a "
+        "loopback one.",
+    )
+    root_path: str = Field(
+        default="",
+        pattern=r"^(|/[^\s?#]*[^/\s?#])$",
+        description="The path prefix the API and console are served under behind a proxy "
+        "(an Ingress at `/runyard`): the console's links and its session cookie then carry "
+        "it. Empty: served at `/`.",
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="The key that signs per-job instance tokens and from which tokens' AWS "
+        "credentials are derived; every process of a deployment needs the same. Unset: one "
+        "is generated into `RUNYARD_HOME/secret_key`. Outside `development`, a placeholder "
+        "(`changeme`, `secret`, ...) is refused.",
+    )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="A fixed admin token (`ry_` and at least 32 characters), as every API "
+        "replica of a deployment needs. Unset: one is minted into `RUNYARD_HOME/token` on "
+        "first start.",
+    )
+    environment: str = Field(
+        default="development",
+        description="What this server is: any other value than `development` (such as "
+        "`production`) makes it refuse a placeholder `RUNYARD_SECRET_KEY`.",
+    )
+    api_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="API processes serving one port (`runyard server` and `runyard api`; "
+        "the kernel spreads connections between them). A process answers from one core, "
+        "so give a busy server about one per core.",
+    )
+    token_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="How long an API process remembers who holds a token instead of "
+        "reading it again. A token revoked through one API process is refused by it at "
+        "once, and by its other replicas within this time; `0` reads it for every request.",
+    )
 
-    # Where a job's instances get AWS credentials: "service" gives each job credentials of
-    # its own, short-lived and limited to the job's S3 locations (its code, channels,
-    # output and checkpoints), which the runtime serves to the job's processes as a
-    # container credentials endpoint; the server's own keys never reach an instance.
-    # "machine" leaves it to the instances' machines (an EC2 instance profile, a pod's
-    # service account); local instances then have none. "server" relays the server's own
-    # credentials, unlimited, for an S3-compatible store without STS: every job can then
-    # do all the server can (the operator trusts them all).
-    instance_credentials: Literal["service", "machine", "server"] = "service"
-    # The IAM role the service assumes for each job, the job's limits as its session
-    # policy; "{project}" in it becomes the job's project (a role per project). Unset: the
-    # service asks STS for a federation token limited the same way, which only an IAM
-    # user's keys may do.
+    backends: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=lambda: {"local": "local", "local_gpu": "local"},
+        description="Which backend (`local`, `kubernetes` or `ec2`) runs each instance type, "
+        "written `type=backend,...` or as a JSON object; a job's backend is looked up here "
+        "unless it names one.",
+    )
+    kubernetes: KubernetesSettings = Field(
+        default_factory=KubernetesSettings,
+        description="The Kubernetes backend's settings: one JSON object, or one variable "
+        "per field.",
+    )
+    ec2: Ec2Settings = Field(
+        default_factory=Ec2Settings,
+        description="The EC2 backend's settings: one JSON object, or one variable per field.",
+    )
+    local_isolation: Literal["auto", "namespaces", "shared"] = Field(
+        default="auto",
+        description="How the local backend keeps a job's instances apart: `auto` gives each "
+        "its own Linux namespaces (host name, address, `/opt/ml`, processes) where the "
+        "worker may make them (root, with util-linux and iproute2), and lets them share the "
+        "machine elsewhere; `namespaces` refuses jobs where it cannot; `shared` never uses "
+        "namespaces.",
+    )
+    local_shared_projects: Literal["one", "many"] = Field(
+        default="one",
+        description="Local instances that share the machine (no namespaces) can read one "
+        "another's files and the server's: `one` takes such jobs only while the server has "
+        "one project, `many` takes them from every project (the operator trusts them all).",
+    )
+    peer_timeout_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A local instance with namespaces that reached its peers and then none "
+        "of them for this many seconds has lost the job's network: the job restarts, as "
+        "after any infrastructure failure, instead of hanging in a collective until "
+        "`max_run`. `0`: never.",
+    )
+    max_instance_count: int = Field(
+        default=16, ge=1, description="The largest `instance_count` a job may ask for."
+    )
+    max_source_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1,
+        description="The largest source bundle `POST /v1/sources` accepts, in bytes as sent "
+        "(compressed); a larger one is refused with 413.",
+    )
+    max_source_unpacked_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=1,
+        description="The most bytes a source bundle may unpack to (every instance of its "
+        "jobs unpacks it again); a larger one, or one that unpacks to more than 200 times "
+        "its packed size (a decompression bomb), is refused with 413 as it is read.",
+    )
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=MAX_LOG_BATCH_BODY,
+        description="The largest body, in bytes, of any other request (job specs, "
+        "instances' reports and log batches, SageMaker's and CloudWatch's calls); a larger "
+        "one is refused with 413 as it arrives, before the caller is authenticated, or at "
+        f"once when its `Content-Length` says so. At least {MAX_LOG_BATCH_BODY}, the most "
+        "an instance's log batch takes.",
+    )
+    images: list[ImageDefinition] = Field(
+        default_factory=list,
+        description="Images jobs may name besides the catalog's own, as a JSON list of "
+        "objects (their fields below); one with a catalog image's name replaces it.",
+    )
+    container_engine: str = Field(
+        default="auto",
+        min_length=1,
+        max_length=500,
+        description="What runs a job's own container image on the local backend: `auto` "
+        "(podman, else a Docker whose daemon answers), or the engine's command with its "
+        "options.",
+    )
+    image_store: Path | None = Field(
+        default=None,
+        description="Where the local backend builds catalog images (a disk with room for a "
+        "few GB each). Unset: `RUNYARD_HOME/images`.",
+    )
+    image_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="Other names that run a catalog image (or `builtin`), as a JSON object, "
+        'such as the AWS Deep Learning Container a team\'s code names: `{"pytorch:2.1": '
+        '"builtin"}`.',
+    )
+
+    instance_credentials: Literal["service", "machine", "server"] = Field(
+        default="service",
+        description="Where a job's instances get AWS credentials: `service` gives each job "
+        "its own, short-lived and limited to its S3 locations, from STS through a container "
+        "credentials endpoint; `machine` leaves it to the instances' machines (an EC2 "
+        "instance profile, a pod's service account; local instances then have none); "
+        "`server` relays the server's own keys, unlimited, for an S3-compatible store "
+        "without STS (every job can then do all the server can).",
+    )
     instance_role_arn: str = Field(
         default="",
         max_length=2048,
         pattern=r"^(|arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/{}-]+)$",
+        description="The IAM role the service assumes for each job, with the job's limits "
+        "as its session policy; `{project}` in it becomes the job's project (a role per "
+        "project). Empty: a federation token limited the same way, which only an IAM "
+        "user's keys may ask for.",
     )
-    # How long the credentials a job is given last (STS's bounds; a role's own maximum
-    # may be lower). The runtime asks for fresh ones well before they end.
-    instance_credentials_seconds: int = Field(default=3600, ge=1800, le=43200)
+    instance_credentials_seconds: int = Field(
+        default=3600,
+        ge=1800,
+        le=43200,
+        description="How long a job's AWS credentials last, in seconds (STS's bounds; a "
+        "role's own maximum may be lower); the runtime asks for fresh ones well before "
+        "they end.",
+    )
 
-    # Capacity: how many instances of each type exist to run jobs on (a type missing here
-    # has no limit), and per project how many of each type, or of all types together under
-    # "*", its jobs may hold at once.
-    capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
-    project_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
-    # Deprecated: the quotas of before projects, keyed by what was then the tenant. Each
-    # entry now applies to the project of that name (a project's own entry in
-    # RUNYARD_PROJECT_QUOTAS wins); the server warns at start while it is set.
-    tenant_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
-    # A job that does not fit now waits in line ("queue"), or is refused at submission
-    # with ResourceLimitExceeded ("refuse").
-    on_capacity_exceeded: Literal["queue", "refuse"] = "queue"
+    capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="How many instances of each type may run at once, as a JSON object "
+        '(`{"ml.p4d.24xlarge": 8}`); a type missing here has no limit.',
+    )
+    project_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=dict,
+        description="Per project, how many instances of each type, or of all types "
+        'together under `"*"`, its jobs may hold at once, as a JSON object '
+        '(`{"team-a": {"*": 16}}`).',
+    )
+    tenant_quotas: dict[str, dict[str, Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=dict,
+        description="Deprecated: the quotas of before projects. Each entry applies to the "
+        "project of its name (a project's own entry in `RUNYARD_PROJECT_QUOTAS` wins); "
+        "the server warns at start while it is set.",
+    )
+    on_capacity_exceeded: Literal["queue", "refuse"] = Field(
+        default="queue",
+        description="A job that does not fit now waits in line (`queue`), or is refused at "
+        "submission with `ResourceLimitExceeded` (`refuse`).",
+    )
 
-    # Restarts: how many times a job may be restarted after an infrastructure failure (a
-    # lost instance) before it fails; spot interruptions are bounded by max_wait instead.
-    max_infrastructure_restarts: int = Field(default=3, ge=0)
-    # The first restart after an application failure waits this long, each next one twice
-    # as long (at most restart_backoff_max_seconds).
-    restart_backoff_seconds: float = Field(default=1.0, ge=0)
-    restart_backoff_max_seconds: float = Field(default=300.0, ge=0)
-    # What an instance second costs on spot, as a fraction of on-demand: the saving that
-    # spot jobs report.
-    spot_price_ratio: float = Field(default=0.3, gt=0, le=1)
-    # How long an interrupted spot instance's scripts get after SIGTERM (EC2 gives two
-    # minutes' warning).
-    spot_grace_seconds: float = Field(default=110.0, ge=0)
-    # A spot launch that finds no capacity tries again after this long, within max_wait.
-    spot_capacity_retry_seconds: float = Field(default=60.0, ge=0)
+    max_infrastructure_restarts: int = Field(
+        default=3,
+        ge=0,
+        description="How many times a job is restarted after an infrastructure failure (a "
+        "lost instance) before it fails; spot interruptions are bounded by the job's "
+        "`max_wait` instead.",
+    )
+    restart_backoff_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds before the first restart after an application failure; each "
+        "next one waits twice as long, up to `RUNYARD_RESTART_BACKOFF_MAX_SECONDS`.",
+    )
+    restart_backoff_max_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="The longest wait, in seconds, before a restart after an application failure.",
+    )
+    spot_price_ratio: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="What a spot instance second costs against on-demand: a spot job's "
+        "`billable_seconds` are its worked seconds times this.",
+    )
+    spot_grace_seconds: float = Field(
+        default=110.0,
+        ge=0,
+        description="Seconds an interrupted spot instance's scripts get after SIGTERM (EC2 "
+        "gives two minutes' warning).",
+    )
+    spot_capacity_retry_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A spot launch that finds no capacity tries again after this many "
+        "seconds, within the job's `max_wait`.",
+    )
 
-    # Worker timing. The sweep runs this often: it re-drives every job launching, stopping
-    # or restarting each time, jobs whose instances run every running_sweep_seconds (their
-    # reports wake them), and the front of the line every waiting_sweep_seconds; so it
-    # bounds how long a lost broker message or a dead worker can delay a job.
-    reconcile_interval: float = Field(default=2.0, gt=0)
-    reconcile_lease_seconds: float = Field(default=30.0, gt=0)
-    # How often the sweep looks at a job whose instances run, in case one died unheard
-    # (or its max_run passed).
-    running_sweep_seconds: float = Field(default=10.0, gt=0)
-    # How often beat's safety sweep re-drives a job waiting for capacity (what frees
-    # capacity wakes the first jobs in line at once; the sweep is for lost messages).
-    waiting_sweep_seconds: float = Field(default=30.0, gt=0)
-    stop_grace_seconds: float = Field(default=30.0, ge=0)
-    teardown_grace_seconds: float = Field(default=5.0, ge=0)
-    # How often beat looks for pods/instances of ended jobs that are still there.
-    reap_interval: float = Field(default=60.0, gt=0)
-    broker_poll_interval: float = Field(default=0.1, gt=0)
-    # Log lines and metric points of a job are deleted this many days after it ended
-    # (0 keeps them forever); a job's description, final metrics included, stays.
-    log_retention_days: int = Field(default=30, ge=0)
-    # Uploaded code that no job refers to is deleted this many days after its last upload
-    # (0 keeps it forever); code a job refers to is kept as long as the job is.
-    source_retention_days: int = Field(default=7, ge=0)
+    reconcile_interval: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds between beat's sweeps. Each re-drives every job launching, "
+        "stopping or restarting, so this bounds how long a lost broker message or a dead "
+        "worker can delay one.",
+    )
+    reconcile_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long, in seconds, a worker holds a job it drives before another "
+        "may take it over; never shorter than the longest teardown the server's backends "
+        "may wait out.",
+    )
+    running_sweep_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often, in seconds, the sweep looks at a job whose instances run "
+        "(their reports wake it as things happen): it finds an instance that died unheard, "
+        "or a passed `max_run`.",
+    )
+    waiting_sweep_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often, in seconds, beat re-drives the first 20 jobs in line and (50 "
+        "a sweep) the spot jobs waiting, whose `max_wait` runs. A job that lets go of "
+        "capacity wakes the first 20 in line at once: this is a safety net for lost "
+        "messages.",
+    )
+    stop_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds scripts get after SIGTERM when their job is stopped.",
+    )
+    teardown_grace_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a teardown waits for an instance's processes (or pods) to end "
+        "once told to, before it kills them.",
+    )
+    reap_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often, in seconds, beat removes pods and instances of ended jobs "
+        "that are still there.",
+    )
+    broker_poll_interval: float = Field(
+        default=0.1,
+        gt=0,
+        description="How often, in seconds, the embedded SQLite broker (`sqla+` URLs) is "
+        "polled for messages.",
+    )
+    log_retention_days: int = Field(
+        default=30,
+        ge=0,
+        description="Days after a job ends that beat (hourly) deletes its log lines and "
+        "metric points; its description, final metrics included, stays. `0` keeps them "
+        "forever.",
+    )
+    source_retention_days: int = Field(
+        default=7,
+        ge=0,
+        description="Days after its last upload that beat (hourly) deletes uploaded code no "
+        "job refers to; code a job refers to is kept as long as the job. `0` keeps it "
+        "forever.",
+    )
     _signing_key: bytes | None = PrivateAttr(default=None)
     _catalog: Catalog = PrivateAttr(default_factory=Catalog)
-    # Two Runyard installations may share one Redis or RabbitMQ if their queues differ.
-    queue: str = Field(default="runyard", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    queue: str = Field(
+        default="runyard",
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="The Celery queue's name: two Runyard installations may share one Redis "
+        "or RabbitMQ if their queues differ.",
+    )
 
     @field_validator("admin_token")
     @classmethod

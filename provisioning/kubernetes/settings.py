@@ -19,36 +19,97 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 class KubernetesSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # Where the client finds the cluster: in-cluster service account when both are unset.
-    kubeconfig: str | None = None
-    context: str | None = None
-    # A plain API URL with no credentials (a local proxy, `kubectl proxy`, a mock server).
-    api_url: str | None = None
-    namespace: str = Field(default="runyard-jobs", pattern=DNS_LABEL, max_length=63)
-    # The cluster's DNS domain: pods find each other as algo-N.<base>.<namespace>.svc.<it>.
-    cluster_domain: str = Field(default="cluster.local", pattern=DNS_SUBDOMAIN, max_length=253)
-    # What a job's pods run: this (Runyard's runtime image) for the built-in image, and a
-    # catalog image (contract.images) as <images_repository>/<its name>, such as
-    # runyard/pytorch-training:2.13.0-cpu-py311 (runtime/Dockerfile builds them).
-    image: str = "runyard/runtime:0.1.0"
-    images_repository: str = Field(default="runyard", min_length=1, max_length=200)
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    image_pull_secrets: list[str] = Field(default_factory=list)
-    # The job pods' own identity; it needs no Kubernetes permissions at all.
-    service_account: str | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    priority_class: str | None = None
-    # All-or-nothing start: every pod must be scheduled within this many seconds, or the
-    # job fails naming the cause ("fail") or keeps waiting with a pending reason ("wait").
-    # A scheduled pod still pulling its image is not waiting for capacity: not counted.
-    schedule_timeout_seconds: float = Field(default=300.0, gt=0)
-    on_unschedulable: Literal["fail", "wait"] = "fail"
-    # Gang scheduling by an installed scheduler: a Volcano PodGroup, or a Kueue queue label.
-    gang_scheduler: Literal["none", "volcano", "kueue"] = "none"
-    gang_queue: str | None = None
-    # A ReadWriteMany claim mounted at the artifact root's path in every pod, so file://
-    # sources, channels and outputs are the same paths inside the job as on the server.
-    artifact_volume_claim: str | None = None
-    # The port each pod's runtime listens on for mpirun's launch agent.
-    agent_port: int = Field(default=7077, ge=1024, le=65535)
+    kubeconfig: str | None = Field(
+        default=None,
+        description="A kubeconfig file to reach the cluster with. With neither it nor "
+        "`context` (nor `api_url`) set: the in-cluster service account.",
+    )
+    context: str | None = Field(default=None, description="The kubeconfig's context to use.")
+    api_url: str | None = Field(
+        default=None,
+        description="A plain API URL reached with no credentials (a local proxy, "
+        "`kubectl proxy`, a mock server); it wins over `kubeconfig` and `context`.",
+    )
+    namespace: str = Field(
+        default="runyard-jobs",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="The namespace a job's pods, Service and config maps are made in.",
+    )
+    cluster_domain: str = Field(
+        default="cluster.local",
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+        description="The cluster's DNS domain: pods find each other as "
+        "`algo-N.<base>.<namespace>.svc.<it>`.",
+    )
+    image: str = Field(
+        default="runyard/runtime:0.1.0",
+        description="What a job's pods run for the built-in image: Runyard's runtime image "
+        "(`runtime/Dockerfile` builds it).",
+    )
+    images_repository: str = Field(
+        default="runyard",
+        min_length=1,
+        max_length=200,
+        description="Where a catalog image is pulled from: `<it>/<the image's name>`, such "
+        "as `runyard/pytorch-training:2.13.0-cpu-py311` (`runtime/Dockerfile` builds them).",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="The job containers' `imagePullPolicy`."
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets, by name, that the pods pull their images with.",
+    )
+    service_account: str | None = Field(
+        default=None,
+        description="The job pods' own identity; it needs no Kubernetes permissions at all. "
+        "Unset: the namespace's default.",
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="The job pods' `nodeSelector`: labels a node must have to run them.",
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The job pods' `tolerations`, as Kubernetes writes them.",
+    )
+    priority_class: str | None = Field(
+        default=None,
+        description="The job pods' (and Volcano pod groups') `priorityClassName`.",
+    )
+    schedule_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="All-or-nothing start: every pod of a job must be scheduled within this "
+        "many seconds, or `on_unschedulable` decides. A scheduled pod still pulling its "
+        "image is not waiting for capacity: not counted.",
+    )
+    on_unschedulable: Literal["fail", "wait"] = Field(
+        default="fail",
+        description="What a job whose pods are not all scheduled in time does: `fail` "
+        "naming the cause, or `wait` on, with a pending reason.",
+    )
+    gang_scheduler: Literal["none", "volcano", "kueue"] = Field(
+        default="none",
+        description="Gang scheduling by an installed scheduler: a Volcano PodGroup "
+        "(`volcano`), or a Kueue pod group and queue label (`kueue`).",
+    )
+    gang_queue: str | None = Field(
+        default=None,
+        description="The Volcano queue, or the Kueue queue (`default` when unset), that "
+        "jobs' pods go to.",
+    )
+    artifact_volume_claim: str | None = Field(
+        default=None,
+        description="A ReadWriteMany claim mounted at the artifact root's path in every pod, "
+        "so `file://` sources, channels and outputs are the same paths inside the job as on "
+        "the server.",
+    )
+    agent_port: int = Field(
+        default=7077,
+        ge=1024,
+        le=65535,
+        description="The port each pod's runtime serves mpirun's launch agent on.",
+    )

@@ -1,4 +1,5 @@
-"""Screenshots of the console for the README: ``python -m tests.console.screenshots``.
+"""Screenshots of the console for docs/console.md and the README:
+``python -m tests.console.screenshots``.
 
 Starts the same server as the console's tests, with a few jobs, logs and metrics, and
 writes docs/console-jobs.png and docs/console-job.png (small PNGs, 1280 px wide).

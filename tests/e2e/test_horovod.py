@@ -143,7 +143,7 @@ def test_what_is_not_offered_says_so_by_name(checks: dict[str, Any]) -> None:
         assert r[module].startswith("ImportError: horovod.tensorflow: Runyard offers only")
 
 
-def test_the_readme_example_trains_and_rank_0_saves_the_model(stack: Stack, tmp_path: Path) -> None:
+def test_the_example_trains_and_rank_0_saves_the_model(stack: Stack, tmp_path: Path) -> None:
     with stack.client() as client:
         job = _completed(
             stack,

@@ -1,6 +1,9 @@
-"""Every example in the README runs as written, against a real `runyard server`.
+"""Every example in the README and in the pages of docs/ runs as written, against a real
+`runyard server`.
 
-The README's blocks run in their order, as someone following it would run them:
+The README's blocks run in their order, then each page's of PAGES in turn, as someone
+following the README and then its links would run them; what a block leaves (the server,
+files, jobs, tokens) is there for every later block, on whichever page:
 
 - a shell block in its own `bash -e -o pipefail`, from a directory laid out as a checkout
   (the repository's top-level entries linked in, so what the blocks write lands there, not
@@ -11,7 +14,8 @@ The README's blocks run in their order, as someone following it would run them:
 
 Only the blocks named in SKIPPED do not run, each for the reason given there. When all
 have run, every job they made has ended as they meant it to, and every metric their specs
-define was found in the job's output.
+define was found in the job's output. A page of docs/ with a block of those languages must
+be in PAGES, so none goes unrun.
 """
 
 from __future__ import annotations
@@ -38,8 +42,20 @@ from tests.e2e.conftest import REPO
 
 pytestmark = pytest.mark.e2e
 
-README = REPO / "README.md"
-# A line only that block has -> why it cannot run here.
+# The pages whose blocks run, in this order: the README first (its tour starts the server
+# and makes the data the others use), then the pages of docs/ that have blocks.
+PAGES = (
+    "README.md",
+    "docs/http-api.md",
+    "docs/sagemaker.md",
+    "docs/images.md",
+    "docs/distribution-modes.md",
+    "docs/fault-tolerance.md",
+    "docs/projects.md",
+    "docs/deploying.md",
+)
+LANGUAGES = ("sh", "python", "yaml")
+# A line only that block, of all the pages' blocks, has -> why it cannot run here.
 SKIPPED = {
     "make demo": "`make test` runs this whole suite, this test included, and both first "
     "run `make install` into the .venv the tests run from",
@@ -65,13 +81,14 @@ SKIPPED = {
     "tests/tensorflow/test_tensorflow_jobs.py runs this block against a server that has it",
 }
 BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
-# The jobs the README stops on purpose; every other job must complete.
-STOPPED_BY_THE_README = {"forever"}
+# The jobs the pages stop on purpose; every other job must complete.
+STOPPED_ON_PURPOSE = {"forever"}
 _FILE_HEADER = re.compile(r"# ([\w.-]+\.ya?ml)\n")
 
 
 @dataclass(frozen=True)
 class Block:
+    page: str
     language: str
     text: str
     line: int
@@ -80,25 +97,31 @@ class Block:
     def skipped_because(self) -> str | None:
         return next((why for marker, why in SKIPPED.items() if marker in self.text), None)
 
+    @property
+    def label(self) -> str:
+        """A name for its files that no other block's has: the page and the line."""
+        return f"{self.page.replace('/', '-')}-line-{self.line}"
+
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.language})"
+        return f"{self.page}:{self.line} ({self.language})"
 
 
-def _blocks() -> list[Block]:
+def blocks_of(page: str) -> list[Block]:
+    """The blocks of ``page`` (a path from the repository's root) that run, in order."""
     return [
-        Block(token.info.strip(), token.content, token.map[0] + 1 if token.map else 0)
-        for token in MarkdownIt().parse(README.read_text())
-        if token.type == "fence" and token.info.strip() in ("sh", "python", "yaml")
+        Block(page, token.info.strip(), token.content, token.map[0] + 1 if token.map else 0)
+        for token in MarkdownIt().parse((REPO / page).read_text())
+        if token.type == "fence" and token.info.strip() in LANGUAGES
     ]
 
 
-BLOCKS = _blocks()
+BLOCKS = [block for page in PAGES for block in blocks_of(page)]
 
 
 @dataclass
 class Reader:
-    """Someone following the README: a checkout to stand in, a shell environment, and the
-    server their first block started."""
+    """Someone following the README and its pages: a checkout to stand in, a shell
+    environment, and the server the README's first block started."""
 
     checkout: Path
     scratch: Path
@@ -108,12 +131,12 @@ class Reader:
     shells: list[int] = field(default_factory=list)
 
     def run(self, block: Block) -> tuple[int, str]:
-        log = self.scratch / f"line-{block.line}.log"
+        log = self.scratch / f"{block.label}.log"
         if block.language == "sh":
             command = ["bash", "-e", "-o", "pipefail", "-c", block.text]
         else:
             # Outside the checkout, so `runyard` is imported as installed, as the server is.
-            script = self.scratch / f"line-{block.line}.py"
+            script = self.scratch / f"{block.label}.py"
             script.write_text(block.text)
             command = [str(self.checkout / ".venv" / "bin" / "python"), str(script)]
         with open(log, "wb") as output:
@@ -190,8 +213,8 @@ def _all_jobs(client: Client) -> list[dict[str, object]]:
             return items
 
 
-# What a build writes into a checkout (the README's `pip wheel` among them): made fresh in
-# the reader's checkout, never linked to the repository's.
+# What a build writes into a checkout (the `pip wheel` of docs/deploying.md among them):
+# made fresh in the reader's checkout, never linked to the repository's.
 _BUILD_OUTPUTS = ("build", "dist", ".egg-info")
 
 
@@ -202,7 +225,7 @@ _COPIED = ("examples",)
 
 def _checkout(root: Path) -> Path:
     """The repository's top-level entries linked into ``root``, and the .venv the tests run
-    from: README paths resolve, and what blocks write stays in ``root``."""
+    from: the pages' paths resolve, and what blocks write stays in ``root``."""
     root.mkdir()
     for entry in sorted(REPO.iterdir()):
         if entry.name in _COPIED:
@@ -231,7 +254,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
     )
     following = Reader(checkout, scratch, env, f"http://127.0.0.1:{port}", home)
     yield following
-    assert following.stop() == [], "processes of the README's jobs were left running"
+    assert following.stop() == [], "processes of the pages' jobs were left running"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
@@ -251,16 +274,16 @@ def test_block_runs_as_written(reader: Reader, block: Block) -> None:
         assert wait_until_up(reader.url, timeout=120), f"the server did not start:\n{output}"
 
 
-def test_every_job_the_readme_made_ended_as_meant(reader: Reader) -> None:
+def test_every_job_the_pages_made_ended_as_meant(reader: Reader) -> None:
     with reader.client() as client:
         jobs = {str(item["name"]): client.get_job(str(item["name"])) for item in _all_jobs(client)}
-    assert jobs, "the README's blocks made no job"
+    assert jobs, "the pages' blocks made no job"
     for name, job in jobs.items():
-        expected = "Stopped" if name in STOPPED_BY_THE_README else "Completed"
+        expected = "Stopped" if name in STOPPED_ON_PURPOSE else "Completed"
         assert job["status"] == expected, f"{name}: {job['status']}: {job['failure_reason']}"
 
 
-def test_every_metric_the_readme_defines_is_found(reader: Reader) -> None:
+def test_every_metric_the_pages_define_is_found(reader: Reader) -> None:
     """A metric's regular expression must match what the example prints (`loss 0.4559`):
     each one every completed job defines has points."""
     defined = 0
@@ -272,10 +295,21 @@ def test_every_metric_the_readme_defines_is_found(reader: Reader) -> None:
             for series in client.metrics(job["name"]):
                 defined += 1
                 assert series["points"], f"{job['name']}: {series['name']} matched no line"
-    assert defined, "no job the README ran defines a metric"
+    assert defined, "no job the pages ran defines a metric"
 
 
-def test_every_skipped_block_is_one_of_the_readme() -> None:
+def test_every_skipped_block_is_one_of_the_pages() -> None:
     for marker in SKIPPED:
         found = [block for block in BLOCKS if marker in block.text]
-        assert len(found) == 1, f"{marker!r} names {len(found)} README blocks"
+        assert len(found) == 1, f"{marker!r} names {len(found)} blocks of the pages"
+
+
+def test_every_page_with_blocks_is_one_of_the_pages_that_run() -> None:
+    """A page of docs/ whose blocks are not in PAGES would never run, and could go wrong
+    unseen."""
+    unlisted = [
+        page
+        for page in sorted(str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md"))
+        if page not in PAGES and blocks_of(page)
+    ]
+    assert unlisted == [], f"pages with blocks that do not run; add them to PAGES: {unlisted}"

@@ -28,7 +28,8 @@ HERE = Path(__file__).parent / "sagemaker_sdk"
 BUCKET = "runyard-sdk"
 REGION = "us-east-1"
 FIT_TIMEOUT = 300
-# What a user sets to point the SDK at Runyard: the README's "Use your SageMaker code".
+# What a user sets to point the SDK at Runyard: "Use your SageMaker code" in
+# docs/sagemaker.md.
 SDK_CONFIG = """\
 SchemaVersion: '1.0'
 SageMaker:
@@ -62,7 +63,7 @@ def sdk_stack(tmp_path_factory: pytest.TempPathFactory, s3: MotoServer) -> Itera
 
 
 def sdk_environment(stack: Stack, s3: MotoServer) -> dict[str, str]:
-    """A notebook's environment pointed at Runyard: the README's settings."""
+    """A notebook's environment pointed at Runyard: the settings docs/sagemaker.md gives."""
     with stack.client() as client:
         keys = client.aws_credentials()
     config = stack.home / "sagemaker-sdk.yaml"

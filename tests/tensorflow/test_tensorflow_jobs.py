@@ -1,7 +1,7 @@
-"""TensorFlow script mode for real: the README's TensorFlow blocks (2-instance
-parameter_server and multi_worker_mirrored_strategy jobs, run as written with the CLI)
-through the real service, worker and local backend, with TensorFlow from PyPI in the
-instances' environment; then what each job did, and what a stop and a failure leave."""
+"""TensorFlow script mode for real: the TensorFlow blocks of docs/distribution-modes.md
+(2-instance parameter_server and multi_worker_mirrored_strategy jobs, run as written with
+the CLI) through the real service, worker and local backend, with TensorFlow from PyPI in
+the instances' environment; then what each job did, and what a stop and a failure leave."""
 
 from __future__ import annotations
 
@@ -21,23 +21,25 @@ from contract.modes import enabled_mode
 from provisioning.local import processes
 from runyard.client import Client, admin_token
 from tests.e2e.conftest import EXAMPLES, REPO, Stack
-from tests.e2e.test_readme import BLOCK_TIMEOUT, BLOCKS
+from tests.e2e.test_readme import BLOCK_TIMEOUT, blocks_of
 from tests.tensorflow.environment import requirements
 from tests.tensorflow.procs import tf_processes
 
 pytestmark = pytest.mark.e2e
 
 PS = {"parameter_server": {"enabled": True}}
+# The page that shows the TensorFlow jobs, and how to get TensorFlow for them.
+PAGE = "docs/distribution-modes.md"
 JOB_TIMEOUT = 240
 Ran = dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]
 
 
 @pytest.fixture(scope="module")
-def readme_jobs(tf_stack: Stack) -> Ran:
-    """The README's TensorFlow jobs, each block run as written against ``tf_stack``; by
-    job name, each job and its log."""
-    blocks = [block for block in BLOCKS if "--framework tensorflow" in block.text]
-    assert len(blocks) == 2, "the README shows one block per TensorFlow mode"
+def page_jobs(tf_stack: Stack) -> Ran:
+    """The page's TensorFlow jobs, each block run as written against ``tf_stack``; by job
+    name, each job and its log."""
+    blocks = [block for block in blocks_of(PAGE) if "--framework tensorflow" in block.text]
+    assert len(blocks) == 2, f"{PAGE} shows one block per TensorFlow mode"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")},
         "RUNYARD_URL": tf_stack.url,
@@ -75,29 +77,31 @@ def _model_files(job: dict[str, Any]) -> list[str]:
         return tar.getnames()
 
 
-def test_the_readme_blocks_ran_every_tensorflow_mode(readme_jobs: Ran) -> None:
-    assert sorted(readme_jobs) == ["tf-mwms", "tf-ps", "tf-ps-v1"]
+def test_the_page_blocks_ran_every_tensorflow_mode(page_jobs: Ran) -> None:
+    assert sorted(page_jobs) == ["tf-mwms", "tf-ps", "tf-ps-v1"]
     modes = {
         name: getattr(enabled_mode(job["spec"]["distribution"]), "name", None)
-        for name, (job, _) in readme_jobs.items()
+        for name, (job, _) in page_jobs.items()
     }
     assert modes == {
         "tf-mwms": "multi_worker_mirrored_strategy",
         "tf-ps": "parameter_server",
         "tf-ps-v1": "parameter_server",
     }
-    # How the README gets TensorFlow into a job is how these tests get it.
+    # How the page gets TensorFlow into a job is how these tests get it.
     [install] = [
-        block for block in BLOCKS if "pip install" in block.text and "tensorflow" in block.text
+        block
+        for block in blocks_of(PAGE)
+        if "pip install" in block.text and "tensorflow" in block.text
     ]
     assert "'.[tensorflow]'" in install.text
     assert requirements()
 
 
 def test_parameter_server_strategy_trains_a_keras_model_and_the_chief_saves_it(
-    readme_jobs: Ran,
+    page_jobs: Ran,
 ) -> None:
-    job, events = readme_jobs["tf-ps"]
+    job, events = page_jobs["tf-ps"]
     chief, worker = _lines(events, "algo-1"), _lines(events, "algo-2")
     # SageMaker's TF_CONFIG: algo-1 the master (the script's chief), algo-2 a worker, a ps
     # task on each; the chief's steps ran on algo-2's worker.
@@ -112,11 +116,11 @@ def test_parameter_server_strategy_trains_a_keras_model_and_the_chief_saves_it(
 
 
 def test_a_tensorflow_1_script_trains_asynchronously_on_both_instances(
-    readme_jobs: Ran,
+    page_jobs: Ran,
 ) -> None:
     """Written as the seed article's scripts are: only TF_CONFIG and SM_*, every instance
     trains, variables on the ps tasks Runyard runs."""
-    job, events = readme_jobs["tf-ps-v1"]
+    job, events = page_jobs["tf-ps-v1"]
     took = {
         host: [line for line in _lines(events, host) if " took " in line]
         for host in ("algo-1", "algo-2")
@@ -134,9 +138,9 @@ def test_a_tensorflow_1_script_trains_asynchronously_on_both_instances(
 
 
 def test_multi_worker_mirrored_strategy_workers_end_with_the_same_weights(
-    readme_jobs: Ran,
+    page_jobs: Ran,
 ) -> None:
-    job, events = readme_jobs["tf-mwms"]
+    job, events = page_jobs["tf-mwms"]
     digests = {
         host: [line.split()[-1] for line in _lines(events, host) if "weights sha256" in line]
         for host in ("algo-1", "algo-2")
