@@ -34,11 +34,13 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# docs/configuration.md, written from the settings' own descriptions (a test holds the
-# committed page to it).
+# The generated pages: docs/configuration.md from the settings' own descriptions, and
+# docs/job-lifecycle.md from the lifecycle's table (tests hold the committed pages to them).
 docs: $(STAMP)
 	$(BIN)/python -m service.settings_docs > docs/configuration.md.new
 	mv docs/configuration.md.new docs/configuration.md
+	$(BIN)/python -m service.jobs.lifecycle > docs/job-lifecycle.md.new
+	mv docs/job-lifecycle.md.new docs/job-lifecycle.md
 
 # Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.

@@ -87,6 +87,4 @@ def test_a_stop_ends_with_the_event_its_reason_names(reason: str | None) -> None
 
 def test_the_docs_print_the_table_itself() -> None:
     page = Path(__file__).parents[1] / "docs" / "job-lifecycle.md"
-    assert page.read_text() == lifecycle.markdown(), (
-        "docs/job-lifecycle.md is stale: python -m service.jobs.lifecycle > docs/job-lifecycle.md"
-    )
+    assert page.read_text() == lifecycle.markdown(), "docs/job-lifecycle.md is stale: run make docs"
