@@ -33,6 +33,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/pytest --quiet -p no:cacheprovider tests/test_layering.py
 
 # The generated pages: docs/configuration.md from the settings' own descriptions, and
 # docs/job-lifecycle.md from the lifecycle's table (tests hold the committed pages to them).

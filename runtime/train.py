@@ -35,7 +35,7 @@ from runtime.instance.environment import launcher_environment, script_environmen
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
 from runtime.instance.peers import PeerWatch
-from runtime.launch import container, handover, mpi, remote_agent
+from runtime.launch import as_job_user, container, handover, mpi, remote_agent
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
@@ -292,7 +292,7 @@ class Trainer:
         count = len(launch_plan.specs)
         self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
         if self.confinement is not None:
-            launch_plan = job_user.confined(launch_plan, self.confinement, self.config)
+            launch_plan = as_job_user.confined(launch_plan, self.confinement, self.config)
         try:
             result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
         finally:

@@ -17,8 +17,6 @@ from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
 from service.capacity.routes import router as capacity_router
 from service.console import routes as console
-from service.jobs.routes import router as jobs_router
-from service.jobs.submissions import Submissions
 from service.kit import enqueue
 from service.kit.body_limit import BodyLimit
 from service.kit.db import autocommit_reads
@@ -28,6 +26,9 @@ from service.metrics.routes import router as metrics_router
 from service.sagemaker.routes import router as sagemaker_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
+from service.training.instance_routes import router as instance_router
+from service.training.routes import router as jobs_router
+from service.training.submissions import Submissions
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ PUBLIC_PATHS = (
 # Every route of these requires a token.
 ROUTERS = (
     jobs_router,
+    instance_router,
     logs_router,
     metrics_router,
     sources_router,

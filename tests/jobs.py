@@ -14,13 +14,13 @@ from contract import protocol
 from contract.phases import Phase
 from contract.protocol import StatusReport
 from service.auth.access import Principal, Role
-from service.jobs import service
-from service.jobs.instance_messages import StatusReportBody
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.kit.protocol import as_message, validate_body
 from service.settings import Settings
+from service.training import service
+from service.training.instance_messages import StatusReportBody
 from tests.conftest import job_spec
 
 # What tests that call the service layer directly act as: the bootstrap administrator.

@@ -199,16 +199,17 @@ def test_dry_run_validates_like_a_submission(api: TestClient, source_dir: Path) 
 def test_stop_that_races_a_reconciler_write_rereads_and_stops(
     api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    from service.jobs import service
+    from service.jobs import lookup
     from service.jobs.states import Secondary, Status
     from service.kit.db import get_sessionmaker
+    from service.training import service
 
     if settings.database_url.startswith("sqlite"):
         pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")
     api.post("/v1/training-jobs", json=job_spec(source_dir))
     session = get_sessionmaker(settings.database_url)()
     try:
-        service.get(session, "job-1", SERVER_ADMIN)  # the API's read ...
+        lookup.get(session, "job-1", SERVER_ADMIN)  # the API's read ...
         with session_scope(settings.database_url) as other:  # ... then the reconciler writes
             job = other.scalars(select(TrainingJob)).one()
             job.admitted_at = utcnow()
@@ -230,8 +231,8 @@ def test_a_reconciler_write_waits_for_a_stop_in_progress_and_then_yields(
     from sqlalchemy import event
     from sqlalchemy.orm.exc import StaleDataError
 
-    from service.jobs import service
     from service.kit.db import get_sessionmaker
+    from service.training import service
 
     if settings.database_url.startswith("sqlite"):
         pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")
@@ -280,10 +281,10 @@ def test_simultaneous_submissions_of_one_name_conflict(
 ) -> None:
     import threading
 
-    from service.jobs import service
     from service.jobs.schemas import JobCreate
     from service.kit.db import get_sessionmaker
     from service.kit.errors import Conflict
+    from service.training import service
 
     if settings.database_url.startswith("sqlite"):
         pytest.skip("SQLite takes the write lock at BEGIN, so this interleaving cannot happen")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.jobs import service
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
+from service.training import service
 from tests.conftest import job_spec, submit_for_instances
 
 

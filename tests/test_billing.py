@@ -27,11 +27,12 @@ from contract.protocol import InterruptionNotice, StatusReport
 from provisioning.base import LaunchRequest, Materialized
 from provisioning.local.backend import LocalPlan
 from runtime.linux.procfs import ProcessId, is_alive
-from service.jobs import billing, service
+from service.jobs import billing
 from service.jobs.models import TrainingJob
 from service.kit.db import session_scope, utcnow
 from service.sagemaker import translate
 from service.settings import Settings
+from service.training import service
 from tests.instances import SleepingInstances
 from tests.jobs import job_dir, job_id, named, submit
 from worker.reconciler import Reconciler

@@ -16,10 +16,10 @@ from service.app import create_app
 from service.auth.models import Project
 from service.auth.service import create_project, create_token
 from service.capacity import service as capacity
-from service.jobs import service
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
+from service.training import service
 from tests.conftest import job_spec
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_id, named

@@ -8,11 +8,11 @@ from pathlib import Path
 from sqlalchemy import text, update
 
 from service.capacity.service import _live_claims_query
-from service.jobs import service
 from service.jobs.models import HELD, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
+from service.training import service
 from tests.conftest import job_spec
 
 

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 
 from contract.spec import Channel, JobSpec
 from service.app import create_app
-from service.jobs import instance_credentials
-from service.jobs.instance_credentials import MAX_POLICY_CHARACTERS, session_policy
 from service.kit.errors import Conflict
 from service.settings import Settings
+from service.training import instance_credentials
+from service.training.instance_credentials import MAX_POLICY_CHARACTERS, session_policy
 from tests import aws
 from tests.conftest import instance_headers, job_spec, make_settings
 

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from service.jobs import repository, service
+from service.jobs import repository
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
+from service.training import service
 from tests.conftest import job_spec
 
 # A project no statistics can know: its jobs are all new.

@@ -12,12 +12,13 @@ import pytest
 
 from provisioning.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
 from provisioning.local.backend import LocalBackend, LocalPlan
-from service.jobs import service
+from service.jobs import lookup
 from service.kit.db import session_scope, to_micros, utcnow
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.metrics import extraction
 from service.settings import Settings
+from service.training import service
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
 from worker.reconciler import Reconciler
@@ -65,7 +66,7 @@ def test_why_a_job_stopped_is_its_logs_last_line(settings: Settings, source_dir:
     reconciler.reconcile(job_id(settings, name))
     printed = [Line(seq, to_micros(utcnow()), "stdout", f"step {seq}") for seq in (1, 2, 3)]
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         logs.ingest(session, job.id, "algo-1", printed[:2])
         logs.ingest(session, job.id, "algo-2", printed)
         service.stop(session, settings, name, SERVER_ADMIN)
@@ -159,7 +160,7 @@ def test_a_failed_jobs_transition_names_the_error_its_reason_shows_the_frames(
 
 def _log(settings: Settings, name: str) -> list[tuple[str, int, str]]:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         rows, _ = logs.page(session, job.id, host=None, cursor=None, limit=100)
         return [(row.host, row.seq, row.message) for row in rows]
 
@@ -246,7 +247,7 @@ def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir
 
 def _job_id(settings: Settings, name: str) -> str:
     with session_scope(settings.database_url) as session:
-        return service.get(session, name, SERVER_ADMIN).id
+        return lookup.get(session, name, SERVER_ADMIN).id
 
 
 def _complete_with_lines(
@@ -280,7 +281,7 @@ def test_lines_no_api_process_searched_give_their_metrics_before_the_job_ends(
     loss = [{"name": "loss", "regex": r"loss=([0-9.]+)"}]
     name = _complete_with_lines(settings, source_dir, loss, ["loss=1", "loss=2", "loss=3"])
     with session_scope(settings.database_url, readonly=True) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         assert [(metric.name, metric.value) for metric in job.final_metrics] == [("loss", 3.0)]
 
 
@@ -303,7 +304,7 @@ def test_a_job_accepted_under_earlier_pattern_rules_still_ends(
     before the bound: the job's stored spec is read as stored."""
     name = submit(settings, source_dir, metric_definitions=[{"name": "m", "regex": "m=(\\d)"}])
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         large = [{"name": "m", "regex": "(?:a{1,40}){1,25}m=(\\d)"}]
         job.spec = {**job.spec, "metric_definitions": large}
     reconciler = Reconciler(settings, _sleepers(settings))

@@ -15,12 +15,13 @@ import pytest
 
 from contract.protocol import InterruptionNotice
 from provisioning.base import Backend, InstanceState, InstanceStatus
-from service.jobs import billing, service
+from service.jobs import billing, lookup
 from service.kit.db import session_scope, to_micros, utcnow
 from service.kit.errors import Conflict
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
+from service.training import service
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
 from worker.reconciler import Reconciler
@@ -51,7 +52,7 @@ def _notice(message: str, attempt: int | None = None) -> InterruptionNotice:
 
 def _interrupt(settings: Settings, name: str, attempt: int | None = None) -> None:
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         service.notice_interruption(session, settings, job, "algo-1", _notice("gone", attempt))
 
 
@@ -254,7 +255,7 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     reconciler.reconcile(job_id(settings, name))
     leader = json.loads((job_dir(settings, name) / "algo-1.pid.json").read_text())["pid"]
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         service.notice_interruption(session, settings, job, "algo-1", _notice("capacity reclaimed"))
     reconciler.reconcile(job_id(settings, name))  # SIGTERM to the instance; the sleeper ends on it
     _wait_for(lambda: not _alive(leader))
@@ -271,7 +272,7 @@ def test_a_spot_interruption_gives_a_grace_then_resumes_on_new_capacity(
     report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
     reconciler.reconcile(job_id(settings, name))
     with session_scope(settings.database_url) as session:
-        done = service.get(session, name, SERVER_ADMIN)
+        done = lookup.get(session, name, SERVER_ADMIN)
         assert done.status == "Completed"
         # The interrupted attempt's instance never reported: it never started, and is
         # not billed; the savings are the SDK's figure from what is billed.
@@ -297,13 +298,13 @@ def test_only_a_spot_job_with_running_instances_takes_a_notice(
             service.notice_interruption(
                 session,
                 settings,
-                service.get(session, on_demand, SERVER_ADMIN),
+                lookup.get(session, on_demand, SERVER_ADMIN),
                 "algo-1",
                 _notice("x"),
             )
         with pytest.raises(Conflict, match="has no running instances"):
             service.notice_interruption(
-                session, settings, service.get(session, spot, SERVER_ADMIN), "algo-1", _notice("x")
+                session, settings, lookup.get(session, spot, SERVER_ADMIN), "algo-1", _notice("x")
             )
 
 
@@ -435,7 +436,7 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
     reconciler = Reconciler(settings, build)
     reconciler.reconcile(job_id(settings, name))
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         logs.ingest(session, job.id, "algo-1", [_line(1, "first attempt's line")])
     _kill(settings, name, "algo-1")
     backend.console_text = "cannot reach the service\x00!"
@@ -447,7 +448,7 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
     Reconciler(settings_one, build).reconcile(job_id(settings, name))
     assert job_state(settings, name)["status"] == "Failed"
     with session_scope(settings.database_url) as session:
-        job = service.get(session, name, SERVER_ADMIN)
+        job = lookup.get(session, name, SERVER_ADMIN)
         page, _ = logs.page(session, job.id, host="algo-1", cursor=None, limit=10)
         assert [(e.seq, e.message) for e in page] == [
             (1, "first attempt's line"),

@@ -19,14 +19,14 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from service.capacity import service as capacity
-from service.jobs import service
-from service.jobs import submissions as submissions_module
 from service.jobs.models import JobLease, TrainingJob
 from service.jobs.schemas import JobCreate
-from service.jobs.submissions import Submissions
 from service.kit.db import get_engine, session_scope
 from service.kit.errors import Conflict, SpecError
 from service.settings import Settings
+from service.training import service
+from service.training import submissions as submissions_module
+from service.training.submissions import Submissions
 from tests.conftest import job_spec
 from tests.jobs import named
 

@@ -16,12 +16,12 @@ from sqlalchemy import update
 
 from provisioning.base import Backend, JobRef, Materialized
 from provisioning.local.backend import LocalPlan
-from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit import enqueue
 from service.kit.db import session_scope
 from service.settings import Settings
+from service.training import service
 from tests.conftest import REDIS_URL, job_spec
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_id, job_state, submit

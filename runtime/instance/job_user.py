@@ -20,7 +20,6 @@ from pathlib import Path
 
 from contract import file_confinement
 from contract.instance_config import InstanceConfig
-from runtime.launch.workers import Launch
 from runtime.linux.confine import JOB_USER_NAME, Confinement, job_uid
 
 # Below the base directory: the runtime's own directory (root's; the job may pass
@@ -150,16 +149,6 @@ def job_environment(env: Mapping[str, str], config: InstanceConfig) -> dict[str,
     torch, Hugging Face), and a user name, which it has none of in /etc/passwd."""
     home = str(config.paths.base / HOME)
     return {**env, "HOME": home, "USER": JOB_USER_NAME, "LOGNAME": JOB_USER_NAME}
-
-
-def confined(launch: Launch, how: Confinement, config: InstanceConfig) -> Launch:
-    """``launch`` with each of its processes started confined, in the job's user's
-    environment."""
-    specs = []
-    for spec in launch.specs:
-        argv, env = how.start(spec.argv, job_environment(spec.env, config))
-        specs.append(dataclasses.replace(spec, argv=argv, env=env))
-    return dataclasses.replace(launch, specs=specs)
 
 
 def _below(path: Path, base: Path) -> bool:

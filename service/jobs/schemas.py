@@ -2,7 +2,7 @@
 
 Field names and limits follow the SageMaker Python SDK estimator and CreateTrainingJob.
 Rules that need the server's configuration (instance types, instance-count maximum,
-backends) are checked in ``service.jobs.service``; everything else is checked here.
+backends) are checked in ``service.training.service``; everything else is checked here.
 """
 
 from __future__ import annotations

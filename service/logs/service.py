@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
-from service.jobs import service as jobs
+from service.jobs import lookup
 from service.jobs.models import TrainingJob
 from service.jobs.states import TERMINAL
 from service.kit.db import read_pages_in_index_order, session_scope
@@ -54,7 +54,7 @@ def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
 def hosts_to_read(job: TrainingJob, host: str | None) -> list[str]:
     """The hosts a reader asked for: the job's, or the one named, which must be one of
     them; else a typo in the name would read as a host that printed nothing."""
-    hosts = jobs.hosts(job)
+    hosts = lookup.hosts(job)
     if not host:
         return hosts
     if host not in hosts:
@@ -154,7 +154,7 @@ def _poll(
 ) -> tuple[str, list[LogEventPublic]]:
     with session_scope(settings.database_url, readonly=True) as session:
         # Status first: lines stored before the job ended are then certain to be read.
-        status = jobs.status_of(session, job_id)
+        status = lookup.status_of(session, job_id)
         newer = [and_(LogEvent.host == host, LogEvent.seq > seq) for host, seq in position.items()]
         query = (
             select(LogEvent)

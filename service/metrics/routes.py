@@ -6,8 +6,8 @@ from fastapi import APIRouter, Query
 from pydantic import AwareDatetime
 
 from service.auth.deps import CurrentUser
-from service.jobs import service as jobs
-from service.jobs.routes import JobName, ProjectName
+from service.jobs import lookup
+from service.jobs.params import JobName, ProjectName
 from service.kit.deps import ReadSessionDep
 from service.kit.errors import SpecError, replies
 from service.kit.text import LookupText
@@ -51,6 +51,6 @@ def get_metrics(
     the latest ``limit``, or with ``max_points`` the whole range downsampled."""
     if start is not None and end is not None and start > end:
         raise SpecError(("start",), "is after end", source="query")
-    job = jobs.get(session, name, user, project)
+    job = lookup.get(session, name, user, project)
     window = service.Window(start=start, end=end, limit=limit, max_points=max_points)
     return MetricsPublic(metrics=service.series(session, job, name=metric, window=window))

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, tuple_
 
 from service.auth.access import Role
-from service.jobs import service as jobs
+from service.jobs import lookup
 from service.jobs.models import TrainingJob
 from service.kit.errors import NotFound
 from service.logs.models import LogEvent
@@ -247,11 +247,11 @@ def _stream_of(call: Call, name: str) -> tuple[TrainingJob, str]:
     match = _STREAM.fullmatch(name)
     if match is not None:
         try:
-            job = jobs.get(call.session, match.group("job"), call.principal)
+            job = lookup.get(call.session, match.group("job"), call.principal)
         except NotFound:
             job = None
         host = match.group("host")
-        if job is not None and stream_name(job, host) == name and host in jobs.hosts(job):
+        if job is not None and stream_name(job, host) == name and host in lookup.hosts(job):
             return job, host
     raise AwsError("ResourceNotFoundException", "The specified log stream does not exist.")
 

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import select
 
 from service.auth.access import Role
-from service.jobs import service as jobs
+from service.jobs import lookup
 from service.jobs.models import JobFinalMetric, TrainingJob
 from service.kit.db import from_micros, to_micros, utcnow
 from service.kit.errors import NotFound
@@ -320,7 +320,7 @@ def _job_of(
     if len(dimensions) != 1 or dimensions[0]["Name"] != DIMENSION:
         return None
     try:
-        return jobs.get(call.session, dimensions[0]["Value"], call.principal)
+        return lookup.get(call.session, dimensions[0]["Value"], call.principal)
     except NotFound:
         return None
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.auth.access import Role
-from service.jobs import service as jobs
-from service.jobs import tags
+from service.jobs import lookup, tags
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import Tag
 from service.kit.errors import NotFound
@@ -56,7 +55,7 @@ def job_of_arn(call: Call, resource_arn: str, *, to_change: bool = False) -> Tra
     if not prefix:
         raise validation("ResourceArn: only training jobs' ARNs are served here")
     try:
-        job = jobs.get(call.session, name, call.principal, to_change=to_change)
+        job = lookup.get(call.session, name, call.principal, to_change=to_change)
     except NotFound:
         raise not_found() from None
     # The job's ARN names the region it was created in (or, made through Runyard's own

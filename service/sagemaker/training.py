@@ -15,7 +15,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.auth.access import Principal, Role
-from service.jobs import service as jobs
+from service.jobs import lookup
 from service.jobs.models import TrainingJob
 from service.kit.errors import (
     Conflict,
@@ -28,6 +28,7 @@ from service.kit.errors import (
 from service.sagemaker import translate
 from service.sagemaker.errors import AwsError, not_found, validation
 from service.settings import Settings
+from service.training import service as jobs
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def _time(epoch_seconds: float) -> datetime:
 
 def _job(call: Call, name: str) -> TrainingJob:
     try:
-        return jobs.get(call.session, name, call.principal)
+        return lookup.get(call.session, name, call.principal)
     except NotFound:
         raise not_found() from None
 

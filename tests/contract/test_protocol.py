@@ -21,9 +21,9 @@ from contract.limits import MAX_LOG_BATCH
 from contract.phases import Phase
 from contract.protocol import Endpoint, InterruptionNotice, LogBatch, StatusReport
 from runtime.reporting.reporter import ServiceClient
-from service.jobs.instance_messages import InterruptionNoticeBody, StatusReportBody
 from service.kit.protocol import as_message, validate_body
 from service.logs.schemas import LogBatchBody, stored_lines
+from service.training.instance_messages import InterruptionNoticeBody, StatusReportBody
 
 # Every message of the protocol, and the service's validator of it.
 VALIDATORS: dict[type[Any], type[BaseModel]] = {

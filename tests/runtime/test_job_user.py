@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runtime.instance import job_user
+from runtime.launch import as_job_user
 from runtime.launch.workers import Launch, WorkerSpec
 from runtime.linux.confine import CONFINER_PATH, JOB_USER_NAME, job_uid
 from tests.channels import instance_configs
@@ -83,7 +84,7 @@ def test_each_process_is_started_confined_in_the_jobs_users_environment(tmp_path
     }
     (config.paths.base / job_user.RUNTIME_DIR).mkdir(exist_ok=True)
     spec = WorkerSpec(["python", "train.py"], {"HOME": "/root", "PATH": "/usr/bin"}, Path("/"))
-    [confined] = job_user.confined(Launch([spec]), how, config).specs
+    [confined] = as_job_user.confined(Launch([spec]), how, config).specs
     assert confined.argv[-3:] == ["--", "python", "train.py"]
     assert confined.argv[1:4] == ["-I", "-m", "runtime.linux.confine"]
     # The confining interpreter gets nothing of the job's environment; the job's process

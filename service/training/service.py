@@ -1,7 +1,7 @@
 """Jobs: submitting, stopping, and recording what instances report.
 
 Routes call these; these flush; the request commits (a create's transaction is the batch
-that ``service.jobs.submissions`` stores it in). Anything the worker must react to is
+that ``service.training.submissions`` stores it in). Anything the worker must react to is
 enqueued with ``enqueue_reconcile``, which sends only after the commit.
 """
 
@@ -37,7 +37,7 @@ from provisioning.catalog import CATALOG
 from service.auth.access import Principal, Role
 from service.auth.models import Project
 from service.capacity import service as capacity
-from service.jobs import file_roots, instance_credentials, lifecycle, project_areas, repository
+from service.jobs import file_roots, lifecycle, lookup, repository
 from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import (
@@ -52,8 +52,6 @@ from service.kit.db import session_scope, utcnow
 from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
-    Forbidden,
-    NotFound,
     ResourceLimitExceeded,
     SpecError,
     refuse,
@@ -61,6 +59,7 @@ from service.kit.errors import (
 from service.logs import repository as log_repository
 from service.settings import Settings
 from service.sources import service as sources
+from service.training import instance_credentials, project_areas
 
 _TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
 STOP_ATTEMPTS = 3
@@ -474,56 +473,6 @@ def _wait_in_line(session: Session, settings: Settings, jobs: list[TrainingJob])
     return [job.id in waiting for job in jobs]
 
 
-# No project has this name (names are checked against NAME_PATTERN): a filter that matches
-# nothing, for a project the caller may not list.
-_NO_PROJECT = "/"
-
-
-def get(
-    session: Session,
-    name: str,
-    viewer: Principal,
-    project: str | None = None,
-    *,
-    to_change: bool = False,
-) -> TrainingJob:
-    """The job of that name in the caller's project (a server administrator may name
-    another). A project the caller cannot see holds no jobs: the answer is the same
-    NotFound as for a name no job has. ``to_change``: see ``repository.get``."""
-    project = project or viewer.project
-    job = (
-        repository.get(session, name, project, with_details=True, to_change=to_change)
-        if viewer.sees(project)
-        else None
-    )
-    if job is None:
-        raise NotFound(f"no training job named {name!r}")
-    return job
-
-
-def list_jobs(
-    session: Session,
-    viewer: Principal,
-    *,
-    project: str | None,
-    status: str | None,
-    name_prefix: str | None,
-    limit: int,
-    cursor: str | None,
-) -> tuple[list[TrainingJob], str | None]:
-    """The jobs of the caller's project (a server administrator: of ``project``, or of
-    every project); another project asked for by name lists nothing."""
-    if not viewer.server_admin:
-        project = viewer.project if project in (None, viewer.project) else _NO_PROJECT
-    return repository.page(
-        session, project=project, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
-    )
-
-
-def status_of(session: Session, job_id: str) -> str:
-    return repository.status_of(session, job_id) or ""
-
-
 def stop(
     session: Session, settings: Settings, name: str, user: Principal, project: str | None = None
 ) -> TrainingJob:
@@ -532,7 +481,7 @@ def stop(
     # check still find it changed, read again and decide again.
     in_line = False
     for _ in range(STOP_ATTEMPTS):
-        job = get(session, name, user, project, to_change=True)
+        job = lookup.get(session, name, user, project, to_change=True)
         user.require(Role.MEMBER, job.project, "stopping a job")
         if job.status in TERMINAL:
             raise Conflict(f"training job {name!r} has already ended ({job.status})")
@@ -570,31 +519,11 @@ def _stop_in_line(session: Session, job: TrainingJob) -> None:
     log_repository.append_service_line(
         session,
         job.id,
-        hosts(job)[0],
+        lookup.hosts(job)[0],
         "Training job stopped at a user's request (runyard stop, or StopTrainingJob)",
         now,
     )
     job.ended_at = now
-
-
-def job_for_instance(
-    session: Session, name: str, host: str, principal: Principal, *, live: bool = False
-) -> TrainingJob:
-    """The job an instance reports for; only that job's own token may report for it, and
-    with ``live`` only while the job has not ended (its instances are gone by then)."""
-    if principal.kind != "job" or principal.job_id is None:
-        raise Forbidden("only a job's own instances may report for it")
-    # The token names the job; the path's name must agree with it.
-    job = repository.get_by_id(session, principal.job_id)
-    if job is None or job.name != name:
-        raise Forbidden("an instance may report for itself only")
-    if principal.host != host:
-        raise Forbidden("an instance may report for itself only")
-    if host not in hosts(job):
-        raise NotFound(f"training job {name!r} has no host {host!r}")
-    if live and job.status in TERMINAL:
-        raise Conflict(f"training job {name!r} has ended ({job.status})")
-    return job
 
 
 def record_report(
@@ -661,20 +590,3 @@ def notice_interruption(
             raise Conflict(f"training job {job.name!r} changed meanwhile; try again") from exc
         enqueue_reconcile(session, settings, job.id)
     return job
-
-
-def stored_model(job: TrainingJob) -> tuple[str, int]:
-    """Where the job's model is, and its size, for a download. Only the place the runtime
-    is told to store it counts: the URI an instance reported is the instance's word, and
-    serving whatever it named would let a job's script read any file through the API."""
-    expected = storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
-    if job.model_artifacts != expected:
-        raise NotFound(f"training job {job.name!r} has no model stored")
-    try:
-        return expected, storage.size(expected)
-    except storage.StorageError as exc:
-        raise NotFound(f"the model of {job.name!r} is no longer in the artifact store") from exc
-
-
-def hosts(job: TrainingJob) -> list[str]:
-    return host_names(int(job.spec["instance_count"]))

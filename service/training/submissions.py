@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 from fastapi.concurrency import run_in_threadpool
 
-from service.jobs import service
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
-from service.jobs.service import PreparedJob
 from service.kit.db import session_scope
 from service.settings import Settings
+from service.training import service
+from service.training.service import PreparedJob
 
 # Jobs stored in one transaction at most: enough that 8-16 clients at once share one,
 # few enough that none waits long behind a batch.

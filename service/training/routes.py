@@ -2,43 +2,35 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import AfterValidator
 
-from contract import protocol, storage
-from contract.protocol import JOBS_PATH, Endpoint, instance_route
+from contract import storage
+from contract.protocol import JOBS_PATH
 from service.auth import service as auth
 from service.auth.access import Role
-from service.auth.deps import CurrentPrincipal, CurrentUser
-from service.auth.schemas import NAME_PATTERN
+from service.auth.deps import CurrentUser
 from service.capacity import service as capacity
 from service.capacity.schemas import PlacePublic
-from service.jobs import instance_credentials, service
-from service.jobs.instance_credentials import InstanceCredentials
-from service.jobs.instance_messages import (
-    INTERRUPTION_NOTICE_BODY,
-    read_interruption_notice,
-    read_status_report,
-)
+from service.jobs import lookup
 from service.jobs.models import TrainingJob
+from service.jobs.params import JobName, ProjectName
 from service.jobs.schemas import (
-    NAME_SCHEMA,
     DryRun,
     JobCreate,
     JobPublic,
     JobsPage,
     JobSummary,
-    job_name,
 )
 from service.jobs.states import Status
-from service.jobs.submissions import Submissions
 from service.kit.db import session_scope
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
-from service.kit.errors import NotFound, replies
+from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.settings import Settings
+from service.training import service
+from service.training.submissions import Submissions
 
 router = APIRouter(prefix=JOBS_PATH, tags=["training jobs"])
 
@@ -49,18 +41,6 @@ async def get_submissions(request: Request) -> Submissions:
 
 
 SubmissionsDep = Annotated[Submissions, Depends(get_submissions)]
-
-JobName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA), AfterValidator(job_name)]
-HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]
-ProjectName = Annotated[
-    str | None,
-    Query(
-        min_length=1,
-        max_length=64,
-        pattern=NAME_PATTERN,
-        description="The project (default: the token's)",
-    ),
-]
 
 
 async def submitting_project(user: CurrentUser, project: ProjectName = None) -> str:
@@ -138,7 +118,7 @@ def list_training_jobs(
 ) -> JobsPage:
     """The project's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the
     next page. A server administrator sees every project's, or ``project``'s."""
-    rows, next_cursor = service.list_jobs(
+    rows, next_cursor = lookup.list_jobs(
         session,
         user,
         project=project,
@@ -154,7 +134,7 @@ def list_training_jobs(
 def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
-    return to_public(service.get(session, name, user, project))
+    return to_public(lookup.get(session, name, user, project))
 
 
 @router.get("/{name}/place-in-line", response_model=PlacePublic, responses=replies(401, 404, 422))
@@ -162,7 +142,7 @@ def place_in_line(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> PlacePublic:
     """Where the job stands in the line for its instance type: 1 starts next."""
-    place = capacity.place_in_line(session, service.get(session, name, user, project))
+    place = capacity.place_in_line(session, lookup.get(session, name, user, project))
     return PlacePublic(
         instance_type=place.instance_type, place=place.place, waiting_count=place.waiting_count
     )
@@ -180,7 +160,7 @@ def download_model(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> StreamingResponse:
     """The job's model (its model.tar.gz), as the artifact store holds it."""
-    uri, size = service.stored_model(service.get(session, name, user, project))
+    uri, size = lookup.stored_model(lookup.get(session, name, user, project))
     return StreamingResponse(
         storage.read_chunks(uri),
         media_type="application/gzip",
@@ -201,71 +181,6 @@ def stop_training_job(
 ) -> JobPublic:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
     return to_public(service.stop(session, settings, name, user, project))
-
-
-@router.post(instance_route(Endpoint.STATUS), status_code=204, include_in_schema=False)
-def report_instance_status(
-    name: JobName,
-    host: HostName,
-    session: SessionDep,
-    settings: SettingsDep,
-    principal: CurrentPrincipal,
-    # After the token: a caller without one learns that first, and no body of theirs is read.
-    report: Annotated[protocol.StatusReport, Depends(read_status_report)],
-) -> None:
-    """Called by the runtime on an instance when its phase changes."""
-    job = service.job_for_instance(session, name, host, principal)
-    service.record_report(session, settings, job, host, report)
-
-
-@router.get(
-    instance_route(Endpoint.CREDENTIALS),
-    response_model=InstanceCredentials,
-    response_model_by_alias=True,
-    include_in_schema=False,
-)
-def instance_aws_credentials(
-    name: JobName,
-    host: HostName,
-    session: ReadSessionDep,
-    settings: SettingsDep,
-    principal: CurrentPrincipal,
-    response: Response,
-) -> InstanceCredentials:
-    """Called by the runtime on an instance for the job's AWS credentials, which it serves
-    to the job's processes (``service.jobs.instance_credentials``)."""
-    job = service.job_for_instance(session, name, host, principal, live=True)
-    response.headers["Cache-Control"] = "no-store"  # a secret: no proxy keeps it
-    return instance_credentials.for_job(settings, job)
-
-
-@router.post(
-    instance_route(Endpoint.INTERRUPTION),
-    response_model=JobPublic,
-    responses=replies(401, 403, 404, 409, 422),
-    openapi_extra=INTERRUPTION_NOTICE_BODY,
-)
-def notice_interruption(
-    name: JobName,
-    host: HostName,
-    session: SessionDep,
-    settings: SettingsDep,
-    principal: CurrentPrincipal,
-    notice: Annotated[protocol.InterruptionNotice, Depends(read_interruption_notice)],
-    project: ProjectName = None,
-) -> JobPublic:
-    """A spot interruption notice for an instance of a spot job: its scripts get SIGTERM
-    and a grace period to checkpoint, then the job waits for capacity and resumes. The
-    runtime on EC2 sends it on the two-minute warning; a user token may send it to
-    rehearse an interruption on any backend."""
-    if principal.kind == "job":
-        job = service.job_for_instance(session, name, host, principal, live=True)
-    else:
-        job = service.get(session, name, principal, project)
-        principal.require(Role.MEMBER, job.project, "interrupting a job")
-        if host not in service.hosts(job):
-            raise NotFound(f"training job {name!r} has no host {host!r}")
-    return to_public(service.notice_interruption(session, settings, job, host, notice))
 
 
 def to_public(job: TrainingJob) -> JobPublic:

@@ -1,0 +1,101 @@
+"""Finding a job as a caller may see it: by name within a project, a page of a project's
+jobs, or the job an instance's token speaks for. Below the domains that hang off a job
+(capacity, logs, metrics, sources), which look jobs up through it."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from contract import storage
+from contract.hosts import host_names
+from service.auth.access import Principal
+from service.jobs import repository
+from service.jobs.models import TrainingJob
+from service.jobs.states import TERMINAL
+from service.kit.errors import Conflict, Forbidden, NotFound
+
+# No project has this name (names are checked against NAME_PATTERN): a filter that matches
+# nothing, for a project the caller may not list.
+_NO_PROJECT = "/"
+
+
+def get(
+    session: Session,
+    name: str,
+    viewer: Principal,
+    project: str | None = None,
+    *,
+    to_change: bool = False,
+) -> TrainingJob:
+    """The job of that name in the caller's project (a server administrator may name
+    another). A project the caller cannot see holds no jobs: the answer is the same
+    NotFound as for a name no job has. ``to_change``: see ``repository.get``."""
+    project = project or viewer.project
+    job = (
+        repository.get(session, name, project, with_details=True, to_change=to_change)
+        if viewer.sees(project)
+        else None
+    )
+    if job is None:
+        raise NotFound(f"no training job named {name!r}")
+    return job
+
+
+def list_jobs(
+    session: Session,
+    viewer: Principal,
+    *,
+    project: str | None,
+    status: str | None,
+    name_prefix: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[TrainingJob], str | None]:
+    """The jobs of the caller's project (a server administrator: of ``project``, or of
+    every project); another project asked for by name lists nothing."""
+    if not viewer.server_admin:
+        project = viewer.project if project in (None, viewer.project) else _NO_PROJECT
+    return repository.page(
+        session, project=project, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+    )
+
+
+def status_of(session: Session, job_id: str) -> str:
+    return repository.status_of(session, job_id) or ""
+
+
+def job_for_instance(
+    session: Session, name: str, host: str, principal: Principal, *, live: bool = False
+) -> TrainingJob:
+    """The job an instance reports for; only that job's own token may report for it, and
+    with ``live`` only while the job has not ended (its instances are gone by then)."""
+    if principal.kind != "job" or principal.job_id is None:
+        raise Forbidden("only a job's own instances may report for it")
+    # The token names the job; the path's name must agree with it.
+    job = repository.get_by_id(session, principal.job_id)
+    if job is None or job.name != name:
+        raise Forbidden("an instance may report for itself only")
+    if principal.host != host:
+        raise Forbidden("an instance may report for itself only")
+    if host not in hosts(job):
+        raise NotFound(f"training job {name!r} has no host {host!r}")
+    if live and job.status in TERMINAL:
+        raise Conflict(f"training job {name!r} has ended ({job.status})")
+    return job
+
+
+def stored_model(job: TrainingJob) -> tuple[str, int]:
+    """Where the job's model is, and its size, for a download. Only the place the runtime
+    is told to store it counts: the URI an instance reported is the instance's word, and
+    serving whatever it named would let a job's script read any file through the API."""
+    expected = storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
+    if job.model_artifacts != expected:
+        raise NotFound(f"training job {job.name!r} has no model stored")
+    try:
+        return expected, storage.size(expected)
+    except storage.StorageError as exc:
+        raise NotFound(f"the model of {job.name!r} is no longer in the artifact store") from exc
+
+
+def hosts(job: TrainingJob) -> list[str]:
+    return host_names(int(job.spec["instance_count"]))
