@@ -212,7 +212,6 @@ _PlanDumper.add_representer(str, _text)
 
 class Backend(ABC, Generic[PlanT]):
     name: ClassVar[str]
-    instance_types: ClassVar[frozenset[str]]
     # How long every instance of a job may stay PENDING before the job fails (all or
     # nothing); None waits for as long as it takes.
     start_timeout: float | None = None

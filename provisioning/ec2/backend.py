@@ -40,7 +40,6 @@ from provisioning.base import (
     ServerSettings,
     TeardownError,
 )
-from provisioning.catalog import CLUSTER_TYPES
 from provisioning.ec2 import userdata
 from provisioning.ec2.plan import (
     ATTEMPT_TAG,
@@ -119,7 +118,6 @@ class ConsoleCache:
 
 class Ec2Backend(Backend[Ec2Plan]):
     name = "ec2"
-    instance_types = CLUSTER_TYPES
 
     def __init__(
         self,

@@ -39,7 +39,6 @@ from provisioning.base import (
     is_loopback,
     unshared_file_uris,
 )
-from provisioning.catalog import CLUSTER_TYPES
 from provisioning.kubernetes import manifests
 from provisioning.kubernetes.settings import KubernetesSettings
 
@@ -89,7 +88,6 @@ class KubernetesPlan:
 
 class KubernetesBackend(Backend[KubernetesPlan]):
     name = "kubernetes"
-    instance_types = CLUSTER_TYPES
 
     def __init__(
         self,
