@@ -96,6 +96,13 @@ def test_an_unknown_backend_is_refused_naming_the_known_ones(
 def test_each_record_builds_its_backend_from_its_own_settings(tmp_path: Path, name: str) -> None:
     record = registry.PLUGINS[name]
     settings = Settings(home=tmp_path)
+    own = settings.backend_settings(name)
+    if record.settings_model is None:
+        assert own is None
+    else:
+        # Read from RUNYARD_<NAME>__<FIELD>: the server's field of the record's name.
+        assert Settings.model_fields[name].annotation is record.settings_model
+        assert isinstance(own, record.settings_model)
     assert registry.build(name, settings).name == name
     assert record.teardown_budget(settings) > 0
 

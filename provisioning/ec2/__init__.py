@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioning.base import Backend, ServerSettings
+from provisioning.base import Backend, ServerSettings, own_settings
 from provisioning.catalog import CLUSTER_TYPES
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.plugin import BackendPlugin
@@ -18,7 +18,7 @@ def _build(settings: ServerSettings) -> Backend[Any]:
 
 def _teardown_budget(settings: ServerSettings) -> float:
     # Teardown polls until every instance is terminated, for at most this long.
-    return settings.ec2.teardown_timeout_seconds
+    return own_settings(settings, PLUGIN.name, Ec2Settings).teardown_timeout_seconds
 
 
 PLUGIN = BackendPlugin(

@@ -39,6 +39,7 @@ from provisioning.base import (
     Materialized,
     ServerSettings,
     TeardownError,
+    own_settings,
 )
 from provisioning.ec2 import userdata
 from provisioning.ec2.plan import (
@@ -141,10 +142,11 @@ class Ec2Backend(Backend[Ec2Plan]):
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> Ec2Backend:
-        region, endpoint = settings.ec2.region, settings.ec2.endpoint_url
+        own = own_settings(settings, cls.name, Ec2Settings)
+        region, endpoint = own.region, own.endpoint_url
         return cls(
             _shared_client(region, endpoint),
-            settings.ec2,
+            own,
             artifact_root=settings.artifact_root,
             # The reconciler builds a backend every pass: the cache outlives them.
             consoles=_shared_consoles(region, endpoint),
