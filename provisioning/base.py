@@ -14,21 +14,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 import yaml
+from pydantic import BaseModel
 
 from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
 from contract.spec import JobSpec
 
-if TYPE_CHECKING:
-    from provisioning.ec2.settings import Ec2Settings
-    from provisioning.kubernetes.settings import KubernetesSettings
-
 PlanT = TypeVar("PlanT")
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 REDACTED = "<redacted>"
 # How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
@@ -97,12 +95,6 @@ class ServerSettings(Protocol):
     def artifact_root(self) -> str: ...
 
     @property
-    def kubernetes(self) -> KubernetesSettings: ...
-
-    @property
-    def ec2(self) -> Ec2Settings: ...
-
-    @property
     def stop_grace_seconds(self) -> float: ...
 
     @property
@@ -128,6 +120,17 @@ class ServerSettings(Protocol):
 
     @property
     def container_engine(self) -> str: ...
+
+    def backend_settings(self, name: str) -> BaseModel | None:
+        """The settings of the backend ``name`` (``RUNYARD_<NAME>__*``); None if it has none."""
+
+
+def own_settings(settings: ServerSettings, name: str, model: type[ModelT]) -> ModelT:
+    """The backend ``name``'s own settings, as the model its record names."""
+    found = settings.backend_settings(name)
+    if not isinstance(found, model):
+        raise TypeError(f"the server's settings hold no {model.__name__} for backend {name!r}")
+    return found
 
 
 class InstanceState(StrEnum):
@@ -212,7 +215,6 @@ _PlanDumper.add_representer(str, _text)
 
 class Backend(ABC, Generic[PlanT]):
     name: ClassVar[str]
-    instance_types: ClassVar[frozenset[str]]
     # How long every instance of a job may stay PENDING before the job fails (all or
     # nothing); None waits for as long as it takes.
     start_timeout: float | None = None

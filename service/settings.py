@@ -533,6 +533,14 @@ class Settings(BaseSettings):
     def jobs_dir(self) -> Path:
         return self.home / "jobs"
 
+    def backend_settings(self, name: str) -> BaseModel | None:
+        """The settings of backend ``name``: the field of that name, whose model its record
+        in ``provisioning.registry`` names (RUNYARD_<NAME>__<FIELD>); None if it has none."""
+        if name not in type(self).model_fields:
+            return None
+        value = getattr(self, name)
+        return value if isinstance(value, BaseModel) else None
+
     @property
     def images_dir(self) -> Path:
         """Where the local backend builds catalog images."""

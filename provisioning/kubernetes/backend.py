@@ -37,9 +37,9 @@ from provisioning.base import (
     ServerSettings,
     TeardownError,
     is_loopback,
+    own_settings,
     unshared_file_uris,
 )
-from provisioning.catalog import CLUSTER_TYPES
 from provisioning.kubernetes import manifests
 from provisioning.kubernetes.settings import KubernetesSettings
 
@@ -89,7 +89,6 @@ class KubernetesPlan:
 
 class KubernetesBackend(Backend[KubernetesPlan]):
     name = "kubernetes"
-    instance_types = CLUSTER_TYPES
 
     def __init__(
         self,
@@ -119,9 +118,10 @@ class KubernetesBackend(Backend[KubernetesPlan]):
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> KubernetesBackend:
+        own = own_settings(settings, cls.name, KubernetesSettings)
         return cls(
-            functools.partial(_shared_client, settings.kubernetes.model_dump_json()),
-            settings.kubernetes,
+            functools.partial(_shared_client, own.model_dump_json()),
+            own,
             artifact_root=settings.artifact_root,
             stop_grace=settings.stop_grace_seconds,
             spot_grace=settings.spot_grace_seconds,

@@ -52,9 +52,9 @@ from provisioning.base import (
     LaunchError,
     LaunchRequest,
     Materialized,
+    ServerSettings,
     TeardownError,
 )
-from provisioning.catalog import LOCAL_TYPES
 from provisioning.instance_files import instance_files
 from provisioning.local import containers, network, processes
 from provisioning.local.images import ImageStore
@@ -149,7 +149,6 @@ def free_port() -> int:
 
 class LocalBackend(Backend[LocalPlan]):
     name = "local"
-    instance_types = LOCAL_TYPES
 
     def __init__(
         self,
@@ -189,6 +188,19 @@ class LocalBackend(Backend[LocalPlan]):
         # With namespaces, an instance that reaches none of its peers for this long has lost
         # the job's network (runtime.instance.peers); None: never said.
         self.peer_timeout = peer_timeout
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings) -> LocalBackend:
+        return cls(
+            settings.jobs_dir,
+            teardown_grace=settings.teardown_grace_seconds,
+            isolation=settings.local_isolation,
+            peer_timeout=settings.peer_timeout_seconds or None,
+            catalog=settings.catalog,
+            images=ImageStore(settings.images_dir),
+            download_cache=settings.cache_dir / "pip",
+            container_engine=settings.container_engine,
+        )
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
         problems = []

@@ -104,11 +104,12 @@ def prepare(
             ("instance_type",),
             f"no backend on this server runs {spec.instance_type} (see RUNYARD_BACKENDS)",
         )
-    if backend not in registry.BACKENDS:
+    plugin = registry.PLUGINS.get(backend)
+    if plugin is None:
         raise SpecError(
-            ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.BACKENDS)}"
+            ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.PLUGINS)}"
         )
-    if spec.instance_type not in registry.BACKENDS[backend]:
+    if spec.instance_type not in plugin.instance_types:
         raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
     # Only the server's backends are reaped and sized for (the reconciler's lease), so a
     # job may pick among them, not bring another.

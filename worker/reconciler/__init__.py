@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from provisioning import registry
-from provisioning.base import KILL_WAIT_SECONDS, Backend, LaunchError, TeardownError
+from provisioning.base import Backend, LaunchError, TeardownError
 from service.capacity import service as capacity
 from service.jobs import repository
 from service.jobs.states import Stage
@@ -198,11 +198,4 @@ def _batch_pool() -> ThreadPoolExecutor:
 def _longest_pass(settings: Settings) -> float:
     """How long one pass may take, at most: a teardown that waits out every grace period
     of the slowest backend this server uses, then a margin."""
-    used = set(settings.backends.values())
-    local = settings.teardown_grace_seconds + KILL_WAIT_SECONDS
-    waits = [local]
-    if "kubernetes" in used:  # pods get the stop grace, then teardown's own, then a kill
-        waits.append(settings.stop_grace_seconds + local)
-    if "ec2" in used:
-        waits.append(settings.ec2.teardown_timeout_seconds)
-    return max(waits) + 5.0
+    return registry.teardown_budget(set(settings.backends.values()), settings) + 5.0
