@@ -13,10 +13,10 @@ import pytest
 from provisioning import registry
 from provisioning.base import Backend, InstanceStatus, JobRef, LaunchRequest, Materialized
 from provisioning.plugin import BackendPlugin
-from service.jobs import service
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
+from service.training import service
 from tests.conftest import job_spec
 from worker.reconciler import Reconciler
 
