@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from botocore.config import Config
 
 REGION = "us-east-1"
 START_TIMEOUT = 30.0
@@ -51,6 +49,9 @@ class MotoServer:
     def client(self, service: str, region: str = REGION) -> Any:
         """A boto3 client of this endpoint with dummy credentials. One attempt per call:
         an error a test provokes reaches it once, not after botocore's retries."""
+        import boto3  # here: a run without AWS tests does not load it
+        from botocore.config import Config
+
         session = boto3.session.Session(
             aws_access_key_id="testing",
             aws_secret_access_key="testing",

@@ -1,5 +1,8 @@
 """Shared fixtures: real databases (SQLite and PostgreSQL), settings, an API client.
 
+Nothing heavy is imported here at the top (the app, the server, the database layer): a unit
+test's run pays only for what its own fixtures use.
+
 PostgreSQL is not optional: CI starts it (``.ci/run``), and a test that needs it fails
 rather than skips when it is down, so a green run always means both databases passed.
 """
@@ -12,22 +15,18 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from fastapi.testclient import TestClient
-from sqlalchemy import text
 
-from runyard.server import prepare
-from service.app import create_app
-from service.auth.tokens import instance_token
-from service.kit.db import get_engine, session_scope
-from service.kit.migrate import upgrade
-from service.models import Base
-from service.settings import Settings
 from tests import postgres, venvs
 from tests.e2e.sdk_venvs import sdk_python
 from tests.tensorflow.environment import tf_python
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+    from service.settings import Settings
 
 pytest_plugins = ["tests.kube", "tests.aws"]
 
@@ -91,6 +90,9 @@ def empty_postgres_database() -> contextlib.AbstractContextManager[str]:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A database of its own for this test session, dropped at the end."""
+    from service.kit.db import get_engine
+    from service.kit.migrate import upgrade
+
     with empty_postgres_database() as url:
         upgrade(url)
         yield url
@@ -99,6 +101,12 @@ def postgres_url() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from sqlalchemy import text
+
+    from service.kit.db import get_engine, session_scope
+    from service.kit.migrate import upgrade
+    from service.models import Base
+
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'runyard.db'}"
         upgrade(url)
@@ -113,6 +121,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 def make_settings(home: Path, database_url: str, **overrides: object) -> Settings:
+    from service.settings import Settings
+
     values: dict[str, object] = {
         "home": home,
         "database_url": database_url,
@@ -132,11 +142,17 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 
 @pytest.fixture
 def admin_token(settings: Settings) -> str:
+    from runyard.server import prepare
+
     return prepare(settings)
 
 
 @pytest.fixture
 def api(settings: Settings, admin_token: str) -> Iterator[TestClient]:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
     with TestClient(create_app(settings)) as client:
         client.headers["Authorization"] = f"Bearer {admin_token}"
         yield client
@@ -197,4 +213,6 @@ def submit_for_instances(
 
 def instance_headers(settings: Settings, job_id: str, host: str = "algo-1") -> dict[str, str]:
     """What the runtime on ``host`` of a job sends its reports with."""
+    from service.auth.tokens import instance_token
+
     return {"Authorization": f"Bearer {instance_token(settings.signing_key(), job_id, host)}"}

@@ -13,26 +13,38 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kmock
 import pytest
-from kubernetes import client
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 NAMESPACE = "runyard-jobs"
-_TEXT = kmock.headers({"Content-Type": "text/plain"})
 EVENTS = "v1/events"
 
 
-class Cluster(kmock.KubernetesEmulator):  # type: ignore[misc]
-    """The emulator, plus what a real API server sets on every object it creates."""
+def _text() -> Any:
+    import kmock
 
-    async def _handle(self, request: Any) -> Any:
-        if request.resource is not None and request.action == kmock.action.CREATE:
-            metadata = request.data.setdefault("metadata", {})
-            metadata.setdefault("uid", str(uuid.uuid4()))
-            metadata.setdefault("creationTimestamp", datetime.now(UTC).isoformat())
-        return await super()._handle(request)
+    return kmock.headers({"Content-Type": "text/plain"})
+
+
+@functools.cache
+def _cluster() -> type[Any]:
+    """The emulator, plus what a real API server sets on every object it creates. Made
+    at first use: a run without Kubernetes tests does not load kmock."""
+    import kmock
+
+    class Cluster(kmock.KubernetesEmulator):  # type: ignore[misc]
+        async def _handle(self, request: Any) -> Any:
+            if request.resource is not None and request.action == kmock.action.CREATE:
+                metadata = request.data.setdefault("metadata", {})
+                metadata.setdefault("uid", str(uuid.uuid4()))
+                metadata.setdefault("creationTimestamp", datetime.now(UTC).isoformat())
+            return await super()._handle(request)
+
+    return Cluster
 
 
 class KubeServer:
@@ -55,12 +67,14 @@ class KubeServer:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        async with Cluster() as emulator, kmock.Server(emulator) as server:
+        import kmock
+
+        async with _cluster()() as emulator, kmock.Server(emulator) as server:
             # Resources the emulator knows only once declared (it learns the others from
             # the objects created).
             emulator.resources[EVENTS] = {}
             # A container that printed nothing, unless a test says what it printed.
-            (emulator**-1)["get"][kmock.subresource("log")] << _TEXT << b""
+            (emulator**-1)["get"][kmock.subresource("log")] << _text() << b""
             self.emulator = emulator
             self.url = str(server.url).rstrip("/")
             self._ready.set()
@@ -73,6 +87,8 @@ class KubeServer:
         self._loop.close()
 
     def api(self) -> client.CoreV1Api:
+        from kubernetes import client
+
         configuration = client.Configuration()
         configuration.host = self.url
         return client.CoreV1Api(client.ApiClient(configuration))
@@ -81,7 +97,7 @@ class KubeServer:
         """What the pod's container printed, served as the kubelet would: the last
         ``tailLines`` lines, then at most the first ``limitBytes`` of those."""
         path = f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/log"
-        self.emulator["get"][path] << _TEXT << functools.partial(_log, text.encode())
+        self.emulator["get"][path] << _text() << functools.partial(_log, text.encode())
 
     def objects_of(self, job_id: str) -> list[tuple[str, str]]:
         """(kind, name) of every live object labelled with the job, of any kind."""
