@@ -86,9 +86,10 @@ def never_fits(settings: Settings, instance_type: str, count: int, project: str)
     return None
 
 
-def limited(settings: Settings, instance_type: str, project: str) -> bool:
-    """Whether anything bounds such a job at all (if not, it is admitted at once)."""
-    return instance_type in settings.capacity or bool(_quotas(settings, project, instance_type))
+def _limited(settings: Settings, job: TrainingJob) -> bool:
+    """Whether anything bounds the job at all (if not, it is admitted at once)."""
+    instance_type = str(job.spec["instance_type"])
+    return instance_type in settings.capacity or bool(_quotas(settings, job.project, instance_type))
 
 
 def fits_now(
@@ -110,7 +111,10 @@ def fits_now(
 
 def decide(session: Session, settings: Settings, job: TrainingJob) -> Admission:
     """Admit ``job`` if its turn has come and its instances are free; else say why not.
-    Runs inside the caller's write transaction, which then records the admission."""
+    Runs inside the caller's write transaction, which then records the admission. The
+    worker's one question; ``forecast`` asks the same of jobs being submitted."""
+    if not _limited(settings, job):
+        return Admission(True)
     _lock_admission(session)
     return _verdict(session, settings, job)
 
@@ -126,12 +130,16 @@ def forecast(session: Session, settings: Settings, jobs: list[TrainingJob]) -> l
     line after capacity frees waits for every forecast in flight to commit: a job found
     waiting by a forecast that read just before the capacity freed is then in the line it
     reads."""
-    if not jobs:
-        return []
+    bounded = [job for job in jobs if _limited(settings, job)]
+    if not bounded:
+        return [Admission(True) for _ in jobs]
     if session.get_bind().dialect.name == "postgresql":
         session.execute(_SHARE_FORECAST_LOCK)
     held = _held_claims(session)
-    return [_verdict(session, settings, job, new=_claim_of(job), held=held) for job in jobs]
+    verdicts = {
+        job.id: _verdict(session, settings, job, new=_claim_of(job), held=held) for job in bounded
+    }
+    return [verdicts.get(job.id, Admission(True)) for job in jobs]
 
 
 def wake_after_forecasts(session: Session) -> None:

@@ -460,14 +460,10 @@ def _wait_in_line(session: Session, settings: Settings, jobs: list[TrainingJob])
     then the worker has nothing to do for it. Only the worker admits a job, so one that
     may fit is left to it; with ``on_capacity_exceeded=refuse`` every job accepted fits.
     Whether each job waits."""
-    limited = [
-        job
-        for job in jobs
-        if settings.on_capacity_exceeded != "refuse"
-        and capacity.limited(settings, job.spec["instance_type"], job.project)
-    ]
+    if settings.on_capacity_exceeded == "refuse":
+        return [False for _ in jobs]
     waiting = set()
-    for job, verdict in zip(limited, capacity.forecast(session, settings, limited), strict=True):
+    for job, verdict in zip(jobs, capacity.forecast(session, settings, jobs), strict=True):
         if not verdict.admitted:
             lifecycle.apply(job, Event.WAITING, verdict.reason)
             waiting.add(job.id)

@@ -18,15 +18,12 @@ from worker.reconciler.snapshot import JobSnapshot, Pass
 def admit(step: Pass, snapshot: JobSnapshot) -> None:
     """Take the job's instances from the capacity, all together, or wait in line."""
     settings = step.settings
-    spec = snapshot.spec
 
     def admitting(job: TrainingJob) -> None:
         session = object_session(job)
-        bounded = capacity.limited(settings, spec.instance_type, job.project)
-        if session is None or not bounded:
-            verdict = capacity.Admission(True)
-        else:
-            verdict = capacity.decide(session, settings, job)
+        if session is None:
+            raise ValueError(f"{job.name} is not in a session")
+        verdict = capacity.decide(session, settings, job)
         if verdict.admitted:
             job.admitted_at = utcnow()
             lifecycle.apply(job, Event.ADMITTED)
