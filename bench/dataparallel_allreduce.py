@@ -38,9 +38,9 @@ from dataparallel_common import (
     worker_device,
 )
 
-from runtime import dataparallel as dp
-from runtime.dataparallel.process_group import hierarchy_groups
-from runtime.dataparallel.sharded_reduce import (
+from libraries import dataparallel as dp
+from libraries.dataparallel.process_group import hierarchy_groups
+from libraries.dataparallel.sharded_reduce import (
     SHARD_EXCHANGES,
     ShardedReducer,
     default_shard_exchange,

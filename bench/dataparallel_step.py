@@ -34,7 +34,7 @@ from dataparallel_common import (
 )
 from torch import nn
 
-from runtime import dataparallel as dp
+from libraries import dataparallel as dp
 
 IMPLEMENTATIONS = ("torch", "runyard")
 

@@ -24,7 +24,7 @@ import torch
 from dataparallel_common import launch, machine, report
 from torch import nn
 
-from runtime import horovod as hvd
+from libraries import horovod as hvd
 
 IMPLEMENTATIONS = ("torch DDP", "horovod", "horovod fp16")
 

@@ -21,7 +21,7 @@ from dataparallel_common import launch, machine, report
 from torch import nn
 from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 
-from runtime import modelparallel as smp
+from libraries import modelparallel as smp
 
 PROCESSES = 2
 SCHEDULES = {"simple": ScheduleGPipe, "interleaved": Schedule1F1B}

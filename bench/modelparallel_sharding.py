@@ -20,7 +20,7 @@ import torch
 from dataparallel_common import launch, machine, report
 from torch import nn
 
-from runtime import modelparallel as smp
+from libraries import modelparallel as smp
 
 LAYOUTS = {
     "replicated (DDP)": {"ddp": True},

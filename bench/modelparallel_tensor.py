@@ -23,7 +23,7 @@ import torch.distributed as dist
 import transformers
 from dataparallel_common import launch, machine, report
 
-from runtime import modelparallel as smp
+from libraries import modelparallel as smp
 
 PROCESSES = 2
 

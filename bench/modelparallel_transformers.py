@@ -29,7 +29,7 @@ import transformers
 from dataparallel_common import launch, machine, report
 from torch.distributed.pipelining import Schedule1F1B, SplitPoint, pipeline
 
-from runtime import modelparallel as smp
+from libraries import modelparallel as smp
 
 PROCESSES = 2
 

@@ -2,7 +2,7 @@
 defaults, and which combinations can run on a job's ranks.
 
 The API refuses a job whose parameters fail here (a 422 naming the parameter); the
-runtime's library (``runtime.modelparallel``) reads them with ``parse`` and trusts them.
+model-parallel library (``libraries.modelparallel``) reads them with ``parse`` and trusts them.
 Keys are SageMaker's names; an allow-list, so a parameter of SageMaker's that Runyard
 does not implement is refused rather than ignored.
 """

@@ -100,7 +100,7 @@ RELAYED_CREDENTIALS = (CONTAINER_CREDENTIALS_URI, CONTAINER_AUTHORIZATION, *AWS_
 
 
 # Set by the parameter-server launcher for each process of Runyard's parameter server for
-# PyTorch (runtime.parameter_server reads them): its role and its RPC rank among all.
+# PyTorch (libraries.parameter_server reads them): its role and its RPC rank among all.
 PS_ROLE = "RUNYARD_PS_ROLE"
 PS_NUM_SERVERS = "RUNYARD_PS_NUM_SERVERS"
 PS_RANK = "RUNYARD_PS_RANK"

@@ -1,0 +1,1 @@
+"""The instance agent: what runs on every instance of a job and runs its script."""

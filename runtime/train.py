@@ -51,7 +51,7 @@ JOB_LAYER = ".runyard/job-env"
 INSTANCE_LAYER = ".runyard/env"
 # Runyard's packages that a job's processes import (the launch shims, the libraries that
 # scripts import under SageMaker's names), offered to an image that does not hold them.
-RUNTIME_PACKAGES = ("runtime", "contract")
+RUNTIME_PACKAGES = ("runtime", "libraries", "contract")
 # How long the service is tried with a spot notice before the scripts are stopped here:
 # a part of the two minutes EC2 gives, the rest left to the scripts.
 SPOT_NOTICE_DEADLINE = 30.0

@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("contract", "provisioning", "service", "worker", "runtime", "runyard", "migrations")
+PACKAGES = (
+    "contract",
+    "provisioning",
+    "service",
+    "worker",
+    "runtime",
+    "libraries",
+    "runyard",
+    "migrations",
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,5 +55,5 @@ def test_every_module_of_runyard_is_in_its_wheel(wheel: Path) -> None:
     assert sorted(modules - shipped) == []
     # The console's pages, and the compatibility packages jobs import by their own names.
     assert "service/console/templates/job.html" in shipped
-    assert "runtime/compat/smdistributed/dataparallel/torch/distributed.py" in shipped
-    assert "runtime/horovod/compat/horovod/torch/__init__.py" in shipped
+    assert "libraries/compat/smdistributed/dataparallel/torch/distributed.py" in shipped
+    assert "libraries/horovod/compat/horovod/torch/__init__.py" in shipped

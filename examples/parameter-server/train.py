@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import runtime.parameter_server as ps
+import libraries.parameter_server as ps
 
 
 def parse_args() -> argparse.Namespace:

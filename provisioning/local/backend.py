@@ -66,7 +66,16 @@ HOSTS_FILE = "hosts.json"
 # The job's layer (its requirements, installed once for its instances on this machine).
 JOB_LAYER = "job-env"
 # Runyard's packages: the server's code, which instances see read-only.
-PACKAGES = ("contract", "provisioning", "service", "worker", "runtime", "runyard", "migrations")
+PACKAGES = (
+    "contract",
+    "provisioning",
+    "service",
+    "worker",
+    "runtime",
+    "libraries",
+    "runyard",
+    "migrations",
+)
 # Each instance with namespaces is a machine of its own: the rendezvous
 # (contract.hosts.RENDEZVOUS_PORT) and the launch agent have their usual ports.
 AGENT_PORT = 7077

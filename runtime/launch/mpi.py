@@ -29,12 +29,15 @@ from runtime.instance.layers import PythonEnvironment
 from runtime.launch.workers import GroupResult, Launch, WorkerSpec
 from runtime.linux import procfs
 
+# Runyard's libraries, the package beside this one (the checkout and the wheel hold both).
+# The launcher only names their directories; it imports none of them.
+LIBRARIES_DIR = Path(__file__).resolve().parents[2] / "libraries"
 # Put on PYTHONPATH for the modes that run Runyard's libraries under SageMaker's name:
 # `import smdistributed...` is then Runyard's library, and nowhere else does that name exist.
-COMPAT_DIR = Path(__file__).resolve().parents[1] / "compat"
+COMPAT_DIR = LIBRARIES_DIR / "compat"
 # The same for Horovod's name, under `mpi`: a directory of its own, so that each mode's
 # processes see only the names it offers.
-HOROVOD_COMPAT_DIR = Path(__file__).resolve().parents[1] / "horovod" / "compat"
+HOROVOD_COMPAT_DIR = LIBRARIES_DIR / "horovod" / "compat"
 # Where each name a mode's ``libraries`` lists is offered from, and whether a package of
 # that name installed in the training environment wins: Horovod is a library that runs
 # anywhere (a training image may have built it), smdistributed runs only on SageMaker.

@@ -6,7 +6,7 @@ TF_CONFIG for the script and a ``ps`` task on every instance
 instances after the first, until the master's task is done too
 (``runtime.launch.tensorflow_master``); with one instance, the script alone, without
 TF_CONFIG. PyTorch: one Runyard parameter server per instance (RPC ranks 0..S-1, in
-host order), then the workers (ranks S.., host by host), as ``runtime.parameter_server``
+host order), then the workers (ranks S.., host by host), as ``libraries.parameter_server``
 expects. The servers and the waits are Runyard's helpers: they run without the job's
 variables, which are the script's alone.
 """
@@ -19,6 +19,9 @@ from contract.modes import Mode
 from runtime.instance.layers import PythonEnvironment
 from runtime.launch import tf_config
 from runtime.launch.workers import Launch, WorkerSpec
+
+# Runyard's parameter server for PyTorch, a library the launcher starts by name only.
+SERVER_MODULE = "libraries.parameter_server"
 
 
 def plan(
@@ -85,7 +88,7 @@ def _pytorch(
     common = {**script_env, **group}
     if workers_per_host > 1:
         common.setdefault("OMP_NUM_THREADS", "1")
-    specs = [WorkerSpec([python, "-m", "runtime.parameter_server"], server_env, config.paths.code)]
+    specs = [WorkerSpec([python, "-m", SERVER_MODULE], server_env, config.paths.code)]
     for local_rank in range(workers_per_host):
         rank = servers + config.node_rank * workers_per_host + local_rank
         worker_env = {

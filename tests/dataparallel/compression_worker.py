@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runtime import dataparallel as dp
-from runtime.dataparallel import sharded_reduce
-from runtime.dataparallel.sharded_reduce import COMPRESSED_DTYPES
+from libraries import dataparallel as dp
+from libraries.dataparallel import sharded_reduce
+from libraries.dataparallel.sharded_reduce import COMPRESSED_DTYPES
 from tests.dataparallel.workload import BUCKET_CAP_MB, STEPS, make_model, rank_batch, train
 
 # Empty, fewer elements than processes, sizes no process count here divides, one more

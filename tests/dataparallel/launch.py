@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 REPO = Path(__file__).resolve().parents[2]
-COMPAT_DIR = REPO / "runtime" / "compat"
+COMPAT_DIR = REPO / "libraries" / "compat"
 EnvStyle = Literal["torch", "open_mpi"]
 
 

@@ -1,5 +1,5 @@
 """SageMaker data-parallel scripts run as written in job processes, whose PYTHONPATH has
-runtime/compat, and ``smdistributed`` exists nowhere else."""
+libraries/compat, and ``smdistributed`` exists nowhere else."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_smdistributed_is_not_importable_in_the_service_environment() -> None:
 
 def test_compat_modules_are_thin_re_exports_of_runtime() -> None:
     probe = (
-        "import runtime.dataparallel as dp\n"
+        "import libraries.dataparallel as dp\n"
         "import smdistributed.dataparallel.torch.distributed as a\n"
         "import smdistributed.dataparallel.torch.parallel.distributed as b\n"
         "from smdistributed.dataparallel.torch.parallel import DistributedDataParallel as c\n"

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from runtime.dataparallel.placement import Placement, PlacementError, from_environment
-from runtime.dataparallel.topology import Topology
+from libraries.dataparallel.placement import Placement, PlacementError, from_environment
+from libraries.dataparallel.topology import Topology
 
 RENDEZVOUS = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 

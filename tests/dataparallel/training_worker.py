@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runtime import dataparallel as dp
+from libraries import dataparallel as dp
 from tests.dataparallel.workload import BUCKET_CAP_MB, STEPS, make_model, rank_batch, train
 
 # Buffer sizes for the direct check of the reduction: one element, fewer elements than

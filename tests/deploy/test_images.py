@@ -245,10 +245,12 @@ def runtime_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_runtime_wheel_holds_the_runtime_and_nothing_else(runtime_wheel: Path) -> None:
     names = set(zipfile.ZipFile(runtime_wheel).namelist())
     packages = {name.split("/")[0] for name in names if not name.startswith("runyard-")}
-    # The runtime and the one package it imports: the contract every part agrees on.
-    assert packages == {"runtime", "contract"}
+    # The instance agent, the libraries scripts import, and the one package both import: the
+    # contract every part agrees on.
+    assert packages == {"runtime", "libraries", "contract"}
     # Every module, the smdistributed compatibility package included.
     assert _python_files("runtime") <= names
+    assert _python_files("libraries") <= names
     assert _python_files("contract") <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(runtime_wheel).read(entry_points).decode()
@@ -306,6 +308,7 @@ def test_service_wheel_ships_the_migrations_and_the_cli(tmp_path: Path) -> None:
         "service",
         "worker",
         "runtime",
+        "libraries",
         "runyard",
         "migrations",
     ):

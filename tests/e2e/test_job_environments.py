@@ -53,9 +53,10 @@ import torch
 print("torch", torch.__version__, flush=True)
 """
 PROBE = """
-import json, sys, runyard_probe, runtime
+import json, sys, runyard_probe, runtime, libraries
 print("probe " + json.dumps({"prefix": sys.prefix, "value": runyard_probe.VALUE,
-                             "runtime": runtime.__file__}), flush=True)
+                             "runtime": runtime.__file__,
+                             "libraries": libraries.__file__}), flush=True)
 """
 
 
@@ -217,9 +218,11 @@ def test_a_catalog_image_is_built_on_first_use_and_shared_after(
     assert not any("Waiting for the image" in line for line in second)
     (probe,) = [json.loads(line[6:]) for line in second if line.startswith("probe ")]
     assert probe["value"] == "probe"
-    # The job ran in its instance's layer above the image, with Runyard's runtime offered.
+    # The job ran in its instance's layer above the image, with Runyard's runtime and the
+    # libraries its scripts import offered.
     assert probe["prefix"].endswith("/.runyard/env")
     assert probe["runtime"].endswith("/runtime/__init__.py")
+    assert probe["libraries"].endswith("/libraries/__init__.py")
     store = ImageStore(image_stack.home / "images")
     (digest,) = store.digests()
     environment = store.root / digest

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from runtime import horovod as hvd
+from libraries import horovod as hvd
 from tests.horovod.job import workload
 
 

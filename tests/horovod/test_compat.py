@@ -113,7 +113,7 @@ def _in_a_job(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_horovod_torch_is_runyards_library_re_exported() -> None:
     probe = _in_a_job(
-        "import horovod, horovod.torch as hvd, runtime.horovod as rh\n"
+        "import horovod, horovod.torch as hvd, libraries.horovod as rh\n"
         "assert hvd.DistributedOptimizer is rh.DistributedOptimizer\n"
         "assert hvd.broadcast_parameters is rh.broadcast_parameters\n"
         "assert sorted(hvd.__all__) == sorted(rh.__all__)\n"

@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from runtime.modelparallel import projections, tensor
+from libraries.modelparallel import projections, tensor
 from tests.modelparallel.transformers_workload import batch, model
 
 FAMILIES = ("gpt2", "llama", "neox", "bert")

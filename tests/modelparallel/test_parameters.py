@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from contract.modelparallel import Parameters, problems
-from runtime.modelparallel.activations import Offloader
-from runtime.modelparallel.delayed import allocate, delay_param_initialization, initialise
-from runtime.modelparallel.pipeline import ModelCall
-from runtime.modelparallel.splits import split_points
+from libraries.modelparallel.activations import Offloader
+from libraries.modelparallel.delayed import allocate, delay_param_initialization, initialise
+from libraries.modelparallel.pipeline import ModelCall
+from libraries.modelparallel.splits import split_points
 
 
 class Fat(nn.Module):

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from contract.modelparallel import Parameters
-from runtime.modelparallel.pipeline import ModelCall
-from runtime.modelparallel.splits import (
+from libraries.modelparallel.pipeline import ModelCall
+from libraries.modelparallel.splits import (
     Measured,
     PartitionError,
     balanced_cuts,

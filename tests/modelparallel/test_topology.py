@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.modelparallel.step import StepOutput, _split
-from runtime.modelparallel.topology import Topology
+from libraries.modelparallel.step import StepOutput, _split
+from libraries.modelparallel.topology import Topology
 
 
 def test_cluster_puts_a_replicas_stages_on_adjacent_ranks() -> None:

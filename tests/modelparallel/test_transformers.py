@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from runtime.modelparallel.checkpoints import full_state_dict
+from libraries.modelparallel.checkpoints import full_state_dict
 from tests.dataparallel.launch import Layout, run_job
 from tests.modelparallel.transformers_workload import STEPS, model, single_process_reference
 

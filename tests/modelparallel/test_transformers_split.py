@@ -10,11 +10,11 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from contract.modelparallel import Parameters
-from runtime.modelparallel.pipeline import ModelCall, split
-from runtime.modelparallel.projections import by_rank, in_model_order
-from runtime.modelparallel.splits import split_points
-from runtime.modelparallel.tensor import TensorParallelError, planned
-from runtime.modelparallel.ties import ties_of
+from libraries.modelparallel.pipeline import ModelCall, split
+from libraries.modelparallel.projections import by_rank, in_model_order
+from libraries.modelparallel.splits import split_points
+from libraries.modelparallel.tensor import TensorParallelError, planned
+from libraries.modelparallel.ties import ties_of
 from tests.modelparallel.transformers_workload import STACKS, batch, model
 
 TIED = {

@@ -1,7 +1,7 @@
 """Emulate a parameter-server job's instances on this machine, as real processes.
 
-Each instance gets one server (``python -m runtime.parameter_server``) and its workers,
-with exactly the environment the launcher sets (see ``runtime.parameter_server``).
+Each instance gets one server (``python -m libraries.parameter_server``) and its workers,
+with exactly the environment the launcher sets (see ``libraries.parameter_server``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run_cluster(
                     host=host,
                 ),
             }
-            argv = [sys.executable, "-m", "runtime.parameter_server", *server_args]
+            argv = [sys.executable, "-m", "libraries.parameter_server", *server_args]
             started.append(("server", server, host, *_start(argv, env, logs / f"server-{server}")))
         for worker in range(num_workers):
             if worker in skip_workers:

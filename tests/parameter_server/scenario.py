@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--join-timeout", type=float, default=60.0)
     args = parser.parse_args()
 
-    import runtime.parameter_server as ps
+    import libraries.parameter_server as ps
 
     ps.init(join_timeout_s=args.join_timeout)
     me = ps.worker_index()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.parameter_server import ParameterServerError, plan_shards
-from runtime.parameter_server.contract import read_contract
-from runtime.parameter_server.sharding import names_by_server
+from libraries.parameter_server import ParameterServerError, plan_shards
+from libraries.parameter_server.contract import read_contract
+from libraries.parameter_server.sharding import names_by_server
 from tests.parameter_server.cluster import contract_env
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from runtime.parameter_server.protocol import Refused, TrainingConfig
-from runtime.parameter_server.shard import ShardServer
+from libraries.parameter_server.protocol import Refused, TrainingConfig
+from libraries.parameter_server.shard import ShardServer
 
 PLAIN_SGD = functools.partial(torch.optim.SGD, lr=1.0)
 SYNC = TrainingConfig(mode="sync", max_staleness=None)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from runtime.parameter_server import plan_shards
+from libraries.parameter_server import plan_shards
 from tests.parameter_server import scenario
 from tests.parameter_server.cluster import Finished, describe, run_cluster
 

@@ -113,7 +113,7 @@ def test_pytorch_parameter_server_runs_a_server_and_the_workers(tmp_path: Path) 
     configs = _configs(tmp_path, distribution={"parameter_server": {"enabled": True}})
     launch = plan(configs["algo-2"], ["python", "train.py"], {}, num_gpus=2)
     server, *workers = launch.specs
-    assert server.argv[-2:] == ["-m", "runtime.parameter_server"]
+    assert server.argv[-2:] == ["-m", "libraries.parameter_server"]
     assert (server.env["RUNYARD_PS_ROLE"], server.env["RUNYARD_PS_RANK"]) == ("server", "1")
     assert [
         (w.env["RUNYARD_PS_ROLE"], w.env["RUNYARD_PS_RANK"], w.env["LOCAL_RANK"]) for w in workers

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from smdistributed.dataparallel.torch.parallel.distributed import DistributedDataParallel as DDP
 from torch import nn
 
-import runtime.dataparallel
+import libraries.dataparallel
 
 dist.init_process_group(backend="smddp")
 local_rank = int(os.environ["LOCAL_RANK"])
@@ -39,7 +39,7 @@ seen = {
     "is_initialized": sdist.is_initialized(),
     "all_reduce": total.item(),
     "broadcast": token.item(),
-    "ddp_is_runyards": DDP is runtime.dataparallel.DistributedDataParallel,
+    "ddp_is_runyards": DDP is libraries.dataparallel.DistributedDataParallel,
     "instance_ranks": list(model.sharded_reducer.groups.instance_ranks),
     "grads_agree": all(torch.equal(g, gathered[0]) for g in gathered),
 }

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from runtime import horovod as hvd
+from libraries import horovod as hvd
 
 # How much later than the others rank 0 ends its script.
 LATE_S = 1.5

@@ -8,7 +8,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from runtime import horovod as hvd
+from libraries import horovod as hvd
 
 
 def main() -> None:

@@ -1,0 +1,5 @@
+"""``smdistributed.dataparallel.torch.parallel``: SageMaker's DistributedDataParallel."""
+
+from libraries.dataparallel import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel"]

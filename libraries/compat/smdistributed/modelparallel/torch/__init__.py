@@ -1,0 +1,5 @@
+"""``smdistributed.modelparallel.torch``: SageMaker's model-parallel API (v1) on
+``libraries.modelparallel``, re-exported whole."""
+
+from libraries.modelparallel import *  # noqa: F403
+from libraries.modelparallel import __all__ as __all__

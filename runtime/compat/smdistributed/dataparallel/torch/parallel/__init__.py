@@ -1,5 +1,0 @@
-"""``smdistributed.dataparallel.torch.parallel``: SageMaker's DistributedDataParallel."""
-
-from runtime.dataparallel import DistributedDataParallel
-
-__all__ = ["DistributedDataParallel"]

@@ -1,5 +1,0 @@
-"""``horovod.tensorflow``: not offered by Runyard; importing it says why."""
-
-from runtime.horovod.refusals import OTHER_FRAMEWORKS
-
-raise ImportError(f"horovod.tensorflow: {OTHER_FRAMEWORKS}", name=__name__)

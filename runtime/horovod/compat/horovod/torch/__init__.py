@@ -1,9 +1,0 @@
-"""``horovod.torch``: Runyard's Horovod API for PyTorch, re-exported whole."""
-
-from runtime.horovod import *  # noqa: F403
-from runtime.horovod import __all__ as __all__
-from runtime.horovod.refusals import missing_name
-
-
-def __getattr__(name: str) -> object:
-    raise missing_name(__name__, name)
