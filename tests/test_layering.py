@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import grimp
 
-PACKAGES = ("contract", "runtime", "provisioning", "service", "worker", "runyard")
+PACKAGES = ("contract", "runtime", "libraries", "provisioning", "service", "worker", "runyard")
 Graph = dict[str, set[str]]
 
 
