@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the API serves them; nothing is fetched at run time.
 VENDOR := service/console/static/vendor
 
-.PHONY: install demo test test-fast lint docs clean
+.PHONY: install demo test test-fast test-console lint docs clean
 
 # torch first and pinned: it comes from the local CPU wheel, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml
@@ -50,12 +50,27 @@ TEST_WORKERS ?= 2
 test: lint
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
 
-# The units, for a newcomer's edit-and-check loop: no server stacks, browsers, clusters,
-# images or multi-process training (those are `make test`'s).
-FAST_SKIPS := e2e console deploy tensorflow dataparallel modelparallel horovod parameter_server
+# The units, for a newcomer's edit-and-check loop (about three minutes here): on SQLite
+# only, with no server stacks, browsers, clusters, images, real launchers or multi-process
+# training (PostgreSQL and those are `make test`'s). Four processes: the tests wait on
+# subprocesses and sockets often enough that two cores keep four busy.
+FAST_SKIPS := e2e deploy tensorflow libraries service/console \
+    runyard/test_server_startup.py runyard/test_server_supervisor.py \
+    service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py
+FAST_WORKERS ?= 4
 test-fast: install
-	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile -m "not e2e" \
+	$(BIN)/pytest --numprocesses=$(FAST_WORKERS) --dist=loadfile -m "not e2e and not postgres" \
 	    $(addprefix --ignore=tests/,$(FAST_SKIPS))
+
+# One part's tests: `make test-service`, `test-worker`, `test-provisioning`, `test-runtime`,
+# `test-libraries`, `test-contract`, `test-runyard`, and apart from the packages' own,
+# `test-e2e`, `test-deploy`, `test-tensorflow` and `test-console` (the browser's).
+test-console: install
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile tests/service/console
+
+test-%: install
+	@test -d tests/$* || { echo "no tests/$*: see the test- targets in the Makefile" >&2; exit 2; }
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile tests/$*
 
 clean:
 	rm -rf $(VENV) $(VENDOR) console/node_modules .pytest_cache .mypy_cache .ruff_cache *.egg-info

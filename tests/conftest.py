@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -99,17 +100,33 @@ def postgres_url() -> Iterator[str]:
         get_engine(url).dispose()
 
 
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once for this test process: each test gets a copy, which
+    spares it the migrations (a tenth of a second, over a thousand tests)."""
+    from service.kit.db import get_engine
+    from service.kit.migrate import upgrade
+
+    path = tmp_path_factory.mktemp("migrated") / "runyard.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    get_engine(url).dispose()
+    # Closed, the database is whole in its one file: nothing waits in a write-ahead log.
+    assert [item.name for item in path.parent.iterdir()] == [path.name]
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     from sqlalchemy import text
 
     from service.kit.db import get_engine, session_scope
-    from service.kit.migrate import upgrade
     from service.models import Base
 
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'runyard.db'}"
-        upgrade(url)
+        path = tmp_path / "runyard.db"
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        url = f"sqlite:///{path}"
         yield url
         get_engine(url).dispose()
         return

@@ -14,7 +14,7 @@ import torch
 
 from runyard.client import Client
 from tests.e2e.conftest import Stack, log_lines
-from tests.horovod.job import workload
+from tests.libraries.horovod.job import workload
 
 pytestmark = pytest.mark.e2e
 

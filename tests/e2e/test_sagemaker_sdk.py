@@ -20,7 +20,7 @@ import pytest
 from tests.aws import MotoServer
 from tests.e2e.conftest import EXAMPLES, Stack
 from tests.e2e.sdk_venvs import sdk_python
-from tests.sagemaker.live import check_answer
+from tests.service.sagemaker.live import check_answer
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from service.app import create_app
 from service.settings import Settings
 from tests.conftest import submit_for_instances
 from tests.instances import launch_request, start_runtime, write_instances
-from tests.sagemaker.live import serving
+from tests.service.sagemaker.live import serving
 
 
 class _CountingLogPosts:

@@ -1,0 +1,87 @@
+"""The console in Debian's Chromium, driven by Playwright, against a real API server.
+
+Playwright never downloads a browser here: it drives /usr/bin/chromium (``apt-get install
+chromium``; ``.ci/run`` installs it). Without it these tests fail under CI and skip, with
+the reason, elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.service.console.server import ConsoleServer, console_server
+
+CHROMIUM = os.environ.get("RUNYARD_TEST_CHROMIUM", "/usr/bin/chromium")
+
+try:
+    from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+else:
+    # expect() retries its check until this long; its default (5 s) is short for a page
+    # whose first requests share 2 cores with the rest of the suite.
+    expect.set_options(timeout=20_000)
+
+
+def _unavailable() -> str | None:
+    if sync_playwright is None:
+        return "the playwright package is not installed (pip install -e '.[dev]')"
+    if shutil.which(CHROMIUM) is None:
+        return f"no Chromium at {CHROMIUM} (apt-get install -y chromium)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    missing = _unavailable()
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"the console tests need a browser in CI: {missing}")
+        pytest.skip(missing)
+    with sync_playwright() as playwright:
+        browser = _launch(playwright)
+        yield browser
+        browser.close()
+
+
+def _launch(playwright: Playwright) -> Browser:
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    running = console_server(tmp_path_factory.mktemp("console")).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def page(browser: Browser, server: ConsoleServer) -> Iterator[Page]:
+    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
+    # Generous: on a 2-core CI machine busy with the rest of the suite, a page's first
+    # requests can take seconds (a failure still says which element it waited for).
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    context.close()
+    assert not errors, errors
+
+
+@pytest.fixture
+def sign_in(page: Page, server: ConsoleServer) -> Callable[[str], Page]:
+    """Sign ``page`` in as one of the server's tokens ("alpha viewer", "beta member"...)."""
+
+    def signed_in(who: str) -> Page:
+        page.goto(server.url + "sign-in")
+        page.get_by_label("API token").fill(server.tokens[who])
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+        return page
+
+    return signed_in
