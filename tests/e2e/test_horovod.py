@@ -18,7 +18,7 @@ from tests.libraries.horovod.job import workload
 
 pytestmark = pytest.mark.e2e
 
-JOB_SOURCE = Path(__file__).resolve().parents[1] / "horovod" / "job"
+JOB_SOURCE = Path(workload.__file__).resolve().parent
 TWO_BY_TWO = {"mpi": {"enabled": True, "processes_per_host": 2}}
 
 
