@@ -18,7 +18,8 @@ from urllib.parse import quote
 from contract.limits import MAX_LINE, MAX_LOG_BATCH
 from contract.phases import Phase
 
-INT32_MAX = 2**31 - 1
+# What a 32-bit integer holds (PostgreSQL's Integer columns, exit statuses, log seqs).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 # Where the service keeps its jobs, and below it each instance's routes.
 JOBS_PATH = "/v1/training-jobs"
@@ -60,7 +61,7 @@ class StatusReport:
     phase: Phase
     time: datetime
     message: str = field(default="", metadata={"max_length": 4096})
-    exit_code: int | None = field(default=None, metadata={"ge": -(2**31), "le": INT32_MAX})
+    exit_code: int | None = field(default=None, metadata={"ge": INT32_MIN, "le": INT32_MAX})
     # Longer reasons are cut to fit by the service, not refused: an instance's last words.
     failure_reason: str | None = None
     model_uri: str | None = field(default=None, metadata={"max_length": 2048})

@@ -16,7 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Defined with the instance protocol, whose seqs, attempts and exit statuses are these.
+from contract.protocol import INT32_MAX as INT32_MAX
+from contract.protocol import INT32_MIN as INT32_MIN
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # What an Integer column holds (PostgreSQL's are 32 bits), exit statuses among them.
 Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
