@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from provisioning.base import JobRef, LaunchRequest
 from provisioning.kubernetes.backend import KubernetesBackend, _shared_client
 from provisioning.kubernetes.settings import KubernetesSettings
-from service.jobs.schemas import JobCreate
+from service.jobs.record import JobRecord
 from tests.kube import KubeServer
 
 
 def _request(instances: int) -> LaunchRequest:
     job_id = uuid.uuid4().hex
-    spec = JobCreate.model_validate(
+    spec = JobRecord.model_validate(
         {
             "name": f"bench-{job_id[:6]}",
             "entry_point": "train.py",
@@ -41,7 +41,7 @@ def _request(instances: int) -> LaunchRequest:
             "output_path": "file:///srv/artifacts",
         }
     )
-    job = JobRef(job_id, spec.name or "")
+    job = JobRef(job_id, spec.name)
     return LaunchRequest(job, spec.job_spec(), "http://api:8642", "token")
 
 

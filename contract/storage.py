@@ -102,6 +102,11 @@ def join(uri: str, *parts: str) -> str:
     return joined
 
 
+def model_uri(output_path: str, job_name: str) -> str:
+    """Where a job's model is stored, laid out as SageMaker lays out a job's outputs."""
+    return join(output_path, job_name, "output", "model.tar.gz")
+
+
 def concat(prefix: str, key: str) -> str:
     """``prefix`` and ``key`` joined as strings, the way SageMaker joins a manifest's
     prefix and keys (``s3://b/part-`` and ``0001``); ``key`` encoded as ``join`` does."""

@@ -492,7 +492,7 @@ class Trainer:
 
     def _upload_model(self) -> str:
         config = self.config
-        uri = storage.join(config.output_path, config.job_name, "output", "model.tar.gz")
+        uri = storage.model_uri(config.output_path, config.job_name)
         with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
             tarball = archive.make_tarball(config.paths.model, Path(scratch) / "model.tar.gz")
             storage.put_file(tarball, uri)

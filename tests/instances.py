@@ -40,7 +40,7 @@ def launch_request(source: Path, **spec: Any) -> LaunchRequest:
     values.update(spec)
     return LaunchRequest(
         job=JobRef(id=JOB_ID, name=values["name"]),
-        spec=JobCreate.model_validate(values).job_spec(),
+        spec=JobCreate.model_validate(values).job_spec_at(values["output_path"]),
         service_url="http://127.0.0.1:1",
         tokens=dict.fromkeys(host_names(int(values.get("instance_count", 1))), "unused"),
     )

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from contract.failures import fit
 from contract.limits import MAX_REASON
-from service.jobs.schemas import JobCreate, RetryRule
+from service.jobs.record import JobRecord
+from service.jobs.spec_parts import RetryRule
 from service.kit import patterns
 
 
@@ -35,7 +36,7 @@ class Verdict:
 
 def decide(
     failure: Failure,
-    spec: JobCreate,
+    spec: JobRecord,
     *,
     restarts: int,
     infrastructure_restarts: int,

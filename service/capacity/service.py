@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, Select, and_, func, not_, or_, select
 from sqlalchemy.orm import Session
 
-from service.jobs.models import HELD, IN_LINE, LINE_ORDER, TrainingJob
+from service.jobs.models import HELD, IN_LINE, LINE_ORDER, TrainingJob, record_field
 from service.jobs.states import LIVE, Status
 from service.settings import Settings
 
@@ -44,8 +44,8 @@ _CLAIM_COLUMNS = (
     TrainingJob.id,
     TrainingJob.name,
     TrainingJob.project,
-    TrainingJob.spec["instance_type"].as_string().label("instance_type"),
-    TrainingJob.spec["instance_count"].as_integer().label("instance_count"),
+    record_field("instance_type").as_string().label("instance_type"),
+    record_field("instance_count").as_integer().label("instance_count"),
     TrainingJob.priority,
     TrainingJob.created_at,
     TrainingJob.admitted_at,
@@ -88,7 +88,7 @@ def never_fits(settings: Settings, instance_type: str, count: int, project: str)
 
 def _limited(settings: Settings, job: TrainingJob) -> bool:
     """Whether anything bounds the job at all (if not, it is admitted at once)."""
-    instance_type = str(job.spec["instance_type"])
+    instance_type = job.record.instance_type
     return instance_type in settings.capacity or bool(_quotas(settings, job.project, instance_type))
 
 
@@ -281,7 +281,7 @@ def place_in_line(session: Session, job: TrainingJob) -> Place:
 
 
 def _instance_type() -> ColumnElement[str]:
-    kind: ColumnElement[str] = TrainingJob.spec["instance_type"].as_string()
+    kind: ColumnElement[str] = record_field("instance_type").as_string()
     return kind
 
 
@@ -347,7 +347,8 @@ def _quotas(settings: Settings, project: str, instance_type: str) -> list[tuple[
 
 def _claim_of(job: TrainingJob) -> _Claim:
     """The claim of a job at hand, stored or about to be."""
-    return _claim(job, str(job.spec["instance_type"]), int(job.spec["instance_count"]))
+    record = job.record
+    return _claim(job, record.instance_type, record.instance_count)
 
 
 def _claim_of_row(row: Row[Any]) -> _Claim:

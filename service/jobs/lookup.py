@@ -88,7 +88,7 @@ def stored_model(job: TrainingJob) -> tuple[str, int]:
     """Where the job's model is, and its size, for a download. Only the place the runtime
     is told to store it counts: the URI an instance reported is the instance's word, and
     serving whatever it named would let a job's script read any file through the API."""
-    expected = storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
+    expected = storage.model_uri(job.record.output_path, job.name)
     if job.model_artifacts != expected:
         raise NotFound(f"training job {job.name!r} has no model stored")
     try:
@@ -98,4 +98,4 @@ def stored_model(job: TrainingJob) -> tuple[str, int]:
 
 
 def hosts(job: TrainingJob) -> list[str]:
-    return host_names(int(job.spec["instance_count"]))
+    return host_names(job.record.instance_count)

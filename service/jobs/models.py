@@ -26,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.jobs.record import JobRecord
 from service.jobs.states import Stage, Status
 from service.kit.db import Base, UTCDateTime, utcnow
 
@@ -38,6 +39,7 @@ class TrainingJob(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     name: Mapped[str] = mapped_column(String(63))
+    # The job's record (``service.jobs.record``) as JSON: read it through ``record``.
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     backend: Mapped[str] = mapped_column(String(32))
 
@@ -158,6 +160,19 @@ class TrainingJob(Base):
         # A name is unique within its project, as SageMaker's are within an account.
         UniqueConstraint("project", "name", name="uq_training_jobs_project_name"),
     )
+
+    @property
+    def record(self) -> JobRecord:
+        return JobRecord.load(self.spec)
+
+
+def record_field(name: str) -> Any:
+    """A field of the job's record, read in SQL from the JSON column, for the queries that
+    filter or group by it (``.as_string()``, ``.as_integer()``...); only a field the record
+    has can be named."""
+    if name not in JobRecord.model_fields:
+        raise KeyError(f"a job's record has no field {name!r}")
+    return TrainingJob.spec[name]
 
 
 # A job waiting in line for capacity: nothing happens to it until capacity frees, so

@@ -9,7 +9,7 @@ from fastapi import Path, Query
 from pydantic import AfterValidator
 
 from service.auth.schemas import NAME_PATTERN
-from service.jobs.schemas import NAME_SCHEMA, job_name
+from service.jobs.spec_parts import NAME_SCHEMA, job_name
 
 JobName = Annotated[str, Path(json_schema_extra=NAME_SCHEMA), AfterValidator(job_name)]
 HostName = Annotated[str, Path(max_length=32, pattern=r"^algo-[1-9][0-9]*$")]

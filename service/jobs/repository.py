@@ -29,6 +29,7 @@ from service.jobs.models import (
     JobLease,
     JobTransition,
     TrainingJob,
+    record_field,
 )
 from service.jobs.states import LIVE, TERMINAL, Stage
 from service.kit.db import Base, UTCDateTime, read_pages_in_index_order, utcnow
@@ -197,7 +198,7 @@ def sweep_job_ids(
     stale = _not_swept_since(now - timedelta(seconds=waiting_every))
     front = select(TrainingJob.id).where(IN_LINE).order_by(*LINE_ORDER).limit(heads)
     first = session.scalars(leased.where(TrainingJob.id.in_(front.scalar_subquery()), stale))
-    spot = TrainingJob.spec["use_spot_instances"].as_boolean().is_(True)
+    spot = record_field("use_spot_instances").as_boolean().is_(True)
     timed = session.scalars(
         leased.where(IN_LINE, stale, spot)
         .order_by(JobLease.swept_at.is_not(None), JobLease.swept_at, TrainingJob.created_at)

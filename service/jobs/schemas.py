@@ -3,59 +3,54 @@
 Field names and limits follow the SageMaker Python SDK estimator and CreateTrainingJob.
 Rules that need the server's configuration (instance types, instance-count maximum,
 backends) are checked in ``service.training.service``; everything else is checked here.
+The request's fields are the record's (``service.jobs.record``); the rules below are
+what a new submission must pass, and are not read again once the job is stored.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Any, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     PrivateAttr,
     ValidationError,
     ValidationInfo,
     computed_field,
-    create_model,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from contract import (
     codeartifact,
     hyperparameters,
-    images,
     limits,
-    modes,
     mpi_options,
     sagemaker_flags,
     variables,
 )
 from contract.layout import IMAGE_BASE_DIR
-from contract.spec import Channel as ChannelSpec
-from contract.spec import JobSpec
-from service.kit import patterns
-from service.kit.integers import INT32_MAX, Int32
-from service.kit.text import Loc, find_surrogate
-
-NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
-MAX_NAME = 63
-# The pattern in words, for people: a regular expression in an error helps few of them.
-NAME_RULE = (
-    "must be 1 to 63 letters, digits and hyphens, starting and ending with a letter or digit"
+from service.jobs.models import TrainingJob
+from service.jobs.record import JobFields, JobRecord
+from service.jobs.spec_parts import (
+    NAME_SCHEMA,
+    Channel,
+    Distribution,
+    ImageChoice,
+    MetricDefinition,
+    ProgressMetric,
+    invalid,
+    job_name,
 )
-# The OpenAPI schema still shows the pattern, for programs.
-NAME_SCHEMA: dict[str, Any] = {"pattern": NAME_PATTERN, "maxLength": MAX_NAME}
-_NAME = re.compile(NAME_PATTERN)
+from service.kit.text import find_surrogate
+
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9.\-_]{1,64}$")
 _ENV_KEY = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -66,291 +61,12 @@ MAX_CHANNELS = 20
 MAX_ENVIRONMENT = 100
 MAX_ENVIRONMENT_KEY = 512
 MAX_ENVIRONMENT_VALUE = 512
-MAX_TAGS = 50
-MAX_RUN_LIMIT = 28 * 24 * 3600
-MAX_METRIC_DEFINITIONS = 40
-MAX_RETRY_ATTEMPTS = 30
-MAX_RETRY_RULES = 20
-MAX_CONTAINER_WORDS = 100
-# One word of a container's command, as SageMaker allows them.
-ContainerWord = Annotated[str, Field(min_length=1, max_length=256)]
 
 
-def job_name(value: str) -> str:
-    """A job name as SageMaker allows them (``name``, ``base_job_name``, the API's paths)."""
-    if len(value) > MAX_NAME or not _NAME.fullmatch(value):
-        raise ValueError(NAME_RULE)
-    return value
+class JobCreate(JobFields):
+    """A job as a client submits it."""
 
-
-def invalid(title: str, loc: Loc, message: str) -> ValidationError:
-    """A validation error at ``loc`` below the model being validated: what a validator
-    raises to name a key inside a field, where a ValueError would name only the field."""
-    return ValidationError.from_exception_data(
-        title, [{"type": PydanticCustomError("value_error", message), "loc": loc, "input": None}]
-    )
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _suggest_known_keys(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        # pydantic only says that an unknown key is not permitted; a typo deserves the key
-        # that was meant ("torch_distribute", "enable").
-        try:
-            return handler(value)
-        except ValidationError as exc:
-            errors = exc.errors()
-            if not any(_is_unknown_key(error) for error in errors):
-                raise
-            known = list(cls.model_fields)
-            raise ValidationError.from_exception_data(
-                exc.title, [_with_known_keys(error, known) for error in errors]
-            ) from None
-
-
-def _is_unknown_key(error: ErrorDetails) -> bool:
-    # Only this model's own keys: a nested model has explained its own already.
-    return error["type"] == "extra_forbidden" and len(error["loc"]) == 1
-
-
-def _with_known_keys(error: ErrorDetails, known: list[str]) -> InitErrorDetails:
-    message = error["msg"]
-    if _is_unknown_key(error):
-        close = difflib.get_close_matches(str(error["loc"][0]), known, n=1)
-        message = (
-            f"unknown key; did you mean {close[0]!r}?"
-            if close
-            else f"unknown key; the keys are {', '.join(known)}"
-        )
-    return {
-        "type": PydanticCustomError(error["type"], message),
-        "loc": error["loc"],
-        "input": error["input"],
-    }
-
-
-class _Toggle(Strict):
-    enabled: bool = False
-
-
-class _Distribution(Strict):
-    """The estimator's ``distribution`` dict; unknown keys are refused."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """As the estimator's dict, the modes not given left out: what the mode records
-        (``contract.modes``) and the instances read."""
-        return self.model_dump(exclude_none=True)
-
-    def enabled_modes(self) -> list[str]:
-        """Dotted names of every enabled mode, e.g. ``["smdistributed.dataparallel"]``."""
-        return [mode.name for mode in modes.enabled_modes(self.as_dict())]
-
-    @model_validator(mode="after")
-    def _one_mode(self) -> Self:
-        too_many = modes.too_many(self.as_dict())
-        if too_many:
-            raise ValueError(
-                f"enables {' and '.join(too_many)}; a job runs under exactly one distribution "
-                "mode (and, for smdistributed.modelparallel, mpi beside it)"
-            )
-        return self
-
-
-def _option_field(option: modes.Option) -> tuple[Any, Any]:
-    """One key of a mode's options as a field: its type and its default."""
-    if option.kind is dict:
-        return dict[str, Any], Field(default_factory=dict)
-    kind = option.kind if option.default is not None else option.kind | None
-    return kind, Field(default=option.default, ge=option.minimum, le=option.maximum)
-
-
-def _options_model(mode: modes.Mode) -> type[Strict]:
-    """A mode's options: ``enabled``, and whatever else its record says it takes."""
-    if mode.takes is None:
-        return _Toggle
-    keys: dict[str, Any] = {key: _option_field(option) for key, option in mode.takes.keys.items()}
-    return create_model(mode.takes.title, __base__=_Toggle, **keys)
-
-
-def _distribution_keys(under: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The fields of ``distribution`` below the keys ``under``, in the records' order:
-    each a mode's options, or a group of modes' (``smdistributed``)."""
-    keys: dict[str, Any] = {}
-    for mode in modes.MODES:
-        path = tuple(mode.name.split("."))
-        if len(path) <= len(under) or path[: len(under)] != under:
-            continue
-        key = path[len(under)]
-        if key in keys:  # a group, given by an earlier mode of it
-            continue
-        if len(path) == len(under) + 1:
-            model = _options_model(mode)
-        else:
-            title = f"{key.capitalize()}Distribution"
-            model = create_model(title, __base__=Strict, **_distribution_keys((*under, key)))
-        keys[key] = (model | None, None)
-    return keys
-
-
-# Its keys come from the mode records (``contract.modes``), so a mode is added in one
-# place; the type checker knows only what every such model does.
-if TYPE_CHECKING:
-    Distribution = _Distribution
-else:
-    Distribution = create_model(
-        "Distribution",
-        __base__=_Distribution,
-        __doc__=_Distribution.__doc__,
-        **_distribution_keys(),
-    )
-
-
-class Channel(Strict):
-    # A prefix (every object under it), or a manifest file listing the objects.
-    uri: str = Field(min_length=1, max_length=1024)
-    s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
-    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
-    input_mode: Literal["File", "Pipe", "FastFile"] = "File"
-    content_type: str | None = Field(default=None, max_length=256)
-    compression: Literal["None", "Gzip"] = "None"
-
-
-class Tag(Strict):
-    key: str = Field(min_length=1, max_length=128)
-    value: str = Field(default="", max_length=256)
-
-
-class MetricDefinition(Strict):
-    """As in the estimator's ``metric_definitions``: the regex's one group is the value."""
-
-    name: str = Field(min_length=1, max_length=255)
-    regex: str = Field(min_length=1, max_length=500)
-
-    @field_validator("regex")
-    @classmethod
-    def _one_group(cls, value: str, info: ValidationInfo) -> str:
-        try:
-            compiled = patterns.compile_pattern(value)
-        except patterns.PatternError as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        if compiled.groups != 1:
-            raise ValueError(
-                f"must have exactly one capture group (the value), has {compiled.groups}"
-            )
-        size = patterns.program_size(compiled)
-        # A stored job's patterns were taken when it was accepted, under the rules then.
-        if size > patterns.MAX_METRIC_PROGRAM and not (info.context or {}).get(_STORED):
-            raise ValueError(
-                f"too costly to search every line with: its program has {size} instructions, "
-                f"at most {patterns.MAX_METRIC_PROGRAM} (counted repetitions nested in one "
-                "another, or very large ones)"
-            )
-        return value
-
-
-class ProgressMetric(Strict):
-    """Which of the job's metrics tells how far training is: its value divided by
-    ``total`` is the fraction done (an epoch metric with the epoch count, say)."""
-
-    name: str = Field(min_length=1, max_length=255)
-    total: float = Field(default=1.0, gt=0)
-
-
-class RetryRule(Strict):
-    """One rule of ``retry_rules``. A failure matches when its exit code is one of
-    ``on_exit_codes`` (when given) and its reason matches one of the regular expressions
-    ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
-    first rule that matches decides."""
-
-    on_exit_codes: list[Int32] = Field(default_factory=list, max_length=64)
-    on_failure_reasons: list[str] = Field(default_factory=list, max_length=16)
-    action: Literal["retry", "fail"]
-
-    @field_validator("on_failure_reasons")
-    @classmethod
-    def _patterns(cls, value: list[str]) -> list[str]:
-        for index, pattern in enumerate(value):
-            if not pattern or len(pattern) > 256:
-                raise ValueError(f"[{index}]: must be 1 to 256 characters")
-            try:
-                patterns.compile_pattern(pattern)
-            except patterns.PatternError as exc:
-                raise ValueError(f"[{index}]: not a valid regular expression: {exc}") from exc
-        return value
-
-
-class ImageChoice(Strict):
-    """The image a job runs on, as the server resolved it at submission: a catalog image's
-    name (``builtin`` by default), or an OCI image that runs as a custom container."""
-
-    name: str = Field(default=images.BUILTIN, max_length=255)
-    container: str | None = Field(default=None, max_length=255)
-
-    @property
-    def label(self) -> str:
-        return self.container or self.name
-
-
-# Validation context of a spec read back from the database (``JobCreate.stored``).
-_STORED = "stored"
-
-
-class JobCreate(Strict):
-    name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
     base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
-    # Both, unless a container entry point runs instead (it brings its own code).
-    entry_point: str | None = Field(default=None, min_length=1, max_length=256)
-    source_uri: str | None = Field(default=None, min_length=1, max_length=1024)
-    # SageMaker picks the framework by estimator class; Runyard's one estimator says it.
-    framework: Literal["pytorch", "tensorflow"] = "pytorch"
-    image_uri: str | None = Field(default=None, max_length=255)
-    framework_version: str | None = Field(default=None, max_length=32)
-    py_version: str | None = Field(default=None, max_length=16)
-    hyperparameters: dict[str, Any] = Field(default_factory=dict)
-    instance_type: str = Field(min_length=1, max_length=64)
-    # The server's maximum is checked with its configuration; this bounds what is read.
-    instance_count: int = Field(default=1, ge=1, le=INT32_MAX)
-    volume_size: int = Field(default=30, ge=1, le=16384)
-    distribution: Distribution = Field(default_factory=Distribution)
-    inputs: dict[str, Channel] = Field(default_factory=dict)
-    output_path: str | None = Field(default=None, max_length=1024)
-    max_run: int = Field(default=24 * 3600, ge=1, le=MAX_RUN_LIMIT)
-    environment: dict[str, str] = Field(default_factory=dict)
-    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
-    metric_definitions: list[MetricDefinition] = Field(
-        default_factory=list, max_length=MAX_METRIC_DEFINITIONS
-    )
-    backend: str | None = Field(default=None, max_length=32)
-    # Where checkpoints are kept across restarts (s3:// or file://), and where the script
-    # writes them on the instance (absolute; SM_CHECKPOINT_DIR).
-    checkpoint_s3_uri: str | None = Field(default=None, min_length=1, max_length=1024)
-    checkpoint_local_path: str | None = Field(default=None, min_length=1, max_length=1024)
-    # Restarts after an application failure that a rule says to retry; infrastructure
-    # failures (a lost instance, a spot interruption) are retried apart from these.
-    max_retry_attempts: int = Field(default=0, ge=0, le=MAX_RETRY_ATTEMPTS)
-    retry_rules: list[RetryRule] = Field(default_factory=list, max_length=MAX_RETRY_RULES)
-    use_spot_instances: bool = False
-    # With spot: the whole budget in seconds, waiting for capacity included (>= max_run).
-    max_wait: int | None = Field(default=None, ge=1, le=2 * MAX_RUN_LIMIT, validate_default=True)
-    # Jobs waiting for capacity start in priority order (higher first), then by age.
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    # The metric from which the job's progress and remaining time are estimated.
-    progress_metric: ProgressMetric | None = None
-    # As SageMaker's ContainerEntrypoint and ContainerArguments: a command each instance
-    # runs instead of an entry point, reading /opt/ml itself (the SageMaker SDK v3's
-    # ModelTrainer sends one).
-    container_entrypoint: list[ContainerWord] | None = Field(
-        default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
-    )
-    container_arguments: list[ContainerWord] | None = Field(
-        default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
-    )
-    # Set by the server at submission, from image_uri or framework, framework_version and
-    # py_version; a client names an image with those.
-    image: ImageChoice | None = None
     # Whether ``distribution`` was read from the SDK's flags in the hyperparameters: what
     # is wrong with it is then said of them.
     _named_by_flags: bool = PrivateAttr(default=False)
@@ -359,19 +75,32 @@ class JobCreate(Strict):
     def distribution_named_by_flags(self) -> bool:
         return self._named_by_flags
 
-    @classmethod
-    def stored(cls, spec: dict[str, Any]) -> Self:
-        """A job's spec as it was stored when it was accepted: what it was submitted with
-        was read then, and is not read again (a rule added since must not change what
-        the job runs)."""
-        return cls.model_validate(spec, context={_STORED: True})
+    def to_record(
+        self,
+        *,
+        name: str,
+        backend: str,
+        output_path: str,
+        image: ImageChoice,
+        hyperparameters: dict[str, Any],
+    ) -> JobRecord:
+        """The job as the server keeps it: this request, with what the server chose."""
+        fields = self.model_dump(exclude={"base_job_name"})
+        return JobRecord.model_validate(
+            {
+                **fields,
+                "name": name,
+                "backend": backend,
+                "output_path": output_path,
+                "image": image.model_dump(),
+                "hyperparameters": hyperparameters,
+            }
+        )
 
     @model_validator(mode="after")
-    def _distribution_from_flags(self, info: ValidationInfo) -> Self:
+    def _distribution_from_flags(self) -> Self:
         # As SageMaker's containers do: the SDK (and boto3 users) name the distribution in
         # hyperparameters. Where ``distribution`` is given too, the two must agree.
-        if (info.context or {}).get(_STORED):
-            return self
         named, problems = sagemaker_flags.distribution(self.hyperparameters)
         if problems:
             raise invalid("JobCreate", problems[0].loc, problems[0].message)
@@ -408,36 +137,6 @@ class JobCreate(Strict):
                 "starts its own processes: it goes without a distribution mode",
             )
         return self
-
-    def job_spec(self) -> JobSpec:
-        """The job as the backends and its instances see it; only a prepared spec (whose
-        output_path the server has set) has one."""
-        if self.output_path is None:
-            raise ValueError("the job is not prepared: its output_path is not set")
-        return JobSpec(
-            entry_point=self.entry_point or "",
-            source_uri=self.source_uri or "",
-            instance_type=self.instance_type,
-            output_path=self.output_path,
-            instance_count=self.instance_count,
-            volume_size=self.volume_size,
-            framework=self.framework,
-            image_uri=self.image_uri,
-            hyperparameters=dict(self.hyperparameters),
-            distribution=self.distribution.as_dict(),
-            inputs={
-                name: ChannelSpec(**channel.model_dump()) for name, channel in self.inputs.items()
-            },
-            environment=dict(self.environment),
-            checkpoint_s3_uri=self.checkpoint_s3_uri,
-            checkpoint_local_path=self.checkpoint_local_path,
-            use_spot_instances=self.use_spot_instances,
-            container_entrypoint=tuple(self.container_entrypoint or ()),
-            container_arguments=tuple(self.container_arguments or ()),
-            image=images.Choice(self.image.name, self.image.container)
-            if self.image is not None
-            else images.Choice(),
-        )
 
     @model_validator(mode="before")
     @classmethod
@@ -726,13 +425,13 @@ class JobPublic(_FromRow):
     transitions: list[TransitionPublic]
     instances: list[InstancePublic]
     final_metrics: list[FinalMetricPublic]
-    spec: JobCreate
+    spec: JobRecord
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def image(self) -> str:
         """The image its instances run: a catalog image's name, or a custom container's."""
-        return self.spec.image.label if self.spec.image is not None else images.BUILTIN
+        return self.spec.image.label
 
 
 class JobSummary(_FromRow):
@@ -748,16 +447,16 @@ class JobSummary(_FromRow):
     @model_validator(mode="before")
     @classmethod
     def _from_job(cls, value: Any) -> Any:
-        # A job row keeps its instance type and count inside its spec.
-        spec = getattr(value, "spec", None)
-        if isinstance(spec, dict):
+        # A job row keeps its instance type and count in its record.
+        if isinstance(value, TrainingJob):
+            record = value.record
             return {
                 "name": value.name,
                 "project": value.project,
                 "status": value.status,
                 "secondary_status": value.secondary_status,
-                "instance_type": spec["instance_type"],
-                "instance_count": spec["instance_count"],
+                "instance_type": record.instance_type,
+                "instance_count": record.instance_count,
                 "created_at": value.created_at,
                 "ended_at": value.ended_at,
             }

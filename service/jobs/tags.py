@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import MAX_TAGS, Tag
+from service.jobs.spec_parts import MAX_TAGS, Tag
 from service.kit.errors import SpecError
 
 
 def of(job: TrainingJob) -> list[Tag]:
-    return [Tag(key=tag["key"], value=tag.get("value", "")) for tag in job.spec.get("tags", [])]
+    return list(job.record.tags)
 
 
 def add(session: Session, job: TrainingJob, given: Sequence[tuple[str, str]]) -> list[Tag]:
@@ -50,7 +50,7 @@ def remove(session: Session, job: TrainingJob, keys: Iterable[str]) -> list[Tag]
 
 
 def _store(session: Session, job: TrainingJob, tags: list[Tag]) -> list[Tag]:
-    spec = {**job.spec, "tags": [tag.model_dump() for tag in tags]}
+    spec = job.record.model_copy(update={"tags": tags}).dump()
     session.execute(
         update(TrainingJob)
         .where(TrainingJob.id == job.id)

@@ -125,13 +125,13 @@ def _round(
     """One round; whether to go on with another."""
     with session_scope(database_url, readonly=True) as session:
         job = session.get(TrainingJob, job_id)
-        if job is None or not job.spec.get("metric_definitions"):
+        if job is None or not job.record.metric_definitions:
             return False
         cursor = session.get(MetricCursor, (job_id, host))
         if cursor is not None and cursor.stopped:
             return False
         start = cursor.seq if cursor is not None else 0
-        defined = service.definitions(job.spec)
+        defined = service.definitions(job.record)
         lines = _lines_after(session, job_id, host, start)
     if not lines:
         return False

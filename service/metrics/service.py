@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 from sqlalchemy import Table, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -21,6 +21,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
+from service.jobs.record import JobRecord
 from service.kit import patterns
 from service.kit.db import from_micros
 from service.kit.errors import NotFound
@@ -67,12 +68,12 @@ class Found:
     cpu_seconds: float = 0.0
 
 
-def definitions(spec: dict[str, Any]) -> list[_Definition]:
+def definitions(spec: JobRecord) -> list[_Definition]:
     """The job's metric definitions, compiled (once per search: RE2's cache holds only
     so many patterns)."""
     return [
-        _Definition(item["name"], patterns.compile_pattern(item["regex"]))
-        for item in spec.get("metric_definitions", [])
+        _Definition(item.name, patterns.compile_pattern(item.regex))
+        for item in spec.metric_definitions
     ]
 
 
@@ -154,7 +155,7 @@ def series(
     session: Session, job: TrainingJob, *, name: str | None, window: Window
 ) -> list[MetricSeries]:
     """Each defined metric (or only ``name``) with its points in the window, by time."""
-    names = _defined_names(job.spec)
+    names = [item.name for item in job.record.metric_definitions]
     if name is not None:
         if name not in names:
             raise NotFound(f"training job {job.name!r} defines no metric named {name!r}")
@@ -174,10 +175,6 @@ def _series(session: Session, job_id: str, name: str, window: Window) -> MetricS
         max_points=window.max_points,
     )
     return MetricSeries(name=name, points=found.points, bucket_seconds=found.bucket_seconds)
-
-
-def _defined_names(spec: dict[str, Any]) -> list[str]:
-    return [str(item["name"]) for item in spec.get("metric_definitions", [])]
 
 
 def _value(pattern: patterns.Pattern, message: str) -> float | None:
@@ -232,16 +229,18 @@ def _update_progress(session: Session, job_id: str, points: list[_Point]) -> Non
     job = session.get(TrainingJob, job_id)
     if job is None:
         return
-    progress = job.spec.get("progress_metric") or {}
+    progress = job.record.progress_metric
+    if progress is None:
+        return
     # An earlier attempt's lines, searched late, say nothing of this attempt's progress.
     values = [
         point
         for point in points
-        if point.name == progress.get("name") and point.seq >= job.attempt_first_log_seq
+        if point.name == progress.name and point.seq >= job.attempt_first_log_seq
     ]
     if not values:
         return
-    total = float(progress.get("total", 1.0))
+    total = progress.total
 
     def fraction_of(point: _Point) -> float:
         return min(max(point.value / total, 0.0), 1.0)

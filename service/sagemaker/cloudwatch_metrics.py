@@ -326,7 +326,7 @@ def _job_of(
 
 
 def _defined(job: TrainingJob) -> set[str]:
-    return {str(item["name"]) for item in job.spec.get("metric_definitions", [])}
+    return {item.name for item in job.record.metric_definitions}
 
 
 def _percentile(name: str, member: str) -> float:

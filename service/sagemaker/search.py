@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import Tag
+from service.jobs.spec_parts import Tag
 from service.jobs.tags import of as tags_of
 from service.sagemaker import page_tokens, translate
 from service.sagemaker import search_expression as expressions

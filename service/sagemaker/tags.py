@@ -12,7 +12,7 @@ from typing import Any
 from service.auth.access import Role
 from service.jobs import lookup, tags
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import Tag
+from service.jobs.spec_parts import Tag
 from service.kit.errors import NotFound
 from service.sagemaker import translate
 from service.sagemaker.errors import not_found, validation

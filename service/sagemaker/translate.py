@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from contract import hyperparameters, images, sagemaker_flags, storage
 from service.jobs import billing
 from service.jobs.models import TrainingJob
+from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate
 from service.sagemaker.errors import validation
 
@@ -277,31 +278,32 @@ def secondary_status(job: TrainingJob) -> str:
 
 
 def expected_model(job: TrainingJob) -> str:
-    return storage.join(str(job.spec["output_path"]), job.name, "output", "model.tar.gz")
+    return storage.model_uri(job.record.output_path, job.name)
 
 
 def described(job: TrainingJob, region: str) -> dict[str, Any]:
     """DescribeTrainingJob's answer for ``job``: what Runyard knows, in SageMaker's words,
     with the members of the request that Runyard records echoed back."""
-    spec = job.spec
+    spec = job.record
     request, region = _recorded(job, region)
     algorithm = dict(request.get("AlgorithmSpecification") or {})
-    algorithm.setdefault("TrainingImage", spec.get("image_uri") or _runtime_image(spec))
+    # A job submitted through Runyard's own API runs the image the server chose.
+    algorithm.setdefault("TrainingImage", spec.image_uri or spec.image.label)
     algorithm.setdefault("TrainingInputMode", "File")
-    if spec.get("metric_definitions"):
+    if spec.metric_definitions:
         algorithm.setdefault(
             "MetricDefinitions",
-            [{"Name": m["name"], "Regex": m["regex"]} for m in spec["metric_definitions"]],
+            [{"Name": m.name, "Regex": m.regex} for m in spec.metric_definitions],
         )
     resources = dict(request.get("ResourceConfig") or {})
     resources.update(
-        InstanceType=spec["instance_type"],
-        InstanceCount=spec["instance_count"],
-        VolumeSizeInGB=spec.get("volume_size", 30),
+        InstanceType=spec.instance_type,
+        InstanceCount=spec.instance_count,
+        VolumeSizeInGB=spec.volume_size,
     )
-    stopping = {"MaxRuntimeInSeconds": spec.get("max_run", 24 * 3600)}
-    if spec.get("max_wait") is not None:
-        stopping["MaxWaitTimeInSeconds"] = spec["max_wait"]
+    stopping = {"MaxRuntimeInSeconds": spec.max_run}
+    if spec.max_wait is not None:
+        stopping["MaxWaitTimeInSeconds"] = spec.max_wait
     answer: dict[str, Any] = {
         "TrainingJobName": job.name,
         "TrainingJobArn": arn(job, region),
@@ -315,7 +317,7 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         # Estimator.attach reads it.
         "OutputDataConfig": {
             "KmsKeyId": "",
-            **(request.get("OutputDataConfig") or {"S3OutputPath": spec["output_path"]}),
+            **(request.get("OutputDataConfig") or {"S3OutputPath": spec.output_path}),
         },
         "ResourceConfig": resources,
         "StoppingCondition": stopping,
@@ -333,9 +335,9 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         "FinalMetricDataList": [
             {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
         ],
-        "EnableManagedSpotTraining": bool(spec.get("use_spot_instances")),
-        "Environment": spec.get("environment") or {},
-        "RetryStrategy": {"MaximumRetryAttempts": spec.get("max_retry_attempts", 0)},
+        "EnableManagedSpotTraining": spec.use_spot_instances,
+        "Environment": dict(spec.environment),
+        "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
     }
     if not answer["InputDataConfig"]:
         del answer["InputDataConfig"]
@@ -351,10 +353,10 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         )
     if job.billable_seconds is not None:
         answer["BillableTimeInSeconds"] = job.billable_seconds
-    if spec.get("checkpoint_s3_uri"):
-        answer["CheckpointConfig"] = {"S3Uri": spec["checkpoint_s3_uri"]}
-        if spec.get("checkpoint_local_path"):
-            answer["CheckpointConfig"]["LocalPath"] = spec["checkpoint_local_path"]
+    if spec.checkpoint_s3_uri:
+        answer["CheckpointConfig"] = {"S3Uri": spec.checkpoint_s3_uri}
+        if spec.checkpoint_local_path:
+            answer["CheckpointConfig"]["LocalPath"] = spec.checkpoint_local_path
     for member in RECORDED:
         if member in request:
             answer[member] = request[member]
@@ -375,17 +377,17 @@ def _hyperparameters(job: TrainingJob, region: str) -> dict[str, str]:
     """A job submitted through Runyard's API, in the hyperparameters the SDK would have
     sent for it: its own, and the ``sagemaker_*`` ones that say what runs, from which the
     SDK's framework estimators (``PyTorch.attach``) rebuild it."""
-    spec = job.spec
-    values: dict[str, Any] = dict(spec.get("hyperparameters") or {})
+    spec = job.record
+    values: dict[str, Any] = dict(spec.hyperparameters)
     framework: dict[str, Any] = {
-        **sagemaker_flags.flags(spec.get("distribution") or {}),
+        **sagemaker_flags.flags(spec.distribution.as_dict()),
         "sagemaker_container_log_level": LOG_LEVEL,
         "sagemaker_job_name": job.name,
         "sagemaker_region": region,
     }
-    if spec.get("entry_point"):
-        framework[PROGRAM] = spec["entry_point"]
-        framework[SUBMIT_DIRECTORY] = spec["source_uri"]
+    if spec.entry_point:
+        framework[PROGRAM] = spec.entry_point
+        framework[SUBMIT_DIRECTORY] = spec.source_uri
     values = {**framework, **values}  # the job's own win
     return {key: hyperparameters.encode(value) for key, value in values.items()}
 
@@ -405,31 +407,25 @@ def summary(job: TrainingJob, region: str) -> dict[str, Any]:
     return found
 
 
-def _channels(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _channels(spec: JobRecord) -> list[dict[str, Any]]:
     channels = []
-    for name, channel in (spec.get("inputs") or {}).items():
+    for name, channel in spec.inputs.items():
         entry: dict[str, Any] = {
             "ChannelName": name,
             "DataSource": {
                 "S3DataSource": {
-                    "S3DataType": channel.get("s3_data_type", "S3Prefix"),
-                    "S3Uri": channel["uri"],
-                    "S3DataDistributionType": channel.get("distribution", "FullyReplicated"),
+                    "S3DataType": channel.s3_data_type,
+                    "S3Uri": channel.uri,
+                    "S3DataDistributionType": channel.distribution,
                 }
             },
-            "CompressionType": channel.get("compression", "None"),
-            "InputMode": channel.get("input_mode", "File"),
+            "CompressionType": channel.compression,
+            "InputMode": channel.input_mode,
         }
-        if channel.get("content_type"):
-            entry["ContentType"] = channel["content_type"]
+        if channel.content_type:
+            entry["ContentType"] = channel.content_type
         channels.append(entry)
     return channels
-
-
-def _runtime_image(spec: Mapping[str, Any]) -> str:
-    # What a job submitted through Runyard's own API runs: the image the server chose.
-    chosen = spec.get("image") or {}
-    return str(chosen.get("container") or chosen.get("name") or images.BUILTIN)
 
 
 def _recorded(job: TrainingJob, region: str) -> tuple[Mapping[str, Any], str]:

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from contract import storage
-from service.jobs.models import TrainingJob
+from service.jobs.models import record_field
 from service.kit.db import utcnow
 from service.settings import Settings
 from service.sources.service import STORED_NAME, folder, legacy_folder
@@ -57,7 +57,7 @@ def _listing(uri: str) -> list[storage.StoredObject]:
 
 
 def _referenced(session: Session, settings: Settings) -> set[str]:
-    source_uri = TrainingJob.spec["source_uri"].as_string()
+    source_uri = record_field("source_uri").as_string()
     found: set[str] = set()
     for prefix in (folder(settings), legacy_folder(settings)):
         rows = session.scalars(

@@ -30,7 +30,6 @@ from pydantic import BaseModel, Field
 from contract import codeartifact, storage
 from contract.spec import JobSpec
 from service.jobs.models import TrainingJob
-from service.jobs.schemas import JobCreate
 from service.kit.errors import Conflict, RunyardError
 from service.settings import Settings
 
@@ -85,7 +84,7 @@ def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
         if settings.instance_credentials == "server":
             fresh = _servers_own(settings)
         else:
-            fresh = _from_sts(settings, job, JobCreate.stored(job.spec).job_spec())
+            fresh = _from_sts(settings, job, job.record.job_spec())
         with _lock:
             for ended in [key for key, value in _kept.items() if value.expiration <= now]:
                 del _kept[ended]

@@ -9,7 +9,7 @@ from pydantic import AfterValidator
 
 from contract import protocol
 from contract.failures import fit
-from service.jobs.schemas import Strict
+from service.jobs.spec_parts import Strict
 from service.kit.protocol import body_reader, model_of, request_body
 from service.kit.text import LookupText, StorableText, without_nul
 

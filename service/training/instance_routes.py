@@ -128,6 +128,6 @@ def ingest_logs(
     once the answer is sent (``service.metrics.extraction``)."""
     job = lookup.job_for_instance(session, name, host, principal, live=True)
     stored = logs.ingest(session, job.id, host, lines)
-    if stored and job.spec.get("metric_definitions"):
+    if stored and job.record.metric_definitions:
         after.add_task(extraction.extract_after_answer, settings.database_url, job.id, host)
     return Ingested(stored=stored)

@@ -40,13 +40,9 @@ from service.capacity import service as capacity
 from service.jobs import file_roots, lifecycle, lookup, repository
 from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
-from service.jobs.schemas import (
-    DryRun,
-    ImageChoice,
-    JobCreate,
-    hyperparameters_too_large,
-    nul_location,
-)
+from service.jobs.record import JobRecord
+from service.jobs.schemas import DryRun, JobCreate, hyperparameters_too_large, nul_location
+from service.jobs.spec_parts import ImageChoice
 from service.jobs.states import TERMINAL, Status
 from service.kit.db import session_scope, utcnow
 from service.kit.enqueue import enqueue_reconcile
@@ -67,11 +63,11 @@ STOP_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class PreparedJob:
-    """A spec that passed every rule, with its final name, backend and output path."""
+    """A spec that passed every rule, as the record the job is stored as."""
 
     name: str
     backend: str
-    spec: JobCreate
+    spec: JobRecord
     # For a job created through SageMaker's wire protocol: the request, as it is recorded.
     sagemaker_request: dict[str, Any] | None = None
 
@@ -148,8 +144,16 @@ def prepare(
     )
     output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
     name = spec.name or _generate_name(spec, now or utcnow())
+    record = spec.to_record(
+        name=name,
+        backend=backend,
+        output_path=output_path,
+        image=image,
+        # One the client sent is kept.
+        hyperparameters={**modes.hyperparameters(distribution), **spec.hyperparameters},
+    )
+    located = record.job_spec()
     # Before anything looks at the files: a refusal must not tell what is there.
-    located = spec.model_copy(update={"output_path": output_path}).job_spec()
     refuse(file_roots.problems(located, settings.file_roots))
     refuse(project_areas.problems(located, name, settings.artifact_root, project))
     if settings.instance_credentials == "service":
@@ -163,23 +167,12 @@ def prepare(
     _check_output_path(("output_path",), output_path)
     if spec.checkpoint_s3_uri is not None:
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
-    final = spec.model_copy(
-        update={
-            "name": name,
-            "base_job_name": None,
-            "backend": backend,
-            "output_path": output_path,
-            # One the client sent is kept.
-            "hyperparameters": {**modes.hyperparameters(distribution), **spec.hyperparameters},
-            "image": image,
-        }
-    )
     # What only the backend knows: whether its instances could reach the code and data.
     built = registry.build(backend, settings)
-    refuse(built.check(final.job_spec(), settings.public_url))
+    refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
         refuse(_shared_machine_problems(settings, built))
-    return PreparedJob(name=name, backend=backend, spec=final)
+    return PreparedJob(name=name, backend=backend, spec=record)
 
 
 def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:
@@ -228,8 +221,8 @@ def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
     """Whether ``prepare`` would look beyond this machine's files for the job (its code,
     data or outputs on s3://): checks that may wait on the network. The output path not
     given is one under the artifact root, on the root's storage."""
-    located = spec.model_copy(update={"output_path": spec.output_path or settings.artifact_root})
-    uris = located.job_spec().storage_uris().values()
+    located = spec.job_spec_at(spec.output_path or settings.artifact_root)
+    uris = located.storage_uris().values()
     return any(urlsplit(uri).scheme != "file" for uri in uris)
 
 
@@ -436,7 +429,7 @@ def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
     job = TrainingJob(
         id=uuid.uuid4().hex,
         name=prepared.name,
-        spec=prepared.spec.model_dump(mode="json", exclude_none=True),
+        spec=prepared.spec.dump(),
         backend=prepared.backend,
         project=project,
         priority=prepared.spec.priority,
@@ -572,7 +565,7 @@ def notice_interruption(
     """A spot interruption notice for one of the job's instances (from the runtime on
     EC2, which saw the two-minute warning, or sent by hand to simulate one): the
     reconciler gives the scripts their grace, then restarts the job on new capacity."""
-    if not job.spec.get("use_spot_instances"):
+    if not job.record.use_spot_instances:
         raise Conflict(f"training job {job.name!r} does not run on spot instances")
     if job.status != Status.IN_PROGRESS or job.launched_at is None:
         raise Conflict(f"training job {job.name!r} has no running instances to interrupt")

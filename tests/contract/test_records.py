@@ -10,12 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from contract import modes
 from contract.instance_config import ConfigError, RunyardConfig
 from provisioning.base import JobRef
 from runtime.launch import LAUNCHERS
-from service.jobs.schemas import Distribution, JobCreate
+from service.jobs.record import JobRecord
+from service.jobs.schemas import JobCreate
+from service.jobs.spec_parts import Distribution
 from service.jobs.states import Stage, Status
 from worker.reconciler.snapshot import JobSnapshot
 
@@ -105,7 +108,13 @@ def _snapshot(**columns: object) -> JobSnapshot:
         "stage": Stage.QUEUED,
         "status": Status.IN_PROGRESS,
         "secondary_status": "Starting",
-        "spec": JobCreate(entry_point="train.py", source_uri="file:///src", instance_type="local"),
+        "spec": JobRecord(
+            name="job-1",
+            output_path="file:///out",
+            entry_point="train.py",
+            source_uri="file:///src",
+            instance_type="local",
+        ),
         "backend": "local",
         "launched_at": None,
         "stop_reason": None,
@@ -128,9 +137,11 @@ def _snapshot(**columns: object) -> JobSnapshot:
 
 def test_an_unprepared_spec_has_no_job_spec(tmp_path: Path) -> None:
     spec = JobCreate(entry_point="train.py", source_uri=tmp_path.as_uri(), instance_type="local")
-    with pytest.raises(ValueError, match="output_path"):
-        spec.job_spec()
-    prepared = spec.model_copy(update={"output_path": "file:///out"}).job_spec()
+    # A request becomes a record only with what the server chooses: a name, an output path.
+    with pytest.raises(ValidationError) as caught:
+        JobRecord.model_validate(spec.model_dump(exclude={"base_job_name"}, exclude_none=True))
+    assert {error["loc"] for error in caught.value.errors()} == {("name",), ("output_path",)}
+    prepared = spec.job_spec_at("file:///out")
     assert (prepared.output_path, prepared.hosts) == ("file:///out", ["algo-1"])
 
 

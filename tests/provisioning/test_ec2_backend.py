@@ -88,7 +88,7 @@ def _request(name: str = "job-1", job_id: str = "a" * 32, **spec: Any) -> Launch
         "output_path": "s3://runyard/output",
     }
     values.update(spec)
-    spec = JobCreate.model_validate(values).job_spec()
+    spec = JobCreate.model_validate(values).job_spec_at(values["output_path"])
     return LaunchRequest(JobRef(job_id, name), spec, SERVICE_URL, _tokens(spec), AGENT_KEY)
 
 

@@ -65,7 +65,7 @@ def _request(job_id: str = JOB_ID, name: str = "Bert-Large-2026", **spec: Any) -
     values.update(spec)
     return LaunchRequest(
         job=JobRef(job_id, name),
-        spec=JobCreate.model_validate(values).job_spec(),
+        spec=JobCreate.model_validate(values).job_spec_at(values["output_path"]),
         service_url="http://runyard-api.runyard.svc:8642",
         tokens={host: f"ryi_secret-{host}" for host in host_names(values["instance_count"])},
         agent_key="shared-secret",

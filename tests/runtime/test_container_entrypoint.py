@@ -19,7 +19,7 @@ def test_an_entrypoint_job_needs_no_script_or_source() -> None:
     spec = JobCreate.model_validate(
         {**BASE, "container_entrypoint": ["/bin/bash"], "container_arguments": ["-c", "true"]}
     )
-    job = spec.model_copy(update={"output_path": "file:///tmp/out"}).job_spec()
+    job = spec.job_spec_at("file:///tmp/out")
     assert (job.entry_point, job.source_uri) == ("", "")
     assert job.container_entrypoint + job.container_arguments == ("/bin/bash", "-c", "true")
     assert ("source_uri",) not in job.storage_uris()

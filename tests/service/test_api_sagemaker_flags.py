@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate
 from tests.conftest import job_spec
 
@@ -184,6 +185,6 @@ def test_a_stored_spec_is_not_read_again_under_rules_that_came_since(source_dir:
         hyperparameters={"sagemaker_mpi_enabled": "true"},
         distribution={"torch_distributed": {"enabled": True}},
     )
-    assert JobCreate.stored(stored).distribution.enabled_modes() == ["torch_distributed"]
+    assert JobRecord.load(stored).distribution.enabled_modes() == ["torch_distributed"]
     with pytest.raises(ValidationError):
         JobCreate.model_validate(stored)

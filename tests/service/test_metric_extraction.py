@@ -178,7 +178,7 @@ def test_points_a_server_of_before_cursors_stored_are_kept_once(
         job = session.get(TrainingJob, job_id)
         assert job is not None
         lines = [Line(2, to_micros(utcnow()), "stdout", "loss=2")]
-        found = service.find(job_id, "algo-1", service.definitions(job.spec), lines, 1.0)
+        found = service.find(job_id, "algo-1", service.definitions(job.record), lines, 1.0)
         service.store(session, found.points)
     extraction.extract_pending(settings.database_url, job_id, "algo-1")
     assert _points(settings, job_id) == [(1, 3.0), (2, 2.0)]

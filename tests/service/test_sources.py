@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from contract import storage
 from contract.archive import make_tarball
-from service.jobs.schemas import NAME_PATTERN
+from service.jobs.spec_parts import NAME_PATTERN
 from service.settings import Settings
 from tests.archives import archive_with_link, archive_with_member, gzip_bomb
 from tests.conftest import job_spec

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service.jobs.schemas import MetricDefinition, RetryRule
+from service.jobs.spec_parts import MetricDefinition, RetryRule
 from service.kit import patterns
 from worker.retry_policy import Failure, matches
 

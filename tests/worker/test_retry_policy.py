@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from contract.limits import MAX_REASON
-from service.jobs.schemas import JobCreate
+from service.jobs.record import JobRecord
 from worker.retry_policy import Failure, backoff_seconds, decide
 
 OOM = Failure(infrastructure=False, reason="AlgorithmError: out of memory", exit_code=137)
@@ -16,13 +16,18 @@ CRASH = Failure(infrastructure=False, reason="AlgorithmError: exit 3", exit_code
 LOST = Failure(infrastructure=True, reason="InstanceLost: algo-2 ended")
 
 
-def _spec(**fields: Any) -> JobCreate:
-    return JobCreate(
-        entry_point="train.py", source_uri="file:///src", instance_type="local", **fields
+def _spec(**fields: Any) -> JobRecord:
+    return JobRecord(
+        name="job-1",
+        output_path="file:///out",
+        entry_point="train.py",
+        source_uri="file:///src",
+        instance_type="local",
+        **fields,
     )
 
 
-def _retries(failure: Failure, spec: JobCreate, restarts: int = 0, infra: int = 0) -> bool:
+def _retries(failure: Failure, spec: JobRecord, restarts: int = 0, infra: int = 0) -> bool:
     verdict = decide(
         failure,
         spec,

@@ -23,7 +23,7 @@ from contract.phases import Phase
 from provisioning.base import Backend, JobRef
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
-from service.jobs.schemas import JobCreate
+from service.jobs.record import JobRecord
 from service.jobs.states import TERMINAL, Stage, Status
 from service.kit.db import session_scope
 from service.settings import Settings
@@ -87,7 +87,7 @@ class JobSnapshot:
     stage: Stage
     status: Status
     secondary_status: str
-    spec: JobCreate
+    spec: JobRecord
     backend: str
     launched_at: datetime | None
     stop_reason: str | None
@@ -122,7 +122,7 @@ def snapshot_of(job: TrainingJob) -> JobSnapshot:
         ref=JobRef(job.id, job.name, job.attempt),
         stage=Stage(job.stage),
         status=Status(job.status),
-        spec=JobCreate.stored(job.spec),
+        spec=job.record,
         restart_cause=RestartCause.load(job.restart_cause),
         worked_seconds=job.worked_seconds or 0.0,
     )
