@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from service.jobs.models import TrainingJob
+from service.jobs.schemas import JobPublic
 from service.jobs.states import Status
 
 CONDITION_TYPES = ("Accepted", "Running", "Completed", "Failed", "Stopped")
@@ -85,7 +85,7 @@ class ResourceStatus(_Camel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def from_job(job: TrainingJob, before: ResourceStatus, now: datetime) -> ResourceStatus:
+def from_job(job: JobPublic, before: ResourceStatus, now: datetime) -> ResourceStatus:
     """The status that shows ``job``; conditions keep their time while they hold."""
     latest = job.transitions[-1] if job.transitions else None
     started = job.training_start_time
