@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the API serves them; nothing is fetched at run time.
 VENDOR := service/console/static/vendor
 
-.PHONY: install demo test test-fast test-console lint docs clean
+.PHONY: install demo test test-fast test-console lint docs crd clean
 
 # torch first and pinned: it comes from the local CPU wheel, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml
@@ -42,6 +42,12 @@ docs: $(STAMP)
 	mv docs/configuration.md.new docs/configuration.md
 	$(BIN)/python -m service.jobs.lifecycle > docs/job-lifecycle.md.new
 	mv docs/job-lifecycle.md.new docs/job-lifecycle.md
+
+# The TrainingJob CRD, generated from the REST API's request model (a test holds the chart's
+# copy to it).
+crd: $(STAMP)
+	$(BIN)/python -m service.custom_resources.crd > charts/runyard/crds/trainingjobs.yaml.new
+	mv charts/runyard/crds/trainingjobs.yaml.new charts/runyard/crds/trainingjobs.yaml
 
 # Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.

@@ -145,6 +145,29 @@ def beat() -> None:
 
 
 @main.command()
+def controller() -> None:
+    """Run the TrainingJob controller: the kubectl way in (see docs/kubernetes-resources.md).
+    Replicas elect one that acts; it stops on SIGTERM, giving its Lease up."""
+    import signal
+    import threading
+
+    from service.custom_resources.loop import serve
+    from service.settings import get_settings
+
+    settings = get_settings()
+    if not settings.controller.namespaces:
+        raise click.UsageError(
+            "RUNYARD_CONTROLLER__NAMESPACES names no namespace to take TrainingJobs from"
+        )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        serve(settings, stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
+@main.command()
 def migrate() -> None:
     """Bring the database schema up to date and make sure an admin token exists."""
     from runyard.server import prepare

@@ -32,7 +32,7 @@ from contract.limits import MAX_LOG_BATCH_BODY
 from contract.ports import SERVICE_PORT
 from provisioning.catalog import CATALOG
 from provisioning.ec2.settings import Ec2Settings
-from provisioning.kubernetes.settings import KubernetesSettings
+from provisioning.kubernetes.settings import DNS_LABEL, KubernetesSettings
 
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
 # A requirement as pip takes one (a name, extras, a version or marker), never an option.
@@ -83,6 +83,52 @@ class ImageDefinition(BaseModel):
             aliases=tuple(self.aliases),
             description=self.description,
         )
+
+
+_NAMESPACE = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+_PROJECT = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+
+
+class ControllerSettings(BaseModel):
+    """The TrainingJob controller (``runyard controller``): which namespaces' resources it
+    takes jobs from, and how its replicas elect the one that acts. It reaches the cluster
+    as the Kubernetes backend does (``kubeconfig``, ``context`` or ``api_url`` there)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespaces: dict[_NAMESPACE, _PROJECT] = Field(
+        default_factory=dict,
+        description="The namespaces whose TrainingJob resources become jobs, each with the "
+        'project its jobs go to (`{"team-a": "vision"}`); a namespace not named here is '
+        "not watched.",
+    )
+    resync_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        le=300,
+        description="How often each resource is brought to its job (submitted, its status "
+        "written, its Events posted, its deletion carried out).",
+    )
+    lease_namespace: str = Field(
+        default="runyard",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="The namespace of the Lease (coordination.k8s.io) that the "
+        "controller's replicas elect their leader with.",
+    )
+    lease_name: str = Field(
+        default="runyard-controller",
+        pattern=DNS_LABEL,
+        max_length=63,
+        description="The Lease's name.",
+    )
+    lease_seconds: int = Field(
+        default=15,
+        ge=3,
+        le=300,
+        description="How long a leader that stopped renewing the Lease keeps it before "
+        "another replica takes over.",
+    )
 
 
 class Settings(BaseSettings):
@@ -183,6 +229,11 @@ class Settings(BaseSettings):
     ec2: Ec2Settings = Field(
         default_factory=Ec2Settings,
         description="The EC2 backend's settings: one JSON object, or one variable per field.",
+    )
+    controller: ControllerSettings = Field(
+        default_factory=ControllerSettings,
+        description="The TrainingJob controller's settings: one JSON object, or one "
+        "variable per field.",
     )
     local_isolation: Literal["auto", "namespaces", "shared"] = Field(
         default="auto",

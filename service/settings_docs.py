@@ -51,7 +51,11 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     ),
 )
 # What a nested model's section is called, by its field.
-_TITLES = {"kubernetes": "The Kubernetes backend", "ec2": "The EC2 backend"}
+_TITLES = {
+    "kubernetes": "The Kubernetes backend",
+    "ec2": "The EC2 backend",
+    "controller": "The TrainingJob controller",
+}
 
 
 @dataclass(frozen=True)

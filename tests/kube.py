@@ -8,10 +8,12 @@ write pod status (phase, conditions, exit codes) through the same API.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
+import itertools
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 
 NAMESPACE = "runyard-jobs"
 EVENTS = "v1/events"
+LEASES = "coordination.k8s.io/v1/leases"
 
 
 def _text() -> Any:
@@ -37,12 +40,94 @@ def _cluster() -> type[Any]:
     import kmock
 
     class Cluster(kmock.KubernetesEmulator):  # type: ignore[misc]
+        # Per resource ("group/version/plural"): what its CRD's schema finds wrong with an
+        # object, as the API server's admission would (``KubeServer.install``).
+        admission: dict[str, Callable[[dict[str, Any]], list[str]]]
+        _versions = itertools.count(1)
+
         async def _handle(self, request: Any) -> Any:
+            if request.resource is not None and request.method == "PUT" and request.name:
+                return await self._replace(request)
             if request.resource is not None and request.action == kmock.action.CREATE:
                 metadata = request.data.setdefault("metadata", {})
                 metadata.setdefault("uid", str(uuid.uuid4()))
                 metadata.setdefault("creationTimestamp", datetime.now(UTC).isoformat())
+                metadata["resourceVersion"] = str(next(self._versions))
+                self._admit(request, request.data)
+            elif (
+                request.resource is not None
+                and request.action == kmock.action.UPDATE
+                and isinstance(request.data, dict)
+            ):
+                self._check_version(request, request.data)
+                if request.subresource == "status":
+                    # The status subresource changes the status only.
+                    for key in [key for key in request.data if key != "status"]:
+                        del request.data[key]
+                elif self._plural(request) in self.admission:
+                    request.data.pop("status", None)  # and the main resource never does
+                    self._admit(request, self._patched(request))
+                request.data.setdefault("metadata", {})["resourceVersion"] = str(
+                    next(self._versions)
+                )
             return await super()._handle(request)
+
+        async def _replace(self, request: Any) -> Any:
+            """PUT: the whole object replaced, refused (409) when the resourceVersion it
+            was read at is no longer the object's (optimistic concurrency)."""
+            from aiohttp import web
+
+            key = (request.resource, request.namespace, request.name)
+            async with self._lock:
+                if key not in self.objects or self.objects[key].deleted:
+                    raise kmock.KubernetesObjectNotFoundError()
+                self._check_version(request, request.data)
+                self._admit(request, request.data)
+                request.data["metadata"]["resourceVersion"] = str(next(self._versions))
+                self.objects[key].create(request.data)
+                raw = self.objects[key].raw
+                await self._buses[request.resource].put({"type": "MODIFIED", "object": raw})
+            return web.json_response(raw)
+
+        def _check_version(self, request: Any, data: dict[str, Any]) -> None:
+            given = (data.get("metadata") or {}).get("resourceVersion")
+            key = (request.resource, request.namespace, request.name)
+            if given is None or key not in self.objects or self.objects[key].deleted:
+                return
+            held = self.objects[key].get("metadata", {}).get("resourceVersion")
+            if given != held:
+                raise kmock.KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=f"Operation cannot be fulfilled on {request.resource.plural} "
+                    f'"{request.name}": the object has been modified; please apply your '
+                    "changes to the latest version and try again",
+                )
+
+        def _patched(self, request: Any) -> dict[str, Any]:
+            from kmock._internal import dicts
+
+            key = (request.resource, request.namespace, request.name)
+            if key not in self.objects or self.objects[key].deleted:
+                return dict(request.data)
+            current = copy.deepcopy(self.objects[key].raw)
+            return dict(dicts.patch_dict(current, request.data))
+
+        def _plural(self, request: Any) -> str:
+            resource = request.resource
+            return f"{resource.group}/{resource.version}/{resource.plural}"
+
+        def _admit(self, request: Any, obj: dict[str, Any]) -> None:
+            check = self.admission.get(self._plural(request))
+            problems = check(obj) if check is not None else []
+            if problems:
+                kind = obj.get("kind", request.resource.plural)
+                name = (obj.get("metadata") or {}).get("name", "")
+                raise kmock.KubernetesError(
+                    status=422,
+                    reason="Invalid",
+                    message=f'{kind} "{name}" is invalid: {"; ".join(problems)}',
+                )
 
     return Cluster
 
@@ -70,9 +155,11 @@ class KubeServer:
         import kmock
 
         async with _cluster()() as emulator, kmock.Server(emulator) as server:
+            emulator.admission = {}
             # Resources the emulator knows only once declared (it learns the others from
             # the objects created).
             emulator.resources[EVENTS] = {}
+            emulator.resources[LEASES] = {}
             # A container that printed nothing, unless a test says what it printed.
             (emulator**-1)["get"][kmock.subresource("log")] << _text() << b""
             self.emulator = emulator
@@ -92,6 +179,23 @@ class KubeServer:
         configuration = client.Configuration()
         configuration.host = self.url
         return client.CoreV1Api(client.ApiClient(configuration))
+
+    def client(self) -> client.ApiClient:
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return client.ApiClient(configuration)
+
+    def install(self, crd: dict[str, Any]) -> None:
+        """A CustomResourceDefinition, as the API server takes one: its resource is served
+        from now on, and every object of it is admitted through its schema."""
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            plural = f"{spec['group']}/{version['name']}/{spec['names']['plural']}"
+            schema = version["schema"]["openAPIV3Schema"]
+            self.emulator.resources[plural] = {}
+            self.emulator.admission[plural] = functools.partial(admission_problems, schema)
 
     def set_log(self, pod: str, text: str) -> None:
         """What the pod's container printed, served as the kubelet would: the last
@@ -221,3 +325,35 @@ def _container(state: dict[str, Any]) -> dict[str, Any]:
         "restartCount": 0,
         "state": state,
     }
+
+
+# -- the API server's admission of custom resources ----------------------------------
+
+
+def admission_problems(schema: dict[str, Any], obj: dict[str, Any]) -> list[str]:
+    """What the API server would refuse in ``obj`` by its CRD's structural schema, each as
+    it names one (``spec.instance_count: Invalid value: ...``), unknown fields included
+    (kubectl's strict field validation). CEL rules (``x-kubernetes-validations``) are not
+    evaluated here."""
+    from openapi_schema_validator import OAS30Validator
+
+    validator = OAS30Validator(_strict(schema))
+    problems = []
+    for error in sorted(validator.iter_errors(obj), key=lambda error: list(error.absolute_path)):
+        path = ".".join(str(part) for part in error.absolute_path) or "<root>"
+        problems.append(f"{path}: Invalid value: {error.message}")
+    return problems
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with unknown fields refused where it lists its fields."""
+    out = {key: value for key, value in schema.items() if not key.startswith("x-kubernetes")}
+    if schema.get("properties"):
+        out["properties"] = {name: _strict(child) for name, child in schema["properties"].items()}
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if isinstance(schema.get("additionalProperties"), dict):
+        out["additionalProperties"] = _strict(schema["additionalProperties"])
+    if isinstance(schema.get("items"), dict):
+        out["items"] = _strict(schema["items"])
+    return out

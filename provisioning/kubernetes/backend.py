@@ -457,6 +457,11 @@ class KubernetesBackend(Backend[KubernetesPlan]):
 
 
 @functools.cache
+def api_client(settings: KubernetesSettings) -> ApiClient:
+    """A client of the cluster these settings reach (shared within the process)."""
+    return _shared_client(settings.model_dump_json())
+
+
 def _shared_client(settings_json: str) -> ApiClient:
     """One API client per configuration and process: the reconciler builds a backend
     on every pass, and each client holds a connection pool."""

@@ -53,6 +53,7 @@ PAGES = (
     "docs/fault-tolerance.md",
     "docs/projects.md",
     "docs/deploying.md",
+    "docs/kubernetes-resources.md",
 )
 LANGUAGES = ("sh", "python", "yaml")
 # A line only that block, of all the pages' blocks, has -> why it cannot run here.
@@ -65,6 +66,9 @@ SKIPPED = {
     "docker compose exec -T api runyard token": "needs Docker (the compose stack)",
     "docker build -f service/Dockerfile": "needs Docker and a registry to push to",
     "helm install runyard charts/runyard": "needs a Kubernetes cluster",
+    "kind: TrainingJob": "a resource for a Kubernetes cluster running the controller; "
+    "tests/service/custom_resources applies such resources to a Kubernetes API server",
+    "kubectl apply -f bert-1.yaml": "needs a Kubernetes cluster running the controller",
     "sudo mount -t nfs4": "needs root and an EFS or NFS export (the EC2 backend's artifacts)",
     "aws ec2 authorize-security-group-ingress": "needs an AWS account (EC2 security groups)",
     "AWS_ENDPOINT_URL_S3=http://127.0.0.1:9000": "needs an S3 endpoint (MinIO) and a second "

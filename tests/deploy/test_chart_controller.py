@@ -1,0 +1,97 @@
+"""The chart's TrainingJob controller: off by default; on, its Deployment runs `runyard
+controller` with the namespaces it was given, its identity may do exactly what the
+controller does there (and hold its Lease), every object is valid Kubernetes, and the CRD
+ships in crds/ as generated."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from service.custom_resources import crd
+from service.settings import ControllerSettings
+from tests.deploy.support import check_runyard_args
+from tests.deploy.test_chart import (
+    CHART,
+    NAMESPACE,
+    NEWEST,
+    OLDEST,
+    REQUIRED,
+    _objects,
+    _one,
+    _pod,
+    _workloads,
+)
+
+ENABLED = {**REQUIRED, "controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
+CONTROLLER_RULES = {
+    ("runyard.dev", "trainingjobs"): {"get", "list", "watch", "patch"},
+    ("runyard.dev", "trainingjobs/status"): {"patch"},
+    ("", "events"): {"create"},
+}
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    rules: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
+    return rules
+
+
+def test_the_controller_is_off_by_default(chart: helm.Chart) -> None:
+    assert "controller" not in _workloads(_objects(chart, REQUIRED))
+
+
+@pytest.mark.parametrize("version", [OLDEST, NEWEST])
+def test_every_object_is_valid_kubernetes(chart: helm.Chart, version: str) -> None:
+    for obj in _objects(chart, ENABLED):
+        kubernetes_validate.validate(obj, version, strict=True)
+    crds = yaml.safe_load((CHART / "crds" / "trainingjobs.yaml").read_text())
+    kubernetes_validate.validate(crds, version, strict=True)
+    assert crds == crd.definition()
+
+
+def test_the_controller_runs_with_its_namespaces(chart: helm.Chart) -> None:
+    workload = _workloads(_objects(chart, ENABLED))["controller"]
+    assert workload["spec"]["replicas"] == 2
+    (container,) = _pod(workload)["containers"]
+    program, *argv = container["command"]
+    assert program == "runyard"
+    assert check_runyard_args(argv) == "controller"
+    given = {item["name"]: item.get("value") for item in container["env"]}
+    settings = ControllerSettings.model_validate(json.loads(given["RUNYARD_CONTROLLER"]))
+    assert settings.namespaces == {"team-a": "vision"}
+    assert settings.lease_namespace == NAMESPACE
+
+
+def test_its_identity_may_do_what_the_controller_does_and_no_more(chart: helm.Chart) -> None:
+    objects = _objects(chart, ENABLED)
+    account = _pod(_workloads(objects)["controller"])["serviceAccountName"]
+    cluster_role = _one(objects, "ClusterRole")
+    assert _rules(cluster_role) == CONTROLLER_RULES
+    binding = next(
+        o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    )
+    # Bound in the mapped namespace only: no ClusterRoleBinding.
+    assert binding["metadata"]["namespace"] == "team-a"
+    assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    ]
+    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    lease_role = _one(objects, "Role", f"{cluster_role['metadata']['name']}-lease")
+    assert _rules(lease_role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

@@ -1,0 +1,92 @@
+"""TrainingJob resources in a Kubernetes API server (kmock, with the CRD installed), and
+their jobs driven by the real reconciler on real (sleeping) local instances."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from provisioning.base import Backend
+from service.custom_resources import crd, names
+from service.custom_resources.controller import Controller
+from service.settings import Settings
+from tests.conftest import job_spec
+from tests.instances import SleepingInstances
+from tests.kube import KubeServer
+
+
+class Cluster:
+    """One test's namespace of the shared API server, mapped to the project ``default``."""
+
+    def __init__(self, kube: KubeServer) -> None:
+        kube.install(crd.definition())
+        self.kube = kube
+        self.namespace = f"t-{uuid.uuid4().hex[:10]}"
+        self.api_client = kube.client()
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+
+    def settings(self, settings: Settings) -> Settings:
+        controller = settings.controller.model_copy(
+            update={"namespaces": {self.namespace: "default"}}
+        )
+        return settings.model_copy(
+            update={
+                "controller": controller,
+                "stop_grace_seconds": 0.0,
+                "teardown_grace_seconds": 0.5,
+            }
+        )
+
+    def controller(self, settings: Settings) -> Controller:
+        return Controller(settings, self.api_client)
+
+    def apply(self, name: str, source_dir: Path, **spec: Any) -> dict[str, Any]:
+        values = job_spec(source_dir, **spec)
+        values.pop("name")
+        body = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": values,
+        }
+        created: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            names.GROUP, names.VERSION, self.namespace, names.PLURAL, body
+        )
+        return created
+
+    def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, self.namespace, names.PLURAL, name
+        )
+        return found
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            names.GROUP, names.VERSION, self.namespace, names.PLURAL, name
+        )
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of the resource's Events, as kubectl describe lists them."""
+        listed = self.core.list_namespaced_event(self.namespace).items
+        mine = [event for event in listed if event.involved_object.name == name]
+        mine.sort(key=lambda event: (event.first_timestamp, event.metadata.name))
+        return [(event.type, event.reason, event.message) for event in mine]
+
+
+def sleepers(settings: Settings) -> Callable[[str, Settings], Backend[Any]]:
+    backend = SleepingInstances(settings.jobs_dir)
+    return lambda _name, _settings: backend

@@ -1,0 +1,211 @@
+"""The TrainingJob controller against a Kubernetes API server (kmock): a resource applied
+becomes a job, its status and Events follow the job, a deletion stops the job and waits
+for its instances to be gone, a restarted controller neither loses nor repeats a job, and
+what the server refuses is said on the resource with the field named."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from sqlalchemy import func, select
+
+from provisioning.base import JobRef
+from service.custom_resources import names
+from service.jobs.models import TrainingJob
+from service.kit.db import session_scope
+from service.settings import Settings
+from tests.instances import SleepingInstances
+from tests.jobs import job_dir, job_id, job_state, report, submit
+from tests.kube import KubeServer
+from tests.service.custom_resources.support import Cluster, sleepers
+from worker.reconciler import Reconciler
+
+
+@pytest.fixture
+def cluster(kube_server: KubeServer) -> Cluster:
+    return Cluster(kube_server)
+
+
+@pytest.fixture
+def settings(settings: Settings, cluster: Cluster) -> Settings:
+    return cluster.settings(settings)
+
+
+def _jobs(settings: Settings) -> int:
+    with session_scope(settings.database_url, readonly=True) as session:
+        return session.scalar(select(func.count()).select_from(TrainingJob)) or 0
+
+
+def _conditions(resource: dict[str, object]) -> dict[str, str]:
+    status = resource["status"]
+    assert isinstance(status, dict)
+    return {c["type"]: c["status"] for c in status["conditions"]}
+
+
+def test_an_applied_resource_runs_as_a_job_and_shows_its_progress(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    controller = cluster.controller(settings)
+    reconciler = Reconciler(settings, sleepers(settings))
+    cluster.apply("bert-1", source_dir, instance_count=2, hyperparameters={"epochs": 3})
+    controller.sync()
+    resource = cluster.get("bert-1")
+    assert resource["metadata"]["finalizers"] == [names.FINALIZER]
+    assert resource["status"]["status"] == "InProgress"
+    assert resource["status"]["secondaryStatus"] == "Starting"
+    assert resource["status"]["project"] == "default"
+    assert _conditions(resource)["Accepted"] == "True"
+
+    reconciler.reconcile(job_id(settings, "bert-1"))  # launches the instances
+    for host in ("algo-1", "algo-2"):
+        report(settings, "bert-1", host, "Training")
+    reconciler.reconcile(job_id(settings, "bert-1"))
+    controller.sync()
+    status = cluster.get("bert-1")["status"]
+    assert status["secondaryStatus"] == "Training"
+    assert [(i["host"], i["phase"]) for i in status["instances"]] == [
+        ("algo-1", "Training"),
+        ("algo-2", "Training"),
+    ]
+    assert _conditions(cluster.get("bert-1"))["Running"] == "True"
+
+    model = "file:///models/bert-1/model.tar.gz"
+    report(settings, "bert-1", "algo-1", "Completed", exit_code=0, model_uri=model)
+    report(settings, "bert-1", "algo-2", "Completed", exit_code=0)
+    reconciler.reconcile(job_id(settings, "bert-1"))
+    controller.sync()
+    resource = cluster.get("bert-1")
+    status = resource["status"]
+    assert (status["status"], status["secondaryStatus"]) == ("Completed", "Completed")
+    assert status["modelArtifacts"] == model
+    assert status["duration"].endswith("s")
+    conditions = _conditions(resource)
+    assert (conditions["Completed"], conditions["Running"], conditions["Failed"]) == (
+        "True",
+        "False",
+        "False",
+    )
+    # kubectl describe: one Event per transition, in order.
+    reasons = [reason for _type, reason, _message in cluster.events("bert-1")]
+    assert reasons[0] == "Starting"
+    assert reasons[-1] == "Completed"
+    assert "Training" in reasons
+    assert status["eventsRecorded"] == len(reasons)
+    assert all(kind == "Normal" for kind, _reason, _message in cluster.events("bert-1"))
+    # Passes with nothing new post nothing again.
+    controller.sync()
+    assert len(cluster.events("bert-1")) == len(reasons)
+
+
+def test_deleting_a_running_resource_stops_its_job_and_leaves_nothing(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    controller = cluster.controller(settings)
+    backend = SleepingInstances(settings.jobs_dir)
+    reconciler = Reconciler(settings, lambda _name, _settings: backend)
+    cluster.apply("resnet", source_dir, instance_count=2)
+    controller.sync()
+    job = job_id(settings, "resnet")
+    reconciler.reconcile(job)
+    assert backend.describe(JobRef(job, "resnet")) is not None  # its processes run
+
+    cluster.delete("resnet")
+    controller.sync()
+    # Held by the finalizer while the job stops.
+    resource = cluster.get("resnet")
+    assert resource["metadata"]["deletionTimestamp"]
+    assert resource["status"]["status"] == "Stopping"
+
+    # The worker stops the scripts and tears the instances down (over a few passes).
+    deadline = time.monotonic() + 30
+    while True:
+        reconciler.reconcile(job)
+        if job_state(settings, "resnet")["status"] == "Stopped":
+            break
+        controller.sync()
+        assert cluster.exists("resnet")  # held until the job has ended
+        assert time.monotonic() < deadline, job_state(settings, "resnet")
+        time.sleep(0.1)
+    assert cluster.exists("resnet")
+    controller.sync()
+    assert not cluster.exists("resnet")
+    assert backend.describe(JobRef(job, "resnet")) is None
+    assert not job_dir(settings, "resnet").exists()
+    assert [reason for _t, reason, _m in cluster.events("resnet")][-2:] == ["Stopping", "Stopped"]
+
+
+def test_a_restarted_controller_adopts_its_job_and_submits_none_again(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    cluster.apply("gpt-small", source_dir)
+    cluster.controller(settings).sync()
+    job = job_id(settings, "gpt-small")
+    posted = cluster.events("gpt-small")
+    # As if the controller died after submitting and before it wrote the status.
+    cluster.custom.patch_namespaced_custom_object_status(
+        names.GROUP, names.VERSION, cluster.namespace, names.PLURAL, "gpt-small", {"status": None}
+    )
+    assert "status" not in cluster.get("gpt-small")
+
+    restarted = cluster.controller(settings)
+    restarted.sync()
+    restarted.sync()
+    assert _jobs(settings) == 1
+    assert job_id(settings, "gpt-small") == job
+    assert cluster.get("gpt-small")["status"]["jobId"] == job
+    assert cluster.events("gpt-small") == posted  # none posted twice
+
+
+def test_a_spec_the_schema_refuses_is_refused_at_admission_with_the_field_named(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    with pytest.raises(client.ApiException) as refused:
+        cluster.apply("bad", source_dir, instance_count=0)
+    assert refused.value.status == 422
+    assert "spec.instance_count: Invalid value: 0 is less than the minimum" in str(
+        refused.value.body
+    )
+    cluster.controller(settings).sync()
+    assert not cluster.exists("bad")
+    assert _jobs(settings) == 0
+
+
+def test_a_spec_the_server_refuses_is_said_on_the_resource_with_the_field_named(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    cluster.apply("typo", source_dir, instance_type="ml.p9.huge")
+    controller = cluster.controller(settings)
+    controller.sync()
+    controller.sync()
+    resource = cluster.get("typo")
+    accepted = next(c for c in resource["status"]["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
+    assert accepted["message"].startswith("spec.instance_type: unknown instance type 'ml.p9.huge'")
+    assert cluster.events("typo") == [("Warning", "Invalid", accepted["message"])]
+    assert _jobs(settings) == 0
+    # Nothing ran, so nothing holds its deletion.
+    cluster.delete("typo")
+    controller.sync()
+    assert not cluster.exists("typo")
+
+
+def test_a_job_of_that_name_from_elsewhere_is_not_taken_over(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    submit(settings, source_dir, name="shared-name")  # over REST, say
+    cluster.apply("shared-name", source_dir)
+    controller = cluster.controller(settings)
+    controller.sync()
+    resource = cluster.get("shared-name")
+    accepted = next(c for c in resource["status"]["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "NameTaken")
+    assert accepted["message"].startswith("metadata.name:")
+    assert "jobId" not in resource["status"]
+    # Deleting the resource leaves that job alone.
+    cluster.delete("shared-name")
+    controller.sync()
+    assert not cluster.exists("shared-name")
+    assert _jobs(settings) == 1
