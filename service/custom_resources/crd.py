@@ -20,7 +20,8 @@ import yaml
 from service.custom_resources import names
 from service.custom_resources.status import ResourceStatus
 from service.custom_resources.structural import structural
-from service.jobs.schemas import NAME_PATTERN, JobCreate
+from service.jobs.schemas import JobCreate
+from service.jobs.spec_parts import NAME_PATTERN
 
 # Fields of JobCreate a resource does not take.
 NOT_IN_SPEC = ("name", "base_job_name", "image")
