@@ -46,6 +46,16 @@ _HEAVY: dict[str, list[Callable[[], object]]] = {
 }
 
 
+# Files whose tests take minutes on one test process (a module fixture that runs 21
+# multi-process jobs): run first, so the other process works beside them instead of
+# waiting for them at the end (xdist hands out whole files in collection order).
+_LONGEST_FIRST = ("tests/libraries/modelparallel/test_transformers.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_LONGEST_FIRST))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start making the heavy environments the chosen tests need, in the background: on a
     new checkout that takes minutes, which the tests before them fill."""

@@ -8,318 +8,40 @@ enqueued with ``enqueue_reconcile``, which sends only after the commit.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
-import re
-import tempfile
 import uuid
-from dataclasses import dataclass, replace
-from datetime import datetime
-from pathlib import Path, PurePosixPath
+from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from contract import modes, protocol, sagemaker_flags, storage, variables
-from contract.archive import ArchiveError, check_archive
+from contract import protocol, variables
 from contract.hosts import host_names
-from contract.images import ImageError
 from contract.limits import MAX_REASON
 from contract.phases import FINAL_PHASES, Phase
-from contract.problems import Problem
 from provisioning import registry
-from provisioning.base import REDACTED, Backend, JobRef, LaunchRequest
-from provisioning.catalog import CATALOG
+from provisioning.base import REDACTED, JobRef, LaunchRequest
 from service.auth.access import Principal, Role
-from service.auth.models import Project
 from service.capacity import service as capacity
-from service.jobs import file_roots, lifecycle, lookup, repository
+from service.jobs import lifecycle, lookup, repository
 from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
-from service.jobs.record import JobRecord
-from service.jobs.schemas import DryRun, JobCreate, hyperparameters_too_large, nul_location
-from service.jobs.spec_parts import ImageChoice
+from service.jobs.schemas import DryRun, JobCreate
 from service.jobs.states import TERMINAL, Status
-from service.kit.db import session_scope, utcnow
+from service.kit.db import utcnow
 from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
     ResourceLimitExceeded,
-    SpecError,
-    refuse,
 )
 from service.logs import repository as log_repository
 from service.settings import Settings
 from service.sources import service as sources
-from service.training import instance_credentials, project_areas
+from service.training.preparation import PreparedJob, prepare
 
-_TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
 STOP_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class PreparedJob:
-    """A spec that passed every rule, as the record the job is stored as."""
-
-    name: str
-    backend: str
-    spec: JobRecord
-    # For a job created through SageMaker's wire protocol: the request, as it is recorded.
-    sagemaker_request: dict[str, Any] | None = None
-
-
-def prepare(
-    settings: Settings,
-    spec: JobCreate,
-    project: str,
-    now: datetime | None = None,
-    *,
-    source_checked: bool = False,
-) -> PreparedJob:
-    """Check the rules that depend on this server's configuration; ``source_checked``
-    skips the source, which a dry run of its upload has checked."""
-    if (where := nul_location(spec.model_dump(mode="json"))) is not None:
-        raise SpecError(where, "must not contain NUL characters")
-    if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
-        raise SpecError(("hyperparameters",), too_large)
-    if spec.name is not None and spec.base_job_name is not None:
-        raise SpecError(("name",), "give name or base_job_name, not both")
-    instance_type = CATALOG.get(spec.instance_type)
-    if instance_type is None:
-        known = ", ".join(sorted(CATALOG))
-        raise SpecError(
-            ("instance_type",), f"unknown instance type {spec.instance_type!r}; known: {known}"
-        )
-    backend = spec.backend or settings.backends.get(spec.instance_type)
-    if backend is None:
-        raise SpecError(
-            ("instance_type",),
-            f"no backend on this server runs {spec.instance_type} (see RUNYARD_BACKENDS)",
-        )
-    plugin = registry.PLUGINS.get(backend)
-    if plugin is None:
-        raise SpecError(
-            ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.PLUGINS)}"
-        )
-    if spec.instance_type not in plugin.instance_types:
-        raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
-    # Only the server's backends are reaped and sized for (the reconciler's lease), so a
-    # job may pick among them, not bring another.
-    enabled = sorted(set(settings.backends.values()))
-    if backend not in enabled:
-        raise SpecError(
-            ("backend",),
-            f"backend {backend!r} is not enabled on this server (RUNYARD_BACKENDS uses: "
-            f"{', '.join(enabled)})",
-        )
-    if spec.instance_count > settings.max_instance_count:
-        raise SpecError(
-            ("instance_count",),
-            f"{spec.instance_count} is above this server's maximum "
-            f"of {settings.max_instance_count}",
-        )
-    impossible = capacity.never_fits(settings, spec.instance_type, spec.instance_count, project)
-    if impossible is not None:
-        raise SpecError(("instance_count",), f"can never start: {impossible}")
-    _check_retry_rules(spec)
-    image = _choose_image(settings, spec)
-    if image.container is None and spec.container_entrypoint is None:
-        # Runyard's runtime runs a script; a custom container brings its own program.
-        for name in ("entry_point", "source_uri"):
-            if getattr(spec, name) is None:
-                raise SpecError((name,), "Field required")
-    distribution = spec.distribution.as_dict()
-    gpus = CATALOG[spec.instance_type].gpus
-    mode_problems = modes.problems(
-        distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus
-    )
-    refuse(
-        sagemaker_flags.at_flags(mode_problems)
-        if spec.distribution_named_by_flags
-        else mode_problems
-    )
-    output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
-    name = spec.name or _generate_name(spec, now or utcnow())
-    record = spec.to_record(
-        name=name,
-        backend=backend,
-        output_path=output_path,
-        image=image,
-        # One the client sent is kept.
-        hyperparameters={**modes.hyperparameters(distribution), **spec.hyperparameters},
-    )
-    located = record.job_spec()
-    # Before anything looks at the files: a refusal must not tell what is there.
-    refuse(file_roots.problems(located, settings.file_roots))
-    refuse(project_areas.problems(located, name, settings.artifact_root, project))
-    if settings.instance_credentials == "service":
-        try:  # refused now, not when the instances first ask for the job's credentials
-            instance_credentials.session_policy(located, name)
-        except Conflict as exc:
-            raise SpecError(("inputs",), exc.message) from None
-    if not source_checked:
-        _check_source(spec, settings.max_source_bytes)
-    _check_inputs(spec)
-    _check_output_path(("output_path",), output_path)
-    if spec.checkpoint_s3_uri is not None:
-        _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
-    # What only the backend knows: whether its instances could reach the code and data.
-    built = registry.build(backend, settings)
-    refuse(built.check(located, settings.public_url))
-    if settings.local_shared_projects == "one":
-        refuse(_shared_machine_problems(settings, built))
-    return PreparedJob(name=name, backend=backend, spec=record)
-
-
-def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:
-    """Instances that share a machine can read any other job's files and the server's:
-    the server takes such jobs only while it serves one project, unless its operator says
-    every project may (RUNYARD_LOCAL_SHARED_PROJECTS=many)."""
-    why = backend.shared_because()
-    if why is None:
-        return []
-    with session_scope(settings.database_url, readonly=True) as session:
-        projects = session.scalar(select(func.count()).select_from(Project)) or 0
-    if projects <= 1:
-        return []
-    return [
-        Problem(
-            ("backend",),
-            f"local instances would share this machine ({why}), where a job of one of this "
-            f"server's {projects} projects could read another's data; give the instances "
-            "namespaces, or set RUNYARD_LOCAL_SHARED_PROJECTS=many to take jobs of every "
-            "project anyway",
-        )
-    ]
-
-
-def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
-    """The image the job's fields name, from this server's catalog (or a container's)."""
-    if spec.image is not None:
-        raise SpecError(
-            ("image",),
-            "is set by the server: name an image with image_uri, or with framework_version "
-            "and py_version",
-        )
-    try:
-        choice = settings.catalog.choose(
-            framework=spec.framework,
-            framework_version=spec.framework_version,
-            py_version=spec.py_version,
-            image_uri=spec.image_uri,
-        )
-    except ImageError as exc:
-        raise SpecError((exc.field,), str(exc)) from exc
-    return ImageChoice(name=choice.image, container=choice.container)
-
-
-def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
-    """Whether ``prepare`` would look beyond this machine's files for the job (its code,
-    data or outputs on s3://): checks that may wait on the network. The output path not
-    given is one under the artifact root, on the root's storage."""
-    located = spec.job_spec_at(spec.output_path or settings.artifact_root)
-    uris = located.storage_uris().values()
-    return any(urlsplit(uri).scheme != "file" for uri in uris)
-
-
-def _generate_name(spec: JobCreate, now: datetime) -> str:
-    # As the SageMaker SDK does: <base>-<UTC timestamp to the millisecond>.
-    stem = PurePosixPath(spec.entry_point or "job").stem
-    base = spec.base_job_name or re.sub(r"[^a-zA-Z0-9]+", "-", stem)
-    base = base.strip("-")[: 63 - _TIMESTAMP_LEN].rstrip("-") or "job"
-    return f"{base}-{now:%Y-%m-%d-%H-%M-%S}-{now.microsecond // 1000:03d}"
-
-
-def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
-    if spec.source_uri is None or spec.entry_point is None:
-        return  # a container entry point brings its own code
-    located = _Source(spec.source_uri, spec.entry_point)
-    try:
-        if storage.scheme(located.uri) == "file":
-            _check_source_at(located, storage.local_path(located.uri))
-        else:
-            _check_remote_source(located, max_source_bytes)
-    except storage.StorageError as exc:
-        raise SpecError(("source_uri",), str(exc)) from exc
-    except OSError as exc:  # e.g. a directory the server may not enter
-        raise SpecError(("source_uri",), f"cannot read it: {exc.strerror or exc}") from exc
-
-
-@dataclass(frozen=True)
-class _Source:
-    """A job's code, and the entry point that must be in it."""
-
-    uri: str
-    entry_point: str
-
-
-def _check_source_at(spec: _Source, source: Path) -> None:
-    if source.is_dir():
-        if not (source / spec.entry_point).is_file():
-            raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.uri}")
-        return
-    if not source.is_file():
-        raise SpecError(("source_uri",), f"{spec.uri} does not exist")
-    _check_tarball(spec, source)
-
-
-def _check_remote_source(spec: _Source, max_source_bytes: int) -> None:
-    """A prefix must hold the entry point; a tarball is fetched (no larger than an upload
-    may be) and checked as an uploaded one is."""
-    uri = spec.uri
-    if storage.is_dir(uri):
-        if not storage.is_file(storage.join(uri, spec.entry_point)):
-            raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {uri}")
-        return
-    objects = storage.list_objects(uri) if storage.is_file(uri) else []
-    if not objects:
-        raise SpecError(("source_uri",), f"{uri} does not exist")
-    if objects[0][1] > max_source_bytes:
-        raise SpecError(("source_uri",), f"{uri} is larger than {max_source_bytes} bytes")
-    with tempfile.TemporaryDirectory(prefix="runyard-source-check-") as scratch:
-        _check_tarball(spec, storage.fetch(uri, Path(scratch)))
-
-
-def _check_tarball(spec: _Source, source: Path) -> None:
-    if not source.name.endswith((".tar.gz", ".tgz", ".tar")):
-        raise SpecError(("source_uri",), "must be a directory or a .tar.gz archive")
-    found = source.stat()
-    try:
-        files = _archive_files(str(source), found.st_size, found.st_mtime_ns)
-    except ArchiveError as exc:
-        raise SpecError(("source_uri",), str(exc)) from exc
-    if spec.entry_point not in files:
-        raise SpecError(("entry_point",), f"{spec.entry_point} is not a file in {spec.uri}")
-
-
-@functools.lru_cache(maxsize=256)
-def _archive_files(path: str, _size: int, _mtime_ns: int) -> frozenset[str]:
-    """The files of a tarball that passed the checks. Many jobs name one uploaded source
-    (stored under its digest, never rewritten): it is read once, not once per job. A file
-    changed in place has another size or time, so it is read again."""
-    return frozenset(check_archive(Path(path)))
-
-
-def _check_inputs(spec: JobCreate) -> None:
-    for name, channel in spec.inputs.items():
-        loc = ("inputs", name)
-        # Every input mode and compression is served by the runtime (runtime.channels);
-        # what can be known here is whether the data is there. A manifest must be an
-        # object itself; its entries are checked on the instances, before the script.
-        manifest = channel.s3_data_type == "ManifestFile"
-        try:
-            exists = storage.is_file(channel.uri) if manifest else storage.exists(channel.uri)
-        except storage.StorageError as exc:
-            raise SpecError((*loc, "uri"), str(exc)) from exc
-        except OSError as exc:
-            raise SpecError((*loc, "uri"), f"cannot read it: {exc.strerror or exc}") from exc
-        if not exists:
-            what = "is not a manifest file or object" if manifest else "does not exist"
-            raise SpecError((*loc, "uri"), f"{channel.uri} {what}")
 
 
 def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str) -> DryRun:
@@ -352,37 +74,6 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         plan=materialized.public,
         rendered=materialized.render(),
     )
-
-
-def _check_output_path(loc: tuple[str, ...], uri: str) -> None:
-    """Outputs (the model, checkpoints) must be storable there: a directory, or one that
-    can be made; for S3, a bucket this server can list (writing is only known when the
-    first object is written)."""
-    try:
-        if storage.scheme(uri) == "s3":
-            storage.is_dir(uri)  # a listing fails on a missing bucket or a denied one
-            return
-        path = storage.local_path(uri)
-    except storage.StorageError as exc:
-        raise SpecError(loc, str(exc)) from exc
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise SpecError(loc, f"{uri}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecError(loc, f"{uri}: {existing} is not writable by the server")
-
-
-def _check_retry_rules(spec: JobCreate) -> None:
-    # A rule that retries with no attempts allowed would silently never retry.
-    if spec.max_retry_attempts == 0:
-        for index, rule in enumerate(spec.retry_rules):
-            if rule.action == "retry":
-                raise SpecError(
-                    ("retry_rules", index, "action"),
-                    "retries, but max_retry_attempts is 0: set how many retries are allowed",
-                )
 
 
 def submit(

@@ -5,7 +5,7 @@ forecast's lock and read of the capacity held, an INSERT per table and the commi
 creates that arrive while a batch is stored wait, and are stored together in the next one
 (group commit, as databases do with their log); a lone create waits for nobody.
 
-One thread checks (``service.prepare``) and stores them all, and a create's request waits
+One thread checks (``preparation.prepare``) and stores them all, and a create's request waits
 for it without a thread of its own. With a thread per request, eight requests at once took
 turns at the interpreter's lock at every file check, query and hand-off: a create cost the
 API 2.8-3.0 ms of CPU, and 2.1-2.4 ms this way (one API process, PostgreSQL, 8 clients). A
@@ -29,8 +29,8 @@ from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
 from service.settings import Settings
-from service.training import service
-from service.training.service import PreparedJob
+from service.training import preparation, service
+from service.training.preparation import PreparedJob
 
 # Jobs stored in one transaction at most: enough that 8-16 clients at once share one,
 # few enough that none waits long behind a batch.
@@ -71,8 +71,8 @@ class Submissions:
         """Check the job and store it, with whatever jobs were submitted meanwhile; returns
         once it is committed (and its trigger sent), or raises what refused it."""
         prepared = None
-        if service.checks_reach_network(self._settings, spec):
-            prepared = await run_in_threadpool(service.prepare, self._settings, spec, project)
+        if preparation.checks_reach_network(self._settings, spec):
+            prepared = await run_in_threadpool(preparation.prepare, self._settings, spec, project)
         mine = _Submission(spec, project, asyncio.get_running_loop().create_future(), prepared)
         with self._changed:
             self._waiting.append(mine)
@@ -117,7 +117,9 @@ class Submissions:
         ready = []
         for each in batch:
             try:
-                prepared = each.prepared or service.prepare(self._settings, each.spec, each.project)
+                prepared = each.prepared or preparation.prepare(
+                    self._settings, each.spec, each.project
+                )
             except Exception as exc:  # refused: its request answers with it
                 each.error = exc
             else:

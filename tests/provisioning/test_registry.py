@@ -16,7 +16,7 @@ from provisioning.plugin import BackendPlugin
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
-from service.training import service
+from service.training import preparation
 from tests.conftest import job_spec
 from worker.reconciler import Reconciler
 
@@ -66,14 +66,14 @@ def test_a_registered_record_is_offered_as_any_other_backend(
     settings = settings.model_copy(update={"backends": {"local": "local", "ml.m5.large": "inert"}})
 
     spec = JobCreate.model_validate(job_spec(source_dir, instance_type="ml.m5.large"))
-    assert service.prepare(settings, spec, "admin").backend == "inert"
+    assert preparation.prepare(settings, spec, "admin").backend == "inert"
     # Submission asked the backend itself whether it could run the job.
     assert built == [settings]
     other = JobCreate.model_validate(
         job_spec(source_dir, instance_type="ml.m5.xlarge", backend="inert")
     )
     with pytest.raises(SpecError) as refused:
-        service.prepare(settings, other, "admin")
+        preparation.prepare(settings, other, "admin")
     assert refused.value.field_message == "backend 'inert' cannot run ml.m5.xlarge"
 
     assert isinstance(registry.build("inert", settings), _Inert)
@@ -86,7 +86,7 @@ def test_an_unknown_backend_is_refused_naming_the_known_ones(
 ) -> None:
     spec = JobCreate.model_validate(job_spec(source_dir, backend="nowhere"))
     with pytest.raises(SpecError) as refused:
-        service.prepare(settings, spec, "admin")
+        preparation.prepare(settings, spec, "admin")
     assert refused.value.field_message == "unknown backend 'nowhere'; known: local, kubernetes, ec2"
     with pytest.raises(KeyError, match="nowhere"):
         registry.build("nowhere", settings)

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
-from service.training import service
+from service.training import preparation
 from tests.conftest import job_spec, submit_for_instances
 
 
@@ -418,7 +418,7 @@ def test_a_backend_the_server_does_not_use_is_refused(settings: Settings, source
         job_spec(source_dir, instance_type="ml.m5.large", backend="ec2")
     )
     with pytest.raises(SpecError) as refused:
-        service.prepare(settings, spec, "admin")
+        preparation.prepare(settings, spec, "admin")
     assert refused.value.loc == ("backend",)
     assert refused.value.field_message == (
         "backend 'ec2' is not enabled on this server (RUNYARD_BACKENDS uses: kubernetes, local)"

@@ -12,7 +12,7 @@ from service.jobs.models import HELD, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
-from service.training import service
+from service.training import preparation, service
 from tests.conftest import job_spec
 
 
@@ -30,7 +30,7 @@ def test_the_jobs_holding_instances_are_read_from_their_index(
     settings = settings.model_copy(update={"capacity": {"local": 1}})
     prepared = [
         (
-            service.prepare(
+            preparation.prepare(
                 settings,
                 JobCreate.model_validate(job_spec(source_dir, name=f"waits-{n}")),
                 "default",

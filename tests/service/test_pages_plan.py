@@ -19,7 +19,7 @@ from service.kit.db import get_engine, session_scope
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
-from service.training import service
+from service.training import preparation, service
 from tests.conftest import job_spec
 
 # A project no statistics can know: its jobs are all new.
@@ -57,7 +57,7 @@ def stored(settings: Settings, source_dir: Path) -> str:
     """300 jobs, and the logs of two of them: the first one's id."""
     prepared = [
         (
-            service.prepare(
+            preparation.prepare(
                 settings, JobCreate.model_validate(job_spec(source_dir, name=f"paged-{n}")), PROJECT
             ),
             PROJECT,

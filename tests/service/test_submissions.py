@@ -24,7 +24,7 @@ from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.kit.errors import Conflict, SpecError
 from service.settings import Settings
-from service.training import service
+from service.training import preparation, service
 from service.training import submissions as submissions_module
 from service.training.submissions import Submissions
 from tests.conftest import job_spec
@@ -271,7 +271,7 @@ def test_specs_whose_checks_reach_s3_are_checked_in_the_thread_pool(
 ) -> None:
     # The submitting thread checks the others: a slow bucket must not hold them all up.
     spec = JobCreate.model_validate({**job_spec(source_dir), **changes})
-    assert service.checks_reach_network(settings, spec) is remote
+    assert preparation.checks_reach_network(settings, spec) is remote
 
 
 def test_outputs_under_an_s3_artifact_root_are_checked_in_the_thread_pool(
@@ -279,5 +279,5 @@ def test_outputs_under_an_s3_artifact_root_are_checked_in_the_thread_pool(
 ) -> None:
     on_s3 = settings.model_copy(update={"artifact_root": "s3://bucket/runyard"})
     spec = JobCreate.model_validate(job_spec(source_dir))
-    assert service.checks_reach_network(on_s3, spec)
-    assert not service.checks_reach_network(settings, spec)
+    assert preparation.checks_reach_network(on_s3, spec)
+    assert not preparation.checks_reach_network(settings, spec)
