@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from provisioning.catalog import CATALOG
+from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import backend as kubernetes_backend
 from provisioning.kubernetes.settings import KubernetesSettings
 from service.settings import Settings
@@ -320,7 +320,7 @@ def test_the_rendered_settings_are_valid_runyard_settings(
     assert kube.service_account is None
     assert kube.priority_class is None
     # Every ml.* type of the catalog runs on Kubernetes, and nothing else is offered.
-    ml_types = {name for name in CATALOG if name.startswith("ml.")}
+    ml_types = InstanceCatalog().cluster_types()
     assert settings.backends == dict.fromkeys(ml_types, "kubernetes")
     # Job pods reach the API through its Service.
     service = _one(objects, "Service", "ry-runyard-api")
