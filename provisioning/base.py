@@ -24,6 +24,7 @@ from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
 from contract.spec import JobSpec
+from provisioning.catalog import InstanceCatalog
 
 PlanT = TypeVar("PlanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -111,6 +112,9 @@ class ServerSettings(Protocol):
 
     @property
     def catalog(self) -> Catalog: ...
+
+    @property
+    def instance_catalog(self) -> InstanceCatalog: ...
 
     @property
     def images_dir(self) -> Path: ...

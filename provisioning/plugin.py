@@ -1,11 +1,12 @@
 """What a backend package exports: one record that the registry lists.
 
 The record is all the server knows of a backend until it uses one: the name jobs and
-``RUNYARD_BACKENDS`` give it, the instance types it runs (checked at submission), the model
-of its own settings (``RUNYARD_<NAME>__<FIELD>``), how long its teardown may wait (what the
-reconciler's lease must outlast) and a factory that builds it. The factory imports the
-backend's module only when called, so the module that defines a record never loads a cloud
-SDK: a server that runs only local jobs never imports ``kubernetes`` or ``boto3``.
+``RUNYARD_BACKENDS`` give it, which of a server's instance types it runs (checked at
+submission), the model of its own settings (``RUNYARD_<NAME>__<FIELD>``), how long its
+teardown may wait (what the reconciler's lease must outlast) and a factory that builds it.
+The factory imports the backend's module only when called, so the module that defines a
+record never loads a cloud SDK: a server that runs only local jobs never imports
+``kubernetes`` or ``boto3``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from provisioning.base import Backend, ServerSettings
+from provisioning.catalog import InstanceCatalog
 
 
 @dataclass(frozen=True)
 class BackendPlugin:
     name: str
-    instance_types: frozenset[str]
+    # The types it runs, of a server's catalog.
+    instance_types: Callable[[InstanceCatalog], frozenset[str]]
     # Builds the backend from the server's settings, importing its module only then.
     build: Callable[[ServerSettings], Backend[Any]]
     # The longest one teardown of a job may take, in seconds, under the server's settings.

@@ -62,9 +62,22 @@ class _Group(click.Group):
             # A setting from the environment that Runyard cannot use: say which variable,
             # not the traceback of the model that read it.
             for error in exc.errors():
-                variable = "RUNYARD_" + "__".join(str(part) for part in error["loc"]).upper()
-                click.echo(f"error: {variable}={error.get('input')!r}: {error['msg']}", err=True)
+                click.echo(f"error: {_setting_problem(error)}", err=True)
             sys.exit(2)
+
+
+def _setting_problem(error: Any) -> str:
+    """One of the settings' errors, naming the variable it is about."""
+    message = str(error["msg"])
+    named = message.removeprefix("Value error, ")
+    if not error["loc"]:
+        # A rule across settings: its input is every setting, secrets among them, and
+        # its message names the variables.
+        return named
+    variable = "RUNYARD_" + "__".join(str(part) for part in error["loc"]).upper()
+    if named.startswith(variable):
+        return named  # it says which entry, which the whole value would drown
+    return f"{variable}={error.get('input')!r}: {message}"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,7 +21,8 @@ from pydantic import (
     Field,
     PrivateAttr,
     SecretStr,
-    ValidationInfo,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -30,7 +32,8 @@ from contract import storage
 from contract.images import PYTHON, VERSION, Catalog, Image
 from contract.limits import MAX_LOG_BATCH_BODY
 from contract.ports import SERVICE_PORT
-from provisioning.catalog import CATALOG
+from provisioning.catalog import InstanceCatalog
+from provisioning.catalog_settings import InstanceTypeDefinition, entry_problems
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import DNS_LABEL, KubernetesSettings
 
@@ -220,6 +223,12 @@ class Settings(BaseSettings):
         description="Which backend (`local`, `kubernetes` or `ec2`) runs each instance type, "
         "written `type=backend,...` or as a JSON object; a job's backend is looked up here "
         "unless it names one.",
+    )
+    instance_types: list[InstanceTypeDefinition] = Field(
+        default_factory=list,
+        description="Instance types jobs may name besides the built-in ones, as a JSON list "
+        "of objects (their fields below); one with a built-in type's name replaces it. A "
+        "type runs where `RUNYARD_BACKENDS` sends it.",
     )
     kubernetes: KubernetesSettings = Field(
         default_factory=KubernetesSettings,
@@ -463,6 +472,9 @@ class Settings(BaseSettings):
     )
     _signing_key: bytes | None = PrivateAttr(default=None)
     _catalog: Catalog = PrivateAttr(default_factory=Catalog)
+    _instance_catalog: InstanceCatalog = PrivateAttr(default_factory=InstanceCatalog)
+    # The list that catalog was built from.
+    _instance_catalog_of: object = PrivateAttr(default=None)
     queue: str = Field(
         default="runyard",
         pattern=r"^[A-Za-z0-9._-]{1,64}$",
@@ -479,24 +491,54 @@ class Settings(BaseSettings):
                 raise ValueError("must be ry_ followed by at least 32 characters")
         return value
 
-    @field_validator("capacity")
+    @field_validator("instance_types", mode="wrap")
     @classmethod
-    def _check_capacity_types(cls, value: dict[str, int]) -> dict[str, int]:
-        # A misspelt type would silently mean "unlimited".
-        _check_instance_types(value, "RUNYARD_CAPACITY")
-        return value
+    def _name_the_bad_entries(
+        cls, value: object, handler: ValidatorFunctionWrapHandler
+    ) -> list[InstanceTypeDefinition]:
+        # Pydantic's own words name an entry by its index alone; an operator looks for it
+        # by its name too.
+        try:
+            definitions: list[InstanceTypeDefinition] = handler(value)
+        except ValidationError as exc:
+            raise ValueError(
+                entry_problems(exc.errors(), value, "RUNYARD_INSTANCE_TYPES")
+            ) from None
+        names = [definition.name for definition in definitions]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ValueError(
+                    f"RUNYARD_INSTANCE_TYPES[{index}] ({name}): name: entry "
+                    f"{names.index(name)} has it too"
+                )
+        return definitions
 
-    @field_validator("project_quotas", "tenant_quotas")
-    @classmethod
-    def _check_quota_types(
-        cls, value: dict[str, dict[str, int]], info: ValidationInfo
-    ) -> dict[str, dict[str, int]]:
-        variable = f"RUNYARD_{str(info.field_name).upper()}"
-        for project, quotas in value.items():
-            _check_instance_types(
-                {k: v for k, v in quotas.items() if k != "*"}, f"{variable}[{project!r}]"
+    @model_validator(mode="after")
+    def _check_instance_type_names(self) -> Settings:
+        # A misspelt type would silently mean "unlimited", or a type no backend runs.
+        known = self.instance_catalog
+        _check_type_names(self.backends, "RUNYARD_BACKENDS", known)
+        _check_type_names(self.capacity, "RUNYARD_CAPACITY", known)
+        for variable, field in (
+            ("RUNYARD_PROJECT_QUOTAS", self.project_quotas),
+            ("RUNYARD_TENANT_QUOTAS", self.tenant_quotas),
+        ):
+            for project, quotas in field.items():
+                _check_type_names(
+                    {k: v for k, v in quotas.items() if k != "*"}, f"{variable}[{project!r}]", known
+                )
+        return self
+
+    @property
+    def instance_catalog(self) -> InstanceCatalog:
+        """The instance types jobs may name: the built-in ones and ``instance_types``,
+        built once per settings object (and again for a copy given other types)."""
+        if self._instance_catalog_of is not self.instance_types:
+            self._instance_catalog = InstanceCatalog.with_extra(
+                definition.instance_type() for definition in self.instance_types
             )
-        return value
+            self._instance_catalog_of = self.instance_types
+        return self._instance_catalog
 
     @property
     def service_gives_credentials(self) -> bool:
@@ -645,7 +687,10 @@ def _printable(text: str) -> bool:
     return all("!" <= char <= "~" for char in text)
 
 
-def _check_instance_types(keys: dict[str, int], setting: str) -> None:
-    unknown = sorted(key for key in keys if key not in CATALOG)
+def _check_type_names(keys: Mapping[str, object], setting: str, known: InstanceCatalog) -> None:
+    unknown = sorted(key for key in keys if key not in known)
     if unknown:
-        raise ValueError(f"{setting}: unknown instance type(s) {', '.join(unknown)}")
+        raise ValueError(
+            f"{setting}: unknown instance type(s) {', '.join(unknown)} (add a type with "
+            "RUNYARD_INSTANCE_TYPES)"
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioning.base import Backend, ServerSettings, own_settings
-from provisioning.catalog import CLUSTER_TYPES
+from provisioning.catalog import InstanceCatalog
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.plugin import BackendPlugin
 
@@ -23,7 +23,7 @@ def _teardown_budget(settings: ServerSettings) -> float:
 
 PLUGIN = BackendPlugin(
     name="ec2",
-    instance_types=CLUSTER_TYPES,
+    instance_types=InstanceCatalog.cluster_types,
     build=_build,
     teardown_budget=_teardown_budget,
     settings_model=Ec2Settings,

@@ -41,6 +41,7 @@ from provisioning.base import (
     TeardownError,
     own_settings,
 )
+from provisioning.catalog import InstanceCatalog
 from provisioning.ec2 import userdata
 from provisioning.ec2.plan import (
     ATTEMPT_TAG,
@@ -130,11 +131,14 @@ class Ec2Backend(Backend[Ec2Plan]):
         clock: Callable[[], float] = time.monotonic,
         consoles: ConsoleCache | None = None,
         catalog: Catalog | None = None,
+        instance_catalog: InstanceCatalog | None = None,
     ) -> None:
         # A boto3 EC2 client, built by the caller: tests point it at a local moto server.
         self.client = client
         self.settings = settings
-        self._planner = Planner(settings, artifact_root, catalog or Catalog())
+        self._planner = Planner(
+            settings, artifact_root, catalog or Catalog(), instance_catalog or InstanceCatalog()
+        )
         self.start_timeout = settings.start_timeout_seconds
         self._sleep = sleep
         self._clock = clock
@@ -151,6 +155,7 @@ class Ec2Backend(Backend[Ec2Plan]):
             # The reconciler builds a backend every pass: the cache outlives them.
             consoles=_shared_consoles(region, endpoint),
             catalog=settings.catalog,
+            instance_catalog=settings.instance_catalog,
         )
 
     # -- planning ---------------------------------------------------------------------

@@ -29,7 +29,7 @@ from provisioning.base import (
     is_loopback,
     unshared_file_uris,
 )
-from provisioning.catalog import CLUSTER_TYPES
+from provisioning.catalog import InstanceCatalog
 from provisioning.ec2 import userdata
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.instance_files import instance_files
@@ -72,12 +72,14 @@ class Ec2Plan:
 @dataclass(frozen=True)
 class Planner:
     """What a job's EC2 calls depend on besides its request: the server's EC2 settings, its
-    artifact root (shared with the instances through NFS, or not at all) and its catalog,
-    whose images' packages are installed beside the runtime on each instance."""
+    artifact root (shared with the instances through NFS, or not at all), its catalog,
+    whose images' packages are installed beside the runtime on each instance, and its
+    instance types (each ``ml.<EC2's type>``)."""
 
     settings: Ec2Settings
     artifact_root: str
     catalog: Catalog
+    instance_catalog: InstanceCatalog = field(default_factory=InstanceCatalog)
 
     def plan(self, request: LaunchRequest) -> tuple[Ec2Plan, dict[str, Any]]:
         """The job's calls, and the same as a dry run shows them."""
@@ -113,7 +115,7 @@ class Planner:
     def problems(self, spec: JobSpec, service_url: str) -> Iterator[Problem]:
         """What keeps a job from running on this server's EC2 setup, with the field to blame
         (``backend`` where it is the server's configuration)."""
-        if spec.instance_type not in CLUSTER_TYPES:
+        if spec.instance_type not in self.instance_catalog.cluster_types():
             yield Problem(
                 ("instance_type",),
                 f"instance type {spec.instance_type!r} is not an ml.* type of the catalog",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioning.base import KILL_WAIT_SECONDS, Backend, ServerSettings
-from provisioning.catalog import CLUSTER_TYPES
+from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes.settings import KubernetesSettings
 from provisioning.plugin import BackendPlugin
 
@@ -23,7 +23,7 @@ def _teardown_budget(settings: ServerSettings) -> float:
 
 PLUGIN = BackendPlugin(
     name="kubernetes",
-    instance_types=CLUSTER_TYPES,
+    instance_types=InstanceCatalog.cluster_types,
     build=_build,
     teardown_budget=_teardown_budget,
     settings_model=KubernetesSettings,

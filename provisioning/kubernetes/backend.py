@@ -40,6 +40,7 @@ from provisioning.base import (
     own_settings,
     unshared_file_uris,
 )
+from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import manifests
 from provisioning.kubernetes.settings import KubernetesSettings
 
@@ -101,10 +102,12 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         teardown_grace: float = 5.0,
         poll_interval: float = 0.2,
         kill_wait: float = KILL_WAIT_SECONDS,
+        instance_catalog: InstanceCatalog | None = None,
     ) -> None:
         # A factory: planning (a dry run) must work where no cluster is reachable.
         self._api_client = api_client
         self.settings = settings
+        self.instance_catalog = instance_catalog or InstanceCatalog()
         self.namespace = settings.namespace
         self.artifact_root = artifact_root
         self.stop_grace = stop_grace
@@ -126,6 +129,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             stop_grace=settings.stop_grace_seconds,
             spot_grace=settings.spot_grace_seconds,
             teardown_grace=settings.teardown_grace_seconds,
+            instance_catalog=settings.instance_catalog,
         )
 
     # -- planning ---------------------------------------------------------------------
@@ -151,9 +155,17 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         return problems
 
     def materialize(self, request: LaunchRequest) -> Materialized[KubernetesPlan]:
+        instance_type = self.instance_catalog.get(request.spec.instance_type)
+        if instance_type is None:
+            # Accepted once, and taken out of RUNYARD_INSTANCE_TYPES since.
+            raise KubernetesError(
+                f"instance type {request.spec.instance_type!r} is no longer in this "
+                "server's catalog (RUNYARD_INSTANCE_TYPES)"
+            )
         objects = manifests.build(
             request,
             self.settings,
+            instance_type=instance_type,
             artifact_root=self.artifact_root,
             master_port=RENDEZVOUS_PORT,
             grace_seconds=max(self.stop_grace, self.spot_grace),

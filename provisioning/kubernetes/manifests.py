@@ -25,7 +25,7 @@ from contract import variables
 from contract.images import BUILTIN, Choice
 from contract.layout import CONFIG_DIR, IMAGE_BASE_DIR
 from provisioning.base import LaunchRequest, file_uri_path
-from provisioning.catalog import CATALOG
+from provisioning.catalog import InstanceType
 from provisioning.instance_files import instance_files
 from provisioning.kubernetes.settings import KubernetesSettings
 
@@ -79,11 +79,15 @@ def build(
     request: LaunchRequest,
     settings: KubernetesSettings,
     *,
+    instance_type: InstanceType,
     artifact_root: str,
     master_port: int,
     grace_seconds: float,
 ) -> list[dict[str, Any]]:
     """Every object of the job, root first; the order in which apply() creates them.
+
+    ``instance_type`` is what the server's catalog says of the job's type: each pod asks
+    for its resources and runs on its nodes.
 
     ``grace_seconds`` is the longest any stop gives the scripts (a spot interruption's
     grace is longer than a stop's): what the pods get when something other than Runyard
@@ -151,6 +155,7 @@ def build(
             _pod(
                 request,
                 settings,
+                instance_type=instance_type,
                 base=base,
                 host=host,
                 labels={**labels, LABEL_HOST: host},
@@ -208,6 +213,7 @@ def _pod(
     request: LaunchRequest,
     settings: KubernetesSettings,
     *,
+    instance_type: InstanceType,
     base: str,
     host: str,
     labels: dict[str, str],
@@ -295,7 +301,7 @@ def _pod(
                 "ports": [
                     {"name": "agent", "containerPort": settings.agent_port, "protocol": "TCP"}
                 ],
-                "resources": resources(request.spec.instance_type, request.spec.volume_size),
+                "resources": resources(instance_type, request.spec.volume_size),
                 "volumeMounts": mounts,
             }
         ],
@@ -303,10 +309,7 @@ def _pod(
     }
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(toleration) for toleration in settings.tolerations]
+    spec.update(placement(instance_type, settings))
     if settings.priority_class:
         spec["priorityClassName"] = settings.priority_class
     if settings.image_pull_secrets:
@@ -314,9 +317,8 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def resources(instance_type: str, volume_size_gib: int) -> dict[str, dict[str, str]]:
+def resources(kind: InstanceType, volume_size_gib: int) -> dict[str, dict[str, str]]:
     """Requests and limits from the catalog: a pod is the instance it stands for."""
-    kind = CATALOG[instance_type]
     requests: dict[str, str] = {"ephemeral-storage": f"{volume_size_gib}Gi"}
     limits: dict[str, str] = {"ephemeral-storage": f"{volume_size_gib}Gi"}
     if kind.vcpus is not None:
@@ -327,5 +329,22 @@ def resources(instance_type: str, volume_size_gib: int) -> dict[str, dict[str, s
         limits["memory"] = f"{math.floor(kind.memory_gib * 1024)}Mi"
     if kind.gpus:
         # Extended resources: the request must equal the limit.
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(kind.gpus)
+        requests[kind.gpu_resource] = limits[kind.gpu_resource] = str(kind.gpus)
     return {"requests": requests, "limits": limits}
+
+
+def placement(kind: InstanceType, settings: KubernetesSettings) -> dict[str, Any]:
+    """The pod's ``nodeSelector`` and ``tolerations``: the backend's own, then the instance
+    type's (whose label wins where both name one; the nodes of a type are the narrower
+    choice)."""
+    found: dict[str, Any] = {}
+    selector = {**settings.node_selector, **dict(kind.node_selector)}
+    if selector:
+        found["nodeSelector"] = selector
+    tolerations = [dict(toleration) for toleration in settings.tolerations]
+    for toleration in kind.tolerations:
+        if toleration.manifest() not in tolerations:
+            tolerations.append(toleration.manifest())
+    if tolerations:
+        found["tolerations"] = tolerations
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provisioning.base import KILL_WAIT_SECONDS, Backend, ServerSettings
-from provisioning.catalog import LOCAL_TYPES
+from provisioning.catalog import InstanceCatalog
 from provisioning.plugin import BackendPlugin
 
 
@@ -22,7 +22,7 @@ def _teardown_budget(settings: ServerSettings) -> float:
 
 PLUGIN = BackendPlugin(
     name="local",
-    instance_types=LOCAL_TYPES,
+    instance_types=InstanceCatalog.local_types,
     build=_build,
     teardown_budget=_teardown_budget,
 )

@@ -27,7 +27,6 @@ from contract.images import ImageError
 from contract.problems import Problem
 from provisioning import registry
 from provisioning.base import Backend
-from provisioning.catalog import CATALOG
 from service.auth.models import Project
 from service.capacity import service as capacity
 from service.jobs import file_roots
@@ -73,9 +72,10 @@ def prepare(
         raise SpecError(("hyperparameters",), too_large)
     if spec.name is not None and spec.base_job_name is not None:
         raise SpecError(("name",), "give name or base_job_name, not both")
-    instance_type = CATALOG.get(spec.instance_type)
+    catalog = settings.instance_catalog
+    instance_type = catalog.get(spec.instance_type)
     if instance_type is None:
-        known = ", ".join(sorted(CATALOG))
+        known = ", ".join(sorted(catalog))
         raise SpecError(
             ("instance_type",), f"unknown instance type {spec.instance_type!r}; known: {known}"
         )
@@ -90,7 +90,7 @@ def prepare(
         raise SpecError(
             ("backend",), f"unknown backend {backend!r}; known: {', '.join(registry.PLUGINS)}"
         )
-    if spec.instance_type not in plugin.instance_types:
+    if spec.instance_type not in plugin.instance_types(catalog):
         raise SpecError(("backend",), f"backend {backend!r} cannot run {spec.instance_type}")
     # Only the server's backends are reaped and sized for (the reconciler's lease), so a
     # job may pick among them, not bring another.
@@ -118,9 +118,8 @@ def prepare(
             if getattr(spec, name) is None:
                 raise SpecError((name,), "Field required")
     distribution = spec.distribution.as_dict()
-    gpus = CATALOG[spec.instance_type].gpus
     mode_problems = modes.problems(
-        distribution, spec.framework, instance_count=spec.instance_count, gpus=gpus
+        distribution, spec.framework, instance_count=spec.instance_count, gpus=instance_type.gpus
     )
     refuse(
         sagemaker_flags.at_flags(mode_problems)

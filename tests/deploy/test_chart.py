@@ -18,9 +18,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from provisioning.catalog import CATALOG
+from provisioning.base import JobRef, LaunchRequest
+from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import backend as kubernetes_backend
 from provisioning.kubernetes.settings import KubernetesSettings
+from service.jobs.schemas import JobCreate
 from service.settings import Settings
 from tests.deploy.support import REPO, SERVICE_COMMANDS, assert_health_route, check_runyard_args
 
@@ -30,6 +32,16 @@ NEWEST = kubernetes_validate.utils.latest_version()
 # The floor of Chart.yaml's kubeVersion (">=1.30.0-0").
 KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
 OLDEST = KUBE_VERSION.removeprefix(">=").removesuffix(".0-0")
+
+
+def _docs_values(name: str) -> dict[str, Any]:
+    """The values file ``name`` that docs/deploying.md shows (a block headed ``# name``)."""
+    page = (REPO / "docs" / "deploying.md").read_text()
+    found = re.search(rf"```yaml\n# {re.escape(name)}\n(.*?)```", page, re.DOTALL)
+    assert found, f"docs/deploying.md shows no {name}"
+    values: dict[str, Any] = yaml.safe_load(found.group(1))
+    return values
+
 
 REQUIRED = {
     "database": {"url": "postgresql://runyard:pw@postgres.db:5432/runyard"},
@@ -56,6 +68,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "artifacts": {"persistence": {"existingClaim": "shared-artifacts"}},
     },
     "no-persistence": {**REQUIRED, "artifacts": {"persistence": {"enabled": False}}},
+    # The values the instance-types section of docs/deploying.md gives.
+    "instance-types": {**REQUIRED, **_docs_values("instance-types.yaml")},
 }
 
 # What the kubernetes backend does in the jobs namespace: (apiGroup, resource) -> verbs.
@@ -68,6 +82,8 @@ BACKEND_RULES = {
     ("", "events"): {"list"},
 }
 VOLCANO_RULE = {("scheduling.volcano.sh", "podgroups"): {"create", "delete"}}
+# An instance type the catalog lacks, as the chart's instanceTypes gives one.
+G6E = {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1, "gpu_model": "L40S"}
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +225,13 @@ def test_a_short_secret_key_is_refused(chart: helm.Chart) -> None:
         ({"imagePullSecret": []}, "imagePullSecret"),
         ({"adminToken": "secret"}, "/adminToken"),
         ({"clusterDomain": "Cluster.Local"}, "/clusterDomain"),
+        ({"instanceTypes": [{**G6E, "gpu": 1}]}, "/instanceTypes/0"),
+        ({"instanceTypes": [{**G6E, "name": "g6e.xlarge"}]}, "/instanceTypes/0/name"),
+        ({"instanceTypes": [{**G6E, "vcpus": "4"}]}, "/instanceTypes/0/vcpus"),
+        (
+            {"instanceTypes": [{**G6E, "tolerations": [{"key": "gpu", "operatr": "Exists"}]}]},
+            "/instanceTypes/0/tolerations/0",
+        ),
     ],
 )
 def test_the_schema_rejects_wrong_values(
@@ -320,7 +343,7 @@ def test_the_rendered_settings_are_valid_runyard_settings(
     assert kube.service_account is None
     assert kube.priority_class is None
     # Every ml.* type of the catalog runs on Kubernetes, and nothing else is offered.
-    ml_types = {name for name in CATALOG if name.startswith("ml.")}
+    ml_types = InstanceCatalog().cluster_types()
     assert settings.backends == dict.fromkeys(ml_types, "kubernetes")
     # Job pods reach the API through its Service.
     service = _one(objects, "Service", "ry-runyard-api")
@@ -624,3 +647,72 @@ def test_an_admin_token_from_values_reaches_every_api_replica(
     assert settings.admin_token.get_secret_value() == token
     # Without one, nothing is set and each API pod mints its own.
     assert "RUNYARD_ADMIN_TOKEN" not in _environment(_objects(chart, REQUIRED), "api")
+
+
+def test_instance_types_reach_the_settings_and_run_on_kubernetes_unless_told(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given = VARIANTS["instance-types"]
+    trn2 = next(kind for kind in given["instanceTypes"] if kind["name"] == "ml.trn2.48xlarge")
+    values = {**given, "backends": {"ml.trn2.48xlarge": "ec2"}}
+    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    catalog = settings.instance_catalog
+    g6e = catalog["ml.g6e.xlarge"]
+    assert (g6e.vcpus, g6e.memory_gib, g6e.gpus, g6e.gpu_model) == (4, 32, 1, "L40S")
+    assert dict(g6e.node_selector) == {"node.kubernetes.io/instance-type": "g6e.xlarge"}
+    assert [t.manifest() for t in g6e.tolerations] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert catalog["ml.trn2.48xlarge"].gpu_resource == trn2["gpu_resource"]
+    # Each on Kubernetes, unless backends names another; the built-in types keep theirs.
+    assert settings.backends["ml.g6e.xlarge"] == "kubernetes"
+    assert settings.backends["ml.trn2.48xlarge"] == "ec2"
+    assert settings.backends["ml.p4d.24xlarge"] == "kubernetes"
+    assert set(catalog) - set(InstanceCatalog()) == {"ml.g6e.xlarge", "ml.trn2.48xlarge"}
+    # Without instanceTypes, the setting is not there at all: the built-in types alone.
+    assert "RUNYARD_INSTANCE_TYPES" not in _environment(_objects(chart, REQUIRED), "worker")
+
+
+def test_a_configured_types_pods_are_valid_kubernetes(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = {
+        **VARIANTS["instance-types"],
+        "kubernetes": {
+            "node_selector": {"pool": "training"},
+            "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+        },
+    }
+    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    spec = JobCreate.model_validate(
+        {
+            "name": "trainium",
+            "entry_point": "train.py",
+            "source_uri": "file:///var/lib/runyard/artifacts/sources/abc.tar.gz",
+            "instance_type": "ml.trn2.48xlarge",
+            "instance_count": 2,
+            "output_path": "file:///var/lib/runyard/artifacts",
+        }
+    ).job_spec()
+    request = LaunchRequest(
+        job=JobRef("0" * 32, "trainium"),
+        spec=spec,
+        service_url=settings.public_url,
+        tokens={"algo-1": "t1", "algo-2": "t2"},
+    )
+    backend = kubernetes_backend.KubernetesBackend.from_settings(settings)
+    manifests = backend.materialize(request).public["manifests"]
+    pods = [m for m in manifests if m["kind"] == "Pod"]
+    assert len(pods) == 2
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, NEWEST, strict=True)
+    pod = pods[0]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["aws.amazon.com/neuron"] == "16"
+    assert pod["nodeSelector"] == {
+        "pool": "training",
+        "node.kubernetes.io/instance-type": "trn2.48xlarge",
+    }
+    assert pod["tolerations"] == [
+        {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
+    ]

@@ -10,6 +10,7 @@ capacity error on the second of several launches, and instances that never termi
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -25,12 +26,15 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from contract.images import Catalog
 from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, TeardownError
+from provisioning.catalog import InstanceCatalog
+from provisioning.catalog_settings import InstanceTypeDefinition
 from provisioning.ec2 import userdata as ec2_userdata
 from provisioning.ec2.backend import ConsoleCache, Ec2Backend, Ec2Error, instance_state
 from provisioning.ec2.settings import Ec2Settings
@@ -541,6 +545,52 @@ def test_user_data_ends_the_instance_when_no_addresses_come(tmp_path: Path) -> N
     assert "runyard: no address for algo-1 after 1 s" in result.stderr
     assert not (tmp_path / "record" / "train").exists()
     assert (tmp_path / "record" / "shutdown").read_text() == "-h now\n"
+
+
+def test_a_configured_type_launches_as_ec2s_type_of_that_name(
+    ec2: Any, settings: Ec2Settings
+) -> None:
+    m7i = {"name": "ml.m7i.xlarge", "vcpus": 4, "memory_gib": 16}
+    catalog = InstanceCatalog.with_extra(
+        [InstanceTypeDefinition.model_validate(m7i).instance_type()]
+    )
+    backend = Ec2Backend(ec2, settings, artifact_root=ARTIFACT_ROOT, instance_catalog=catalog)
+    request = _request(instance_type="ml.m7i.xlarge")
+    backend.submit(request)
+    (instance,) = _instances(ec2, request.job.id)
+    assert instance["InstanceType"] == "m7i.xlarge"
+    # A server whose catalog lacks it refuses it, at submission and at launch.
+    problems = _backend(ec2, settings).check(request.spec, SERVICE_URL)
+    assert [p.loc for p in problems] == [("instance_type",)]
+    with pytest.raises(Ec2Error, match=r"'ml.m7i.xlarge' is not an ml\.\* type of the catalog"):
+        _backend(ec2, settings).materialize(_request(instance_type="ml.m7i.xlarge"))
+
+
+def test_the_built_in_types_have_ec2s_own_figures(ec2: Any) -> None:
+    # What EC2 says of each type (DescribeInstanceTypes, from moto's copy of AWS's data).
+    catalog = InstanceCatalog()
+    names = {name: name.removeprefix("ml.") for name in catalog.cluster_types()}
+    described: dict[str, dict[str, Any]] = {}
+    for name in names.values():
+        with contextlib.suppress(ClientError):  # a type moto's data lacks (p3, retired)
+            answer = ec2.describe_instance_types(InstanceTypes=[name])["InstanceTypes"]
+            described.update((kind["InstanceType"], kind) for kind in answer)
+    # The types added last must be there, so this compares something.
+    assert {"g6.xlarge", "g6.48xlarge", "p5e.48xlarge", "trn1.32xlarge"} <= set(described)
+    for name, ec2_name in names.items():
+        if ec2_name not in described:
+            continue
+        kind, figures = catalog[name], described[ec2_name]
+        accelerators = [
+            *figures.get("GpuInfo", {}).get("Gpus", []),
+            *figures.get("NeuronInfo", {}).get("NeuronDevices", []),
+        ]
+        assert kind.vcpus == figures["VCpuInfo"]["DefaultVCpus"], name
+        assert kind.memory_gib == figures["MemoryInfo"]["SizeInMiB"] / 1024, name
+        assert kind.gpus == sum(a["Count"] for a in accelerators), name
+        assert kind.gpu_model == (accelerators[0]["Name"] if accelerators else None), name
+        neuron = "NeuronInfo" in figures
+        assert (kind.gpu_resource == "aws.amazon.com/neuron") == neuron, name
 
 
 # -- launching --------------------------------------------------------------------------

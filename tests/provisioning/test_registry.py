@@ -58,7 +58,7 @@ def test_a_registered_record_is_offered_as_any_other_backend(
 
     record = BackendPlugin(
         name="inert",
-        instance_types=frozenset({"ml.m5.large"}),
+        instance_types=lambda catalog: frozenset({"ml.m5.large"}),
         build=build,
         teardown_budget=lambda server: 1234.0,
     )

@@ -3,6 +3,7 @@ server on the same RUNYARD_HOME, which must leave the first one alone."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -130,3 +131,45 @@ def test_a_setting_it_cannot_use_is_named_and_nothing_starts(tmp_path: Path) -> 
     )
     assert "Traceback" not in ran.stderr
     assert not (tmp_path / "home" / "server.json").exists()
+
+
+def _start_refused(home: Path, **variables: str) -> str:
+    """What `runyard server` says when it refuses to start with ``variables``."""
+    ran = subprocess.run(
+        [sys.executable, "-m", "runyard", "server", "--port", str(_free_port())],
+        env=_environment(home) | variables,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert not (home / "server.json").exists()
+    return ran.stderr
+
+
+def test_an_instance_type_it_cannot_use_is_named_with_its_field(tmp_path: Path) -> None:
+    entries = [
+        {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1},
+        {"name": "ml.trn2.48xlarge", "vcpus": 192, "memory_gib": 2048, "gpu": 16},
+    ]
+    stderr = _start_refused(tmp_path / "home", RUNYARD_INSTANCE_TYPES=json.dumps(entries))
+    assert stderr.splitlines() == [
+        "error: RUNYARD_INSTANCE_TYPES[1] (ml.trn2.48xlarge): gpu: Extra inputs are not permitted"
+    ]
+
+
+def test_a_rule_across_settings_is_told_without_the_other_settings(tmp_path: Path) -> None:
+    # Such a rule's input is every setting: the secret key must not be shown with it.
+    secret = "a-secret-key-that-must-stay-unseen"
+    stderr = _start_refused(
+        tmp_path / "home",
+        RUNYARD_SECRET_KEY=secret,
+        RUNYARD_CAPACITY='{"ml.g6e.xlarge": 2}',
+    )
+    assert stderr.splitlines() == [
+        "error: RUNYARD_CAPACITY: unknown instance type(s) ml.g6e.xlarge (add a type with "
+        "RUNYARD_INSTANCE_TYPES)"
+    ]
+    assert secret not in stderr

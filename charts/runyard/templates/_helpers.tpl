@@ -106,6 +106,17 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- toJson $s }}
 {{- end }}
 
+{{/* RUNYARD_BACKENDS: backends, and the instanceTypes it does not name on Kubernetes. */}}
+{{- define "runyard.backends" -}}
+{{- $backends := deepCopy .Values.backends }}
+{{- range .Values.instanceTypes }}
+{{- if not (hasKey $backends .name) }}
+{{- $_ := set $backends .name "kubernetes" }}
+{{- end }}
+{{- end }}
+{{- toJson $backends }}
+{{- end }}
+
 {{/* The non-secret settings, shared by the ConfigMap and the migration hook's copy. */}}
 {{- define "runyard.configData" -}}
 {{- if and .Values.artifacts.persistence.enabled (ne (include "runyard.jobsNamespace" .) .Release.Namespace) (not .Values.artifacts.persistence.existingClaim) }}
@@ -116,7 +127,10 @@ RUNYARD_HOME: /var/lib/runyard
 RUNYARD_ARTIFACT_ROOT: {{ .Values.artifacts.root | quote }}
 RUNYARD_PUBLIC_URL: {{ include "runyard.publicUrl" . | quote }}
 RUNYARD_ROOT_PATH: {{ .Values.rootPath | quote }}
-RUNYARD_BACKENDS: {{ .Values.backends | toJson | quote }}
+RUNYARD_BACKENDS: {{ include "runyard.backends" . | quote }}
+{{- with .Values.instanceTypes }}
+RUNYARD_INSTANCE_TYPES: {{ . | toJson | quote }}
+{{- end }}
 RUNYARD_KUBERNETES: {{ include "runyard.kubernetesSettings" . | quote }}
 {{- range $key, $value := .Values.extraConfig }}
 {{ $key }}: {{ $value | toString | quote }}
