@@ -691,9 +691,8 @@ def test_a_configured_types_pods_are_valid_kubernetes(
             "source_uri": "file:///var/lib/runyard/artifacts/sources/abc.tar.gz",
             "instance_type": "ml.trn2.48xlarge",
             "instance_count": 2,
-            "output_path": "file:///var/lib/runyard/artifacts",
         }
-    ).job_spec()
+    ).job_spec_at("file:///var/lib/runyard/artifacts")
     request = LaunchRequest(
         job=JobRef("0" * 32, "trainium"),
         spec=spec,
