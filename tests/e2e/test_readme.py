@@ -65,6 +65,7 @@ SKIPPED = {
     "docker compose exec -T api runyard token": "needs Docker (the compose stack)",
     "docker build -f service/Dockerfile": "needs Docker and a registry to push to",
     "helm install runyard charts/runyard": "needs a Kubernetes cluster",
+    "kubectl apply -f runyard-s3.yaml": "needs a Kubernetes cluster",
     "sudo mount -t nfs4": "needs root and an EFS or NFS export (the EC2 backend's artifacts)",
     "aws ec2 authorize-security-group-ingress": "needs an AWS account (EC2 security groups)",
     "AWS_ENDPOINT_URL_S3=http://127.0.0.1:9000": "needs an S3 endpoint (MinIO) and a second "
