@@ -82,10 +82,10 @@ CONTAINER_AUTHORIZATION = "AWS_CONTAINER_AUTHORIZATION_TOKEN"
 # What botocore's chain looks at before a container endpoint (keys, a profile, a web
 # identity, another container endpoint): a runtime that relays the job's own credentials
 # leaves none of them set, and points the shared files (AWS_FILE_VARIABLES) at nothing.
+# Keys themselves, as a machine hands them to what it starts (Kubernetes from a Secret).
+AWS_STATIC_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 AWS_KEY_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
+    *AWS_STATIC_KEYS,
     "AWS_PROFILE",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_ROLE_ARN",

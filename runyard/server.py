@@ -27,7 +27,7 @@ from runyard import variables
 from runyard.client import RunyardError, wait_until_up
 from service.auth.service import ensure_admin_token
 from service.kit.db import session_scope
-from service.kit.migrate import upgrade
+from service.kit.migrate import one_at_a_time, upgrade
 from service.settings import Settings
 
 log = logging.getLogger("runyard.server")
@@ -45,7 +45,6 @@ def prepare(settings: Settings) -> str:
     """Create RUNYARD_HOME, bring the schema up to date, make sure an admin token exists."""
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-    upgrade(settings.database_url)
     settings.signing_key()
     if settings.tenant_quotas:
         print(
@@ -53,9 +52,13 @@ def prepare(settings: Settings) -> str:
             "projects of those names; set RUNYARD_PROJECT_QUOTAS instead",
             file=sys.stderr,
         )
-    with session_scope(settings.database_url) as session:
-        configured = settings.admin_token.get_secret_value() if settings.admin_token else None
-        return ensure_admin_token(session, settings.home / "token", configured)
+    # Every API replica prepares the database as it starts, and so does `runyard migrate`:
+    # one after another, or they would create the same tables and tokens at once.
+    with one_at_a_time(settings.database_url):
+        upgrade(settings.database_url)
+        with session_scope(settings.database_url) as session:
+            configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+            return ensure_admin_token(session, settings.home / "token", configured)
 
 
 def run_api(settings: Settings, host: str, port: int) -> None:

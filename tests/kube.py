@@ -13,6 +13,7 @@ import functools
 import itertools
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -129,6 +130,13 @@ def _cluster() -> type[Any]:
                     message=f'{kind} "{name}" is invalid: {"; ".join(problems)}',
                 )
 
+        async def _serve_version(self, request: Any) -> Any:
+            # A real API server names the core group's version "v1", not "/v1"; clients
+            # that map kinds to resources through discovery (Helm's) find none otherwise.
+            listing = await super()._serve_version(request)
+            listing["groupVersion"] = listing["groupVersion"].removeprefix("/")
+            return listing
+
     return Cluster
 
 
@@ -172,6 +180,23 @@ class KubeServer:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
         self._loop.close()
+
+    def answer_helm(self, kubernetes_version: str) -> None:
+        """Answer what Helm asks a cluster before it renders a chart there: every built-in
+        kind (discovery), the server's version (a chart's kubeVersion is held to it), and
+        the OpenAPI document it validates objects with, empty: tests validate them against
+        kubernetes-validate's schemas instead."""
+        import kmock
+
+        major, minor, _patch = kubernetes_version.split(".")
+        with warnings.catch_warnings():
+            # kmock reads its bundled list with an importlib call Python deprecates.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.emulator.resources.load_bundled()
+        version = {"major": major, "minor": minor, "gitVersion": f"v{kubernetes_version}"}
+        self.emulator["get"]["/version"] << version
+        protobuf = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+        self.emulator["get"]["/openapi/v2"] << kmock.headers({"Content-Type": protobuf}) << b""
 
     def api(self) -> client.CoreV1Api:
         from kubernetes import client

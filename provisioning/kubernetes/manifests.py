@@ -21,7 +21,7 @@ import math
 import re
 from typing import Any
 
-from contract import variables
+from contract import storage, variables
 from contract.images import BUILTIN, Choice
 from contract.layout import CONFIG_DIR, IMAGE_BASE_DIR
 from provisioning.base import LaunchRequest, file_uri_path
@@ -254,6 +254,7 @@ def _pod(
             "name": variables.AGENT_KEY,
             "valueFrom": {"secretKeyRef": {"name": f"{base}-token", "key": AGENT_KEY_KEY}},
         },
+        *_s3_environment(settings, machine_credentials=not request.aws_credentials),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "config", "mountPath": f"{IMAGE_BASE_DIR}/{CONFIG_DIR}", "readOnly": True},
@@ -315,6 +316,27 @@ def _pod(
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _s3_environment(
+    settings: KubernetesSettings, *, machine_credentials: bool
+) -> list[dict[str, Any]]:
+    """Where S3 is, from the operator's Secret (``s3_secret``), one variable per key it may
+    hold; and its keys, only where the job's instances bring their own credentials: the
+    service otherwise gives each job credentials limited to its own locations, and keys
+    that reach further have no place in its pods."""
+    if not settings.s3_secret:
+        return []
+    names = [*storage.S3_ENDPOINT_ENV, *(variables.AWS_STATIC_KEYS if machine_credentials else ())]
+    return [
+        {
+            "name": name,
+            "valueFrom": {
+                "secretKeyRef": {"name": settings.s3_secret, "key": name, "optional": True}
+            },
+        }
+        for name in names
+    ]
 
 
 def resources(kind: InstanceType, volume_size_gib: int) -> dict[str, dict[str, str]]:

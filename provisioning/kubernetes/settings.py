@@ -65,7 +65,21 @@ class KubernetesSettings(BaseModel):
     service_account: str | None = Field(
         default=None,
         description="The job pods' own identity; it needs no Kubernetes permissions at all. "
-        "Unset: the namespace's default.",
+        "Unset: the namespace's default. Its annotations can give the pods a cloud role "
+        "(IRSA's `eks.amazonaws.com/role-arn`, GKE Workload Identity's "
+        "`iam.gke.io/gcp-service-account`), which they use with "
+        "`RUNYARD_INSTANCE_CREDENTIALS=machine`.",
+    )
+    s3_secret: str | None = Field(
+        default=None,
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+        description="A Secret in `namespace` whose keys become the job pods' S3 settings: "
+        "`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, `AWS_REGION` and `AWS_DEFAULT_REGION` "
+        "always, and `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` "
+        "only with `RUNYARD_INSTANCE_CREDENTIALS=machine` (otherwise each job gets its own "
+        "credentials from the service). Each key may be missing. Unset: the pods know "
+        "only AWS's own endpoints.",
     )
     node_selector: dict[str, str] = Field(
         default_factory=dict,

@@ -1,7 +1,9 @@
 """charts/runyard, rendered and linted by Helm's own engine (helm_python: the Helm v4 Go SDK
 through its C library, offline), every object checked against the official schemas of the
 oldest Kubernetes the chart claims and of the newest kubernetes-validate ships (strict:
-an unknown field fails), and the settings it renders parsed by Runyard's own Settings."""
+an unknown field fails), and the settings it renders parsed by Runyard's own Settings.
+What the chart runs beside Runyard (its own databases, secrets, S3, network policies) is
+tested in test_chart_standalone.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import copy
 import json
 import re
 import typing
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,21 @@ from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import backend as kubernetes_backend
 from provisioning.kubernetes.settings import KubernetesSettings
 from service.jobs.schemas import JobCreate
-from service.settings import Settings
+from tests.deploy.chart import (
+    CHART,
+    NAMESPACE,
+    NEWEST,
+    OLDEST,
+    environment,
+    objects_of,
+    one,
+    pod_spec,
+    render_texts,
+    runyard_settings,
+    secret_refs,
+    workloads,
+)
 from tests.deploy.support import REPO, SERVICE_COMMANDS, assert_health_route, check_runyard_args
-
-CHART = REPO / "charts" / "runyard"
-RELEASE, NAMESPACE = "ry", "ml"
-NEWEST = kubernetes_validate.utils.latest_version()
-# The floor of Chart.yaml's kubeVersion (">=1.30.0-0").
-KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
-OLDEST = KUBE_VERSION.removeprefix(">=").removesuffix(".0-0")
 
 
 def _docs_values(name: str) -> dict[str, Any]:
@@ -43,15 +50,24 @@ def _docs_values(name: str) -> dict[str, Any]:
     return values
 
 
-REQUIRED = {
+# Everything outside the cluster given: the chart then runs no database of its own.
+EXTERNAL = {
     "database": {"url": "postgresql://runyard:pw@postgres.db:5432/runyard"},
     "broker": {"url": "redis://redis.db:6379/0"},
     "secretKey": "9" * 64,
 }
+S3_ROOT = "s3://runyard-artifacts/prod"
 VARIANTS: dict[str, dict[str, Any]] = {
-    "defaults": REQUIRED,
+    # Nothing given: the chart's own PostgreSQL and Redis, generated secrets.
+    "defaults": {},
+    "external": EXTERNAL,
+    "external-database-only": {"database": EXTERNAL["database"]},
+    "ephemeral-databases": {
+        "postgresql": {"persistence": {"enabled": False}},
+        "redis": {"persistence": {"enabled": False}},
+    },
     "ingress": {
-        **REQUIRED,
+        **EXTERNAL,
         "ingress": {
             "enabled": True,
             "className": "nginx",
@@ -59,17 +75,43 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "tls": [{"hosts": ["runyard.test"], "secretName": "runyard-tls"}],
         },
     },
-    "volcano": {**REQUIRED, "kubernetes": {"gang_scheduler": "volcano", "gang_queue": "train"}},
+    "volcano": {**EXTERNAL, "kubernetes": {"gang_scheduler": "volcano", "gang_queue": "train"}},
     "existing-secret": {"existingSecret": "runyard-credentials"},
     "jobs-namespace": {
-        **REQUIRED,
+        **EXTERNAL,
         "kubernetes": {"namespace": "training"},
         "createJobsNamespace": True,
         "artifacts": {"persistence": {"existingClaim": "shared-artifacts"}},
     },
-    "no-persistence": {**REQUIRED, "artifacts": {"persistence": {"enabled": False}}},
     # The values the instance-types section of docs/deploying.md gives.
-    "instance-types": {**REQUIRED, **_docs_values("instance-types.yaml")},
+    "instance-types": {**EXTERNAL, **_docs_values("instance-types.yaml")},
+    "no-persistence": {**EXTERNAL, "artifacts": {"persistence": {"enabled": False}}},
+    # S3 artifacts with keys from values, job pods told the endpoint by the chart.
+    "s3": {
+        "artifacts": {
+            "root": S3_ROOT,
+            "s3": {
+                "endpoint": "http://minio.storage.svc:9000",
+                "region": "eu-west-1",
+                "accessKeyId": "runyard-server",
+                "secretAccessKey": "server-secret-key-1",
+            },
+        },
+    },
+    # S3 with the operator's Secrets, job pods in their own namespace with a cloud identity.
+    "s3-operator-secrets": {
+        "artifacts": {
+            "root": S3_ROOT,
+            "s3": {"existingSecret": "runyard-s3", "stsEndpoint": "https://sts.example.test"},
+        },
+        "kubernetes": {"namespace": "training", "s3_secret": "training-s3"},
+        "createJobsNamespace": True,
+        "jobServiceAccount": {
+            "create": True,
+            "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/jobs"},
+        },
+    },
+    "no-network-policies": {"networkPolicy": {"enabled": False}},
 }
 
 # What the kubernetes backend does in the jobs namespace: (apiGroup, resource) -> verbs.
@@ -86,46 +128,8 @@ VOLCANO_RULE = {("scheduling.volcano.sh", "podgroups"): {"create", "delete"}}
 G6E = {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1, "gpu_model": "L40S"}
 
 
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(CHART) as loaded:
-        yield loaded
-
-
-def _render_texts(chart: helm.Chart, values: dict[str, Any]) -> dict[str, str]:
-    return chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-
-
-def _objects(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
-    objects = []
-    for template, text in sorted(_render_texts(chart, values).items()):
-        if template.endswith("NOTES.txt"):
-            continue
-        objects += [doc for doc in yaml.safe_load_all(text) if doc]
-    return objects
-
-
-def _one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
-    assert len(found) == 1, f"{len(found)} {kind} {name or ''}"
-    return found[0]
-
-
-def _workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Deployments and Jobs by component: api, worker, beat, migrate."""
-    return {
-        o["metadata"]["labels"]["app.kubernetes.io/component"]: o
-        for o in objects
-        if o["kind"] in ("Deployment", "Job")
-    }
-
-
-def _pod(workload: dict[str, Any]) -> dict[str, Any]:
-    return workload["spec"]["template"]["spec"]
-
-
 def _rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    role = _one(objects, "Role")
+    role = one(objects, "Role")
     rules: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
         assert "resourceNames" not in rule
@@ -133,25 +137,6 @@ def _rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
             for resource in rule["resources"]:
                 rules.setdefault((group, resource), set()).update(rule["verbs"])
     return rules
-
-
-def _environment(objects: list[dict[str, Any]], component: str) -> dict[str, str]:
-    """The environment a component's container gets: its ConfigMap and Secret keys."""
-    container = _pod(_workloads(objects)[component])["containers"][0]
-    (source,) = container["envFrom"]
-    environ = dict(_one(objects, "ConfigMap", source["configMapRef"]["name"])["data"])
-    for item in container["env"]:
-        ref = item["valueFrom"]["secretKeyRef"]
-        data = _one(objects, "Secret", ref["name"])["stringData"]
-        if ref["key"] in data or not ref.get("optional"):
-            environ[item["name"]] = data[ref["key"]]
-    return environ
-
-
-def _settings(environ: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    for key, value in environ.items():
-        monkeypatch.setenv(key, value)
-    return Settings()
 
 
 # -- Helm's own checks ------------------------------------------------------------------
@@ -172,7 +157,7 @@ def test_lint_is_clean(variant: str) -> None:
 @pytest.mark.parametrize("version", sorted({OLDEST, NEWEST}))
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_object_is_valid_kubernetes(chart: helm.Chart, variant: str, version: str) -> None:
-    objects = _objects(chart, VARIANTS[variant])
+    objects = objects_of(chart, VARIANTS[variant])
     assert len(objects) >= 8
     for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
@@ -180,7 +165,7 @@ def test_every_object_is_valid_kubernetes(chart: helm.Chart, variant: str, versi
 
 def test_names_are_unique_per_kind(chart: helm.Chart) -> None:
     for variant in VARIANTS.values():
-        keys = [(o["kind"], o["metadata"]["name"]) for o in _objects(chart, variant)]
+        keys = [(o["kind"], o["metadata"]["name"]) for o in objects_of(chart, variant)]
         assert len(keys) == len(set(keys)), keys
 
 
@@ -188,28 +173,32 @@ def test_names_are_unique_per_kind(chart: helm.Chart) -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "unset"),
+    ("value", "values"),
     [
-        ("database.url", {"database": {"url": ""}}),
-        ("broker.url", {"broker": {"url": ""}}),
-        ("secretKey", {"secretKey": ""}),
+        ("database.url", {"postgresql": {"enabled": False}}),
+        ("broker.url", {"redis": {"enabled": False}}),
     ],
 )
-def test_a_missing_required_value_fails_naming_it(
-    chart: helm.Chart, value: str, unset: dict[str, Any]
+def test_a_database_turned_off_needs_its_url(
+    chart: helm.Chart, value: str, values: dict[str, Any]
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(f"{value} is required")):
-        _render_texts(chart, {**REQUIRED, **unset})
+        render_texts(chart, values)
 
 
-def test_nothing_renders_without_values(chart: helm.Chart) -> None:
-    with pytest.raises(helm.HelmRenderError, match=r"database\.url is required"):
-        _render_texts(chart, {})
-
-
-def test_a_short_secret_key_is_refused(chart: helm.Chart) -> None:
-    with pytest.raises(helm.HelmRenderError, match="at least 32 characters"):
-        _render_texts(chart, {**REQUIRED, "secretKey": "changeme"})
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"postgresql": {"enabled": True}, "database": EXTERNAL["database"]}, "database.url"),
+        ({"redis": {"enabled": True}, "broker": EXTERNAL["broker"]}, "broker.url"),
+        ({"postgresql": {"enabled": True}, "existingSecret": "mine"}, "existingSecret"),
+    ],
+)
+def test_a_database_both_bundled_and_given_is_refused(
+    chart: helm.Chart, values: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(helm.HelmRenderError, match=rf"enabled is true and {re.escape(named)}"):
+        render_texts(chart, values)
 
 
 @pytest.mark.parametrize(
@@ -232,16 +221,26 @@ def test_a_short_secret_key_is_refused(chart: helm.Chart) -> None:
             {"instanceTypes": [{**G6E, "tolerations": [{"key": "gpu", "operatr": "Exists"}]}]},
             "/instanceTypes/0/tolerations/0",
         ),
+        ({"secretKey": "changeme"}, "/secretKey"),
+        ({"postgresql": {"enabled": "yes"}}, "/postgresql/enabled"),
+        ({"redis": {"persistence": {"size": "lots"}}}, "/redis/persistence/size"),
+        ({"networkPolicies": {"enabled": False}}, "networkPolicies"),
+        ({"artifacts": {"root": "gs://bucket/prefix"}}, "/artifacts/root"),
+        ({"artifacts": {"root": "s3://Not_A_Bucket"}}, "/artifacts/root"),
+        ({"artifacts": {"s3": {"endpoint": "minio:9000"}}}, "/artifacts/s3/endpoint"),
+        ({"artifacts": {"s3": {"bucket": "x"}}}, "/artifacts/s3"),
+        ({"kubernetes": {"s3_secret": "Not_A_Name"}}, "/kubernetes/s3_secret"),
+        ({"jobServiceAccount": {"annotations": {"a": 1}}}, "/jobServiceAccount/annotations/a"),
     ],
 )
 def test_the_schema_rejects_wrong_values(
     chart: helm.Chart, values: dict[str, Any], where: str
 ) -> None:
     with pytest.raises(helm.HelmValuesError, match=re.escape(where)):
-        chart.validate_schema({**REQUIRED, **values})
+        chart.validate_schema({**EXTERNAL, **values})
     # And so does every install, before any template runs.
     with pytest.raises(helm.HelmValuesError):
-        _render_texts(chart, {**REQUIRED, **values})
+        render_texts(chart, {**EXTERNAL, **values})
 
 
 def test_the_schema_accepts_every_variant(chart: helm.Chart) -> None:
@@ -325,16 +324,16 @@ def test_the_kubernetes_values_are_the_backend_settings(chart: helm.Chart) -> No
 def test_the_rendered_settings_are_valid_runyard_settings(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objects = _objects(chart, REQUIRED)
+    objects = objects_of(chart, EXTERNAL)
     for component in SERVICE_COMMANDS:
-        environ = _environment(objects, component)
+        environ = environment(objects, component)
         KubernetesSettings.model_validate_json(environ["RUNYARD_KUBERNETES"])
-        settings = _settings(environ, monkeypatch)
+        settings = runyard_settings(environ, monkeypatch)
         assert settings.environment == "production"
-        assert settings.database_url == REQUIRED["database"]["url"]
-        assert settings.broker_url == REQUIRED["broker"]["url"]
+        assert settings.database_url == EXTERNAL["database"]["url"]
+        assert settings.broker_url == EXTERNAL["broker"]["url"]
         assert settings.secret_key is not None
-        assert settings.secret_key.get_secret_value() == REQUIRED["secretKey"]
+        assert settings.secret_key.get_secret_value() == EXTERNAL["secretKey"]
     kube = settings.kubernetes
     assert kube.namespace == NAMESPACE
     assert kube.image == "runyard/runtime:0.1.0"
@@ -346,7 +345,7 @@ def test_the_rendered_settings_are_valid_runyard_settings(
     ml_types = InstanceCatalog().cluster_types()
     assert settings.backends == dict.fromkeys(ml_types, "kubernetes")
     # Job pods reach the API through its Service.
-    service = _one(objects, "Service", "ry-runyard-api")
+    service = one(objects, "Service", "ry-runyard-api")
     port = service["spec"]["ports"][0]["port"]
     assert settings.public_url == f"http://ry-runyard-api.{NAMESPACE}.svc.cluster.local:{port}"
 
@@ -360,6 +359,7 @@ def test_every_kubernetes_setting_reaches_the_worker(
         "image_pull_policy": "Always",
         "image_pull_secrets": ["registry"],
         "service_account": "trainer",
+        "s3_secret": "training-s3",
         "node_selector": {"pool": "gpu"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "priority_class": "training",
@@ -370,13 +370,13 @@ def test_every_kubernetes_setting_reaches_the_worker(
         "agent_port": 7100,
     }
     values = {
-        **REQUIRED,
+        **EXTERNAL,
         "kubernetes": given,
         "publicUrl": "https://runyard.test",
         "backends": {"ml.p4d.24xlarge": "ec2"},
         "extraConfig": {"RUNYARD_MAX_INSTANCE_COUNT": 32},
     }
-    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    settings = runyard_settings(environment(objects_of(chart, values), "worker"), monkeypatch)
     assert settings.kubernetes == KubernetesSettings(
         **given, artifact_volume_claim="ry-runyard-artifacts"
     )
@@ -390,16 +390,16 @@ def test_the_cluster_domain_reaches_the_api_url_and_the_job_pods(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert chart.values["clusterDomain"] == KubernetesSettings().cluster_domain
-    values = {**REQUIRED, "clusterDomain": "k8s.example.internal"}
-    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    values = {**EXTERNAL, "clusterDomain": "k8s.example.internal"}
+    settings = runyard_settings(environment(objects_of(chart, values), "worker"), monkeypatch)
     assert settings.kubernetes.cluster_domain == "k8s.example.internal"
     assert settings.public_url.startswith(f"http://ry-runyard-api.{NAMESPACE}.svc.k8s.example.")
 
 
 def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
-    objects = _objects(chart, REQUIRED)
+    objects = objects_of(chart, EXTERNAL)
     assert _rules(objects) == BACKEND_RULES
-    role, binding = _one(objects, "Role"), _one(objects, "RoleBinding")
+    role, binding = one(objects, "Role"), one(objects, "RoleBinding")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["roleRef"] == {
@@ -407,14 +407,14 @@ def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
         "kind": "Role",
         "name": role["metadata"]["name"],
     }
-    account = _one(objects, "ServiceAccount")["metadata"]["name"]
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     # Only the worker holds that identity; the other pods mount no API token at all.
-    for component, workload in _workloads(objects).items():
-        pod = _pod(workload)
+    for component, workload in workloads(objects).items():
+        pod = pod_spec(workload)
         if component == "worker":
             assert pod["serviceAccountName"] == account
             assert pod["automountServiceAccountToken"] is True
@@ -424,9 +424,9 @@ def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
 
 
 def test_podgroups_are_allowed_only_with_volcano(chart: helm.Chart) -> None:
-    assert _rules(_objects(chart, VARIANTS["volcano"])) == {**BACKEND_RULES, **VOLCANO_RULE}
-    kueue = {**REQUIRED, "kubernetes": {"gang_scheduler": "kueue"}}
-    assert _rules(_objects(chart, kueue)) == BACKEND_RULES
+    assert _rules(objects_of(chart, VARIANTS["volcano"])) == {**BACKEND_RULES, **VOLCANO_RULE}
+    kueue = {**EXTERNAL, "kubernetes": {"gang_scheduler": "kueue"}}
+    assert _rules(objects_of(chart, kueue)) == BACKEND_RULES
 
 
 def test_the_role_allows_exactly_the_calls_the_backend_makes(chart: helm.Chart) -> None:
@@ -448,41 +448,72 @@ def test_the_role_allows_exactly_the_calls_the_backend_makes(chart: helm.Chart) 
         else:
             resource = ("", kind.replace("_", "") + "s")
         used.setdefault(resource, set()).add(verbs[action])
-    assert _rules(_objects(chart, VARIANTS["volcano"])) == used
+    assert _rules(objects_of(chart, VARIANTS["volcano"])) == used
 
 
-def test_the_migration_runs_as_a_hook_before_install_and_upgrade(chart: helm.Chart) -> None:
-    objects = _objects(chart, REQUIRED)
-    job = _workloads(objects)["migrate"]
+def _hooks(obj: dict[str, Any]) -> set[str]:
+    return set(obj["metadata"]["annotations"]["helm.sh/hook"].split(","))
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return obj["metadata"].get("annotations") or {}
+
+
+def _sources(container: dict[str, Any]) -> set[str]:
+    """The ConfigMap and Secrets a container's environment comes from."""
+    names = {source["configMapRef"]["name"] for source in container["envFrom"]}
+    return names | {ref["name"] for ref in secret_refs(container).values()}
+
+
+@pytest.mark.parametrize("values", [{}, EXTERNAL], ids=["bundled", "external"])
+def test_the_migration_runs_after_install_on_the_releases_own_settings(
+    chart: helm.Chart, values: dict[str, Any]
+) -> None:
+    # After, not before, the first install: the chart's own PostgreSQL is part of the
+    # release, so before it there is no database to migrate.
+    objects = objects_of(chart, values)
+    job = workloads(objects)["migrate"]
     assert job["kind"] == "Job"
-    hooks = job["metadata"]["annotations"]
-    assert set(hooks["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
-    container = _pod(job)["containers"][0]
+    assert _hooks(job) == {"post-install", "pre-upgrade"}
+    container = pod_spec(job)["containers"][0]
     assert container["command"] == ["runyard", "migrate"]
-    assert _pod(job)["restartPolicy"] == "Never"
-    # It runs before the release's own ConfigMap and Secret exist: it must use hook copies
-    # created before it, and mount no artifact claim (not created yet either).
-    refs = {container["envFrom"][0]["configMapRef"]["name"]}
-    refs |= {item["valueFrom"]["secretKeyRef"]["name"] for item in container["env"]}
-    copies = [o for o in objects if o["metadata"]["name"] in refs and o["kind"] != "Job"]
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    # The release's ConfigMap and Secret exist by then: no hook copies are made.
+    assert _sources(container) == {"ry-runyard"}
+    assert [o["kind"] for o in objects if "helm.sh/hook" in _annotations(o)] == ["Job"]
+    assert not [v for v in pod_spec(job)["volumes"] if "persistentVolumeClaim" in v]
+    assert environment(objects, "migrate") == environment(objects, "api")
+
+
+def test_the_migration_runs_before_an_upgrade_on_copies_of_the_new_settings(
+    chart: helm.Chart,
+) -> None:
+    new = {**EXTERNAL, "database": {"url": "postgresql://runyard:pw@new.db:5432/runyard"}}
+    objects = objects_of(chart, new, upgrade=True)
+    job = workloads(objects)["migrate"]
+    hooks = job["metadata"]["annotations"]
+    # The release's own ConfigMap and Secret still hold the old values before an upgrade:
+    # the Job reads copies of the new ones, hooks made before it.
+    container = pod_spec(job)["containers"][0]
+    copies = [o for o in objects if o["metadata"]["name"] in _sources(container) and o is not job]
     assert {o["kind"] for o in copies} == {"ConfigMap", "Secret"}
     for obj in copies:
         annotations = obj["metadata"]["annotations"]
-        assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+        assert _hooks(obj) == {"post-install", "pre-upgrade"}
         assert int(annotations["helm.sh/hook-weight"]) < int(hooks["helm.sh/hook-weight"])
         # Removed once the migration succeeded: the release's own copies take over.
         assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
-    assert not [v for v in _pod(job)["volumes"] if "persistentVolumeClaim" in v]
-    # Copies of the same settings the Deployments get.
-    assert _environment(objects, "migrate") == _environment(objects, "api")
+    assert container["command"] == ["runyard", "migrate"]
+    assert environment(objects, "migrate") == environment(objects, "api")
+    assert environment(objects, "migrate")["RUNYARD_DATABASE_URL"] == new["database"]["url"]
 
 
 def test_every_container_runs_a_runyard_command(chart: helm.Chart) -> None:
     for values in VARIANTS.values():
-        workloads = _workloads(_objects(chart, values))
-        assert set(workloads) == set(SERVICE_COMMANDS)
-        for component, workload in workloads.items():
-            (container,) = _pod(workload)["containers"]
+        parts = workloads(objects_of(chart, values))
+        assert set(parts) == set(SERVICE_COMMANDS)
+        for component, workload in parts.items():
+            (container,) = pod_spec(workload)["containers"]
             assert container["image"] == "runyard/service:0.1.0"
             program, *argv = container["command"]
             assert program == "runyard"
@@ -490,17 +521,17 @@ def test_every_container_runs_a_runyard_command(chart: helm.Chart) -> None:
 
 
 def test_beat_is_a_single_pod_replaced_not_rolled(chart: helm.Chart) -> None:
-    values = {**REQUIRED, "api": {"replicaCount": 3}, "worker": {"replicaCount": 5}}
-    workloads = _workloads(_objects(chart, values))
-    assert workloads["beat"]["spec"]["replicas"] == 1
-    assert workloads["beat"]["spec"]["strategy"] == {"type": "Recreate"}
-    assert workloads["api"]["spec"]["replicas"] == 3
-    assert workloads["worker"]["spec"]["replicas"] == 5
+    values = {**EXTERNAL, "api": {"replicaCount": 3}, "worker": {"replicaCount": 5}}
+    parts = workloads(objects_of(chart, values))
+    assert parts["beat"]["spec"]["replicas"] == 1
+    assert parts["beat"]["spec"]["strategy"] == {"type": "Recreate"}
+    assert parts["api"]["spec"]["replicas"] == 3
+    assert parts["worker"]["spec"]["replicas"] == 5
 
 
 def test_the_api_is_probed_on_its_health_route(chart: helm.Chart, tmp_path: Path) -> None:
-    objects = _objects(chart, REQUIRED)
-    (container,) = _pod(_workloads(objects)["api"])["containers"]
+    objects = objects_of(chart, EXTERNAL)
+    (container,) = pod_spec(workloads(objects)["api"])["containers"]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert check_runyard_args(container["command"][1:]) == "api"
     assert container["command"][container["command"].index("--port") + 1] == str(ports["http"])
@@ -508,25 +539,25 @@ def test_the_api_is_probed_on_its_health_route(chart: helm.Chart, tmp_path: Path
         get = container[probe]["httpGet"]
         assert get["port"] == "http"
         assert_health_route(get["path"], tmp_path)
-    service = _one(objects, "Service")
+    service = one(objects, "Service")
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     assert (
-        service["spec"]["selector"] == _workloads(objects)["api"]["spec"]["selector"]["matchLabels"]
+        service["spec"]["selector"] == workloads(objects)["api"]["spec"]["selector"]["matchLabels"]
     )
 
 
 def test_resources_come_from_values(chart: helm.Chart) -> None:
     wanted = {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}}
-    values = copy.deepcopy(REQUIRED)
+    values = copy.deepcopy(EXTERNAL)
     for component in ("api", "worker", "beat", "migration"):
         values[component] = {"resources": wanted}
-    for workload in _workloads(_objects(chart, values)).values():
-        assert _pod(workload)["containers"][0]["resources"] == wanted
+    for workload in workloads(objects_of(chart, values)).values():
+        assert pod_spec(workload)["containers"][0]["resources"] == wanted
 
 
 def test_control_plane_pods_run_as_non_root(chart: helm.Chart) -> None:
-    for workload in _workloads(_objects(chart, REQUIRED)).values():
-        pod = _pod(workload)
+    for workload in workloads(objects_of(chart, EXTERNAL)).values():
+        pod = pod_spec(workload)
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] != 0
         for container in pod["containers"]:
@@ -541,14 +572,14 @@ def test_control_plane_pods_run_as_non_root(chart: helm.Chart) -> None:
 def test_the_artifact_claim_is_shared_by_api_worker_and_job_pods(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objects = _objects(chart, REQUIRED)
-    claim = _one(objects, "PersistentVolumeClaim")
+    objects = objects_of(chart, EXTERNAL)
+    claim = one(objects, "PersistentVolumeClaim")
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    settings = _settings(_environment(objects, "worker"), monkeypatch)
+    settings = runyard_settings(environment(objects, "worker"), monkeypatch)
     root = settings.artifact_root.removeprefix("file://")
-    for component, workload in _workloads(objects).items():
-        pod = _pod(workload)
+    for component, workload in workloads(objects).items():
+        pod = pod_spec(workload)
         claims = {
             v["name"]: v["persistentVolumeClaim"]["claimName"]
             for v in pod["volumes"]
@@ -567,35 +598,35 @@ def test_the_artifact_claim_is_shared_by_api_worker_and_job_pods(
 def test_without_persistence_nothing_is_mounted(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    objects = _objects(chart, VARIANTS["no-persistence"])
+    objects = objects_of(chart, VARIANTS["no-persistence"])
     assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
-    settings = _settings(_environment(objects, "worker"), monkeypatch)
+    settings = runyard_settings(environment(objects, "worker"), monkeypatch)
     assert settings.kubernetes.artifact_volume_claim is None
-    notes = _render_texts(chart, VARIANTS["no-persistence"])["runyard/templates/NOTES.txt"]
+    notes = render_texts(chart, VARIANTS["no-persistence"])["runyard/templates/NOTES.txt"]
     assert "No shared artifact claim" in notes
 
 
 def test_another_jobs_namespace_needs_a_claim_that_exists_there(chart: helm.Chart) -> None:
-    values = {**REQUIRED, "kubernetes": {"namespace": "training"}}
+    values = {**EXTERNAL, "kubernetes": {"namespace": "training"}}
     with pytest.raises(helm.HelmRenderError, match=r"artifacts\.persistence\.existingClaim"):
-        _render_texts(chart, values)
-    objects = _objects(chart, VARIANTS["jobs-namespace"])
-    assert _one(objects, "Namespace")["metadata"]["name"] == "training"
-    assert _one(objects, "Role")["metadata"]["namespace"] == "training"
-    binding = _one(objects, "RoleBinding")
+        render_texts(chart, values)
+    objects = objects_of(chart, VARIANTS["jobs-namespace"])
+    assert one(objects, "Namespace")["metadata"]["name"] == "training"
+    assert one(objects, "Role")["metadata"]["namespace"] == "training"
+    binding = one(objects, "RoleBinding")
     assert binding["metadata"]["namespace"] == "training"
     assert binding["subjects"][0]["namespace"] == NAMESPACE
     assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
-    environ = _environment(objects, "worker")
+    environ = environment(objects, "worker")
     assert json.loads(environ["RUNYARD_KUBERNETES"])["namespace"] == "training"
     assert json.loads(environ["RUNYARD_KUBERNETES"])["artifact_volume_claim"] == "shared-artifacts"
 
 
 def test_an_existing_secret_replaces_the_charts_own(chart: helm.Chart) -> None:
-    objects = _objects(chart, VARIANTS["existing-secret"])
+    objects = objects_of(chart, VARIANTS["existing-secret"])
     assert not [o for o in objects if o["kind"] == "Secret"]
-    for component, workload in _workloads(objects).items():
-        container = _pod(workload)["containers"][0]
+    for component, workload in workloads(objects).items():
+        container = pod_spec(workload)["containers"][0]
         refs = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
         assert refs == {
             **{
@@ -611,29 +642,29 @@ def test_an_existing_secret_replaces_the_charts_own(chart: helm.Chart) -> None:
 
 
 def test_secrets_stay_out_of_the_configmap(chart: helm.Chart) -> None:
-    objects = _objects(chart, REQUIRED)
+    objects = objects_of(chart, EXTERNAL)
     for config in (o for o in objects if o["kind"] == "ConfigMap"):
         text = json.dumps(config["data"])
-        assert REQUIRED["secretKey"] not in text
+        assert EXTERNAL["secretKey"] not in text
         assert "pw@" not in text
         assert not {"RUNYARD_DATABASE_URL", "RUNYARD_SECRET_KEY"} & set(config["data"])
 
 
 def test_the_ingress_routes_to_the_api_service(chart: helm.Chart) -> None:
-    objects = _objects(chart, VARIANTS["ingress"])
-    ingress = _one(objects, "Ingress")
+    objects = objects_of(chart, VARIANTS["ingress"])
+    ingress = one(objects, "Ingress")
     assert ingress["spec"]["ingressClassName"] == "nginx"
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
-    service = _one(objects, "Service")
+    service = one(objects, "Service")
     assert backend == {"name": service["metadata"]["name"], "port": {"name": "http"}}
-    assert not [o for o in _objects(chart, REQUIRED) if o["kind"] == "Ingress"]
+    assert not [o for o in objects_of(chart, EXTERNAL) if o["kind"] == "Ingress"]
 
 
 def test_notes_say_how_to_get_a_token(chart: helm.Chart) -> None:
-    notes = _render_texts(chart, REQUIRED)["runyard/templates/NOTES.txt"]
+    notes = render_texts(chart, EXTERNAL)["runyard/templates/NOTES.txt"]
     assert f"kubectl -n {NAMESPACE} exec deploy/ry-runyard-api -- runyard token" in notes
     assert "port-forward svc/ry-runyard-api 8642:8642" in notes
-    ingress = _render_texts(chart, VARIANTS["ingress"])["runyard/templates/NOTES.txt"]
+    ingress = render_texts(chart, VARIANTS["ingress"])["runyard/templates/NOTES.txt"]
     assert "https://runyard.test" in ingress
 
 
@@ -641,12 +672,10 @@ def test_an_admin_token_from_values_reaches_every_api_replica(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = "ry_" + "a1" * 20
-    objects = _objects(chart, {**REQUIRED, "adminToken": token})
-    settings = _settings(_environment(objects, "api"), monkeypatch)
+    objects = objects_of(chart, {**EXTERNAL, "adminToken": token})
+    settings = runyard_settings(environment(objects, "api"), monkeypatch)
     assert settings.admin_token is not None
     assert settings.admin_token.get_secret_value() == token
-    # Without one, nothing is set and each API pod mints its own.
-    assert "RUNYARD_ADMIN_TOKEN" not in _environment(_objects(chart, REQUIRED), "api")
 
 
 def test_instance_types_reach_the_settings_and_run_on_kubernetes_unless_told(
@@ -655,7 +684,7 @@ def test_instance_types_reach_the_settings_and_run_on_kubernetes_unless_told(
     given = VARIANTS["instance-types"]
     trn2 = next(kind for kind in given["instanceTypes"] if kind["name"] == "ml.trn2.48xlarge")
     values = {**given, "backends": {"ml.trn2.48xlarge": "ec2"}}
-    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    settings = runyard_settings(environment(objects_of(chart, values), "worker"), monkeypatch)
     catalog = settings.instance_catalog
     g6e = catalog["ml.g6e.xlarge"]
     assert (g6e.vcpus, g6e.memory_gib, g6e.gpus, g6e.gpu_model) == (4, 32, 1, "L40S")
@@ -670,7 +699,7 @@ def test_instance_types_reach_the_settings_and_run_on_kubernetes_unless_told(
     assert settings.backends["ml.p4d.24xlarge"] == "kubernetes"
     assert set(catalog) - set(InstanceCatalog()) == {"ml.g6e.xlarge", "ml.trn2.48xlarge"}
     # Without instanceTypes, the setting is not there at all: the built-in types alone.
-    assert "RUNYARD_INSTANCE_TYPES" not in _environment(_objects(chart, REQUIRED), "worker")
+    assert "RUNYARD_INSTANCE_TYPES" not in environment(objects_of(chart, EXTERNAL), "worker")
 
 
 def test_a_configured_types_pods_are_valid_kubernetes(
@@ -683,7 +712,7 @@ def test_a_configured_types_pods_are_valid_kubernetes(
             "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
         },
     }
-    settings = _settings(_environment(_objects(chart, values), "worker"), monkeypatch)
+    settings = runyard_settings(environment(objects_of(chart, values), "worker"), monkeypatch)
     spec = JobCreate.model_validate(
         {
             "name": "trainium",
@@ -699,7 +728,7 @@ def test_a_configured_types_pods_are_valid_kubernetes(
         service_url=settings.public_url,
         tokens={"algo-1": "t1", "algo-2": "t2"},
     )
-    backend = kubernetes_backend.KubernetesBackend.from_settings(settings)
+    backend = kubernetes_backend.KubernetesBackend.fromrunyard_settings(settings)
     manifests = backend.materialize(request).public["manifests"]
     pods = [m for m in manifests if m["kind"] == "Pod"]
     assert len(pods) == 2

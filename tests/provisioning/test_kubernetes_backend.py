@@ -7,6 +7,7 @@ checks what the backend makes of them and what it leaves behind (nothing).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from contract import storage, variables
 from contract.hosts import host_names
 from provisioning.base import (
     CONSOLE_BYTES,
@@ -119,6 +121,7 @@ def test_manifests_are_the_golden_ones() -> None:
     "settings",
     [
         {},
+        {"s3_secret": "job-s3", "service_account": "trainer"},
         {"gang_scheduler": "kueue", "gang_queue": "team-a"},
         {"gang_scheduler": "volcano", "gang_queue": "team-a", "image_pull_secrets": ["reg"]},
     ],
@@ -320,6 +323,27 @@ def test_planning_needs_no_cluster() -> None:
     assert calls == []
 
 
+def _s3_refs(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        env["name"]: env["valueFrom"]["secretKeyRef"]
+        for env in pod["spec"]["containers"][0]["env"]
+        if env["name"].startswith("AWS_")
+    }
+
+
+def test_without_an_s3_secret_pods_know_nothing_of_s3(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker's own keys and endpoint stay where they are: nothing is copied from it.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "the-servers-own")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio.test:9000")
+    materialized = _backend().materialize(dataclasses.replace(_request(), aws_credentials=False))
+    for pod in materialized.public["manifests"][3:]:
+        assert _s3_refs(pod) == {}
+    assert "the-servers-own" not in materialized.render()
+    assert "minio.test" not in materialized.render()
+    with pytest.raises(ValueError, match="s3_secret"):
+        KubernetesSettings(s3_secret="Not_A_Name")
+
+
 # -- against the API server ----------------------------------------------------------
 
 
@@ -364,6 +388,36 @@ def test_submit_creates_the_job_owned_by_its_config_map(cluster: KubeServer) -> 
             for host in host_names(request.spec.instance_count)
         },
     }
+    backend.teardown(request.job)
+    assert cluster.objects_of(JOB_ID) == []
+
+
+@pytest.mark.parametrize(
+    ("service_credentials", "keys"),
+    [(True, ()), (False, variables.AWS_STATIC_KEYS)],
+    ids=["service", "machine"],
+)
+def test_pods_take_s3_from_the_named_secret_and_run_as_the_named_account(
+    cluster: KubeServer, service_credentials: bool, keys: tuple[str, ...]
+) -> None:
+    backend = _backend(cluster.url, s3_secret="job-s3", service_account="trainer")
+    request = dataclasses.replace(_request(), aws_credentials=service_credentials)
+    backend.submit(request)
+    api = cluster.api()
+    for host in request.hosts:
+        pod = api.read_namespaced_pod(_pod(cluster, request.job, host), NAMESPACE)
+        assert pod.spec.service_account_name == "trainer"
+        assert pod.spec.automount_service_account_token is False
+        refs = {
+            env.name: env.value_from.secret_key_ref
+            for env in pod.spec.containers[0].env
+            if env.name.startswith("AWS_")
+        }
+        # Where S3 is, always; keys only where the job's instances bring their own (the
+        # service otherwise gives the job credentials limited to its own locations).
+        assert set(refs) == {*storage.S3_ENDPOINT_ENV, *keys}
+        for name, ref in refs.items():
+            assert (ref.name, ref.key, ref.optional) == ("job-s3", name, True)
     backend.teardown(request.job)
     assert cluster.objects_of(JOB_ID) == []
 

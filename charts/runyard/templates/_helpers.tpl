@@ -95,13 +95,19 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
   "on_unschedulable" $k.on_unschedulable
   "gang_scheduler" $k.gang_scheduler
   "agent_port" (int $k.agent_port) }}
-{{- range $key := list "service_account" "priority_class" "gang_queue" }}
+{{- range $key := list "priority_class" "gang_queue" }}
 {{- with index $k $key }}
 {{- $_ := set $s $key . }}
 {{- end }}
 {{- end }}
 {{- with include "runyard.artifactClaim" . }}
 {{- $_ := set $s "artifact_volume_claim" . }}
+{{- end }}
+{{- with include "runyard.jobS3Secret" . }}
+{{- $_ := set $s "s3_secret" . }}
+{{- end }}
+{{- with include "runyard.jobServiceAccountName" . }}
+{{- $_ := set $s "service_account" . }}
 {{- end }}
 {{- toJson $s }}
 {{- end }}
@@ -119,7 +125,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 
 {{/* The non-secret settings, shared by the ConfigMap and the migration hook's copy. */}}
 {{- define "runyard.configData" -}}
-{{- if and .Values.artifacts.persistence.enabled (ne (include "runyard.jobsNamespace" .) .Release.Namespace) (not .Values.artifacts.persistence.existingClaim) }}
+{{- if and (include "runyard.artifactPath" .) (ne (include "runyard.jobsNamespace" .) .Release.Namespace) (not .Values.artifacts.persistence.existingClaim) }}
 {{- fail (printf "artifacts.persistence: a PersistentVolumeClaim belongs to one namespace, and job pods run in %q; set artifacts.persistence.existingClaim to a claim that exists in both namespaces on the same ReadWriteMany volume, or leave kubernetes.namespace empty" (include "runyard.jobsNamespace" .)) }}
 {{- end -}}
 RUNYARD_ENVIRONMENT: production
@@ -132,27 +138,19 @@ RUNYARD_BACKENDS: {{ include "runyard.backends" . | quote }}
 RUNYARD_INSTANCE_TYPES: {{ . | toJson | quote }}
 {{- end }}
 RUNYARD_KUBERNETES: {{ include "runyard.kubernetesSettings" . | quote }}
+{{- include "runyard.s3Endpoint" . }}
+{{- with .Values.artifacts.s3.stsEndpoint }}
+AWS_ENDPOINT_URL_STS: {{ . | quote }}
+{{- end }}
 {{- range $key, $value := .Values.extraConfig }}
 {{ $key }}: {{ $value | toString | quote }}
 {{- end }}
 {{- end }}
 
-{{- define "runyard.secretData" -}}
-RUNYARD_DATABASE_URL: {{ required "database.url is required: the PostgreSQL URL (RUNYARD_DATABASE_URL), e.g. --set database.url=postgresql://runyard:PASSWORD@postgres:5432/runyard, unless existingSecret names a Secret that holds it" .Values.database.url | quote }}
-RUNYARD_BROKER_URL: {{ required "broker.url is required: the Redis or RabbitMQ URL (RUNYARD_BROKER_URL), e.g. --set broker.url=redis://redis:6379/0, unless existingSecret names a Secret that holds it" .Values.broker.url | quote }}
-{{- $key := required "secretKey is required: the key that signs job tokens (RUNYARD_SECRET_KEY), e.g. --set secretKey=$(openssl rand -hex 32), unless existingSecret names a Secret that holds it" .Values.secretKey }}
-{{- if lt (len $key) 32 }}
-{{- fail "secretKey must be at least 32 characters long (openssl rand -hex 32)" }}
-{{- end }}
-RUNYARD_SECRET_KEY: {{ $key | quote }}
-{{- with .Values.adminToken }}
-RUNYARD_ADMIN_TOKEN: {{ . | quote }}
-{{- end }}
-{{- end }}
-
 {{/* Pod parts ---------------------------------------------------------------------- */}}
 
-{{/* Settings from the ConfigMap, secrets one key at a time (an existingSecret may hold more). */}}
+{{/* Settings from the ConfigMap, secrets one key at a time (an existingSecret may hold
+more); .s3Keys names the Secret of the server's S3 keys, for the API and the worker. */}}
 {{- define "runyard.env" -}}
 {{- $secret := .secret -}}
 envFrom:
@@ -166,13 +164,27 @@ env:
         name: {{ $secret }}
         key: {{ . }}
 {{- end }}
-  # Every API replica serves the same admin token when one is given; else each mints one.
+  # Every API replica serves the same admin token (the chart's Secret always holds one;
+  # without it in an existingSecret, each API pod mints its own).
   - name: RUNYARD_ADMIN_TOKEN
     valueFrom:
       secretKeyRef:
         name: {{ $secret }}
         key: RUNYARD_ADMIN_TOKEN
         optional: true
+{{- with .s3Keys }}
+  # The server's own S3 keys, for the parts that store and read artifacts.
+{{- range list "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" "AWS_SESSION_TOKEN" }}
+  - name: {{ . }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ $.s3Keys }}
+        key: {{ . }}
+        {{- if eq . "AWS_SESSION_TOKEN" }}
+        optional: true
+        {{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* RUNYARD_HOME and /tmp are scratch space (the root filesystem is read-only); the
