@@ -728,7 +728,7 @@ def test_a_configured_types_pods_are_valid_kubernetes(
         service_url=settings.public_url,
         tokens={"algo-1": "t1", "algo-2": "t2"},
     )
-    backend = kubernetes_backend.KubernetesBackend.fromrunyard_settings(settings)
+    backend = kubernetes_backend.KubernetesBackend.from_settings(settings)
     manifests = backend.materialize(request).public["manifests"]
     pods = [m for m in manifests if m["kind"] == "Pod"]
     assert len(pods) == 2

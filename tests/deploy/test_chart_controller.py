@@ -6,7 +6,6 @@ ships in crds/ as generated."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import helm_python as helm
@@ -16,31 +15,25 @@ import yaml
 
 from service.custom_resources import crd
 from service.settings import ControllerSettings
-from tests.deploy.support import check_runyard_args
-from tests.deploy.test_chart import (
+from tests.deploy.chart import (
     CHART,
     NAMESPACE,
     NEWEST,
     OLDEST,
-    REQUIRED,
-    _objects,
-    _one,
-    _pod,
-    _workloads,
+    objects_of,
+    one,
+    pod_spec,
+    workloads,
 )
+from tests.deploy.support import check_runyard_args
+from tests.deploy.test_chart import EXTERNAL
 
-ENABLED = {**REQUIRED, "controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
+ENABLED = {**EXTERNAL, "controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
 CONTROLLER_RULES = {
     ("runyard.dev", "trainingjobs"): {"get", "list", "watch", "patch"},
     ("runyard.dev", "trainingjobs/status"): {"patch"},
     ("", "events"): {"create"},
 }
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm.Chart]:
-    with helm.Chart.load(CHART) as loaded:
-        yield loaded
 
 
 def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
@@ -53,12 +46,12 @@ def _rules(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 
 def test_the_controller_is_off_by_default(chart: helm.Chart) -> None:
-    assert "controller" not in _workloads(_objects(chart, REQUIRED))
+    assert "controller" not in workloads(objects_of(chart, EXTERNAL))
 
 
 @pytest.mark.parametrize("version", [OLDEST, NEWEST])
 def test_every_object_is_valid_kubernetes(chart: helm.Chart, version: str) -> None:
-    for obj in _objects(chart, ENABLED):
+    for obj in objects_of(chart, ENABLED):
         kubernetes_validate.validate(obj, version, strict=True)
     crds = yaml.safe_load((CHART / "crds" / "trainingjobs.yaml").read_text())
     kubernetes_validate.validate(crds, version, strict=True)
@@ -66,9 +59,9 @@ def test_every_object_is_valid_kubernetes(chart: helm.Chart, version: str) -> No
 
 
 def test_the_controller_runs_with_its_namespaces(chart: helm.Chart) -> None:
-    workload = _workloads(_objects(chart, ENABLED))["controller"]
+    workload = workloads(objects_of(chart, ENABLED))["controller"]
     assert workload["spec"]["replicas"] == 2
-    (container,) = _pod(workload)["containers"]
+    (container,) = pod_spec(workload)["containers"]
     program, *argv = container["command"]
     assert program == "runyard"
     assert check_runyard_args(argv) == "controller"
@@ -79,9 +72,9 @@ def test_the_controller_runs_with_its_namespaces(chart: helm.Chart) -> None:
 
 
 def test_its_identity_may_do_what_the_controller_does_and_no_more(chart: helm.Chart) -> None:
-    objects = _objects(chart, ENABLED)
-    account = _pod(_workloads(objects)["controller"])["serviceAccountName"]
-    cluster_role = _one(objects, "ClusterRole")
+    objects = objects_of(chart, ENABLED)
+    account = pod_spec(workloads(objects)["controller"])["serviceAccountName"]
+    cluster_role = one(objects, "ClusterRole")
     assert _rules(cluster_role) == CONTROLLER_RULES
     binding = next(
         o for o in objects if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
@@ -93,5 +86,5 @@ def test_its_identity_may_do_what_the_controller_does_and_no_more(chart: helm.Ch
         {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
     assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    lease_role = _one(objects, "Role", f"{cluster_role['metadata']['name']}-lease")
+    lease_role = one(objects, "Role", f"{cluster_role['metadata']['name']}-lease")
     assert _rules(lease_role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}

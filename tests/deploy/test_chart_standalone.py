@@ -70,9 +70,8 @@ def _job_pods(settings: Settings, *, service_credentials: bool = True) -> list[d
             "source_uri": f"{settings.artifact_root}/_sources/abc.tar.gz",
             "instance_type": "ml.m5.xlarge",
             "instance_count": 2,
-            "output_path": f"{settings.artifact_root}/chart-job",
         }
-    ).job_spec()
+    ).job_spec_at(f"{settings.artifact_root}/chart-job")
     request = LaunchRequest(
         job=JobRef("7" * 32, "chart-job"),
         spec=spec,
