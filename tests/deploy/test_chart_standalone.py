@@ -548,17 +548,23 @@ def _admits(policy: dict[str, Any], labels: dict[str, str]) -> bool:
     return False
 
 
-@pytest.mark.parametrize("variant", ["defaults", "s3-operator-secrets"])
+# The TrainingJob controller reads and writes the database as the worker does.
+WITH_CONTROLLER = {"controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
+
+
+@pytest.mark.parametrize("variant", ["defaults", "s3-operator-secrets", "controller"])
 def test_network_policies_let_in_only_what_each_part_needs(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch, variant: str
 ) -> None:
-    objects = objects_of(chart, VARIANTS[variant])
+    objects = objects_of(chart, VARIANTS.get(variant, WITH_CONTROLLER))
     settings = runyard_settings(environment(objects, "worker"), monkeypatch)
     jobs_namespace = settings.kubernetes.namespace
     job_pods = _job_pods(settings)
     job_labels = job_pods[0]["metadata"]["labels"]
     parts = {name: pod_labels(w) for name, w in all_workloads(objects).items()}
-    control_plane = {name: parts[name] for name in ("api", "worker", "beat", "migrate")}
+    own = ("api", "worker", "beat", "migrate", "controller")
+    control_plane = {name: parts[name] for name in own if name in parts}
+    assert ("controller" in parts) == (variant == "controller")
     # Every pod is guarded: the chart's, and the jobs' the backend makes.
     for name, labels in parts.items():
         assert _guarding(objects, labels, NAMESPACE), name
@@ -582,7 +588,7 @@ def test_network_policies_let_in_only_what_each_part_needs(
     for database in ("postgresql", "redis"):
         assert admitted(parts[database]) == set(control_plane), database
     # Nothing connects to the worker, beat or the migration.
-    for name in ("worker", "beat", "migrate"):
+    for name in set(control_plane) - {"api"}:
         assert admitted(parts[name]) == set(), name
     # Job pods: only other job pods.
     assert admitted(job_labels, jobs_namespace) == {"job"}
