@@ -138,6 +138,9 @@ class RunyardConfig:
     # as a container credentials endpoint. False: the instance's machine has its own (an
     # instance profile, a pod's service account).
     aws_credentials: bool = False
+    # How often the runtime samples the instance's CPU, memory, disk and GPUs for the
+    # service (runtime.reporting.instance_metrics), in seconds; 0: never.
+    instance_metrics_seconds: float = 10.0
 
     def to_json(self) -> str:
         return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
@@ -176,6 +179,12 @@ def _count(name: str, value: Any) -> int:
     return value
 
 
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+    return float(value)
+
+
 # How a present value is read, for the fields that are not taken as they are.
 _READERS: dict[str, Callable[[str, Any], Any]] = {
     "distribution": lambda _name, value: dict(value),
@@ -198,6 +207,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "file_roots": lambda _name, value: tuple(str(path) for path in value),
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "aws_credentials": lambda _name, value: value is True,
+    "instance_metrics_seconds": _seconds,
     "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
 }
 

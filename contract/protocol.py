@@ -33,6 +33,7 @@ class Endpoint(StrEnum):
     LOGS = "logs"
     INTERRUPTION = "interruption"
     CREDENTIALS = "credentials"
+    METRICS = "metrics"
 
 
 def instance_url(service_url: str, job_name: str, host: str) -> str:
@@ -92,7 +93,34 @@ class InterruptionNotice:
     attempt: int | None = field(default=None, metadata=_ATTEMPT)
 
 
-InstanceMessage = StatusReport | LogBatch | InterruptionNotice
+class InstanceMetric(StrEnum):
+    """What the runtime measures of its instance, by SageMaker's CloudWatch names. As
+    there, CPU and GPU figures are summed over the instance's CPUs and GPUs (0 to 100 per
+    CPU or GPU); memory and disk are a percentage of the whole."""
+
+    CPU = "CPUUtilization"
+    MEMORY = "MemoryUtilization"
+    DISK = "DiskUtilization"
+    GPU = "GPUUtilization"
+    GPU_MEMORY = "GPUMemoryUtilization"
+
+
+# Samples one message may carry: a runtime that could not reach the service for a while
+# sends what it kept in one go.
+MAX_INSTANCE_METRIC_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class InstanceMetrics:
+    """A host's utilisation samples: ``rows`` of ``(time, metric, value)``, a time in
+    seconds since the epoch, UTC."""
+
+    rows: list[tuple[float, InstanceMetric, float]] = field(
+        metadata={"min_length": 1, "max_length": MAX_INSTANCE_METRIC_ROWS}
+    )
+
+
+InstanceMessage = StatusReport | LogBatch | InterruptionNotice | InstanceMetrics
 
 
 def body(message: InstanceMessage) -> dict[str, Any]:

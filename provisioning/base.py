@@ -80,6 +80,9 @@ class LaunchRequest:
     # The service gives each instance the job's own AWS credentials (through its runtime),
     # instead of the instance using its machine's.
     aws_credentials: bool = False
+    # How often each instance's runtime samples its CPU, memory, disk and GPUs, in
+    # seconds; 0: never.
+    instance_metrics_seconds: float = 10.0
 
     @property
     def hosts(self) -> list[str]:

@@ -79,6 +79,7 @@ def instance_files(
         hidden_paths=tuple(hidden_paths or ()),
         file_roots=request.file_roots,
         aws_credentials=request.aws_credentials,
+        instance_metrics_seconds=request.instance_metrics_seconds,
         container_image=container_image,
         container_engine=tuple(container_engine or ()),
     )

@@ -41,7 +41,7 @@ from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
 from runtime.linux import confine, etc_hosts, namespaces, procfs
 from runtime.linux.confine import Confinement
-from runtime.reporting import failure, spot
+from runtime.reporting import failure, instance_metrics, spot
 from runtime.reporting.reporter import LogShipper, ServiceClient
 
 RUNTIME_STREAM: Stream = "runtime"
@@ -74,6 +74,7 @@ class Trainer:
         self.stop = threading.Event()
         self.checkpoint_sync: checkpoints.CheckpointSync | None = None
         self.spot_watch: spot.SpotNoticeWatcher | None = None
+        self.metrics: instance_metrics.Collector | None = None
         # How the job's processes are started where they run as a user of their own.
         self.confinement: Confinement | None = None
         # Pipe and FastFile channels serve while the script runs; closed when run() ends.
@@ -116,6 +117,7 @@ class Trainer:
                 return self.fail(1, f"InternalServerError: the instance's namespaces: {exc}")
         config = self.config
         paths = config.paths
+        self._collect_instance_metrics()
         if config.is_master:
             for notice in config.notices:
                 self.say(notice)
@@ -560,7 +562,22 @@ class Trainer:
 
         self.spot_watch = spot.SpotNoticeWatcher(notice).start()
 
+    def _collect_instance_metrics(self) -> None:
+        """Once the instance is what it will be (its namespaces entered): its own metrics
+        every few seconds, until the final report."""
+        seconds = self.config.instance_metrics_seconds
+        if self.client is None or seconds <= 0:
+            return
+        try:
+            sampler = instance_metrics.Sampler(self.config.paths.base)
+        except OSError as exc:  # no /proc: the job runs all the same
+            self.say(f"The instance's metrics cannot be read here: {exc}")
+            return
+        self.metrics = instance_metrics.Collector(self.client, sampler, seconds).start()
+
     def _finish_logs(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.spot_watch is not None:
             self.spot_watch.stop()
         # Every line is stored before the final report, so a finished job has all its logs.

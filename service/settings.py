@@ -266,6 +266,14 @@ class Settings(BaseSettings):
         "after any infrastructure failure, instead of hanging in a collective until "
         "`max_run`. `0`: never.",
     )
+    instance_metrics_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="How often each instance's runtime samples its CPU, memory, disk and "
+        "GPU utilisation for the job's instance metrics (CloudWatch's CPUUtilization and "
+        "the others, per host), in seconds: at least 1, or `0` for never.",
+    )
     max_instance_count: int = Field(
         default=16, ge=1, description="The largest `instance_count` a job may ask for."
     )
@@ -481,6 +489,14 @@ class Settings(BaseSettings):
         description="The Celery queue's name: two Runyard installations may share one Redis "
         "or RabbitMQ if their queues differ.",
     )
+
+    @field_validator("instance_metrics_seconds")
+    @classmethod
+    def _check_instance_metrics_seconds(cls, value: float) -> float:
+        # Samples are numbered by their whole second (service.metrics.instance).
+        if 0 < value < 1:
+            raise ValueError("must be at least 1 second, or 0 for never")
+        return value
 
     @field_validator("admin_token")
     @classmethod

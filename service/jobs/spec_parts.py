@@ -202,11 +202,26 @@ class Tag(Strict):
     value: str = Field(default="", max_length=256)
 
 
+# The names of the metrics each instance's runtime measures of itself (CPU, memory...)
+# begin with this, beside the job's own: no metric definition may take one.
+INSTANCE_METRIC_PREFIX = "instance/"
+
+
 class MetricDefinition(Strict):
     """As in the estimator's ``metric_definitions``: the regex's one group is the value."""
 
     name: str = Field(min_length=1, max_length=255)
     regex: str = Field(min_length=1, max_length=500)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str, info: ValidationInfo) -> str:
+        # A job stored before the names were reserved is read as it was taken.
+        if value.startswith(INSTANCE_METRIC_PREFIX) and not (info.context or {}).get(STORED):
+            raise ValueError(
+                f"names beginning {INSTANCE_METRIC_PREFIX!r} are the instances' own metrics"
+            )
+        return value
 
     @field_validator("regex")
     @classmethod

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import AwareDatetime
@@ -11,7 +11,7 @@ from service.jobs.params import JobName, ProjectName
 from service.kit.deps import ReadSessionDep
 from service.kit.errors import SpecError, replies
 from service.kit.text import LookupText
-from service.metrics import service
+from service.metrics import instance, service
 from service.metrics.schemas import MetricsPublic
 
 router = APIRouter(prefix="/v1/training-jobs", tags=["metrics"])
@@ -45,12 +45,23 @@ def get_metrics(
             "each a bucket's mean with its count, minimum and maximum (limit then does not apply)",
         ),
     ] = None,
+    kind: Annotated[
+        Literal["definitions", "instance"],
+        Query(
+            description="`definitions`: the metrics the job's `metric_definitions` find in "
+            "its lines; `instance`: what each instance measures of itself (CPUUtilization, "
+            "MemoryUtilization, DiskUtilization, GPUUtilization, GPUMemoryUtilization), "
+            "each host's points"
+        ),
+    ] = "definitions",
     project: ProjectName = None,
 ) -> MetricsPublic:
-    """Each metric of the job's ``metric_definitions`` with its points, ordered by time:
-    the latest ``limit``, or with ``max_points`` the whole range downsampled."""
+    """Each metric of the job's ``metric_definitions`` (or, with ``kind=instance``, each
+    instance metric measured) with its points, ordered by time: the latest ``limit``, or
+    with ``max_points`` the whole range downsampled."""
     if start is not None and end is not None and start > end:
         raise SpecError(("start",), "is after end", source="query")
     job = lookup.get(session, name, user, project)
     window = service.Window(start=start, end=end, limit=limit, max_points=max_points)
-    return MetricsPublic(metrics=service.series(session, job, name=metric, window=window))
+    of_kind = instance.series if kind == "instance" else service.series
+    return MetricsPublic(metrics=of_kind(session, job, name=metric, window=window))

@@ -44,7 +44,7 @@ class _Definition:
 
 
 @dataclass(frozen=True, slots=True)
-class _Point:
+class Point:
     """A metric_points row, as it is inserted."""
 
     job_id: str
@@ -61,7 +61,7 @@ class Found:
     its budget was spent (the search stops there), what it cost per character searched and
     definition, and the thread's CPU seconds it took."""
 
-    points: list[_Point]
+    points: list[Point]
     last_seq: int
     over_budget: bool
     nanoseconds_per_character: float = 0.0
@@ -96,7 +96,7 @@ def find(
     after each search, which RE2 cannot be stopped in, once the first line is searched
     whole): the line it ran out on and those after are left unsearched."""
     started = time.thread_time()
-    points: list[_Point] = []
+    points: list[Point] = []
     last, searched = after, 0
     for line in lines:
         found = []
@@ -109,7 +109,7 @@ def find(
                     return Found(points, last, True, spent * 1e9 / searched, spent)
                 if value is not None:
                     time_ = from_micros(line.micros)
-                    found.append(_Point(job_id, definition.name, host, line.seq, time_, value))
+                    found.append(Point(job_id, definition.name, host, line.seq, time_, value))
         points += found
         last = line.seq
         spent = time.thread_time() - started
@@ -119,25 +119,33 @@ def find(
     return Found(points, last, False, spent * 1e9 / max(searched, 1), spent)
 
 
-def store(session: Session, points: list[_Point]) -> None:
+def store(session: Session, points: list[Point]) -> None:
     """Store ``points`` and move each metric's latest value and the job's progress on.
     A point of a line already stored (by a server of before searches had cursors, during
     an upgrade) is left as it is, and counted once."""
+    points = insert_new(session, points)
     if not points:
         return
+    _update_final(session, _latest_by_name(points))
+    _update_progress(session, points[0].job_id, points)
+
+
+def insert_new(session: Session, points: list[Point]) -> list[Point]:
+    """Store those of ``points`` not stored yet (by their host and seq) with their
+    minutes' rollups; the ones stored now."""
+    if not points:
+        return []
     insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     statement = (
         insert(_METRIC_POINTS)
         .on_conflict_do_nothing(index_elements=["job_id", "name", "host", "seq"])
-        .returning(_METRIC_POINTS.c.name, _METRIC_POINTS.c.seq)
+        .returning(_METRIC_POINTS.c.name, _METRIC_POINTS.c.host, _METRIC_POINTS.c.seq)
     )
-    stored = {(name, seq) for name, seq in session.execute(statement, [asdict(p) for p in points])}
-    points = [point for point in points if (point.name, point.seq) in stored]
-    if not points:
-        return
+    rows = session.execute(statement, [asdict(p) for p in points])
+    stored = {(name, host, seq) for name, host, seq in rows}
+    points = [point for point in points if (point.name, point.host, point.seq) in stored]
     rollups.add(session, points)
-    _update_final(session, _latest_by_name(points))
-    _update_progress(session, points[0].job_id, points)
+    return points
 
 
 @dataclass(frozen=True)
@@ -160,10 +168,10 @@ def series(
         if name not in names:
             raise NotFound(f"training job {job.name!r} defines no metric named {name!r}")
         names = [name]
-    return [_series(session, job.id, metric, window) for metric in names]
+    return [named_series(session, job.id, metric, window) for metric in names]
 
 
-def _series(session: Session, job_id: str, name: str, window: Window) -> MetricSeries:
+def named_series(session: Session, job_id: str, name: str, window: Window) -> MetricSeries:
     if window.max_points is None:
         return MetricSeries(name=name, points=_latest_points(session, job_id, name, window))
     found = downsample(
@@ -190,9 +198,9 @@ def _value(pattern: patterns.Pattern, message: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _latest_by_name(points: list[_Point]) -> list[_Point]:
+def _latest_by_name(points: list[Point]) -> list[Point]:
     # Points come in seq order, so on equal times the later line wins.
-    latest: dict[str, _Point] = {}
+    latest: dict[str, Point] = {}
     for point in points:
         current = latest.get(point.name)
         if current is None or point.time >= current.time:
@@ -200,7 +208,7 @@ def _latest_by_name(points: list[_Point]) -> list[_Point]:
     return list(latest.values())
 
 
-def _update_final(session: Session, points: list[_Point]) -> None:
+def _update_final(session: Session, points: list[Point]) -> None:
     """Upsert each metric's latest value, keeping a later one already stored (another
     host may have reported it). One statement per metric, so two hosts' batches racing
     on the same metric cannot fail on the primary key."""
@@ -222,7 +230,7 @@ def _update_final(session: Session, points: list[_Point]) -> None:
         session.execute(statement)
 
 
-def _update_progress(session: Session, job_id: str, points: list[_Point]) -> None:
+def _update_progress(session: Session, job_id: str, points: list[Point]) -> None:
     """Move the job's progress forward from its progress metric, if it names one. A plain
     UPDATE, not a change of the ORM row: it must not count as a new version of the job,
     which would make the reconciler's concurrent step start over."""
@@ -242,7 +250,7 @@ def _update_progress(session: Session, job_id: str, points: list[_Point]) -> Non
         return
     total = progress.total
 
-    def fraction_of(point: _Point) -> float:
+    def fraction_of(point: Point) -> float:
         return min(max(point.value / total, 0.0), 1.0)
 
     # Points come in seq order, so on equal times the later line counts as the latest.

@@ -1,4 +1,4 @@
-"""A metric's statistics period by period, over every host of a job: what CloudWatch's
+"""A metric's statistics period by period, over every host of a job or one: what CloudWatch's
 GetMetricStatistics and GetMetricData answer with.
 
 Periods of whole minutes are summed from the per-minute rollups (a day of one point a
@@ -81,9 +81,11 @@ def per_period(
     seconds: int,
     budget: Budget,
     with_values: bool = False,
+    host: str | None = None,
 ) -> list[Period]:
     """The periods of ``seconds`` from ``start`` that hold points before ``end``
-    (exclusive), in time order; ``with_values`` keeps each value, for percentiles."""
+    (exclusive), in time order, of every host or only ``host``; ``with_values`` keeps each
+    value, for percentiles."""
     periods: dict[int, Period] = {}
 
     def period_of(time: datetime) -> Period:
@@ -96,10 +98,10 @@ def per_period(
     points_from = start
     if not with_values and seconds % MINUTE == 0 and start == minute_of(start):
         points_from = max(start, minute_of(end))
-        minutes = _minutes(session, job_id, name, start, points_from, budget.rows + 1)
+        minutes = _minutes(session, job_id, name, host, start, points_from, budget.rows + 1)
         for minute, count, total, low, high in budget.take(minutes):
             period_of(minute).add(int(count), float(total), float(low), float(high))
-    points = _points(session, job_id, name, points_from, end, budget.rows + 1)
+    points = _points(session, job_id, name, host, points_from, end, budget.rows + 1)
     for time, value in budget.take(points):
         period = period_of(time)
         period.add(1, value, value, value)
@@ -109,9 +111,16 @@ def per_period(
 
 
 def _minutes(
-    session: Session, job_id: str, name: str, start: datetime, end: datetime, limit: int
+    session: Session,
+    job_id: str,
+    name: str,
+    host: str | None,
+    start: datetime,
+    end: datetime,
+    limit: int,
 ) -> list[Any]:
-    """Every host's rollups of the whole minutes in [start, end), summed per minute."""
+    """Every host's (or ``host``'s) rollups of the whole minutes in [start, end), summed
+    per minute."""
     if start >= end:
         return []
     query = (
@@ -131,11 +140,19 @@ def _minutes(
         .group_by(MetricRollup.minute)
         .limit(limit)
     )
+    if host is not None:
+        query = query.where(MetricRollup.host == host)
     return list(session.execute(query))
 
 
 def _points(
-    session: Session, job_id: str, name: str, start: datetime, end: datetime, limit: int
+    session: Session,
+    job_id: str,
+    name: str,
+    host: str | None,
+    start: datetime,
+    end: datetime,
+    limit: int,
 ) -> list[Any]:
     if start >= end:
         return []
@@ -145,4 +162,6 @@ def _points(
         MetricPoint.time >= start,
         MetricPoint.time < end,
     )
+    if host is not None:
+        query = query.where(MetricPoint.host == host)
     return list(session.execute(query.limit(limit)))

@@ -8,6 +8,11 @@ together. A metric exists once it has a point. A job the caller cannot see has n
 for it, so asking about one answers no data, as CloudWatch answers for a metric it does
 not have.
 
+Each instance's own metrics (CPUUtilization, MemoryUtilization, DiskUtilization,
+GPUUtilization, GPUMemoryUtilization) are published in the same namespace as on
+SageMaker: with one dimension, ``Host``, whose value is ``<job name>/<host>`` (for
+example ``my-job/algo-1``), and a unit of Percent.
+
 Times follow CloudWatch: the start is rounded down to the minute (for periods under a
 minute, to the period), the end is exclusive, and each datapoint is stamped with the
 start of its period. Percentiles (``p90``, ``p99.9``) are nearest-rank over the period's
@@ -23,21 +28,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, literal, select, union_all
 
 from service.auth.access import Role
 from service.jobs import lookup
-from service.jobs.models import JobFinalMetric, TrainingJob
+from service.jobs.models import JobFinalMetric, MetricRollup, TrainingJob
+from service.jobs.spec_parts import INSTANCE_METRIC_PREFIX
 from service.kit.db import from_micros, to_micros, utcnow
 from service.kit.errors import NotFound
-from service.metrics import statistics
+from service.metrics import instance, statistics
+from service.metrics.rollups import minute_of
 from service.sagemaker import page_tokens, translate
 from service.sagemaker.errors import AwsError
 from service.sagemaker.training import Call, Operation
 
 NAMESPACE = "/aws/sagemaker/TrainingJobs"
 DIMENSION = "TrainingJobName"
+HOST_DIMENSION = "Host"
 UNIT = "None"
+INSTANCE_UNIT = "Percent"
 # CloudWatch's limits: datapoints one GetMetricStatistics may answer with, queries and
 # datapoints of one GetMetricData, metrics of one ListMetrics page.
 MAX_STATISTICS_POINTS = 1440
@@ -80,12 +89,18 @@ def get_metric_statistics(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             f"of {MAX_STATISTICS_POINTS}. You may reduce the datapoints requested by "
             "increasing Period, or decreasing the time range.",
         )
-    job = _job_of(call, params["Namespace"], params.get("Dimensions") or [], params.get("Unit"))
+    metric = _metric_of(
+        call,
+        params["Namespace"],
+        params["MetricName"],
+        params.get("Dimensions") or [],
+        params.get("Unit"),
+    )
     datapoints = []
-    if job is not None and params["MetricName"] in _defined(job):
+    if metric is not None:
         budget = statistics.Budget(MAX_ROWS_READ)
-        for period in _periods(call, job, params["MetricName"], window, bool(ranks), budget):
-            point: dict[str, Any] = {"Timestamp": period.start, "Unit": UNIT}
+        for period in _periods(call, metric, window, bool(ranks), budget):
+            point: dict[str, Any] = {"Timestamp": period.start, "Unit": metric.unit}
             point.update({name: _statistic(period, name) for name in asked})
             if ranks:
                 point["ExtendedStatistics"] = {
@@ -169,28 +184,29 @@ def list_metrics(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     if params.get("Namespace", NAMESPACE) != NAMESPACE:
         return {"Metrics": []}
     listed_since = utcnow() - (RECENTLY if params.get("RecentlyActive") else LISTED_FOR)
-    query = (
-        select(TrainingJob.name, JobFinalMetric.name)
-        .join(JobFinalMetric, JobFinalMetric.job_id == TrainingJob.id)
-        .where(TrainingJob.project == principal.project, JobFinalMetric.time >= listed_since)
+    dimensions = params.get("Dimensions") or []
+    if len(dimensions) > 1 or any(
+        item["Name"] not in (DIMENSION, HOST_DIMENSION) for item in dimensions
+    ):
+        return {"Metrics": []}  # no metric here has two dimensions, or another one
+    listed = [
+        query
+        for query in (
+            _job_metrics(principal.project, listed_since, params, dimensions),
+            _instance_metrics(principal.project, listed_since, params, dimensions),
+        )
+        if query is not None
+    ]
+    if not listed:
+        return {"Metrics": []}
+    both = union_all(*listed).subquery()
+    query = select(both.c.job_name, both.c.metric, both.c.host).order_by(
+        both.c.created_at, both.c.job_id, both.c.host, both.c.metric
     )
-    for dimension in params.get("Dimensions") or []:
-        if dimension["Name"] != DIMENSION:
-            return {"Metrics": []}
-        if "Value" in dimension:
-            query = query.where(TrainingJob.name == dimension["Value"])
-    if "MetricName" in params:
-        query = query.where(JobFinalMetric.name == params["MetricName"])
-    query = query.order_by(TrainingJob.created_at, TrainingJob.id, JobFinalMetric.name)
     rows = list(call.session.execute(query.offset(offset).limit(METRICS_PAGE + 1)))
     answer: dict[str, Any] = {
         "Metrics": [
-            {
-                "Namespace": NAMESPACE,
-                "MetricName": metric,
-                "Dimensions": [{"Name": DIMENSION, "Value": job_name}],
-            }
-            for job_name, metric in rows[:METRICS_PAGE]
+            _listed(job_name, metric, host) for job_name, metric, host in rows[:METRICS_PAGE]
         ]
     }
     if params.get("IncludeLinkedAccounts"):
@@ -199,6 +215,83 @@ def list_metrics(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     if len(rows) > METRICS_PAGE:
         answer["NextToken"] = page_tokens.token(offset + METRICS_PAGE, digest)
     return answer
+
+
+# A metric ListMetrics lists: its job's creation and id (the order), the job's name, the
+# metric's stored name, and its host ("" for one of the job's own).
+_Listing = Select[datetime, str, str, str, str]
+
+
+def _job_metrics(
+    project: str,
+    since: datetime,
+    params: Mapping[str, Any],
+    dimensions: Sequence[Mapping[str, str]],
+) -> _Listing | None:
+    """The metrics of the jobs' ``metric_definitions`` that ListMetrics asks for, a row
+    each, as ``_instance_metrics``' rows."""
+    if dimensions and dimensions[0]["Name"] != DIMENSION:
+        return None
+    query = (
+        select(
+            TrainingJob.created_at,
+            TrainingJob.id.label("job_id"),
+            TrainingJob.name.label("job_name"),
+            JobFinalMetric.name.label("metric"),
+            literal("").label("host"),
+        )
+        .join(JobFinalMetric, JobFinalMetric.job_id == TrainingJob.id)
+        .where(TrainingJob.project == project, JobFinalMetric.time >= since)
+    )
+    if dimensions and "Value" in dimensions[0]:
+        query = query.where(TrainingJob.name == dimensions[0]["Value"])
+    if "MetricName" in params:
+        query = query.where(JobFinalMetric.name == params["MetricName"])
+    return query
+
+
+def _instance_metrics(
+    project: str,
+    since: datetime,
+    params: Mapping[str, Any],
+    dimensions: Sequence[Mapping[str, str]],
+) -> _Listing | None:
+    """The instance metrics that ListMetrics asks for, a row per host and metric with a
+    point since ``since`` (read from the per-minute rollups)."""
+    if dimensions and dimensions[0]["Name"] != HOST_DIMENSION:
+        return None
+    names = list(instance.STORED_NAMES)
+    if "MetricName" in params:
+        names = [name for name in names if name == INSTANCE_METRIC_PREFIX + params["MetricName"]]
+    query = (
+        select(
+            TrainingJob.created_at,
+            TrainingJob.id.label("job_id"),
+            TrainingJob.name.label("job_name"),
+            MetricRollup.name.label("metric"),
+            MetricRollup.host.label("host"),
+        )
+        .join(MetricRollup, MetricRollup.job_id == TrainingJob.id)
+        .where(
+            TrainingJob.project == project,
+            MetricRollup.name.in_(names),
+            MetricRollup.minute >= minute_of(since),
+        )
+        .distinct()
+    )
+    if dimensions and "Value" in dimensions[0]:
+        job_name, _, host = dimensions[0]["Value"].rpartition("/")
+        query = query.where(TrainingJob.name == job_name, MetricRollup.host == host)
+    return query
+
+
+def _listed(job_name: str, metric: str, host: str) -> dict[str, Any]:
+    if not host:
+        dimension = {"Name": DIMENSION, "Value": job_name}
+    else:
+        metric = metric.removeprefix(INSTANCE_METRIC_PREFIX)
+        dimension = {"Name": HOST_DIMENSION, "Value": f"{job_name}/{host}"}
+    return {"Namespace": NAMESPACE, "MetricName": metric, "Dimensions": [dimension]}
 
 
 # -- one metric's values -----------------------------------------------------------------
@@ -259,13 +352,17 @@ def _series(
     if name not in STATISTICS:
         rank = _percentile(name, f"{path}.MetricStat.Stat")
     window = _window(start_s, end_s, stat["Period"], f"{path}.MetricStat.Period")
-    metric = stat["Metric"]
-    job = _job_of(
-        call, metric.get("Namespace", ""), metric.get("Dimensions") or [], stat.get("Unit")
+    asked = stat["Metric"]
+    metric = _metric_of(
+        call,
+        asked.get("Namespace", ""),
+        asked.get("MetricName", ""),
+        asked.get("Dimensions") or [],
+        stat.get("Unit"),
     )
-    if job is None or metric.get("MetricName") not in _defined(job):
+    if metric is None:
         return []
-    periods = _periods(call, job, metric["MetricName"], window, rank is not None, budget)
+    periods = _periods(call, metric, window, rank is not None, budget)
     if rank is not None:
         return [(period.start, period.percentile(rank)) for period in periods]
     return [(period.start, _statistic(period, name)) for period in periods]
@@ -273,8 +370,7 @@ def _series(
 
 def _periods(
     call: Call,
-    job: TrainingJob,
-    name: str,
+    metric: _Metric,
     window: Window,
     with_values: bool,
     budget: statistics.Budget,
@@ -282,13 +378,14 @@ def _periods(
     try:
         return statistics.per_period(
             call.session,
-            job.id,
-            name,
+            metric.job.id,
+            metric.stored_name,
             start=window.start,
             end=window.end,
             seconds=window.seconds,
             budget=budget,
             with_values=with_values,
+            host=metric.host,
         )
     except statistics.TooManyRows as exc:
         raise AwsError(
@@ -310,23 +407,49 @@ def _statistic(period: statistics.Period, name: str) -> float:
     return values[name]
 
 
-def _job_of(
-    call: Call, namespace: str, dimensions: Sequence[Mapping[str, str]], unit: str | None
-) -> TrainingJob | None:
-    """The visible job whose metric the namespace, dimensions and unit name, if any: a
-    metric is named by exactly its dimensions, as in CloudWatch."""
-    if namespace != NAMESPACE or unit not in (None, UNIT):
+@dataclass(frozen=True)
+class _Metric:
+    """A metric a request names: of a visible job, as stored, of one host or all."""
+
+    job: TrainingJob
+    stored_name: str
+    host: str | None
+    unit: str
+
+
+def _metric_of(
+    call: Call,
+    namespace: str,
+    name: str,
+    dimensions: Sequence[Mapping[str, str]],
+    unit: str | None,
+) -> _Metric | None:
+    """The metric of a visible job that the namespace, name, dimensions and unit name, if
+    any: a metric is named by exactly its dimensions, as in CloudWatch. A job's own by
+    TrainingJobName, an instance's by Host."""
+    if namespace != NAMESPACE or len(dimensions) != 1:
         return None
-    if len(dimensions) != 1 or dimensions[0]["Name"] != DIMENSION:
-        return None
+    dimension, value = dimensions[0]["Name"], dimensions[0]["Value"]
+    if dimension == DIMENSION and unit in (None, UNIT):
+        job = _visible_job(call, value)
+        if job is None or name not in {item.name for item in job.record.metric_definitions}:
+            return None
+        return _Metric(job, name, None, UNIT)
+    if dimension == HOST_DIMENSION and unit in (None, INSTANCE_UNIT):
+        job_name, _, host = value.rpartition("/")
+        metric = instance.metric_of(INSTANCE_METRIC_PREFIX + name)
+        job = _visible_job(call, job_name) if metric is not None else None
+        if job is None or host not in lookup.hosts(job):
+            return None
+        return _Metric(job, INSTANCE_METRIC_PREFIX + name, host, INSTANCE_UNIT)
+    return None
+
+
+def _visible_job(call: Call, name: str) -> TrainingJob | None:
     try:
-        return lookup.get(call.session, dimensions[0]["Value"], call.principal)
+        return lookup.get(call.session, name, call.principal)
     except NotFound:
         return None
-
-
-def _defined(job: TrainingJob) -> set[str]:
-    return {item.name for item in job.record.metric_definitions}
 
 
 def _percentile(name: str, member: str) -> float:

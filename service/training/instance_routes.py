@@ -1,7 +1,7 @@
 """The routes an instance's runtime calls (``contract.protocol``): its phase reports, its
-log lines, its AWS credentials, and spot interruption notices. Each takes the instance's
-own token, which names one job and one host; an interruption may also come from a user
-rehearsing one."""
+log lines, its own metrics, its AWS credentials, and spot interruption notices. Each takes
+the instance's own token, which names one job and one host; an interruption may also come
+from a user rehearsing one."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from service.kit.errors import NotFound, replies
 from service.kit.protocol import validate_body
 from service.logs import service as logs
 from service.logs.schemas import Line, LogBatchBody, stored_lines
-from service.metrics import extraction
+from service.metrics import extraction, instance
 from service.training import instance_credentials, service
 from service.training.instance_credentials import InstanceCredentials
 from service.training.instance_messages import (
@@ -131,3 +131,17 @@ def ingest_logs(
     if stored and job.record.metric_definitions:
         after.add_task(extraction.extract_after_answer, settings.database_url, job.id, host)
     return Ingested(stored=stored)
+
+
+@router.post(instance_route(Endpoint.METRICS), response_model=Ingested, include_in_schema=False)
+def ingest_instance_metrics(
+    name: JobName,
+    host: HostName,
+    # A caller without a token learns that first, and no body of theirs is read.
+    principal: CurrentPrincipal,
+    session: SessionDep,
+    samples: Annotated[protocol.InstanceMetrics, Depends(instance.read_instance_metrics)],
+) -> Ingested:
+    """Called by the runtime on an instance with its latest utilisation samples."""
+    job = lookup.job_for_instance(session, name, host, principal, live=True)
+    return Ingested(stored=instance.store(session, job, host, samples))

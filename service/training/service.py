@@ -66,6 +66,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         agent_key=REDACTED,
         file_roots=tuple(str(root) for root in settings.file_roots),
         aws_credentials=settings.service_gives_credentials,
+        instance_metrics_seconds=settings.instance_metrics_seconds,
     )
     materialized = backend.materialize(request)
     return DryRun(

@@ -19,10 +19,19 @@ from pydantic import BaseModel
 from contract import protocol
 from contract.limits import MAX_LOG_BATCH
 from contract.phases import Phase
-from contract.protocol import Endpoint, InterruptionNotice, LogBatch, StatusReport
+from contract.protocol import (
+    MAX_INSTANCE_METRIC_ROWS,
+    Endpoint,
+    InstanceMetric,
+    InstanceMetrics,
+    InterruptionNotice,
+    LogBatch,
+    StatusReport,
+)
 from runtime.reporting.reporter import ServiceClient
 from service.kit.protocol import as_message, validate_body
 from service.logs.schemas import LogBatchBody, stored_lines
+from service.metrics.instance import InstanceMetricsBody
 from service.training.instance_messages import InterruptionNoticeBody, StatusReportBody
 
 # Every message of the protocol, and the service's validator of it.
@@ -30,6 +39,7 @@ VALIDATORS: dict[type[Any], type[BaseModel]] = {
     StatusReport: StatusReportBody,
     LogBatch: LogBatchBody,
     InterruptionNotice: InterruptionNoticeBody,
+    InstanceMetrics: InstanceMetricsBody,
 }
 NOW = datetime(2026, 11, 28, 12, 30, 15, 123456, tzinfo=UTC)
 MESSAGES = [
@@ -48,6 +58,12 @@ MESSAGES = [
     ),
     InterruptionNotice(),
     InterruptionNotice("reclaimed at 12:30", attempt=0),
+    InstanceMetrics(
+        [
+            (1_764_333_015.25, InstanceMetric.CPU, 350.5),
+            (1_764_333_015.25, InstanceMetric.GPU_MEMORY, 0.0),
+        ]
+    ),
 ]
 
 
@@ -88,6 +104,7 @@ def test_what_the_runtime_sends_the_service_reads_back(
         StatusReport: Endpoint.STATUS,
         LogBatch: Endpoint.LOGS,
         InterruptionNotice: Endpoint.INTERRUPTION,
+        InstanceMetrics: Endpoint.METRICS,
     }[type(message)]
     client.post(endpoint, message)
 
@@ -126,6 +143,12 @@ def test_every_message_has_a_validator_with_its_fields() -> None:
         (LogBatchBody, {"first_seq": 1, "rows": [[1.0, "console", "x"]]}, "rows"),
         (InterruptionNoticeBody, {"message": ""}, "message"),
         (InterruptionNoticeBody, {"message": "x" * 513}, "message"),
+        (InstanceMetricsBody, {"rows": []}, "rows"),
+        (
+            InstanceMetricsBody,
+            {"rows": [[1.0, "CPUUtilization", 1.0]] * (MAX_INSTANCE_METRIC_ROWS + 1)},
+            "rows",
+        ),
     ],
 )
 def test_the_contract_bounds_are_the_services(

@@ -91,12 +91,15 @@ def test_runyard_json_reads_back_what_was_written() -> None:
         checkpoint_uri="s3://b/ckpt",
         checkpoint_local_path="/opt/ml/checkpoints",
         spot_notice="ec2",
+        instance_metrics_seconds=2.5,
     )
     data = json.loads(written.to_json())
     assert list(data) == [item.name for item in dataclasses.fields(RunyardConfig)]
     assert RunyardConfig.from_json(data) == written
     with pytest.raises(ConfigError, match="'master_port'"):
         RunyardConfig.from_json({key: value for key, value in data.items() if key != "master_port"})
+    with pytest.raises(ConfigError, match="instance_metrics_seconds must be a number of seconds"):
+        RunyardConfig.from_json({**data, "instance_metrics_seconds": -1})
     with pytest.raises(ConfigError, match="agent_port must be a TCP port"):
         RunyardConfig.from_json({**data, "agent_port": 70000})
 

@@ -235,7 +235,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "file_roots": [],
   "container_image": "",
   "container_engine": [],
-  "aws_credentials": false
+  "aws_credentials": false,
+  "instance_metrics_seconds": 10.0
 }
 RUNYARD_EOF
 

@@ -146,6 +146,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         # Whether the service gives the job AWS credentials: the request says (the worker
         # sets it from RUNYARD_INSTANCE_CREDENTIALS).
         "aws_credentials": False,
+        "instance_metrics_seconds": 10.0,
     }
     # The real token is in the plan that apply() uses, never in what a dry run shows.
     assert materialized.plan.instances[1].env["RUNYARD_JOB_TOKEN"] == "ryi_secret-algo-2"

@@ -56,6 +56,7 @@ BAD_DEFINITIONS: list[tuple[str, Any, list[str | int]]] = [
     ("regex too long", [{"name": "a", "regex": "(x)" + "y" * 498}], [0, "regex"]),
     ("empty name", [{"name": "", "regex": "(x)"}], [0, "name"]),
     ("name too long", [{"name": "n" * 256, "regex": "(x)"}], [0, "name"]),
+    ("an instance metric's name", [{"name": "instance/CPU", "regex": "(x)"}], [0, "name"]),
     ("missing regex", [{"name": "a"}], [0, "regex"]),
     ("unknown key", [{"name": "a", "regex": "(x)", "unit": "s"}], [0, "unit"]),
     (

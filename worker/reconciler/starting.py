@@ -60,6 +60,7 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         first_log_seq=snapshot.attempt_first_log_seq,
         file_roots=tuple(str(root) for root in settings.file_roots),
         aws_credentials=settings.service_gives_credentials,
+        instance_metrics_seconds=settings.instance_metrics_seconds,
     )
     # Adopts what an earlier, interrupted attempt started.
     materialized = step.backend.submit(request)
