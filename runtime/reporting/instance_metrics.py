@@ -167,6 +167,8 @@ class Collector:
         self.sampler = sampler
         self.interval = interval
         self._pending: list[Row] = []
+        # Each kind of trouble is told once (the runtime's stderr), not every sample.
+        self._told: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="instance-metrics", daemon=True)
 
@@ -184,11 +186,16 @@ class Collector:
             try:
                 self._pending += self.sampler.sample()
             except OSError as exc:
-                log.info("could not read the instance's metrics: %s", exc)
+                self._tell("read", f"could not read the instance's metrics: {exc}")
                 continue
             del self._pending[:-MAX_INSTANCE_METRIC_ROWS]
             if self._send(InstanceMetrics(list(self._pending))):
                 self._pending.clear()
+
+    def _tell(self, kind: str, message: str) -> None:
+        if kind not in self._told:
+            self._told.add(kind)
+            log.warning("%s", message)
 
     def _send(self, batch: InstanceMetrics) -> bool:
         """Whether ``batch`` is done with: taken, or refused for good."""
@@ -198,7 +205,7 @@ class Collector:
         except urllib.error.HTTPError as exc:
             if exc.code < 500 and exc.code != 429:
                 # Refused (the job has ended, say): sending it again would be too.
-                log.info("service refused instance metrics: %s", exc.code)
+                self._tell("refused", f"the service refused instance metrics: {exc.code}")
                 return True
             return False
         except (urllib.error.URLError, OSError):
