@@ -255,26 +255,34 @@
     return { hosts: hostsSeen, data: [times, ...ys] };
   }
 
-  function describe(metric, series) {
+  // Where each kind of metric is charted, and what its charts are called.
+  const KINDS = {
+    definitions: { box: "charts", title: "metric", unit: "" },
+    instance: { box: "instance-charts", title: "instance metric", unit: " %" },
+  };
+
+  function describe(metric, series, kind) {
+    const { title, unit } = KINDS[kind];
     const points = series ? series.points : [];
-    if (!points.length) return `Chart of metric ${metric}: no values yet`;
+    if (!points.length) return `Chart of ${title} ${metric}: no values yet`;
     const last = points[points.length - 1];
-    return `Chart of metric ${metric}: ${points.length} values, latest ${last.value} on ${last.host}`;
+    return `Chart of ${title} ${metric}: ${points.length} values, latest ${last.value}${unit} on ${last.host}`;
   }
 
-  function drawChart(metric, series) {
-    let chart = charts.get(metric);
+  function drawChart(metric, series, kind = "definitions") {
+    const key = `${kind}:${metric}`;
+    let chart = charts.get(key);
     if (!chart) {
       const figure = el("figure", { class: "chart" }, el("figcaption", { text: metric }));
       const plot = el("div", { role: "img", class: "plot" });
       figure.append(plot);
-      document.getElementById("charts").append(figure);
+      document.getElementById(KINDS[kind].box).append(figure);
       chart = { plot, uplot: null, hosts: "" };
-      charts.set(metric, chart);
+      charts.set(key, chart);
     }
-    chart.plot.setAttribute("aria-label", describe(metric, series));
+    chart.plot.setAttribute("aria-label", describe(metric, series, kind));
     if (!hasCharts) {
-      chart.plot.textContent = describe(metric, series);
+      chart.plot.textContent = describe(metric, series, kind);
       return;
     }
     const { hosts: seen, data } = chartData(series || { points: [] });
@@ -306,6 +314,16 @@
     for (const metric of wanted) drawChart(metric, byName.get(metric));
   }
 
+  async function loadInstanceMetrics() {
+    // What each instance measures of itself (CPU, memory, disk, GPUs), a line per host.
+    const { metrics } = await Runyard.api("GET", `${jobPath}/metrics`, {
+      query: { project, kind: "instance", max_points: CHART_POINTS },
+    });
+    document.getElementById("instance-metrics-empty").textContent = metrics.length
+      ? "" : "No samples yet: each instance measures itself every few seconds while it runs.";
+    for (const series of metrics) drawChart(series.name, series, "instance");
+  }
+
   window.addEventListener("resize", () => {
     for (const chart of charts.values()) {
       if (chart.uplot) chart.uplot.setSize({ width: Math.max(chart.plot.clientWidth, 260), height: 220 });
@@ -317,10 +335,12 @@
   if (!(await load())) return;
   follow();
   await loadMetrics().catch(() => {});
+  await loadInstanceMetrics().catch(() => {});
   const stopPolling = Runyard.every(4, async () => {
     const ended = TERMINAL.has(job.status);
     await load();
     await loadMetrics().catch(() => {});
+    await loadInstanceMetrics().catch(() => {});
     if (ended) stopPolling();
   }, { later: true });
 })();
