@@ -183,14 +183,18 @@ class Collector:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
-                self._pending += self.sampler.sample()
-            except OSError as exc:
-                self._tell("read", f"could not read the instance's metrics: {exc}")
-                continue
-            del self._pending[:-MAX_INSTANCE_METRIC_ROWS]
-            if self._send(InstanceMetrics(list(self._pending))):
-                self._pending.clear()
+            self.collect()
+
+    def collect(self) -> None:
+        """Take a sample and send it, with what the service has not taken yet."""
+        try:
+            self._pending += self.sampler.sample()
+        except OSError as exc:
+            self._tell("read", f"could not read the instance's metrics: {exc}")
+            return
+        del self._pending[:-MAX_INSTANCE_METRIC_ROWS]
+        if self._send(InstanceMetrics(list(self._pending))):
+            self._pending.clear()
 
     def _tell(self, kind: str, message: str) -> None:
         if kind not in self._told:
