@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from contract.protocol import MAX_INSTANCE_METRIC_ROWS
 from service.settings import Settings
@@ -146,3 +147,12 @@ def test_only_the_instance_itself_sends_its_samples(
     )
     assert anonymous.status_code == 401
     assert api.get(f"{JOB}/metrics", params={"kind": "instance"}).json() == {"metrics": []}
+
+
+@pytest.mark.parametrize("seconds", [0.5, -1, 3601])
+def test_the_sampling_interval_is_a_second_to_an_hour_or_never(
+    tmp_path: Path, seconds: float
+) -> None:
+    with pytest.raises(ValidationError, match="instance_metrics_seconds"):
+        Settings(home=tmp_path, instance_metrics_seconds=seconds)
+    assert Settings(home=tmp_path, instance_metrics_seconds=0).instance_metrics_seconds == 0
