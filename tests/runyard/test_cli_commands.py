@@ -40,12 +40,12 @@ class _InProcessClient(Client):
 
 
 @pytest.fixture
-def runyard(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+def runyard(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     for module in (cli, job_commands):
         monkeypatch.setattr(module, "Client", lambda: _InProcessClient(api))
     # Off a terminal, as under CI: rich must write plain text.
     monkeypatch.delenv("FORCE_COLOR", raising=False)
-    yield CliRunner()
+    return CliRunner()
 
 
 def _run(runner: CliRunner, *args: str, code: int = 0) -> Result:
@@ -190,7 +190,8 @@ def test_clone_submits_the_request_again_with_overrides(
     original = api.get("/v1/training-jobs").json()["items"][0]["name"]
     result = _run(runyard, "clone", original, "-H", "lr=0.01", "--max-run", "600")
     name = result.stdout.removeprefix("Submitted training job ").strip()
-    assert name != original and name.startswith("exp-2")
+    assert name != original
+    assert name.startswith("exp-2")
     first = api.get(f"/v1/training-jobs/{original}").json()["spec"]
     again = api.get(f"/v1/training-jobs/{name}").json()["spec"]
     assert again["hyperparameters"] == {"epochs": 3, "lr": 0.01}
