@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 from pydantic_core import ValidationError
+from rich.text import Text
 
 from contract.layout import IMAGE_BASE_DIR
 from runyard import cloning, job_commands, refusals, terminal, variables
@@ -539,11 +540,11 @@ def _watch(client: Client, name: str) -> dict[str, Any]:
                 out.print(terminal.coloured(f"{transition_line(transition)}  (+{waited})"))
             shown = len(job["transitions"])
             if job["status"] in ENDED:
-                out.print(f"Waited {waited}")
+                out.print(Text(f"Waited {waited}"))
                 return job
             if live is not None:
                 why = f": {job['pending_reason']}" if job.get("pending_reason") else ""
-                live.update(f"{job['status']} ({job['secondary_status']}{why}), {waited}")
+                live.update(Text(f"{job['status']} ({job['secondary_status']}{why}), {waited}"))
             time.sleep(1.0)
 
 
