@@ -61,7 +61,7 @@ test: lint
 # training (PostgreSQL and those are `make test`'s). Four processes: the tests wait on
 # subprocesses and sockets often enough that two cores keep four busy.
 FAST_SKIPS := e2e deploy tensorflow libraries service/console \
-    runyard/test_server_startup.py runyard/test_server_supervisor.py \
+    runyard/test_server_startup.py runyard/test_server_supervisor.py runyard/test_demo.py \
     service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py
 FAST_WORKERS ?= 4
 test-fast: install

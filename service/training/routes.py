@@ -19,6 +19,7 @@ from service.jobs.params import JobName, ProjectName
 from service.jobs.schemas import (
     DryRun,
     JobCreate,
+    JobDeleted,
     JobPublic,
     JobsPage,
     JobSummary,
@@ -29,7 +30,7 @@ from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.settings import Settings
-from service.training import service
+from service.training import deletion, service
 from service.training.submissions import Submissions
 
 router = APIRouter(prefix=JOBS_PATH, tags=["training jobs"])
@@ -181,6 +182,22 @@ def stop_training_job(
 ) -> JobPublic:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
     return to_public(service.stop(session, settings, name, user, project))
+
+
+@router.delete("/{name}", response_model=JobDeleted, responses=replies(401, 403, 404, 409, 422))
+def delete_training_job(
+    name: JobName,
+    session: SessionDep,
+    user: CurrentUser,
+    artifacts: Annotated[
+        deletion.ArtifactsChoice,
+        Query(description="remove: delete the job's artifacts under <output_path>/<name>/ too"),
+    ] = "keep",
+    project: ProjectName = None,
+) -> JobDeleted:
+    """Delete an ended job: its record, transitions, instances, metrics and logs. Its
+    artifacts stay unless ``artifacts=remove``. A job still running is refused (409)."""
+    return deletion.delete(session, name, user, project, artifacts)
 
 
 def to_public(job: TrainingJob) -> JobPublic:

@@ -80,6 +80,8 @@ def _routes(source_dir: Path) -> list[Route]:
             {"name": "minted", "project": "alpha", "role": "viewer"},
         ),
         Route("revoke token", "DELETE", "/v1/tokens/spare?project=alpha", ADMIN),
+        # Last: once "stop" has ended the job, a caller let through deletes it.
+        Route("delete", "DELETE", f"{job}?project=alpha", MEMBER),
     ]
 
 
