@@ -53,8 +53,9 @@ crd: $(STAMP)
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.
 TEST_WORKERS ?= 2
 
+# The 25 slowest tests are listed at the end: where the suite's half hour goes.
 test: lint
-	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=25
 
 # The units, for a newcomer's edit-and-check loop (about three minutes here): on SQLite
 # only, with no server stacks, browsers, clusters, images, real launchers or multi-process
