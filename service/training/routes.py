@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -31,7 +31,7 @@ from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import SpecError, replies
 from service.kit.text import LookupText
 from service.settings import Settings
-from service.training import service
+from service.training import cloning, service
 from service.training.submissions import Submissions
 
 router = APIRouter(prefix=JOBS_PATH, tags=["training jobs"])
@@ -168,6 +168,20 @@ def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
     return to_public(lookup.get(session, name, user, project))
+
+
+@router.get("/{name}/clone", responses=replies(401, 404, 422))
+def clone_training_job(
+    name: JobName,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    project: ProjectName = None,
+) -> dict[str, Any]:
+    """The job's spec to submit a copy of it: as it was submitted, less what the server
+    chose for it (its name, backend, image, default output path, and the hyperparameters
+    its distribution mode added), which a copy gets chosen anew."""
+    return cloning.resubmittable(settings, lookup.get(session, name, user, project))
 
 
 @router.get("/{name}/place-in-line", response_model=PlacePublic, responses=replies(401, 404, 422))
