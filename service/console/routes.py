@@ -10,6 +10,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from contract.modes import MODES
+
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 # Filled by `make install` from the npm packages in console/ (never committed).
@@ -62,7 +64,9 @@ def job_page(request: Request, name: str) -> HTMLResponse:
 
 @router.get("/submit")
 def submit_page(request: Request) -> HTMLResponse:
-    return _page(request, "submit.html", "Submit a job", nav="submit")
+    # The distribution modes a job may enable, in the API schema's order.
+    modes = [mode.name for mode in MODES]
+    return _page(request, "submit.html", "Submit a job", nav="submit", modes=modes)
 
 
 @router.get("/capacity")
