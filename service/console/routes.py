@@ -18,7 +18,9 @@ STATIC_DIR = _HERE / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
 STATIC_PATH = "/console/static"
 # Every path this module adds to the app: all open, since none holds data.
-PATHS = frozenset({"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", STATIC_PATH})
+PATHS = frozenset(
+    {"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", "/compare", STATIC_PATH}
+)
 
 # No other site may show a page of the console in a frame, where a click meant for it
 # could be taken (clickjacking): a page only says so for itself. X-Frame-Options is for
@@ -67,6 +69,11 @@ def submit_page(request: Request) -> HTMLResponse:
     # The distribution modes a job may enable, in the API schema's order.
     modes = [mode.name for mode in MODES]
     return _page(request, "submit.html", "Submit a job", nav="submit", modes=modes)
+
+
+@router.get("/compare")
+def compare_page(request: Request) -> HTMLResponse:
+    return _page(request, "compare.html", "Compare jobs", nav="jobs")
 
 
 @router.get("/capacity")

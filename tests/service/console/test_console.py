@@ -60,7 +60,7 @@ def test_job_list_is_newest_first_filters_pages_and_updates_live(
     server.submit("list-late")
     expect(rows.first.get_by_role("link")).to_have_text("list-late")
 
-    page.get_by_label("Name starts with").fill("list-0")
+    page.get_by_label("Name contains").fill("list-0")
     expect(rows).to_have_count(10)
     page.get_by_label("Status").select_option("Completed")
     expect(rows).to_have_count(0)
