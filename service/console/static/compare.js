@@ -59,7 +59,7 @@
     "Instance type": (job) => job.spec.instance_type,
     "Instance count": (job) => job.spec.instance_count,
     Image: (job) => job.image,
-    Distribution: (job) => job.spec.distribution,
+    Distribution: (job) => Runyard.distributionName(job.spec.distribution),
     "Input channels": (job) => Object.fromEntries(Object.entries(job.spec.inputs).map(([k, c]) => [k, c.uri])),
     "Max run time (s)": (job) => job.spec.max_run,
     "Spot instances": (job) => job.spec.use_spot_instances,

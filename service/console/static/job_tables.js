@@ -39,8 +39,7 @@ Runyard.jobTables = (() => {
     const channels = Object.entries(spec.inputs || {});
     const tags = spec.tags || [];
     const finals = job.final_metrics || [];
-    const distribution = Object.keys(spec.distribution || {}).length
-      ? JSON.stringify(spec.distribution) : "none (one process per host)";
+    const distribution = Runyard.distributionName(spec.distribution);
     place.replaceChildren(
       el("h3", { text: "Hyperparameters" }),
       table("Hyperparameters", ["Name", "Value"],

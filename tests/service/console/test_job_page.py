@@ -37,6 +37,7 @@ def test_the_configuration_reads_as_tables_and_a_failure_as_code(
         },
         checkpoint_s3_uri=(server.source.parent / "ckpt").as_uri(),
         max_run=7200,
+        distribution={"torch_distributed": {"enabled": True}},
         tags=[{"key": "team", "value": "vision"}],
     )
     server.failed(job, TRACEBACK)
@@ -64,6 +65,9 @@ def test_the_configuration_reads_as_tables_and_a_failure_as_code(
         "2h 0m (7200 s)"
     )
     expect(stopping.get_by_role("row").filter(has_text="Image")).to_contain_text("builtin")
+    expect(stopping.get_by_role("row").filter(has_text="Distribution")).to_have_text(
+        re.compile(r"^Distribution\s*torch_distributed$")
+    )
     expect(stopping.get_by_role("row").filter(has_text="Billable time")).to_be_visible()
     expect(page.get_by_role("table", name="Tags")).to_contain_text("vision")
     # No raw spec full of nulls in view: the stored JSON waits behind its disclosure.
