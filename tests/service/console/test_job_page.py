@@ -168,3 +168,54 @@ def test_clone_fills_the_submit_form_with_the_jobs_spec(
     original = server.call("admin", "GET", "v1/training-jobs/to-clone?project=alpha")
     for same in ("hyperparameters", "inputs", "output_path", "image", "instance_type"):
         assert copy["spec"][same] == original["spec"][same], same
+
+
+def test_the_submit_form_offers_the_servers_types_and_edits_channels_and_hyperparameters(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    sign_in("alpha member")
+    page.get_by_role("link", name="Submit").click()
+    page.wait_for_load_state()
+    types = page.get_by_label("Instance type")
+    expect(types.locator("option")).to_have_text(
+        [
+            "local (local)",
+            "local_gpu (local)",
+            re.compile(r"^ml\.m5\.large \(local; 2 vCPU, 8 GiB\)$"),
+        ]
+    )
+    types.select_option("ml.m5.large")
+    page.get_by_label("Name", exact=True).fill("from-the-rows")
+    page.get_by_label("Source URI").fill(server.source.as_uri())
+    page.get_by_label("Distribution").select_option("torch_distributed")
+
+    page.get_by_role("button", name="Add hyperparameter").click()
+    page.get_by_label("Hyperparameter 1 name").fill("epochs")
+    page.get_by_label("Hyperparameter 1 value").fill("5")
+    page.get_by_role("button", name="Add hyperparameter").click()
+    page.get_by_label("Hyperparameter 2 name").fill("optimizer")
+    page.get_by_label("Hyperparameter 2 value").fill("adamw")
+    page.get_by_role("button", name="Add hyperparameter").click()
+    page.get_by_label("Hyperparameter 3 name").fill("dropped")
+    page.get_by_role("button", name="Remove hyperparameter 3").click()
+    page.get_by_role("button", name="Add channel").click()
+    page.get_by_label("Channel 1 name").fill("train")
+    page.get_by_label("Channel 1 URI").fill(server.source.as_uri())
+    page.get_by_label("Channel 1 input mode").select_option("FastFile")
+    page.get_by_label("Channel 1 distribution").select_option("ShardedByS3Key")
+
+    editor = page.get_by_label("Spec (YAML or JSON)")
+    expect(editor).to_have_value(re.compile(r"^  epochs: 5$", re.M))
+    expect(editor).not_to_have_value(re.compile("dropped"))
+    page.get_by_role("button", name="Submit job").click()
+    expect(page).to_have_url(re.compile(r"/runyard/jobs/from-the-rows$"))
+    spec = server.call("admin", "GET", "v1/training-jobs/from-the-rows?project=alpha")["spec"]
+    assert spec["instance_type"] == "ml.m5.large"
+    assert spec["hyperparameters"] == {"epochs": 5, "optimizer": "adamw"}
+    assert spec["distribution"]["torch_distributed"] == {"enabled": True}
+    train = spec["inputs"]["train"]
+    assert (train["uri"], train["input_mode"], train["distribution"]) == (
+        server.source.as_uri(),
+        "FastFile",
+        "ShardedByS3Key",
+    )
