@@ -44,8 +44,8 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     # interruption) and an instance's AWS credentials, sources, tokens (mint, list,
     # revoke), projects (create, list), me, capacity, a job's place in line, model
     # download, the caller's AWS credentials, a job's log download and its spec to clone,
-    # and the instance types the server offers.
-    assert len(routes) == 24, routes
+    # the instance types the server offers, and deleting an ended job.
+    assert len(routes) == 25, routes
 
 
 @pytest.mark.parametrize(
