@@ -449,7 +449,7 @@ def clone(
     """Submit ORIGINAL's job again, as it was submitted, under a new name (--name, or one
     generated from ORIGINAL's); submit's flags change what they name."""
     with Client() as client:
-        spec = cloning.request_of(client.get_job(original))
+        spec = cloning.request_of(client, original)
     if source_dir is not None or flags.get("source_uri") is not None:
         spec.pop("source_uri", None)
     _submit_spec(

@@ -143,6 +143,10 @@ class Client:
     def get_job(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/training-jobs/{name}")
 
+    def clone_spec(self, name: str) -> dict[str, Any]:
+        """The job's spec as it would be submitted again (what the server chose left out)."""
+        return self._json("GET", f"/v1/training-jobs/{name}/clone")
+
     def list_jobs(
         self,
         *,

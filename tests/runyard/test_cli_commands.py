@@ -201,6 +201,9 @@ def test_clone_submits_the_request_again_with_overrides(
 
     named = _run(runyard, "clone", original, "--name", "exp-copy")
     assert named.stdout == "Submitted training job exp-copy\n"
+    # A name that was given, not generated, is the base of the copy's whole.
+    again = _run(runyard, "clone", "exp-copy").stdout.removeprefix("Submitted training job ")
+    assert again.startswith("exp-copy-2")
 
 
 def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
