@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -553,21 +554,54 @@ def _watch(client: Client, name: str) -> dict[str, Any]:
     "--status", type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
 )
 @click.option("--prefix", "name_prefix", help="Only jobs whose name starts with this.")
+@click.option("--name-contains", help="Only jobs whose name contains this (any case).")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only jobs with this tag: KEY or KEY=VALUE; repeatable."
+)
+@click.option(
+    "--sort",
+    type=click.Choice(["-created_at", "created_at", "name", "-name"]),
+    help="The order: newest first (-created_at) unless given.",
+)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
-@click.option("--cursor", help="next_cursor printed by the previous page.")
+@click.option("--cursor", help="next_cursor printed by the previous page (same --sort).")
 @terminal.output_option
 def list_jobs(
-    status: str | None, name_prefix: str | None, limit: int, cursor: str | None, output: str
+    status: str | None,
+    name_prefix: str | None,
+    name_contains: str | None,
+    tags: tuple[str, ...],
+    sort: str | None,
+    limit: int,
+    cursor: str | None,
+    output: str,
 ) -> None:
-    """List training jobs, newest first."""
+    """List training jobs, newest first unless --sort says otherwise."""
     with Client() as client:
-        page = client.list_jobs(status=status, name_prefix=name_prefix, limit=limit, cursor=cursor)
+        page = client.list_jobs(
+            status=status,
+            name_prefix=name_prefix,
+            name_contains=name_contains,
+            tags=tags,
+            sort=sort,
+            limit=limit,
+            cursor=cursor,
+        )
     if output == "json":
         terminal.print_json(page)  # {"items": [...], "next_cursor": ...}
         return
     terminal.print_lines(job_table(page["items"]))
     if page["next_cursor"]:
-        click.echo(f"more: runyard list --cursor {page['next_cursor']}")
+        # The next page is of the same list: its filters and order with the cursor.
+        same = [
+            *(["--status", status] if status else []),
+            *(["--prefix", name_prefix] if name_prefix else []),
+            *(["--name-contains", name_contains] if name_contains else []),
+            *[word for tag in tags for word in ("--tag", tag)],
+            *(["--sort", sort] if sort else []),
+        ]
+        again = shlex.join(["runyard", "list", *same, "--cursor", page["next_cursor"]])
+        click.echo(f"more: {again}")
 
 
 @main.command()

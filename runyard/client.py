@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -152,13 +152,23 @@ class Client:
         *,
         status: str | None = None,
         name_prefix: str | None = None,
+        name_contains: str | None = None,
+        tags: Sequence[str] = (),
+        sort: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        params = {"status": status, "name_prefix": name_prefix, "limit": limit, "cursor": cursor}
-        return self._json(
-            "GET", "/v1/training-jobs", params={k: v for k, v in params.items() if v is not None}
-        )
+        """A page of jobs; ``tags`` each ``key`` or ``key=value``, every one required."""
+        params = {
+            "status": status,
+            "name_prefix": name_prefix,
+            "name_contains": name_contains,
+            "sort": sort,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        given: list[tuple[str, Any]] = [(k, v) for k, v in params.items() if v is not None]
+        return self._json("GET", "/v1/training-jobs", params=[*given, *(("tag", t) for t in tags)])
 
     def delete_job(self, name: str, *, remove_artifacts: bool = False) -> dict[str, Any]:
         """Delete an ended job; its artifacts too with ``remove_artifacts``."""

@@ -270,3 +270,30 @@ def test_waiting_shows_the_time_waited(
     assert all(line.endswith("(+0m00s)") for line in lines[1:-2]), lines
     assert [line.split()[2] for line in lines[1:-2]] == ["Starting", "Stopping", "Stopped"]
     assert lines[-2:] == ["Waited 0m00s", "job-1: Stopped"]
+
+
+def test_list_filters_sorts_and_pages_by_the_same_list(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    for name, team in (("alpha-bert", "nlp"), ("beta-bert", "nlp"), ("gamma-resnet", "vision")):
+        submit_for_instances(
+            api, settings, source_dir, name=name, tags=[{"key": "team", "value": team}]
+        )
+
+    def names(*flags: str) -> list[str]:
+        listed = json.loads(_run(runyard, "list", *flags, "-o", "json").stdout)
+        return [job["name"] for job in listed["items"]]
+
+    assert names("--name-contains", "BERT", "--sort", "name") == ["alpha-bert", "beta-bert"]
+    assert names("--tag", "team=vision") == ["gamma-resnet"]
+    assert names("--tag", "team", "--sort", "-name") == [
+        "gamma-resnet",
+        "beta-bert",
+        "alpha-bert",
+    ]
+    # The next page's command keeps the filters and the order its cursor was made for.
+    first = _run(runyard, "list", "--tag", "team=nlp", "--sort", "name", "--limit", "1").stdout
+    more = first.splitlines()[-1].removeprefix("more: runyard ")
+    assert more.startswith("list --tag team=nlp --sort name --cursor ")
+    second = _run(runyard, *more.split(), "-o", "json").stdout
+    assert [job["name"] for job in json.loads(second)["items"]] == ["beta-bert"]
