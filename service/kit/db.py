@@ -23,6 +23,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from service.observability import pool
+
 _AFTER_COMMIT = "runyard_after_commit"
 
 
@@ -124,6 +126,7 @@ def _registered(url: str) -> _Registered:
         entry = _engines.get(url)
         if entry is None:
             engine = _create_engine(normalize_database_url(url))
+            pool.watch(engine)
             readonly = engine.execution_options(**{_READONLY: True})
             # SQLite's transactions cost no round trip: its reads keep their BEGIN.
             autocommit = (
