@@ -187,11 +187,13 @@ def _log_as_configured(settings: Settings) -> None:
     from celery.signals import after_setup_logger, setup_logging
 
     if settings.log_format == "json":
-        # Handled here, Celery leaves logging alone: every line goes out as JSON.
+        # Handled here, Celery leaves logging alone: every line goes out as JSON, the
+        # warnings it gives before it would set logging up included.
         def configure(**_: object) -> None:
             logs.configure(settings.log_format)
             _quiet_celery()
 
+        configure()
         setup_logging.connect(configure, weak=False)
     else:
         after_setup_logger.connect(lambda **_: _quiet_celery(), weak=False)

@@ -23,7 +23,7 @@ from service.kit.db import autocommit_reads
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
-from service.observability import exposition
+from service.observability import exposition, logs
 from service.observability import routes as observability
 from service.observability.http import ObserveRequests
 from service.sagemaker.routes import router as sagemaker_router
@@ -95,6 +95,7 @@ def create_app_to_serve(settings: Settings | None = None) -> FastAPI:
     objects) lives as long as the process, so the garbage collector is told to leave it
     out of its passes: a full pass over it held every request up to 190 ms under load."""
     app = create_app(settings)
+    logs.capture_warnings(app.state.settings.log_format)
     _load_what_requests_need(app.state.settings)
     gc.freeze()
     return app

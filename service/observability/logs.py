@@ -64,3 +64,11 @@ def logging_config(log_format: str, level: str = "INFO") -> dict[str, Any]:
 
 def configure(log_format: str, level: str = "INFO") -> None:
     logging.config.dictConfig(logging_config(log_format, level))
+    capture_warnings(log_format)
+
+
+def capture_warnings(log_format: str) -> None:
+    """Have Python's warnings go out as log lines (logger ``py.warnings``): printed
+    as they otherwise are, they would be the one plain-text line among the JSON."""
+    if log_format == "json":
+        logging.captureWarnings(True)
