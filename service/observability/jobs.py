@@ -4,6 +4,7 @@ capacity and since when. Two grouped queries a scrape, whatever the number of jo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -13,6 +14,8 @@ from sqlalchemy import func, select
 
 from service.jobs.models import IN_LINE, TrainingJob
 from service.kit.db import autocommit_reads, utcnow
+
+log = logging.getLogger(__name__)
 
 JOBS = "runyard_jobs"
 QUEUE_DEPTH = "runyard_queue_depth"
@@ -44,6 +47,7 @@ class JobsCollector(Collector):
         try:
             by_status, in_line = self._read()
         except Exception:
+            log.warning("could not read the jobs for /metrics", exc_info=True)
             failed.add_metric([], 1)
             yield failed
             return

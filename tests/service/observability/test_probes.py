@@ -92,3 +92,16 @@ def test_a_database_that_stopped_is_told_from_a_broker_that_stopped(tmp_path: Pa
     checks = response.json()["checks"]
     assert checks["database"]["ok"] is False
     assert checks["broker"]["ok"] is False
+
+
+def test_metrics_still_answer_when_the_database_does_not(tmp_path: Path) -> None:
+    """The request counts are what an operator needs most during an outage: the job
+    gauges are left out, and a gauge says why."""
+    settings = make_settings(tmp_path, f"postgresql://runyard@127.0.0.1:{closed_port()}/x")
+    with TestClient(create_app(settings)) as client:
+        client.get("/healthz")
+        response = client.get("/metrics")
+    assert response.status_code == 200
+    assert "runyard_jobs_scrape_errors 1.0" in response.text
+    assert "runyard_http_requests_total{" in response.text
+    assert "runyard_jobs{" not in response.text
