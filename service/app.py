@@ -23,7 +23,7 @@ from service.kit.db import autocommit_reads
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
-from service.observability import exposition, logs
+from service.observability import exposition, logs, pool
 from service.observability import routes as observability
 from service.observability.http import ObserveRequests
 from service.sagemaker.routes import router as sagemaker_router
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.principals = PrincipalCache(app.state.settings.token_cache_seconds)
     app.state.submissions = Submissions(app.state.settings)
     app.state.metrics_registry = exposition.api_registry(app.state.settings.database_url)
+    pool.watch_pools()
     install_error_handler(app, admit)
     for router in ROUTERS:
         app.include_router(router)

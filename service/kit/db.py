@@ -23,8 +23,6 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
-from service.observability import pool
-
 _AFTER_COMMIT = "runyard_after_commit"
 
 
@@ -111,6 +109,21 @@ _engines: dict[str, _Registered] = {}
 _engines_lock = threading.Lock()
 
 
+# Called with each engine as it is made (the pool's metrics watch them).
+_engine_hooks: list[Callable[[Engine], None]] = []
+
+
+def on_every_engine(hook: Callable[[Engine], None]) -> None:
+    """Call ``hook`` with every engine this process has made and will make."""
+    with _engines_lock:
+        if hook in _engine_hooks:
+            return
+        _engine_hooks.append(hook)
+        made = [entry.engine for entry in _engines.values()]
+    for engine in made:
+        hook(engine)
+
+
 def get_engine(url: str) -> Engine:
     return _registered(url).engine
 
@@ -126,7 +139,8 @@ def _registered(url: str) -> _Registered:
         entry = _engines.get(url)
         if entry is None:
             engine = _create_engine(normalize_database_url(url))
-            pool.watch(engine)
+            for hook in _engine_hooks:
+                hook(engine)
             readonly = engine.execution_options(**{_READONLY: True})
             # SQLite's transactions cost no round trip: its reads keep their BEGIN.
             autocommit = (
