@@ -53,15 +53,16 @@ crd: $(STAMP)
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.
 TEST_WORKERS ?= 2
 
+# The 25 slowest tests are listed at the end: where the suite's half hour goes.
 test: lint
-	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=25
 
 # The units, for a newcomer's edit-and-check loop (about three minutes here): on SQLite
 # only, with no server stacks, browsers, clusters, images, real launchers or multi-process
 # training (PostgreSQL and those are `make test`'s). Four processes: the tests wait on
 # subprocesses and sockets often enough that two cores keep four busy.
 FAST_SKIPS := e2e deploy tensorflow libraries service/console \
-    runyard/test_server_startup.py runyard/test_server_supervisor.py \
+    runyard/test_server_startup.py runyard/test_server_supervisor.py runyard/test_demo.py \
     service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py
 FAST_WORKERS ?= 4
 test-fast: install

@@ -2,7 +2,8 @@
 
 Every step is a `runyard` command, printed before it runs, so the demo doubles as a tour.
 If a Runyard server is already running for this RUNYARD_HOME, the demo uses it and leaves
-it running.
+it running. The server it starts listens on RUNYARD_PORT (default 8642), and is stopped
+however the demo ends: a failed step, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runyard.client import DEFAULT_URL, discover, is_up, runyard_home, wait_until_up
+from runyard import variables
+from runyard.client import DEFAULT_PORT, discover, is_up, runyard_home, wait_until_up
 
 REPO = Path(__file__).resolve().parents[1]
 RUNYARD = [sys.executable, "-m", "runyard"]
@@ -25,7 +27,20 @@ def run(*args: str) -> int:
     return subprocess.call([*RUNYARD, *args], cwd=REPO)
 
 
-def start_server(home: Path) -> subprocess.Popen[bytes]:
+def port() -> int:
+    given = os.environ.get(variables.PORT, str(DEFAULT_PORT))
+    if not given.isdigit():
+        sys.exit(f"{variables.PORT}={given!r}: not a port number")
+    return int(given)
+
+
+class ServerDidNotStart(Exception):
+    pass
+
+
+def start_server(home: Path, url: str) -> subprocess.Popen[bytes]:
+    """Start `runyard server` (on RUNYARD_PORT, which it reads itself) and wait until it
+    answers; a server that does not is stopped before this says so."""
     home.mkdir(parents=True, exist_ok=True)
     log = home / "demo-server.log"
     print(f"$ runyard server   (RUNYARD_HOME={home}, log: {log})", flush=True)
@@ -33,20 +48,27 @@ def start_server(home: Path) -> subprocess.Popen[bytes]:
         server = subprocess.Popen(
             [*RUNYARD, "server"], stdout=handle, stderr=subprocess.STDOUT, cwd=REPO
         )
-    started = wait_until_up(
-        DEFAULT_URL,
-        alive=lambda: server.poll() is None,
-        interval=0.3,
-        waiting=lambda: print(".", end="", flush=True),
-    )
+    try:
+        started = wait_until_up(
+            url,
+            alive=lambda: server.poll() is None,
+            interval=0.3,
+            waiting=lambda: print(".", end="", flush=True),
+        )
+    except BaseException:
+        stop_server(server)
+        raise
     if not started:
+        stop_server(server)
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-        sys.exit(f"the server did not start (is port 8642 taken?):\n{tail}")
-    print(f" up at {DEFAULT_URL}", flush=True)
+        raise ServerDidNotStart(f"the server did not start at {url}:\n{tail}")
+    print(f" up at {url}", flush=True)
     return server
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is not None:
+        return
     print("\nStopping the server", flush=True)
     server.send_signal(signal.SIGTERM)
     try:
@@ -57,12 +79,23 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 
 def main() -> int:
     home = runyard_home()
+    # SIGTERM (a CI job cancelled, `kill`) ends the demo as Ctrl-C does: through the
+    # finally below, which stops the server it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     url, _token = discover()
+    if not os.environ.get(variables.URL) and not (home / "server.json").exists():
+        url = f"http://127.0.0.1:{port()}"  # no server recorded: the one started here
     server = None
     if is_up(url):
         print(f"Using the Runyard server already running at {url}")
     else:
-        server = start_server(home)
+        url = f"http://127.0.0.1:{port()}"
+        os.environ[variables.URL] = url  # each step below talks to the server started here
+        try:
+            server = start_server(home, url)
+        except ServerDidNotStart as exc:
+            print(f"\n{exc}", file=sys.stderr)
+            return 1
     try:
         code = run(
             "submit",

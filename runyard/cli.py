@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 from pydantic_core import ValidationError
+from rich.text import Text
 
 from contract.layout import IMAGE_BASE_DIR
-from runyard import variables
+from runyard import cloning, job_commands, refusals, terminal, variables
 from runyard.client import (
     DEFAULT_PORT,
     PROJECT_VARIABLE,
@@ -33,6 +35,8 @@ from runyard.image_commands import images_group
 from runyard.inputs import as_uri
 from runyard.output import (
     describe_lines,
+    duration,
+    final_metric_lines,
     final_summary,
     job_table,
     log_line,
@@ -230,78 +234,94 @@ def _load_spec_file(path: Path) -> dict[str, Any]:
     return data
 
 
+# The flags that make a job's spec, shared by submit and clone.
+_SPEC_FLAGS = [
+    click.option("--name", help="Job name (unique). Default: <base-job-name>-<timestamp>."),
+    click.option("--base-job-name", help="Prefix for a generated job name."),
+    click.option("--entry-point", "-e", help="Script to run, relative to the source (train.py)."),
+    click.option(
+        "--source-dir",
+        "-s",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        help="Local directory with the code; packed and stored on the server.",
+    ),
+    click.option("--source-uri", help="Code already stored: file:// directory or .tar.gz."),
+    click.option("--instance-type", "-t", help="Instance type, e.g. local or ml.p4d.24xlarge."),
+    click.option(
+        "--framework", type=click.Choice(["pytorch", "tensorflow"]), help="The script's framework."
+    ),
+    click.option("--framework-version", help="Run on the catalog's image of this version (2.13)."),
+    click.option("--py-version", help="...with this Python (py311)."),
+    click.option(
+        "--image-uri",
+        help="A catalog image (runyard images list), or an OCI image to run as a container.",
+    ),
+    click.option("--instance-count", "-n", type=int, help="Number of instances."),
+    click.option(
+        "--distribution", "-d", help='JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'.'
+    ),
+    click.option(
+        "--hyperparameter",
+        "-H",
+        "hyperparameters",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Repeatable. VALUE is parsed as JSON when it can be (0.1, true, [1,2]).",
+    ),
+    click.option(
+        "--input",
+        "-i",
+        "inputs",
+        multiple=True,
+        metavar="CHANNEL=URI",
+        help="Repeatable. A file:// URI or a local path.",
+    ),
+    click.option(
+        "--output-path", help="Where the model goes (default: the server's artifact store)."
+    ),
+    click.option("--max-run", type=int, help="Seconds before the job is stopped (max_run)."),
+    click.option(
+        "--env",
+        "environment",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Repeatable. Script environment.",
+    ),
+    click.option(
+        "--backend", help="Run on this backend instead of the one configured for the type."
+    ),
+    click.option(
+        "--checkpoint-s3-uri", help="Where checkpoints are kept across restarts (s3:// or file://)."
+    ),
+    click.option(
+        "--checkpoint-local-path",
+        help=f"Where the script writes them (default {IMAGE_BASE_DIR}/checkpoints).",
+    ),
+    click.option(
+        "--use-spot-instances",
+        is_flag=True,
+        default=None,
+        help="Run on spot capacity (needs --max-wait).",
+    ),
+    click.option("--max-wait", type=int, help="With spot: seconds in all, waiting included."),
+    click.option(
+        "--max-retry-attempts", type=int, help="Restarts allowed after the script fails (0-30)."
+    ),
+    click.option("--priority", type=int, help="Place in the queue for capacity (higher first)."),
+]
+
+
+def _spec_flags(command: Callable[..., None]) -> Callable[..., None]:
+    for flag in reversed(_SPEC_FLAGS):
+        command = flag(command)
+    return command
+
+
 @main.command()
 @click.argument(
     "spec_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--name", help="Job name (unique). Default: <base-job-name>-<timestamp>.")
-@click.option("--base-job-name", help="Prefix for a generated job name.")
-@click.option("--entry-point", "-e", help="Script to run, relative to the source (train.py).")
-@click.option(
-    "--source-dir",
-    "-s",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Local directory with the code; packed and stored on the server.",
-)
-@click.option("--source-uri", help="Code already stored: file:// directory or .tar.gz.")
-@click.option("--instance-type", "-t", help="Instance type, e.g. local or ml.p4d.24xlarge.")
-@click.option(
-    "--framework", type=click.Choice(["pytorch", "tensorflow"]), help="The script's framework."
-)
-@click.option("--framework-version", help="Run on the catalog's image of this version (2.13).")
-@click.option("--py-version", help="...with this Python (py311).")
-@click.option(
-    "--image-uri",
-    help="A catalog image (runyard images list), or an OCI image to run as a container.",
-)
-@click.option("--instance-count", "-n", type=int, help="Number of instances.")
-@click.option(
-    "--distribution", "-d", help='JSON, e.g. \'{"torch_distributed": {"enabled": true}}\'.'
-)
-@click.option(
-    "--hyperparameter",
-    "-H",
-    "hyperparameters",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Repeatable. VALUE is parsed as JSON when it can be (0.1, true, [1,2]).",
-)
-@click.option(
-    "--input",
-    "-i",
-    "inputs",
-    multiple=True,
-    metavar="CHANNEL=URI",
-    help="Repeatable. A file:// URI or a local path.",
-)
-@click.option("--output-path", help="Where the model goes (default: the server's artifact store).")
-@click.option("--max-run", type=int, help="Seconds before the job is stopped (max_run).")
-@click.option(
-    "--env",
-    "environment",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Repeatable. Script environment.",
-)
-@click.option("--backend", help="Run on this backend instead of the one configured for the type.")
-@click.option(
-    "--checkpoint-s3-uri", help="Where checkpoints are kept across restarts (s3:// or file://)."
-)
-@click.option(
-    "--checkpoint-local-path",
-    help=f"Where the script writes them (default {IMAGE_BASE_DIR}/checkpoints).",
-)
-@click.option(
-    "--use-spot-instances",
-    is_flag=True,
-    default=None,
-    help="Run on spot capacity (needs --max-wait).",
-)
-@click.option("--max-wait", type=int, help="With spot: seconds in all, waiting included.")
-@click.option(
-    "--max-retry-attempts", type=int, help="Restarts allowed after the script fails (0-30)."
-)
-@click.option("--priority", type=int, help="Place in the queue for capacity (higher first).")
+@_spec_flags
 @click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
 @click.option(
     "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
@@ -333,6 +353,34 @@ def submit(
         spec["inputs"] = {
             name: _channel_uris(value, here) for name, value in spec["inputs"].items()
         }
+    _submit_spec(
+        spec,
+        source_dir,
+        dry_run=dry_run,
+        wait=wait,
+        show_logs=show_logs,
+        hyperparameters=hyperparameters,
+        inputs=inputs,
+        environment=environment,
+        distribution=distribution,
+        flags=flags,
+    )
+
+
+def _submit_spec(
+    spec: dict[str, Any],
+    source_dir: Path | None,
+    *,
+    dry_run: bool,
+    wait: bool,
+    show_logs: bool,
+    hyperparameters: tuple[str, ...],
+    inputs: tuple[str, ...],
+    environment: tuple[str, ...],
+    distribution: str | None,
+    flags: dict[str, Any],
+) -> None:
+    """Submit ``spec`` with the command line's flags over it."""
     _override(spec, {key: value for key, value in flags.items() if value is not None})
     if distribution is not None:
         try:
@@ -364,12 +412,59 @@ def submit(
             # (A container image brings its own program: the server says which need code.)
             raise RunyardError("give --source-dir (local code) or --source-uri (stored code)")
         if dry_run:
-            click.echo(client.create_job(spec, dry_run=True)["rendered"])
+            click.echo(_create(client, spec, dry_run=True)["rendered"])
             return
-        job = client.create_job(spec)
+        job = _create(client, spec)
         click.echo(submitted(job["name"]))
         if wait or show_logs:
             sys.exit(_follow(client, job["name"], show_logs))
+
+
+def _create(client: Client, spec: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    try:
+        return client.create_job(spec, dry_run=dry_run)
+    except RunyardError as exc:
+        raise refusals.in_flags(exc, spec) from None
+
+
+@main.command()
+@click.argument("original")
+@_spec_flags
+@click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
+)
+@click.option("--logs", "show_logs", is_flag=True, help="Stream the job's logs (implies --wait).")
+def clone(
+    original: str,
+    source_dir: Path | None,
+    dry_run: bool,
+    wait: bool,
+    show_logs: bool,
+    hyperparameters: tuple[str, ...],
+    inputs: tuple[str, ...],
+    environment: tuple[str, ...],
+    distribution: str | None,
+    **flags: Any,
+) -> None:
+    """Submit ORIGINAL's job again, as it was submitted, under a new name (--name, or one
+    generated from ORIGINAL's); submit's flags change what they name."""
+    with Client() as client:
+        spec = cloning.request_of(client, original)
+    if source_dir is not None or flags.get("source_uri") is not None:
+        spec.pop("source_uri", None)
+    _submit_spec(
+        spec,
+        source_dir,
+        dry_run=dry_run,
+        wait=wait,
+        show_logs=show_logs,
+        hyperparameters=hyperparameters,
+        inputs=inputs,
+        environment=environment,
+        distribution=distribution,
+        flags=flags,
+    )
 
 
 # A job's name is given one way: a name from the flags replaces a prefix from the file,
@@ -415,7 +510,7 @@ def _channel_uris(channel: Any, relative_to: Path) -> Any:
 def _follow(client: Client, name: str, show_logs: bool) -> int:
     try:
         if show_logs:
-            for item in client.follow_logs(name):
+            for item in _log_stream(client, name, host=None):
                 if "end" not in item:
                     click.echo(log_line(item))
             job = client.wait(name)
@@ -425,21 +520,33 @@ def _follow(client: Client, name: str, show_logs: bool) -> int:
         click.echo(f"\n{still_running(name)}", err=True)
         return 130
     for line in final_summary(job):
-        click.echo(line)
+        terminal.print_lines([line])
     return 0 if job["status"] == "Completed" else EXIT_JOB_DID_NOT_COMPLETE
 
 
+ENDED = ("Completed", "Failed", "Stopped")
+
+
 def _watch(client: Client, name: str) -> dict[str, Any]:
-    """Wait for the job to end, printing each status transition as it happens."""
+    """Wait for the job to end, printing each status transition as it happens, with the
+    time waited so far; on a terminal a line below them keeps counting."""
     shown = 0
-    while True:
-        job = client.get_job(name)
-        for transition in job["transitions"][shown:]:
-            click.echo(transition_line(transition))
-        shown = len(job["transitions"])
-        if job["status"] in ("Completed", "Failed", "Stopped"):
-            return job
-        time.sleep(1.0)
+    began = time.monotonic()
+    out = terminal.console()
+    with out.status("", spinner="dots") if out.is_terminal else contextlib.nullcontext() as live:
+        while True:
+            job = client.get_job(name)
+            waited = duration(time.monotonic() - began)
+            for transition in job["transitions"][shown:]:
+                out.print(terminal.coloured(f"{transition_line(transition)}  (+{waited})"))
+            shown = len(job["transitions"])
+            if job["status"] in ENDED:
+                out.print(Text(f"Waited {waited}"))
+                return job
+            if live is not None:
+                why = f": {job['pending_reason']}" if job.get("pending_reason") else ""
+                live.update(Text(f"{job['status']} ({job['secondary_status']}{why}), {waited}"))
+            time.sleep(1.0)
 
 
 @main.command("list")
@@ -447,44 +554,71 @@ def _watch(client: Client, name: str) -> dict[str, Any]:
     "--status", type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"])
 )
 @click.option("--prefix", "name_prefix", help="Only jobs whose name starts with this.")
+@click.option("--name-contains", help="Only jobs whose name contains this (any case).")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only jobs with this tag: KEY or KEY=VALUE; repeatable."
+)
+@click.option(
+    "--sort",
+    type=click.Choice(["-created_at", "created_at", "name", "-name"]),
+    help="The order: newest first (-created_at) unless given.",
+)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
-@click.option("--cursor", help="next_cursor printed by the previous page.")
-def list_jobs(status: str | None, name_prefix: str | None, limit: int, cursor: str | None) -> None:
-    """List training jobs, newest first."""
+@click.option("--cursor", help="next_cursor printed by the previous page (same --sort).")
+@terminal.output_option
+def list_jobs(
+    status: str | None,
+    name_prefix: str | None,
+    name_contains: str | None,
+    tags: tuple[str, ...],
+    sort: str | None,
+    limit: int,
+    cursor: str | None,
+    output: str,
+) -> None:
+    """List training jobs, newest first unless --sort says otherwise."""
     with Client() as client:
-        page = client.list_jobs(status=status, name_prefix=name_prefix, limit=limit, cursor=cursor)
-    for line in job_table(page["items"]):
-        click.echo(line)
+        page = client.list_jobs(
+            status=status,
+            name_prefix=name_prefix,
+            name_contains=name_contains,
+            tags=tags,
+            sort=sort,
+            limit=limit,
+            cursor=cursor,
+        )
+    if output == "json":
+        terminal.print_json(page)  # {"items": [...], "next_cursor": ...}
+        return
+    terminal.print_lines(job_table(page["items"]))
     if page["next_cursor"]:
-        click.echo(f"more: runyard list --cursor {page['next_cursor']}")
+        # The next page is of the same list: its filters and order with the cursor.
+        same = [
+            *(["--status", status] if status else []),
+            *(["--prefix", name_prefix] if name_prefix else []),
+            *(["--name-contains", name_contains] if name_contains else []),
+            *[word for tag in tags for word in ("--tag", tag)],
+            *(["--sort", sort] if sort else []),
+        ]
+        again = shlex.join(["runyard", "list", *same, "--cursor", page["next_cursor"]])
+        click.echo(f"more: {again}")
 
 
 @main.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
-def describe(name: str, as_json: bool) -> None:
-    """Show a job's status, transitions, failure reason, model and metrics."""
+@terminal.output_option
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="As --output json.")
+def describe(name: str, output: str, as_json: bool) -> None:
+    """Show a job's status, times, image, hyperparameters, channels, output, transitions,
+    failure reason, model and final metrics."""
     with Client() as client:
         job = client.get_job(name)
-    if as_json:
-        click.echo(json.dumps(job, indent=2))
+    if as_json or output == "json":
+        terminal.print_json(job)
         return
-    for line in describe_lines(job):
-        click.echo(line)
-    for line in _final_metric_lines(job.get("final_metrics") or []):
-        click.echo(line)
-
-
-def _final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
-    """The last value of each metric, as SageMaker's console lists FinalMetricDataList."""
-    if not metrics:
-        return []
-    width = max(len(metric["name"]) for metric in metrics)
-    lines = ["Metrics:"]
-    for metric in metrics:
-        when = str(metric["time"])[:19].replace("T", " ")
-        lines.append(f"  {metric['name']:<{width}}  {metric['value']:<12.6g}  at {when}")
-    return lines
+    terminal.print_lines(
+        [*describe_lines(job), *final_metric_lines(job.get("final_metrics") or [])]
+    )
 
 
 @main.command()
@@ -492,13 +626,42 @@ def _final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the job ends.")
 @click.option("--host", help="Only this host's lines, e.g. algo-2.")
 @click.option("--timestamps", is_flag=True, help="Begin each line with the time it was printed.")
-def logs(name: str, follow: bool, host: str | None, timestamps: bool) -> None:
-    """Print a job's logs, each line prefixed by its host."""
+@terminal.output_option
+def logs(name: str, follow: bool, host: str | None, timestamps: bool, output: str) -> None:
+    """Print a job's logs, each line prefixed by its host (--output json: one JSON object
+    a line, with its host, time, stream and message)."""
     with Client() as client:
-        lines = client.follow_logs(name, host=host) if follow else client.logs(name, host=host)
-        for item in lines:
-            if "end" not in item:
-                click.echo(log_line(item, timestamp=timestamps))
+        try:
+            lines = _log_stream(client, name, host) if follow else client.logs(name, host=host)
+            for item in lines:
+                if "end" in item:
+                    continue
+                if output == "json":
+                    terminal.print_json_line(item)
+                else:
+                    click.echo(log_line(item, timestamp=timestamps))
+        except KeyboardInterrupt:
+            click.echo(f"\n{still_running(name)}", err=True)
+            sys.exit(130)
+
+
+def _log_stream(client: Client, name: str, host: str | None) -> Iterator[dict[str, Any]]:
+    """The job's lines as they come; while it waits to start, what it waits for (on
+    stderr, each reason once), so that a quiet stream is not taken for a stuck one."""
+    said = None
+    while True:
+        job = client.get_job(name)
+        reason = job.get("pending_reason")
+        if not reason or job["status"] in ENDED or job.get("instances"):
+            break
+        if reason != said:
+            click.echo(f"waiting: {reason}", err=True)
+            said = reason
+        time.sleep(WAITING_POLL_SECONDS)
+    yield from client.follow_logs(name, host=host)
+
+
+WAITING_POLL_SECONDS = 2.0
 
 
 @main.command()
@@ -623,6 +786,8 @@ def _echo_aws_credentials(client: Client) -> None:
 
 
 main.add_command(images_group)
+for _command in (job_commands.metrics, job_commands.download, job_commands.delete):
+    main.add_command(_command)
 
 
 @main.group("project")

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,16 @@ Progress = Callable[[int], AbstractContextManager[Callable[[int], object]]]
 class RunyardError(Exception):
     """The server refused a request or could not be reached; the message says why."""
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status_code: int | None = None,
+        problems: list[tuple[tuple[str, ...], str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        # A refused request's fields, each (location in the body or query, message).
+        self.problems = problems or []
 
 
 def runyard_home() -> Path:
@@ -136,18 +143,58 @@ class Client:
     def get_job(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/training-jobs/{name}")
 
+    def clone_spec(self, name: str) -> dict[str, Any]:
+        """The job's spec as it would be submitted again (what the server chose left out)."""
+        return self._json("GET", f"/v1/training-jobs/{name}/clone")
+
     def list_jobs(
         self,
         *,
         status: str | None = None,
         name_prefix: str | None = None,
+        name_contains: str | None = None,
+        tags: Sequence[str] = (),
+        sort: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        params = {"status": status, "name_prefix": name_prefix, "limit": limit, "cursor": cursor}
-        return self._json(
-            "GET", "/v1/training-jobs", params={k: v for k, v in params.items() if v is not None}
-        )
+        """A page of jobs; ``tags`` each ``key`` or ``key=value``, every one required."""
+        params = {
+            "status": status,
+            "name_prefix": name_prefix,
+            "name_contains": name_contains,
+            "sort": sort,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        given: list[tuple[str, Any]] = [(k, v) for k, v in params.items() if v is not None]
+        return self._json("GET", "/v1/training-jobs", params=[*given, *(("tag", t) for t in tags)])
+
+    def delete_job(self, name: str, *, remove_artifacts: bool = False) -> dict[str, Any]:
+        """Delete an ended job; its artifacts too with ``remove_artifacts``."""
+        params = {"artifacts": "remove" if remove_artifacts else "keep"}
+        return self._json("DELETE", f"/v1/training-jobs/{name}", params=params)
+
+    def download_model(self, name: str, target: Path, progress: Progress | None = None) -> int:
+        """Write the job's model.tar.gz to ``target`` (through a temporary file beside it,
+        so an interrupted download leaves no partial model); its size."""
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with self._http.stream("GET", f"/v1/training-jobs/{name}/model") as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error(response)
+                size = int(response.headers.get("Content-Length", 0))
+                with (progress or _silent)(size) as received, open(partial, "wb") as handle:
+                    for chunk in response.iter_bytes(UPLOAD_CHUNK):
+                        handle.write(chunk)
+                        received(len(chunk))
+            partial.replace(target)
+        except httpx.TransportError as exc:
+            raise RunyardError(f"lost the download from {self.url}: {exc}") from exc
+        finally:
+            partial.unlink(missing_ok=True)
+        return target.stat().st_size
 
     def stop_job(self, name: str) -> dict[str, Any]:
         return self._json("POST", f"/v1/training-jobs/{name}/stop")
@@ -317,19 +364,23 @@ def _error(response: httpx.Response) -> RunyardError:
         detail = response.json().get("detail")
     except ValueError:
         detail = response.text
+    problems: list[tuple[tuple[str, ...], str]] = []
     if isinstance(detail, list):
         # FastAPI validation errors: name each field ("instance_count: ...").
         parts = []
         for item in detail:
-            loc = [
+            loc = tuple(
                 str(part) for part in item.get("loc", []) if part not in ("body", "query", "path")
-            ]
+            )
+            problems.append((loc, str(item.get("msg"))))
             parts.append(f"{'.'.join(loc) or 'request'}: {item.get('msg')}")
         detail = "; ".join(parts)
     if response.status_code == 401:
         detail = f"{detail} (token from {variables.TOKEN} or {runyard_home() / 'token'})"
     return RunyardError(
-        f"{detail or response.reason_phrase} (HTTP {response.status_code})", response.status_code
+        f"{detail or response.reason_phrase} (HTTP {response.status_code})",
+        response.status_code,
+        problems,
     )
 
 

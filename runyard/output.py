@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -61,7 +62,7 @@ def _outcome(job: dict[str, Any], width: int) -> list[str]:
     return [f"{label:<{width}} {value}" for label, value in fields if value]
 
 
-def _duration(seconds: int) -> str:
+def duration(seconds: float) -> str:
     hours, rest = divmod(int(seconds), 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
@@ -79,7 +80,9 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}"
         + (f" ({job['isolation']})" if job.get("isolation") else ""),
         f"Image:            {job.get('image') or '-'}",
-        f"Entry point:      {spec['entry_point'] or '-'}",
+        f"Entry point:      {spec.get('entry_point') or '-'}",
+        f"Output path:      {artifact_location(spec.get('output_path')) or '-'}",
+        f"Max run:          {duration(spec.get('max_run') or 0)}",
         f"Created:          {job['created_at']}",
         f"Training start:   {job.get('training_start_time') or '-'}",
         f"Training end:     {job.get('training_end_time') or '-'}",
@@ -98,9 +101,13 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         )
     if job.get("progress") is not None:
         left = job.get("estimated_remaining_seconds")
-        eta = f", about {_duration(left)} left" if left is not None else ""
+        eta = f", about {duration(left)} left" if left is not None else ""
         lines.append(f"Progress:         {100 * job['progress']:.1f}%{eta}")
     lines += _outcome(job, width=17)
+    lines += _mapping("Hyperparameters:", spec.get("hyperparameters") or {})
+    lines += _mapping(
+        "Channels:", {name: _channel(c) for name, c in (spec.get("inputs") or {}).items()}
+    )
     lines.append("Transitions:")
     lines += [f"  {transition_line(item)}" for item in job["transitions"]]
     if job.get("instances"):
@@ -108,6 +115,36 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         for item in job["instances"]:
             code = "" if item["exit_code"] is None else f" (exit {item['exit_code']})"
             lines.append(f"  {item['host']:<8} {item['phase']}{code}")
+    return lines
+
+
+def _mapping(title: str, values: dict[str, Any]) -> list[str]:
+    if not values:
+        return []
+    width = max(len(key) for key in values)
+    return [title, *(f"  {key:<{width}}  {_shown(value)}" for key, value in values.items())]
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _channel(channel: Any) -> str:
+    if not isinstance(channel, dict):
+        return str(channel)
+    mode = f" ({channel['input_mode']})" if channel.get("input_mode") else ""
+    return f"{artifact_location(channel.get('uri')) or '-'}{mode}"
+
+
+def final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
+    """The last value of each metric, as SageMaker's console lists FinalMetricDataList."""
+    if not metrics:
+        return []
+    width = max(len(metric["name"]) for metric in metrics)
+    lines = ["Metrics:"]
+    for metric in metrics:
+        at = when(str(metric["time"]))
+        lines.append(f"  {metric['name']:<{width}}  {metric['value']:<12.6g}  at {at}")
     return lines
 
 

@@ -64,8 +64,28 @@ def prepare(settings: Settings) -> str:
             return ensure_admin_token(session, settings.home / "token", configured)
 
 
+class PortTaken(RunyardError):
+    """Another process listens on the port: said before anything starts, since the
+    server's "ready" line would otherwise be about whatever answers there."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As uvicorn binds: a port left in TIME_WAIT by a server just stopped is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortTaken(
+                f"port {port} on {host} is taken ({exc.strerror}); choose another with "
+                f"--port or {variables.PORT}"
+            ) from None
+
+
 def run_api(settings: Settings, host: str, port: int) -> None:
     with _holding(settings.home):
+        check_port_free(host, port)
         prepare(settings)
         _serve_api(settings, host, port)
 
@@ -236,6 +256,7 @@ def run_all(settings: Settings, host: str, port: int) -> None:
         variables.HOME: str(settings.home),
     }
     with _holding(settings.home):
+        check_port_free(host, port)
         prepare(settings)  # before the children start, so they find the schema in place
         children = Supervisor(
             {

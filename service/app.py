@@ -30,6 +30,7 @@ from service.sagemaker.routes import router as sagemaker_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
 from service.training.instance_routes import router as instance_router
+from service.training.offer import router as instance_types_router
 from service.training.routes import router as jobs_router
 from service.training.submissions import Submissions
 
@@ -55,6 +56,7 @@ ROUTERS = (
     projects_router,
     me_router,
     capacity_router,
+    instance_types_router,
 )
 
 

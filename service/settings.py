@@ -109,8 +109,9 @@ class ControllerSettings(BaseModel):
         default=2.0,
         gt=0,
         le=300,
-        description="How often each resource is brought to its job (submitted, its status "
-        "written, its Events posted, its deletion carried out).",
+        description="How often, at least, each resource is brought to its job (submitted, "
+        "its status written, its Events posted, its deletion carried out); a change to a "
+        "resource (a watch) brings it there at once.",
     )
     lease_namespace: str = Field(
         default="runyard",

@@ -42,8 +42,9 @@ def _cluster() -> type[Any]:
 
     class Cluster(kmock.KubernetesEmulator):  # type: ignore[misc]
         # Per resource ("group/version/plural"): what its CRD's schema finds wrong with an
-        # object, as the API server's admission would (``KubeServer.install``).
-        admission: dict[str, Callable[[dict[str, Any]], list[str]]]
+        # object (given the object it replaces, on an update), as the API server's
+        # admission would (``KubeServer.install``).
+        admission: dict[str, Callable[[dict[str, Any], dict[str, Any] | None], list[str]]]
         _versions = itertools.count(1)
 
         async def _handle(self, request: Any) -> Any:
@@ -120,7 +121,10 @@ def _cluster() -> type[Any]:
 
         def _admit(self, request: Any, obj: dict[str, Any]) -> None:
             check = self.admission.get(self._plural(request))
-            problems = check(obj) if check is not None else []
+            key = (request.resource, request.namespace, request.name)
+            live = request.name and key in self.objects and not self.objects[key].deleted
+            old = copy.deepcopy(self.objects[key].raw) if live else None
+            problems = check(obj, old) if check is not None else []
             if problems:
                 kind = obj.get("kind", request.resource.plural)
                 name = (obj.get("metadata") or {}).get("name", "")
@@ -355,11 +359,14 @@ def _container(state: dict[str, Any]) -> dict[str, Any]:
 # -- the API server's admission of custom resources ----------------------------------
 
 
-def admission_problems(schema: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-    """What the API server would refuse in ``obj`` by its CRD's structural schema, each as
-    it names one (``spec.instance_count: Invalid value: ...``), unknown fields included
-    (kubectl's strict field validation). CEL rules (``x-kubernetes-validations``) are not
-    evaluated here."""
+def admission_problems(
+    schema: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None
+) -> list[str]:
+    """What the API server would refuse in ``obj`` (replacing ``old``, on an update) by its
+    CRD's structural schema, each as it names one (``spec.instance_count: Invalid value:
+    ...``), unknown fields included (kubectl's strict field validation), then by the
+    schema's CEL rules (``x-kubernetes-validations``), which the API server evaluates only
+    on an object the schema admits."""
     from openapi_schema_validator import OAS30Validator
 
     validator = OAS30Validator(_strict(schema))
@@ -367,7 +374,36 @@ def admission_problems(schema: dict[str, Any], obj: dict[str, Any]) -> list[str]
     for error in sorted(validator.iter_errors(obj), key=lambda error: list(error.absolute_path)):
         path = ".".join(str(part) for part in error.absolute_path) or "<root>"
         problems.append(f"{path}: Invalid value: {error.message}")
-    return problems
+    return problems or list(_rule_problems(schema, obj, old, ()))
+
+
+def _rule_problems(
+    schema: dict[str, Any], value: Any, old: Any, path: tuple[str, ...]
+) -> Iterator[str]:
+    """The CEL rules of ``schema`` and of the schemas below it that ``value`` breaks, with
+    ``self`` the value at the rule's place and ``oldSelf`` the value it replaces. As the
+    API server does: a rule that reads ``oldSelf`` (a transition rule) is evaluated only
+    on an update that has an old value there."""
+    import celpy
+
+    for rule in schema.get("x-kubernetes-validations", []):
+        transition = "oldSelf" in rule["rule"]
+        if transition and old is None:
+            continue
+        environment = celpy.Environment()
+        program = environment.program(environment.compile(rule["rule"]))
+        activation = {"self": celpy.json_to_cel(value)}
+        if transition:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        result = program.evaluate(activation)
+        if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+            where = ".".join(path) or "<root>"
+            yield f"{where}: Invalid value: {rule.get('message', rule['rule'])}"
+    if isinstance(value, dict):
+        for name, child in (schema.get("properties") or {}).items():
+            if name in value:
+                before = old.get(name) if isinstance(old, dict) else None
+                yield from _rule_problems(child, value[name], before, (*path, name))
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:

@@ -468,12 +468,12 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         return client.CustomObjectsApi(self._api_client())
 
 
-@functools.cache
 def api_client(settings: KubernetesSettings) -> ApiClient:
     """A client of the cluster these settings reach (shared within the process)."""
     return _shared_client(settings.model_dump_json())
 
 
+@functools.cache
 def _shared_client(settings_json: str) -> ApiClient:
     """One API client per configuration and process: the reconciler builds a backend
     on every pass, and each client holds a connection pool."""

@@ -10,13 +10,17 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from contract.modes import MODES
+
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 # Filled by `make install` from the npm packages in console/ (never committed).
 VENDOR_DIR = STATIC_DIR / "vendor"
 STATIC_PATH = "/console/static"
 # Every path this module adds to the app: all open, since none holds data.
-PATHS = frozenset({"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", STATIC_PATH})
+PATHS = frozenset(
+    {"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", "/compare", STATIC_PATH}
+)
 
 # No other site may show a page of the console in a frame, where a click meant for it
 # could be taken (clickjacking): a page only says so for itself. X-Frame-Options is for
@@ -62,7 +66,14 @@ def job_page(request: Request, name: str) -> HTMLResponse:
 
 @router.get("/submit")
 def submit_page(request: Request) -> HTMLResponse:
-    return _page(request, "submit.html", "Submit a job", nav="submit")
+    # The distribution modes a job may enable, in the API schema's order.
+    modes = [mode.name for mode in MODES]
+    return _page(request, "submit.html", "Submit a job", nav="submit", modes=modes)
+
+
+@router.get("/compare")
+def compare_page(request: Request) -> HTMLResponse:
+    return _page(request, "compare.html", "Compare jobs", nav="jobs")
 
 
 @router.get("/capacity")

@@ -5,9 +5,10 @@ service.custom_resources.crd`` prints what ``charts/runyard/crds/trainingjobs.ya
 The ``spec`` schema is the REST API's request model (``JobCreate``) made structural
 (``structural``), less what the resource says another way: the job's name is the
 resource's ``metadata.name`` (so ``name`` and ``base_job_name`` are not taken) and the
-image is the server's choice. What a schema cannot say (an instance type this server does
-not run, a source that is not there) is refused by the controller, in the resource's
-``Accepted`` condition and a Warning Event that name the field.
+image is the server's choice. What a schema cannot say is refused by the chart's
+ValidatingAdmissionPolicy (an instance type this server does not run) or by the
+controller (a source that is not there, a quota), in the resource's ``Accepted`` condition
+and a Warning Event that name the field.
 """
 
 from __future__ import annotations

@@ -7,10 +7,14 @@ import os
 import socket
 import threading
 import uuid
+from typing import TYPE_CHECKING
 
-from service.custom_resources import election
+from service.custom_resources import election, watching
 from service.custom_resources.controller import Controller
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -22,23 +26,11 @@ def identity() -> str:
 
 
 def serve(settings: Settings, stop: threading.Event) -> None:
-    """Elect, then while leading run a pass every ``resync_seconds``, until ``stop``."""
+    """Elect, then while leading run passes (``lead``), until ``stop``."""
     from provisioning.kubernetes.backend import api_client
 
     client = api_client(settings.kubernetes)
     controller = Controller(settings, client)
-
-    def lead(lost: threading.Event) -> None:
-        log.info("leading: taking TrainingJobs from %s", sorted(settings.controller.namespaces))
-        while not (lost.is_set() or stop.is_set()):
-            try:
-                controller.sync()
-            except Exception:  # the next pass tries again; the API may be back by then
-                log.exception("a pass of the TrainingJob controller failed")
-            # A lost lease is noticed within a pass: the lease outlasts its renewal
-            # deadline by a third, longer than a pass by default.
-            stop.wait(settings.controller.resync_seconds)
-
     config = settings.controller
     election.run(
         client,
@@ -46,6 +38,33 @@ def serve(settings: Settings, stop: threading.Event) -> None:
         name=config.lease_name,
         identity=identity(),
         lease_seconds=config.lease_seconds,
-        lead=lead,
+        lead=lambda lost: lead(controller, client, lost, stop),
         stop=stop,
     )
+
+
+def lead(
+    controller: Controller, client: ApiClient, lost: threading.Event, stop: threading.Event
+) -> None:
+    """Passes, each as soon as a resource changes (a watch) and at least every
+    ``resync_seconds``, until the lead is ``lost`` or the process told to ``stop``."""
+    settings = controller.settings
+    namespaces = sorted(settings.controller.namespaces)
+    log.info("leading: taking TrainingJobs from %s", namespaces)
+
+    def done() -> bool:
+        return lost.is_set() or stop.is_set()
+
+    watches = watching.Watches(client, namespaces)
+    try:
+        while not done():
+            watches.changed.clear()
+            try:
+                controller.sync()
+            except Exception:  # the next pass tries again; the API may be back by then
+                log.exception("a pass of the TrainingJob controller failed")
+            # A lost lease is noticed within a pass: the lease outlasts its renewal
+            # deadline by a third, longer than a pass by default.
+            watching.wait(watches.changed, done, settings.controller.resync_seconds)
+    finally:
+        watches.close()

@@ -4,12 +4,15 @@ jobs, or the job an instance's token speaks for. Below the domains that hang off
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy.orm import Session
 
 from contract import storage
 from contract.hosts import host_names
 from service.auth.access import Principal
 from service.jobs import repository
+from service.jobs.listing import JobFilters
 from service.jobs.models import TrainingJob
 from service.jobs.states import TERMINAL
 from service.kit.errors import Conflict, Forbidden, NotFound
@@ -44,19 +47,19 @@ def get(
 def list_jobs(
     session: Session,
     viewer: Principal,
+    filters: JobFilters,
     *,
-    project: str | None,
-    status: str | None,
-    name_prefix: str | None,
     limit: int,
     cursor: str | None,
+    sort: str,
 ) -> tuple[list[TrainingJob], str | None]:
-    """The jobs of the caller's project (a server administrator: of ``project``, or of
-    every project); another project asked for by name lists nothing."""
+    """The jobs of the caller's project (a server administrator: of ``filters.project``,
+    or of every project); another project asked for by name lists nothing."""
+    project = filters.project
     if not viewer.server_admin:
         project = viewer.project if project in (None, viewer.project) else _NO_PROJECT
     return repository.page(
-        session, project=project, status=status, name_prefix=name_prefix, limit=limit, cursor=cursor
+        session, replace(filters, project=project), limit=limit, cursor=cursor, sort=sort
     )
 
 

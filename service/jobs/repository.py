@@ -11,7 +11,6 @@ from sqlalchemy import (
     ColumnElement,
     Result,
     Table,
-    and_,
     case,
     insert,
     literal,
@@ -22,6 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, selectinload
 
+from service.jobs import listing
+from service.jobs.listing import DEFAULT_SORT, JobFilters
 from service.jobs.models import (
     IN_LINE,
     LINE_ORDER,
@@ -33,7 +34,6 @@ from service.jobs.models import (
 )
 from service.jobs.states import LIVE, TERMINAL, Stage
 from service.kit.db import Base, UTCDateTime, read_pages_in_index_order, utcnow
-from service.kit.pagination import decode_cursor, encode_cursor
 
 
 def get(
@@ -130,38 +130,24 @@ def name_taken(session: Session, name: str, project: str) -> bool:
 
 def page(
     session: Session,
+    filters: JobFilters,
     *,
-    project: str | None,
-    status: str | None,
-    name_prefix: str | None,
     limit: int,
     cursor: str | None,
+    sort: str = DEFAULT_SORT,
 ) -> tuple[list[TrainingJob], str | None]:
-    """Newest first; the cursor is the (created_at, id) of the last job of the previous
-    page. ``project`` None: every project's."""
-    query = select(TrainingJob)
-    if project is not None:
-        query = query.where(TrainingJob.project == project)
-    if status:
-        query = query.where(TrainingJob.status == status)
-    if name_prefix:
-        escaped = name_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(TrainingJob.name.like(f"{escaped}%", escape="\\"))
-    if cursor:
-        created_at, job_id = decode_cursor(cursor, str)
-        query = query.where(
-            or_(
-                TrainingJob.created_at < created_at,
-                and_(TrainingJob.created_at == created_at, TrainingJob.id < job_id),
-            )
-        )
-    query = query.order_by(TrainingJob.created_at.desc(), TrainingJob.id.desc()).limit(limit + 1)
+    """A page of the jobs ``filters`` match, in ``sort``'s order (newest first unless told);
+    the cursor names the last job of the previous page. ``filters.project`` None: every
+    project's."""
+    dialect = session.get_bind().dialect.name
+    query = listing.filtered(select(TrainingJob), filters, dialect)
+    query = listing.ordered_after(query, sort, cursor).limit(limit + 1)
     read_pages_in_index_order(session)
     rows = list(session.scalars(query))
     if len(rows) <= limit:
         return rows, None
     rows = rows[:limit]
-    return rows, encode_cursor(rows[-1].created_at, rows[-1].id)
+    return rows, listing.encode(rows[-1], sort)
 
 
 def status_of(session: Session, job_id: str) -> str | None:

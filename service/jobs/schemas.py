@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -475,3 +475,13 @@ class DryRun(BaseModel):
     backend: str
     plan: dict[str, Any]
     rendered: str
+
+
+class JobDeleted(BaseModel):
+    """What deleting an ended job removed."""
+
+    name: str
+    # "kept": its artifacts are where they were; "removed": every object under
+    # ``<output_path>/<name>/`` is gone.
+    artifacts: Literal["kept", "removed"]
+    removed_objects: int

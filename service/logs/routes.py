@@ -54,3 +54,33 @@ def get_logs(
         events=[LogEventPublic.model_validate(row, from_attributes=True) for row in rows],
         next_cursor=next_cursor,
     )
+
+
+@router.get(
+    "/{name}/logs/download",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "the log as a text file"},
+        **replies(401, 404, 422),
+    },
+)
+def download_logs(
+    name: JobName,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    host: Annotated[
+        LookupText | None, Query(max_length=32, description="Only this host, e.g. algo-1")
+    ] = None,
+    project: ProjectName = None,
+) -> StreamingResponse:
+    """A job's whole log (every host's lines merged by time, or one host's) as a text
+    file: each line its time in UTC, its host and its message."""
+    job = lookup.get(session, name, user, project)
+    service.hosts_to_read(job, host)
+    filename = f"{job.name}-{host}.log" if host else f"{job.name}.log"
+    return StreamingResponse(
+        service.as_text(settings, job.id, host),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, or_, select
@@ -97,6 +97,29 @@ def page(
         return rows, None
     rows = rows[:limit]
     return rows, encode_cursor(rows[-1].time, rows[-1].id)
+
+
+# Lines read per query while a download streams: each page in a short transaction of its own.
+DOWNLOAD_PAGE = 5000
+
+
+def as_text(
+    settings: Settings, job_id: str, host: str | None, *, page_size: int = DOWNLOAD_PAGE
+) -> Iterator[bytes]:
+    """The job's lines (or ``host``'s) as a text file, a line each: its time in UTC, its
+    host and its message. Read a page at a time, so a long log streams in bounded memory."""
+    cursor: str | None = None
+    while True:
+        with session_scope(settings.database_url, readonly=True) as session:
+            rows, cursor = page(session, job_id, host=host, cursor=cursor, limit=page_size)
+            text = "".join(
+                f"{row.time.isoformat().replace('+00:00', 'Z')} {row.host} {row.message}\n"
+                for row in rows
+            )
+        if text:
+            yield text.encode()
+        if cursor is None:
+            return
 
 
 def parse_position(event_id: str | None, hosts: list[str]) -> dict[str, int]:

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import AwareDatetime, StringConstraints
 
 from contract import storage
 from contract.protocol import JOBS_PATH
@@ -14,11 +15,13 @@ from service.auth.deps import CurrentUser
 from service.capacity import service as capacity
 from service.capacity.schemas import PlacePublic
 from service.jobs import lookup
+from service.jobs.listing import DEFAULT_SORT, MAX_TAG_FILTERS, JobFilters, JobSort, TagFilter
 from service.jobs.models import TrainingJob
 from service.jobs.params import JobName, ProjectName
 from service.jobs.schemas import (
     DryRun,
     JobCreate,
+    JobDeleted,
     JobPublic,
     JobsPage,
     JobSummary,
@@ -26,10 +29,10 @@ from service.jobs.schemas import (
 from service.jobs.states import Status
 from service.kit.db import session_scope
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
-from service.kit.errors import replies
+from service.kit.errors import SpecError, replies
 from service.kit.text import LookupText
 from service.settings import Settings
-from service.training import service
+from service.training import cloning, deletion, service
 from service.training.submissions import Submissions
 
 router = APIRouter(prefix=JOBS_PATH, tags=["training jobs"])
@@ -106,26 +109,57 @@ def _submit_if_it_fits(settings: Settings, spec: JobCreate, project: str) -> Tra
         return service.submit(session, settings, spec, project)
 
 
+# A tag filter's text: a key and a value as long as a tag's, and the "=" between them.
+_TAG_FILTER = Annotated[LookupText, StringConstraints(min_length=1, max_length=385)]
+
+
 @router.get("", response_model=JobsPage, responses=replies(401, 422))
 def list_training_jobs(
     session: ReadSessionDep,
     user: CurrentUser,
     status: Annotated[Status | None, Query(description="Only jobs in this status")] = None,
     name_prefix: Annotated[LookupText | None, Query(max_length=63)] = None,
+    name_contains: Annotated[
+        LookupText | None,
+        Query(max_length=63, description="Only jobs whose name contains this (any case)"),
+    ] = None,
+    created_after: Annotated[
+        AwareDatetime | None, Query(description="Only jobs created at or after this time")
+    ] = None,
+    created_before: Annotated[
+        AwareDatetime | None, Query(description="Only jobs created before this time")
+    ] = None,
+    tag: Annotated[
+        list[_TAG_FILTER] | None,
+        Query(
+            max_length=MAX_TAG_FILTERS,
+            description="Only jobs with this tag: key (any value) or key=value; repeat "
+            "for jobs with every one",
+        ),
+    ] = None,
+    sort: Annotated[
+        JobSort, Query(description="-created_at (newest first), created_at, name or -name")
+    ] = DEFAULT_SORT,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     project: ProjectName = None,
 ) -> JobsPage:
-    """The project's jobs, newest first; pass ``next_cursor`` back as ``cursor`` for the
-    next page. A server administrator sees every project's, or ``project``'s."""
-    rows, next_cursor = lookup.list_jobs(
-        session,
-        user,
+    """The project's jobs, newest first unless ``sort`` says otherwise; pass
+    ``next_cursor`` back as ``cursor`` (with the same ``sort``) for the next page. A server
+    administrator sees every project's, or ``project``'s."""
+    if created_after and created_before and created_after >= created_before:
+        raise SpecError(("created_before",), "must be after created_after", source="query")
+    filters = JobFilters(
         project=project,
         status=status,
         name_prefix=name_prefix,
-        limit=limit,
-        cursor=cursor,
+        name_contains=name_contains,
+        created_after=created_after,
+        created_before=created_before,
+        tags=tuple(TagFilter.parse(text, index) for index, text in enumerate(tag or [])),
+    )
+    rows, next_cursor = lookup.list_jobs(
+        session, user, filters, limit=limit, cursor=cursor, sort=sort
     )
     return JobsPage(items=[_summary(job) for job in rows], next_cursor=next_cursor)
 
@@ -135,6 +169,20 @@ def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
     return to_public(lookup.get(session, name, user, project))
+
+
+@router.get("/{name}/clone", responses=replies(401, 404, 422))
+def clone_training_job(
+    name: JobName,
+    session: ReadSessionDep,
+    settings: SettingsDep,
+    user: CurrentUser,
+    project: ProjectName = None,
+) -> dict[str, Any]:
+    """The job's spec to submit a copy of it: as it was submitted, less what the server
+    chose for it (its name, backend, image, default output path, and the hyperparameters
+    its distribution mode added), which a copy gets chosen anew."""
+    return cloning.resubmittable(settings, lookup.get(session, name, user, project))
 
 
 @router.get("/{name}/place-in-line", response_model=PlacePublic, responses=replies(401, 404, 422))
@@ -181,6 +229,22 @@ def stop_training_job(
 ) -> JobPublic:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
     return to_public(service.stop(session, settings, name, user, project))
+
+
+@router.delete("/{name}", response_model=JobDeleted, responses=replies(401, 403, 404, 409, 422))
+def delete_training_job(
+    name: JobName,
+    session: SessionDep,
+    user: CurrentUser,
+    artifacts: Annotated[
+        deletion.ArtifactsChoice,
+        Query(description="remove: delete the job's artifacts under <output_path>/<name>/ too"),
+    ] = "keep",
+    project: ProjectName = None,
+) -> JobDeleted:
+    """Delete an ended job: its record, transitions, instances, metrics and logs. Its
+    artifacts stay unless ``artifacts=remove``. A job still running is refused (409)."""
+    return deletion.delete(session, name, user, project, artifacts)
 
 
 def to_public(job: TrainingJob) -> JobPublic:

@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from provisioning.catalog import InstanceCatalog
 from service.custom_resources import crd
 from service.settings import ControllerSettings
 from tests.deploy.chart import (
@@ -88,3 +89,57 @@ def test_its_identity_may_do_what_the_controller_does_and_no_more(chart: helm.Ch
     assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
     lease_role = one(objects, "Role", f"{cluster_role['metadata']['name']}-lease")
     assert _rules(lease_role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+def _admits(policy: dict[str, Any], resource: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the policy's CEL expression admits ``resource``, and its refusal message,
+    evaluated as the API server evaluates them (``object`` is the resource)."""
+    import celpy
+
+    (validation,) = policy["spec"]["validations"]
+    environment = celpy.Environment()
+    activation = {"object": celpy.json_to_cel(resource)}
+
+    def evaluate(expression: str) -> Any:
+        return environment.program(environment.compile(expression)).evaluate(activation)
+
+    return bool(evaluate(validation["expression"])), str(evaluate(validation["messageExpression"]))
+
+
+def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
+    chart: helm.Chart,
+) -> None:
+    g6e = {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1, "gpu_model": "L40S"}
+    # A null takes a type out of the chart's default backends (Helm merges the maps).
+    values = {**ENABLED, "instanceTypes": [g6e], "backends": {"ml.p4d.24xlarge": None}}
+    objects = objects_of(chart, values)
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    # In the controller's namespaces only.
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert (selector["key"], selector["values"]) == ("kubernetes.io/metadata.name", ["team-a"])
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["runyard.dev"], ["trainingjobs"])
+
+    def resource(instance_type: str) -> dict[str, Any]:
+        return {"metadata": {"name": "j"}, "spec": {"instance_type": instance_type}}
+
+    # Exactly what RUNYARD_BACKENDS sends to a backend: the built-in types but the one
+    # taken out, and the one configured.
+    runs = sorted(InstanceCatalog().cluster_types() - {"ml.p4d.24xlarge"} | {"ml.g6e.xlarge"})
+    for admitted_type in runs:
+        assert _admits(policy, resource(admitted_type))[0], admitted_type
+    for refused in ("ml.p4d.24xlarge", "ml.p9.huge", "local"):
+        admitted, message = _admits(policy, resource(refused))
+        assert not admitted, refused
+        assert message == (
+            f"spec.instance_type: unknown instance type {refused}; this server runs: "
+            + ", ".join(runs)
+        )
+
+
+def test_without_the_controller_there_is_no_admission_policy(chart: helm.Chart) -> None:
+    kinds = {o["kind"] for o in objects_of(chart, EXTERNAL)}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

@@ -134,8 +134,9 @@ def test_errors_are_one_line_and_non_zero(stack: Stack) -> None:
         stack, "submit", "-s", str(EXAMPLES / "scripts"), "-e", "fail.py", "-t", "local", "-n", "0"
     )
     assert bad.returncode == 1
+    # Named by the flag that gave it, not by the API's field.
     assert bad.stderr.strip().startswith(
-        "error: instance_count: Input should be greater than or equal to 1"
+        "error: --instance-count: Input should be greater than or equal to 1"
     )
 
     stop_ended = _runyard(stack, "stop", "cli-fail")

@@ -15,13 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client as client_module
 
 from contract.hosts import host_names
 from provisioning.kubernetes import manifests
 from provisioning.kubernetes.manifests import LABEL_JOB_NAME
 from runtime.reporting.reporter import ServiceClient
 from runyard.client import Client
-from tests.e2e.conftest import Stack
+from service.custom_resources import crd, names
+from tests.e2e.conftest import EXAMPLES, Stack
 from tests.kube import (
     NAMESPACE,
     KubeServer,
@@ -363,3 +365,71 @@ def test_a_refused_launch_fails_the_job_with_the_clusters_words(
         )
         # kmock keeps a refused object anyway; a real server would not. Either way: gone.
         assert kube_server.objects_of(job["id"]) == []
+
+
+def _resource_job(stack: Stack, client: Client, name: str, timeout: float = 30) -> dict[str, Any]:
+    """The job the controller submitted for the resource ``name``, once it exists."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.get_job(name)
+        except Exception:
+            if time.monotonic() > deadline:
+                pytest.fail(f"no job for resource {name}\n{stack.log_tail('controller')}")
+            time.sleep(0.2)
+
+
+def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
+    kube_stack: Stack, kube_server: KubeServer
+) -> None:
+    # kubectl's way in, with every part a real process: the controller submits the
+    # resource's job, the worker runs it on pods, and deleting the resource stops the job
+    # and waits until the pods are gone before the resource goes.
+    kube_server.install(crd.definition())
+    namespace = "team-e2e"
+    controller = {"namespaces": {namespace: "default"}, "lease_namespace": namespace}
+    kube_stack.start("controller", env={"RUNYARD_CONTROLLER": json.dumps(controller)})
+    custom = client_module.CustomObjectsApi(kube_server.client())
+    address = (names.GROUP, names.VERSION, namespace, names.PLURAL)
+    try:
+        with kube_stack.client() as client:
+            spec = {
+                "source_uri": client.upload_source(EXAMPLES / "scripts"),
+                "entry_point": "report_env.py",
+                "instance_type": INSTANCE_TYPE,
+                "instance_count": 2,
+            }
+            resource = {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "metadata": {"name": "tj-e2e", "namespace": namespace},
+                "spec": spec,
+            }
+            custom.create_namespaced_custom_object(*address, resource)
+            job = _resource_job(kube_stack, client, "tj-e2e")
+            pods = Pods(kube_server, kube_stack, job)
+            pods.wait_created(2)
+            pods.all_running(training=True)
+            kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
+            deadline = time.monotonic() + 30
+            while (
+                custom.get_namespaced_custom_object(*address, "tj-e2e")
+                .get("status", {})
+                .get("secondaryStatus")
+                != "Training"
+            ):
+                assert time.monotonic() < deadline, kube_stack.log_tail("controller")
+                time.sleep(0.2)
+            custom.delete_namespaced_custom_object(*address, "tj-e2e")
+            deadline = time.monotonic() + 60
+            while any(
+                item["metadata"]["name"] == "tj-e2e"
+                for item in custom.list_namespaced_custom_object(*address)["items"]
+            ):
+                assert time.monotonic() < deadline, kube_stack.log_tail("controller")
+                time.sleep(0.2)
+            # Gone only once its job had ended and the job's pods were deleted.
+            assert client.get_job(job["name"])["status"] == "Stopped"
+            assert pods.left() == []
+    finally:
+        kube_stack.kill("controller")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runyard.client import Client, discover, wait_until_up
+from runyard.client import Client, discover, is_up, wait_until_up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,6 +107,28 @@ def test_a_second_server_on_the_same_home_leaves_the_first_alone(
     assert url == server.url
     with Client(url, token) as client:
         assert client.list_jobs()["items"] == []
+
+
+def test_a_port_another_server_holds_is_named_before_any_ready_line(
+    server: Server, tmp_path: Path
+) -> None:
+    # Another home, the running server's port: what answers there is not this server, so
+    # it must not say it is ready.
+    home = tmp_path / "home"
+    port = server.url.rsplit(":", 1)[1]
+    second = _runyard(
+        home, "server", "--port", port, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = second.communicate(timeout=120)
+
+    assert second.returncode == 1
+    assert out == b""
+    assert err.decode().strip().splitlines() == [
+        f"error: port {port} on 127.0.0.1 is taken (Address already in use); choose another "
+        "with --port or RUNYARD_PORT"
+    ]
+    assert not (home / "server.json").exists()
+    assert is_up(server.url)
 
 
 def test_a_setting_it_cannot_use_is_named_and_nothing_starts(tmp_path: Path) -> None:

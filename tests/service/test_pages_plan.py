@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import event
 
 from service.jobs import repository
+from service.jobs.listing import JobFilters
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.logs import service as logs
@@ -91,10 +92,12 @@ def test_a_page_is_read_in_its_order_off_an_index(
     settings: Settings, filters: dict[str, Any]
 ) -> None:
     with _plans(settings) as plans, session_scope(settings.database_url, readonly=True) as session:
-        rows, cursor = repository.page(session, limit=50, cursor=None, **filters)
+        rows, cursor = repository.page(session, JobFilters(**filters), limit=50, cursor=None)
         assert rows
         assert cursor is not None
-        repository.page(session, limit=50, cursor=cursor, **filters)  # and the next page
+        repository.page(
+            session, JobFilters(**filters), limit=50, cursor=cursor
+        )  # and the next page
     _assert_read_in_order([plan for plan in plans if "training_jobs" in plan])
 
 

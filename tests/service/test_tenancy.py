@@ -45,6 +45,8 @@ def _routes(source_dir: Path) -> list[Route]:
     return [
         Route("describe", "GET", f"{job}?project=alpha", VIEWER),
         Route("logs", "GET", f"{job}/logs?project=alpha", VIEWER),
+        Route("log download", "GET", f"{job}/logs/download?project=alpha", VIEWER),
+        Route("clone", "GET", f"{job}/clone?project=alpha", VIEWER),
         Route("metrics", "GET", f"{job}/metrics?project=alpha", VIEWER),
         Route("model", "GET", f"{job}/model?project=alpha", VIEWER),
         Route("place in line", "GET", f"{job}/place-in-line?project=alpha", VIEWER),
@@ -71,6 +73,7 @@ def _routes(source_dir: Path) -> list[Route]:
             job_spec(source_dir, name="planned"),
         ),
         Route("capacity", "GET", "/v1/capacity", VIEWER),
+        Route("instance types", "GET", "/v1/instance-types", VIEWER),
         Route("list tokens", "GET", "/v1/tokens", ADMIN),
         Route(
             "mint token",
@@ -80,6 +83,8 @@ def _routes(source_dir: Path) -> list[Route]:
             {"name": "minted", "project": "alpha", "role": "viewer"},
         ),
         Route("revoke token", "DELETE", "/v1/tokens/spare?project=alpha", ADMIN),
+        # Last: once "stop" has ended the job, a caller let through deletes it.
+        Route("delete", "DELETE", f"{job}?project=alpha", MEMBER),
     ]
 
 
@@ -173,8 +178,9 @@ def _expected(caller: str, route: Route) -> int | None:
         return None if route.label == "interrupt" else FORBIDDEN
     if caller == "beta member":
         # Listing its own project's tokens is a beta admin's, not a member's; the capacity
-        # overview is every user's (with other projects' jobs unnamed).
-        if route.label == "capacity":
+        # overview is every user's (with other projects' jobs unnamed), as is the list of
+        # instance types.
+        if route.label in ("capacity", "instance types"):
             return None
         return FORBIDDEN if route.label == "list tokens" else INVISIBLE
     role = CALLERS[caller]

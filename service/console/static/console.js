@@ -135,3 +135,21 @@ Runyard.lines = async () => {
   const overview = await Runyard.api("GET", "v1/capacity");
   return new Map(overview.types.map((line) => [line.instance_type, line]));
 };
+
+// A job's distribution as people name it: the enabled mode's dotted name and its options
+// ("mpi {processes_per_host: 2}"), or none. The API writes every mode it knows, most null.
+Runyard.distributionName = (distribution) => {
+  const found = [];
+  const walk = (node, path) => {
+    if (!node || typeof node !== "object") return;
+    if (node.enabled) {
+      const options = Object.fromEntries(Object.entries(node)
+        .filter(([key, value]) => key !== "enabled" && value !== null));
+      found.push(path.join(".") + (Object.keys(options).length ? ` ${JSON.stringify(options)}` : ""));
+      return;
+    }
+    for (const [key, value] of Object.entries(node)) walk(value, [...path, key]);
+  };
+  walk(distribution, []);
+  return found.length ? found.join(" and ") : "none (one process per host)";
+};

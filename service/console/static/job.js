@@ -31,7 +31,6 @@
       ...fact("Image", el("code", { text: job.image })),
       ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
     ];
-    if (job.failure_reason) facts.push(...fact("Failure reason", el("span", { class: "error", text: job.failure_reason })));
     if (job.pending_reason) {
       facts.push(...fact("Pending reason", job.pending_reason));
       if (place) facts.push(...fact("Place in line", place));
@@ -97,6 +96,10 @@
     if (!select.options.length) {
       select.replaceChildren(...hosts().map((h) => el("option", { text: h })));
     }
+    const clone = new URL(`${Runyard.base}submit`, window.location.href);
+    clone.searchParams.set("clone", name);
+    if (project) clone.searchParams.set("project", project);
+    document.getElementById("clone").href = clone.pathname + clone.search;
     document.getElementById("actions-note").textContent = canAct
       ? ""
       : "Viewers cannot stop or interrupt jobs.";
@@ -130,6 +133,8 @@
     renderInstances();
     renderSpec();
     renderActions();
+    Runyard.jobTables.render(job, document.getElementById("configuration"));
+    Runyard.jobTables.renderFailure(job, document.getElementById("failure"));
     const logHost = document.getElementById("log-host");
     if (logHost.options.length === 1) {
       logHost.append(...hosts().map((h) => el("option", { text: h })));
@@ -181,59 +186,9 @@
     renderSpec();
   });
 
-  // -- logs --------------------------------------------------------------------------------
+  // -- logs (job_logs.js) -------------------------------------------------------------------
 
-  const logs = document.getElementById("logs");
-  const logState = document.getElementById("log-state");
-  const search = document.getElementById("log-search");
-  const MAX_LINES = 5000;
-  let stream = null;
-
-  function matches(line) {
-    const wanted = search.value.trim().toLowerCase();
-    return !wanted || line.textContent.toLowerCase().includes(wanted);
-  }
-
-  function addLine(event) {
-    const atBottom = logs.scrollHeight - logs.scrollTop - logs.clientHeight < 40;
-    const line = el("div", { class: `line ${event.stream}` },
-      el("time", { datetime: event.time, text: new Date(event.time).toISOString().replace("T", " ").replace("Z", "") }),
-      el("span", { class: "host", text: event.host }),
-      el("span", { class: "message", text: event.message }));
-    line.hidden = !matches(line);
-    logs.append(line);
-    while (logs.childElementCount > MAX_LINES) logs.firstElementChild.remove();
-    if (atBottom) logs.scrollTop = logs.scrollHeight;
-  }
-
-  function follow() {
-    if (stream) stream.close();
-    logs.replaceChildren();
-    const url = new URL(`${Runyard.base}${jobPath}/logs`, window.location.href);
-    url.searchParams.set("follow", "true");
-    const host = document.getElementById("log-host").value;
-    if (host) url.searchParams.set("host", host);
-    if (project) url.searchParams.set("project", project);
-    // Same origin: the session cookie goes with it; it resumes after the last line by
-    // itself (Last-Event-ID) if the connection drops.
-    stream = new EventSource(url);
-    logState.textContent = "Following…";
-    stream.addEventListener("log", (e) => addLine(JSON.parse(e.data)));
-    stream.addEventListener("end", (e) => {
-      stream.close();
-      logState.textContent = `The job ended (${JSON.parse(e.data).status}); all its lines are shown.`;
-    });
-    stream.addEventListener("error", () => {
-      if (stream.readyState === EventSource.CLOSED) logState.textContent = "The log stream closed.";
-      else logState.textContent = "Reconnecting…";
-    });
-    stream.addEventListener("open", () => { logState.textContent = "Following live."; });
-  }
-
-  document.getElementById("log-host").addEventListener("change", follow);
-  search.addEventListener("input", () => {
-    for (const line of logs.children) line.hidden = !matches(line);
-  });
+  const logView = Runyard.jobLogs({ jobPath, project });
 
   // -- metric charts -----------------------------------------------------------------------
 
@@ -315,7 +270,7 @@
   // -- live ----------------------------------------------------------------------------------
 
   if (!(await load())) return;
-  follow();
+  logView.follow();
   await loadMetrics().catch(() => {});
   const stopPolling = Runyard.every(4, async () => {
     const ended = TERMINAL.has(job.status);

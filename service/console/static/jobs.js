@@ -12,25 +12,60 @@
   let cursors = [];
   let cursor = null;
   let nextCursor = null;
+  // Jobs picked for comparison, kept across refreshes and pages.
+  const MAX_COMPARED = 4;
+  const picked = new Set();
+  const compare = document.getElementById("compare");
+  const compareNote = document.getElementById("compare-note");
 
   if (me.server_admin) {
     document.getElementById("project-filter-label").hidden = false;
     document.querySelector(".project-col").hidden = false;
   }
 
+  // A job is picked by its name within its project (a server administrator's list mixes them).
+  const key = (job) => JSON.stringify([job.project, job.name]);
+
+  function showPicked() {
+    compare.disabled = picked.size < 2 || picked.size > MAX_COMPARED;
+    compareNote.textContent = picked.size > MAX_COMPARED
+      ? `${picked.size} selected: compare at most ${MAX_COMPARED}.`
+      : `${picked.size} selected; select 2 to ${MAX_COMPARED} jobs to compare.`;
+  }
+
+  function pick(job) {
+    const box = el("input", { type: "checkbox", "aria-label": `Select ${job.name} to compare` });
+    box.checked = picked.has(key(job));
+    box.addEventListener("change", () => {
+      if (box.checked) picked.add(key(job));
+      else picked.delete(key(job));
+      showPicked();
+    });
+    return box;
+  }
+
+  // Each cell says what it holds, for the narrow layout where a row becomes a card.
+  const cell = (label, attributes, ...children) => el("td", { "data-label": label, ...attributes }, ...children);
+
   function row(job) {
     const cells = [
-      el("td", {}, el("a", { href: Runyard.jobUrl(job.name, job.project), text: job.name })),
+      cell("Compare", { class: "pick" }, pick(job)),
+      cell("Name", { class: "name" }, el("a", { href: Runyard.jobUrl(job.name, job.project), text: job.name })),
     ];
-    if (me.server_admin) cells.push(el("td", { text: job.project }));
+    if (me.server_admin) cells.push(cell("Project", { text: job.project }));
     cells.push(
-      el("td", {}, el("span", { class: `status status-${job.status}`, text: job.status })),
-      el("td", { text: job.secondary_status }),
-      el("td", { text: `${job.instance_type} × ${job.instance_count}` }),
-      el("td", {}, el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
-      el("td", { text: Runyard.elapsed(job.created_at, job.ended_at) }),
+      cell("Status", {}, el("span", { class: `status status-${job.status}`, text: job.status })),
+      cell("Secondary status", { text: job.secondary_status }),
+      cell("Instances", { text: `${job.instance_type} × ${job.instance_count}` }),
+      cell("Created", {}, el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
+      cell("Duration", { text: Runyard.elapsed(job.created_at, job.ended_at) }),
     );
     return el("tr", {}, ...cells);
+  }
+
+  // A datetime-local field's value is the browser's local time: sent with its zone.
+  function instant(value) {
+    return value ? new Date(value).toISOString() : "";
   }
 
   async function refresh() {
@@ -39,7 +74,11 @@
       const page = await Runyard.api("GET", "v1/training-jobs", {
         query: {
           status: form.get("status"),
-          name_prefix: form.get("name_prefix").trim(),
+          name_contains: form.get("name_contains").trim(),
+          created_after: instant(form.get("created_after")),
+          created_before: instant(form.get("created_before")),
+          tag: form.get("tag").trim(),
+          sort: form.get("sort"),
           project: me.server_admin ? form.get("project").trim() : "",
           cursor,
           limit: 25,
@@ -75,5 +114,14 @@
     cursor = cursors.pop() ?? null;
     refresh();
   });
+  compare.addEventListener("click", () => {
+    const jobs = [...picked].map((k) => JSON.parse(k));
+    const url = new URL(`${Runyard.base}compare`, window.location.href);
+    for (const [project, name] of jobs) {
+      url.searchParams.append("job", me.server_admin ? `${project}/${name}` : name);
+    }
+    window.location.assign(url.pathname + url.search);
+  });
+  showPicked();
   Runyard.every(3, refresh);
 })();

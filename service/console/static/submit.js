@@ -9,6 +9,13 @@
   const error = document.getElementById("submit-error");
   const yaml = document.getElementById("submit").dataset.yaml === "yes" && window.jsyaml;
   const project = document.getElementById("project");
+  const rows = Runyard.submitRows;
+  const hyperFields = document.getElementById("hyper-rows");
+  const channelFields = document.getElementById("channel-rows");
+  const distribution = document.getElementById("distribution");
+  const modes = [...distribution.options].map((o) => o.value).filter(Boolean);
+  const typeSelect = document.getElementById("instance-type");
+  const asked = new URLSearchParams(window.location.search);
 
   const asJson = () => !yaml || editor.value.trim().startsWith("{");
   function parse() {
@@ -24,36 +31,101 @@
     editor.value = json ? JSON.stringify(spec, null, 2) : window.jsyaml.dump(spec, { lineWidth: -1 });
   }
 
-  // Form -> editor: the field's key is set (or removed when emptied) in the spec.
+  // Form -> editor: a change to a part of the form rewrites that part of the spec only.
+  function edit(change) {
+    let spec;
+    try {
+      spec = parse();
+    } catch (e) {
+      error.textContent = `The spec does not parse: ${e.message}`;
+      return;
+    }
+    change(spec);
+    write(spec, asJson());
+    error.textContent = "";
+  }
   for (const input of inputs) {
-    input.addEventListener("input", () => {
-      let spec;
-      try {
-        spec = parse();
-      } catch (e) {
-        error.textContent = `The spec does not parse: ${e.message}`;
-        return;
-      }
+    input.addEventListener("input", () => edit((spec) => {
+      // A field emptied leaves its key out of the spec.
       const value = input.type === "number" ? Number(input.value) : input.value;
       if (input.value === "") delete spec[input.dataset.key];
       else spec[input.dataset.key] = value;
-      write(spec, asJson());
-      error.textContent = "";
-    });
+    }));
   }
+  function setPart(spec, key, value) {
+    if (Object.keys(value).length) spec[key] = value;
+    else delete spec[key];
+  }
+  hyperFields.addEventListener("input", () => edit((spec) =>
+    setPart(spec, "hyperparameters", rows.hyperparameters(hyperFields))));
+  channelFields.addEventListener("input", () => edit((spec) =>
+    setPart(spec, "inputs", rows.channels(channelFields, spec.inputs))));
+  distribution.addEventListener("input", () => edit((spec) =>
+    setPart(spec, "distribution", rows.distribution(distribution.value))));
+  document.getElementById("add-hyperparameter").addEventListener("click", () => {
+    rows.hyperRow(hyperFields);
+    hyperFields.querySelector(".row:last-child input").focus();
+  });
+  document.getElementById("add-channel").addEventListener("click", () => {
+    rows.channelRow(channelFields);
+    channelFields.querySelector(".row:last-child input").focus();
+  });
+
+  // The spec may name a type this server does not offer: shown, and said so.
+  function offerType(name) {
+    if (!name || [...typeSelect.options].some((o) => o.value === name)) return;
+    typeSelect.append(Runyard.el("option", { value: name, text: `${name} (not offered here)` }));
+  }
+
   // Editor -> form.
   editor.addEventListener("input", () => {
     try {
       const spec = parse();
+      offerType(spec.instance_type);
       for (const input of inputs) input.value = spec[input.dataset.key] ?? "";
+      rows.showHyperparameters(hyperFields, spec.hyperparameters);
+      rows.showChannels(channelFields, spec.inputs);
+      distribution.value = rows.modeOf(spec.distribution || {}, modes);
       error.textContent = "";
     } catch (e) {
       error.textContent = `The spec does not parse: ${e.message}`;
     }
   });
+
+  // The instance types this server offers, with their size.
+  async function loadTypes() {
+    await signedIn;
+    const offer = await Runyard.api("GET", "v1/instance-types");
+    const chosen = typeSelect.value;
+    typeSelect.replaceChildren(...offer.types.map((t) => {
+      const size = [t.vcpus && `${t.vcpus} vCPU`, t.memory_gib && `${t.memory_gib} GiB`,
+        t.gpus && `${t.gpus} × ${t.gpu_model || "GPU"}`].filter(Boolean).join(", ");
+      return Runyard.el("option", { value: t.name, text: `${t.name} (${t.backend}${size ? `; ${size}` : ""})` });
+    }));
+    offerType(chosen);
+    typeSelect.value = chosen;
+    document.getElementById("instance-count").max = offer.max_instance_count;
+  }
+  loadTypes().catch((e) => { error.textContent = `Could not list instance types: ${Runyard.describeError(e)}`; });
+
+  // Clone: the form starts from another job's spec, less what the server chose for it.
+  async function cloneFrom(name) {
+    await signedIn;
+    try {
+      const spec = await Runyard.api("GET", `v1/training-jobs/${encodeURIComponent(name)}/clone`,
+        { query: { project: asked.get("project") } });
+      write(spec, !yaml);
+      editor.dispatchEvent(new Event("input"));
+      state.textContent = `Cloned from ${name}: give the copy a name.`;
+    } catch (e) {
+      error.textContent = `Could not clone ${name}: ${Runyard.describeError(e)}`;
+    }
+  }
   write({ entry_point: "train.py", source_uri: "", instance_type: "local", instance_count: 1 },
         !yaml);
   editor.dispatchEvent(new Event("input"));
+  if (asked.get("clone")) cloneFrom(asked.get("clone"));
+  if (asked.get("project")) project.value = asked.get("project");
 
   document.getElementById("source-file").addEventListener("change", async (event) => {
     const file = event.target.files[0];

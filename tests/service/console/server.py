@@ -18,6 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contract import storage
+from contract.limits import MAX_LOG_BATCH
 from runyard.server import prepare
 from service.app import create_app
 from service.auth.tokens import instance_token
@@ -122,6 +123,20 @@ class ConsoleServer:
                 update(TrainingJob).where(TrainingJob.id == job["id"]).values(model_artifacts=uri)
             )
 
+    def failed(self, job: dict[str, Any], reason: str) -> None:
+        """The job ended Failed with ``reason``, as its runtime would report it."""
+        with session_scope(self.settings.database_url) as session:
+            session.execute(
+                update(TrainingJob)
+                .where(TrainingJob.id == job["id"])
+                .values(
+                    status="Failed",
+                    secondary_status="Failed",
+                    failure_reason=reason,
+                    ended_at=datetime.now(UTC),
+                )
+            )
+
     def interruption_message(self, job: dict[str, Any]) -> str | None:
         """What the job's pending spot notice says (the reconciler acts on it later)."""
         with session_scope(self.settings.database_url, readonly=True) as session:
@@ -130,6 +145,10 @@ class ConsoleServer:
 
     def log(self, job: dict[str, Any], *messages: str, host: str = "algo-1") -> None:
         """Lines printed by ``host`` of the job, as its runtime ships them."""
+        for start in range(0, len(messages), MAX_LOG_BATCH):
+            self._log_batch(job, messages[start : start + MAX_LOG_BATCH], host)
+
+    def _log_batch(self, job: dict[str, Any], messages: tuple[str, ...], host: str) -> None:
         key = f"{job['id']}/{host}"
         lines = []
         for message in messages:

@@ -60,7 +60,7 @@ def test_job_list_is_newest_first_filters_pages_and_updates_live(
     server.submit("list-late")
     expect(rows.first.get_by_role("link")).to_have_text("list-late")
 
-    page.get_by_label("Name starts with").fill("list-0")
+    page.get_by_label("Name contains").fill("list-0")
     expect(rows).to_have_count(10)
     page.get_by_label("Status").select_option("Completed")
     expect(rows).to_have_count(0)
@@ -94,6 +94,7 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
     expect(logs.get_by_text("epoch 1")).to_be_visible()
     expect(logs.get_by_text("loss=0.25")).to_be_hidden()
 
+    page.get_by_text("The whole spec, as stored (JSON)").click()
     spec = page.get_by_label("Job spec")
     expect(spec).to_contain_text("WANDB_API_KEY")
     expect(spec).not_to_contain_text("s3cret-value")
@@ -184,7 +185,7 @@ def test_submit_previews_the_plan_then_submits(
     sign_in("alpha member")
     page.get_by_role("link", name="Submit").click()
     page.wait_for_load_state()  # the page's script in place, as a person's eyes would wait
-    page.get_by_label("Name").fill("from-the-form")
+    page.get_by_label("Name", exact=True).fill("from-the-form")
     page.get_by_label("Source tarball (.tar.gz)").set_input_files(bundle)
     expect(page.get_by_role("status")).to_contain_text("Uploaded source.tar.gz")
     editor = page.get_by_label("Spec (YAML or JSON)")
@@ -206,7 +207,7 @@ def test_submit_previews_the_plan_then_submits(
         f'{{"name": "from-the-editor", "entry_point": "train.py",'
         f' "source_uri": "{server.source.as_uri()}", "instance_type": "local"}}'
     )
-    expect(page.get_by_label("Name")).to_have_value("from-the-editor")
+    expect(page.get_by_label("Name", exact=True)).to_have_value("from-the-editor")
     page.get_by_role("button", name="Submit job").click()
     expect(page).to_have_url(re.compile(r"/runyard/jobs/from-the-editor$"))
     expect(page.get_by_role("heading", name="Job from-the-editor")).to_be_visible()

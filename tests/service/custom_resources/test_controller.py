@@ -5,6 +5,7 @@ what the server refuses is said on the resource with the field named."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from kubernetes import client
 from sqlalchemy import func, select
 
 from provisioning.base import JobRef
-from service.custom_resources import names
+from service.custom_resources import loop, names
 from service.jobs.models import TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
@@ -173,6 +174,36 @@ def test_a_spec_the_schema_refuses_is_refused_at_admission_with_the_field_named(
     assert _jobs(settings) == 0
 
 
+def test_a_name_no_job_could_have_is_refused_at_admission(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    # The CRD's CEL rule: a resource's name is its job's, held to SageMaker's job names.
+    with pytest.raises(client.ApiException) as refused:
+        cluster.apply("bert.v1", source_dir)
+    assert refused.value.status == 422
+    assert "metadata.name must be a training job's name" in str(refused.value.body)
+    assert not cluster.exists("bert.v1")
+
+
+def test_a_submitted_spec_cannot_change(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    cluster.apply("fixed", source_dir)
+    cluster.controller(settings).sync()
+    changed = {"spec": {"hyperparameters": {"epochs": 9}}}
+    with pytest.raises(client.ApiException) as refused:
+        cluster.custom.patch_namespaced_custom_object(
+            names.GROUP, names.VERSION, cluster.namespace, names.PLURAL, "fixed", changed
+        )
+    assert refused.value.status == 422
+    assert "spec: Invalid value: spec cannot change once the job is submitted" in str(
+        refused.value.body
+    )
+    assert "hyperparameters" not in cluster.get("fixed")["spec"]
+    # What the controller writes of the resource itself (its finalizer) still goes.
+    assert names.FINALIZER in cluster.get("fixed")["metadata"]["finalizers"]
+
+
 def test_a_spec_the_server_refuses_is_said_on_the_resource_with_the_field_named(
     settings: Settings, cluster: Cluster, source_dir: Path
 ) -> None:
@@ -209,3 +240,36 @@ def test_a_job_of_that_name_from_elsewhere_is_not_taken_over(
     controller.sync()
     assert not cluster.exists("shared-name")
     assert _jobs(settings) == 1
+
+
+def test_a_change_wakes_the_leader_before_its_next_resync(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    # A resync far off: only the watch can bring the applied resource to a job in time.
+    controller_settings = settings.controller.model_copy(update={"resync_seconds": 300.0})
+    slow = settings.model_copy(update={"controller": controller_settings})
+    lost, stop = threading.Event(), threading.Event()
+    controller, first_pass = cluster.controller(slow), threading.Event()
+    sync = controller.sync
+
+    def counted_sync() -> None:
+        sync()
+        first_pass.set()
+
+    controller.sync = counted_sync  # type: ignore[method-assign]
+    leading = threading.Thread(
+        target=loop.lead, args=(controller, cluster.api_client, lost, stop), daemon=True
+    )
+    leading.start()
+    try:
+        assert first_pass.wait(10)  # over no resources: the next is due in 300 s
+        cluster.apply("woken", source_dir)
+        deadline = time.monotonic() + 10
+        while _jobs(settings) == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _jobs(settings) == 1
+    finally:
+        stop.set()
+        leading.join(timeout=5)
+    # Told to stop, it stops within moments, not at the next resync.
+    assert not leading.is_alive()

@@ -1,0 +1,100 @@
+"""The commands about one ended or running job's results: its metrics, its model, and its
+deletion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runyard import terminal
+from runyard.charts import sparkline
+from runyard.client import Client
+from runyard.output import artifact_location, table
+
+# Smaller downloads take no time worth watching.
+PROGRESS_FROM_BYTES = 1 << 20
+
+
+@click.command()
+@click.argument("name")
+@click.option("--metric", help="Only this metric (one of the job's metric_definitions).")
+@click.option(
+    "--limit",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 10000),
+    help="The latest points of each metric to read.",
+)
+@terminal.output_option
+def metrics(name: str, metric: str | None, limit: int, output: str) -> None:
+    """Show a job's metrics: each one's latest, lowest and highest value, and its trend
+    (all hosts' points by time). --output json gives every point."""
+    with Client() as client:
+        series = client.metrics(name, metric=metric, limit=limit)
+    if output == "json":
+        terminal.print_json({"job": name, "metrics": series})
+        return
+    rows = [_row(item) for item in series if item["points"]]
+    if not rows:
+        click.echo(f"{name} has no metric points yet (see its metric_definitions)")
+        return
+    terminal.print_lines(table(["METRIC", "LATEST", "MIN", "MAX", "POINTS", "TREND"], rows))
+
+
+def _row(item: dict[str, Any]) -> list[str]:
+    values = [float(point["value"]) for point in item["points"]]
+    return [
+        item["name"],
+        f"{values[-1]:.6g}",
+        f"{min(values):.6g}",
+        f"{max(values):.6g}",
+        str(len(values)),
+        sparkline(values),
+    ]
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--to",
+    "destination",
+    type=click.Path(path_type=Path),
+    default=Path(),
+    show_default="the current directory",
+    help="A directory (the file is NAME-model.tar.gz in it) or the file to write.",
+)
+def download(name: str, destination: Path) -> None:
+    """Download a job's model (its model.tar.gz). The server serves the model only: the
+    rest of the job's output stays at its output path (runyard describe shows it)."""
+    target = destination / f"{name}-model.tar.gz" if destination.is_dir() else destination
+    if not target.parent.is_dir():
+        raise click.BadParameter(f"{target.parent} is not a directory", param_hint="--to")
+    with Client() as client:
+        size = client.download_model(
+            name,
+            target,
+            progress=terminal.transfer_progress(f"Downloading {name}'s model", PROGRESS_FROM_BYTES),
+        )
+    click.echo(f"{target} ({size} bytes)")
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--remove-artifacts",
+    is_flag=True,
+    help="Also delete what the job stored below <output_path>/NAME/ (its model among them).",
+)
+def delete(name: str, remove_artifacts: bool) -> None:
+    """Delete an ended job: its record, logs and metrics. Its artifacts stay where they
+    are unless --remove-artifacts."""
+    with Client() as client:
+        output_path = client.get_job(name)["spec"]["output_path"]
+        result = client.delete_job(name, remove_artifacts=remove_artifacts)
+    folder = f"{artifact_location(output_path.rstrip('/'))}/{name}/"
+    if result["artifacts"] == "removed":
+        click.echo(f"deleted {name} and the {result['removed_objects']} files under {folder}")
+    else:
+        click.echo(f"deleted {name}; its artifacts stay under {folder}")

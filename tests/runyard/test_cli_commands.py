@@ -1,0 +1,299 @@
+"""The CLI's job commands against the API in this process: machine-readable output,
+plain text off a terminal, metrics, download, delete, clone, and refusals in the
+command line's words."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from contract import storage
+from runyard import cli, job_commands
+from runyard.client import Client
+from service.jobs.models import TrainingJob
+from service.kit.db import session_scope
+from service.settings import Settings
+from tests.conftest import log_line, submit_for_instances
+
+JOB = "/v1/training-jobs/job-1"
+ESCAPE = "\x1b["
+
+
+class _InProcessClient(Client):
+    """The CLI's client, talking to the app in this process."""
+
+    def __init__(self, api: TestClient) -> None:
+        super().__init__(url=str(api.base_url))
+        self._http.close()
+        self._http = api
+
+    def close(self) -> None:
+        pass  # the TestClient belongs to its fixture
+
+
+@pytest.fixture
+def runyard(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for module in (cli, job_commands):
+        monkeypatch.setattr(module, "Client", lambda: _InProcessClient(api))
+    # Off a terminal, as under CI: rich must write plain text.
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    return CliRunner()
+
+
+def _run(runner: CliRunner, *args: str, code: int = 0) -> Result:
+    result = runner.invoke(cli.main, list(args))
+    assert result.exit_code == code, (result.output, result.stderr, result.exception)
+    return result
+
+
+def _job_with_metrics(api: TestClient, settings: Settings, source_dir: Path, **spec: Any) -> None:
+    headers = submit_for_instances(
+        api,
+        settings,
+        source_dir,
+        hyperparameters={"epochs": 3, "lr": 0.1},
+        inputs={"train": {"uri": source_dir.as_uri(), "input_mode": "File"}},
+        metric_definitions=[{"name": "loss", "regex": r"loss: (\S+)"}],
+        **spec,
+    )
+    lines = [log_line(seq, seq, f"loss: {value}") for seq, value in enumerate([0.9, 0.5, 0.2], 1)]
+    shipped = api.post(f"{JOB}/instances/algo-1/logs", json={"lines": lines}, headers=headers)
+    assert shipped.status_code == 200, shipped.text
+
+
+def test_json_output_is_the_apis_and_text_is_plain_off_a_terminal(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    _job_with_metrics(api, settings, source_dir)
+
+    listed = json.loads(_run(runyard, "list", "--output", "json").stdout)
+    assert [item["name"] for item in listed["items"]] == ["job-1"]
+    assert listed["next_cursor"] is None
+    described = json.loads(_run(runyard, "describe", "job-1", "-o", "json").stdout)
+    assert described == api.get(JOB).json()
+    logs = [
+        json.loads(line)
+        for line in _run(runyard, "logs", "job-1", "-o", "json").stdout.splitlines()
+    ]
+    assert [event["message"] for event in logs] == ["loss: 0.9", "loss: 0.5", "loss: 0.2"]
+    assert {event["host"] for event in logs} == {"algo-1"}
+    metrics = json.loads(_run(runyard, "metrics", "job-1", "-o", "json").stdout)
+    assert metrics["job"] == "job-1"
+    assert [(s["name"], [p["value"] for p in s["points"]]) for s in metrics["metrics"]] == [
+        ("loss", [0.9, 0.5, 0.2])
+    ]
+
+    for command in (["list"], ["describe", "job-1"], ["metrics", "job-1"]):
+        assert ESCAPE not in _run(runyard, *command).stdout, command
+
+
+def test_statuses_are_coloured_on_a_terminal_unless_no_color(
+    api: TestClient,
+    settings: Settings,
+    source_dir: Path,
+    runyard: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    api.post(f"{JOB}/stop")
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich: write as to a terminal
+    coloured = _run(runyard, "list").stdout
+    assert f"{ESCAPE}33mStopped{ESCAPE}0m" in coloured
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert ESCAPE not in _run(runyard, "list").stdout
+
+
+def test_describe_shows_what_the_job_was_given(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner, tmp_path: Path
+) -> None:
+    _job_with_metrics(api, settings, source_dir, output_path=(tmp_path / "out").as_uri())
+    lines = _run(runyard, "describe", "job-1").stdout.splitlines()
+    assert "Image:            builtin" in lines
+    assert f"Output path:      {tmp_path / 'out'}" in lines
+    assert "Max run:          24h00m" in lines
+    hyperparameters = lines.index("Hyperparameters:")
+    assert lines[hyperparameters + 1 : hyperparameters + 3] == ["  epochs  3", "  lr      0.1"]
+    channels = lines.index("Channels:")
+    assert lines[channels + 1] == f"  train  {source_dir} (File)"
+    metrics = lines.index("Metrics:")
+    assert lines[metrics + 1] == "  loss  0.2           at 2026-01-01 00:00:03"
+
+
+def test_metrics_shows_each_metrics_range_and_trend(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    _job_with_metrics(api, settings, source_dir)
+    assert _run(runyard, "metrics", "job-1").stdout.splitlines() == [
+        "METRIC  LATEST  MIN  MAX  POINTS  TREND",
+        "loss    0.2     0.2  0.9  3       █▄▁",
+    ]
+
+
+def test_download_writes_the_model_where_asked(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner, tmp_path: Path
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    assert _run(runyard, "download", "job-1", "--to", str(tmp_path), code=1)
+    job = api.get(JOB).json()
+    uri = storage.model_uri(job["spec"]["output_path"], "job-1")
+    storage.local_path(uri).parent.mkdir(parents=True)
+    weights = bytes(range(256)) * 5000
+    storage.local_path(uri).write_bytes(weights)
+    with session_scope(settings.database_url) as session:
+        session.execute(update(TrainingJob).values(model_artifacts=uri))
+
+    result = _run(runyard, "download", "job-1", "--to", str(tmp_path))
+    target = tmp_path / "job-1-model.tar.gz"
+    assert result.stdout == f"{target} ({len(weights)} bytes)\n"
+    assert target.read_bytes() == weights
+    _run(runyard, "download", "job-1", "--to", str(tmp_path / "named.tar.gz"))
+    assert (tmp_path / "named.tar.gz").read_bytes() == weights
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
+
+
+def test_delete_refuses_a_running_job_then_deletes_it_once_ended(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    submit_for_instances(api, settings, source_dir, output_path=out.as_uri())
+    refused = _run(runyard, "delete", "job-1", code=1)
+    assert "has not ended (InProgress); stop it first (runyard stop job-1)" in refused.stderr
+    (out / "job-1" / "output").mkdir(parents=True)
+    (out / "job-1" / "output" / "model.tar.gz").write_bytes(b"w")
+    api.post(f"{JOB}/stop")
+    deleted = _run(runyard, "delete", "job-1", "--remove-artifacts")
+    assert deleted.stdout == f"deleted job-1 and the 1 files under {out}/job-1/\n"
+    assert not (out / "job-1").exists()
+    assert api.get(JOB).status_code == 404
+
+
+def test_clone_submits_the_request_again_with_overrides(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    submit_for_instances(
+        api,
+        settings,
+        source_dir,
+        name=None,
+        base_job_name="exp",
+        hyperparameters={"epochs": 3, "lr": 0.1},
+        environment={"MODE": "fast"},
+    )
+    original = api.get("/v1/training-jobs").json()["items"][0]["name"]
+    result = _run(runyard, "clone", original, "-H", "lr=0.01", "--max-run", "600")
+    name = result.stdout.removeprefix("Submitted training job ").strip()
+    assert name != original
+    assert name.startswith("exp-2")
+    first = api.get(f"/v1/training-jobs/{original}").json()["spec"]
+    again = api.get(f"/v1/training-jobs/{name}").json()["spec"]
+    assert again["hyperparameters"] == {"epochs": 3, "lr": 0.01}
+    assert again["max_run"] == 600
+    unchanged = {key for key in first if key not in ("name", "hyperparameters", "max_run")}
+    assert {key: again.get(key) for key in unchanged} == {key: first[key] for key in unchanged}
+
+    named = _run(runyard, "clone", original, "--name", "exp-copy")
+    assert named.stdout == "Submitted training job exp-copy\n"
+    # A name that was given, not generated, is the base of the copy's whole.
+    again = _run(runyard, "clone", "exp-copy").stdout.removeprefix("Submitted training job ")
+    assert again.startswith("exp-copy-2")
+
+
+def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    uri = source_dir.as_uri()
+    typo = _run(runyard, "submit", "--source-uri", uri, "-e", "train.py", "-t", "lcoal", code=1)
+    assert typo.stderr.startswith("error: --instance-type: ")
+    assert "did you mean 'local'?" in typo.stderr
+    missing = _run(runyard, "submit", "--source-uri", uri, "-t", "local", code=1)
+    assert missing.stderr == "error: --entry-point: Field required (HTTP 422)\n"
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_following_a_waiting_job_says_what_it_waits_for(
+    api: TestClient,
+    settings: Settings,
+    source_dir: Path,
+    runyard: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    reason = "capacity: 2 of 2 local instances in use"
+    with session_scope(settings.database_url) as session:
+        session.execute(update(TrainingJob).values(pending_reason=reason))
+    waits: list[float] = []
+
+    def a_while_later(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:  # the reason was said once though read twice; then it ends
+            api.post(f"{JOB}/stop")
+
+    monkeypatch.setattr(time, "sleep", a_while_later)
+    result = _run(runyard, "logs", "job-1", "-f")
+    assert result.stderr == f"waiting: {reason}\n"
+    assert len(waits) == 2
+
+
+def test_ctrl_c_while_following_says_the_job_keeps_running(
+    api: TestClient,
+    settings: Settings,
+    source_dir: Path,
+    runyard: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+
+    def interrupted(*_args: object, **_kwargs: object) -> Iterator[dict[str, Any]]:
+        raise KeyboardInterrupt
+        yield {}
+
+    monkeypatch.setattr(Client, "follow_logs", interrupted)
+    result = _run(runyard, "logs", "job-1", "-f", code=130)
+    assert result.stderr == "\njob-1 keeps running; `runyard stop job-1` stops it.\n"
+    assert api.get(JOB).json()["status"] == "InProgress"
+
+
+def test_waiting_shows_the_time_waited(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    lines = _run(runyard, "stop", "job-1", "--wait").stdout.splitlines()
+    assert lines[0] == "job-1: Stopped"
+    assert all(line.endswith("(+0m00s)") for line in lines[1:-2]), lines
+    assert [line.split()[2] for line in lines[1:-2]] == ["Starting", "Stopping", "Stopped"]
+    assert lines[-2:] == ["Waited 0m00s", "job-1: Stopped"]
+
+
+def test_list_filters_sorts_and_pages_by_the_same_list(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    for name, team in (("alpha-bert", "nlp"), ("beta-bert", "nlp"), ("gamma-resnet", "vision")):
+        submit_for_instances(
+            api, settings, source_dir, name=name, tags=[{"key": "team", "value": team}]
+        )
+
+    def names(*flags: str) -> list[str]:
+        listed = json.loads(_run(runyard, "list", *flags, "-o", "json").stdout)
+        return [job["name"] for job in listed["items"]]
+
+    assert names("--name-contains", "BERT", "--sort", "name") == ["alpha-bert", "beta-bert"]
+    assert names("--tag", "team=vision") == ["gamma-resnet"]
+    assert names("--tag", "team", "--sort", "-name") == [
+        "gamma-resnet",
+        "beta-bert",
+        "alpha-bert",
+    ]
+    # The next page's command keeps the filters and the order its cursor was made for.
+    first = _run(runyard, "list", "--tag", "team=nlp", "--sort", "name", "--limit", "1").stdout
+    more = first.splitlines()[-1].removeprefix("more: runyard ")
+    assert more.startswith("list --tag team=nlp --sort name --cursor ")
+    second = _run(runyard, *more.split(), "-o", "json").stdout
+    assert [job["name"] for job in json.loads(second)["items"]] == ["beta-bert"]
