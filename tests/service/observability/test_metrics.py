@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
 from service.jobs.models import TrainingJob
@@ -15,24 +14,15 @@ from service.jobs.states import Stage, Status
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
+from tests.service.observability.scrape import Samples, samples, value
 
 
-def scrape(api: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def scrape(api: TestClient) -> Samples:
     """Every sample of /metrics, fetched without a token as Prometheus does."""
     response = api.get("/metrics", headers={"Authorization": ""})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
-
-
-def value(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    return samples(response.text)
 
 
 def test_requests_are_counted_by_route_template_never_by_path(

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from runyard.client import wait_until_up
 from service.observability.exposition import MULTIPROCESS_DIR
 from tests.conftest import job_spec
 from tests.runyard.test_server_startup import REPO, _free_port
+from tests.service.observability.scrape import Samples, samples, value
 from tests.service.test_api_workers import _descendants, _serving
 
 
@@ -71,19 +71,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         process.wait(60)
 
 
-def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 def _counted(url: str, route: str) -> float:
     # A new connection each time: the kernel hands it to either process.
-    samples = _samples(httpx.get(f"{url}/metrics").text)
-    key = frozenset({"method": "GET", "route": route, "status": "200"}.items())
-    return samples.get(("runyard_http_requests_total", key), 0.0)
+    found = samples(httpx.get(f"{url}/metrics").text)
+    return value(found, "runyard_http_requests_total", method="GET", route=route, status="200")
 
 
 def test_metrics_sum_what_every_api_process_counted(server: Server) -> None:
@@ -153,19 +144,17 @@ def test_the_worker_serves_its_reconcile_passes_and_lag(server: Server) -> None:
         httpx.post(f"{server.url}/v1/training-jobs", json=spec, headers=headers).status_code == 201
     )
     deadline = time.monotonic() + 60
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    found: Samples = {}
     while time.monotonic() < deadline:
         job = httpx.get(f"{server.url}/v1/training-jobs/reconciled", headers=headers).json()
         if job["status"] == "Completed":
-            samples = _samples(httpx.get(server.worker_metrics).text)
+            found = samples(httpx.get(server.worker_metrics).text)
             break
         time.sleep(0.3)
-    assert samples, f"the job did not complete: {job}"
-    assert samples[("runyard_reconcile_lag_seconds_count", frozenset())] >= 1
+    assert found, f"the job did not complete: {job}"
+    assert value(found, "runyard_reconcile_lag_seconds_count") >= 1
     passes = {
-        dict(labels)["stage"]
-        for name, labels in samples
-        if name == "runyard_reconcile_passes_total"
+        dict(labels)["stage"] for name, labels in found if name == "runyard_reconcile_passes_total"
     }
     assert {"Queued", "Running"} <= passes
-    assert samples[("runyard_db_pool_capacity", frozenset())] > 0
+    assert value(found, "runyard_db_pool_capacity") > 0
