@@ -12,10 +12,12 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from runyard.client import RunyardError, wait_until_up
 from service.auth.service import ensure_admin_token
 from service.kit.db import session_scope
 from service.kit.migrate import one_at_a_time, upgrade
+from service.observability import exposition, logs
 from service.settings import Settings
 
 log = logging.getLogger("runyard.server")
@@ -108,6 +111,7 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
         "http": NoDelayHttpToolsProtocol,
         "root_path": settings.root_path,
         "log_level": "info",
+        "log_config": logs.logging_config(settings.log_format),
         "access_log": False,
     }
     try:
@@ -117,15 +121,31 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
             # Each process builds its app from the environment, as a replica would; the
             # URL instances report to is the one thing only this process knew.
             os.environ[variables.PUBLIC_URL] = settings.public_url
-            uvicorn.run(
-                "service.app:create_app_to_serve",
-                factory=True,
-                workers=settings.api_workers,
-                **options,
-            )
+            with _metrics_shared_between_processes():
+                uvicorn.run(
+                    "service.app:create_app_to_serve",
+                    factory=True,
+                    workers=settings.api_workers,
+                    **options,
+                )
     finally:
         serving.clear()
         _remove_if_ours(server_file)
+
+
+@contextmanager
+def _metrics_shared_between_processes() -> Iterator[None]:
+    """Have the API processes write what they count to files of one fresh directory, so
+    that whichever process answers /metrics sums them all (prometheus_client's
+    multiprocess mode). Fresh, since the files of an earlier run would be summed too; the
+    processes are started after this is set, and read it as they import the client."""
+    directory = tempfile.mkdtemp(prefix="runyard-metrics-")
+    os.environ[exposition.MULTIPROCESS_DIR] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(exposition.MULTIPROCESS_DIR, None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextmanager
@@ -183,12 +203,29 @@ def _quiet_celery() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def _log_as_configured(settings: Settings) -> None:
+    from celery.signals import after_setup_logger, setup_logging
+
+    if settings.log_format == "json":
+        # Handled here, Celery leaves logging alone: every line goes out as JSON, the
+        # warnings it gives before it would set logging up included.
+        def configure(**_: object) -> None:
+            logs.configure(settings.log_format)
+            _quiet_celery()
+
+        configure()
+        setup_logging.connect(configure, weak=False)
+    else:
+        after_setup_logger.connect(lambda **_: _quiet_celery(), weak=False)
+
+
 def run_worker(settings: Settings, concurrency: int = 4) -> None:
-    from celery.signals import after_setup_logger
-
     from worker.celery_app import create_celery
+    from worker.metrics import serve_metrics
 
-    after_setup_logger.connect(lambda **_: _quiet_celery(), weak=False)
+    _log_as_configured(settings)
+    if settings.worker_metrics_port:
+        serve_metrics(settings.worker_metrics_port)
     app = create_celery(settings)
     app.worker_main(
         [
@@ -205,12 +242,10 @@ def run_worker(settings: Settings, concurrency: int = 4) -> None:
 
 
 def run_beat(settings: Settings) -> None:
-    from celery.signals import after_setup_logger
-
     from worker.celery_app import create_celery
 
     settings.home.mkdir(parents=True, exist_ok=True)
-    after_setup_logger.connect(lambda **_: _quiet_celery(), weak=False)
+    _log_as_configured(settings)
     create_celery(settings).Beat(loglevel="INFO").run()
 
 

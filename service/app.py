@@ -7,7 +7,7 @@ import gc
 import logging
 from collections.abc import Callable
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy import select
 
 from provisioning import registry
@@ -23,6 +23,9 @@ from service.kit.db import autocommit_reads
 from service.kit.errors import install_error_handler
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
+from service.observability import exposition, logs, pool
+from service.observability import routes as observability
+from service.observability.http import ObserveRequests
 from service.sagemaker.routes import router as sagemaker_router
 from service.settings import Settings, get_settings
 from service.sources.routes import router as sources_router
@@ -33,13 +36,13 @@ from service.training.submissions import Submissions
 
 log = logging.getLogger(__name__)
 
-# Open without a token: the health probe (for load balancers and Kubernetes), the API
+# Open without a token: the health probes (for load balancers and Kubernetes) and the
+# metrics (for Prometheus, which hold no names: docs/monitoring.md), the API
 # documentation, which holds no data, signing in to the console, and the console's pages
 # and files, which hold none either (their scripts ask /v1 for it with the session cookie).
 PUBLIC_PATHS = (
-    frozenset(
-        {"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/v1/session"}
-    )
+    frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json", "/v1/session"})
+    | observability.PATHS
     | console.PATHS
 )
 # Every route of these requires a token.
@@ -63,14 +66,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Self-hosted managed training jobs",
         version="0.1.0",
         docs_url="/docs",
+        dependencies=[Depends(observability.note_job_name)],
     )
     app.state.settings = settings or get_settings()
     app.state.principals = PrincipalCache(app.state.settings.token_cache_seconds)
     app.state.submissions = Submissions(app.state.settings)
+    app.state.metrics_registry = exposition.api_registry(app.state.settings.database_url)
+    pool.watch_pools()
     install_error_handler(app, admit)
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(session_router)
+    app.include_router(observability.router)
     # Signed with SigV4, not a bearer token: it checks its callers itself.
     app.include_router(sagemaker_router)
     console.install(app)
@@ -80,11 +87,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         default=app.state.settings.max_request_bytes,
         routes={("POST", sources_router.prefix): app.state.settings.max_source_bytes},
     )
-
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
+    # Outermost: every answer is counted and carries its request id, refusals included.
+    app.add_middleware(ObserveRequests)
     return app
 
 
@@ -94,6 +98,7 @@ def create_app_to_serve(settings: Settings | None = None) -> FastAPI:
     objects) lives as long as the process, so the garbage collector is told to leave it
     out of its passes: a full pass over it held every request up to 190 ms under load."""
     app = create_app(settings)
+    logs.capture_warnings(app.state.settings.log_format)
     _load_what_requests_need(app.state.settings)
     gc.freeze()
     return app

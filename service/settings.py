@@ -210,6 +210,21 @@ class Settings(BaseSettings):
         "the kernel spreads connections between them). A process answers from one core, "
         "so give a busy server about one per core.",
     )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="How the server's processes (`runyard server`, `api`, `worker`, `beat`) "
+        "write their logs to stderr: `text`, a line for people, or `json`, one object a "
+        "line with `time`, `level`, `logger`, `message`, and the `request_id` and `job` of "
+        "the work it came from where known (docs/monitoring.md).",
+    )
+    worker_metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="The port on which `runyard worker` serves its Prometheus metrics "
+        "(`/metrics`: reconcile passes and lag, its database pool). `0`: not served. The "
+        "API serves its own on its port (docs/monitoring.md).",
+    )
     token_cache_seconds: float = Field(
         default=1.0,
         ge=0,

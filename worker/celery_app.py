@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from service.kit.broker import connection_config
+from service.observability import pool
 from service.settings import Settings
 from worker.tasks import register
 
@@ -15,6 +16,7 @@ from worker.tasks import register
 
 
 def create_celery(settings: Settings) -> Celery:
+    pool.watch_pools()
     app = Celery("runyard", set_as_current=False)
     app.conf.update(
         **connection_config(settings),

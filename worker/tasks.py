@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 
 from provisioning import registry
 from provisioning.base import Backend, JobRef
 from service.jobs import repository
 from service.kit import broker
 from service.kit.db import session_scope
-from service.kit.enqueue import BATCH_MOST, RECONCILE_ONE_TASK, RECONCILE_TASK
+from service.kit.enqueue import (
+    BATCH_MOST,
+    RECONCILE_ONE_TASK,
+    RECONCILE_TASK,
+    SENT_AT_HEADER,
+    sent_now,
+)
 from service.metrics import retention
+from service.observability import instruments
 from service.settings import Settings
 from service.sources import retention as source_retention
 from worker.reconciler import Reconciler
@@ -30,8 +38,9 @@ SWEEP_WAITING_SPOT = 50
 def register(app: Celery, settings: Settings) -> None:
     reconciler = Reconciler(settings)
 
-    @app.task(name=RECONCILE_TASK, ignore_result=True)
-    def reconcile_jobs(job_ids: list[str]) -> None:
+    @app.task(name=RECONCILE_TASK, ignore_result=True, bind=True)
+    def reconcile_jobs(self: Task[Any, Any], job_ids: list[str]) -> None:
+        observe_lag(getattr(self.request, SENT_AT_HEADER, None))
         reconciler.reconcile_all(job_ids)
 
     # Sent by a server from before triggers were batched (a message queued across an
@@ -55,7 +64,9 @@ def register(app: Celery, settings: Settings) -> None:
         for start in range(0, len(job_ids), BATCH_MOST):
             # Redundant once the next sweep has sent its own.
             reconcile_jobs.apply_async(
-                [job_ids[start : start + BATCH_MOST]], expires=settings.reconcile_interval * 5
+                [job_ids[start : start + BATCH_MOST]],
+                expires=settings.reconcile_interval * 5,
+                headers=sent_now(),
             )
 
     @app.task(name="runyard.reap", ignore_result=True, shared=False)
@@ -104,6 +115,13 @@ def register(app: Celery, settings: Settings) -> None:
         if broker.is_sqla(settings.broker_url):
             removed = broker.prune_delivered(settings.broker_url, timedelta(hours=1))
             log.info("pruned %d delivered broker messages", removed)
+
+
+def observe_lag(sent_at: object) -> None:
+    """Record how long a trigger waited, if it says when it was sent (one from an older
+    server does not). Clocks of two machines may differ: a negative wait counts as none."""
+    if isinstance(sent_at, int | float):
+        instruments.RECONCILE_LAG.observe(max(0.0, time.time() - sent_at))
 
 
 def reap_backend(backend: Backend[Any], settings: Settings) -> list[JobRef]:

@@ -109,6 +109,21 @@ _engines: dict[str, _Registered] = {}
 _engines_lock = threading.Lock()
 
 
+# Called with each engine as it is made (the pool's metrics watch them).
+_engine_hooks: list[Callable[[Engine], None]] = []
+
+
+def on_every_engine(hook: Callable[[Engine], None]) -> None:
+    """Call ``hook`` with every engine this process has made and will make."""
+    with _engines_lock:
+        if hook in _engine_hooks:
+            return
+        _engine_hooks.append(hook)
+        made = [entry.engine for entry in _engines.values()]
+    for engine in made:
+        hook(engine)
+
+
 def get_engine(url: str) -> Engine:
     return _registered(url).engine
 
@@ -124,6 +139,8 @@ def _registered(url: str) -> _Registered:
         entry = _engines.get(url)
         if entry is None:
             engine = _create_engine(normalize_database_url(url))
+            for hook in _engine_hooks:
+                hook(engine)
             readonly = engine.execution_options(**{_READONLY: True})
             # SQLite's transactions cost no round trip: its reads keep their BEGIN.
             autocommit = (

@@ -104,7 +104,9 @@ def _post(settings: Settings, job_id: str) -> None:
 
 def send_reconcile(settings: Settings, job_ids: Sequence[str]) -> None:
     try:
-        _sender(settings).send_task(RECONCILE_TASK, args=[list(job_ids)], retry=False)
+        _sender(settings).send_task(
+            RECONCILE_TASK, args=[list(job_ids)], retry=False, headers=sent_now()
+        )
     except Exception:  # the sweep will pick the jobs up; a trigger must never fail a request
         log.warning(
             "could not enqueue %s for %s; the sweep will retry",
@@ -112,6 +114,15 @@ def send_reconcile(settings: Settings, job_ids: Sequence[str]) -> None:
             ", ".join(job_ids),
             exc_info=True,
         )
+
+
+# A trigger's header: when it was sent, for the worker to measure how long it waited
+# (runyard_reconcile_lag_seconds).
+SENT_AT_HEADER = "runyard_sent_at"
+
+
+def sent_now() -> dict[str, float]:
+    return {SENT_AT_HEADER: time.time()}
 
 
 def load_sender(settings: Settings) -> None:

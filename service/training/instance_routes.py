@@ -23,6 +23,7 @@ from service.kit.protocol import validate_body
 from service.logs import service as logs
 from service.logs.schemas import Line, LogBatchBody, stored_lines
 from service.metrics import extraction, instance
+from service.observability import instruments
 from service.training import instance_credentials, service
 from service.training.instance_credentials import InstanceCredentials
 from service.training.instance_messages import (
@@ -128,6 +129,8 @@ def ingest_logs(
     once the answer is sent (``service.metrics.extraction``)."""
     job = lookup.job_for_instance(session, name, host, principal, live=True)
     stored = logs.ingest(session, job.id, host, lines)
+    instruments.LOG_BATCHES.inc()
+    instruments.LOG_LINES.inc(stored)
     if stored and job.record.metric_definitions:
         after.add_task(extraction.extract_after_answer, settings.database_url, job.id, host)
     return Ingested(stored=stored)

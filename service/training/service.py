@@ -8,6 +8,7 @@ enqueued with ``enqueue_reconcile``, which sends only after the commit.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -40,6 +41,8 @@ from service.logs import repository as log_repository
 from service.settings import Settings
 from service.sources import service as sources
 from service.training.preparation import PreparedJob, prepare
+
+log = logging.getLogger(__name__)
 
 STOP_ATTEMPTS = 3
 
@@ -183,6 +186,8 @@ def stop(
         raise Conflict(f"training job {name!r} kept changing; try again")
     if not in_line:
         enqueue_reconcile(session, settings, job.id)
+    # For operators: who stopped what (the line names the job and the request).
+    log.info("stop requested by %s", user.name)
     return job
 
 

@@ -42,8 +42,10 @@ from service.jobs import repository
 from service.jobs.states import Stage
 from service.kit.db import session_scope
 from service.kit.enqueue import enqueue_reconcile
+from service.observability.context import handling_job
 from service.settings import Settings
 from worker.reconciler import ending, restarts, running, starting
+from worker.reconciler.passes import counting_pass
 from worker.reconciler.snapshot import RETRIED, JobSnapshot, Pass, Superseded, load
 
 log = logging.getLogger(__name__)
@@ -129,11 +131,12 @@ class Reconciler:
         snapshot = load(self.database_url, job_id)
         if snapshot is None:
             return
-        try:
-            self._drive(snapshot)
-        finally:
-            if snapshot.admitted_at is not None:
-                self._wake_line_if_freed(job_id)
+        with handling_job(snapshot.ref.name), counting_pass(snapshot.stage):
+            try:
+                self._drive(snapshot)
+            finally:
+                if snapshot.admitted_at is not None:
+                    self._wake_line_if_freed(job_id)
 
     def _wake_line_if_freed(self, job_id: str) -> None:
         """The jobs waiting for capacity hear at once when this one let go of its own

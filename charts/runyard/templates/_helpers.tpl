@@ -138,6 +138,10 @@ RUNYARD_BACKENDS: {{ include "runyard.backends" . | quote }}
 RUNYARD_INSTANCE_TYPES: {{ . | toJson | quote }}
 {{- end }}
 RUNYARD_KUBERNETES: {{ include "runyard.kubernetesSettings" . | quote }}
+RUNYARD_LOG_FORMAT: {{ .Values.logFormat | quote }}
+{{- if .Values.metrics.worker.enabled }}
+RUNYARD_WORKER_METRICS_PORT: {{ int .Values.metrics.worker.port | quote }}
+{{- end }}
 {{- include "runyard.s3Endpoint" . }}
 {{- with .Values.artifacts.s3.stsEndpoint }}
 AWS_ENDPOINT_URL_STS: {{ . | quote }}
