@@ -22,27 +22,16 @@ from service.jobs.models import TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
 from tests.conftest import log_line, submit_for_instances
+from tests.runyard.in_process import InProcessClient
 
 JOB = "/v1/training-jobs/job-1"
 ESCAPE = "\x1b["
 
 
-class _InProcessClient(Client):
-    """The CLI's client, talking to the app in this process."""
-
-    def __init__(self, api: TestClient) -> None:
-        super().__init__(url=str(api.base_url))
-        self._http.close()
-        self._http = api
-
-    def close(self) -> None:
-        pass  # the TestClient belongs to its fixture
-
-
 @pytest.fixture
 def runyard(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     for module in (cli, job_commands):
-        monkeypatch.setattr(module, "Client", lambda: _InProcessClient(api))
+        monkeypatch.setattr(module, "Client", lambda: InProcessClient(api))
     # Off a terminal, as under CI: rich must write plain text.
     monkeypatch.delenv("FORCE_COLOR", raising=False)
     return CliRunner()

@@ -41,10 +41,10 @@ def test_routes_outside_the_protected_routers_are_only_the_public_ones(settings:
 def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
-    # instance metrics, interruption) and an instance's AWS credentials, sources, tokens (mint, list,
-    # revoke), projects (create, list), me, capacity, a job's place in line, model
-    # download, the caller's AWS credentials, a job's log download and its spec to clone,
-    # the instance types the server offers, and deleting an ended job.
+    # instance metrics, interruption) and an instance's AWS credentials, sources, tokens
+    # (mint, list, revoke), projects (create, list), me, capacity, a job's place in line,
+    # model download, the caller's AWS credentials, a job's log download and its spec to
+    # clone, the instance types the server offers, and deleting an ended job.
     assert len(routes) == 26, routes
 
 

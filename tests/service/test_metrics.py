@@ -18,6 +18,7 @@ from service.jobs.models import MetricPoint
 from service.kit.db import session_scope
 from service.settings import Settings
 from tests.conftest import InstanceHeaders, job_spec, log_line, submit_for_instances
+from tests.runyard.in_process import InProcessClient
 
 DEFINITIONS = [
     {"name": "train:loss", "regex": r"loss: ([-+0-9.eE]+)"},
@@ -200,21 +201,9 @@ def test_final_metrics_hold_the_latest_value_of_each_metric(
 # -- the CLI and the client -------------------------------------------------------------
 
 
-class _TestServerClient(Client):
-    """The CLI's client, talking to the app in this process."""
-
-    def __init__(self, api: TestClient) -> None:
-        super().__init__(url=str(api.base_url))
-        self._http.close()
-        self._http = api
-
-    def close(self) -> None:
-        pass  # the TestClient belongs to its fixture
-
-
 def _client_on(api: TestClient, monkeypatch: pytest.MonkeyPatch) -> Client:
-    monkeypatch.setattr(cli, "Client", lambda: _TestServerClient(api))
-    return _TestServerClient(api)
+    monkeypatch.setattr(cli, "Client", lambda: InProcessClient(api))
+    return InProcessClient(api)
 
 
 def test_describe_shows_the_last_value_of_each_metric(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.service.console.server import ConsoleServer, console_server
+from tests.service.console.server import ConsoleServer, console_server, open_page
 
 CHROMIUM = os.environ.get("RUNYARD_TEST_CHROMIUM", "/usr/bin/chromium")
 
@@ -61,16 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
 
 @pytest.fixture
 def page(browser: Browser, server: ConsoleServer) -> Iterator[Page]:
-    context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 900})
-    # Generous: on a 2-core CI machine busy with the rest of the suite, a page's first
-    # requests can take seconds (a failure still says which element it waited for).
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
+    yield from open_page(browser, base_url=server.url, viewport={"width": 1280, "height": 900})
 
 
 @pytest.fixture

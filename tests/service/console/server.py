@@ -6,16 +6,20 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
 from sqlalchemy import update
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 from contract import storage
 from contract.limits import MAX_LOG_BATCH
@@ -197,3 +201,17 @@ def console_server(root: Path) -> ConsoleServer:
         capacity={QUEUED_TYPE: 1},
     )
     return ConsoleServer(settings, source)
+
+
+def open_page(browser: Browser, **context_options: Any) -> Iterator[Page]:
+    """A page in a context of its own, failing the test on any script error it shows."""
+    context = browser.new_context(**context_options)
+    # Generous: on a 2-core CI machine busy with the rest of the suite, a page's first
+    # requests can take seconds (a failure still says which element it waited for).
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    context.close()
+    assert not errors, errors

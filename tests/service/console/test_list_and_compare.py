@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.service.console.server import LOSS, ConsoleServer
+from tests.service.console.server import LOSS, ConsoleServer, open_page
 
 SignIn = Callable[[str], Page]
 
@@ -98,14 +98,7 @@ def test_compare_needs_two_to_four_jobs(page: Page, server: ConsoleServer, sign_
 
 @pytest.fixture
 def phone(browser: Browser, server: ConsoleServer) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
+    yield from open_page(browser, viewport={"width": 390, "height": 844}, is_mobile=True)
 
 
 def test_the_list_reads_on_a_phone(phone: Page, server: ConsoleServer) -> None:
