@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 from sqlalchemy import ColumnElement, Select, and_, cast, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 
-from service.jobs.models import TrainingJob
+from service.jobs.models import TrainingJob, record_field
 from service.kit.errors import SpecError
 from service.kit.text import unstorable
 
@@ -79,7 +79,7 @@ def _has_tag(tag: TagFilter, dialect: str) -> ColumnElement[bool]:
         wanted: dict[str, str] = {"key": tag.key}
         if tag.value is not None:
             wanted["value"] = tag.value
-        return cast(TrainingJob.spec["tags"], JSONB).contains([wanted])
+        return cast(record_field("tags"), JSONB).contains([wanted])
     each = func.json_each(TrainingJob.spec, "$.tags").table_valued("value").alias("tag")
     match = func.json_extract(each.c.value, "$.key") == tag.key
     if tag.value is not None:
