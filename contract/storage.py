@@ -107,6 +107,11 @@ def model_uri(output_path: str, job_name: str) -> str:
     return join(output_path, job_name, "output", "model.tar.gz")
 
 
+def output_data_uri(output_path: str, job_name: str) -> str:
+    """Where what a job's script wrote to SM_OUTPUT_DATA_DIR is stored, beside its model."""
+    return join(output_path, job_name, "output", "output.tar.gz")
+
+
 def concat(prefix: str, key: str) -> str:
     """``prefix`` and ``key`` joined as strings, the way SageMaker joins a manifest's
     prefix and keys (``s3://b/part-`` and ``0001``); ``key`` encoded as ``join`` does."""

@@ -195,6 +195,10 @@ class Trainer:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
                 return self.fail(1, f"UploadError: could not store the model: {exc}")
+            try:
+                self._upload_output_data()
+            except (OSError, storage.StorageError) as exc:
+                return self.fail(1, f"UploadError: could not store the output data: {exc}")
         # Through nothing the script may have planted there (output/ is its user's); the
         # marker is SageMaker's courtesy, and a job that made room for none still succeeded.
         try:
@@ -501,6 +505,29 @@ class Trainer:
         self.say(f"Model stored at {uri}")
         return uri
 
+    def _upload_output_data(self) -> None:
+        """As SageMaker does: what the script left in SM_OUTPUT_DATA_DIR (evaluation
+        results, plots), packed as output.tar.gz beside the model, when it left anything."""
+        config = self.config
+        folder = config.paths.output_data
+        if not folder.is_dir() or not any(folder.iterdir()):
+            return
+        uri = storage.output_data_uri(config.output_path, config.job_name)
+        with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
+            tarball = archive.make_tarball(folder, Path(scratch) / "output.tar.gz")
+            storage.put_file(tarball, uri)
+        self.say(f"Output data stored at {uri}")
+
+    def _keep_output_data(self) -> None:
+        """The output data of a job that failed or was stopped: kept if it can be, for
+        whoever looks into why; a failure to store it changes nothing of the ending."""
+        if not self.config.is_master:
+            return
+        try:
+            self._upload_output_data()
+        except (OSError, storage.StorageError) as exc:
+            self.say(f"Could not store the output data: {exc}")
+
     def fail(self, exit_code: int, reason: str) -> int:
         self._end_checkpoint_sync()
         reason = fit(reason)
@@ -508,6 +535,7 @@ class Trainer:
         if failure.read_failure_file(paths.failure) is None:
             paths.output.mkdir(parents=True, exist_ok=True)
             failure.write_failure_file(paths.failure, reason)
+        self._keep_output_data()
         self.say(f"Failed: {reason}")
         self._finish_logs()
         self.report(Phase.FAILED, exit_code=exit_code, failure_reason=reason)
@@ -525,6 +553,7 @@ class Trainer:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
                 self.say(f"Could not store the model on stop: {exc}")
+        self._keep_output_data()
         self.say("Stopped")
         self._finish_logs()
         self.report(Phase.STOPPED, model_uri=model_uri)

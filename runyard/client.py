@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -175,12 +175,20 @@ class Client:
         params = {"artifacts": "remove" if remove_artifacts else "keep"}
         return self._json("DELETE", f"/v1/training-jobs/{name}", params=params)
 
-    def download_model(self, name: str, target: Path, progress: Progress | None = None) -> int:
-        """Write the job's model.tar.gz to ``target`` (through a temporary file beside it,
-        so an interrupted download leaves no partial model); its size."""
+    def download_model(
+        self,
+        name: str,
+        target: Path,
+        progress: Progress | None = None,
+        *,
+        what: Literal["model", "output"] = "model",
+    ) -> int:
+        """Write the job's model.tar.gz (or, ``what="output"``, its output.tar.gz) to
+        ``target`` (through a temporary file beside it, so an interrupted download leaves
+        no partial file); its size."""
         partial = target.with_name(f".{target.name}.partial")
         try:
-            with self._http.stream("GET", f"/v1/training-jobs/{name}/model") as response:
+            with self._http.stream("GET", f"/v1/training-jobs/{name}/{what}") as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _error(response)

@@ -4,7 +4,7 @@ deletion."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -63,19 +63,30 @@ def _row(item: dict[str, Any]) -> list[str]:
     type=click.Path(path_type=Path),
     default=Path(),
     show_default="the current directory",
-    help="A directory (the file is NAME-model.tar.gz in it) or the file to write.",
+    help="A directory (the file is NAME-model.tar.gz, or NAME-output.tar.gz, in it) or the "
+    "file to write.",
 )
-def download(name: str, destination: Path) -> None:
-    """Download a job's model (its model.tar.gz). The server serves the model only: the
-    rest of the job's output stays at its output path (runyard describe shows it)."""
-    target = destination / f"{name}-model.tar.gz" if destination.is_dir() else destination
+@click.option(
+    "--output-data",
+    is_flag=True,
+    help="The job's output data (what its script wrote to SM_OUTPUT_DATA_DIR, output.tar.gz) "
+    "instead of its model.",
+)
+def download(name: str, destination: Path, output_data: bool) -> None:
+    """Download a job's model (its model.tar.gz), or with --output-data its output data."""
+    what: Literal["model", "output"] = "output" if output_data else "model"
+    target = destination / f"{name}-{what}.tar.gz" if destination.is_dir() else destination
     if not target.parent.is_dir():
         raise click.BadParameter(f"{target.parent} is not a directory", param_hint="--to")
+    noun = "output data" if output_data else "model"
     with Client() as client:
         size = client.download_model(
             name,
             target,
-            progress=terminal.transfer_progress(f"Downloading {name}'s model", PROGRESS_FROM_BYTES),
+            progress=terminal.transfer_progress(
+                f"Downloading {name}'s {noun}", PROGRESS_FROM_BYTES
+            ),
+            what=what,
         )
     click.echo(f"{target} ({size} bytes)")
 

@@ -100,5 +100,15 @@ def stored_model(job: TrainingJob) -> tuple[str, int]:
         raise NotFound(f"the model of {job.name!r} is no longer in the artifact store") from exc
 
 
+def stored_output_data(job: TrainingJob) -> tuple[str, int]:
+    """Where the job's output data (output.tar.gz) is, and its size, for a download: only
+    where the runtime is told to store it, which a script has no say in."""
+    expected = storage.output_data_uri(job.record.output_path, job.name)
+    try:
+        return expected, storage.size(expected)
+    except storage.StorageError as exc:
+        raise NotFound(f"training job {job.name!r} has no output data stored") from exc
+
+
 def hosts(job: TrainingJob) -> list[str]:
     return host_names(job.record.instance_count)

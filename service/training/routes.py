@@ -209,12 +209,33 @@ def download_model(
 ) -> StreamingResponse:
     """The job's model (its model.tar.gz), as the artifact store holds it."""
     uri, size = lookup.stored_model(lookup.get(session, name, user, project))
+    return _tarball(uri, size, f"{name}-model.tar.gz")
+
+
+@router.get(
+    "/{name}/output",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/gzip": {}}, "description": "output.tar.gz"},
+        **replies(401, 404, 422),
+    },
+)
+def download_output_data(
+    name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
+) -> StreamingResponse:
+    """What the job's script wrote to SM_OUTPUT_DATA_DIR (its output.tar.gz), as the
+    artifact store holds it."""
+    uri, size = lookup.stored_output_data(lookup.get(session, name, user, project))
+    return _tarball(uri, size, f"{name}-output.tar.gz")
+
+
+def _tarball(uri: str, size: int, filename: str) -> StreamingResponse:
     return StreamingResponse(
         storage.read_chunks(uri),
         media_type="application/gzip",
         headers={
             "Content-Length": str(size),
-            "Content-Disposition": f'attachment; filename="{name}-model.tar.gz"',
+            "Content-Disposition": f'attachment; filename="{filename}"',
         },
     )
 

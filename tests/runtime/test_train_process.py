@@ -69,6 +69,52 @@ def test_a_failing_script_fails_the_instance_with_its_reason(tmp_path: Path) -> 
     assert "config file missing" in (base / "output" / "failure").read_text()
 
 
+OUTPUT_DATA_SCRIPT = """
+import os, sys
+with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "eval.json"), "w") as f:
+    f.write('{"accuracy": 0.9}')
+os.makedirs(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "plots"))
+with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "plots", "loss.txt"), "w") as f:
+    f.write("1.0 0.5")
+sys.exit(int(sys.argv[-1]))
+"""
+
+
+def _output_data(tmp_path: Path, exit_code: int) -> dict[str, bytes]:
+    """What the job's output.tar.gz holds, after its script exited with ``exit_code``."""
+    tmp_path.mkdir()
+    request = launch_request(
+        _source(tmp_path, OUTPUT_DATA_SCRIPT), hyperparameters={"code": exit_code}
+    )
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == exit_code, output
+    stored = storage.local_path(storage.output_data_uri(request.spec.output_path, "job-1"))
+    with tarfile.open(stored) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_what_the_script_leaves_in_its_output_data_dir_is_stored_beside_the_model(
+    tmp_path: Path,
+) -> None:
+    # As SageMaker stores it: output.tar.gz, whether the job completed or failed (what a
+    # failed job left is often what tells why).
+    expected = {"eval.json": b'{"accuracy": 0.9}', "plots/loss.txt": b"1.0 0.5"}
+    assert _output_data(tmp_path / "completed", 0) == expected
+    assert _output_data(tmp_path / "failed", 3) == expected
+
+
+def test_no_output_data_stores_no_output_tarball(tmp_path: Path) -> None:
+    request = launch_request(_source(tmp_path, "print('nothing kept')\n"))
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    folder = storage.local_path(request.spec.output_path) / "job-1" / "output"
+    assert sorted(path.name for path in folder.iterdir()) == ["model.tar.gz"]
+
+
 def test_missing_entry_point_is_a_client_error(tmp_path: Path) -> None:
     source = _source(tmp_path, "print('x')")
     base = write_instances(tmp_path / "job", launch_request(source))["algo-1"]

@@ -147,6 +147,14 @@ def test_download_writes_the_model_where_asked(
     assert (tmp_path / "named.tar.gz").read_bytes() == weights
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
 
+    # The output data, beside the model, once the runtime stored some.
+    refused = _run(runyard, "download", "job-1", "--output-data", "--to", str(tmp_path), code=1)
+    assert "no output data stored" in refused.stderr
+    output = storage.local_path(storage.output_data_uri(job["spec"]["output_path"], "job-1"))
+    output.write_bytes(b"evaluation")
+    _run(runyard, "download", "job-1", "--output-data", "--to", str(tmp_path))
+    assert (tmp_path / "job-1-output.tar.gz").read_bytes() == b"evaluation"
+
 
 def test_delete_refuses_a_running_job_then_deletes_it_once_ended(
     api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner, tmp_path: Path

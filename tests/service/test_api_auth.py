@@ -43,9 +43,9 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
     # instance metrics, interruption) and an instance's AWS credentials, sources, tokens
     # (mint, list, revoke), projects (create, list), me, capacity, a job's place in line,
-    # model download, the caller's AWS credentials, a job's log download and its spec to
-    # clone, the instance types the server offers, and deleting an ended job.
-    assert len(routes) == 26, routes
+    # model and output data downloads, the caller's AWS credentials, a job's log download
+    # and its spec to clone, the instance types the server offers, and deleting an ended job.
+    assert len(routes) == 27, routes
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ def _routes(source_dir: Path) -> list[Route]:
         Route("clone", "GET", f"{job}/clone?project=alpha", VIEWER),
         Route("metrics", "GET", f"{job}/metrics?project=alpha", VIEWER),
         Route("model", "GET", f"{job}/model?project=alpha", VIEWER),
+        Route("output data", "GET", f"{job}/output?project=alpha", VIEWER),
         Route("place in line", "GET", f"{job}/place-in-line?project=alpha", VIEWER),
         Route("stop", "POST", f"{job}/stop?project=alpha", MEMBER),
         Route(
@@ -86,6 +87,13 @@ def _routes(source_dir: Path) -> list[Route]:
         # Last: once "stop" has ended the job, a caller let through deletes it.
         Route("delete", "DELETE", f"{job}?project=alpha", MEMBER),
     ]
+
+
+def _store_output_data(job: dict[str, Any], content: bytes) -> None:
+    """What the job's runtime would have stored of its SM_OUTPUT_DATA_DIR."""
+    path = storage.local_path(storage.output_data_uri(job["spec"]["output_path"], job["name"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
 
 
 def _store_model(settings: Settings, job: dict[str, Any], content: bytes) -> str:
@@ -156,6 +164,7 @@ def world(api: TestClient, settings: Settings, admin_token: str, source_dir: Pat
 
     alpha_job, beta_job = submit("alpha"), submit("beta")
     _store_model(settings, alpha_job, b"alpha's weights")
+    _store_output_data(alpha_job, b"alpha's evaluation")
     tokens["instance token"] = instance_token(settings.signing_key(), alpha_job["id"], "algo-1")
     return World(api, tokens, alpha_job, beta_job)
 
@@ -451,6 +460,20 @@ def test_a_model_is_downloaded_only_from_where_the_job_was_told_to_store_it(
     # beta's job of the same name has no model: beta's member gets nothing of alpha's.
     beta = {"Authorization": f"Bearer {world.tokens['beta member']}"}
     assert world.api.get(url, headers=beta).status_code == 404
+
+
+def test_output_data_is_downloaded_from_where_the_runtime_stores_it(world: World) -> None:
+    viewer = {"Authorization": f"Bearer {world.tokens['alpha viewer']}"}
+    url = f"/v1/training-jobs/{JOB}/output"
+    got = world.api.get(url, headers=viewer)
+    assert got.status_code == 200, got.text
+    assert got.content == b"alpha's evaluation"
+    assert got.headers["content-disposition"] == f'attachment; filename="{JOB}-output.tar.gz"'
+    # beta's job of the same name stored none: its member gets a 404, nothing of alpha's.
+    beta = {"Authorization": f"Bearer {world.tokens['beta member']}"}
+    refused = world.api.get(url, headers=beta)
+    assert refused.status_code == 404
+    assert "no output data stored" in refused.json()["detail"]
 
 
 def test_a_project_admin_cannot_revoke_the_server_administrators_token(
