@@ -226,11 +226,17 @@ class Client:
     # -- metrics ----------------------------------------------------------------------
 
     def metrics(
-        self, name: str, *, metric: str | None = None, limit: int | None = None
+        self,
+        name: str,
+        *,
+        metric: str | None = None,
+        limit: int | None = None,
+        instance: bool = False,
     ) -> list[dict[str, Any]]:
         """Each metric of the job's ``metric_definitions`` (or only ``metric``) as
-        ``{name, points: [{time, value, host}]}``, its latest ``limit`` points by time."""
-        params = {"name": metric, "limit": limit}
+        ``{name, points: [{time, value, host}]}``, its latest ``limit`` points by time; with
+        ``instance``, what each instance measured of itself (CPU, memory, disk, GPU)."""
+        params = {"name": metric, "limit": limit, "kind": "instance" if instance else None}
         page = self._json(
             "GET",
             f"/v1/training-jobs/{name}/metrics",

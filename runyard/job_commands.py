@@ -27,26 +27,50 @@ PROGRESS_FROM_BYTES = 1 << 20
     type=click.IntRange(1, 10000),
     help="The latest points of each metric to read.",
 )
+@click.option(
+    "--instance",
+    is_flag=True,
+    help="What each instance measured of itself (CPUUtilization, MemoryUtilization, "
+    "DiskUtilization, GPU...), a row per host, instead of the script's metrics.",
+)
 @terminal.output_option
-def metrics(name: str, metric: str | None, limit: int, output: str) -> None:
+def metrics(name: str, metric: str | None, limit: int, instance: bool, output: str) -> None:
     """Show a job's metrics: each one's latest, lowest and highest value, and its trend
-    (all hosts' points by time). --output json gives every point."""
+    (all hosts' points by time; with --instance, each host's). --output json gives every
+    point."""
     with Client() as client:
-        series = client.metrics(name, metric=metric, limit=limit)
+        series = client.metrics(name, metric=metric, limit=limit, instance=instance)
     if output == "json":
         terminal.print_json({"job": name, "metrics": series})
         return
-    rows = [_row(item) for item in series if item["points"]]
+    rows = [
+        _row(label, points)
+        for item in series
+        for label, points in _by_host(item, apart=instance)
+        if points
+    ]
     if not rows:
-        click.echo(f"{name} has no metric points yet (see its metric_definitions)")
+        why = "its instances report every few seconds" if instance else "see its metric_definitions"
+        click.echo(f"{name} has no metric points yet ({why})")
         return
     terminal.print_lines(table(["METRIC", "LATEST", "MIN", "MAX", "POINTS", "TREND"], rows))
 
 
-def _row(item: dict[str, Any]) -> list[str]:
-    values = [float(point["value"]) for point in item["points"]]
+def _by_host(item: dict[str, Any], *, apart: bool) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The series under its name, or (``apart``) each host's points under name@host."""
+    if not apart:
+        return [(item["name"], item["points"])]
+    hosts = sorted({point["host"] for point in item["points"]})
     return [
-        item["name"],
+        (f"{item['name']}@{host}", [p for p in item["points"] if p["host"] == host])
+        for host in hosts
+    ]
+
+
+def _row(label: str, points: list[dict[str, Any]]) -> list[str]:
+    values = [float(point["value"]) for point in points]
+    return [
+        label,
         f"{values[-1]:.6g}",
         f"{min(values):.6g}",
         f"{max(values):.6g}",

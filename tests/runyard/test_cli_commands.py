@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,28 @@ def test_metrics_shows_each_metrics_range_and_trend(
         "METRIC  LATEST  MIN  MAX  POINTS  TREND",
         "loss    0.2     0.2  0.9  3       █▄▁",
     ]
+
+
+def test_metrics_with_instance_shows_each_hosts_own_measures(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir, instance_count=2)
+    start = datetime.now(UTC).timestamp() - 60
+    for host, cpu in (("algo-1", [150.0, 90.0]), ("algo-2", [20.0, 40.0])):
+        rows = [[start + 10 * i, "CPUUtilization", value] for i, value in enumerate(cpu)]
+        sent = api.post(
+            f"{JOB}/instances/{host}/metrics",
+            content=json.dumps({"rows": rows}),
+            headers={**headers.of(host), "Content-Type": "application/json"},
+        )
+        assert sent.status_code == 200, sent.text
+    lines = _run(runyard, "metrics", "job-1", "--instance").stdout.splitlines()
+    assert lines[1:] == [
+        "CPUUtilization@algo-1  90      90   150  2       █▁",
+        "CPUUtilization@algo-2  40      20   40   2       ▁█",
+    ]
+    # The script's own metrics are apart: this job defines none.
+    assert "no metric points yet" in _run(runyard, "metrics", "job-1").stdout
 
 
 def test_download_writes_the_model_where_asked(
