@@ -27,7 +27,8 @@ pytestmark = pytest.mark.e2e
 HERE = Path(__file__).parent / "sagemaker_sdk"
 BUCKET = "runyard-sdk"
 REGION = "us-east-1"
-FIT_TIMEOUT = 300
+# Under the test's own timeout (300 s), so that a script that hangs says why.
+FIT_TIMEOUT = 240
 # What a user sets to point the SDK at Runyard: "Use your SageMaker code" in
 # docs/sagemaker.md.
 SDK_CONFIG = """\
@@ -86,13 +87,21 @@ def sdk_environment(stack: Stack, s3: MotoServer) -> dict[str, str]:
 def run_sdk(stack: Stack, s3: MotoServer, generation: str, script: str, *args: str) -> str:
     """Runs one of the scripts beside this file under the SDK's own interpreter; returns
     what it printed."""
-    done = subprocess.run(
-        [str(sdk_python(generation)), str(HERE / script), *args],
-        env=sdk_environment(stack, s3),
-        capture_output=True,
-        text=True,
-        timeout=FIT_TIMEOUT,
-    )
+    try:
+        done = subprocess.run(
+            [str(sdk_python(generation)), str(HERE / script), *args],
+            env=sdk_environment(stack, s3),
+            capture_output=True,
+            text=True,
+            timeout=FIT_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:
+        # Before the test's own timeout, so that what the server did is said.
+        printed = "".join(
+            part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+            for part in (exc.stdout, exc.stderr)
+        )
+        pytest.fail(f"{script} ran {FIT_TIMEOUT} s\n{printed[-4000:]}\n{stack.diagnostics()}")
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{stack.diagnostics()}"
     return output

@@ -88,9 +88,13 @@ def test_by_memory_the_split_is_the_best_manual_one() -> None:
 
 def test_by_measured_time_the_split_is_the_best_manual_one() -> None:
     model = Uneven(WIDTHS)
-    measured = measure(model, units(model, 3), ModelCall((torch.randn(256, 64),), {}))
-    # The wide blocks take longest: what the cost model is fed is what was measured.
-    assert measured.seconds[0] > measured.seconds[1]
+    example = ModelCall((torch.randn(256, 64),), {})
+    runs = [measure(model, units(model, 3), example) for _ in range(5)]
+    # The wide blocks take longest: what the cost model is fed is what was measured. Each
+    # block's fastest of five runs, since a loaded machine may pause any one of them.
+    fastest = [min(seconds) for seconds in zip(*(run.seconds for run in runs), strict=True)]
+    assert fastest[0] > fastest[1]
+    measured = runs[0]
     firsts = balanced_cuts(measured.costs(memory_weight=0.0), 3)
     assert max(_stage_costs(measured.seconds, firsts)) == pytest.approx(
         _best_manual(measured.seconds, 3)
