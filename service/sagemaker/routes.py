@@ -1,8 +1,8 @@
 """``POST /``: SageMaker's, CloudWatch Logs' and CloudWatch's own protocols on Runyard's
-port. With ``X-Amz-Target``, AWS JSON (1.1 for SageMaker and Logs, 1.0 for CloudWatch, as
-current botocore speaks them); without it, a form-encoded body is the AWS Query protocol
-(CloudWatch, as older botocore speaks it). Any other ``POST /`` is not one of these
-calls, and is answered as any unknown path."""
+port, and STS's GetCallerIdentity. With ``X-Amz-Target``, AWS JSON (1.1 for SageMaker and
+Logs, 1.0 for CloudWatch, as current botocore speaks them); without it, a form-encoded body
+is the AWS Query protocol (CloudWatch, as older botocore speaks it, and STS). Any other
+``POST /`` is not one of these calls, and is answered as any unknown path."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from service.sagemaker import (
     search,
     shapes,
     sigv4,
+    sts,
     tags,
     training,
 )
@@ -79,6 +80,8 @@ CLOUDWATCH = Service(
     json_version="1.0",
     validation_code="ValidationError",
 )
+# STS answers only who the caller is (service.sagemaker.sts), over AWS Query alone.
+STS = Service(shapes.STS, sts.OPERATIONS, validation_code="ValidationError")
 # X-Amz-Target's prefix for each service.
 SERVICES = {
     "SageMaker": SAGEMAKER,
@@ -86,7 +89,7 @@ SERVICES = {
     "GraniteServiceVersion20100801": CLOUDWATCH,
 }
 # The services served over AWS Query, by the Version their requests name.
-QUERY_SERVICES = {"2010-08-01": CLOUDWATCH}
+QUERY_SERVICES = {"2010-08-01": CLOUDWATCH, "2011-06-15": STS}
 ParamsReader = Callable[[OperationModel], Any]
 
 
@@ -147,8 +150,14 @@ async def _query_call(request: Request) -> Response:
 
 def _unknown_operation(asked: str) -> AwsError:
     served = ", ".join(f"{p}.{op}" for p, service in SERVICES.items() for op in service.operations)
+    queried = ", ".join(
+        f"{op} ({version})"
+        for version, service in QUERY_SERVICES.items()
+        for op in service.operations
+    )
     return AwsError(
-        "UnknownOperationException", f"{asked} is not served here; Runyard serves {served}"
+        "UnknownOperationException",
+        f"{asked} is not served here; Runyard serves {served}, and over AWS Query {queried}",
     )
 
 

@@ -28,6 +28,7 @@ from service.sagemaker.errors import AwsError
 SAGEMAKER = "sagemaker"
 LOGS = "logs"
 CLOUDWATCH = "cloudwatch"
+STS = "sts"
 # AWS writes its patterns for Java; the ``regex`` module reads them (``\p{L}``, ``\p{Alnum}``).
 _PATTERN_FLAGS = regex.VERSION1
 # Runyard's extension: where SageMaker reads an S3 URI, a file:// URI under the server's
