@@ -17,6 +17,7 @@ from runyard import Client, Estimator, JobFailedError
 from runyard.analytics import TrainingJobAnalytics
 from runyard.pytorch import PyTorch
 from runyard.tensorflow import TensorFlow
+from runyard.training_job import TrainingJob as TrainingJobHandle
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
@@ -43,6 +44,12 @@ def _estimator(client: InProcessClient, source_dir: Path, **arguments: Any) -> P
         client=client,
         **arguments,
     )
+
+
+def _latest(estimator: Estimator) -> TrainingJobHandle:
+    job = estimator.latest_training_job
+    assert job is not None, "fit() or attach() sets it"
+    return job
 
 
 def _line(seq: int, minute: int, second: int, message: str) -> dict[str, Any]:
@@ -82,7 +89,7 @@ def test_fit_without_waiting_names_the_job_and_sends_sagemakers_tags_and_metrics
     )
     assert estimator.latest_training_job is None
     job = estimator.fit(wait=False, echo=printed.append)
-    name = estimator.latest_training_job.name  # type: ignore[union-attr]
+    name = _latest(estimator).name
     assert name == job["name"]
     assert name.startswith("sdk-")
     assert printed == [f"Submitted training job {name}"]
@@ -92,14 +99,14 @@ def test_fit_without_waiting_names_the_job_and_sends_sagemakers_tags_and_metrics
         {"name": "train:loss", "regex": r"loss: ([0-9.]+)"},
         {"name": "valid:acc", "regex": r"acc=([0-9.]+)"},
     ]
-    assert estimator.latest_training_job.describe()["status"] == "InProgress"  # type: ignore[union-attr]
+    assert _latest(estimator).describe()["status"] == "InProgress"
     assert estimator.model_data is None
 
     # Tags as a plain dict, which SageMaker's estimators also take.
     other = _estimator(client, source_dir, tags={"team": "vision"})
     other.fit(wait=False, echo=printed.append)
     tagged = api.get("/v1/training-jobs", params={"tag": "team=vision"}).json()["items"]
-    assert [item["name"] for item in tagged] == [other.latest_training_job.name]  # type: ignore[union-attr]
+    assert [item["name"] for item in tagged] == [_latest(other).name]
 
 
 def test_logs_prints_every_line_then_the_summary_and_attach_binds_the_job(
@@ -109,7 +116,7 @@ def test_logs_prints_every_line_then_the_summary_and_attach_binds_the_job(
         client, source_dir, hyperparameters={"epochs": 3}, metric_definitions=[LOSS]
     )
     estimator.fit(wait=False, echo=lambda _line: None)
-    name = estimator.latest_training_job.name  # type: ignore[union-attr]
+    name = _latest(estimator).name
     _ship(api, settings, name, _line(1, 0, 1, "epoch 1 loss: 0.9"), _line(2, 0, 2, "done"))
     model = f"file:///models/{name}/output/model.tar.gz"
     _end(settings, name, "Completed", model_artifacts=model)
@@ -156,7 +163,7 @@ def test_waiting_on_a_failed_job_raises_and_on_a_stopped_one_warns(
 ) -> None:
     failing = _estimator(client, source_dir)
     failing.fit(wait=False, echo=lambda _line: None)
-    failed = failing.latest_training_job.name  # type: ignore[union-attr]
+    failed = _latest(failing).name
     _end(settings, failed, "Failed", failure_reason="ValueError: bad batch size")
     with pytest.raises(JobFailedError, match="ended Failed: ValueError: bad batch size"):
         PyTorch.attach(failed, client=client)
@@ -165,11 +172,11 @@ def test_waiting_on_a_failed_job_raises_and_on_a_stopped_one_warns(
 
     stopping = _estimator(client, source_dir)
     stopping.fit(wait=False, echo=lambda _line: None)
-    stopped = stopping.latest_training_job.name  # type: ignore[union-attr]
+    stopped = _latest(stopping).name
     api.post(f"/v1/training-jobs/{stopped}/stop")
     with caplog.at_level(logging.WARNING, logger="runyard"):
         attached = PyTorch.attach(stopped, client=client)
-    assert attached.latest_training_job.describe()["status"] == "Stopped"  # type: ignore[union-attr]
+    assert _latest(attached).describe()["status"] == "Stopped"
     assert [record.getMessage() for record in caplog.records] == [
         f"training job {stopped} ended Stopped rather than Completed (Stopped): check that it "
         "did what you expected"
@@ -189,7 +196,7 @@ def test_training_job_analytics_averages_each_metric_per_minute(
 ) -> None:
     estimator = _estimator(client, source_dir, metric_definitions=[LOSS, ACCURACY])
     estimator.fit(wait=False, echo=lambda _line: None)
-    name = estimator.latest_training_job.name  # type: ignore[union-attr]
+    name = _latest(estimator).name
     _ship(
         api,
         settings,
@@ -257,3 +264,25 @@ def test_network_isolation_reaches_the_job(
     assert api.get(f"/v1/training-jobs/{job['name']}").json()["spec"]["enable_network_isolation"]
     api.post(f"/v1/training-jobs/{job['name']}/stop")
     assert PyTorch.attach(job["name"], client=client).enable_network_isolation() is True
+
+
+def test_a_framework_estimator_attaches_with_its_own_arguments(
+    api: TestClient, client: InProcessClient, source_dir: Path
+) -> None:
+    estimator = TensorFlow(
+        "py311",
+        "2.20",
+        "s3://bucket/model",
+        entry_point="train.py",
+        source_dir=source_dir,
+        instance_type="local",
+        instance_count=2,
+        client=client,
+    )
+    job = estimator.fit(wait=False, echo=lambda _line: None)
+    api.post(f"/v1/training-jobs/{job['name']}/stop")
+    attached = TensorFlow.attach(job["name"], client=client)
+    assert attached.spec["framework"] == "tensorflow"
+    assert (attached.spec["py_version"], attached.spec["framework_version"]) == ("py311", "2.20")
+    assert attached.spec["hyperparameters"] == {"model_dir": "s3://bucket/model"}
+    assert attached.spec["instance_count"] == 2
