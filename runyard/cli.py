@@ -208,12 +208,14 @@ def _server_settings(port: int) -> Settings:
 # -- jobs --------------------------------------------------------------------------------
 
 
-def _pairs(values: tuple[str, ...], option: str, parse_json: bool = False) -> dict[str, Any]:
+def _pairs(
+    values: tuple[str, ...], option: str, parse_json: bool = False, shape: str = "KEY=VALUE"
+) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+            raise click.BadParameter(f"expected {shape}, got {item!r}", param_hint=option)
         if parse_json:
             try:
                 result[key] = json.loads(value)
@@ -286,6 +288,21 @@ _SPEC_FLAGS = [
         multiple=True,
         metavar="KEY=VALUE",
         help="Repeatable. Script environment.",
+    ),
+    click.option(
+        "--metric-definition",
+        "metric_definitions",
+        multiple=True,
+        metavar="NAME=REGEX",
+        help="Repeatable. A metric the job's lines hold: REGEX's one group is its value "
+        "(--metric-definition 'loss=loss: ([0-9.]+)').",
+    ),
+    click.option(
+        "--tag",
+        "tags",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Repeatable. A tag of the job (runyard list --tag KEY=VALUE finds it).",
     ),
     click.option(
         "--backend", help="Run on this backend instead of the one configured for the type."
@@ -381,7 +398,16 @@ def _submit_spec(
     flags: dict[str, Any],
 ) -> None:
     """Submit ``spec`` with the command line's flags over it."""
+    definitions = flags.pop("metric_definitions", ())
+    tags = flags.pop("tags", ())
     _override(spec, {key: value for key, value in flags.items() if value is not None})
+    if definitions:
+        named = _pairs(definitions, "--metric-definition", shape="NAME=REGEX")
+        spec["metric_definitions"] = _merged(
+            spec.get("metric_definitions"), named, key="name", value="regex"
+        )
+    if tags:
+        spec["tags"] = _merged(spec.get("tags"), _pairs(tags, "--tag"), key="key", value="value")
     if distribution is not None:
         try:
             spec["distribution"] = json.loads(distribution)
@@ -465,6 +491,17 @@ def clone(
         distribution=distribution,
         flags=flags,
     )
+
+
+def _merged(items: Any, pairs: dict[str, str], *, key: str, value: str) -> list[Any]:
+    """A spec's list of pairs (tags' key and value, metric definitions' name and regex)
+    with the flags' ``pairs`` added; a flag's replaces the spec's of the same ``key``."""
+    kept = [
+        item
+        for item in (items if isinstance(items, list) else [])
+        if not (isinstance(item, dict) and item.get(key) in pairs)
+    ]
+    return [*kept, *({key: name, value: text} for name, text in pairs.items())]
 
 
 # A job's name is given one way: a name from the flags replaces a prefix from the file,

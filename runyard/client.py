@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -232,11 +233,24 @@ class Client:
         metric: str | None = None,
         limit: int | None = None,
         instance: bool = False,
+        max_points: int | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """Each metric of the job's ``metric_definitions`` (or only ``metric``) as
         ``{name, points: [{time, value, host}]}``, its latest ``limit`` points by time; with
-        ``instance``, what each instance measured of itself (CPU, memory, disk, GPU)."""
-        params = {"name": metric, "limit": limit, "kind": "instance" if instance else None}
+        ``instance``, what each instance measured of itself (CPU, memory, disk, GPU).
+        ``max_points`` reads the whole range instead, downsampled to that many points per
+        host (each then a bucket's mean, with its ``count``); ``start`` and ``end`` (aware
+        times) bound the range."""
+        params = {
+            "name": metric,
+            "limit": limit,
+            "kind": "instance" if instance else None,
+            "max_points": max_points,
+            "start": start.isoformat() if start else None,
+            "end": end.isoformat() if end else None,
+        }
         page = self._json(
             "GET",
             f"/v1/training-jobs/{name}/metrics",

@@ -7,19 +7,28 @@ est.fit({"train": "data/"}, wait=True, logs=True)
 print(est.model_data)
 
 SageMaker's own estimator arguments are accepted, so code written for it runs with its
-imports changed; those Runyard has no use for (``role``, ``sagemaker_session``, network
-and encryption settings, Debugger and Profiler) are named once in a log line.
+imports changed; those Runyard has no use for (``role``, ``sagemaker_session``, VPC and
+encryption settings, Debugger and Profiler) are named once in a log line. The SDK's
+other habits work as there: ``fit(wait=False)`` then ``latest_training_job.name``,
+``Estimator.attach(name)``, ``logs()`` and ``training_job_analytics``.
+
+A framework's estimator (``runyard.pytorch.PyTorch``) is this class with its
+``framework`` set and SageMaker's positional arguments in front.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
+from runyard import cloning
+from runyard.analytics import TrainingJobAnalytics
 from runyard.client import Client, RunyardError
 from runyard.inputs import channels, note_unused
-from runyard.output import final_summary, log_line, still_running, submitted
+from runyard.output import still_running, submitted
+from runyard.training_job import JobFailedError, TrainingJob
 
 # The SageMaker estimator arguments (EstimatorBase, Framework and the framework classes)
 # that mean nothing to Runyard: AWS identities and sessions, VPC and KMS settings,
@@ -36,7 +45,6 @@ SAGEMAKER_ONLY = frozenset(
         "model_uri",
         "model_channel_name",
         "encrypt_inter_container_traffic",
-        "enable_network_isolation",
         "rules",
         "debugger_hook_config",
         "tensorboard_output_config",
@@ -65,13 +73,9 @@ SAGEMAKER_ONLY = frozenset(
 )
 
 
-class JobFailedError(RunyardError):
-    """fit(wait=True) saw the job end Failed or Stopped."""
-
-    def __init__(self, job: dict[str, Any]) -> None:
-        reason = job.get("failure_reason") or job["secondary_status"]
-        super().__init__(f"training job {job['name']} ended {job['status']}: {reason}")
-        self.job = job
+# What the job's record holds that is no constructor argument: the code (an attached
+# estimator keeps it stored), the channels (``fit()``'s) and the framework (the class's).
+_NOT_CONSTRUCTED = frozenset({"source_uri", "inputs", "framework"})
 
 
 class Estimator:
@@ -108,6 +112,7 @@ class Estimator:
         framework_version: str | None = None,
         py_version: str | None = None,
         input_mode: str | None = None,
+        enable_network_isolation: bool = False,
         client: Client | None = None,
         **sagemaker_only: Any,
     ) -> None:
@@ -145,9 +150,63 @@ class Estimator:
             "retry_rules": retry_rules,
             "priority": priority,
             "progress_metric": progress_metric,
+            # Sent only when asked for: a server that cannot isolate a job refuses it.
+            "enable_network_isolation": True if enable_network_isolation else None,
         }
         self.client = client or Client()
-        self.latest_training_job: dict[str, Any] | None = None
+        self.latest_training_job: TrainingJob | None = None
+        # The code an attached estimator's job ran, already stored: fit() submits it
+        # again rather than packing a directory.
+        self._stored_source: str | None = None
+
+    @classmethod
+    def attach(
+        cls,
+        training_job_name: str,
+        sagemaker_session: object = None,
+        model_channel_name: str = "model",
+        *,
+        client: Client | None = None,
+    ) -> Self:
+        """An estimator bound to the job ``training_job_name``, made with the arguments it
+        was submitted with; as in SageMaker, this waits for the job to end (without its
+        logs: ``logs()`` prints them) and raises JobFailedError if it Failed. ``fit()``
+        then submits its code again as a new job. ``sagemaker_session`` and
+        ``model_channel_name`` are the SDK's, and unused: ``client`` says which server."""
+        note_unused(f"{cls.__name__}.attach", sagemaker_session=sagemaker_session)
+        client = client or Client()
+        job = client.get_job(training_job_name)
+        framework = job["spec"]["framework"]
+        if cls.framework is not None and framework != cls.framework:
+            raise ValueError(
+                f"training job {training_job_name} is a {framework} job, not {cls.framework}: "
+                "attach it with that framework's estimator"
+            )
+        # As submitted, with a base for new names from the job's own (train-2026-... gives
+        # train), as the SDK's attached estimator names its next job.
+        submitted_as = cloning.request_of(client, training_job_name)
+        estimator = cls(**cls._arguments_of(submitted_as), client=client)
+        estimator.spec["framework"] = framework
+        estimator._stored_source = submitted_as.get("source_uri")
+        estimator.latest_training_job = TrainingJob(client, training_job_name, job)
+        estimator.latest_training_job.wait(logs="None")
+        return estimator
+
+    @classmethod
+    def _arguments_of(cls, submitted_as: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's arguments that make a job's spec (``GET .../clone``): a
+        framework class whose own arguments are not spec fields overrides this."""
+        taken = inspect.signature(Estimator.__init__).parameters
+        return {
+            key: value
+            for key, value in submitted_as.items()
+            if key in taken and key not in _NOT_CONSTRUCTED and value is not None
+        }
+
+    def enable_network_isolation(self) -> bool:
+        """Whether the job's instances run without a network beyond each other, as the
+        SDK's method says it."""
+        return bool(self.spec["enable_network_isolation"])
 
     def fit(
         self,
@@ -159,8 +218,9 @@ class Estimator:
         *,
         echo: Callable[[str], None] = print,
     ) -> dict[str, Any]:
-        """Submit the job; with ``wait``, block until it ends (raising JobFailedError unless
-        it Completed) and, with ``logs``, print its lines as they come.
+        """Submit the job (``latest_training_job`` is then it); with ``wait``, block until
+        it ends (raising JobFailedError if it Failed) and, with ``logs``, print its lines
+        as they come. Returns the job's description.
 
         ``inputs``: channel name -> URI, local path, channel dict or TrainingInput (one
         alone is the ``training`` channel). ``logs`` also takes SageMaker's words ("All",
@@ -168,50 +228,58 @@ class Estimator:
         """
         note_unused("fit", experiment_config=experiment_config)
         job = self.client.create_job(self._spec(inputs, job_name))
-        self.latest_training_job = job
+        self.latest_training_job = TrainingJob(self.client, job["name"], job)
         echo(submitted(job["name"]))
         if not wait:
             return job
+        return self._wait(logs, echo)
+
+    def logs(self, *, echo: Callable[[str], None] = print) -> None:
+        """Print the latest job's lines from its first, following them until it ends, then
+        its summary; raises JobFailedError if it Failed."""
+        self._wait("All", echo)
+
+    def _wait(self, logs: bool | str, echo: Callable[[str], None]) -> dict[str, Any]:
+        job = self._latest_job()
         try:
-            job = self._watch(job["name"], logs not in (False, "None"), echo)
+            return job.wait(logs, echo=echo)
         except KeyboardInterrupt:
-            echo(still_running(job["name"]))
+            echo(still_running(job.name))
             raise
-        if job["status"] != "Completed":
-            raise JobFailedError(job)
-        return job
+
+    def _latest_job(self) -> TrainingJob:
+        if self.latest_training_job is None:
+            raise ValueError("Estimator is not associated with a training job: fit() or attach()")
+        return self.latest_training_job
+
+    @property
+    def training_job_analytics(self) -> TrainingJobAnalytics:
+        """The latest job's metrics; ``.dataframe()`` is a pandas DataFrame of them
+        (``timestamp``, ``metric_name``, ``value``), as in the SageMaker SDK."""
+        return TrainingJobAnalytics(self._latest_job().name, client=self.client)
 
     def _spec(self, inputs: Any, job_name: str | None) -> dict[str, Any]:
-        source_dir, entry_point = self._code()
         spec = {key: value for key, value in self.spec.items() if value is not None}
-        spec["entry_point"] = entry_point
         spec["inputs"] = channels(inputs, self.input_mode)
-        spec["source_uri"] = self.client.upload_source(source_dir, entry_point=entry_point)
+        if self.source_dir is None and self._stored_source is not None:
+            spec["entry_point"] = self.entry_point
+            spec["source_uri"] = self._stored_source
+        else:
+            source_dir, entry_point = self._code()
+            spec["entry_point"] = entry_point
+            spec["source_uri"] = self.client.upload_source(source_dir, entry_point=entry_point)
         if job_name:
             spec["name"] = job_name
             spec.pop("base_job_name", None)
         return spec
 
-    def _watch(self, name: str, logs: bool, echo: Callable[[str], None]) -> dict[str, Any]:
-        if logs:
-            for item in self.client.follow_logs(name):
-                if "end" not in item:
-                    echo(log_line(item))
-        job = self.client.wait(name)
-        self.latest_training_job = job
-        if logs:
-            for line in final_summary(job):
-                echo(line)
-        return job
-
     @property
     def model_data(self) -> str | None:
-        """URI of the last job's model.tar.gz, once it has completed."""
-        return (
-            None
-            if self.latest_training_job is None
-            else self.latest_training_job.get("model_artifacts")
-        )
+        """URI of the latest job's model.tar.gz, once it has completed."""
+        if self.latest_training_job is None:
+            return None
+        artifacts: str | None = self.latest_training_job.latest().get("model_artifacts")
+        return artifacts
 
     def _code(self) -> tuple[Path, str]:
         if self.source_dir is not None:
@@ -245,4 +313,4 @@ def _lowercase_keys(item: Mapping[str, Any]) -> dict[str, Any]:
     return {key.lower(): value for key, value in item.items()}
 
 
-__all__ = ["Estimator", "JobFailedError"]
+__all__ = ["Estimator", "JobFailedError", "TrainingJob"]

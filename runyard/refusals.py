@@ -26,6 +26,8 @@ FLAG_OF_FIELD = {
     "output_path": "--output-path",
     "max_run": "--max-run",
     "environment": "--env",
+    "metric_definitions": "--metric-definition",
+    "tags": "--tag",
     "backend": "--backend",
     "checkpoint_s3_uri": "--checkpoint-s3-uri",
     "checkpoint_local_path": "--checkpoint-local-path",

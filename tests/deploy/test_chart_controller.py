@@ -109,9 +109,9 @@ def _admits(policy: dict[str, Any], resource: dict[str, Any]) -> tuple[bool, str
 def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
     chart: helm.Chart,
 ) -> None:
-    g6e = {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1, "gpu_model": "L40S"}
+    gr6 = {"name": "ml.gr6.4xlarge", "vcpus": 16, "memory_gib": 128, "gpus": 1, "gpu_model": "L4"}
     # A null takes a type out of the chart's default backends (Helm merges the maps).
-    values = {**ENABLED, "instanceTypes": [g6e], "backends": {"ml.p4d.24xlarge": None}}
+    values = {**ENABLED, "instanceTypes": [gr6], "backends": {"ml.p4d.24xlarge": None}}
     objects = objects_of(chart, values)
     policy = one(objects, "ValidatingAdmissionPolicy")
     binding = one(objects, "ValidatingAdmissionPolicyBinding")
@@ -128,7 +128,7 @@ def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
 
     # Exactly what RUNYARD_BACKENDS sends to a backend: the built-in types but the one
     # taken out, and the one configured.
-    runs = sorted(InstanceCatalog().cluster_types() - {"ml.p4d.24xlarge"} | {"ml.g6e.xlarge"})
+    runs = sorted(InstanceCatalog().cluster_types() - {"ml.p4d.24xlarge"} | {"ml.gr6.4xlarge"})
     for admitted_type in runs:
         assert _admits(policy, resource(admitted_type))[0], admitted_type
     for refused in ("ml.p4d.24xlarge", "ml.p9.huge", "local"):

@@ -520,3 +520,48 @@ def test_submit_reads_a_distribution_from_the_sdks_hyperparameters(stack: Stack)
     assert submitted.returncode == 0, submitted.stderr
     ranks = re.findall(r'mpi \{.*"rank": (\d)', submitted.stdout)
     assert sorted(ranks) == ["0", "1", "2", "3"], submitted.stdout
+
+
+METRICS_SCRIPT = """
+for epoch, loss in enumerate([0.9, 0.5, 0.25]):
+    print(f"epoch {epoch} loss: {loss}", flush=True)
+"""
+
+
+def test_an_estimator_attaches_to_a_job_it_did_not_wait_for(stack: Stack, tmp_path: Path) -> None:
+    code = tmp_path / "metrics-code"
+    code.mkdir()
+    (code / "train.py").write_text(METRICS_SCRIPT)
+    printed: list[str] = []
+    with stack.client() as client:
+        estimator = PyTorch(
+            entry_point="train.py",
+            source_dir=code,
+            framework_version="2.3",
+            py_version="py311",
+            instance_type="local",
+            metric_definitions=[{"Name": "loss", "Regex": r"loss: ([0-9.]+)"}],
+            tags={"suite": "e2e"},
+            client=client,
+        )
+        estimator.fit(wait=False, echo=printed.append)
+        assert estimator.latest_training_job is not None
+        name = estimator.latest_training_job.name
+        # As in SageMaker, attaching waits for the job to end, without its lines.
+        attached = PyTorch.attach(name, client=client)
+        assert printed == [f"Submitted training job {name}"]
+        attached.logs(echo=printed.append)
+        frame = attached.training_job_analytics.dataframe()
+        assert estimator.latest_training_job.describe()["spec"]["tags"] == [
+            {"key": "suite", "value": "e2e"}
+        ]
+    assert "[algo-1] epoch 2 loss: 0.25" in printed
+    assert f"Training job {name} ended: Completed (Completed)" in printed
+    assert attached.model_data is not None
+    assert attached.model_data == estimator.model_data
+    # Three points, averaged per minute: one row, or two if they straddle a minute.
+    assert list(frame.columns) == ["timestamp", "metric_name", "value"]
+    assert set(frame["metric_name"]) == {"loss"}
+    assert frame["timestamp"].iloc[0] == 0.0
+    assert 1 <= len(frame) <= 2
+    assert frame["value"].between(0.25, 0.9).all()

@@ -137,15 +137,15 @@ def test_every_manifest_passes_the_official_schema(settings: dict[str, Any]) -> 
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
 
-# An instance type an operator adds (RUNYARD_INSTANCE_TYPES): Trainium2, on its own nodes.
-TRN2 = {
-    "name": "ml.trn2.48xlarge",
+# An instance type an operator adds (RUNYARD_INSTANCE_TYPES): Inferentia2, on its own nodes.
+INF2 = {
+    "name": "ml.inf2.48xlarge",
     "vcpus": 192,
-    "memory_gib": 2048,
-    "gpus": 16,
-    "gpu_model": "Trainium2",
+    "memory_gib": 768,
+    "gpus": 12,
+    "gpu_model": "Inferentia2",
     "gpu_resource": "aws.amazon.com/neuron",
-    "node_selector": {"node.kubernetes.io/instance-type": "trn2.48xlarge"},
+    "node_selector": {"node.kubernetes.io/instance-type": "inf2.48xlarge"},
     "tolerations": [
         {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "spot", "value": "true", "effect": "NoExecute", "tolerationSeconds": 120},
@@ -153,12 +153,12 @@ TRN2 = {
 }
 
 
-def _with_trn2() -> InstanceCatalog:
-    return InstanceCatalog.with_extra([InstanceTypeDefinition.model_validate(TRN2).instance_type()])
+def _with_inf2() -> InstanceCatalog:
+    return InstanceCatalog.with_extra([InstanceTypeDefinition.model_validate(INF2).instance_type()])
 
 
 def test_a_configured_types_pods_ask_for_its_accelerators_on_its_nodes() -> None:
-    catalog = _with_trn2()
+    catalog = _with_inf2()
     backend = _backend(
         instance_catalog=catalog,
         node_selector={"pool": "training", "node.kubernetes.io/instance-type": "any"},
@@ -167,7 +167,7 @@ def test_a_configured_types_pods_ask_for_its_accelerators_on_its_nodes() -> None
             {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
         ],
     )
-    objects = backend.materialize(_request(instance_type="ml.trn2.48xlarge")).public["manifests"]
+    objects = backend.materialize(_request(instance_type="ml.inf2.48xlarge")).public["manifests"]
     for manifest in objects:
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
     pods = [manifest["spec"] for manifest in objects if manifest["kind"] == "Pod"]
@@ -177,15 +177,15 @@ def test_a_configured_types_pods_ask_for_its_accelerators_on_its_nodes() -> None
         assert resources["limits"] == {
             "ephemeral-storage": "100Gi",
             "cpu": "192",
-            "memory": f"{2048 * 1024}Mi",
-            "aws.amazon.com/neuron": "16",
+            "memory": f"{768 * 1024}Mi",
+            "aws.amazon.com/neuron": "12",
         }
-        assert resources["requests"]["aws.amazon.com/neuron"] == "16"
+        assert resources["requests"]["aws.amazon.com/neuron"] == "12"
         assert "nvidia.com/gpu" not in resources["requests"]
         # The backend's labels, and the type's over them where both name one.
         assert pod["nodeSelector"] == {
             "pool": "training",
-            "node.kubernetes.io/instance-type": "trn2.48xlarge",
+            "node.kubernetes.io/instance-type": "inf2.48xlarge",
         }
         # The backend's tolerations, then those of the type it does not have already.
         assert pod["tolerations"] == [
@@ -202,10 +202,10 @@ def test_a_configured_types_pods_ask_for_its_accelerators_on_its_nodes() -> None
 
 
 def test_a_type_alone_places_its_pods_and_a_built_in_one_nowhere_in_particular() -> None:
-    catalog = _with_trn2()
-    pod = _backend(instance_catalog=catalog).materialize(_request(instance_type="ml.trn2.48xlarge"))
+    catalog = _with_inf2()
+    pod = _backend(instance_catalog=catalog).materialize(_request(instance_type="ml.inf2.48xlarge"))
     spec = pod.public["manifests"][-1]["spec"]
-    assert spec["nodeSelector"] == TRN2["node_selector"]
+    assert spec["nodeSelector"] == INF2["node_selector"]
     assert len(spec["tolerations"]) == 2
     built_in = _backend(instance_catalog=catalog).materialize(_request()).public["manifests"][-1]
     assert "nodeSelector" not in built_in["spec"]
@@ -213,8 +213,8 @@ def test_a_type_alone_places_its_pods_and_a_built_in_one_nowhere_in_particular()
 
 
 def test_a_type_taken_out_of_the_catalog_since_fails_the_launch_naming_it() -> None:
-    with pytest.raises(KubernetesError, match=r"'ml.trn2.48xlarge' is no longer in this server"):
-        _backend().materialize(_request(instance_type="ml.trn2.48xlarge"))
+    with pytest.raises(KubernetesError, match=r"'ml.inf2.48xlarge' is no longer in this server"):
+        _backend().materialize(_request(instance_type="ml.inf2.48xlarge"))
 
 
 def test_names_are_dns_labels_even_for_long_uppercase_job_names() -> None:

@@ -317,3 +317,50 @@ def test_list_filters_sorts_and_pages_by_the_same_list(
     assert more.startswith("list --tag team=nlp --sort name --cursor ")
     second = _run(runyard, *more.split(), "-o", "json").stdout
     assert [job["name"] for job in json.loads(second)["items"]] == ["beta-bert"]
+
+
+def test_submit_takes_metric_definitions_and_tags_and_clone_replaces_them_by_name(
+    api: TestClient, source_dir: Path, runyard: CliRunner
+) -> None:
+    uri = source_dir.as_uri()
+    base = ["--source-uri", uri, "-e", "train.py", "-t", "local"]
+    _run(
+        runyard,
+        "submit",
+        *base,
+        "--name",
+        "tagged",
+        "--metric-definition",
+        r"train:loss=loss: ([0-9.]+)",
+        "--metric-definition",
+        "acc=acc=(\\S+)",
+        "--tag",
+        "team=nlp",
+        "--tag",
+        "stage=",
+    )
+    spec = api.get("/v1/training-jobs/tagged").json()["spec"]
+    # NAME is up to the first "=": a regex may hold more.
+    assert spec["metric_definitions"] == [
+        {"name": "train:loss", "regex": "loss: ([0-9.]+)"},
+        {"name": "acc", "regex": "acc=(\\S+)"},
+    ]
+    assert spec["tags"] == [{"key": "team", "value": "nlp"}, {"key": "stage", "value": ""}]
+    listed = json.loads(_run(runyard, "list", "--tag", "team=nlp", "-o", "json").stdout)
+    assert [item["name"] for item in listed["items"]] == ["tagged"]
+
+    # A clone's flags replace the original's of the same name or key, and keep the rest.
+    _run(runyard, "clone", "tagged", "--name", "retagged", "--tag", "team=vision")
+    again = api.get("/v1/training-jobs/retagged").json()["spec"]
+    assert again["tags"] == [{"key": "stage", "value": ""}, {"key": "team", "value": "vision"}]
+    assert again["metric_definitions"] == spec["metric_definitions"]
+
+    refused = _run(runyard, "submit", *base, "--tag", "team", code=2)
+    assert "Invalid value for --tag: expected KEY=VALUE, got 'team'" in refused.stderr
+    refused = _run(runyard, "submit", *base, "--metric-definition", "loss", code=2)
+    assert "expected NAME=REGEX, got 'loss'" in refused.stderr
+    # What the server refuses is said of the flag.
+    refused = _run(runyard, "submit", *base, "--metric-definition", "loss=loss: [0-9]+", code=1)
+    assert refused.stderr.startswith("error: --metric-definition (0.regex): ")
+    stored = {item["name"] for item in api.get("/v1/training-jobs").json()["items"]}
+    assert stored == {"tagged", "retagged"}

@@ -173,7 +173,7 @@ def _start_refused(home: Path, **variables: str) -> str:
 
 def test_an_instance_type_it_cannot_use_is_named_with_its_field(tmp_path: Path) -> None:
     entries = [
-        {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1},
+        {"name": "ml.gr6.4xlarge", "vcpus": 16, "memory_gib": 128, "gpus": 1},
         {"name": "ml.trn2.48xlarge", "vcpus": 192, "memory_gib": 2048, "gpu": 16},
     ]
     stderr = _start_refused(tmp_path / "home", RUNYARD_INSTANCE_TYPES=json.dumps(entries))
@@ -188,10 +188,10 @@ def test_a_rule_across_settings_is_told_without_the_other_settings(tmp_path: Pat
     stderr = _start_refused(
         tmp_path / "home",
         RUNYARD_SECRET_KEY=secret,
-        RUNYARD_CAPACITY='{"ml.g6e.xlarge": 2}',
+        RUNYARD_CAPACITY='{"ml.gr6.4xlarge": 2}',
     )
     assert stderr.splitlines() == [
-        "error: RUNYARD_CAPACITY: unknown instance type(s) ml.g6e.xlarge (add a type with "
+        "error: RUNYARD_CAPACITY: unknown instance type(s) ml.gr6.4xlarge (add a type with "
         "RUNYARD_INSTANCE_TYPES)"
     ]
     assert secret not in stderr

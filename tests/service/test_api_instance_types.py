@@ -18,16 +18,17 @@ from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 
 KUBERNETES_VERSION = "1.37.0"
-G6E: dict[str, Any] = {
-    "name": "ml.g6e.xlarge",
-    "vcpus": 4,
-    "memory_gib": 32,
+# Types SageMaker Training does not offer, which an operator adds.
+GR6: dict[str, Any] = {
+    "name": "ml.gr6.4xlarge",
+    "vcpus": 16,
+    "memory_gib": 128,
     "gpus": 1,
-    "gpu_model": "L40S",
-    "node_selector": {"node.kubernetes.io/instance-type": "g6e.xlarge"},
+    "gpu_model": "L4",
+    "node_selector": {"node.kubernetes.io/instance-type": "gr6.4xlarge"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
-M7I: dict[str, Any] = {"name": "ml.m7i.xlarge", "vcpus": 4, "memory_gib": 16}
+M7A: dict[str, Any] = {"name": "ml.m7a.xlarge", "vcpus": 4, "memory_gib": 16}
 
 
 @pytest.fixture
@@ -35,8 +36,8 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
     return make_settings(
         tmp_path / "home",
         database_url,
-        instance_types=[G6E, M7I],
-        backends={"local": "local", "ml.g6e.xlarge": "kubernetes", "ml.m7i.xlarge": "local"},
+        instance_types=[GR6, M7A],
+        backends={"local": "local", "ml.gr6.4xlarge": "kubernetes", "ml.m7a.xlarge": "local"},
         public_url="http://runyard-api.runyard.svc:8642",
         kubernetes={"artifact_volume_claim": "runyard-artifacts"},
     )
@@ -52,7 +53,7 @@ def code(settings: Settings) -> Path:
 
 
 def test_a_dry_run_on_a_configured_type_plans_its_pods(api: TestClient, code: Path) -> None:
-    spec = job_spec(code, instance_type="ml.g6e.xlarge", instance_count=2)
+    spec = job_spec(code, instance_type="ml.gr6.4xlarge", instance_count=2)
     response = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
     assert response.status_code == 200, response.text
     manifests = response.json()["plan"]["manifests"]
@@ -62,32 +63,36 @@ def test_a_dry_run_on_a_configured_type_plans_its_pods(api: TestClient, code: Pa
     assert len(pods) == 2
     for pod in pods:
         limits = pod["containers"][0]["resources"]["limits"]
-        assert (limits["cpu"], limits["memory"], limits["nvidia.com/gpu"]) == ("4", "32768Mi", "1")
-        assert pod["nodeSelector"] == G6E["node_selector"]
-        assert pod["tolerations"] == G6E["tolerations"]
+        assert (limits["cpu"], limits["memory"], limits["nvidia.com/gpu"]) == (
+            "16",
+            "131072Mi",
+            "1",
+        )
+        assert pod["nodeSelector"] == GR6["node_selector"]
+        assert pod["tolerations"] == GR6["tolerations"]
     assert api.get("/v1/training-jobs").json()["items"] == []
 
 
 def test_a_job_on_a_configured_type_is_stored_as_any_other(api: TestClient, code: Path) -> None:
-    response = api.post("/v1/training-jobs", json=job_spec(code, instance_type="ml.m7i.xlarge"))
+    response = api.post("/v1/training-jobs", json=job_spec(code, instance_type="ml.m7a.xlarge"))
     assert response.status_code == 201, response.text
     job = api.get("/v1/training-jobs/job-1").json()
-    assert (job["spec"]["instance_type"], job["backend"]) == ("ml.m7i.xlarge", "local")
+    assert (job["spec"]["instance_type"], job["backend"]) == ("ml.m7a.xlarge", "local")
 
 
 @pytest.mark.parametrize(
     ("spec", "field", "message"),
     [
         (
-            {"instance_type": "ml.g6e.2xlarge"},
+            {"instance_type": "ml.gr6.8xlarge"},
             "instance_type",
-            "unknown instance type 'ml.g6e.2xlarge'; known: local, local_gpu, ml.c5.18xlarge",
+            "unknown instance type 'ml.gr6.8xlarge'; known: local, local_gpu, ml.c4.2xlarge",
         ),
         # Accelerators no local instance has: Kubernetes' or EC2's to run.
         (
-            {"instance_type": "ml.g6e.xlarge", "backend": "local"},
+            {"instance_type": "ml.gr6.4xlarge", "backend": "local"},
             "backend",
-            "backend 'local' cannot run ml.g6e.xlarge",
+            "backend 'local' cannot run ml.gr6.4xlarge",
         ),
     ],
 )
@@ -110,7 +115,7 @@ def test_another_server_without_the_type_refuses_it(
     with TestClient(create_app(plain)) as other:
         other.headers["Authorization"] = f"Bearer {prepare(plain)}"
         response = other.post(
-            "/v1/training-jobs", json=job_spec(code, instance_type="ml.m7i.xlarge")
+            "/v1/training-jobs", json=job_spec(code, instance_type="ml.m7a.xlarge")
         )
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["body", "instance_type"]

@@ -21,8 +21,15 @@ def test_the_offered_types_are_the_backends_own(
     settings = make_settings(
         tmp_path / "home",
         database_url,
-        # ml.p4d.24xlarge has GPUs: the local backend cannot start it, so it is not offered.
-        backends={"local": "local", "ml.m5.large": "local", "ml.p4d.24xlarge": "local"},
+        # ml.p4d.24xlarge and ml.g6e.xlarge have GPUs: the local backend cannot start them,
+        # so they are not offered.
+        backends={
+            "local": "local",
+            "ml.m5.large": "local",
+            "ml.m4.xlarge": "local",
+            "ml.p4d.24xlarge": "local",
+            "ml.g6e.xlarge": "local",
+        },
         capacity={"ml.m5.large": 2},
         max_instance_count=4,
     )
@@ -31,7 +38,7 @@ def test_the_offered_types_are_the_backends_own(
         offer = api.get("/v1/instance-types").json()
         assert offer["max_instance_count"] == 4
         by_name = {kind["name"]: kind for kind in offer["types"]}
-        assert sorted(by_name) == ["local", "ml.m5.large"]
+        assert sorted(by_name) == ["local", "ml.m4.xlarge", "ml.m5.large"]
         assert by_name["ml.m5.large"] == {
             "name": "ml.m5.large",
             "backend": "local",

@@ -499,29 +499,29 @@ def test_a_full_server_that_refuses_answers_resource_limit_exceeded(
 def test_an_instance_type_of_the_servers_own_configuration_is_taken(
     tmp_path: Path, database_url: str, source_dir: Path
 ) -> None:
-    m7i = {"name": "ml.m7i.xlarge", "vcpus": 4, "memory_gib": 16}
+    m7a = {"name": "ml.m7a.xlarge", "vcpus": 4, "memory_gib": 16}
     settings = make_settings(
         tmp_path / "own",
         database_url,
-        instance_types=[m7i],
-        backends={"ml.m7i.xlarge": "local"},
-        capacity={"ml.m7i.xlarge": 1},
+        instance_types=[m7a],
+        backends={"ml.m7a.xlarge": "local"},
+        capacity={"ml.m7a.xlarge": 1},
         on_capacity_exceeded="refuse",
     )
-    resources = {"InstanceType": "ml.m7i.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30}
+    resources = {"InstanceType": "ml.m7a.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30}
     with TestClient(create_app(settings)) as api, serving(create_app(settings)) as url:
         prepare(settings)
         api.headers["Authorization"] = f"Bearer {admin_token(settings.home)}"
         sm = client("sagemaker", url, credentials(api))
         sm.create_training_job(**request(source_dir, ResourceConfig=resources))
         described = sm.describe_training_job(TrainingJobName="wire-1")
-        assert described["ResourceConfig"]["InstanceType"] == "ml.m7i.xlarge"
+        assert described["ResourceConfig"]["InstanceType"] == "ml.m7a.xlarge"
         # Its capacity is the configuration's too.
         again = request(source_dir, name="wire-2", ResourceConfig=resources)
         code, message = error_of(sm.create_training_job, **again)
-        assert (code, "ml.m7i.xlarge" in message) == ("ResourceLimitExceeded", True)
+        assert (code, "ml.m7a.xlarge" in message) == ("ResourceLimitExceeded", True)
         # A type the configuration does not add is refused, naming the member.
-        other = {**resources, "InstanceType": "ml.m7i.2xlarge"}
+        other = {**resources, "InstanceType": "ml.m7a.2xlarge"}
         code, message = error_of(
             sm.create_training_job, **request(source_dir, name="wire-3", ResourceConfig=other)
         )
