@@ -450,7 +450,7 @@ def _create(client: Client, spec: dict[str, Any], *, dry_run: bool = False) -> d
     try:
         return client.create_job(spec, dry_run=dry_run)
     except RunyardError as exc:
-        raise refusals.in_flags(exc, spec) from None
+        raise refusals.in_flags(exc) from None
 
 
 @main.command()

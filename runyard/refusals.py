@@ -3,10 +3,6 @@ JSON field, and for a mistyped instance type, the one that was probably meant.""
 
 from __future__ import annotations
 
-import difflib
-import re
-from typing import Any
-
 from runyard.client import RunyardError
 
 # The spec's fields that `runyard submit`'s flags set, by the flag: a refusal of a field
@@ -39,22 +35,18 @@ FLAG_OF_FIELD = {
     "base_job_name": "--base-job-name",
 }
 
-# The server lists the types it runs when it refuses one ("...; known: local, ml.m5.large").
-_KNOWN = re.compile(r"known: (?P<names>.+)$")
-
-
-def in_flags(error: RunyardError, spec: dict[str, Any]) -> RunyardError:
+def in_flags(error: RunyardError) -> RunyardError:
     """``error`` with each refused field named by its flag, or ``error`` itself when the
     server refused nothing field by field."""
     if not error.problems:
         return error
-    parts = [_problem(loc, message, spec) for loc, message in error.problems]
+    parts = [_problem(loc, message) for loc, message in error.problems]
     return RunyardError(
         f"{'; '.join(parts)} (HTTP {error.status_code})", error.status_code, error.problems
     )
 
 
-def _problem(loc: tuple[str, ...], message: str, spec: dict[str, Any]) -> str:
+def _problem(loc: tuple[str, ...], message: str) -> str:
     field = loc[0] if loc else ""
     flag = FLAG_OF_FIELD.get(field)
     where = ".".join(loc) or "request"
@@ -62,18 +54,5 @@ def _problem(loc: tuple[str, ...], message: str, spec: dict[str, Any]) -> str:
         # The rest of the location still matters: -i's channel, -H's key.
         rest = ".".join(loc[1:])
         where = f"{flag} ({rest})" if rest else flag
-    if field == "instance_type" and isinstance(spec.get("instance_type"), str):
-        suggestion = suggest(spec["instance_type"], message)
-        if suggestion is not None:
-            message = f"{message}; did you mean {suggestion!r}?"
+    # The server's refusal of an instance type already suggests one it runs.
     return f"{where}: {message}"
-
-
-def suggest(given: str, message: str) -> str | None:
-    """The known instance type closest to ``given``, from the server's refusal."""
-    found = _KNOWN.search(message)
-    if found is None:
-        return None
-    known = [name.strip() for name in found.group("names").split(",") if name.strip()]
-    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
-    return close[0] if close else None

@@ -9,6 +9,7 @@ transaction that stores them (``service.training.submissions``).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
@@ -75,15 +76,18 @@ def prepare(
     catalog = settings.instance_catalog
     instance_type = catalog.get(spec.instance_type)
     if instance_type is None:
-        known = ", ".join(sorted(catalog))
         raise SpecError(
-            ("instance_type",), f"unknown instance type {spec.instance_type!r}; known: {known}"
+            ("instance_type",),
+            f"unknown instance type {spec.instance_type[:64]!r}"
+            f"{_suggestion(spec.instance_type, settings)}; this server runs: {_runs(settings)}",
         )
     backend = spec.backend or settings.backends.get(spec.instance_type)
     if backend is None:
         raise SpecError(
             ("instance_type",),
-            f"no backend on this server runs {spec.instance_type} (see RUNYARD_BACKENDS)",
+            f"no backend on this server runs {spec.instance_type}"
+            f"{_suggestion(spec.instance_type, settings)}; it runs: {_runs(settings)} "
+            "(see RUNYARD_BACKENDS)",
         )
     plugin = registry.PLUGINS.get(backend)
     if plugin is None:
@@ -335,3 +339,15 @@ def _check_retry_rules(spec: JobCreate) -> None:
                     ("retry_rules", index, "action"),
                     "retries, but max_retry_attempts is 0: set how many retries are allowed",
                 )
+
+
+def _runs(settings: Settings) -> str:
+    """The instance types this server runs (those RUNYARD_BACKENDS sends somewhere): the
+    catalog knows every SageMaker type, far more than a server runs."""
+    return ", ".join(sorted(settings.backends))
+
+
+def _suggestion(asked: str, settings: Settings) -> str:
+    """A runnable type close to a mistyped one, as a hint."""
+    close = difflib.get_close_matches(asked, sorted(settings.backends), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""

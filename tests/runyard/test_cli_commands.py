@@ -232,7 +232,7 @@ def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
     uri = source_dir.as_uri()
     typo = _run(runyard, "submit", "--source-uri", uri, "-e", "train.py", "-t", "lcoal", code=1)
     assert typo.stderr.startswith("error: --instance-type: ")
-    assert "did you mean 'local'?" in typo.stderr
+    assert "(did you mean local?)" in typo.stderr
     missing = _run(runyard, "submit", "--source-uri", uri, "-t", "local", code=1)
     assert missing.stderr == "error: --entry-point: Field required (HTTP 422)\n"
     assert api.get("/v1/training-jobs").json()["items"] == []

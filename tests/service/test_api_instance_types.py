@@ -86,7 +86,8 @@ def test_a_job_on_a_configured_type_is_stored_as_any_other(api: TestClient, code
         (
             {"instance_type": "ml.gr6.8xlarge"},
             "instance_type",
-            "unknown instance type 'ml.gr6.8xlarge'; known: local, local_gpu, ml.c4.2xlarge",
+            "unknown instance type 'ml.gr6.8xlarge' (did you mean ml.gr6.4xlarge?); "
+            "this server runs: local, ml.gr6.4xlarge, ml.m7a.xlarge",
         ),
         # Accelerators no local instance has: Kubernetes' or EC2's to run.
         (
