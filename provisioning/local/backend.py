@@ -351,6 +351,9 @@ class LocalBackend(Backend[LocalPlan]):
             [self.python, "-m", "runtime.train"],
             lambda _host: {},
             host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+            # The machine's /etc/hosts, which the instances share, names no algo-N (and
+            # is the machine's, not a job's, to change): MASTER_ADDR is loopback's address.
+            names_resolve=False,
             master_port=master_port,
             network_interface="lo",
             launch_agent=agent,
