@@ -30,6 +30,7 @@ from service.logs import repository as log_repository
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.metrics import extraction
+from worker.reconciler import phases
 from worker.reconciler.billing import attempt_worked, bill_attempt, spot_price_ratio
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, Superseded
 
@@ -143,6 +144,8 @@ def finish(
     }.get(ending, "Training job stopped")
 
     def finished(job: TrainingJob) -> None:
+        # Each phase its instances went through, however briefly, before its end.
+        phases.record(job, reports)
         lifecycle.apply(job, ending, message, now)
         for host, reason in unsearched.items():
             _log_last_line(job, host, reason, now)
