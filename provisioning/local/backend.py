@@ -602,6 +602,19 @@ class LocalBackend(Backend[LocalPlan]):
         mounts.unmount_under(job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)
 
+    def held_jobs(self) -> list[JobRef]:
+        """Every job with a directory here: a job's teardown removes it, so one of a job
+        that has ended was left by a worker that died before its teardown ended."""
+        if not self.jobs_dir.is_dir():
+            return []
+        held = []
+        for job_dir in sorted(self.jobs_dir.iterdir()):
+            if not job_dir.is_dir():
+                continue
+            plan = self._load_plan(job_dir)
+            held.append(JobRef(job_dir.name, plan.job_name if plan else ""))
+        return held
+
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while True:
