@@ -135,6 +135,15 @@ def _check_inside(uri: str, base: Path) -> None:
         raise StorageError(f"{uri}: refused: its path leaves {base}")
 
 
+def check_form(uri: str) -> None:
+    """Refuse a URI that names no place at all (an unsupported scheme, a relative
+    ``file://`` path, an ``s3://`` URI without a bucket), looking at nothing it names."""
+    if scheme(uri) == "s3":
+        _S3(uri)
+    else:
+        local_path(uri)
+
+
 def is_partial(name: str) -> bool:
     """Whether a file name is one of put_file's temporary copies."""
     return name.startswith(".") and name.endswith(PARTIAL_SUFFIX)

@@ -40,8 +40,14 @@ def instance_files(
     hidden_paths: list[str] | None = None,
     container_image: str = "",
     container_engine: list[str] | None = None,
+    names_resolve: bool = True,
 ) -> dict[str, str]:
-    """Each file's text by its path below the instance's base directory."""
+    """Each file's text by its path below the instance's base directory.
+
+    ``names_resolve``: whether the job's processes can look up the hosts' names (algo-1,
+    ...), as on SageMaker, whose PyTorch container sets ``MASTER_ADDR`` to algo-1's name:
+    where they cannot (instances that share a machine and its /etc/hosts), algo-1's
+    address stands in for it."""
     spec = request.spec
     hosts = request.hosts
     runyard = files.RunyardConfig(
@@ -53,7 +59,7 @@ def instance_files(
         channels={name: channel.uri for name, channel in sorted(spec.inputs.items())},
         output_path=spec.output_path,
         environment=dict(sorted(spec.environment.items())),
-        master_addr=host_addresses[hosts[0]],
+        master_addr=hosts[0] if names_resolve else host_addresses[hosts[0]],
         master_port=master_port,
         framework=spec.framework,
         launch_agent=tuple(launch_agent),

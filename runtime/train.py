@@ -170,7 +170,10 @@ class Trainer:
         self._end_checkpoint_sync()
         if self.lost is not None:
             return self.fail(1, instance_lost(f"{config.current_host} {self.lost}"))
-        if result.stopped or self.stop.is_set():
+        # A stop that came once the scripts had succeeded stops nothing: their work is done
+        # (under mpirun, the first instance's result may end the job, and remove this one,
+        # before this instance has seen its daemon go).
+        if result.stopped or (self.stop.is_set() and result.exit_code != 0):
             return self._stopped()
         if self.inputs is not None and (input_error := self.inputs.error()) is not None:
             # A channel could not deliver all its data: the script's result cannot stand.

@@ -471,8 +471,9 @@ class Settings(BaseSettings):
     reap_interval: float = Field(
         default=60.0,
         gt=0,
-        description="How often, in seconds, beat removes pods and instances of ended jobs "
-        "that are still there.",
+        description="How often, in seconds, beat removes what ended jobs still hold (pods, "
+        "EC2 instances, local job directories and processes): what a worker that died "
+        "during a job's teardown, or a teardown that failed, left.",
     )
     broker_poll_interval: float = Field(
         default=0.1,

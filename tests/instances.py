@@ -100,6 +100,8 @@ def _write(
             network_interface="lo",
             launch_agent=launch_agent,
             agent_port=agent_port,
+            # These instances share this machine, whose /etc/hosts names no algo-N.
+            names_resolve=False,
         ).items():
             (base / relative).parent.mkdir(parents=True, exist_ok=True)
             (base / relative).write_text(content)

@@ -351,6 +351,9 @@ class LocalBackend(Backend[LocalPlan]):
             [self.python, "-m", "runtime.train"],
             lambda _host: {},
             host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+            # The machine's /etc/hosts, which the instances share, names no algo-N (and
+            # is the machine's, not a job's, to change): MASTER_ADDR is loopback's address.
+            names_resolve=False,
             master_port=master_port,
             network_interface="lo",
             launch_agent=agent,
@@ -598,6 +601,19 @@ class LocalBackend(Backend[LocalPlan]):
         # an instance with namespaces went with its mount namespace.)
         mounts.unmount_under(job_dir)
         shutil.rmtree(job_dir, ignore_errors=True)
+
+    def held_jobs(self) -> list[JobRef]:
+        """Every job with a directory here: a job's teardown removes it, so one of a job
+        that has ended was left by a worker that died before its teardown ended."""
+        if not self.jobs_dir.is_dir():
+            return []
+        held = []
+        for job_dir in sorted(self.jobs_dir.iterdir()):
+            if not job_dir.is_dir():
+                continue
+            plan = self._load_plan(job_dir)
+            held.append(JobRef(job_dir.name, plan.job_name if plan else ""))
+        return held
 
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -13,7 +13,9 @@ file when it is first opened (``runtime.channels.fastfile``; File mode where FUS
 be mounted), ``Pipe`` streams them into FIFOs (``runtime.channels.pipe``).
 ``CompressionType: Gzip`` gunzips every object on the way in every mode
 (``runtime.channels.channel_data``). What is listed is listed before the script starts,
-so a missing prefix or object fails the job there.
+so a missing prefix or object fails the job there, as SageMaker's download does: the
+service accepts a channel whose prefix holds nothing, and its instances fail the job with
+``Data download failed: channel <name>: ...``, naming the URI.
 """
 
 from __future__ import annotations
@@ -99,27 +101,48 @@ def open_all(
     inputs = Inputs()
     try:
         for name in sorted(config.channels):
-            channel = describe(config, name)
-            shard = channel.shard
-            split = "" if shard is None else f": shard {shard[0] + 1} of {shard[1]}"
-            say(f"Fetching channel {name} from {channel.uri} ({channel.mode} mode){split}")
-            objects = objects_of(channel)
-            destination = config.paths.data / name
-            if channel.mode == PIPE:
-                inputs.add(pipe.PipeChannel(name, objects, config.paths.data, say).start())
-                continue
-            if channel.mode == FASTFILE:
-                cache = config.paths.input / FASTFILE_CACHE / name
-                served = fastfile.serve(name, objects, destination, cache, say, mount=mount)
-                if served is not None:
-                    inputs.add(served)
-                    say(f"Channel {name}: {len(objects)} files mounted at {destination}")
-                    continue
-            download(name, objects, destination, say, progress_interval)
+            try:
+                _open(config, name, inputs, say, mount, progress_interval)
+            except (storage.StorageError, ChannelError) as exc:
+                raise ChannelError(download_failed(name, exc)) from exc
     except BaseException:
         inputs.close()
         raise
     return inputs
+
+
+def _open(
+    config: InstanceConfig,
+    name: str,
+    inputs: Inputs,
+    say: Callable[[str], None],
+    mount: fastfile.MountFunction,
+    progress_interval: float,
+) -> None:
+    channel = describe(config, name)
+    shard = channel.shard
+    split = "" if shard is None else f": shard {shard[0] + 1} of {shard[1]}"
+    say(f"Fetching channel {name} from {channel.uri} ({channel.mode} mode){split}")
+    objects = objects_of(channel)
+    destination = config.paths.data / name
+    if channel.mode == PIPE:
+        inputs.add(pipe.PipeChannel(name, objects, config.paths.data, say).start())
+        return
+    if channel.mode == FASTFILE:
+        cache = config.paths.input / FASTFILE_CACHE / name
+        served = fastfile.serve(name, objects, destination, cache, say, mount=mount)
+        if served is not None:
+            inputs.add(served)
+            say(f"Channel {name}: {len(objects)} files mounted at {destination}")
+            return
+    download(name, objects, destination, say, progress_interval)
+
+
+def download_failed(name: str, exc: Exception) -> str:
+    """Why a channel could not be made available, in the words SageMaker's failure reasons
+    use (``Data download failed:``), naming the channel once."""
+    detail = str(exc).removeprefix(f"channel {name}: ")
+    return f"Data download failed: channel {name}: {detail}"
 
 
 def describe(config: InstanceConfig, name: str) -> Channel:
@@ -157,7 +180,7 @@ def objects_of(channel: Channel) -> list[ChannelObject]:
     else:
         listed = storage.listing(channel.uri)
         if not listed and not storage.is_dir(channel.uri):
-            raise storage.StorageError(f"{channel.uri}: no such file, object or prefix")
+            raise storage.StorageError(_nothing_at(channel.uri))
         if channel.shard is not None:
             listed = listed[channel.shard[0] :: channel.shard[1]]
         found = [(item.uri, item.relative, item.size) for item in listed]
@@ -168,6 +191,17 @@ def objects_of(channel: Channel) -> list[ChannelObject]:
         objects.append(ChannelObject(uri, landing, size, channel.gzip))
     _check_layout(channel, objects)
     return objects
+
+
+def _nothing_at(uri: str) -> str:
+    # An empty prefix, a mistyped one, or one the job may not list look alike on S3.
+    if storage.scheme(uri) == "s3":
+        bucket = uri.removeprefix("s3://").partition("/")[0]
+        return (
+            f"no S3 objects found under {uri}: check that objects exist under that prefix, "
+            f"and that the job's credentials may list bucket {bucket!r}"
+        )
+    return f"{uri}: no such file or directory"
 
 
 def _check_layout(channel: Channel, objects: list[ChannelObject]) -> None:

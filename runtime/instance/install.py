@@ -8,6 +8,7 @@ requirements, and nothing below is changed.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections import deque
@@ -16,11 +17,23 @@ from pathlib import Path
 
 from runtime.instance import codeartifact
 
-PIP_TAIL = 20
+# What a failure reason keeps of pip's output where nothing in it says what failed.
+PIP_TAIL = 5
+# The last lines a failed build printed: its own error is usually the very last one.
+BUILD_TAIL = 3
+# Any one line pip said, in a failure reason (the reason has 1024 characters in all).
+LONGEST_LINE = 300
+# Versions shown of pip's "(from versions: ...)": the first and the last few.
+SHOWN_VERSIONS = 3
+# How pip (rich's boxes) marks a failed step, its exit code and the output of a build.
+FAILED_STEP = "\u00d7"  # x, the multiplication sign
+BOX_SIDE = "\u2502"
+EXIT_CODE = f"{BOX_SIDE} exit code:"
+BUILD_OUTPUT = re.compile("^\u2570\u2500> \\[\\d+ lines? of output\\]$")
 
 
 class InstallError(Exception):
-    """pip failed; the message holds the end of its output."""
+    """pip failed; the message says which package and what pip said of it."""
 
 
 def is_package(code_dir: Path) -> bool:
@@ -83,13 +96,88 @@ def _pip(
         stderr=subprocess.STDOUT,
         text=True,
     ) as process:
-        tail: deque[str] = deque(maxlen=PIP_TAIL)
+        said = PipOutput()
         assert process.stdout is not None  # PIPE above
         for line in process.stdout:
             line = line.rstrip("\n")
-            tail.append(line)
+            said.add(line)
             say(line)
         code = process.wait()
     if code != 0:
-        errors = [line for line in tail if "ERROR" in line] or list(tail)[-5:]
-        raise InstallError(f"pip could not install {what}: {' | '.join(errors)}")
+        raise InstallError(f"pip could not install {what}: {said.summary()}")
+
+
+class PipOutput:
+    """What pip said went wrong, read from its output as it streams by, in its own words:
+    its ``ERROR:`` lines, and for a package whose build (or metadata) failed, which
+    package it was, what failed, and the last lines the build printed, where pip itself
+    only says "See above for output"."""
+
+    _PACKAGE = re.compile(
+        r"^\s*(?:Collecting|Processing|Obtaining|Building wheel for|Running setup\.py install "
+        r"for|Preparing metadata .* for)\s+(\S+)"
+    )
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        # The package pip was last at, and what failed in its build.
+        self.package: str | None = None
+        self.failed: str | None = None
+        self.failed_package: str | None = None
+        self.exit_code: str | None = None
+        self.build_output: deque[str] = deque(maxlen=BUILD_TAIL)
+        self._in_build_output = False
+        self.tail: deque[str] = deque(maxlen=PIP_TAIL)
+
+    def add(self, line: str) -> None:
+        text = line.strip()
+        if self._in_build_output:
+            if text == "[end of output]":
+                self._in_build_output = False
+            elif text:
+                self.build_output.append(text)
+            return
+        if text:
+            self.tail.append(text)
+        if (found := self._PACKAGE.match(line)) is not None:
+            self.package = found.group(1)
+        elif text.startswith("ERROR:") and text not in self.errors:
+            self.errors.append(text)
+        elif text.startswith(FAILED_STEP) and self.failed is None:
+            # Said twice, in the build's box and after it: the first names the step.
+            self.failed = text.removeprefix(FAILED_STEP).strip().rstrip(".")
+            self.failed_package = self.package
+        elif text.startswith(EXIT_CODE) and self.exit_code is None:
+            self.exit_code = text.removeprefix(BOX_SIDE).strip()
+        elif BUILD_OUTPUT.match(text) and not self.build_output:
+            self._in_build_output = True
+
+    def summary(self) -> str:
+        """Which package failed and why, in pip's words (and the build's)."""
+        parts = []
+        if self.failed is not None:
+            build = self.failed
+            if self.failed_package is not None:
+                build = f"{self.failed_package}: {build}"
+            if self.exit_code is not None:
+                build += f" ({self.exit_code})"
+            if self.build_output:
+                build += ": " + " / ".join(self.build_output)
+            parts.append(build)
+        parts += self.errors
+        return " | ".join(_shortened(part) for part in parts or self.tail)
+
+
+def _shortened(line: str) -> str:
+    """A line of pip's short enough to share a failure reason: a long list of the versions
+    there are cut to its first and last few."""
+
+    def versions(found: re.Match[str]) -> str:
+        listed = found.group(1).split(", ")
+        if len(listed) <= 2 * SHOWN_VERSIONS + 1:
+            return found.group(0)
+        kept = [*listed[:SHOWN_VERSIONS], "...", *listed[-SHOWN_VERSIONS:]]
+        return f"(from versions: {', '.join(kept)})"
+
+    line = re.sub(r"\(from versions: ([^)]*)\)", versions, line)
+    return line if len(line) <= LONGEST_LINE else line[: LONGEST_LINE - 3] + "..."

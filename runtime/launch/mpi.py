@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable, Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
@@ -242,16 +241,26 @@ def wait_for_daemon(
     say(f"Waiting for mpirun on {config.master_host} to start this instance's processes")
     seen = False
     while not stop.is_set():
-        daemons = [
-            pid
-            for name in DAEMON_NAMES
-            for pid in procfs.marked_processes(config.job_id, config.current_host, name=name)
-        ]
+        daemons = _daemons(config)
         if daemons and not seen:
             seen = True
             say(f"MPI daemon running (pid {daemons[0]})")
         elif seen and not daemons:
             say("MPI daemon ended")
             return GroupResult(exit_code=0)
-        time.sleep(poll)
+        stop.wait(poll)
+    if seen and not _daemons(config):
+        # mpirun ended before the stop came: this instance's part is done, and the stop
+        # is its removal once the first instance's result ended the job (a stop while
+        # mpirun runs reaches the daemon through mpirun, after this instance's SIGTERM).
+        say("MPI daemon ended")
+        return GroupResult(exit_code=0)
     return GroupResult(exit_code=0, stopped=True)
+
+
+def _daemons(config: InstanceConfig) -> list[int]:
+    return [
+        pid
+        for name in DAEMON_NAMES
+        for pid in procfs.marked_processes(config.job_id, config.current_host, name=name)
+    ]

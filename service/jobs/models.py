@@ -255,6 +255,10 @@ class JobInstance(Base):
     # When its script ended (its first report of Uploading or of a result): of instances
     # that failed, the one whose script ended first failed first, the others after it.
     script_ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When it first reported Training and Uploading (the runtime's clock): the job's
+    # history shows each phase its instances went through, however late a pass looks.
+    training_reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    uploading_reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     job: Mapped[TrainingJob] = relationship(back_populates="instances")

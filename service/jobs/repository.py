@@ -221,9 +221,15 @@ def holds_capacity(session: Session, job_id: str) -> bool:
 
 
 def ended_job_ids(session: Session, ids: list[str]) -> set[str]:
-    """Which of ``ids`` are jobs of this server that have ended."""
+    """Which of ``ids`` are jobs of this server that have ended, and that no reconciler is
+    at work on (the pass that ended a job removes its instances right after)."""
     terminal = [str(status) for status in TERMINAL]
-    query = select(TrainingJob.id).where(TrainingJob.id.in_(ids), TrainingJob.status.in_(terminal))
+    unleased = or_(JobLease.until.is_(None), JobLease.until < utcnow())
+    query = (
+        select(TrainingJob.id)
+        .outerjoin(JobLease, JobLease.job_id == TrainingJob.id)
+        .where(TrainingJob.id.in_(ids), TrainingJob.status.in_(terminal), unleased)
+    )
     return set(session.scalars(query))
 
 

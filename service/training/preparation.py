@@ -206,11 +206,12 @@ def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
 
 
 def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
-    """Whether ``prepare`` would look beyond this machine's files for the job (its code,
-    data or outputs on s3://): checks that may wait on the network. The output path not
-    given is one under the artifact root, on the root's storage."""
+    """Whether ``prepare`` would look beyond this machine's files for the job (its code or
+    outputs on s3://; its channels are looked at by its instances): checks that may wait
+    on the network. The output path not given is one under the artifact root, on the
+    root's storage."""
     located = spec.job_spec_at(spec.output_path or settings.artifact_root)
-    uris = located.storage_uris().values()
+    uris = [uri for loc, uri in located.storage_uris().items() if loc[0] != "inputs"]
     return any(urlsplit(uri).scheme != "file" for uri in uris)
 
 
@@ -293,21 +294,16 @@ def _archive_files(path: str, _size: int, _mtime_ns: int) -> frozenset[str]:
 
 
 def _check_inputs(spec: JobCreate) -> None:
+    """What SageMaker refuses at CreateTrainingJob: a channel URI that names no place.
+    Whether anything is there, the instances find out as SageMaker's do: a channel whose
+    prefix holds nothing (or a manifest that is not there) fails the job at its download,
+    a ``ClientError`` naming the channel and the URI (``runtime.channels``). Every input
+    mode and compression is served by the runtime too."""
     for name, channel in spec.inputs.items():
-        loc = ("inputs", name)
-        # Every input mode and compression is served by the runtime (runtime.channels);
-        # what can be known here is whether the data is there. A manifest must be an
-        # object itself; its entries are checked on the instances, before the script.
-        manifest = channel.s3_data_type == "ManifestFile"
         try:
-            exists = storage.is_file(channel.uri) if manifest else storage.exists(channel.uri)
+            storage.check_form(channel.uri)
         except storage.StorageError as exc:
-            raise SpecError((*loc, "uri"), str(exc)) from exc
-        except OSError as exc:
-            raise SpecError((*loc, "uri"), f"cannot read it: {exc.strerror or exc}") from exc
-        if not exists:
-            what = "is not a manifest file or object" if manifest else "does not exist"
-            raise SpecError((*loc, "uri"), f"{channel.uri} {what}")
+            raise SpecError(("inputs", name, "uri"), str(exc)) from exc
 
 
 def _check_output_path(loc: tuple[str, ...], uri: str) -> None:

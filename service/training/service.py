@@ -242,6 +242,10 @@ def record_report(
         row.training_started_at = report.time
     if phase in (Phase.UPLOADING, *FINAL_PHASES) and row.script_ended_at is None:
         row.script_ended_at = report.time
+    if phase == Phase.TRAINING and row.training_reported_at is None:
+        row.training_reported_at = report.time
+    if phase == Phase.UPLOADING and row.uploading_reported_at is None:
+        row.uploading_reported_at = report.time
     if phase in FINAL_PHASES:
         row.training_ended_at = report.time
         row.exit_code = report.exit_code

@@ -75,8 +75,10 @@ class Stack:
             "RUNYARD_TEARDOWN_GRACE_SECONDS": "2",
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        # What a backend's fixture says of a job's instances, when a wait fails.
+        # What a backend's fixture says of a job's instances, when a wait fails, and
+        # what of a job its cluster still holds.
         self.describe_cluster: Callable[[dict[str, Any]], str] | None = None
+        self.cluster_left: Callable[[dict[str, Any]], list[Any]] | None = None
 
     def start(
         self, part: str, *args: str, key: str | None = None, env: dict[str, str] | None = None
@@ -169,7 +171,32 @@ class Stack:
             time.sleep(0.2)
 
     def wait_until_ended(self, client: Client, name: str, timeout: float = 120) -> dict[str, Any]:
-        return self.wait_for(client, name, lambda job: job["status"] in TERMINAL, timeout)
+        """The job once it has ended, and once its instances are removed: a job reads as
+        ended first, and its instances go after (worker.reconciler.ending)."""
+        job = self.wait_for(client, name, lambda job: job["status"] in TERMINAL, timeout)
+        self.wait_until_removed(job)
+        return job
+
+    def wait_until_removed(self, job: dict[str, Any], timeout: float = 60) -> None:
+        """Until nothing of an ended job's instances is left: a local job's processes and
+        directory, and what its cluster holds (``cluster_left``)."""
+        deadline = time.monotonic() + timeout
+        while left := self._left_of(job):
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"{job['name']} ended {timeout:g} s ago and still has {left}\n"
+                    f"{self.diagnostics()}"
+                )
+            time.sleep(0.1)
+
+    def _left_of(self, job: dict[str, Any]) -> list[Any]:
+        left: list[Any] = []
+        if (self.home / "jobs" / job["id"]).exists():
+            left.append("its directory")
+        left += processes.marked_processes(job["id"])
+        if self.cluster_left is not None:
+            left += self.cluster_left(job)
+        return left
 
     def job_ids(self) -> list[str]:
         ids, cursor = [], None

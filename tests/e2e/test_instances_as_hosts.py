@@ -108,6 +108,22 @@ print("legacy " + json.dumps({"rank": rank, "sum": value.item()}), flush=True)
 dist.destroy_process_group()
 """
 
+# The pattern SageMaker's PyTorch container serves: no rendezvous of the script's own, the
+# container's MASTER_ADDR and MASTER_PORT (algo-1's host name, as it sets them).
+CONTAINER_RENDEZVOUS = """
+import json, os, socket, torch, torch.distributed as dist
+
+hosts = json.loads(os.environ["SM_HOSTS"])
+rank = hosts.index(os.environ["SM_CURRENT_HOST"])
+dist.init_process_group("gloo", rank=rank, world_size=len(hosts))
+value = torch.tensor([rank + 1.0])
+dist.all_reduce(value)
+master = os.environ["MASTER_ADDR"]
+print("master " + json.dumps({"rank": rank, "master_addr": master, "sum": value.item(),
+                              "resolved": socket.gethostbyname(master)}), flush=True)
+dist.destroy_process_group()
+"""
+
 # Each instance names its peer's address as IPv4 and dual-stack IPv6 sockets see it, as
 # torch.distributed's store names each connection, then joins a gloo process group.
 TORCH_NAMES = """
@@ -276,6 +292,22 @@ def test_the_oldest_sagemaker_pytorch_pattern_finds_its_master_by_name(
     reports = _reports(lines, "legacy")
     assert sorted(report["rank"] for report in reports) == [0, 1]
     assert {report["sum"] for report in reports} == {3.0}
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "shared"])
+def test_master_addr_is_algo_1_by_name_where_names_resolve(
+    isolation: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    stack: Stack = request.getfixturevalue("stack" if isolation == "namespaces" else "shared_stack")
+    with stack.client() as client:
+        _, lines = _run(stack, client, _source(tmp_path, "master", CONTAINER_RENDEZVOUS))
+    reports = sorted(_reports(lines, "master"), key=lambda report: report["rank"])
+    assert [(report["rank"], report["sum"]) for report in reports] == [(0, 3.0), (1, 3.0)]
+    # Each instance's own /etc/hosts names algo-1; instances that share the machine share
+    # its /etc/hosts too, which names no algo-N: algo-1's address (loopback) stands in.
+    expected = "algo-1" if isolation == "namespaces" else "127.0.0.1"
+    assert {report["master_addr"] for report in reports} == {expected}
+    assert reports[0]["resolved"] == reports[1]["resolved"]
 
 
 def test_addresses_resolve_to_host_names_inside_instances(stack: Stack, tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def kube_stack(
         }
     )
     stack.describe_cluster = lambda job: kube_server.describe_job(job["id"])
+    stack.cluster_left = lambda job: kube_server.objects_of(job["id"])
     stack.up()
     yield stack
     assert stack.down() == []

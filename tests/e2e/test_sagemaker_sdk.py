@@ -148,6 +148,21 @@ def test_pytorch_estimator_fit_trains_with_torch_distributed_on_two_instances(
     assert (job["attempt"], job["restarts"]) == (0, 0)
 
 
+def test_a_channel_with_nothing_under_it_fails_the_job_at_its_download(
+    sdk_stack: Stack, s3: MotoServer
+) -> None:
+    # As SageMaker does: CreateTrainingJob takes the channel, the instance finds it empty.
+    output = run_sdk(
+        sdk_stack, s3, "v2", "empty_channel_v2.py", str(HERE / "torch_job"), "train.py", BUCKET
+    )
+    result = result_of(output)
+    assert (result["raised"], result["status"]) == ("UnexpectedStatusException", "Failed")
+    assert result["failure_reason"].startswith(
+        f"ClientError: Data download failed: channel train: no S3 objects found under "
+        f"{result['channel']}: "
+    ), result
+
+
 def test_pytorch_estimator_fit_runs_an_mpi_job(sdk_stack: Stack, s3: MotoServer) -> None:
     distribution = {"mpi": {"enabled": True, "processes_per_host": 2}}
     output = fit(sdk_stack, s3, EXAMPLES / "scripts", "mpi_hello.py", distribution)

@@ -89,7 +89,7 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
     assert resources["host_addresses"] == {"algo-1": "10.213.0.2", "algo-2": "10.213.0.3"}
     runyard = json.loads(files["input/config/runyard.json"])
     assert {key: runyard[key] for key in ("master_addr", "master_port", "agent_port")} == {
-        "master_addr": "10.213.0.2",
+        "master_addr": "algo-1",
         "master_port": 7777,
         "agent_port": 7077,
     }
@@ -225,7 +225,7 @@ def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: 
         "container_engine": ["podman", "--runtime", "runc"],
         "launch_agent": [],
         "image": image,
-        "master_addr": "10.213.0.2",
+        "master_addr": "algo-1",
         "master_port": 7777,
     }  # fmt: skip
     assert [port["host"] for port in materialized.public["network"]["ports"]] == [

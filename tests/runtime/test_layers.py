@@ -121,6 +121,50 @@ def test_a_failed_install_fails_every_instance_with_pips_words(
     assert said == []  # pip did not run again
 
 
+def test_a_version_that_does_not_exist_is_named_with_pips_error_line(
+    tmp_path: Path, image: layers.PythonEnvironment, wheels: Path
+) -> None:
+    code = _code(tmp_path, "extra_tool==9.9\n")  # the index has 1.99 only
+    with pytest.raises(InstallError) as failed:
+        layers.job_layer(tmp_path / "job-env", image, code, offline(wheels), lambda _: None)
+    assert str(failed.value) == (
+        "pip could not install requirements.txt: ERROR: Could not find a version that "
+        "satisfies the requirement extra_tool==9.9 (from versions: 1.99) | "
+        "ERROR: No matching distribution found for extra_tool==9.9"
+    )
+
+
+# A package whose build fails, as one needing a compiler the image lacks: its build
+# backend is its own (nothing to download), and says why it cannot build.
+BROKEN_BACKEND = """\
+def get_requires_for_build_wheel(config_settings=None):
+    print("building broken-package 1.0")
+    raise SystemExit("error: broken-package needs a C compiler, and there is none")
+"""
+
+
+def test_a_package_that_cannot_be_built_is_named_with_what_its_build_said(
+    tmp_path: Path, image: layers.PythonEnvironment, wheels: Path
+) -> None:
+    code = _code(tmp_path, "./broken\n")
+    package = code / "broken"
+    package.mkdir()
+    (package / "backend.py").write_text(BROKEN_BACKEND)
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    said: list[str] = []
+    with pytest.raises(InstallError) as failed:
+        layers.job_layer(tmp_path / "job-env", image, code, offline(wheels), said.append)
+    # pip itself says only "See above for output": the reason says what was above.
+    assert any("See above for output" in line for line in said), said
+    assert str(failed.value) == (
+        "pip could not install requirements.txt: ./broken: Getting requirements to build "
+        "wheel did not run successfully (exit code: 1): building broken-package 1.0 / "
+        "error: broken-package needs a C compiler, and there is none"
+    )
+
+
 def test_what_a_script_installs_stays_in_its_instance(
     tmp_path: Path, image: layers.PythonEnvironment, wheels: Path
 ) -> None:

@@ -124,6 +124,11 @@ def test_a_missing_channel_prefix_fails_before_training(
     code, output = _run({"algo-1": base}, moto.client_env())["algo-1"]
     assert code == 1, output
     reason = (base / "output" / "failure").read_text()
-    assert reason == f"ClientError: {missing}: no such file, object or prefix"
+    # As SageMaker says it: the download failed, naming the channel and what is missing.
+    assert reason == (
+        f"ClientError: Data download failed: channel train: no S3 objects found under "
+        f"{missing}: check that objects exist under that prefix, and that the job's "
+        f"credentials may list bucket {BUCKET!r}"
+    )
     assert "Starting" not in output
     assert "trained" not in output

@@ -167,16 +167,13 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("relative file URI", {"source_uri": "file://relative/path"}, ["source_uri"]),
     ("channel name", {"inputs": {"bad/name": "file:///tmp"}}, ["inputs"]),
     ("too many channels", {"inputs": _many(21, lambda i: (f"c{i}", "file:///tmp"))}, ["inputs"]),
+    # What is under a channel's URI is the instances' to find (a ClientError at download).
     (
-        "channel that does not exist",
-        {"inputs": {"train": "file:///nonexistent/data"}},
+        "channel on an unsupported scheme",
+        {"inputs": {"train": "gs://b/x"}},
         ["inputs", "train", "uri"],
     ),
-    (
-        "manifest that is a directory",
-        {"inputs": {"train": {"uri": "file:///tmp", "s3_data_type": "ManifestFile"}}},
-        ["inputs", "train", "uri"],
-    ),
+    ("channel without a bucket", {"inputs": {"train": "s3:///x"}}, ["inputs", "train", "uri"]),
     (
         "channel named like a Pipe channel's FIFO",
         {

@@ -22,6 +22,8 @@ def _failed(host: str, reason: str, script_ended: float, result: float) -> Repor
         training_started_at=START,
         training_ended_at=START + timedelta(seconds=result),
         script_ended_at=START + timedelta(seconds=script_ended),
+        training_reported_at=START,
+        uploading_reported_at=None,
         reported_at=START + timedelta(seconds=result),
     )
 

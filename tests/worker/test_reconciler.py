@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from provisioning.base import Backend, JobRef, LaunchRequest, Materialized, TeardownError
+from provisioning.base import Backend, LaunchRequest, Materialized
 from provisioning.local.backend import LocalBackend, LocalPlan
 from service.jobs import lookup
 from service.kit.db import session_scope, to_micros, utcnow
@@ -223,26 +223,6 @@ def test_a_job_still_running_at_max_run_is_stopped(settings: Settings, source_di
     assert _log(settings, name) == [
         ("algo-1", 1, "Training job stopped: its max_run of 1 s was reached")
     ]
-
-
-def test_a_teardown_that_fails_fails_the_job_once(settings: Settings, source_dir: Path) -> None:
-    calls: list[str] = []
-
-    class Stuck(SleepingInstances):
-        def teardown(self, job: JobRef) -> None:
-            calls.append(job.name)
-            raise TeardownError(f"processes of {job.name} survived SIGKILL: [4242]")
-
-    backend = Stuck(settings.jobs_dir)
-    name = submit(settings, source_dir)
-    Reconciler(settings, lambda _n, _s: backend).reconcile(job_id(settings, name))
-    report(settings, name, "algo-1", "Completed", exit_code=0)
-    Reconciler(settings, lambda _n, _s: backend).reconcile(job_id(settings, name))
-    job = job_state(settings, name)
-    assert job["status"] == "Failed"
-    assert "TeardownError: processes of job-1 survived SIGKILL: [4242]" in job["reason"]
-    assert calls == [name]  # not retried in a loop
-    SleepingInstances(settings.jobs_dir).teardown(JobRef(_job_id(settings, name), name))
 
 
 def _job_id(settings: Settings, name: str) -> str:

@@ -2,10 +2,13 @@
 
 A stop (by a person, max_run or max_wait) gives the scripts their grace, then ends the job
 Stopped with the secondary status that names why, and says why in the job's log as well:
-the instances only know that they were told to stop. Finishing tears every instance down
-first, keeps the consoles of instances that never shipped a line, then records the result
-and bills the attempt: nothing of the job may be left once it reads as ended. The attempt
-is billed up to its result, not up to the end of its teardown (``billing``).
+the instances only know that they were told to stop. Finishing keeps the consoles of
+instances that never shipped a line, records the result and bills the attempt, and then
+tears every instance down: the job reads as ended as soon as its result is decided, not
+once its files are gone (a job's layer of installed packages, its namespaces, an EC2
+instance's shutdown). The teardown is still certain: a worker that dies before it ends
+leaves the job's instances to the reaper (``worker.tasks``), which removes whatever an
+ended job still holds. The attempt is billed up to its result (``billing``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from service.logs import repository as log_repository
 from service.logs import service as logs
 from service.logs.schemas import Line
 from service.metrics import extraction
+from worker.reconciler import phases
 from worker.reconciler.billing import attempt_worked, bill_attempt, spot_price_ratio
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report, Superseded
 
@@ -126,10 +130,9 @@ def finish(
     worked = attempt_worked(snapshot.hosts, reports, decided_at)
     ended_at = worked.end if worked is not None else decided_at
     price_ratio = spot_price_ratio(snapshot, step.settings.spot_price_ratio)
-    # Nothing of the job may be left once it reads as ended.
+    # Before the result: once the job reads as ended, its log is closed.
     if teardown:
         keep_consoles(step, snapshot)
-        step.backend.teardown(snapshot.ref)
     # Its final metrics whole: lines an API process stored but did not search (it died).
     unsearched = _search_the_rest(step, snapshot)
     now = utcnow()
@@ -143,6 +146,8 @@ def finish(
     }.get(ending, "Training job stopped")
 
     def finished(job: TrainingJob) -> None:
+        # Each phase its instances went through, however briefly, before its end.
+        phases.record(job, reports)
         lifecycle.apply(job, ending, message, now)
         for host, reason in unsearched.items():
             _log_last_line(job, host, reason, now)
@@ -160,6 +165,20 @@ def finish(
         job.restart_cause = None
 
     step.update(snapshot, finished)
+    if teardown:
+        tear_down(step, snapshot)
+
+
+def tear_down(step: Pass, snapshot: JobSnapshot) -> None:
+    """Remove an ended job's instances. One that cannot be removed now changes nothing of
+    the job's result: the reaper tries again at its next round."""
+    try:
+        step.backend.teardown(snapshot.ref)
+    except Exception:
+        log.exception(
+            "removing the instances of %s, which has ended, failed; the reaper tries again",
+            snapshot.ref.name,
+        )
 
 
 def _search_the_rest(step: Pass, snapshot: JobSnapshot) -> dict[str, str]:

@@ -18,18 +18,12 @@ from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
 from service.jobs.states import PHASE_ORDER
 from service.kit.db import utcnow
+from worker.reconciler import phases
 from worker.reconciler.billing import working_seconds
 from worker.reconciler.ending import drive_stop, finish, past_max_wait, stop_for, stop_for_max_wait
 from worker.reconciler.restarts import drive_interruption, on_failure
 from worker.reconciler.snapshot import JobSnapshot, Pass, Report
 from worker.retry_policy import Failure
-
-# The job shows the phase of its slowest running instance.
-_PHASE_EVENTS = {
-    Phase.DOWNLOADING: (Event.DOWNLOADING, "Downloading the code and input data"),
-    Phase.TRAINING: (Event.TRAINING, "Training in progress"),
-    Phase.UPLOADING: (Event.UPLOADING, "Uploading the model"),
-}
 
 
 def observe(step: Pass, snapshot: JobSnapshot) -> None:
@@ -205,8 +199,9 @@ def _show_progress(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]
     started = [r.training_started_at for r in reports.values() if r.training_started_at]
 
     def progress(job: TrainingJob) -> None:
-        event, message = _PHASE_EVENTS[phase]
-        lifecycle.apply(job, event, message)
+        # The job shows the phase of its slowest running instance, and each one before it
+        # that this pass is the first to see.
+        phases.record(job, reports, upto=phase)
         # As SageMaker's: the training job starts on its instances before they download.
         if job.training_start_time is None and started:
             job.training_start_time = min(started)

@@ -52,6 +52,8 @@ class Report:
     training_started_at: datetime | None
     training_ended_at: datetime | None
     script_ended_at: datetime | None
+    training_reported_at: datetime | None
+    uploading_reported_at: datetime | None
     reported_at: datetime
 
 
