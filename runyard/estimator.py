@@ -7,8 +7,8 @@ est.fit({"train": "data/"}, wait=True, logs=True)
 print(est.model_data)
 
 SageMaker's own estimator arguments are accepted, so code written for it runs with its
-imports changed; those Runyard has no use for (``role``, ``sagemaker_session``, network
-and encryption settings, Debugger and Profiler) are named once in a log line.
+imports changed; those Runyard has no use for (``role``, ``sagemaker_session``, VPC and
+encryption settings, Debugger and Profiler) are named once in a log line.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ SAGEMAKER_ONLY = frozenset(
         "model_uri",
         "model_channel_name",
         "encrypt_inter_container_traffic",
-        "enable_network_isolation",
         "rules",
         "debugger_hook_config",
         "tensorboard_output_config",
@@ -108,6 +107,7 @@ class Estimator:
         framework_version: str | None = None,
         py_version: str | None = None,
         input_mode: str | None = None,
+        enable_network_isolation: bool = False,
         client: Client | None = None,
         **sagemaker_only: Any,
     ) -> None:
@@ -145,6 +145,8 @@ class Estimator:
             "retry_rules": retry_rules,
             "priority": priority,
             "progress_metric": progress_metric,
+            # The instances reach each other and nothing else, as on SageMaker.
+            "enable_network_isolation": enable_network_isolation or None,
         }
         self.client = client or Client()
         self.latest_training_job: dict[str, Any] | None = None

@@ -40,9 +40,9 @@ def test_sagemaker_arguments_are_accepted_and_the_unused_named_once(
         estimator = estimator_class(entry_point="train.py", client=client, **SAGEMAKER_STYLE)
     [record] = caplog.records
     assert record.getMessage() == (
-        f"{estimator_class.__name__}: Runyard does not use enable_network_isolation, role, "
-        "subnets; ignored"
+        f"{estimator_class.__name__}: Runyard does not use role, subnets; ignored"
     )
+    assert estimator.spec["enable_network_isolation"] is True
     assert estimator.spec["framework_version"] == "2.3"
     assert estimator.spec["py_version"] == "py311"
     assert estimator.spec["tags"] == [{"key": "team", "value": "ml"}]
