@@ -220,11 +220,14 @@ def _log_as_configured(settings: Settings) -> None:
 
 
 def run_worker(settings: Settings, concurrency: int = 4) -> None:
+    from celery.signals import celeryd_after_setup
+
     from worker.celery_app import create_celery
     from worker.metrics import serve_metrics
 
     _log_as_configured(settings)
-    _say_what_instances_lack(settings)
+    # Once the worker's logging is set up, where its own lines go.
+    celeryd_after_setup.connect(lambda **_: _say_what_instances_lack(settings), weak=False)
     if settings.worker_metrics_port:
         serve_metrics(settings.worker_metrics_port)
     app = create_celery(settings)

@@ -153,9 +153,9 @@ def prepare(
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
     # What only the backend knows: whether its instances could reach the code and data.
     built = registry.build(backend, settings)
-    refuse(built.check(located, settings.public_url))
     if located.enable_network_isolation and (why := built.network_isolation_problem()):
         refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
+    refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
         refuse(_shared_machine_problems(settings, built))
     return PreparedJob(name=name, backend=backend, spec=record)
