@@ -266,6 +266,8 @@ class LocalBackend(Backend[LocalPlan]):
         return []
 
     def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        if self.shared_because() is not None:
+            return super().submit(request)  # no network of the job's own to choose
         # A job's subnet is chosen from those the machine's routes leave free, and taken
         # once its bridge holds its address: no other launch may choose in between.
         with network.choosing_subnet():
