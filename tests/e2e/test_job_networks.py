@@ -25,6 +25,7 @@ import pytest
 
 from provisioning.local import egress, network, processes
 from runyard.client import Client
+from runyard.output import describe_lines
 from tests.e2e.conftest import Stack
 
 pytestmark = pytest.mark.e2e
@@ -265,6 +266,9 @@ def test_with_network_isolation_an_instance_reaches_nothing_beyond_its_job(
             enable_network_isolation=True,
         )
     assert job["spec"]["enable_network_isolation"] is True
+    assert describe_lines(job)[3] == (
+        "Network:          isolated (the instances reach one another only)"
+    )
     assert report["gateway"] is None  # no route out at all
     assert report["pypi"] == "gaierror", report
     assert report["download"] != ["six-1.16.0-py2.py3-none-any.whl"], report
