@@ -168,7 +168,12 @@ def instance_resolv_conf(machine: str, upstream: str) -> tuple[str | None, tuple
     reachable = tuple(name for name in names if not _loopback(name))
     if len(reachable) == len(names):
         return None, reachable
-    instead = [n for n in _nameservers(upstream) if not _loopback(n) and n not in reachable]
+    # The job's network has no IPv6: only the IPv4 ones can stand in.
+    instead = [
+        name
+        for name in _nameservers(upstream)
+        if ipaddress.ip_address(name).version == 4 and not _loopback(name) and name not in reachable
+    ]
     kept = [line for line in machine.splitlines() if not _names_loopback(line)]
     lines = [*kept, *(f"nameserver {name}" for name in instead)]
     return "\n".join(lines) + "\n", (*reachable, *instead)
