@@ -314,23 +314,27 @@ class LocalBackend(Backend[LocalPlan]):
         """The job's network: the one an earlier launch planned, or a new one, with a way
         out unless the job asks for network isolation or this machine cannot give one."""
         job, isolated = request.job, request.spec.enable_network_isolation
+        resolv_conf, nameservers = egress.machine_resolv_conf()
         if previous is not None and previous.network is not None:
             net = previous.network  # adopted as it was planned
         elif isolated or egress.unavailable() is not None:
             net = network.plan(job.id, request.hosts)
         else:
+            try:
+                subnet = network.choose_subnet(job.id)
+            except network.NetworkError as exc:
+                raise LaunchError(str(exc)) from exc
             net = network.plan(
                 job.id,
                 request.hosts,
-                network.choose_subnet(job.id),
+                subnet,
                 api_port=_port(request.service_url),
-                nameservers=egress.machine_resolv_conf()[1],
+                nameservers=nameservers,
             )
         if net.egress is None:
             why = None if isolated else egress.unavailable()
             return _Network(net, () if why is None else (f"{CLOSED_NOTICE}: {why}",))
-        resolv_conf, nameservers = egress.machine_resolv_conf()
-        notices = () if nameservers else (UNRESOLVED_NOTICE,)
+        notices = () if net.egress.nameservers else (UNRESOLVED_NOTICE,)
         return _Network(net, notices, resolv_conf or "")
 
     def _plan_hosts(

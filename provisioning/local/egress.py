@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,9 +229,9 @@ def _forward() -> None:
     )
 
 
-def _nft(script: str, args: Sequence[str] = ()) -> None:
+def _nft(script: str) -> None:
     result = subprocess.run(
-        ["nft", *args, "-f", "-"], input=script, capture_output=True, text=True, check=False
+        ["nft", "-f", "-"], input=script, capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         raise EgressError(f"nft: {' '.join(result.stderr.split())[:500] or 'failed'}")

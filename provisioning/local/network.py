@@ -142,10 +142,10 @@ def plan(
 
 
 def choose_subnet(job_id: str) -> ipaddress.IPv4Network:
-    """A /24 of the pool that no route of the machine's covers or falls in (another
-    job's, or a network the machine is on), the job's own by preference: looked for
-    from a place its id gives, so jobs launched together seldom try the same. Hold
-    ``choosing_subnet`` until the job's bridge holds it."""
+    """A /24 of the pool in which the machine routes to nothing yet (no other job's
+    network, no network the machine is on), looked for from a place the job's id gives,
+    so that jobs launched together seldom try the same one first. Hold
+    ``choosing_subnet`` from here until the job's bridge holds it."""
     slots = list(POOL.subnets(new_prefix=SUBNET_PREFIX))[1:]  # not the closed networks'
     taken = _routed()
     start = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % len(slots)

@@ -1,7 +1,8 @@
 """An instance's /etc/hosts (runtime.linux.etc_hosts): the file itself, and what the real
 resolver (glibc, through Python's socket module) answers from it in a process that has
 become an instance with namespaces.become_host, in network, UTS and mount namespaces of its
-own where no DNS server can be reached, as the local backend's instances are."""
+own where no DNS server can be reached, as the local backend's instances are; and the
+/etc/resolv.conf such an instance is given."""
 
 from __future__ import annotations
 
