@@ -97,6 +97,10 @@ class RunyardConfig:
     # the processes it starts for the job; the runtime itself keeps the machine's network,
     # to report, fetch and store.
     network_namespace: str | None = None
+    # With namespaces and a way out of the job's network: the /etc/resolv.conf the job's
+    # processes see, where the machine's own names a resolver on its loopback (which is
+    # the instance's own from inside); "" for the machine's own.
+    resolv_conf: str = ""
     # What the first instance says once in the job's log before anything else (why the
     # instances share the machine, say).
     notices: tuple[str, ...] = ()

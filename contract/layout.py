@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 IMAGE_BASE_DIR = "/opt/ml"
 # The config files, relative to the base directory.
@@ -110,3 +111,38 @@ def checkpoint_dir(base: Path, local_path: str | None) -> Path | None:
     if path.is_relative_to(IMAGE_BASE_DIR):
         return base / path.relative_to(IMAGE_BASE_DIR)
     return path
+
+
+@dataclass(frozen=True)
+class ChannelFile:
+    """A file the instance has in one of its channels, named by its path in the image
+    (``/opt/ml/input/data/code/sourcedir.tar.gz``): with network isolation the SageMaker
+    SDK ships a job's code as a channel and names it so, where its source would be an
+    ``s3://`` URI."""
+
+    channel: str
+    # Its path below the channel's directory, '/'-separated.
+    relative: str
+
+    def under(self, base: Path) -> Path:
+        """Where it is in an instance whose base directory is ``base``."""
+        return base / "input" / "data" / self.channel / self.relative
+
+
+CHANNELS_DIR = PurePosixPath(IMAGE_BASE_DIR) / "input" / "data"
+
+
+def is_path(value: str) -> bool:
+    """Whether a job's ``source_uri`` is written as a path rather than a URI (no scheme)."""
+    return not urlsplit(value).scheme
+
+
+def channel_file(value: str) -> ChannelFile | None:
+    """The channel file a path names (absolute, below ``/opt/ml/input/data/<channel>/``,
+    without '.' or '..'), or None for any other string."""
+    if not value.startswith(f"{CHANNELS_DIR}/") or "\\" in value:
+        return None
+    parts = value.removeprefix(f"{CHANNELS_DIR}/").split("/")
+    if len(parts) < 2 or any(part in ("", ".", "..") for part in parts):
+        return None
+    return ChannelFile(parts[0], "/".join(parts[1:]))

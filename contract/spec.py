@@ -14,6 +14,7 @@ from typing import Any
 
 from contract.hosts import host_names
 from contract.images import Choice
+from contract.layout import channel_file
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class JobSpec:
     # Empty for a job with a container entry point, which brings its own code (in a
     # channel, as the SageMaker SDK v3's ModelTrainer sends it).
     entry_point: str
+    # A URI, or a file in one of the job's channels (``layout.channel_file``).
     source_uri: str
     instance_type: str
     # Where the model goes: the job's own, or the server's artifact root.
@@ -54,6 +56,8 @@ class JobSpec:
     # this command on each instance instead of the entry point.
     container_entrypoint: tuple[str, ...] = ()
     container_arguments: tuple[str, ...] = ()
+    # SageMaker's EnableNetworkIsolation: the job's hosts reach each other, nothing else.
+    enable_network_isolation: bool = False
     # The image the instances run, as the server resolved it from image_uri or the
     # framework's version (``contract.images``).
     image: Choice = field(default_factory=Choice)
@@ -65,7 +69,7 @@ class JobSpec:
     def storage_uris(self) -> dict[tuple[str | int, ...], str]:
         """Every URI the job reads or writes, by the field that gives it."""
         uris: dict[tuple[str | int, ...], str] = {("output_path",): self.output_path}
-        if self.source_uri:
+        if self.source_uri and channel_file(self.source_uri) is None:
             uris[("source_uri",)] = self.source_uri
         if self.checkpoint_s3_uri:
             uris[("checkpoint_s3_uri",)] = self.checkpoint_s3_uri

@@ -247,6 +247,18 @@ class Backend(ABC, Generic[PlanT]):
         refused naming the field); the default accepts whatever the catalog allows."""
         return []
 
+    def network_isolation_problem(self) -> str | None:
+        """Why this backend cannot keep a job's instances off every network but their
+        own (SageMaker's EnableNetworkIsolation), or None where it can. The default
+        cannot: an instance's runtime reaches the service and storage from where its
+        scripts run."""
+        return f"the {self.name} backend cannot close its instances' network"
+
+    def notices(self) -> list[str]:
+        """What the server says as it starts of what this backend's instances lack here
+        (a network of their own, a way out of it)."""
+        return []
+
     def shared_because(self) -> str | None:
         """Why jobs' instances would share one machine (and so could read one another's
         files and the server's), or None where each is a host of its own: a pod, an EC2

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from contract import archive, file_confinement, hyperparameters, storage, untrus
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
-from contract.layout import IMAGE_BASE_DIR, Paths, checkpoint_dir
+from contract.layout import IMAGE_BASE_DIR, Paths, channel_file, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from contract.protocol import Endpoint, InterruptionNotice, Stream
 from runtime import channels, checkpoints, launch
@@ -228,6 +229,7 @@ class Trainer:
             read_only=_shared_paths(config),
             # What the runtime and the job's installs reach over the machine's network.
             machine_names=etc_hosts.url_hosts([*os.environ.values(), *config.environment.values()]),
+            resolv_conf=config.resolv_conf,
         )
         os.environ[variables.BASE_DIR] = IMAGE_BASE_DIR
         # Temporary files of its own, as a machine has: the machine's /tmp is shared with
@@ -322,10 +324,15 @@ class Trainer:
     def _fetch(self) -> None:
         config = self.config
         started = time.monotonic()
-        if config.source_uri:
+        in_channel = channel_file(config.source_uri) if config.source_uri else None
+        if config.source_uri and in_channel is None:
             self.say(f"Fetching code from {config.source_uri}")
             self._fetch_code()
         self.inputs = channels.open_all(config, self.say)
+        if in_channel is not None:
+            # With network isolation the SageMaker SDK ships the code in a channel.
+            self.say(f"Unpacking code from {config.source_uri}")
+            self._unpack_code(in_channel.under(config.paths.base))
         checkpoints.restore(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
 
@@ -343,6 +350,17 @@ class Trainer:
                 archive.extract(storage.fetch(uri, Path(scratch)), config.paths.code)
         else:
             raise SetupError(f"source {uri} does not exist")
+
+    def _unpack_code(self, found: Path) -> None:
+        """The code a channel brought: a tarball is unpacked, a directory copied, into
+        code/, as SageMaker's containers take a submit directory that is a local path."""
+        code = self.config.paths.code
+        if found.is_dir() and not found.is_symlink():
+            shutil.copytree(found, code, symlinks=True, dirs_exist_ok=True)
+        elif found.is_file() and not found.is_symlink():
+            archive.extract(found, code)
+        else:
+            raise SetupError(f"source {self.config.source_uri}: its channel brought no such file")
 
     def _wait_for_image(self) -> bool:
         """Wait while this machine builds the job's image; False if stopped meanwhile."""

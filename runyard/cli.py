@@ -325,6 +325,13 @@ _SPEC_FLAGS = [
         "--max-retry-attempts", type=int, help="Restarts allowed after the script fails (0-30)."
     ),
     click.option("--priority", type=int, help="Place in the queue for capacity (higher first)."),
+    click.option(
+        "--network-isolation",
+        "enable_network_isolation",
+        is_flag=True,
+        default=None,
+        help="Instances reach each other only, nothing beyond (EnableNetworkIsolation).",
+    ),
 ]
 
 

@@ -150,8 +150,8 @@ class Estimator:
             "retry_rules": retry_rules,
             "priority": priority,
             "progress_metric": progress_metric,
-            # Sent only when asked for: a server that cannot isolate a job refuses it.
-            "enable_network_isolation": True if enable_network_isolation else None,
+            # The instances reach each other and nothing else, as on SageMaker.
+            "enable_network_isolation": enable_network_isolation or None,
         }
         self.client = client or Client()
         self.latest_training_job: TrainingJob | None = None

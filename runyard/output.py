@@ -88,6 +88,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         f"Training end:     {job.get('training_end_time') or '-'}",
         f"Billable seconds: {_or_dash(job.get('billable_seconds'))}",
     ]
+    if spec.get("enable_network_isolation"):
+        lines.insert(3, "Network:          isolated (the instances reach one another only)")
     if job.get("spot_savings_percent") is not None:
         lines.append(f"Spot savings:     {job['spot_savings_percent']:g}% against on-demand")
     if job.get("pending_reason"):

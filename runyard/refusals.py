@@ -31,6 +31,7 @@ FLAG_OF_FIELD = {
     "max_wait": "--max-wait",
     "max_retry_attempts": "--max-retry-attempts",
     "priority": "--priority",
+    "enable_network_isolation": "--network-isolation",
     "name": "--name",
     "base_job_name": "--base-job-name",
 }

@@ -220,10 +220,14 @@ def _log_as_configured(settings: Settings) -> None:
 
 
 def run_worker(settings: Settings, concurrency: int = 4) -> None:
+    from celery.signals import celeryd_after_setup
+
     from worker.celery_app import create_celery
     from worker.metrics import serve_metrics
 
     _log_as_configured(settings)
+    # Once the worker's logging is set up, where its own lines go.
+    celeryd_after_setup.connect(lambda **_: _say_what_instances_lack(settings), weak=False)
     if settings.worker_metrics_port:
         serve_metrics(settings.worker_metrics_port)
     app = create_celery(settings)
@@ -239,6 +243,22 @@ def run_worker(settings: Settings, concurrency: int = 4) -> None:
             f"--hostname=runyard-{socket.gethostname()}-{os.getpid()}",
         ]
     )
+
+
+def _say_what_instances_lack(settings: Settings) -> None:
+    """What the instances of each of this server's backends lack on this machine (a
+    network of their own, a way out of it), said once as the worker that starts them
+    starts."""
+    from provisioning import registry
+
+    for name in sorted(set(settings.backends.values())):
+        try:
+            notices = registry.build(name, settings).notices()
+        except Exception:  # a backend that cannot be built says so when it launches
+            log.debug("could not ask the %s backend what it lacks", name, exc_info=True)
+            continue
+        for notice in notices:
+            log.warning("%s backend: %s", name, notice)
 
 
 def run_beat(settings: Settings) -> None:

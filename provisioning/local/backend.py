@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from contract import storage, variables
 from contract.hosts import RENDEZVOUS_PORT
@@ -56,7 +57,7 @@ from provisioning.base import (
     TeardownError,
 )
 from provisioning.instance_files import instance_files
-from provisioning.local import containers, network, processes
+from provisioning.local import containers, egress, network, processes
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
@@ -75,6 +76,13 @@ PACKAGES = (
     "libraries",
     "runyard",
     "migrations",
+)
+# What the first instance of a job says where its network has no way out though the job
+# did not ask for network isolation, and where its instances have no resolver to ask.
+CLOSED_NOTICE = "This job's instances reach one another and nothing beyond"
+UNRESOLVED_NOTICE = (
+    "Names do not resolve in this job's instances: this machine's resolvers listen on its "
+    "loopback, which they do not reach"
 )
 # Each instance with namespaces is a machine of its own: the rendezvous
 # (contract.hosts.RENDEZVOUS_PORT) and the launch agent have their usual ports.
@@ -97,6 +105,16 @@ INHERITED_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
 )
+
+
+@dataclass(frozen=True)
+class _Network:
+    """A job's network as its plan has it, with what the first instance says of it and
+    the /etc/resolv.conf its instances see ("" for the machine's own)."""
+
+    network: network.JobNetwork
+    notices: tuple[str, ...] = ()
+    resolv_conf: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,6 +252,27 @@ class LocalBackend(Backend[LocalPlan]):
                             f"which needs Linux namespaces here: {why}")]  # fmt: skip
         return []
 
+    def network_isolation_problem(self) -> str | None:
+        # Instances that share the machine share its network: there is none to close.
+        if (why := self.shared_because()) is not None:
+            return f"local instances share this machine's network here ({why})"
+        return None
+
+    def notices(self) -> list[str]:
+        if (why := self.shared_because()) is not None:
+            return [f"local instances share this machine's host name and network: {why}"]
+        if (why := egress.unavailable()) is not None:
+            return [f"local instances reach their job's other hosts and nothing beyond: {why}"]
+        return []
+
+    def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        if self.shared_because() is not None:
+            return super().submit(request)  # no network of the job's own to choose
+        # A job's subnet is chosen from those the machine's routes leave free, and taken
+        # once its bridge holds its address: no other launch may choose in between.
+        with network.choosing_subnet():
+            return super().submit(request)
+
     def shared_because(self) -> str | None:
         # Where namespaces are asked for and cannot be used, ``check`` refuses the job.
         if self.isolation == "shared":
@@ -263,17 +302,46 @@ class LocalBackend(Backend[LocalPlan]):
             previous = None
             isolation, why = self._isolation()
         if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
-            plan = self._plan_containers(request, job_dir)
+            plan = self._plan_containers(request, job_dir, self._network(request, previous))
         elif isolation == Isolation.NAMESPACES:
-            plan = self._plan_hosts(request, job_dir)
+            plan = self._plan_hosts(request, job_dir, self._network(request, previous))
         else:
             port = previous.master_port if previous else self.allocate_port()
             plan = self._plan_shared(request, job_dir, port, why)
         return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
 
-    def _plan_hosts(self, request: LaunchRequest, job_dir: Path) -> LocalPlan:
+    def _network(self, request: LaunchRequest, previous: LocalPlan | None) -> _Network:
+        """The job's network: the one an earlier launch planned, or a new one, with a way
+        out unless the job asks for network isolation or this machine cannot give one."""
+        job, isolated = request.job, request.spec.enable_network_isolation
+        resolv_conf, nameservers = egress.machine_resolv_conf()
+        if previous is not None and previous.network is not None:
+            net = previous.network  # adopted as it was planned
+        elif isolated or egress.unavailable() is not None:
+            net = network.plan(job.id, request.hosts)
+        else:
+            try:
+                subnet = network.choose_subnet(job.id)
+            except network.NetworkError as exc:
+                raise LaunchError(str(exc)) from exc
+            net = network.plan(
+                job.id,
+                request.hosts,
+                subnet,
+                api_port=_port(request.service_url),
+                nameservers=nameservers,
+            )
+        if net.egress is None:
+            why = None if isolated else egress.unavailable()
+            return _Network(net, () if why is None else (f"{CLOSED_NOTICE}: {why}",))
+        notices = () if net.egress.nameservers else (UNRESOLVED_NOTICE,)
+        return _Network(net, notices, resolv_conf or "")
+
+    def _plan_hosts(
+        self, request: LaunchRequest, job_dir: Path, job_network: _Network
+    ) -> LocalPlan:
         """Each instance a host of its own: its namespaces, its address, port and agent."""
-        net = network.plan(request.job.id, request.hosts)
+        net = job_network.network
         unshare = shutil.which("unshare") or "unshare"
         # The runtime dies with its leader (--kill-child): whatever kills the instance kills
         # all of it, as PID 1's end takes every process of its namespace along.
@@ -291,8 +359,9 @@ class LocalBackend(Backend[LocalPlan]):
             agent_port=AGENT_PORT,
             isolation=Isolation.NAMESPACES,
             hidden_paths=[str(path) for path in self.hidden],
-            notices=self._cpu_notice(request),
+            notices=(*job_network.notices, *self._cpu_notice(request)),
             peer_timeout_seconds=self.peer_timeout,
+            resolv_conf=job_network.resolv_conf,
         )
         return LocalPlan(
             request.job.id,
@@ -305,13 +374,15 @@ class LocalBackend(Backend[LocalPlan]):
             image=request.spec.image.image,
         )
 
-    def _plan_containers(self, request: LaunchRequest, job_dir: Path) -> LocalPlan:
+    def _plan_containers(
+        self, request: LaunchRequest, job_dir: Path, job_network: _Network
+    ) -> LocalPlan:
         """Each instance a container of the job's own image on the job's network; its
         runtime stays on this machine, outside it, as SageMaker's agent does."""
         engine, why = containers.find(self.container_engine)
         if not engine:
             raise LaunchError(why)
-        net = network.plan(request.job.id, request.hosts)
+        net = job_network.network
         instances = self._instances(
             request,
             job_dir,
@@ -322,7 +393,7 @@ class LocalBackend(Backend[LocalPlan]):
             network_interface=network.INTERFACE,
             launch_agent=[],
             isolation=Isolation.CONTAINER,
-            notices=self._cpu_notice(request),
+            notices=(*job_network.notices, *self._cpu_notice(request)),
             container_image=request.spec.image.container,
             container_engine=list(engine),
         )
@@ -595,6 +666,8 @@ class LocalBackend(Backend[LocalPlan]):
             containers.remove_job(containers.find(self.container_engine)[0], job.id)
         if plan is not None and plan.network is not None:
             network.remove(plan.network)
+        # Whatever of its network no plan names (one lost with the job's directory).
+        network.remove_job(job.id)
         # A runtime killed with SIGKILL leaves its FastFile (FUSE) mounts behind, served by
         # no one: rmtree cannot enter them (ENOTCONN) and they would outlive the job.
         # Detach them first; a lazy unmount cannot fail on a mount still in use. (Those of
@@ -603,17 +676,18 @@ class LocalBackend(Backend[LocalPlan]):
         shutil.rmtree(job_dir, ignore_errors=True)
 
     def held_jobs(self) -> list[JobRef]:
-        """Every job with a directory here: a job's teardown removes it, so one of a job
-        that has ended was left by a worker that died before its teardown ended."""
-        if not self.jobs_dir.is_dir():
-            return []
-        held = []
-        for job_dir in sorted(self.jobs_dir.iterdir()):
-            if not job_dir.is_dir():
-                continue
-            plan = self._load_plan(job_dir)
-            held.append(JobRef(job_dir.name, plan.job_name if plan else ""))
-        return held
+        """Every job with a directory here (a job's teardown removes it, so one of a job
+        that has ended was left by a worker that died before its teardown ended), and
+        every job whose network is left with no directory leading to it."""
+        held: dict[str, JobRef] = {}
+        if self.jobs_dir.is_dir():
+            for job_dir in sorted(self.jobs_dir.iterdir()):
+                if job_dir.is_dir():
+                    plan = self._load_plan(job_dir)
+                    held[job_dir.name] = JobRef(job_dir.name, plan.job_name if plan else "")
+        for job_id in network.held_jobs():
+            held.setdefault(job_id, JobRef(job_id, job_id))
+        return [held[job_id] for job_id in sorted(held)]
 
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -660,8 +734,17 @@ class LocalBackend(Backend[LocalPlan]):
         instances = [LocalInstance(**item) for item in data.pop("instances")]
         net = data.pop("network", None)
         if net is not None:
-            net = network.JobNetwork(net["bridge"], [network.Port(**p) for p in net["ports"]])
+            net = network.JobNetwork.from_dict(net)
         return LocalPlan(**data, instances=instances, network=net)
+
+
+def _port(url: str) -> int | None:
+    """The port of the API's URL, which the job's instances may reach on the machine."""
+    parts = urlsplit(url)
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
 
 
 def _server_paths(images_root: Path) -> list[str]:

@@ -1,11 +1,21 @@
 """The private network of one job's instances on this machine, made with iproute2.
 
 Each job has a bridge of its own; each instance a network namespace (``ip netns``) joined
-to it by a veth pair, named ``eth0`` inside, with an address of its own in ``SUBNET``. The
-machine holds no address on the bridge: the instances reach each other and nothing else,
-as under SageMaker's network isolation, and since no route leads into a job's network
-every job can use the same subnet. (The runtime of each instance stays outside the
-namespace: it reports, fetches and stores over the machine's own network.)
+to it by a veth pair, named ``eth0`` inside, with an address of its own. The instances
+reach each other by their addresses; beyond that:
+
+- With a way out (``egress``, the default where nftables works), the job has a subnet of
+  its own in ``POOL``, the machine holds its first address on the bridge, every
+  instance's default route leads there, and the job's nftables table masquerades what
+  leaves and keeps the instances off the machine's own ports and other jobs' networks.
+- Closed (network isolation, or where nftables cannot be used), the machine holds no
+  address on the bridge: the instances reach each other and nothing else, as under
+  SageMaker's network isolation, and since no route leads into such a network they all
+  share ``CLOSED_SUBNET``.
+
+Either way the machine's end of each link has no IPv6 address either (a link-local one
+would be a way to the machine's own ports). (The runtime of each instance stays outside
+the namespace: it reports, fetches and stores over the machine's own network.)
 
 Names derive from the job id, so a retried launch finds and adopts what an earlier one made,
 and teardown removes it all by name.
@@ -13,18 +23,33 @@ and teardown removes it all by name.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import ipaddress
+import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from contract.hosts import host_number
 from contract.layout import IMAGE_BASE_DIR
+from provisioning.local import egress as egress_rules
+from provisioning.local.egress import Egress
 
-SUBNET = ipaddress.ip_network("10.213.0.0/24")
+# Every job's network is a /24 of the pool: the first for all closed ones, another of its
+# own for each with a way out (the machine routes to it).
+POOL = ipaddress.IPv4Network("10.213.0.0/16")
+CLOSED_SUBNET = ipaddress.IPv4Network("10.213.0.0/24")
+SUBNET_PREFIX = 24
+# Held while a launch chooses its job's subnet and until its bridge holds it, by every
+# Runyard worker on the machine.
+SUBNET_LOCK = Path("/run/runyard-networks.lock")
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` keeps a namespace by name
 INTERFACE = "eth0"  # the instance's end of its link, as on a machine of its own
 _TOOLS = ("ip", "unshare")
@@ -62,6 +87,9 @@ class Port:
 class JobNetwork:
     bridge: str
     ports: list[Port]
+    subnet: str = str(CLOSED_SUBNET)
+    # The way out, where the job has one; None: closed.
+    egress: Egress | None = None
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -70,11 +98,34 @@ class JobNetwork:
     def port(self, host: str) -> Port:
         return next(port for port in self.ports if port.host == host)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobNetwork:
+        """As ``asdict`` wrote it in a plan (one written before jobs had a way out lacks
+        the subnet and egress: closed)."""
+        way_out = data.get("egress")
+        return cls(
+            data["bridge"],
+            [Port(**port) for port in data["ports"]],
+            data.get("subnet", str(CLOSED_SUBNET)),
+            Egress(**{**way_out, "nameservers": tuple(way_out["nameservers"])})
+            if way_out
+            else None,
+        )
 
-def plan(job_id: str, hosts: list[str]) -> JobNetwork:
-    """The job's network, by name only; nothing is made. Interface names stay within the
+
+def plan(
+    job_id: str,
+    hosts: list[str],
+    subnet: ipaddress.IPv4Network = CLOSED_SUBNET,
+    *,
+    api_port: int | None = None,
+    nameservers: tuple[str, ...] = (),
+) -> JobNetwork:
+    """The job's network, by name only; nothing is made: closed in ``CLOSED_SUBNET``,
+    else with a way out through the first address of ``subnet`` (the API's port and
+    the ``nameservers`` on the machine open to it). Interface names stay within the
     kernel's 15 characters."""
-    first = next(SUBNET.hosts())
+    first = next(subnet.hosts())
     ports = [
         Port(
             host=host,
@@ -84,15 +135,62 @@ def plan(job_id: str, hosts: list[str]) -> JobNetwork:
         )
         for host in hosts
     ]
-    return JobNetwork(bridge=f"ry{job_id[:12]}", ports=ports)
+    way_out = None
+    if subnet != CLOSED_SUBNET:
+        way_out = Egress(egress_rules.table_name(job_id), str(first), api_port, nameservers)
+    return JobNetwork(f"ry{job_id[:12]}", ports, str(subnet), way_out)
+
+
+def choose_subnet(job_id: str) -> ipaddress.IPv4Network:
+    """A /24 of the pool in which the machine routes to nothing yet (no other job's
+    network, no network the machine is on), looked for from a place the job's id gives,
+    so that jobs launched together seldom try the same one first. Hold
+    ``choosing_subnet`` from here until the job's bridge holds it."""
+    slots = list(POOL.subnets(new_prefix=SUBNET_PREFIX))[1:]  # not the closed networks'
+    taken = _routed()
+    start = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % len(slots)
+    for slot in slots[start:] + slots[:start]:
+        if not any(slot.overlaps(routed) for routed in taken):
+            return slot
+    raise NetworkError(f"every /{SUBNET_PREFIX} of {POOL} is taken: too many jobs at once")
+
+
+@contextlib.contextmanager
+def choosing_subnet() -> Iterator[None]:
+    """Hold the machine's lock on choosing subnets (``choose_subnet``)."""
+    with open(SUBNET_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _routed() -> list[ipaddress.IPv4Network]:
+    """Every IPv4 network the machine routes to (its addresses' included), in any table."""
+    shown = subprocess.run(
+        ["ip", "-json", "-4", "route", "show", "table", "all"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = []
+    for route in json.loads(shown.stdout or "[]"):
+        with contextlib.suppress(ValueError):
+            found.append(ipaddress.IPv4Network(route.get("dst", ""), strict=False))
+    return [network for network in found if network.prefixlen > 0]
 
 
 def create(network: JobNetwork) -> None:
     """Make what is missing of the job's network (an earlier launch may have made part),
     and the mount point each instance's directory is shown at."""
     Path(IMAGE_BASE_DIR).mkdir(parents=True, exist_ok=True)
+    prefix = ipaddress.ip_network(network.subnet).prefixlen
     if not _exists(["link", "show", network.bridge]):
         _ip("link", "add", network.bridge, "type", "bridge")
+    _without_ipv6(network.bridge)
+    if network.egress is not None:
+        _add_address(network.bridge, f"{network.egress.gateway}/{prefix}")
     _ip("link", "set", network.bridge, "up")
     for port in network.ports:
         if not Path(port.namespace_path).exists():
@@ -100,14 +198,19 @@ def create(network: JobNetwork) -> None:
         if not _exists(["link", "show", port.veth]):
             _ip("link", "add", port.veth, "type", "veth", "peer", "name", INTERFACE,
                 "netns", port.namespace)  # fmt: skip
+        _without_ipv6(port.veth)
         _ip("link", "set", port.veth, "master", network.bridge, "up")
-        prefix = f"{port.address}/{SUBNET.prefixlen}"
-        if f" {prefix} " not in _output(
-            ["-n", port.namespace, "address", "show", "dev", INTERFACE]
-        ):
-            _ip("-n", port.namespace, "address", "add", prefix, "dev", INTERFACE)
-        _ip("-n", port.namespace, "link", "set", INTERFACE, "up")
-        _ip("-n", port.namespace, "link", "set", "lo", "up")
+        inside = ["-n", port.namespace]
+        _add_address(INTERFACE, f"{port.address}/{prefix}", inside)
+        _ip(*inside, "link", "set", INTERFACE, "up")
+        _ip(*inside, "link", "set", "lo", "up")
+        if network.egress is not None:
+            _ip(*inside, "route", "replace", "default", "via", network.egress.gateway)
+    if network.egress is not None:
+        try:
+            egress_rules.apply(network.egress, network.bridge, network.subnet, str(POOL))
+        except egress_rules.EgressError as exc:
+            raise NetworkError(str(exc)) from exc
 
 
 def remove(network: JobNetwork) -> None:
@@ -115,9 +218,58 @@ def remove(network: JobNetwork) -> None:
     each link along, and (a moment later) the machine's end with it."""
     for port in network.ports:
         if Path(port.namespace_path).exists():
-            _ip("netns", "delete", port.namespace)
+            _delete_namespace(port.namespace)
         _delete_link(port.veth)
     _delete_link(network.bridge)
+    if network.egress is not None:
+        _remove_table(network.egress.table.removeprefix(egress_rules.TABLE_PREFIX))
+
+
+def remove_job(job_id: str) -> None:
+    """Remove, by name, whatever of the job's network is left where no plan names it
+    any more: its namespaces, bridge and table."""
+    if shutil.which("ip") is None:
+        return  # none was ever made here
+    for path in NETNS_DIR.glob(f"runyard-{job_id}-*"):
+        _delete_namespace(path.name)
+    _delete_link(plan(job_id, []).bridge)
+    if job_id in egress_rules.held_tables():
+        _remove_table(job_id)
+
+
+def held_jobs() -> set[str]:
+    """The ids of every job that this machine holds a namespace or a table of."""
+    prefix = "runyard-"
+    named = [path.name.removeprefix(prefix) for path in NETNS_DIR.glob(f"{prefix}*-algo-*")]
+    return {name.rpartition("-algo-")[0] for name in named} | set(egress_rules.held_tables())
+
+
+def _remove_table(job_id: str) -> None:
+    try:
+        egress_rules.remove(job_id)
+    except egress_rules.EgressError as exc:
+        raise NetworkError(str(exc)) from exc
+
+
+def _delete_namespace(name: str) -> None:
+    result = subprocess.run(["ip", "netns", "delete", name], capture_output=True, text=True)
+    if result.returncode != 0 and (NETNS_DIR / name).exists():
+        raise NetworkError(f"ip netns delete {name}: {result.stderr.strip() or 'failed'}")
+
+
+def _add_address(device: str, prefix: str, namespace: list[str] | None = None) -> None:
+    """``prefix`` (address/length) on ``device`` (in the namespace ``-n NAME`` names),
+    unless it holds it already."""
+    namespace = namespace or []
+    if f" {prefix} " not in _output([*namespace, "address", "show", "dev", device]):
+        _ip(*namespace, "address", "add", prefix, "dev", device)
+
+
+def _without_ipv6(device: str) -> None:
+    """No IPv6 address for the machine on the device (where the machine has IPv6)."""
+    switch = Path("/proc/sys/net/ipv6/conf") / device / "disable_ipv6"
+    if switch.exists() and switch.read_text().strip() != "1":
+        switch.write_text("1\n")
 
 
 def _delete_link(name: str) -> None:

@@ -33,6 +33,7 @@ from runtime.linux.mounts import (
 CLONE_NEWNET = 0x40000000
 
 HOSTS_FILE = Path("/etc/hosts")
+RESOLV_CONF = Path("/etc/resolv.conf")
 SHARED_MEMORY = Path("/dev/shm")  # noqa: S108 (the instance's own, mounted below)
 SYSFS = Path("/sys")
 
@@ -54,19 +55,26 @@ def become_host(
     network_namespace: str,
     read_only: Sequence[Path] = (),
     machine_names: Iterable[str] = (),
+    resolv_conf: str = "",
 ) -> None:
     """Take the host name ``name``; make every host's name and address resolve
     (``hosts_file``, written here from ``addresses`` and the machine's own file's entries
-    for ``machine_names``, bound over it: see ``etc_hosts``); show ``base`` at
-    ``image_base``; give the instance shared memory of its own, and a /sys that shows its
-    own network's interfaces; show each of ``read_only`` (the server's environment, the
-    images) read-only. Only this instance's mount namespace sees any of it."""
+    for ``machine_names``, bound over it: see ``etc_hosts``); ask the resolvers
+    ``resolv_conf`` names, where it names any (written beside ``hosts_file`` and bound
+    over the machine's /etc/resolv.conf); show ``base`` at ``image_base``; give the
+    instance shared memory of its own, and a /sys that shows its own network's
+    interfaces; show each of ``read_only`` (the server's environment, the images)
+    read-only. Only this instance's mount namespace sees any of it."""
     socket.sethostname(name)
     for path in read_only:
         bind_read_only(path)
     hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts_file.write_text(etc_hosts.text(name, addresses, _machine_hosts(), machine_names))
     _bind(hosts_file, HOSTS_FILE)
+    if resolv_conf and RESOLV_CONF.exists():
+        resolvers = hosts_file.with_name("resolv.conf")
+        resolvers.write_text(resolv_conf)
+        _bind(resolvers, RESOLV_CONF)
     image_base.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
     _bind(base, image_base)
     mount("shm", SHARED_MEMORY, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

@@ -92,6 +92,9 @@ class JobFields(Strict):
     container_arguments: list[ContainerWord] | None = Field(
         default=None, min_length=1, max_length=MAX_CONTAINER_WORDS
     )
+    # As SageMaker's EnableNetworkIsolation: the instances reach each other and nothing
+    # else (no egress to the network the machine reaches).
+    enable_network_isolation: bool = False
     # Set by the server at submission, from image_uri or framework, framework_version and
     # py_version; a client names an image with those.
     image: ImageChoice | None = None
@@ -119,6 +122,7 @@ class JobFields(Strict):
             use_spot_instances=self.use_spot_instances,
             container_entrypoint=tuple(self.container_entrypoint or ()),
             container_arguments=tuple(self.container_arguments or ()),
+            enable_network_isolation=self.enable_network_isolation,
             image=images.Choice(self.image.name, self.image.container)
             if self.image is not None
             else images.Choice(),

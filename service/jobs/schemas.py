@@ -31,6 +31,7 @@ from pydantic import (
 from contract import (
     codeartifact,
     hyperparameters,
+    layout,
     limits,
     mpi_options,
     sagemaker_flags,
@@ -138,6 +139,28 @@ class JobCreate(JobFields):
             )
         return self
 
+    @model_validator(mode="after")
+    def _source_in_a_channel(self) -> Self:
+        # With network isolation the SageMaker SDK ships the code as a channel and names
+        # it by its path on the instance: every instance must find it there as a file.
+        found = layout.channel_file(self.source_uri) if self.source_uri else None
+        if found is None:
+            return self
+        channel = self.inputs.get(found.channel)
+        why = None
+        if channel is None:
+            why = f"names channel {found.channel!r}, which is not one of the job's inputs"
+        elif channel.input_mode == "Pipe":
+            why = f"is in channel {found.channel!r}, whose Pipe input mode leaves no file there"
+        elif channel.distribution != "FullyReplicated":
+            why = (
+                f"is in channel {found.channel!r}, which every instance needs whole: its "
+                "distribution must be FullyReplicated"
+            )
+        if why is not None:
+            raise invalid("JobCreate", ("source_uri",), why)
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
@@ -194,6 +217,17 @@ class JobCreate(JobFields):
         if value is not None and max_run is not None and value < max_run:
             raise ValueError(f"{value} is less than max_run ({max_run}), which it includes")
         return value
+
+    @field_validator("source_uri")
+    @classmethod
+    def _source_form(cls, value: str | None) -> str | None:
+        if value is None or not layout.is_path(value) or layout.channel_file(value):
+            return value
+        raise ValueError(
+            f"a path must name a file in one of the job's channels ({layout.CHANNELS_DIR}/"
+            "<channel>/..., as the SageMaker SDK names its code with network isolation); "
+            "give stored code as an s3:// or file:// URI"
+        )
 
     @field_validator("entry_point")
     @classmethod

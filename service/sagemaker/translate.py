@@ -31,7 +31,6 @@ from service.sagemaker.errors import validation
 RECORDED = (
     "RoleArn",
     "VpcConfig",
-    "EnableNetworkIsolation",
     "EnableInterContainerTrafficEncryption",
     "DebugHookConfig",
     "DebugRuleConfigurations",
@@ -115,9 +114,10 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
     elif not isinstance(program, str) or not isinstance(source, str):
         raise validation(
             f"HyperParameters: {PROGRAM} and {SUBMIT_DIRECTORY} must name the script and "
-            "its source (an s3:// or file:// URI of a tar.gz or directory), as the "
-            "SageMaker SDK's estimators send them, unless AlgorithmSpecification has a "
-            "ContainerEntrypoint or a TrainingImage of the job's own"
+            "its source (an s3:// or file:// URI of a tar.gz or directory, or a file of a "
+            "channel: /opt/ml/input/data/code/sourcedir.tar.gz), as the SageMaker SDK's "
+            "estimators send them, unless AlgorithmSpecification has a ContainerEntrypoint "
+            "or a TrainingImage of the job's own"
         )
     stopping = request.get("StoppingCondition") or {}
     if "MaxPendingTimeInSeconds" in stopping:
@@ -152,6 +152,7 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
         "max_retry_attempts": (request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0),
         "container_entrypoint": entrypoint or None,
         "container_arguments": algorithm.get("ContainerArguments") or None,
+        "enable_network_isolation": bool(request.get("EnableNetworkIsolation")),
     }
     try:
         return JobCreate.model_validate({k: v for k, v in fields.items() if v is not None})
@@ -241,6 +242,7 @@ _MEMBER_OF_FIELD = {
     "max_retry_attempts": "RetryStrategy.MaximumRetryAttempts",
     "container_entrypoint": "AlgorithmSpecification.ContainerEntrypoint",
     "container_arguments": "AlgorithmSpecification.ContainerArguments",
+    "enable_network_isolation": "EnableNetworkIsolation",
 }
 
 
@@ -336,6 +338,7 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
             {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
         ],
         "EnableManagedSpotTraining": spec.use_spot_instances,
+        "EnableNetworkIsolation": spec.enable_network_isolation,
         "Environment": dict(spec.environment),
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
     }

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
 
-from contract import modes, sagemaker_flags, storage
+from contract import layout, modes, sagemaker_flags, storage
 from contract.archive import ArchiveError, check_archive
 from contract.images import ImageError
 from contract.problems import Problem
@@ -157,6 +157,8 @@ def prepare(
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
     # What only the backend knows: whether its instances could reach the code and data.
     built = registry.build(backend, settings)
+    if located.enable_network_isolation and (why := built.network_isolation_problem()):
+        refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
     refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
         refuse(_shared_machine_problems(settings, built))
@@ -226,7 +228,14 @@ def _generate_name(spec: JobCreate, now: datetime) -> str:
 def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
     if spec.source_uri is None or spec.entry_point is None:
         return  # a container entry point brings its own code
-    located = _Source(spec.source_uri, spec.entry_point)
+    in_channel = layout.channel_file(spec.source_uri)
+    try:
+        uri = spec.source_uri if in_channel is None else _channel_object(spec, in_channel)
+    except storage.StorageError as exc:
+        raise SpecError(("source_uri",), str(exc)) from exc
+    if uri is None:
+        return  # a manifest's channel: its files are named as it is read, on the instance
+    located = _Source(uri, spec.entry_point)
     try:
         if storage.scheme(located.uri) == "file":
             _check_source_at(located, storage.local_path(located.uri))
@@ -236,6 +245,21 @@ def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
         raise SpecError(("source_uri",), str(exc)) from exc
     except OSError as exc:  # e.g. a directory the server may not enter
         raise SpecError(("source_uri",), f"cannot read it: {exc.strerror or exc}") from exc
+
+
+def _channel_object(spec: JobCreate, found: layout.ChannelFile) -> str | None:
+    """The object of the job's channel that lands as the file ``found`` (the code the
+    SageMaker SDK ships in a channel), or None where that is known only on the instance."""
+    channel = spec.inputs[found.channel]  # the schema checked that the job has it
+    if channel.s3_data_type != "S3Prefix":
+        return None
+    for item in storage.listing(channel.uri):
+        if item.relative == found.relative:
+            return item.uri
+    raise SpecError(
+        ("source_uri",),
+        f"channel {found.channel!r} ({channel.uri}) holds no {found.relative}",
+    )
 
 
 @dataclass(frozen=True)

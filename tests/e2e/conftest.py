@@ -98,9 +98,10 @@ class Stack:
         self.processes[key] = process
         return process
 
-    def up(self) -> Stack:
+    def up(self, host: str = "127.0.0.1") -> Stack:
+        """Start the API (listening on ``host``), the worker and beat."""
         self.home.mkdir(parents=True, exist_ok=True)
-        api = self.start("api", "--port", str(self.port))
+        api = self.start("api", "--host", host, "--port", str(self.port))
         if not wait_until_up(self.url, alive=lambda: api.poll() is None):
             raise RuntimeError(f"API did not start:\n{self.log_tail('api')}")
         self.start("worker")

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from provisioning.local import network, processes
+from provisioning.local import egress, network, processes
 from runtime.linux.confine import JOB_UID_BASE
 from runyard.client import Client
 from runyard.output import describe_lines
@@ -188,8 +188,9 @@ def _reports(lines: list[str], tag: str) -> list[dict[str, Any]]:
 
 
 def _network_left(job_id: str) -> list[str]:
-    """Whatever of the job's private network still exists."""
+    """Whatever of the job's private network still exists, its rules included."""
     left = [path.name for path in network.NETNS_DIR.glob(f"runyard-{job_id}-*")]
+    left += [f"table runyard-{held}" for held in egress.held_tables() if held == job_id]
     bridge = network.plan(job_id, []).bridge
     shown = subprocess.run(["ip", "link", "show", bridge], capture_output=True, check=False)
     return [*left, bridge] if shown.returncode == 0 else left

@@ -244,3 +244,29 @@ def test_model_trainer_with_torchrun_trains_on_two_instances(
         job = client.get_job(result["name"])
     assert job["spec"]["container_entrypoint"] == ["/bin/bash"]
     assert sorted(job["spec"]["inputs"]) == ["code", "sm_drivers"]
+
+
+def test_network_isolation_ships_the_code_in_a_channel_and_closes_the_network(
+    sdk_stack: Stack, s3: MotoServer
+) -> None:
+    """``enable_network_isolation=True``: the SDK uploads the code as the ``code``
+    channel and names it /opt/ml/input/data/code/sourcedir.tar.gz; each instance unpacks
+    it from there, and its scripts reach nothing beyond the job."""
+    output = run_sdk(sdk_stack, s3, "v2", "fit_isolated_v2.py", str(HERE / "isolated_job"), BUCKET)
+    result = result_of(output)
+    assert result["status"] == "Completed"
+    assert result["isolation"] is True
+    assert sorted(result["channels"]) == ["code", "training"]
+    assert json.loads(result["submit_directory"]) == "/opt/ml/input/data/code/sourcedir.tar.gz"
+    found = sorted(reports(output, "isolated "), key=lambda r: r["host"])
+    assert [r["host"] for r in found] == ["algo-1", "algo-2"]
+    for report in found:
+        assert report["cwd"] == "/opt/ml/code"
+        assert report["files"] == ["helper.csv", "train.py"]
+        assert report["module_dir"] == "/opt/ml/input/data/code/sourcedir.tar.gz"
+        assert sorted(report["channels"]) == ["code", "training"]
+        assert report["training"] == ["rows.csv"]
+        assert report["pypi"] == "gaierror"
+    with sdk_stack.client() as client:
+        job = client.get_job(result["name"])
+    assert job["spec"]["enable_network_isolation"] is True

@@ -219,6 +219,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "spot_notice": null,
   "isolation": "machine",
   "network_namespace": null,
+  "resolv_conf": "",
   "notices": [],
   "peer_timeout_seconds": null,
   "container_command": [],

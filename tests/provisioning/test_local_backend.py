@@ -124,6 +124,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "spot_notice": None,
         "isolation": "shared",
         "network_namespace": None,
+        "resolv_conf": "",
         "notices": [
             "The instances of this job share this machine's host name and network: "
             "RUNYARD_LOCAL_ISOLATION is shared"

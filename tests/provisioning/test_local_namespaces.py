@@ -3,7 +3,9 @@ job's private network made and removed for real with iproute2."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.base import LaunchError, LaunchRequest
-from provisioning.local import network
+from provisioning.base import JobRef, LaunchError, LaunchRequest
+from provisioning.local import egress, network
 from provisioning.local.backend import LocalBackend
 from service.kit.errors import SpecError, refuse
 from tests.instances import launch_request
@@ -47,11 +49,12 @@ def without_tools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
-    request = _request(tmp_path, instance_count=2)
+    request = _request(tmp_path, instance_count=2, enable_network_isolation=True)
     materialized = _backend(tmp_path).materialize(request)
     assert materialized.isolation == "namespaces"
     public = materialized.public
     job_id = request.job.id
+    # Network isolation: every closed network has the same subnet, and no way out.
     assert public["network"] == {
         "bridge": f"ry{job_id[:12]}",
         "ports": [
@@ -68,6 +71,8 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
                 "address": "10.213.0.3",
             },
         ],
+        "subnet": "10.213.0.0/24",
+        "egress": None,
     }
     second = public["instances"][1]
     assert second["argv"][1:] == [
@@ -102,11 +107,52 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
     assert runyard["network_namespace"] == f"/run/netns/runyard-{job_id}-algo-2"
     assert runyard["peer_timeout_seconds"] == 60.0
     assert runyard["notices"] == []
+    assert runyard["resolv_conf"] == ""  # the machine's own, where it would be any
     # The job's processes see nothing of the server's home, where the jobs directory is.
     assert runyard["hidden_paths"] == [str(tmp_path)]
     # Planning makes nothing.
     assert not Path(runyard["network_namespace"]).exists()
     assert not (tmp_path / "jobs").exists()
+
+
+def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
+    request = _request(tmp_path, instance_count=2)
+    materialized = _backend(tmp_path).materialize(request)
+    planned = materialized.public["network"]
+    subnet = ipaddress.ip_network(planned["subnet"])
+    # A /24 of the pool that nothing on this machine routes to yet, not the closed one.
+    assert subnet.prefixlen == 24
+    assert subnet.subnet_of(network.POOL)
+    assert subnet != network.CLOSED_SUBNET
+    assert not any(subnet.overlaps(routed) for routed in network._routed())
+    gateway = next(subnet.hosts())
+    job_id = request.job.id
+    assert [port["address"] for port in planned["ports"]] == [str(gateway + 1), str(gateway + 2)]
+    assert planned["egress"] == {
+        "table": f"runyard-{job_id}",
+        "gateway": str(gateway),
+        "api_port": 1,  # the service URL's (http://127.0.0.1:1)
+        "nameservers": egress.machine_resolv_conf()[1],
+    }
+    runyard = json.loads(materialized.plan.instances[1].files["input/config/runyard.json"])
+    assert runyard["master_addr"] == str(gateway + 1)
+    assert runyard["resolv_conf"] == (egress.machine_resolv_conf()[0] or "")
+
+
+def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> None:
+    job_id = "f" * 32
+    preferred = network.choose_subnet(job_id)
+    dummy = "rytestroute0"
+    subprocess.run(["ip", "link", "add", dummy, "type", "bridge"], check=True)
+    try:
+        address = f"{next(preferred.hosts()) + 100}/{preferred.prefixlen}"
+        subprocess.run(["ip", "address", "add", address, "dev", dummy], check=True)
+        subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
+        chosen = network.choose_subnet(job_id)
+    finally:
+        subprocess.run(["ip", "link", "delete", dummy], check=True)
+    assert chosen != preferred
+    assert chosen.subnet_of(network.POOL)
 
 
 def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
@@ -120,32 +166,66 @@ def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
     ]
 
 
-def test_the_jobs_network_is_made_and_removed_whole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolated", [False, True], ids=["egress", "isolated"])
+def test_the_jobs_network_is_made_and_removed_whole(tmp_path: Path, isolated: bool) -> None:
     backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
-    request = _request(tmp_path, instance_count=2)
+    request = _request(tmp_path, instance_count=2, enable_network_isolation=isolated)
     materialized = backend.materialize(request)
     for instance in materialized.plan.instances:
         instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
     net = materialized.plan.network
     assert net is not None
+    assert (net.egress is None) == isolated
     try:
         backend.apply(materialized)
         backend.apply(materialized)  # a retried launch adopts what the first made
+        prefix = ipaddress.ip_network(net.subnet).prefixlen
         for port in net.ports:
             assert Path(port.namespace_path).exists()
-            shown = subprocess.run(
-                ["ip", "-n", port.namespace, "-4", "address", "show", "dev", "eth0"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            assert f"{port.address}/24" in shown
-        bridge = subprocess.run(["ip", "link", "show", net.bridge], capture_output=True)
-        assert bridge.returncode == 0
+            shown = _ip("-n", port.namespace, "-4", "address", "show", "dev", "eth0")
+            assert f"{port.address}/{prefix}" in shown
+            route = _ip("-n", port.namespace, "-4", "route", "show", "default")
+            assert route.split()[:3] == ([] if isolated else ["default", "via", net.egress.gateway])  # type: ignore[union-attr]
+        # The machine holds an address on the bridge only as the way out, and never an
+        # IPv6 one.
+        bridge = _ip("address", "show", "dev", net.bridge)
+        assert ("inet " in bridge) != isolated
+        assert "inet6" not in bridge
+        assert (request.job.id in egress.held_tables()) != isolated
+        assert backend.held_jobs() == []  # its directory leads to it: its teardown's
     finally:
         backend.teardown(request.job)
-    assert not any(Path(port.namespace_path).exists() for port in net.ports)
-    assert subprocess.run(["ip", "link", "show", net.bridge], capture_output=True).returncode != 0
+    assert _left(request.job.id, net) == []
+
+
+def test_a_network_no_plan_leads_to_is_found_and_removed(tmp_path: Path) -> None:
+    """What a job's directory no longer names (lost with it) is still the job's, by name:
+    the reaper finds it, and the job's teardown removes it."""
+    backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
+    request = _request(tmp_path, instance_count=2)
+    net = backend.materialize(request).plan.network
+    assert net is not None
+    assert net.egress is not None
+    try:
+        network.create(net)
+        assert backend.held_jobs() == [JobRef(request.job.id, request.job.id)]
+    finally:
+        backend.teardown(request.job)
+    assert _left(request.job.id, net) == []
+    assert backend.held_jobs() == []
+
+
+def _ip(*args: str) -> str:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _left(job_id: str, net: network.JobNetwork) -> list[str]:
+    """Whatever of a job's network is still on the machine."""
+    links = [net.bridge, *(port.veth for port in net.ports)]
+    left = [name for name in links if subprocess.run(
+        ["ip", "link", "show", name], capture_output=True).returncode == 0]  # fmt: skip
+    left += [path.name for path in network.NETNS_DIR.glob(f"runyard-{job_id}-*")]
+    return left + [f"table runyard-{held}" for held in egress.held_tables() if held == job_id]
 
 
 @pytest.mark.usefixtures("without_tools")
@@ -165,6 +245,54 @@ def test_without_the_tools_instances_share_the_machine_unless_namespaces_are_req
         refuse(strict.check(request.spec, "http://127.0.0.1:8642"))
     with pytest.raises(LaunchError, match="not found on PATH"):
         strict.materialize(request)
+
+
+@pytest.fixture
+def without_nft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine with iproute2 and util-linux, but not nftables, on the worker's PATH."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("ip", "unshare"):
+        found = shutil.which(tool)
+        assert found is not None
+        (tools / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", f"{tools}:{Path(sys.executable).parent}")
+    egress.unavailable.cache_clear()
+    network.unavailable.cache_clear()
+    yield
+    egress.unavailable.cache_clear()
+    network.unavailable.cache_clear()
+
+
+@pytest.mark.usefixtures("without_nft")
+def test_without_nftables_a_jobs_network_stays_closed_and_says_why(tmp_path: Path) -> None:
+    backend = _backend(tmp_path)
+    planned = backend.materialize(_request(tmp_path, instance_count=2))
+    assert planned.isolation == "namespaces"
+    assert planned.plan.network is not None
+    assert planned.plan.network.egress is None
+    why = "nft (Debian's nftables package) is not found on PATH"
+    runyard = json.loads(planned.plan.instances[0].files["input/config/runyard.json"])
+    assert runyard["notices"] == [
+        f"This job's instances reach one another and nothing beyond: {why}"
+    ]
+    assert backend.notices() == [
+        f"local instances reach their job's other hosts and nothing beyond: {why}"
+    ]
+    # Isolation itself is had all the same, and says nothing.
+    isolated = backend.materialize(
+        _request(tmp_path, instance_count=2, enable_network_isolation=True)
+    )
+    assert (
+        json.loads(isolated.plan.instances[0].files["input/config/runyard.json"])["notices"] == []
+    )
+
+
+def test_network_isolation_needs_instances_with_a_network_of_their_own(tmp_path: Path) -> None:
+    assert _backend(tmp_path).network_isolation_problem() is None
+    assert _backend(tmp_path, isolation="shared").network_isolation_problem() == (
+        "local instances share this machine's network here (RUNYARD_LOCAL_ISOLATION is shared)"
+    )
 
 
 # Materializes a job in a process of its own: which isolation it got, and what it says.

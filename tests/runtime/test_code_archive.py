@@ -1,12 +1,16 @@
 """An instance handed a tarball of code that cannot unpack (a name no file system takes,
-a decompression bomb) fails the job as a ClientError naming it, instead of crashing."""
+a decompression bomb) fails the job as a ClientError naming it, instead of crashing; code
+that a channel brings (as the SageMaker SDK ships it with network isolation) is unpacked
+from there and run."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from contract.archive import make_tarball
 from tests.archives import archive_with_member, gzip_bomb
 from tests.instances import launch_request, start_runtime, write_instances
 
@@ -35,3 +39,49 @@ def test_code_that_cannot_unpack_is_a_client_error(tmp_path: Path, make, why: st
     assert failure.startswith("ClientError: code.tar.gz: "), failure
     assert why in failure
     assert list((base / "code").iterdir()) == []
+
+
+# Where the SageMaker SDK names its code when it ships it as a channel (network isolation).
+CODE_IN_CHANNEL = "/opt/ml/input/data/code/sourcedir.tar.gz"
+REPORT = "import json, os\nprint('ran from ' + os.getcwd(), os.environ['SM_MODULE_DIR'])\n"
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["tarball", "directory"])
+def test_code_a_channel_brings_is_unpacked_and_run(tmp_path: Path, packed: bool) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(REPORT)
+    (source / "helpers").mkdir()
+    (source / "helpers" / "util.py").write_text("x = 1\n")
+    if packed:
+        channel = make_tarball(source, tmp_path / "upload" / "sourcedir.tar.gz")
+        source_uri = CODE_IN_CHANNEL
+    else:
+        channel = tmp_path / "upload"
+        shutil.copytree(source, channel / "sourcedir")
+        source_uri = "/opt/ml/input/data/code/sourcedir"
+    request = launch_request(source, source_uri=source_uri, inputs={"code": channel.as_uri()})
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    assert f"Unpacking code from {source_uri}" in output
+    assert f"ran from {base / 'code'} {source_uri}" in output  # SM_MODULE_DIR: as the SDK sent it
+    assert (base / "code" / "helpers" / "util.py").read_text() == "x = 1\n"
+
+
+def test_a_channel_without_the_code_named_is_a_client_error(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(REPORT)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "other.tar.gz").write_bytes(b"")
+    request = launch_request(source, source_uri=CODE_IN_CHANNEL, inputs={"code": data.as_uri()})
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert (base / "output" / "failure").read_text() == (
+        f"ClientError: source {CODE_IN_CHANNEL}: its channel brought no such file"
+    )

@@ -1,7 +1,8 @@
 """An instance's /etc/hosts (runtime.linux.etc_hosts): the file itself, and what the real
 resolver (glibc, through Python's socket module) answers from it in a process that has
 become an instance with namespaces.become_host, in network, UTS and mount namespaces of its
-own where no DNS server can be reached, as the local backend's instances are."""
+own where no DNS server can be reached, as the local backend's instances are; and the
+/etc/resolv.conf such an instance is given."""
 
 from __future__ import annotations
 
@@ -169,3 +170,38 @@ def test_inside_an_instance_every_address_resolves_to_a_name_and_back(tmp_path: 
     assert report["machine's own"].startswith("gaierror")
     # Every answer came from the file: none waited for a DNS server (glibc waits 5 s).
     assert report["slowest"] < 2.0
+
+
+# Becomes algo-1 with resolvers of its own, then reports the /etc/resolv.conf it reads.
+RESOLVERS = """
+import json, sys
+from pathlib import Path
+from runtime.linux import namespaces
+
+scratch = Path(sys.argv[1])
+namespaces.become_host(
+    "algo-1", {"algo-1": "10.213.0.2"}, scratch / "base", scratch / "opt-ml",
+    scratch / "base" / ".runyard" / "hosts", "/proc/self/ns/net",
+    resolv_conf=sys.argv[2],
+)
+print(json.dumps(Path("/etc/resolv.conf").read_text()))
+"""
+
+
+def test_an_instance_asks_the_resolvers_it_is_given_and_the_machine_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    given = "search corp.example.com\nnameserver 10.0.0.2\n"
+    before = Path("/etc/resolv.conf").read_text()
+    done = subprocess.run(
+        ["unshare", "--uts", "--mount", "--net", "--fork",
+         sys.executable, "-c", RESOLVERS, str(tmp_path), given],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == given
+    assert Path("/etc/resolv.conf").read_text() == before

@@ -226,6 +226,21 @@ def test_clone_submits_the_request_again_with_overrides(
     assert again.startswith("exp-copy-2")
 
 
+def test_network_isolation_is_a_flag_of_submit_and_describe_says_so(
+    api: TestClient, source_dir: Path, runyard: CliRunner
+) -> None:
+    uri = source_dir.as_uri()
+    flags = ["--source-uri", uri, "-e", "train.py", "-t", "local"]
+    _run(runyard, "submit", *flags, "--name", "closed", "--network-isolation")
+    _run(runyard, "submit", *flags, "--name", "open")
+    closed, opened = (api.get(f"/v1/training-jobs/{n}").json() for n in ("closed", "open"))
+    assert closed["spec"]["enable_network_isolation"] is True
+    assert opened["spec"]["enable_network_isolation"] is False
+    network = "Network:          isolated (the instances reach one another only)"
+    assert network in _run(runyard, "describe", "closed").stdout.splitlines()
+    assert "Network:" not in _run(runyard, "describe", "open").stdout
+
+
 def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
     api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
 ) -> None:

@@ -165,6 +165,34 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("source on an unsupported scheme", {"source_uri": "s3://bucket/code.tar.gz"}, ["source_uri"]),
     ("source that does not exist", {"source_uri": "file:///nonexistent/code"}, ["source_uri"]),
     ("relative file URI", {"source_uri": "file://relative/path"}, ["source_uri"]),
+    ("source as a path of the server", {"source_uri": "/srv/code.tar.gz"}, ["source_uri"]),
+    ("source as a relative path", {"source_uri": "code/"}, ["source_uri"]),
+    (
+        "source in a channel the job lacks",
+        {"source_uri": "/opt/ml/input/data/code/sourcedir.tar.gz"},
+        ["source_uri"],
+    ),
+    (
+        "source in a channel that is piped",
+        {
+            "source_uri": "/opt/ml/input/data/code/sourcedir.tar.gz",
+            "inputs": {"code": {"uri": "file:///tmp", "input_mode": "Pipe"}},
+        },
+        ["source_uri"],
+    ),
+    (
+        "source in a channel that is sharded",
+        {
+            "source_uri": "/opt/ml/input/data/code/sourcedir.tar.gz",
+            "inputs": {"code": {"uri": "file:///tmp", "distribution": "ShardedByS3Key"}},
+        },
+        ["source_uri"],
+    ),
+    (
+        "network isolation that is not a flag",
+        {"enable_network_isolation": "sometimes"},
+        ["enable_network_isolation"],
+    ),
     ("channel name", {"inputs": {"bad/name": "file:///tmp"}}, ["inputs"]),
     ("too many channels", {"inputs": _many(21, lambda i: (f"c{i}", "file:///tmp"))}, ["inputs"]),
     # What is under a channel's URI is the instances' to find (a ClientError at download).
@@ -420,6 +448,42 @@ def test_a_backend_the_server_does_not_use_is_refused(settings: Settings, source
     assert refused.value.field_message == (
         "backend 'ec2' is not enabled on this server (RUNYARD_BACKENDS uses: kubernetes, local)"
     )
+
+
+@pytest.mark.parametrize(
+    ("backends", "local_isolation", "why"),
+    [
+        (
+            {"local": "local"},
+            "shared",
+            "cannot be honoured: local instances share this machine's network here "
+            "(RUNYARD_LOCAL_ISOLATION is shared)",
+        ),
+        (
+            {"local": "local", "ml.m5.large": "kubernetes"},
+            "auto",
+            "cannot be honoured: the kubernetes backend cannot close its instances' network",
+        ),
+    ],
+)
+def test_network_isolation_is_refused_where_it_cannot_be_had(
+    settings: Settings,
+    source_dir: Path,
+    backends: dict[str, str],
+    local_isolation: str,
+    why: str,
+) -> None:
+    settings = settings.model_copy(
+        update={"backends": backends, "local_isolation": local_isolation}
+    )
+    instance_type = next(iter(reversed(backends)))
+    spec = JobCreate.model_validate(
+        job_spec(source_dir, instance_type=instance_type, enable_network_isolation=True)
+    )
+    with pytest.raises(SpecError) as refused:
+        preparation.prepare(settings, spec, "admin")
+    assert refused.value.loc == ("enable_network_isolation",)
+    assert refused.value.field_message == why
 
 
 BAD_NAMES = ["bad_name", "-bad", "bad-", "a" * 64, "", "name with spaces", "bad\n"]

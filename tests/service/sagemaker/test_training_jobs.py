@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
+from contract.archive import make_tarball
 from runyard.client import admin_token
 from runyard.server import prepare
 from service.app import create_app
@@ -554,3 +555,80 @@ def test_channels_keep_their_mode_compression_and_type(
     train = api.get("/v1/training-jobs/wire-1").json()["spec"]["inputs"]["train"]
     assert {key: train.get(key) for key in expected} == expected
     assert (train["s3_data_type"], train["distribution"]) == ("ManifestFile", "FullyReplicated")
+
+
+# Where the SageMaker SDK says the code is when it ships it as a channel (with network
+# isolation): a path on the instance, in the channel it names ``code``.
+CODE_IN_CHANNEL = "/opt/ml/input/data/code/sourcedir.tar.gz"
+
+
+def _code_channel(tarball: Path) -> dict[str, Any]:
+    """The ``code`` channel the SDK adds for the tarball it uploaded."""
+    return {
+        "ChannelName": "code",
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": tarball.as_uri(),
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+    }
+
+
+def _isolated_request(source_dir: Path, submit_directory: str, **overrides: Any) -> dict[str, Any]:
+    """CreateTrainingJob as the SDK's PyTorch estimator sends it with
+    enable_network_isolation=True: the code in a channel, named by its instance path."""
+    tarball = make_tarball(source_dir, source_dir.parent / "upload" / "sourcedir.tar.gz")
+    body = request(source_dir, EnableNetworkIsolation=True, **overrides)
+    body["HyperParameters"]["sagemaker_submit_directory"] = json.dumps(submit_directory)
+    body["InputDataConfig"].append(_code_channel(tarball))
+    return body
+
+
+def test_network_isolation_ships_the_code_in_a_channel_as_the_sdk_sends_it(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    sm.create_training_job(**_isolated_request(source_dir, CODE_IN_CHANNEL))
+    sm.create_training_job(**request(source_dir, name="wire-2"))
+    isolated = sm.describe_training_job(TrainingJobName="wire-1")
+    check_answer(sm, "DescribeTrainingJob", isolated)
+    assert isolated["EnableNetworkIsolation"] is True
+    assert isolated["HyperParameters"]["sagemaker_submit_directory"] == json.dumps(CODE_IN_CHANNEL)
+    assert sm.describe_training_job(TrainingJobName="wire-2")["EnableNetworkIsolation"] is False
+    spec = api.get("/v1/training-jobs/wire-1").json()["spec"]
+    assert spec["enable_network_isolation"] is True
+    assert spec["source_uri"] == CODE_IN_CHANNEL
+    assert sorted(spec["inputs"]) == ["code", "train"]
+    assert api.get("/v1/training-jobs/wire-2").json()["spec"]["enable_network_isolation"] is False
+
+
+@pytest.mark.parametrize(
+    ("submit_directory", "message"),
+    [
+        # A path on the instance, but not in a channel.
+        ("/opt/ml/code/sourcedir.tar.gz", "a path must name a file in one of the job's channels"),
+        ("src/sourcedir.tar.gz", "a path must name a file in one of the job's channels"),
+        ("/opt/ml/input/data/../code/x.tar.gz", "a path must name a file in one of the job's"),
+        # In a channel the job does not have, or that holds no such file.
+        ("/opt/ml/input/data/model/sourcedir.tar.gz", "'model', which is not one of the job's"),
+        ("/opt/ml/input/data/code/other.tar.gz", "channel 'code' (file://"),
+    ],
+)
+def test_a_submit_directory_on_the_instance_must_be_a_file_of_a_channel(
+    sm: Any, api: TestClient, source_dir: Path, submit_directory: str, message: str
+) -> None:
+    code, said = error_of(sm.create_training_job, **_isolated_request(source_dir, submit_directory))
+    assert code == "ValidationException"
+    assert said.startswith("HyperParameters.sagemaker_submit_directory: "), said
+    assert message in said
+    assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_the_code_a_channel_brings_must_hold_the_entry_point(sm: Any, source_dir: Path) -> None:
+    body = _isolated_request(source_dir, CODE_IN_CHANNEL)
+    body["HyperParameters"]["sagemaker_program"] = json.dumps("missing.py")
+    code, said = error_of(sm.create_training_job, **body)
+    assert code == "ValidationException"
+    assert "missing.py is not a file in file://" in said
+    assert said.endswith("sourcedir.tar.gz")
