@@ -1,5 +1,5 @@
 """A refused submission, said in the command line's words: the flag to fix rather than the
-JSON field, and for a mistyped instance type, the one that was probably meant."""
+JSON field (for a mistyped instance type, the server's refusal names the one meant)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ FLAG_OF_FIELD = {
     "name": "--name",
     "base_job_name": "--base-job-name",
 }
+
 
 def in_flags(error: RunyardError) -> RunyardError:
     """``error`` with each refused field named by its flag, or ``error`` itself when the
