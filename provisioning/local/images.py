@@ -361,25 +361,25 @@ def _run(argv: list[str], out: IO[str]) -> None:
     """Run a build step, its output passed on; ImageBuildError with pip's error lines."""
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     env.pop("VIRTUAL_ENV", None)  # the server's: pip must install where it is told
-    process = subprocess.Popen(
+    tail: list[str] = []
+    with subprocess.Popen(
         argv,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    tail: list[str] = []
-    assert process.stdout is not None  # PIPE above
-    for line in process.stdout:
-        out.write(line)
-        out.flush()
-        tail = [*tail[-(REASON_LINES * 4) :], line.rstrip("\n")]
-    try:
-        code = process.wait(timeout=BUILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise ImageBuildError(f"{argv[0]} took over {BUILD_TIMEOUT:.0f} s") from None
+    ) as process:
+        assert process.stdout is not None  # PIPE above
+        for line in process.stdout:
+            out.write(line)
+            out.flush()
+            tail = [*tail[-(REASON_LINES * 4) :], line.rstrip("\n")]
+        try:
+            code = process.wait(timeout=BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise ImageBuildError(f"{argv[0]} took over {BUILD_TIMEOUT:.0f} s") from None
     if code != 0:
         errors = [line for line in tail if "ERROR" in line or "error:" in line.lower()]
         reason = " | ".join((errors or tail)[-REASON_LINES:])
