@@ -67,8 +67,9 @@ class ImageDefinition(BaseModel):
     )
     processor: Literal["cpu", "gpu"] = Field(
         default="cpu",
-        description="Whether its packages are CPU or GPU builds; part of its name "
-        "(`<framework>-training:<version>-<processor>-<py_version>`).",
+        description="Whether its packages are CPU or GPU builds; part of its name, as "
+        "SageMaker names its images (`pytorch-training:<version>-<processor>-<py_version>`; "
+        "scikit-learn's repository is `sagemaker-scikit-learn`).",
     )
     aliases: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
         default_factory=list,

@@ -4,6 +4,7 @@ describe, over REST and over SageMaker's wire protocol."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,30 @@ def test_deep_learning_container_names_are_read_for_framework_version_and_python
         Catalog().choose(framework="pytorch", framework_version=None, py_version=None,
                          image_uri="huggingface-pytorch-training:2.1.7-gpu-py310")  # fmt: skip
     assert caught.value.field == "image_uri"
+
+
+def test_a_version_pip_has_no_build_of_is_refused_where_the_operator_says(
+    tmp_path: Path, database_url: str, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With RUNYARD_IMAGE_FALLBACK=refuse, once pip has said (at an earlier job's launch)
+    that the index has no torch 1.12.1 for this Python, a job naming it is refused at
+    submission; another SageMaker version, not asked about yet, is taken."""
+    from provisioning.local.images import ImageStore
+    from tests.wheels import offline
+
+    for name, value in offline(tmp_path / "no-wheels").items():
+        monkeypatch.setenv(name, value)  # the server's pip: an index without torch
+    settings = make_settings(tmp_path / "home", database_url, image_fallback="refuse")
+    python = settings.catalog.python
+    answer = ImageStore(settings.images_dir).index.offers("torch==1.12.1", python, sys.executable)
+    assert answer.offered is False
+    with TestClient(create_app(settings)) as api:
+        api.headers["Authorization"] = f"Bearer {prepare(settings)}"
+        refused = _create(api, source_dir, framework_version="1.12")
+        taken = _create(api, source_dir, name="job-2", framework_version="1.13")
+    assert refused.status_code == 422, refused.text
+    (error,) = refused.json()["detail"]
+    assert error["loc"] == ["body", "framework_version"]
+    assert error["msg"].startswith(f"torch==1.12.1 cannot be installed for Python {python} ")
+    assert error["msg"].endswith("(RUNYARD_IMAGE_FALLBACK=refuse)")
+    assert taken.status_code == 201, taken.text
