@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from provisioning.local.images import ImageStore
+from runyard.sklearn import SKLearn
 from tests.aws import MotoServer
 from tests.e2e.conftest import Stack, log_lines
 from tests.e2e.test_sagemaker_sdk import HERE, model_stored, result_of, run_sdk
@@ -53,21 +54,20 @@ def sklearn_stack(tmp_path_factory: pytest.TempPathFactory, s3: MotoServer) -> I
 
 @pytest.fixture(scope="module")
 def rest_job(sklearn_stack: Stack) -> tuple[dict[str, Any], list[str]]:
-    """A job over REST as Runyard's SKLearn estimator sends it, which builds the image on
-    its first use (or finds it built by an earlier run)."""
-    name = "sklearn-1-2-1"
+    """A job of Runyard's own SKLearn estimator (framework "sklearn", version "1.2-1" over
+    REST), which builds the image on its first use (or finds it built by an earlier run)."""
     with sklearn_stack.client() as client:
-        sklearn_stack.submit(
-            client,
-            HERE / "sklearn_job",
-            name=name,
-            entry_point="train.py",
-            framework="sklearn",
+        estimator = SKLearn(
+            "train.py",
             framework_version="1.2-1",
-            py_version="py3",
+            source_dir=HERE / "sklearn_job",
+            instance_type="local",
+            base_job_name="sklearn-rest",
+            client=client,
         )
-        job = sklearn_stack.wait_until_ended(client, name, timeout=BUILD_SECONDS)
-        return job, log_lines(client, name)
+        submitted = estimator.fit(wait=False)
+        job = sklearn_stack.wait_until_ended(client, submitted["name"], timeout=BUILD_SECONDS)
+        return job, log_lines(client, job["name"])
 
 
 def _holds(lines: list[str]) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def _holds(lines: list[str]) -> dict[str, Any]:
     return held
 
 
-def test_a_rest_job_runs_on_the_image_of_scikit_learn_1_2_1(
+def test_runyards_sklearn_estimator_runs_on_the_image_of_scikit_learn_1_2_1(
     sklearn_stack: Stack, rest_job: tuple[dict[str, Any], list[str]]
 ) -> None:
     job, lines = rest_job
