@@ -178,8 +178,9 @@ class Materialized(Generic[PlanT]):
     public: dict[str, Any] = field(default_factory=dict)
     # What keeps the job's instances apart (contract.instance_config.Isolation).
     isolation: str = Isolation.MACHINE.value
-    # The catalog image the instances run where the backend runs another than the spec
-    # names (one that stands in for a version it cannot install), and why; "" otherwise.
+    # The catalog image the instances run, as the backend decided it (the local one may
+    # run another than the spec names, standing in for a version it cannot install), and
+    # why it is not the spec's; "" where the backend runs the spec's as it is.
     image: str = ""
     image_note: str = ""
 

@@ -222,12 +222,12 @@ class LocalBackend(Backend[LocalPlan]):
             problems.append(Problem(("checkpoint_local_path",), why))
         if spec.image.container is not None:
             problems += self._container_problems(spec.image.container)
-        elif refused := stand_ins.refusal(spec, self.catalog, self.images, self.image_fallback):
-            problems.append(refused)
         elif self.isolation == "namespaces" and (why := network.unavailable()) is not None:
             problems.append(
                 Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")
             )
+        if refused := stand_ins.refusal(spec, self.catalog, self.images, self.image_fallback):
+            problems.append(refused)
         return problems
 
     def _container_problems(self, image: str) -> list[Problem]:
