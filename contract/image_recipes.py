@@ -69,7 +69,7 @@ def recipe(framework: str, version: str, processor: str) -> Recipe:
 
 
 def _pytorch(version: str) -> Recipe:
-    # Wheels of torch before 2.4 were built against NumPy 1 and fail beside NumPy 2.
+    # Wheels of torch before 2.4 came before NumPy 2, and are built against NumPy 1.
     numpy = "numpy<2" if numbers(version) < (2, 4) else "numpy"
     requirement = f"torch=={version}"
     return Recipe(
@@ -104,7 +104,8 @@ def _tensorflow(version: str, processor: str) -> Recipe:
 def _sklearn(version: str) -> Recipe:
     found = known("sklearn", version)
     release = found.release if found is not None and found.release else version.split("-")[0]
-    # scikit-learn's wheels before 1.4.2 were built against NumPy 1.
+    # scikit-learn's wheels before 1.4.2 were built against NumPy 1 (1.4.2 was the first
+    # for NumPy 2), and fail to import beside NumPy 2.
     numpy = "numpy<2" if numbers(release) < (1, 4, 2) else "numpy"
     requirement = f"scikit-learn=={release}"
     return Recipe(
