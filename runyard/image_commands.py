@@ -33,7 +33,8 @@ def images_list(packages: bool) -> None:
     """The catalog, with each image's state in this machine's store."""
     store, catalog = _store_and_catalog()
     rows = [["builtin", "-", "-", "ready", "the environment Runyard runs from"]]
-    for image in catalog.images:
+    listed = [*catalog.images, *_made_here(store, catalog)]
+    for image in listed:
         state = store.state(image)
         shown = {
             "built": f"built {state.built_at[:10]} ({state.size_bytes / 2**20:,.0f} MiB)",
@@ -45,8 +46,13 @@ def images_list(packages: bool) -> None:
         rows.append([image.name, image.digest, aliases, shown, image.description])
     for line in table(["IMAGE", "DIGEST", "ALIASES", "STATE", "HOLDS"], rows):
         click.echo(line)
+    click.echo(
+        f"Besides these, the image of every version SageMaker has images of (Python "
+        f"{catalog.python}), built on its first use: runyard images build "
+        f"pytorch-training:2.1.0-cpu-{'py' + catalog.python.replace('.', '')}"
+    )
     if packages:
-        for image in catalog.images:
+        for image in listed:
             click.echo(f"{image.name}: {' '.join(image.packages)}")
 
 
@@ -78,9 +84,23 @@ def images_prune(prune_all: bool) -> None:
     """Remove built images the catalog no longer names (with --all, every image), and
     what failed builds left; an image that a job runs on now is kept."""
     store, catalog = _store_and_catalog()
-    keep = set() if prune_all else {image.digest for image in catalog.images}
+    named = [*catalog.images, *_made_here(store, catalog)]
+    keep = set() if prune_all else {image.digest for image in named}
+    if prune_all:
+        store.index.forget()  # what pip answered, asked again once jobs need it
     removed = store.prune(keep, click.echo)
     click.echo(f"{len(removed)} image(s) removed")
+
+
+def _made_here(store: ImageStore, catalog: Catalog) -> list[Image]:
+    """The images of SageMaker's versions built in the store that the catalog still makes
+    the same way."""
+    found = []
+    for record in store.records():
+        image = catalog.get(str(record.get("name", "")))
+        if image is not None and image not in catalog.images and image.digest == record["digest"]:
+            found.append(image)
+    return found
 
 
 def _chosen(catalog: Catalog, names: tuple[str, ...], build_all: bool) -> list[Image]:
@@ -93,6 +113,9 @@ def _chosen(catalog: Catalog, names: tuple[str, ...], build_all: bool) -> list[I
         image = catalog.get(name)
         if image is None:
             known = ", ".join(i.name for i in catalog.images)
-            raise click.BadParameter(f"{name!r} is no image of the catalog; it has: {known}")
+            raise click.BadParameter(
+                f"{name!r} is no image of the catalog; it has: {known}, and the image of "
+                "every version SageMaker has images of (runyard images list)"
+            )
         chosen.append(image)
     return chosen

@@ -79,7 +79,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         f"Status:           {job['status']} ({job['secondary_status']})",
         f"Instances:        {spec['instance_count']} x {spec['instance_type']} on {job['backend']}"
         + (f" ({job['isolation']})" if job.get("isolation") else ""),
-        f"Image:            {job.get('image') or '-'}",
+        f"Image:            {job.get('image') or '-'}"
+        + (f" (asked for: {job['image_requested']})" if job.get("image_requested") else ""),
         f"Entry point:      {spec.get('entry_point') or '-'}",
         f"Output path:      {artifact_location(spec.get('output_path')) or '-'}",
         f"Max run:          {duration(spec.get('max_run') or 0)}",
@@ -92,6 +93,8 @@ def describe_lines(job: dict[str, Any]) -> list[str]:
         lines.insert(3, "Network:          isolated (the instances reach one another only)")
     if job.get("spot_savings_percent") is not None:
         lines.append(f"Spot savings:     {job['spot_savings_percent']:g}% against on-demand")
+    if job.get("image_note"):
+        lines.append(f"Image note:       {job['image_note']}")
     if job.get("pending_reason"):
         lines.append(f"Waiting:          {job['pending_reason']}")
     if job.get("restarts") or job.get("infrastructure_restarts"):

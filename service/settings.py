@@ -47,8 +47,8 @@ class ImageDefinition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    framework: Literal["pytorch", "tensorflow"] = Field(
-        description="The framework it holds: `pytorch` or `tensorflow`."
+    framework: Literal["pytorch", "tensorflow", "sklearn"] = Field(
+        description="The framework it holds: `pytorch`, `tensorflow` or `sklearn`."
     )
     framework_version: str = Field(
         pattern=VERSION.pattern,
@@ -67,8 +67,9 @@ class ImageDefinition(BaseModel):
     )
     processor: Literal["cpu", "gpu"] = Field(
         default="cpu",
-        description="Whether its packages are CPU or GPU builds; part of its name "
-        "(`<framework>-training:<version>-<processor>-<py_version>`).",
+        description="Whether its packages are CPU or GPU builds; part of its name, as "
+        "SageMaker names its images (`pytorch-training:<version>-<processor>-<py_version>`; "
+        "scikit-learn's repository is `sagemaker-scikit-learn`).",
     )
     aliases: list[Annotated[str, Field(min_length=1, max_length=255)]] = Field(
         default_factory=list,
@@ -332,6 +333,16 @@ class Settings(BaseSettings):
         default=None,
         description="Where the local backend builds catalog images (a disk with room for a "
         "few GB each). Unset: `RUNYARD_HOME/images`.",
+    )
+    image_fallback: Literal["nearest", "refuse"] = Field(
+        default="nearest",
+        description="What the local backend does with a job that names a framework version "
+        'SageMaker has images of (`framework_version="1.12"`, or the image\'s name) where '
+        "the package index has no build of that framework version for the image's Python "
+        "(pip's answer, asked at the job's first launch and remembered for a day): "
+        "`nearest` runs it on the nearest image of the catalog, saying so in the job's log "
+        "and its describe; `refuse` refuses it (at submission once pip has answered, else "
+        "when it is launched).",
     )
     image_aliases: dict[str, str] = Field(
         default_factory=dict,

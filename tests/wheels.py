@@ -3,16 +3,19 @@ no package index: ``PIP_FIND_LINKS`` at the directory and ``PIP_NO_INDEX=1``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 
-def make_wheel(wheels: Path, name: str, version: str, module: str) -> Path:
+def make_wheel(
+    wheels: Path, name: str, version: str, module: str, requires: tuple[str, ...] = ()
+) -> Path:
     """A wheel of distribution ``name`` at ``version`` whose package ``name`` holds
-    ``module`` as its ``__init__.py``; returns its path."""
-    project = wheels.parent / f"project-{name}-{version}"
+    ``module`` as its ``__init__.py`` and that depends on ``requires``; returns its path."""
+    project = wheels.parent / f"project-{wheels.name}-{name}-{version}"
     package = project / name
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(textwrap.dedent(module))
@@ -26,6 +29,7 @@ def make_wheel(wheels: Path, name: str, version: str, module: str) -> Path:
             [project]
             name = "{name}"
             version = "{version}"
+            dependencies = {json.dumps(list(requires))}
 
             [tool.setuptools]
             packages = ["{name}"]

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,7 +57,7 @@ from provisioning.base import (
     TeardownError,
 )
 from provisioning.instance_files import instance_files
-from provisioning.local import containers, egress, network, processes
+from provisioning.local import containers, egress, network, processes, stand_ins
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
@@ -193,6 +193,7 @@ class LocalBackend(Backend[LocalPlan]):
         download_cache: Path | None = None,
         container_engine: str = "auto",
         hidden: Sequence[Path] | None = None,
+        image_fallback: stand_ins.Fallback = "nearest",
     ) -> None:
         self.jobs_dir = jobs_dir
         # What the job's processes must not see of this machine: the server's home (its
@@ -205,6 +206,9 @@ class LocalBackend(Backend[LocalPlan]):
         self.download_cache = download_cache or jobs_dir.parent / "cache" / "pip"
         # What runs custom containers: "auto", or the engine's command (containers.find).
         self.container_engine = container_engine
+        # What a SageMaker version the package index cannot install here runs on: the
+        # nearest catalog image, or nothing (stand_ins).
+        self.image_fallback = image_fallback
         self.python = python
         self.environ = os.environ if environ is None else environ
         self.allocate_port = allocate_port
@@ -227,6 +231,7 @@ class LocalBackend(Backend[LocalPlan]):
             images=ImageStore(settings.images_dir),
             download_cache=settings.cache_dir / "pip",
             container_engine=settings.container_engine,
+            image_fallback=settings.image_fallback,
         )
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
@@ -239,6 +244,8 @@ class LocalBackend(Backend[LocalPlan]):
             problems.append(
                 Problem(("backend",), f"RUNYARD_LOCAL_ISOLATION is namespaces, but {why}")
             )
+        if refused := stand_ins.refusal(spec, self.catalog, self.images, self.image_fallback):
+            problems.append(refused)
         return problems
 
     def _container_problems(self, image: str) -> list[Problem]:
@@ -303,12 +310,22 @@ class LocalBackend(Backend[LocalPlan]):
             isolation, why = self._isolation()
         if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
             plan = self._plan_containers(request, job_dir, self._network(request, previous))
-        elif isolation == Isolation.NAMESPACES:
-            plan = self._plan_hosts(request, job_dir, self._network(request, previous))
+            return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
+        request, decision = self._image_for(request)
+        notices = (decision.note,) if decision.note else ()
+        if isolation == Isolation.NAMESPACES:
+            plan = self._plan_hosts(request, job_dir, self._network(request, previous), notices)
         else:
             port = previous.master_port if previous else self.allocate_port()
-            plan = self._plan_shared(request, job_dir, port, why)
-        return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
+            plan = self._plan_shared(request, job_dir, port, why, notices)
+        return Materialized(
+            self.name,
+            plan,
+            _public(plan),
+            isolation=plan.isolation,
+            image=decision.image,
+            image_note=decision.note,
+        )
 
     def _network(self, request: LaunchRequest, previous: LocalPlan | None) -> _Network:
         """The job's network: the one an earlier launch planned, or a new one, with a way
@@ -337,8 +354,22 @@ class LocalBackend(Backend[LocalPlan]):
         notices = () if net.egress.nameservers else (UNRESOLVED_NOTICE,)
         return _Network(net, notices, resolv_conf or "")
 
+    def _image_for(self, request: LaunchRequest) -> tuple[LaunchRequest, stand_ins.ImageDecision]:
+        """The request as its instances are launched: on the image its spec names, or on
+        the one that stands in for it (stand_ins)."""
+        chosen = request.spec.image
+        decision = stand_ins.decide(chosen, self.catalog, self.images, self.image_fallback)
+        if decision.image == chosen.image:
+            return request, decision
+        spec = replace(request.spec, image=replace(chosen, image=decision.image))
+        return replace(request, spec=spec), decision
+
     def _plan_hosts(
-        self, request: LaunchRequest, job_dir: Path, job_network: _Network
+        self,
+        request: LaunchRequest,
+        job_dir: Path,
+        job_network: _Network,
+        notices: tuple[str, ...],
     ) -> LocalPlan:
         """Each instance a host of its own: its namespaces, its address, port and agent."""
         net = job_network.network
@@ -359,7 +390,7 @@ class LocalBackend(Backend[LocalPlan]):
             agent_port=AGENT_PORT,
             isolation=Isolation.NAMESPACES,
             hidden_paths=[str(path) for path in self.hidden],
-            notices=(*job_network.notices, *self._cpu_notice(request)),
+            notices=(*notices, *job_network.notices, *self._cpu_notice(request)),
             peer_timeout_seconds=self.peer_timeout,
             resolv_conf=job_network.resolv_conf,
         )
@@ -408,10 +439,16 @@ class LocalBackend(Backend[LocalPlan]):
         )
 
     def _plan_shared(
-        self, request: LaunchRequest, job_dir: Path, master_port: int, why: str
+        self,
+        request: LaunchRequest,
+        job_dir: Path,
+        master_port: int,
+        why: str,
+        notices: tuple[str, ...],
     ) -> LocalPlan:
         """The instances share this machine: loopback, one host name, the local agent."""
         notices = (
+            *notices,
             f"The instances of this job share this machine's host name and network: {why}",
             *self._cpu_notice(request),
         )

@@ -8,6 +8,8 @@ read-only, as a node shares the container images it has pulled.
                                 instance that runs on the image, so prune leaves it alone
     <root>/<digest>.log         the build's output, which waiting instances show
     <root>/<digest>.failed      why the last build failed (pip's own words)
+    <root>/offers/              whether the package index has a framework's version for
+                                an image's Python, as pip answered (package_index)
 
 Images are content-addressed: a changed definition has another digest, so it is a new
 image and the old one stays whole for the jobs that run on it. A build runs in a process
@@ -15,6 +17,11 @@ of its own (``python -m provisioning.local.image_build``) that outlives a worker
 started by the first launch that needs the image; other launches find its lock held and
 their instances wait for it. Builds use the server's pip configuration (index, find-links,
 constraints), never a job's.
+
+A build installs the image's packages, checks that its framework imports (``verify``),
+then tries each of its ``tried`` packages (torchvision): one is kept only where pip
+installs it without changing what is there and it passes its check; otherwise what it
+brought is removed again, and the image's record says why it went without.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -34,11 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from contract.image_recipes import TRIED_CHECKS
 from contract.images import Image, StoredImage, image_record
+from provisioning.local.package_index import PackageIndex
 
 # What a failed build keeps of pip's output as its reason.
 REASON_LINES = 12
 BUILD_TIMEOUT = 3600.0
+# How long a check of what was installed may take.
+CHECK_TIMEOUT = 300.0
+# An image's environment in the store: its digest.
+_DIGEST = re.compile(r"[0-9a-f]{20}")
 
 
 class ImageBuildError(Exception):
@@ -66,6 +80,11 @@ class ImageStore:
 
     def stored(self, image: Image) -> StoredImage:
         return StoredImage(self.root, image.digest)
+
+    @property
+    def index(self) -> PackageIndex:
+        """The package index's answers, remembered beside the images."""
+        return PackageIndex(self.root / "offers")
 
     # -- building ---------------------------------------------------------------------
 
@@ -149,7 +168,18 @@ class ImageStore:
         """Every image environment in the store, whole or not."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and "." not in p.name)
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and _DIGEST.fullmatch(p.name)
+        )
+
+    def records(self) -> list[dict[str, object]]:
+        """What each whole image's marker says of it (its name, definition and build)."""
+        found = []
+        for digest in self.digests():
+            stored = StoredImage(self.root, digest)
+            with contextlib.suppress(OSError, ValueError):
+                found.append(json.loads(stored.marker.read_text()))
+        return found
 
     def prune(self, keep: set[str], say: Callable[[str], None]) -> list[str]:
         """Remove every image not in ``keep`` that no instance runs on now (and what failed
@@ -186,18 +216,24 @@ def definition(image: Image) -> dict[str, object]:
         "python": image.python,
         "packages": list(image.packages),
         "processor": image.processor,
+        "tried": list(image.tried),
+        "verify": image.verify,
     }
 
 
 def from_definition(data: dict[str, object]) -> Image:
-    packages = data["packages"]
-    assert isinstance(packages, list)  # written by definition()
+    packages, tried = data["packages"], data.get("tried", [])
+    # Both written by definition().
+    assert isinstance(packages, list)
+    assert isinstance(tried, list)
     return Image(
         framework=str(data["framework"]),
         framework_version=str(data["framework_version"]),
         python=str(data["python"]),
         packages=tuple(str(package) for package in packages),
         processor=str(data.get("processor", "cpu")),
+        tried=tuple(str(package) for package in tried),
+        verify=str(data.get("verify", "")),
     )
 
 
@@ -230,12 +266,24 @@ def build_locked(image: Image, stored: StoredImage, out: IO[str]) -> None:
     out.write(f"Installing {' '.join(image.packages)}\n")
     out.flush()
     _run([*pip, "install", "--progress-bar", "off", *image.packages], out)
+    if image.verify:
+        out.write(f"Checking that {image.framework} imports\n")
+        out.flush()
+        failed = _check(stored.python, image.verify)
+        if failed:
+            raise ImageBuildError(f"{image.framework} does not import in the image: {failed}")
+    left_out = {package: why for package in image.tried if (why := _try(stored, package, out))}
     frozen = subprocess.run(
         [*pip, "freeze", "--all"], capture_output=True, text=True, check=False
     ).stdout.split()
     seconds = round(time.monotonic() - started, 1)
     built_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    extra = {"built_at": built_at, "build_seconds": seconds, "freeze": frozen}
+    extra = {
+        "built_at": built_at,
+        "build_seconds": seconds,
+        "freeze": frozen,
+        "left_out": left_out,
+    }
     # Read-only from now on: the image is shared, and what a job installs has a layer of
     # its own (runtime.instance.layers). The marker last, so whoever sees it sees it all.
     _make_read_only(environment, but_root=True)
@@ -245,29 +293,93 @@ def build_locked(image: Image, stored: StoredImage, out: IO[str]) -> None:
     out.flush()
 
 
+def _try(stored: StoredImage, package: str, out: IO[str]) -> str:
+    """Install ``package`` if it fits what is there and works: "" once it is kept, else why
+    the image goes without it (and whatever it brought is removed again)."""
+    pip = [str(stored.python), "-m", "pip"]
+    before = _installed(stored)
+    # What is there stays as it is: a package that needs another torch does not fit.
+    pins = stored.root / f"{stored.digest}.pins"
+    pins.write_text("".join(f"{name}=={version}\n" for name, version in before.items()))
+    out.write(f"Trying {package}, beside what is installed\n")
+    out.flush()
+    try:
+        _run([*pip, "install", "--progress-bar", "off", "--constraint", str(pins), package], out)
+    except ImageBuildError as exc:
+        why = f"no build of it fits what the image holds ({exc})"
+    else:
+        check = TRIED_CHECKS.get(package, f"import {package.replace('-', '_')}")
+        failed = _check(stored.python, check)
+        why = f"the build pip found does not work beside the image's: {failed}" if failed else ""
+    finally:
+        pins.unlink(missing_ok=True)
+    if why:
+        added = sorted(set(_installed(stored)) - set(before))
+        if added:
+            _run([*pip, "uninstall", "--yes", *added], out)
+        out.write(f"The image goes without {package}: {why}\n")
+    else:
+        out.write(f"Kept {package}\n")
+    out.flush()
+    return why
+
+
+def _installed(stored: StoredImage) -> dict[str, str]:
+    """Each distribution in the environment, by name, with its version."""
+    listed = subprocess.run(
+        [str(stored.python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {entry["name"]: entry["version"] for entry in json.loads(listed)}
+
+
+def _check(python: Path, code: str) -> str:
+    """Run ``code`` in the image: "" if it worked, else the last line it printed."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    try:
+        done = subprocess.run(
+            [str(python), "-c", code],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT,
+            cwd="/",
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"it took over {CHECK_TIMEOUT:.0f} s"
+    if done.returncode == 0:
+        return ""
+    lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit status {done.returncode}"
+
+
 def _run(argv: list[str], out: IO[str]) -> None:
     """Run a build step, its output passed on; ImageBuildError with pip's error lines."""
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     env.pop("VIRTUAL_ENV", None)  # the server's: pip must install where it is told
-    process = subprocess.Popen(
+    tail: list[str] = []
+    with subprocess.Popen(
         argv,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    tail: list[str] = []
-    assert process.stdout is not None  # PIPE above
-    for line in process.stdout:
-        out.write(line)
-        out.flush()
-        tail = [*tail[-(REASON_LINES * 4) :], line.rstrip("\n")]
-    try:
-        code = process.wait(timeout=BUILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise ImageBuildError(f"{argv[0]} took over {BUILD_TIMEOUT:.0f} s") from None
+    ) as process:
+        assert process.stdout is not None  # PIPE above
+        for line in process.stdout:
+            out.write(line)
+            out.flush()
+            tail = [*tail[-(REASON_LINES * 4) :], line.rstrip("\n")]
+        try:
+            code = process.wait(timeout=BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise ImageBuildError(f"{argv[0]} took over {BUILD_TIMEOUT:.0f} s") from None
     if code != 0:
         errors = [line for line in tail if "ERROR" in line or "error:" in line.lower()]
         reason = " | ".join((errors or tail)[-REASON_LINES:])

@@ -102,6 +102,11 @@ class TrainingJob(Base):
     # What keeps the instances apart, as the backend launched them (machine, namespaces,
     # shared); None until they are launched.
     isolation: Mapped[str | None] = mapped_column(String(16))
+    # The image the instances run, as the backend launched them (the one the spec names,
+    # or one that stands in for it), and why it is not what the job's fields named; None
+    # until they are launched.
+    launched_image: Mapped[str | None] = mapped_column(String(255))
+    launched_image_note: Mapped[str | None] = mapped_column(Text)
 
     # Progress the script reports (a fraction of 1): the first and the latest value of the
     # current attempt, from which the remaining time is estimated.

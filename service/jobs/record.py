@@ -49,7 +49,7 @@ class JobFields(Strict):
     entry_point: str | None = Field(default=None, min_length=1, max_length=256)
     source_uri: str | None = Field(default=None, min_length=1, max_length=1024)
     # SageMaker picks the framework by estimator class; Runyard's one estimator says it.
-    framework: Literal["pytorch", "tensorflow"] = "pytorch"
+    framework: Literal["pytorch", "tensorflow", "sklearn"] = "pytorch"
     image_uri: str | None = Field(default=None, max_length=255)
     framework_version: str | None = Field(default=None, max_length=32)
     py_version: str | None = Field(default=None, max_length=16)
@@ -123,7 +123,7 @@ class JobFields(Strict):
             container_entrypoint=tuple(self.container_entrypoint or ()),
             container_arguments=tuple(self.container_arguments or ()),
             enable_network_isolation=self.enable_network_isolation,
-            image=images.Choice(self.image.name, self.image.container)
+            image=images.Choice(self.image.name, self.image.container, self.image.note)
             if self.image is not None
             else images.Choice(),
         )

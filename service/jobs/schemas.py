@@ -461,11 +461,37 @@ class JobPublic(_FromRow):
     final_metrics: list[FinalMetricPublic]
     spec: JobRecord
 
+    # As the backend launched the instances (service.jobs.models); shown through the
+    # image fields below.
+    launched_image: str | None = Field(default=None, exclude=True)
+    launched_image_note: str | None = Field(default=None, exclude=True)
+
     @computed_field  # type: ignore[prop-decorator]
     @property
     def image(self) -> str:
-        """The image its instances run: a catalog image's name, or a custom container's."""
-        return self.spec.image.label
+        """The image its instances run: a catalog image's name, or a custom container's;
+        once they are launched, the one they were launched on."""
+        return self.launched_image or self.spec.image.label
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def image_requested(self) -> str | None:
+        """What the job's fields named its image by, when they named one."""
+        spec = self.spec
+        if spec.image_uri is not None:
+            return spec.image_uri
+        if spec.framework_version is None:
+            return None
+        python = f" ({spec.py_version})" if spec.py_version else ""
+        return f"{spec.framework} {spec.framework_version}{python}"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def image_note(self) -> str | None:
+        """How the image differs from what the fields named, and why; None where it does
+        not."""
+        notes = [note for note in (self.spec.image.note, self.launched_image_note) if note]
+        return "; ".join(notes) or None
 
 
 class JobSummary(_FromRow):

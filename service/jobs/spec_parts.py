@@ -282,6 +282,8 @@ class ImageChoice(Strict):
 
     name: str = Field(default=images.BUILTIN, max_length=255)
     container: str | None = Field(default=None, max_length=255)
+    # How the image differs from what the job's fields named (its Python, say).
+    note: str | None = Field(default=None, max_length=1024)
 
     @property
     def label(self) -> str:

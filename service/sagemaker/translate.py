@@ -25,6 +25,7 @@ from service.jobs import billing
 from service.jobs.models import TrainingJob
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate
+from service.jobs.states import Secondary
 from service.sagemaker.errors import validation
 
 # Members recorded and echoed by DescribeTrainingJob, changing nothing that runs.
@@ -325,15 +326,7 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         "StoppingCondition": stopping,
         "CreationTime": job.created_at,
         "LastModifiedTime": job.updated_at,
-        "SecondaryStatusTransitions": [
-            {
-                "Status": _SECONDARY.get(t.secondary_status, t.secondary_status),
-                "StartTime": t.start_time,
-                **({"EndTime": t.end_time} if t.end_time else {}),
-                "StatusMessage": t.message,
-            }
-            for t in job.transitions
-        ],
+        "SecondaryStatusTransitions": _transitions(job),
         "FinalMetricDataList": [
             {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
         ],
@@ -429,6 +422,22 @@ def _channels(spec: JobRecord) -> list[dict[str, Any]]:
             entry["ContentType"] = channel.content_type
         channels.append(entry)
     return channels
+
+
+def _transitions(job: TrainingJob) -> list[dict[str, Any]]:
+    """SecondaryStatusTransitions; the last launch's message also says what image stands in
+    for the one the job named, where one does (the SDK's logs print these messages)."""
+    launches = [t for t in job.transitions if t.secondary_status == Secondary.LAUNCHING_INSTANCES]
+    noted = launches[-1] if launches and job.launched_image_note else None
+    return [
+        {
+            "Status": _SECONDARY.get(t.secondary_status, t.secondary_status),
+            "StartTime": t.start_time,
+            **({"EndTime": t.end_time} if t.end_time else {}),
+            "StatusMessage": f"{t.message}. {job.launched_image_note}" if t is noted else t.message,
+        }
+        for t in job.transitions
+    ]
 
 
 def _recorded(job: TrainingJob, region: str) -> tuple[Mapping[str, Any], str]:

@@ -204,7 +204,7 @@ def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
         )
     except ImageError as exc:
         raise SpecError((exc.field,), str(exc)) from exc
-    return ImageChoice(name=choice.image, container=choice.container)
+    return ImageChoice(name=choice.image, container=choice.container, note=choice.note)
 
 
 def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:

@@ -4,6 +4,7 @@ describe, over REST and over SageMaker's wire protocol."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from service.settings import Settings
 from tests.conftest import job_spec, make_settings
 
 DLC = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training"
+SKLEARN = "246618743249.dkr.ecr.us-west-2.amazonaws.com/sagemaker-scikit-learn"
 PT213 = "pytorch-training:2.13.0-cpu-py311"
 TF220 = "tensorflow-training:2.20.0-cpu-py311"
 FV = "framework_version"
@@ -63,6 +65,24 @@ def _create(api: TestClient, source_dir: Path, **fields: Any) -> Any:
         ({FV: "2.3"}, "builtin"),
         ({FV: "2.3.0", "py_version": "py311"}, "builtin"),
         ({"image_uri": f"{DLC}:2.3.0-cpu-py311"}, "builtin"),
+        # A version SageMaker has images of, which the catalog makes for this server's
+        # Python: by the SDK's short form, in full, or by its images' names (the SDK v3's
+        # ModelTrainer tests name this one).
+        ({FV: "2.1"}, "pytorch-training:2.1.0-cpu-py311"),
+        ({FV: "2.0.0", "py_version": "py310"}, "pytorch-training:2.0.0-cpu-py311"),
+        ({"image_uri": f"{DLC.replace('us-east-1', 'us-west-2')}:2.0.0-cpu-py310"},
+         "pytorch-training:2.0.0-cpu-py311"),
+        ({"image_uri": "sagemaker-pytorch:1.0.0-cpu-py3"}, "pytorch-training:1.0.0-cpu-py311"),
+        ({"framework": "tensorflow", FV: "2.16"}, "tensorflow-training:2.16.2-cpu-py311"),
+        ({"image_uri": "sagemaker-tensorflow-scriptmode:1.12.0-gpu-py3"},
+         "tensorflow-training:1.12.0-gpu-py311"),
+        # scikit-learn: its images' versions, the catalog's own or made here.
+        ({"framework": "sklearn", FV: "1.4-2", "py_version": "py3"},
+         "sagemaker-scikit-learn:1.4-2-cpu-py311"),
+        ({"framework": "sklearn", FV: "1.2-1"}, "sagemaker-scikit-learn:1.2-1-cpu-py311"),
+        ({"image_uri": f"{SKLEARN}:1.2-1-cpu-py3"}, "sagemaker-scikit-learn:1.2-1-cpu-py311"),
+        ({"image_uri": f"{SKLEARN}:0.20.0-cpu-py3", FV: "0.20.0"},
+         "sagemaker-scikit-learn:0.20.0-cpu-py311"),
     ],
 )  # fmt: skip
 def test_the_job_runs_on_the_image_its_fields_name(
@@ -72,18 +92,42 @@ def test_the_job_runs_on_the_image_its_fields_name(
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["image"] == image
-    assert job["spec"]["image"] == {"name": image, "container": None}
+    assert (job["spec"]["image"]["name"], job["spec"]["image"]["container"]) == (image, None)
     assert api.get("/v1/training-jobs/job-1").json()["image"] == image
+
+
+def test_describe_says_what_the_fields_named_and_how_the_image_differs(
+    api: TestClient, source_dir: Path
+) -> None:
+    named = _create(api, source_dir, framework_version="2.1", py_version="py310").json()
+    assert named["image_requested"] == "pytorch 2.1 (py310)"
+    assert named["image_note"] == (
+        "py310 was asked for; the image of pytorch 2.1.0 is made for this server's Python, 3.11"
+    )
+    exact = _create(api, source_dir, name="job-2", image_uri=f"{DLC}:2.1.0-cpu-py311").json()
+    assert exact["image_requested"] == f"{DLC}:2.1.0-cpu-py311"
+    assert exact["image_note"] is None
+    plain = _create(api, source_dir, name="job-3").json()
+    assert (plain["image"], plain["image_requested"], plain["image_note"]) == (
+        "builtin",
+        None,
+        None,
+    )
 
 
 @pytest.mark.parametrize(
     ("fields", "field", "words"),
     [
-        ({FV: "2.0"}, FV, "has no pytorch 2.0; it has: pytorch 2.13.0"),
+        ({FV: "2.9"}, FV, "has no pytorch 2.9; it has: pytorch 2.13.0"),
+        ({FV: "2.9"}, FV, "and SageMaker's versions 0.4, 1.0, 1.1,"),
+        ({"framework": "sklearn", FV: "1.3-1"}, FV,
+         "has no sklearn 1.3-1; it has: sklearn 1.4-2 (py311), and SageMaker's versions 0.20.0"),
+        ({"framework": "sklearn", FV: "1.2"}, FV, "has no sklearn 1.2;"),
         ({FV: "2.13", "py_version": "py39"}, FV, "no pytorch 2.13 (py39)"),
         ({FV: "two"}, FV, "not a version number"),
         ({"py_version": "python3"}, "py_version", "not a Python version"),
-        ({"image_uri": f"{DLC}:1.8.0-cpu-py36"}, "image_uri", "has no pytorch 1.8.0 (py36)"),
+        ({"image_uri": f"{DLC}:1.8.2-cpu-py36"}, "image_uri", "has no pytorch 1.8.2 (py36)"),
+        ({"image_uri": f"{SKLEARN}:1.2-1-cpu-py3", FV: "1.4-2"}, FV, "disagrees with image_uri"),
         ({"image_uri": "Not An Image!"}, "image_uri", "nor an OCI image reference"),
         ({"image_uri": "pytorch:2.13", FV: "2.14"}, FV, "disagrees with image_uri"),
         ({"image": {"name": "builtin"}}, "image", "is set by the server"),
@@ -182,12 +226,42 @@ def test_deep_learning_container_names_are_read_for_framework_version_and_python
         "pytorch",
         "2.13.0",
         "py311",
+        "cpu",
     )
     hugging_face = "huggingface-pytorch-training:2.1.0-transformers4.36.0-gpu-py310-cu121"
-    assert parse_dlc(hugging_face) == ("pytorch", "2.1.0", "py310")
-    assert parse_dlc("tensorflow-training:2.16-cpu") == ("tensorflow", "2.16", None)
+    assert parse_dlc(hugging_face) == ("pytorch", "2.1.0", "py310", "gpu")
+    assert parse_dlc("tensorflow-training:2.16-cpu") == ("tensorflow", "2.16", None, "cpu")
+    assert parse_dlc(f"{SKLEARN}:1.2-1-cpu-py3") == ("sklearn", "1.2-1", "py3", "cpu")
+    assert parse_dlc("sagemaker-scikit-learn:0.20.0-cpu-py3") == ("sklearn", "0.20.0", "py3", "cpu")
     assert parse_dlc("my/own:1") is None
     with pytest.raises(ImageError) as caught:
         Catalog().choose(framework="pytorch", framework_version=None, py_version=None,
-                         image_uri="huggingface-pytorch-training:2.1.0-gpu-py310")  # fmt: skip
+                         image_uri="huggingface-pytorch-training:2.1.7-gpu-py310")  # fmt: skip
     assert caught.value.field == "image_uri"
+
+
+def test_a_version_pip_has_no_build_of_is_refused_where_the_operator_says(
+    tmp_path: Path, database_url: str, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With RUNYARD_IMAGE_FALLBACK=refuse, once pip has said (at an earlier job's launch)
+    that the index has no torch 1.12.1 for this Python, a job naming it is refused at
+    submission; another SageMaker version, not asked about yet, is taken."""
+    from provisioning.local.images import ImageStore
+    from tests.wheels import offline
+
+    for name, value in offline(tmp_path / "no-wheels").items():
+        monkeypatch.setenv(name, value)  # the server's pip: an index without torch
+    settings = make_settings(tmp_path / "home", database_url, image_fallback="refuse")
+    python = settings.catalog.python
+    answer = ImageStore(settings.images_dir).index.offers("torch==1.12.1", python, sys.executable)
+    assert answer.offered is False
+    with TestClient(create_app(settings)) as api:
+        api.headers["Authorization"] = f"Bearer {prepare(settings)}"
+        refused = _create(api, source_dir, framework_version="1.12")
+        taken = _create(api, source_dir, name="job-2", framework_version="1.13")
+    assert refused.status_code == 422, refused.text
+    (error,) = refused.json()["detail"]
+    assert error["loc"] == ["body", "framework_version"]
+    assert error["msg"].startswith(f"torch==1.12.1 cannot be installed for Python {python} ")
+    assert error["msg"].endswith("(RUNYARD_IMAGE_FALLBACK=refuse)")
+    assert taken.status_code == 201, taken.text

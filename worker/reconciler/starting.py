@@ -69,6 +69,9 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
     def launched(job: TrainingJob) -> None:
         job.launched_at = now
         job.isolation = materialized.isolation
+        # What describe shows as the job's image from now on: the one the instances run.
+        job.launched_image = materialized.image or None
+        job.launched_image_note = materialized.image_note or None
         lifecycle.apply(job, Event.LAUNCHED)
 
     step.update(snapshot, launched)

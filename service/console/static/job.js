@@ -31,6 +31,9 @@
       ...fact("Image", el("code", { text: job.image })),
       ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
     ];
+    if (job.image_note) {
+      facts.push(...fact("Image note", job.image_note));
+    }
     if (job.pending_reason) {
       facts.push(...fact("Pending reason", job.pending_reason));
       if (place) facts.push(...fact("Place in line", place));

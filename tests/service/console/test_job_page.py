@@ -221,3 +221,17 @@ def test_the_submit_form_offers_the_servers_types_and_edits_channels_and_hyperpa
         "FastFile",
         "ShardedByS3Key",
     )
+
+
+def test_the_job_page_says_how_its_image_differs_from_what_it_named(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    server.submit("pinned", framework_version="2.1", py_version="py310")
+    sign_in("alpha member")
+    page.goto(server.url + "jobs/pinned")
+    expect(
+        page.get_by_role("definition").filter(has_text="pytorch-training:2.1.0-cpu-py311")
+    ).to_be_visible()
+    expect(page.get_by_role("definition").filter(has_text="py310 was asked for")).to_contain_text(
+        "is made for this server's Python"
+    )

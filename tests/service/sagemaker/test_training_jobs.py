@@ -10,12 +10,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from contract.archive import make_tarball
 from runyard.client import admin_token
 from runyard.server import prepare
 from service.app import create_app
+from service.jobs import lifecycle
+from service.jobs.lifecycle import Event
 from service.jobs.models import TrainingJob
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
@@ -118,7 +120,11 @@ def test_create_then_describe_answers_what_the_sdk_reads(
     assert spec["entry_point"] == "train.py"
     assert spec["source_uri"] == source_dir.as_uri()
     assert spec["image_uri"] == IMAGE
-    assert spec["image"] == {"name": "pytorch-training:2.13.0-cpu-py311", "container": None}
+    assert spec["image"] == {
+        "name": "pytorch-training:2.13.0-cpu-py311",
+        "container": None,
+        "note": None,
+    }
     assert job["image"] == "pytorch-training:2.13.0-cpu-py311"
     assert present(spec["distribution"]) == {"torch_distributed": {"enabled": True}}
     assert spec["hyperparameters"]["epochs"] == 3
@@ -293,7 +299,7 @@ def test_more_than_forty_metric_definitions_and_twenty_channels_are_refused(
         (
             {
                 "AlgorithmSpecification": {
-                    "TrainingImage": IMAGE.replace("2.13.0-cpu-py311", "1.8.0-cpu-py36"),
+                    "TrainingImage": IMAGE.replace("2.13.0-cpu-py311", "1.8.2-cpu-py36"),
                     "TrainingInputMode": "File",
                 }
             },
@@ -348,6 +354,57 @@ def test_an_image_of_the_jobs_own_runs_as_a_container_with_or_without_a_script(
     assert scripted["spec"]["entry_point"] == "train.py"
     described = sm.describe_training_job(TrainingJobName="wire-1")
     assert described["AlgorithmSpecification"]["TrainingImage"] == own
+
+
+@pytest.mark.parametrize(
+    ("image", "framework", "runs"),
+    [
+        # A notebook's PyTorch 2.1, and the scikit-learn image the SDK's SKLearn names.
+        (
+            "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.1.0-cpu-py310",
+            "pytorch",
+            "pytorch-training:2.1.0-cpu-py311",
+        ),
+        (
+            "246618743249.dkr.ecr.us-west-2.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3",
+            "sklearn",
+            "sagemaker-scikit-learn:1.2-1-cpu-py311",
+        ),
+    ],
+)
+def test_every_training_image_sagemaker_has_is_taken_and_echoed(
+    sm: Any, api: TestClient, source_dir: Path, image: str, framework: str, runs: str
+) -> None:
+    algorithm = {"TrainingImage": image, "TrainingInputMode": "File"}
+    program = {
+        "sagemaker_program": json.dumps("train.py"),
+        "sagemaker_submit_directory": json.dumps(source_dir.as_uri()),
+    }
+    sm.create_training_job(
+        **request(source_dir, AlgorithmSpecification=algorithm, HyperParameters=program)
+    )
+    job = api.get("/v1/training-jobs/wire-1").json()
+    assert (job["spec"]["framework"], job["image"]) == (framework, runs)
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    assert described["AlgorithmSpecification"]["TrainingImage"] == image
+
+
+def test_the_launch_message_says_which_image_stands_in_for_the_one_named(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    """As the local backend records a stand-in when it launches (provisioning.local.
+    stand_ins): the SDK prints each secondary status's message as the job goes."""
+    sm.create_training_job(**request(source_dir))
+    note = "torch==1.12.1 cannot be installed for Python 3.11 (...): the job runs on X"
+    with session_scope(settings.database_url) as session:
+        job = session.scalars(select(TrainingJob)).one()
+        lifecycle.apply(job, Event.ADMITTED)
+        lifecycle.apply(job, Event.LAUNCHING, "Launching 2 ml.m5.large instances")
+        job.launched_image, job.launched_image_note = "pytorch-training:2.13.0-cpu-py311", note
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    messages = {t["Status"]: t["StatusMessage"] for t in described["SecondaryStatusTransitions"]}
+    assert messages["LaunchingMLInstances"] == f"Launching 2 ml.m5.large instances. {note}"
+    assert note not in messages["Starting"]
 
 
 def test_list_filters_sorts_and_pages_with_botos_paginator(sm: Any, source_dir: Path) -> None:
