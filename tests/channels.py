@@ -13,6 +13,10 @@ from tests.instances import launch_request, write_instances
 
 WAIT_SECONDS = 20.0
 
+# How a channel named train that could not be delivered fails the job, as SageMaker words
+# it (runtime.channels.download_failed), before what went wrong.
+DOWNLOAD_FAILED = "Data download failed: channel train: "
+
 
 def instance_configs(
     tmp_path: Path, inputs: dict[str, Any], instance_count: int = 1

@@ -15,7 +15,7 @@ from contract import storage
 from runtime import channels
 from runtime.channels import channel_data, pipe
 from runtime.channels.channel_data import ChannelObject
-from tests.channels import files, gzipped, instance_configs
+from tests.channels import DOWNLOAD_FAILED, files, gzipped, instance_configs
 
 BUCKET = "data"
 
@@ -90,9 +90,12 @@ def test_a_corrupt_gzip_object_fails_naming_it_and_leaves_nothing(
 ) -> None:
     data = _write(tmp_path / "data", {"bad.gz": body})
     (config,) = instance_configs(tmp_path, {"train": {"uri": data.as_uri(), "compression": "Gzip"}})
-    with pytest.raises(storage.StorageError) as caught:
+    with pytest.raises(channels.ChannelError) as caught:
         channels.open_all(config, lambda _line: None)
-    assert str(caught.value).startswith(f"{(data / 'bad.gz').as_uri()}: not a valid gzip object")
+    # In SageMaker's words for a failed download, naming the channel and the object.
+    assert str(caught.value).startswith(
+        f"{DOWNLOAD_FAILED}{(data / 'bad.gz').as_uri()}: not a valid gzip object"
+    )
     assert files(config.paths.data) == {}  # not even a temporary file
 
 
@@ -119,7 +122,7 @@ def test_objects_that_cannot_all_land_are_refused(
 ) -> None:
     data = _write(tmp_path / "data", content)
     (config,) = instance_configs(tmp_path, {"train": {"uri": data.as_uri(), "compression": "Gzip"}})
-    with pytest.raises(channels.ChannelError, match=f"^channel train: .*{clash}"):
+    with pytest.raises(channels.ChannelError, match=f"^{DOWNLOAD_FAILED}.*{clash}"):
         channels.open_all(config, lambda _line: None)
     assert files(config.paths.data) == {}
 
@@ -127,7 +130,9 @@ def test_objects_that_cannot_all_land_are_refused(
 def test_a_missing_prefix_fails_naming_it(tmp_path: Path) -> None:
     missing = (tmp_path / "nothing-here").as_uri()
     (config,) = instance_configs(tmp_path, {"train": missing})
-    with pytest.raises(storage.StorageError, match=f"^{missing}: no such file or directory$"):
+    with pytest.raises(
+        channels.ChannelError, match=f"^{DOWNLOAD_FAILED}{missing}: no such file or directory$"
+    ):
         channels.open_all(config, lambda _line: None)
 
 

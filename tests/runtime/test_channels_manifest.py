@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from contract import storage
 from runtime import channels
 from runtime.channels import manifest
-from tests.channels import files, instance_configs
+from tests.channels import DOWNLOAD_FAILED, files, instance_configs
 
 BUCKET = "data"
 
@@ -110,9 +109,10 @@ def test_a_hostile_or_broken_manifest_is_refused_before_anything_lands(
         ]
     uri = _manifest(tmp_path, content)
     (config,) = instance_configs(tmp_path, {"train": _channel(uri)})
-    with pytest.raises(manifest.ManifestError) as caught:
+    with pytest.raises(channels.ChannelError) as caught:
         channels.open_all(config, lambda _line: None)
-    assert str(caught.value).startswith(f"manifest {uri}: ")
+    assert isinstance(caught.value.__cause__, manifest.ManifestError)
+    assert str(caught.value).startswith(f"{DOWNLOAD_FAILED}manifest {uri}: ")
     assert complaint in str(caught.value)
     assert files(config.paths.data) == {}
 
@@ -121,7 +121,9 @@ def test_a_manifest_entry_with_no_object_fails_naming_it(tmp_path: Path) -> None
     root = _dataset(tmp_path, ["a.csv"])
     uri = _manifest(tmp_path, [{"prefix": f"{root.as_uri()}/"}, "a.csv", "gone.csv"])
     (config,) = instance_configs(tmp_path, {"train": _channel(uri)})
-    with pytest.raises(storage.StorageError, match=f"^{root.as_uri()}/gone.csv: no such file$"):
+    with pytest.raises(
+        channels.ChannelError, match=f"^{DOWNLOAD_FAILED}{root.as_uri()}/gone.csv: no such file$"
+    ):
         channels.open_all(config, lambda _line: None)
     assert files(config.paths.data) == {}
 
@@ -129,7 +131,7 @@ def test_a_manifest_entry_with_no_object_fails_naming_it(tmp_path: Path) -> None
 def test_a_missing_manifest_on_s3_names_it(tmp_path: Path, s3: Any) -> None:
     uri = f"s3://{BUCKET}/manifests/none.manifest"
     (config,) = instance_configs(tmp_path, {"train": _channel(uri)})
-    with pytest.raises(storage.StorageError, match=f"^{uri}: no such object$"):
+    with pytest.raises(channels.ChannelError, match=f"^{DOWNLOAD_FAILED}{uri}: no such object$"):
         channels.open_all(config, lambda _line: None)
 
 

@@ -66,9 +66,28 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             pytest.fail(f"the server did not start:\n{stderr.read_text()}")
         token = (home / "token").read_text().strip()
         yield Server(url, token, f"http://127.0.0.1:{worker_port}/metrics", stderr, base, process)
+        _end_every_job(url, token, home / "jobs")
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
+
+
+def _end_every_job(url: str, token: str, jobs_dir: Path, timeout: float = 90) -> None:
+    """Stop what the tests left running and wait until every job has ended and its
+    instances are gone: a server that stops keeps its jobs' instances running (they are
+    adopted when it starts again), and this one does not start again."""
+    headers = {"Authorization": f"Bearer {token}"}
+    for job in httpx.get(f"{url}/v1/training-jobs", headers=headers).json()["items"]:
+        if job["status"] == "InProgress":
+            httpx.post(f"{url}/v1/training-jobs/{job['name']}/stop", headers=headers)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = httpx.get(f"{url}/v1/training-jobs", headers=headers).json()["items"]
+        ended = all(job["status"] in ("Completed", "Failed", "Stopped") for job in jobs)
+        if ended and not (jobs_dir.is_dir() and any(jobs_dir.iterdir())):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the tests' jobs did not end: {jobs}")
 
 
 def _counted(url: str, route: str) -> float:
