@@ -311,7 +311,8 @@ class Trainer:
         how = job_user.confinement(config, _shared_paths(config))
         job_user.hand_over(config, how.uid, config.paths.base / INSTANCE_LAYER)
         own_etc.show(config, how.uid, self.login_environment)
-        job_ssh.prepare(config, how.uid)
+        if (lacking := job_ssh.prepare(config, how.uid)) is not None:
+            self.say(f"SSH between the job's hosts is incomplete: {lacking}")
         return how
 
     def _run_scripts(self, launch_plan: Launch) -> GroupResult:

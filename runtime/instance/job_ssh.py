@@ -53,13 +53,14 @@ LOOPBACK = ("127.0.0.1", "::1")
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def prepare(config: InstanceConfig, uid: int) -> None:
+def prepare(config: InstanceConfig, uid: int) -> str | None:
     """The instance readied for SSH between the job's hosts (see the module), for the
     job's user ``uid``; where the backend gave it no keys, or the machine has no sshd,
-    nothing is done (a script that starts one is told it is missing)."""
+    nothing is done (a script that starts one is told it is missing). What the instance
+    lacks of it all the same, to be said in its log, or None."""
     keys = config.paths.base / ssh.KEYS_DIR
     if not config.ssh or not keys.is_dir() or not MACHINE_SSH.is_dir():
-        return
+        return None
     etc_ssh = config.paths.base / ETC_SSH
     etc_ssh.mkdir(mode=0o755, parents=True, exist_ok=True)
     host_key = (keys / ssh.HOST_KEY).read_bytes()
@@ -76,8 +77,13 @@ def prepare(config: InstanceConfig, uid: int) -> None:
     _write(etc_ssh / AUTHORIZED_KEYS, authorized_key(user_public, addresses).encode(), 0o644)
     bind(etc_ssh, MACHINE_SSH)
     _user_ssh(config.paths.base, uid, user_key, user_public, known)
-    if config.network_namespace is not None:
+    if config.network_namespace is None:
+        return None
+    try:
         unprivileged_ports_from(ssh.PORT, config.network_namespace)
+    except OSError as exc:  # a kernel without the sysctl per network namespace (before 4.11)
+        return f"the job's user cannot listen on port {ssh.PORT} here: {exc}"
+    return None
 
 
 def known_hosts(job_hosts: str, own_public: str) -> str:
@@ -136,11 +142,13 @@ Host *
 
 def _write(path: Path, data: bytes, mode: int, owner: int | None = None) -> None:
     """A file of the instance's own /etc/ssh (root's directory: nothing of the job's is on
-    the way)."""
-    path.write_bytes(data)
-    path.chmod(mode)
-    if owner is not None:
-        os.chown(path, owner, owner)
+    the way), never readable beyond ``mode``, not even while it is written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        if owner is not None:
+            os.fchown(file.fileno(), owner, owner)
+        os.fchmod(file.fileno(), mode)
+        file.write(data)
 
 
 def _user_ssh(base: Path, uid: int, key: bytes, public: str, known: str) -> None:

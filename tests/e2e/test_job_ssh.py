@@ -197,6 +197,18 @@ def _sshd_processes() -> dict[int, int]:
     return found
 
 
+def _processes_of(uid: int) -> list[int]:
+    """Every process of the user ``uid`` on the machine (an sshd, a login's shell, ...)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def _machine_ssh() -> dict[str, str]:
     """What the machine's own SSH is made of: /etc/environment, /etc/ssh's files."""
     seen = {"/etc/environment": Path("/etc/environment").read_text()}
@@ -255,7 +267,7 @@ def test_a_jobs_instances_reach_each_other_over_ssh_as_sagemakers_mpi_driver_doe
     # machine's own sshd neither started nor stopped.
     uid = job_uid(job["id"])
     assert uid >= JOB_UID_BASE
-    assert [pid for pid, owner in _sshd_processes().items() if owner == uid] == []
+    assert _processes_of(uid) == []
     assert _machine_ssh() == machine_before
     assert {pid: owner for pid, owner in _sshd_processes().items() if owner < JOB_UID_BASE} == {
         pid: owner for pid, owner in sshd_before.items() if owner < JOB_UID_BASE
@@ -291,7 +303,7 @@ def test_a_login_needs_the_jobs_key_and_another_jobs_instance_gets_none(
     # The network turns it away before any key is asked for.
     assert tried["tcp"] in ("EHOSTUNREACH", "ENETUNREACH", "ECONNREFUSED"), tried
     assert tried["login"] != "logged in", tried
-    assert [pid for pid, owner in _sshd_processes().items() if owner == job_uid(guard["id"])] == []
+    assert _processes_of(job_uid(guard["id"])) == []
 
 
 def test_an_instance_has_an_etc_environment_and_a_user_of_its_own(
