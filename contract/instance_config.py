@@ -130,6 +130,10 @@ class RunyardConfig:
     # its database, logs and other jobs), each covered by an empty directory; the job's
     # processes run as a user of their own (runtime.linux.confine).
     hidden_paths: tuple[str, ...] = ()
+    # With namespaces: the backend left the job's SSH keys for this instance in
+    # ``contract.ssh.KEYS_DIR``; the runtime gives the instance an sshd of the job's user's
+    # own on port 22, as SageMaker's containers have one (``runtime.instance.ssh``).
+    ssh: bool = False
     # Where the job's file:// URIs may lead, held to when the runtime uses them
     # (contract.file_confinement); empty: not checked here.
     file_roots: tuple[str, ...] = ()
@@ -208,6 +212,7 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "container_command": lambda _name, value: tuple(str(part) for part in value),
     "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
     "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
+    "ssh": lambda _name, value: value is True,
     "file_roots": lambda _name, value: tuple(str(path) for path in value),
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "aws_credentials": lambda _name, value: value is True,

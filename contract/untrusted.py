@@ -162,13 +162,26 @@ def read_start(root: Path, relative: str | PurePosixPath, limit: int) -> bytes:
         os.close(fd)
 
 
-def write_file(root: Path, relative: str | PurePosixPath, data: bytes, mode: int = 0o666) -> None:
+def write_file(
+    root: Path,
+    relative: str | PurePosixPath,
+    data: bytes,
+    mode: int = 0o666,
+    owner: int | None = None,
+) -> None:
     """Put a new file holding ``data`` at ``relative`` below ``root`` (its directories made
     where missing), in place of whatever was there: a link there is replaced, never written
-    through. ``mode`` is masked by the umask, as open(2) does."""
+    through. ``mode`` is masked by the umask, as open(2) does; ``owner``, where given, is
+    the user (and group) the file has before it is put in place."""
     *above, name = names(relative)
+
+    def fill(fd: int) -> None:
+        _write_all(fd, data)
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+
     with directory(root, PurePosixPath(*above), create=True) as parent:
-        _replace(parent, name, lambda fd: _write_all(fd, data), mode)
+        _replace(parent, name, fill, mode)
 
 
 def place(source: Path, root: Path, relative: str | PurePosixPath) -> None:

@@ -31,7 +31,16 @@ from contract.layout import IMAGE_BASE_DIR, Paths, channel_file, checkpoint_dir
 from contract.phases import FINAL_PHASES, Phase
 from contract.protocol import Endpoint, InterruptionNotice, Stream
 from runtime import channels, checkpoints, launch
-from runtime.instance import credentials_relay, image_wait, install, job_user, layers, resources
+from runtime.instance import (
+    credentials_relay,
+    image_wait,
+    install,
+    job_ssh,
+    job_user,
+    layers,
+    own_etc,
+    resources,
+)
 from runtime.instance.environment import launcher_environment, script_environment
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
@@ -58,6 +67,9 @@ RUNTIME_PACKAGES = ("runtime", "libraries", "contract")
 SPOT_NOTICE_DEADLINE = 30.0
 # How long the scripts of an instance that lost the job's network get to end on SIGTERM.
 LOST_GRACE = 10.0
+# What a login to the instance (over SSH, from another of the job's hosts) starts with of
+# the launchers' environment: what finds the image's programs (Python, Open MPI's daemon).
+LOGIN_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
 
 
 class SetupError(Exception):
@@ -87,6 +99,8 @@ class Trainer:
         self.stopped_here: str | None = None
         # The job's image's lock, held shared while the instance runs on it.
         self.image_hold: int | None = None
+        # What a login to the instance starts with (its /etc/environment), once planned.
+        self.login_environment: dict[str, str] = {}
 
     def say(self, message: str) -> None:
         self.shipper.emit(RUNTIME_STREAM, message)
@@ -296,6 +310,9 @@ class Trainer:
             return None
         how = job_user.confinement(config, _shared_paths(config))
         job_user.hand_over(config, how.uid, config.paths.base / INSTANCE_LAYER)
+        own_etc.show(config, how.uid, self.login_environment)
+        if (lacking := job_ssh.prepare(config, how.uid)) is not None:
+            self.say(f"SSH between the job's hosts is incomplete: {lacking}")
         return how
 
     def _run_scripts(self, launch_plan: Launch) -> GroupResult:
@@ -436,6 +453,7 @@ class Trainer:
         # The launcher's own processes run without the job's variables, the script with them.
         env = launcher_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
         env = _in_job_python(config, python, env)
+        self.login_environment = {name: env[name] for name in LOGIN_VARIABLES if name in env}
         script_env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
         script_env = _in_job_python(config, python, script_env)
         if config.container_command:

@@ -57,7 +57,7 @@ from provisioning.base import (
     TeardownError,
 )
 from provisioning.instance_files import instance_files
-from provisioning.local import containers, egress, network, processes, stand_ins
+from provisioning.local import containers, egress, network, processes, ssh_keys, stand_ins
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
@@ -141,6 +141,8 @@ class LocalPlan:
     network: network.JobNetwork | None = None
     # The catalog image its instances run (contract.images).
     image: str = BUILTIN
+    # Whether its instances have SSH between them (ssh_keys): their keys are made at launch.
+    ssh: bool = False
 
 
 @contextlib.contextmanager
@@ -268,9 +270,13 @@ class LocalBackend(Backend[LocalPlan]):
     def notices(self) -> list[str]:
         if (why := self.shared_because()) is not None:
             return [f"local instances share this machine's host name and network: {why}"]
+        found = []
         if (why := egress.unavailable()) is not None:
-            return [f"local instances reach their job's other hosts and nothing beyond: {why}"]
-        return []
+            found.append(f"local instances reach their job's other hosts and nothing beyond: {why}")
+        if (why := ssh_keys.unavailable()) is not None:
+            # SageMaker's MPI drivers (the SDK's ModelTrainer with MPI) need it.
+            found.append(f"local instances have no SSH between them: {why}")
+        return found
 
     def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
         if self.shared_because() is not None:
@@ -373,6 +379,7 @@ class LocalBackend(Backend[LocalPlan]):
     ) -> LocalPlan:
         """Each instance a host of its own: its namespaces, its address, port and agent."""
         net = job_network.network
+        ssh = ssh_keys.unavailable() is None
         unshare = shutil.which("unshare") or "unshare"
         # The runtime dies with its leader (--kill-child): whatever kills the instance kills
         # all of it, as PID 1's end takes every process of its namespace along.
@@ -393,6 +400,7 @@ class LocalBackend(Backend[LocalPlan]):
             notices=(*notices, *job_network.notices, *self._cpu_notice(request)),
             peer_timeout_seconds=self.peer_timeout,
             resolv_conf=job_network.resolv_conf,
+            ssh=ssh,
         )
         return LocalPlan(
             request.job.id,
@@ -403,6 +411,7 @@ class LocalBackend(Backend[LocalPlan]):
             isolation=Isolation.NAMESPACES.value,
             network=net,
             image=request.spec.image.image,
+            ssh=ssh,
         )
 
     def _plan_containers(
@@ -593,10 +602,18 @@ class LocalBackend(Backend[LocalPlan]):
         if image is not None:
             # Built in the background on first use; the instances wait for it.
             self.images.ensure(image)
+        keys = None
+        if plan.ssh and plan.network is not None:
+            try:
+                keys = ssh_keys.make(job_dir, plan.network.addresses, plan.job_id)
+            except ssh_keys.SshKeyError as exc:
+                raise LaunchError(f"the job's SSH keys: {exc}") from exc
         for instance in plan.instances:
-            self._launch(job_dir, plan.job_id, instance)
+            self._launch(job_dir, plan.job_id, instance, keys)
 
-    def _launch(self, job_dir: Path, job_id: str, instance: LocalInstance) -> None:
+    def _launch(
+        self, job_dir: Path, job_id: str, instance: LocalInstance, ssh: Path | None = None
+    ) -> None:
         pid_file = job_dir / f"{instance.host}.pid.json"
         if pid_file.exists():
             return  # launched by an earlier attempt: adopt it
@@ -615,6 +632,8 @@ class LocalBackend(Backend[LocalPlan]):
             target = base_dir / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
+        if ssh is not None:
+            ssh_keys.give(ssh, instance.host, base_dir)
         with (
             open(job_dir / f"{instance.host}.console.log", "ab") as console,
             _this_thread_on(instance.cpus),

@@ -70,13 +70,13 @@ def become_host(
         bind_read_only(path)
     hosts_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts_file.write_text(etc_hosts.text(name, addresses, _machine_hosts(), machine_names))
-    _bind(hosts_file, HOSTS_FILE)
+    bind(hosts_file, HOSTS_FILE)
     if resolv_conf and RESOLV_CONF.exists():
         resolvers = hosts_file.with_name("resolv.conf")
         resolvers.write_text(resolv_conf)
-        _bind(resolvers, RESOLV_CONF)
+        bind(resolvers, RESOLV_CONF)
     image_base.mkdir(parents=True, exist_ok=True)  # an empty mount point on the machine
-    _bind(base, image_base)
+    bind(base, image_base)
     mount("shm", SHARED_MEMORY, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     # sysfs shows the interfaces of the network namespace of whoever mounts it.
     with network(network_namespace):
@@ -110,7 +110,8 @@ def _setns(fd: int) -> None:
         raise OSError(code, os.strerror(code), "setns")
 
 
-def _bind(source: Path, target: Path) -> None:
+def bind(source: Path, target: Path) -> None:
+    """``source`` shown at ``target`` (which must exist), in this mount namespace only."""
     mount(str(source), target, "", MS_BIND, "")
 
 
@@ -120,3 +121,15 @@ def bind_read_only(path: Path) -> None:
     in a second call)."""
     mount(str(path), path, "", MS_BIND | MS_REC, "")
     mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY, "")
+
+
+# Per network namespace: the lowest port a process without privileges may listen on.
+UNPRIVILEGED_PORT_START = Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+
+
+def unprivileged_ports_from(port: int, network_namespace: str) -> None:
+    """Any user may listen on ``port`` and above in the network namespace at
+    ``network_namespace``: its own sysctl, which the machine's network and every other
+    namespace's keep as they are."""
+    with network(network_namespace):
+        UNPRIVILEGED_PORT_START.write_text(f"{port}\n")

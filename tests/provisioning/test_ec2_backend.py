@@ -231,6 +231,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "download_cache": "",
   "read_only_paths": [],
   "hidden_paths": [],
+  "ssh": false,
   "file_roots": [],
   "container_image": "",
   "container_engine": [],

@@ -141,6 +141,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "download_cache": str(tmp_path / "cache" / "pip"),
         # Instances that share the machine have no covers (their processes are the server's).
         "hidden_paths": [],
+        # Nor SSH between them: they have no network of their own (runtime.instance.job_ssh).
+        "ssh": False,
         "file_roots": [],
         "container_image": "",
         "container_engine": [],

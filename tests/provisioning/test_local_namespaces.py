@@ -110,6 +110,10 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
     assert runyard["resolv_conf"] == ""  # the machine's own, where it would be any
     # The job's processes see nothing of the server's home, where the jobs directory is.
     assert runyard["hidden_paths"] == [str(tmp_path)]
+    # SSH between the job's hosts, with keys made at launch: none is in the plan.
+    assert runyard["ssh"] is True
+    assert public["ssh"] is True
+    assert "PRIVATE KEY" not in json.dumps(public)
     # Planning makes nothing.
     assert not Path(runyard["network_namespace"]).exists()
     assert not (tmp_path / "jobs").exists()
