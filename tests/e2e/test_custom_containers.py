@@ -7,6 +7,7 @@ Nothing of a job may be left: no process (the stack checks), no container.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import tarfile
@@ -18,6 +19,8 @@ import pytest
 
 from contract import storage
 from contract.containers import LABEL_JOB_ID
+from contract.hosts import host_number
+from provisioning.local.network import POOL, SUBNET_PREFIX
 from runyard.client import Client, RunyardError
 from tests.container_images import image
 from tests.e2e.conftest import Stack
@@ -50,6 +53,14 @@ def _seen(client: Client, name: str) -> dict[str, Any]:
     }
 
 
+def _on_one_subnet(addresses: dict[str, str]) -> dict[str, str]:
+    """What a job's hosts should resolve to: algo-N at .N+1 of one /24 of the pool, the
+    job's own (each job with a way out has another)."""
+    subnet = ipaddress.ip_network(f"{addresses['algo-1']}/{SUBNET_PREFIX}", strict=False)
+    assert subnet.subnet_of(POOL), addresses
+    return {host: str(subnet.network_address + host_number(host) + 1) for host in addresses}
+
+
 def _create(client: Client, **spec: Any) -> dict[str, Any]:
     return client.create_job({"instance_type": "local", **spec})
 
@@ -75,7 +86,7 @@ def test_a_container_runs_train_with_sagemakers_contract_on_the_jobs_network(
         assert job["status"] == "Completed", stack.explain(job, events)
         seen = _seen(client, "byoc")
     assert (job["image"], job["isolation"]) == (plain, "container")
-    addresses = {"algo-1": "10.213.0.2", "algo-2": "10.213.0.3"}
+    addresses = _on_one_subnet(seen["algo-1"]["resolved"])
     for host in ("algo-1", "algo-2"):
         assert seen[host] == {
             "hostname": host,
@@ -136,10 +147,8 @@ def test_every_address_a_container_meets_resolves_to_a_name(
     reports = sorted(
         (json.loads(line.removeprefix("names ")) for line in said), key=lambda r: r["peer"]
     )
-    assert [(report["peer"], report["address"]) for report in reports] == [
-        ("algo-1", "10.213.0.2"),
-        ("algo-2", "10.213.0.3"),
-    ]
+    addresses = _on_one_subnet({report["peer"]: report["address"] for report in reports})
+    assert [(report["peer"], report["address"]) for report in reports] == list(addresses.items())
     for report in reports:
         peer, address = report["peer"], report["address"]
         assert report["named"] == {

@@ -41,8 +41,9 @@ def test_a_jobs_instances_measure_themselves(stack: Stack, tmp_path: Path) -> No
     assert {"CPUUtilization", "MemoryUtilization", "DiskUtilization"} <= set(series)
     for points in series.values():
         assert {point["host"] for point in points} == {"algo-1", "algo-2"}
-    # Each host's script burned a CPU for seconds: some sample saw most of one.
+    # Each host's script burned a CPU for seconds: some sample saw a good part of one (on
+    # a loaded 2-core machine, two burning hosts and other tests share it; idle reads ~0).
     for host in ("algo-1", "algo-2"):
         busiest = max(p["value"] for p in series["CPUUtilization"] if p["host"] == host)
-        assert busiest > 30.0, series["CPUUtilization"]
+        assert busiest > 10.0, series["CPUUtilization"]
     assert all(0 < p["value"] < 100 for p in series["MemoryUtilization"])

@@ -152,7 +152,11 @@ def test_a_custom_container_brings_its_own_program_and_a_script_needs_its_source
     created = api.post("/v1/training-jobs", json={**spec, "image_uri": container})
     assert created.status_code == 201, created.text
     assert created.json()["image"] == container
-    assert created.json()["spec"]["image"] == {"name": "builtin", "container": container}
+    assert created.json()["spec"]["image"] == {
+        "name": "builtin",
+        "container": container,
+        "note": None,
+    }
     refused = api.post("/v1/training-jobs", json={**spec, "name": "job-2"})
     assert refused.status_code == 422
     assert refused.json()["detail"][0]["loc"] == ["body", "entry_point"]
