@@ -142,17 +142,33 @@ def plan(
 
 
 def choose_subnet(job_id: str) -> ipaddress.IPv4Network:
-    """A /24 of the pool in which the machine routes to nothing yet (no other job's
+    """A /24 of the pool that no route of the machine takes (``taken``: no other job's
     network, no network the machine is on), looked for from a place the job's id gives,
     so that jobs launched together seldom try the same one first. Hold
     ``choosing_subnet`` from here until the job's bridge holds it."""
     slots = list(POOL.subnets(new_prefix=SUBNET_PREFIX))[1:]  # not the closed networks'
-    taken = _routed()
+    routes = _routed()
     start = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % len(slots)
     for slot in slots[start:] + slots[:start]:
-        if not any(slot.overlaps(routed) for routed in taken):
+        if not taken(slot, routes, POOL):
             return slot
     raise NetworkError(f"every /{SUBNET_PREFIX} of {POOL} is taken: too many jobs at once")
+
+
+def taken(
+    slot: ipaddress.IPv4Network,
+    routes: list[ipaddress.IPv4Network],
+    pool: ipaddress.IPv4Network,
+) -> bool:
+    """Whether a route of the machine takes ``slot``: one inside it (another job's
+    network, an address of the machine's), or one narrower than the pool that holds it (a
+    network the machine is on). A route as wide as the pool or wider (a VPC's or a VPN's
+    10.0.0.0/8) is the way to somewhere else, not a network here: a job's more specific
+    route wins over it for its own /24 alone."""
+    return any(
+        route.subnet_of(slot) or (slot.subnet_of(route) and route.prefixlen > pool.prefixlen)
+        for route in routes
+    )
 
 
 @contextlib.contextmanager

@@ -128,7 +128,7 @@ def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
     assert subnet.prefixlen == 24
     assert subnet.subnet_of(network.POOL)
     assert subnet != network.CLOSED_SUBNET
-    assert not any(subnet.overlaps(routed) for routed in network._routed())
+    assert not network.taken(subnet, network._routed(), network.POOL)
     gateway = next(subnet.hosts())
     job_id = request.job.id
     assert [port["address"] for port in planned["ports"]] == [str(gateway + 1), str(gateway + 2)]
@@ -157,6 +157,31 @@ def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> No
         subprocess.run(["ip", "link", "delete", dummy], check=True)
     assert chosen != preferred
     assert chosen.subnet_of(network.POOL)
+
+
+def test_routes_wider_than_the_pool_leave_its_slots_free() -> None:
+    """A machine on a VPC or a VPN routes to 10.0.0.0/8, or a default-ish wide network:
+    such a route covers the whole pool, and is no job's network. Only a route inside a
+    slot, or one narrower than the pool that holds it, takes it. (Added to a table of
+    their own, which no rule consults: the machine's own routing is left as it was.)"""
+    job_id = "e" * 32
+    preferred = network.choose_subnet(job_id)
+    table = "213"
+    narrower = ipaddress.ip_network(f"{preferred.network_address}/23", strict=False)
+    dummy = "rytestroute1"
+    subprocess.run(["ip", "link", "add", dummy, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
+        for wide in ("10.0.0.0/8", str(network.POOL), "0.0.0.0/1"):
+            _ip("route", "add", wide, "dev", dummy, "table", table)
+        assert network.choose_subnet(job_id) == preferred
+        # A route narrower than the pool takes every slot it holds.
+        _ip("route", "add", str(narrower), "dev", dummy, "table", table)
+        chosen = network.choose_subnet(job_id)
+    finally:
+        subprocess.run(["ip", "link", "delete", dummy], check=True)
+    assert chosen.subnet_of(network.POOL)
+    assert not chosen.overlaps(narrower)
 
 
 def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
