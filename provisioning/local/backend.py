@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.util
+import ipaddress
 import json
 import os
 import shutil
@@ -57,7 +58,15 @@ from provisioning.base import (
     TeardownError,
 )
 from provisioning.instance_files import instance_files
-from provisioning.local import containers, egress, network, processes, ssh_keys, stand_ins
+from provisioning.local import (
+    addresses,
+    containers,
+    egress,
+    network,
+    processes,
+    ssh_keys,
+    stand_ins,
+)
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
@@ -196,6 +205,7 @@ class LocalBackend(Backend[LocalPlan]):
         container_engine: str = "auto",
         hidden: Sequence[Path] | None = None,
         image_fallback: stand_ins.Fallback = "nearest",
+        network_pool: ipaddress.IPv4Network = addresses.DEFAULT_POOL,
     ) -> None:
         self.jobs_dir = jobs_dir
         # What the job's processes must not see of this machine: the server's home (its
@@ -221,6 +231,8 @@ class LocalBackend(Backend[LocalPlan]):
         # With namespaces, an instance that reaches none of its peers for this long has lost
         # the job's network (runtime.instance.peers); None: never said.
         self.peer_timeout = peer_timeout
+        # Where jobs' networks take their subnets (addresses).
+        self.network_pool = network_pool
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> LocalBackend:
@@ -234,6 +246,7 @@ class LocalBackend(Backend[LocalPlan]):
             download_cache=settings.cache_dir / "pip",
             container_engine=settings.container_engine,
             image_fallback=settings.image_fallback,
+            network_pool=ipaddress.IPv4Network(settings.local_network_pool),
         )
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
@@ -341,16 +354,17 @@ class LocalBackend(Backend[LocalPlan]):
         if previous is not None and previous.network is not None:
             net = previous.network  # adopted as it was planned
         elif isolated or egress.unavailable() is not None:
-            net = network.plan(job.id, request.hosts)
+            net = network.plan(job.id, request.hosts, pool=self.network_pool)
         else:
             try:
-                subnet = network.choose_subnet(job.id)
+                subnet = network.choose_subnet(job.id, self.network_pool)
             except network.NetworkError as exc:
                 raise LaunchError(str(exc)) from exc
             net = network.plan(
                 job.id,
                 request.hosts,
                 subnet,
+                pool=self.network_pool,
                 api_port=_port(request.service_url),
                 nameservers=nameservers,
             )

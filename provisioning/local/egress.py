@@ -7,7 +7,7 @@ runyard-<job id>``) masquerades what they send out and holds them to the rest:
   itself, through NAT;
 - of the machine itself, only the API's port and the resolvers their /etc/resolv.conf
   names; nothing else it listens on (its database, broker, any service);
-- never another job's network (the pool of ``network.POOL``) nor link-local addresses
+- never another job's network (the pool, ``addresses``) nor link-local addresses
   (169.254.0.0/16, where clouds serve the machine's own credentials);
 - nothing reaches into the job's network but answers to what it sent.
 

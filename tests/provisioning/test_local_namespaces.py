@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from provisioning.base import JobRef, LaunchError, LaunchRequest
-from provisioning.local import egress, network
+from provisioning.local import addresses, egress, network
 from provisioning.local.backend import LocalBackend
 from service.kit.errors import SpecError, refuse
+from service.settings import Settings
 from tests.instances import launch_request
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u"}
@@ -73,6 +74,7 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
         ],
         "subnet": "10.213.0.0/24",
         "egress": None,
+        "pool": "10.213.0.0/16",
     }
     second = public["instances"][1]
     assert second["argv"][1:] == [
@@ -123,12 +125,12 @@ def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
     request = _request(tmp_path, instance_count=2)
     materialized = _backend(tmp_path).materialize(request)
     planned = materialized.public["network"]
-    subnet = ipaddress.ip_network(planned["subnet"])
+    subnet = ipaddress.IPv4Network(planned["subnet"])
     # A /24 of the pool that nothing on this machine routes to yet, not the closed one.
     assert subnet.prefixlen == 24
-    assert subnet.subnet_of(network.POOL)
+    assert subnet.subnet_of(addresses.DEFAULT_POOL)
     assert subnet != network.CLOSED_SUBNET
-    assert not network.taken(subnet, network._routed(), network.POOL)
+    assert not network.taken(subnet, network._routed(), addresses.DEFAULT_POOL)
     gateway = next(subnet.hosts())
     job_id = request.job.id
     assert [port["address"] for port in planned["ports"]] == [str(gateway + 1), str(gateway + 2)]
@@ -156,7 +158,7 @@ def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> No
     finally:
         subprocess.run(["ip", "link", "delete", dummy], check=True)
     assert chosen != preferred
-    assert chosen.subnet_of(network.POOL)
+    assert chosen.subnet_of(addresses.DEFAULT_POOL)
 
 
 def test_routes_wider_than_the_pool_leave_its_slots_free() -> None:
@@ -167,12 +169,12 @@ def test_routes_wider_than_the_pool_leave_its_slots_free() -> None:
     job_id = "e" * 32
     preferred = network.choose_subnet(job_id)
     table = "213"
-    narrower = ipaddress.ip_network(f"{preferred.network_address}/23", strict=False)
+    narrower = ipaddress.IPv4Network(f"{preferred.network_address}/23", strict=False)
     dummy = "rytestroute1"
     subprocess.run(["ip", "link", "add", dummy, "type", "bridge"], check=True)
     try:
         subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
-        for wide in ("10.0.0.0/8", str(network.POOL), "0.0.0.0/1"):
+        for wide in ("10.0.0.0/8", str(addresses.DEFAULT_POOL), "0.0.0.0/1"):
             _ip("route", "add", wide, "dev", dummy, "table", table)
         assert network.choose_subnet(job_id) == preferred
         # A route narrower than the pool takes every slot it holds.
@@ -180,8 +182,45 @@ def test_routes_wider_than_the_pool_leave_its_slots_free() -> None:
         chosen = network.choose_subnet(job_id)
     finally:
         subprocess.run(["ip", "link", "delete", dummy], check=True)
-    assert chosen.subnet_of(network.POOL)
+    assert chosen.subnet_of(addresses.DEFAULT_POOL)
     assert not chosen.overlaps(narrower)
+
+
+def test_a_server_may_set_the_pool_jobs_networks_take_their_subnets_from(
+    tmp_path: Path,
+) -> None:
+    pool = ipaddress.IPv4Network("172.30.8.0/22")
+    settings = Settings(
+        home=tmp_path / "home", local_network_pool=str(pool), teardown_grace_seconds=1.0
+    )
+    backend = LocalBackend.from_settings(settings)
+    request = _request(tmp_path, instance_count=2)
+    materialized = backend.materialize(request)
+    for instance in materialized.plan.instances:
+        instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
+    net = materialized.plan.network
+    assert net is not None
+    assert net.egress is not None
+    subnet = ipaddress.IPv4Network(net.subnet)
+    assert subnet.subnet_of(pool)
+    assert subnet != ipaddress.ip_network("172.30.8.0/24")  # the closed networks'
+    try:
+        backend.apply(materialized)
+        # The job's rules refuse the pool's other networks, not the default pool's.
+        rules = subprocess.run(
+            ["nft", "list", "table", "inet", net.egress.table],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert "172.30.8.0/22" in rules
+        assert "10.213.0.0/16" not in rules
+    finally:
+        backend.teardown(request.job)
+    assert _left(request.job.id, net) == []
+    closed = backend.materialize(
+        _request(tmp_path, instance_count=1, enable_network_isolation=True)
+    ).plan.network
+    assert closed is not None
+    assert closed.subnet == "172.30.8.0/24"
 
 
 def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
