@@ -292,12 +292,16 @@ class LocalBackend(Backend[LocalPlan]):
         return found
 
     def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        if self.shared_because() is not None:
-            return super().submit(request)  # no network of the job's own to choose
         # A job's subnet is chosen from those the machine's routes leave free, and taken
-        # once its bridge holds its address: no other launch may choose in between.
-        with network.choosing_subnet():
-            return super().submit(request)
+        # once its bridge holds its address: no other launch may choose in between. The
+        # lock is taken as the subnet is chosen (``_network``) and let go once the
+        # network is made, so that other launches never wait for this one's images,
+        # keys or processes.
+        with contextlib.ExitStack() as choosing:
+            materialized = self._materialize(request, choosing)
+            self._make_network(materialized)
+        self._start(materialized)
+        return materialized
 
     def shared_because(self) -> str | None:
         # Where namespaces are asked for and cannot be used, ``check`` refuses the job.
@@ -319,6 +323,13 @@ class LocalBackend(Backend[LocalPlan]):
     # -- planning ---------------------------------------------------------------------
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        return self._materialize(request, None)
+
+    def _materialize(
+        self, request: LaunchRequest, choosing: contextlib.ExitStack | None
+    ) -> Materialized[LocalPlan]:
+        """The plan; where a launch (``submit``) would choose the job a subnet, the
+        machine's lock on choosing is taken first and kept in ``choosing``."""
         job_dir = self.jobs_dir / request.job.id
         previous = self._load_plan(job_dir)
         if previous is not None and previous.job_id == request.job.id:
@@ -328,12 +339,14 @@ class LocalBackend(Backend[LocalPlan]):
             previous = None
             isolation, why = self._isolation()
         if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
-            plan = self._plan_containers(request, job_dir, self._network(request, previous))
+            job_network = self._network(request, previous, choosing)
+            plan = self._plan_containers(request, job_dir, job_network)
             return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
         request, decision = self._image_for(request)
         notices = (decision.note,) if decision.note else ()
         if isolation == Isolation.NAMESPACES:
-            plan = self._plan_hosts(request, job_dir, self._network(request, previous), notices)
+            job_network = self._network(request, previous, choosing)
+            plan = self._plan_hosts(request, job_dir, job_network, notices)
         else:
             port = previous.master_port if previous else self.allocate_port()
             plan = self._plan_shared(request, job_dir, port, why, notices)
@@ -346,9 +359,15 @@ class LocalBackend(Backend[LocalPlan]):
             image_note=decision.note,
         )
 
-    def _network(self, request: LaunchRequest, previous: LocalPlan | None) -> _Network:
+    def _network(
+        self,
+        request: LaunchRequest,
+        previous: LocalPlan | None,
+        choosing: contextlib.ExitStack | None = None,
+    ) -> _Network:
         """The job's network: the one an earlier launch planned, or a new one, with a way
-        out unless the job asks for network isolation or this machine cannot give one."""
+        out unless the job asks for network isolation or this machine cannot give one
+        (its subnet chosen holding the machine's lock, where ``choosing`` keeps it)."""
         job, isolated = request.job, request.spec.enable_network_isolation
         resolv_conf, nameservers = egress.machine_resolv_conf()
         if previous is not None and previous.network is not None:
@@ -356,6 +375,8 @@ class LocalBackend(Backend[LocalPlan]):
         elif isolated or egress.unavailable() is not None:
             net = network.plan(job.id, request.hosts, pool=self.network_pool)
         else:
+            if choosing is not None:
+                choosing.enter_context(network.choosing_subnet())
             try:
                 subnet = network.choose_subnet(job.id, self.network_pool)
             except network.NetworkError as exc:
@@ -577,6 +598,12 @@ class LocalBackend(Backend[LocalPlan]):
     # -- side effects -----------------------------------------------------------------
 
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
+        self._make_network(materialized)
+        self._start(materialized)
+
+    def _make_network(self, materialized: Materialized[LocalPlan]) -> None:
+        """The job's directory and plan, then its network: once the plan is recorded, a
+        later attempt adopts the subnet the bridge holds instead of choosing another."""
         plan = materialized.plan
         job_dir = Path(plan.job_dir)
         previous = self._load_plan(job_dir)
@@ -592,7 +619,13 @@ class LocalBackend(Backend[LocalPlan]):
             _write_private(plan_file, json.dumps(materialized.public, indent=2))
         if plan.network is not None:
             network.create(plan.network)
-        elif not (job_dir / HOSTS_FILE).exists():
+
+    def _start(self, materialized: Materialized[LocalPlan]) -> None:
+        """Whatever the instances still need (their images, keys, hosts file), then the
+        instances not yet started."""
+        plan = materialized.plan
+        job_dir = Path(plan.job_dir)
+        if plan.network is None and not (job_dir / HOSTS_FILE).exists():
             # What the launch agent needs to run a command "on" each instance for mpirun.
             write_hosts_file(
                 job_dir / HOSTS_FILE,

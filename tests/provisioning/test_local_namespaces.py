@@ -3,6 +3,7 @@ job's private network made and removed for real with iproute2."""
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -434,3 +436,48 @@ def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: 
         "algo-1",
         "algo-2",
     ]
+
+
+def _subnet_lock_held() -> bool:
+    """Whether a launch holds the machine's lock on choosing subnets (a lock of another
+    open file, which flock tells apart even within this process)."""
+    with open(network.SUBNET_LOCK, "a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return False
+
+
+def test_the_subnet_lock_is_held_from_the_choice_until_the_bridge_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other launches wait for a job's subnet to be taken, never for its images, keys or
+    processes."""
+    backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
+    request = _request(tmp_path, instance_count=2)
+    held: dict[str, bool] = {}
+    choose, create = network.choose_subnet, network.create
+
+    def choosing(*args: Any) -> ipaddress.IPv4Network:
+        held["choose"] = _subnet_lock_held()
+        return choose(*args)
+
+    def creating(net: network.JobNetwork) -> None:
+        held["create"] = _subnet_lock_held()
+        create(net)
+
+    def launching(*args: Any) -> None:
+        held.setdefault("launch", _subnet_lock_held())
+        raise LaunchError("stopped here: the test looks no further")
+
+    monkeypatch.setattr(network, "choose_subnet", choosing)
+    monkeypatch.setattr(network, "create", creating)
+    monkeypatch.setattr(backend, "_launch", launching)
+    try:
+        with pytest.raises(LaunchError, match="stopped here"):
+            backend.submit(request)
+    finally:
+        backend.teardown(request.job)
+    assert held == {"choose": True, "create": True, "launch": False}
