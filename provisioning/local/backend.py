@@ -375,6 +375,8 @@ class LocalBackend(Backend[LocalPlan]):
         elif isolated or egress.unavailable() is not None:
             net = network.plan(job.id, request.hosts, pool=self.network_pool)
         else:
+            # (Asked before the lock: a name may take the resolver a while.)
+            api_addresses = _api_addresses(request.service_url)
             if choosing is not None:
                 choosing.enter_context(network.choosing_subnet())
             try:
@@ -387,6 +389,7 @@ class LocalBackend(Backend[LocalPlan]):
                 subnet,
                 pool=self.network_pool,
                 api_port=_port(request.service_url),
+                api_addresses=api_addresses,
                 nameservers=nameservers,
             )
         if net.egress is None:
@@ -848,6 +851,23 @@ def _port(url: str) -> int | None:
         return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     except ValueError:
         return None
+
+
+def _api_addresses(url: str) -> tuple[str, ...]:
+    """Where the job's instances reach the API through their network: the IPv4 addresses
+    of the service URL's host (``RUNYARD_PUBLIC_URL``), which their processes are given
+    as ``RUNYARD_SERVICE_URL`` and whose name their /etc/hosts resolves as the machine's
+    does. (The runtime itself reports from the machine's own network, outside the job's.)
+    None for loopback, which from inside an instance is its own."""
+    host = urlsplit(url).hostname
+    if not host:
+        return ()
+    try:
+        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return ()
+    addresses = dict.fromkeys(str(info[4][0]) for info in found)
+    return tuple(a for a in addresses if not ipaddress.ip_address(a).is_loopback)
 
 
 def _server_paths(images_root: Path) -> list[str]:

@@ -5,8 +5,9 @@ runyard-<job id>``) masquerades what they send out and holds them to the rest:
 
 - they reach the job's own hosts (the bridge) and whatever the machine reaches beyond
   itself, through NAT;
-- of the machine itself, only the API's port and the resolvers their /etc/resolv.conf
-  names; nothing else it listens on (its database, broker, any service);
+- of the machine itself, only the API's port at the address their service URL names
+  and the resolvers their /etc/resolv.conf names; nothing else it listens on (its
+  database, broker, any service);
 - never another job's network (the pool, ``addresses``) nor link-local addresses
   (169.254.0.0/16, where clouds serve the machine's own credentials), nor anywhere the
   machine's own DNAT rules (a container engine's published ports) would forward them;
@@ -58,6 +59,9 @@ class Egress:
     api_port: int | None
     # The resolvers the instances' /etc/resolv.conf names, which they may ask.
     nameservers: tuple[str, ...] = ()
+    # The machine's addresses the API's port is open at: those of the service URL the
+    # instances are given (none where it names loopback, their own from inside).
+    api_addresses: tuple[str, ...] = ()
 
 
 def table_name(job_id: str) -> str:
@@ -74,8 +78,8 @@ def ruleset(egress: Egress, bridge: str, subnet: str, pool: str) -> str:
     dns = api = ""
     if servers := _ipv4(egress.nameservers):
         dns = f"ip daddr {servers} meta l4proto {{ tcp, udp }} th dport {DNS_PORT}"
-    if egress.api_port:
-        api = f"tcp dport {egress.api_port}"
+    if egress.api_port and (addresses := _ipv4(egress.api_addresses)):
+        api = f"ip daddr {addresses} tcp dport {egress.api_port}"
     lines = [
         f"table {table} {{}}",
         f"delete table {table}",

@@ -108,7 +108,13 @@ class JobNetwork:
             data["bridge"],
             [Port(**port) for port in data["ports"]],
             data.get("subnet", str(CLOSED_SUBNET)),
-            Egress(**{**way_out, "nameservers": tuple(way_out["nameservers"])})
+            Egress(
+                **{
+                    **way_out,
+                    "nameservers": tuple(way_out["nameservers"]),
+                    "api_addresses": tuple(way_out.get("api_addresses", ())),
+                }
+            )
             if way_out
             else None,
             data.get("pool", str(DEFAULT_POOL)),
@@ -122,12 +128,13 @@ def plan(
     *,
     pool: ipaddress.IPv4Network = DEFAULT_POOL,
     api_port: int | None = None,
+    api_addresses: tuple[str, ...] = (),
     nameservers: tuple[str, ...] = (),
 ) -> JobNetwork:
     """The job's network, by name only; nothing is made: closed (no ``subnet``) in the
     pool's first /24, else with a way out through the first address of ``subnet`` (the
-    API's port and the ``nameservers`` on the machine open to it). Interface names stay
-    within the kernel's 15 characters."""
+    API's port at ``api_addresses`` and the ``nameservers`` on the machine open to it).
+    Interface names stay within the kernel's 15 characters."""
     way_out = None
     if subnet is None:
         subnet = closed_subnet(pool)
@@ -142,7 +149,8 @@ def plan(
         for host in hosts
     ]
     if subnet != closed_subnet(pool):
-        way_out = Egress(egress_rules.table_name(job_id), str(first), api_port, nameservers)
+        table = egress_rules.table_name(job_id)
+        way_out = Egress(table, str(first), api_port, nameservers, api_addresses)
     return JobNetwork(f"ry{job_id[:12]}", ports, str(subnet), way_out, str(pool))
 
 

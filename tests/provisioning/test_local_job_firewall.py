@@ -149,7 +149,8 @@ def far() -> Iterator[Far]:
 
 @pytest.fixture
 def site(far: Far) -> Iterator[Site]:
-    """A job with a way out."""
+    """A job with a way out whose instances are told the API is at the machine's address
+    on the link to the far host (as ``RUNYARD_PUBLIC_URL`` names a machine's address)."""
     job_id = uuid.uuid4().hex
     api_port = _free_port()
     with network.choosing_subnet():
@@ -158,6 +159,7 @@ def site(far: Far) -> Iterator[Site]:
             ["algo-1", "algo-2"],
             network.choose_subnet(job_id),
             api_port=api_port,
+            api_addresses=(far.machine,),
         )
         network.create(job)
     try:
@@ -208,6 +210,28 @@ def test_of_the_machines_own_processes_only_roots_connect_into_a_job(site: Site)
     assert _refused(as_nobody), as_nobody
     assert as_root[0] == "connected"
     assert heard == [site.gateway]
+
+
+def test_of_the_machine_an_instance_reaches_the_api_at_the_address_it_is_given_alone(
+    site: Site,
+) -> None:
+    """The API's port at the address the service URL names, served by a user other than
+    root (whose answers go out all the same); not at the job's gateway, nor any other
+    port of the machine, refused at once."""
+    api = Listener(site.api_port, NOBODY)
+    other_port = _free_port()
+    other = Listener(other_port, [])
+    try:
+        at_its_address = _connect(site.instance(), site.far.machine, site.api_port)
+        at_the_gateway = _connect(site.instance(), site.gateway, site.api_port)
+        another_port = _connect(site.instance(), site.far.machine, other_port)
+    finally:
+        heard, other_heard = api.heard(), other.heard()
+    assert at_its_address[0] == "connected"
+    assert _refused(at_the_gateway), at_the_gateway
+    assert _refused(another_port), another_port
+    assert len(heard) == 1
+    assert other_heard == []
 
 
 def test_link_local_addresses_are_refused_at_once(site: Site) -> None:

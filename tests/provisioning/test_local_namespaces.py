@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +142,30 @@ def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
         "gateway": str(gateway),
         "api_port": 1,  # the service URL's (http://127.0.0.1:1)
         "nameservers": egress.machine_resolv_conf()[1],
+        # Loopback, which from inside an instance is its own: the port is open nowhere.
+        "api_addresses": (),
     }
     runyard = json.loads(materialized.plan.instances[1].files["input/config/runyard.json"])
     assert runyard["master_addr"] == "algo-1"  # by name, as SageMaker's containers
     assert runyard["resolv_conf"] == (egress.machine_resolv_conf()[0] or "")
+
+
+@pytest.mark.parametrize(
+    ("url", "addresses"),
+    [
+        ("http://192.0.2.7:8642", ("192.0.2.7",)),
+        ("http://localhost:8642", ()),
+        ("http://[::1]:8642", ()),
+    ],
+)
+def test_the_api_is_open_to_a_job_at_the_address_its_service_url_names(
+    tmp_path: Path, url: str, addresses: tuple[str, ...]
+) -> None:
+    request = replace(_request(tmp_path, instance_count=1), service_url=url)
+    net = _backend(tmp_path).materialize(request).plan.network
+    assert net is not None
+    assert net.egress is not None
+    assert (net.egress.api_port, net.egress.api_addresses) == (8642, addresses)
 
 
 def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> None:
