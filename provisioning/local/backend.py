@@ -23,6 +23,7 @@ import errno
 import importlib.util
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -70,6 +71,8 @@ from provisioning.local import (
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 HOSTS_FILE = "hosts.json"
@@ -709,6 +712,28 @@ class LocalBackend(Backend[LocalPlan]):
         plan = self._load_plan(job_dir)
         if plan is None:
             return None
+        statuses = self._statuses(job_dir, plan)
+        if any(status.state == InstanceState.RUNNING for status in statuses.values()):
+            self._keep_rules(plan)
+        return statuses
+
+    def _keep_rules(self, plan: LocalPlan) -> None:
+        """The table of a running job with a way out, made again where it is gone: a
+        firewall reload (``nft flush ruleset``, a firewall service restarting) takes
+        every table, the job's rules with them, while the machine keeps forwarding its
+        instances' traffic. One ``nft list tables`` a look, whatever the instances."""
+        net = plan.network
+        if net is None or net.egress is None or plan.job_id in egress.held_tables():
+            return
+        log.warning(
+            "made the nftables table of %s again (%s): something removed it while the job "
+            "ran, a firewall reload (nft flush ruleset) say",
+            plan.job_name,
+            net.egress.table,
+        )
+        network.apply_rules(net)
+
+    def _statuses(self, job_dir: Path, plan: LocalPlan) -> dict[str, InstanceStatus]:
         statuses = {}
         for instance in plan.instances:
             leader = self._leader(job_dir, instance.host)
@@ -797,8 +822,11 @@ class LocalBackend(Backend[LocalPlan]):
 
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        job_dir = self.jobs_dir / job.id
         while True:
-            statuses = self.describe(job) or {}
+            # (Not ``describe``: a job being ended needs no rules made again.)
+            plan = self._load_plan(job_dir)
+            statuses = self._statuses(job_dir, plan) if plan is not None else {}
             running = any(s.state == InstanceState.RUNNING for s in statuses.values())
             if not running and not processes.marked_processes(job.id):
                 return True

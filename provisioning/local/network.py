@@ -235,11 +235,17 @@ def create(network: JobNetwork) -> None:
         _ip(*inside, "link", "set", "lo", "up")
         if network.egress is not None:
             _ip(*inside, "route", "replace", "default", "via", network.egress.gateway)
-    if network.egress is not None:
-        try:
-            egress_rules.apply(network.egress, network.bridge, network.subnet, network.pool)
-        except egress_rules.EgressError as exc:
-            raise NetworkError(str(exc)) from exc
+    apply_rules(network)
+
+
+def apply_rules(network: JobNetwork) -> None:
+    """(Re)make the job's table, where it has a way out: whole, in one transaction."""
+    if network.egress is None:
+        return
+    try:
+        egress_rules.apply(network.egress, network.bridge, network.subnet, network.pool)
+    except egress_rules.EgressError as exc:
+        raise NetworkError(str(exc)) from exc
 
 
 def remove(network: JobNetwork) -> None:

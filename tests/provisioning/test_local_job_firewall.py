@@ -6,9 +6,11 @@ job's instances and from the machine's own processes, root's and another user's.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioning.local import network
+from provisioning.base import InstanceState
+from provisioning.local import egress, network
+from provisioning.local.backend import LocalBackend
+from tests.instances import launch_request
 
 # The scripts run with the system's Python, which a user other than root may run (the
 # worker's may live in root's home).
@@ -242,3 +247,42 @@ def test_link_local_addresses_are_refused_at_once(site: Site) -> None:
         pytest.skip("this machine routes nowhere near 169.254.169.254")
     tried = _connect(site.instance(), "169.254.169.254", 80)
     assert _refused(tried), tried
+
+
+def test_a_running_jobs_table_taken_by_a_firewall_reload_is_made_again(
+    site: Site, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A firewall reload (`nft flush ruleset`) takes every table, the job's with it, while
+    the machine keeps forwarding: the backend's next look at the job makes it again, and
+    the job is held to its rules as before."""
+    backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text("print('x')\n")
+    request = launch_request(source, instance_count=1)
+    materialized = backend.materialize(request)
+    for instance in materialized.plan.instances:
+        instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
+    job = materialized.plan.network
+    assert job is not None
+    assert job.egress is not None
+    prefix = ["ip", "netns", "exec", job.port("algo-1").namespace]
+    peer = site.job.port("algo-1").address
+    served = Listener(5555, site.instance())
+    try:
+        backend.apply(materialized)
+        _run("nft", "delete", "table", "inet", job.egress.table)
+        with caplog.at_level(logging.WARNING, logger="provisioning.local.backend"):
+            statuses = backend.describe(request.job)
+        assert statuses is not None
+        assert [status.state for status in statuses.values()] == [InstanceState.RUNNING]
+        assert request.job.id in egress.held_tables()
+        assert f"made the nftables table of {request.job.name} again" in caplog.text
+        to_peer = _connect(prefix, peer, 5555)
+        to_metadata = _connect(prefix, "169.254.169.254", 80)
+    finally:
+        heard = served.heard()
+        backend.teardown(request.job)
+    assert _refused(to_peer), to_peer
+    assert _refused(to_metadata), to_metadata
+    assert heard == []
