@@ -31,6 +31,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioning.local import addresses
+
 log = logging.getLogger(__name__)
 
 TABLE_PREFIX = "runyard-"
@@ -170,11 +172,13 @@ def unavailable() -> str | None:
         return "IPv4 forwarding is off on this machine and cannot be turned on from here"
     # The rules of a job, made in a throwaway network namespace: the kernel takes them
     # there if it takes them at all (nf_tables, its NAT, reject and conntrack).
+    subnet = addresses.open_subnets(addresses.DEFAULT_POOL)[0]
+    gateway, resolver = subnet[1], subnet[53]
     probe = ruleset(
-        Egress("runyard-probe", "10.213.1.1", 8642, ("10.213.1.53",)),
+        Egress("runyard-probe", str(gateway), 8642, (str(resolver),), (str(gateway),)),
         "ryprobe",
-        "10.213.1.0/24",
-        "10.213.0.0/16",
+        str(subnet),
+        str(addresses.DEFAULT_POOL),
     )
     result = subprocess.run(
         ["unshare", "--net", "nft", "-f", "-"],
