@@ -267,7 +267,12 @@ def remove_job(job_id: str) -> None:
         return  # none was ever made here
     for path in NETNS_DIR.glob(f"runyard-{job_id}-*"):
         _delete_namespace(path.name)
-    _delete_link(plan(job_id, []).bridge)
+    bridge = plan(job_id, []).bridge
+    # The machine's ends of the instances' links go with their namespaces only a moment
+    # later: those still on the bridge are removed now.
+    for link in _ports_of(bridge):
+        _delete_link(link)
+    _delete_link(bridge)
     if job_id in egress_rules.held_tables():
         _remove_table(job_id)
 
@@ -305,6 +310,12 @@ def _without_ipv6(device: str) -> None:
     switch = Path("/proc/sys/net/ipv6/conf") / device / "disable_ipv6"
     if switch.exists() and switch.read_text().strip() != "1":
         switch.write_text("1\n")
+
+
+def _ports_of(bridge: str) -> list[str]:
+    """The links the bridge holds (none where it is gone)."""
+    shown = _output(["-json", "link", "show", "master", bridge])
+    return [str(link["ifname"]) for link in json.loads(shown or "[]")]
 
 
 def _delete_link(name: str) -> None:
