@@ -884,7 +884,7 @@ def _port(url: str) -> int | None:
 def _api_addresses(url: str) -> tuple[str, ...]:
     """Where the job's instances reach the API through their network: the IPv4 addresses
     of the service URL's host (``RUNYARD_PUBLIC_URL``), which their processes are given
-    as ``RUNYARD_SERVICE_URL`` and whose name their /etc/hosts resolves as the machine's
+    (``variables.SERVICE_URL``) and whose name their /etc/hosts resolves as the machine's
     does. (The runtime itself reports from the machine's own network, outside the job's.)
     None for loopback, which from inside an instance is its own."""
     host = urlsplit(url).hostname
