@@ -111,6 +111,9 @@ class ServerSettings(Protocol):
     def local_isolation(self) -> str: ...
 
     @property
+    def local_network_pool(self) -> str: ...
+
+    @property
     def peer_timeout_seconds(self) -> float: ...
 
     @property

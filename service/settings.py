@@ -36,6 +36,7 @@ from provisioning.catalog import InstanceCatalog
 from provisioning.catalog_settings import InstanceTypeDefinition, entry_problems
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.kubernetes.settings import DNS_LABEL, KubernetesSettings
+from provisioning.local import addresses
 
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
 # A requirement as pip takes one (a name, extras, a version or marker), never an option.
@@ -268,6 +269,16 @@ class Settings(BaseSettings):
         "worker may make them (root, with util-linux and iproute2), and lets them share the "
         "machine elsewhere; `namespaces` refuses jobs where it cannot; `shared` never uses "
         "namespaces.",
+    )
+    local_network_pool: str = Field(
+        default=str(addresses.DEFAULT_POOL),
+        min_length=1,
+        max_length=40,
+        description="The IPv4 addresses the local backend's job networks take (with "
+        "namespaces), a /16 to a /22 written as address/length: each job with a way out "
+        "has a /24 of it that no route of the machine takes, every closed one its first "
+        "/24. Set it where the default is in use on the machine's networks; a /16 gives "
+        "255 jobs with a way out at once, a /22 three.",
     )
     local_shared_projects: Literal["one", "many"] = Field(
         default="one",
@@ -525,6 +536,13 @@ class Settings(BaseSettings):
         if 0 < value < 1:
             raise ValueError("must be at least 1 second, or 0 for never")
         return value
+
+    @field_validator("local_network_pool")
+    @classmethod
+    def _check_local_network_pool(cls, value: str) -> str:
+        if (why := addresses.pool_problem(value.strip())) is not None:
+            raise ValueError(f"RUNYARD_LOCAL_NETWORK_POOL: {why}")
+        return value.strip()
 
     @field_validator("admin_token")
     @classmethod

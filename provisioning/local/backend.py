@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.util
+import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -57,10 +59,20 @@ from provisioning.base import (
     TeardownError,
 )
 from provisioning.instance_files import instance_files
-from provisioning.local import containers, egress, network, processes, ssh_keys, stand_ins
+from provisioning.local import (
+    addresses,
+    containers,
+    egress,
+    network,
+    processes,
+    ssh_keys,
+    stand_ins,
+)
 from provisioning.local.images import ImageStore
 from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
+
+log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 HOSTS_FILE = "hosts.json"
@@ -196,6 +208,7 @@ class LocalBackend(Backend[LocalPlan]):
         container_engine: str = "auto",
         hidden: Sequence[Path] | None = None,
         image_fallback: stand_ins.Fallback = "nearest",
+        network_pool: ipaddress.IPv4Network = addresses.DEFAULT_POOL,
     ) -> None:
         self.jobs_dir = jobs_dir
         # What the job's processes must not see of this machine: the server's home (its
@@ -221,6 +234,8 @@ class LocalBackend(Backend[LocalPlan]):
         # With namespaces, an instance that reaches none of its peers for this long has lost
         # the job's network (runtime.instance.peers); None: never said.
         self.peer_timeout = peer_timeout
+        # Where jobs' networks take their subnets (addresses).
+        self.network_pool = network_pool
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> LocalBackend:
@@ -234,6 +249,7 @@ class LocalBackend(Backend[LocalPlan]):
             download_cache=settings.cache_dir / "pip",
             container_engine=settings.container_engine,
             image_fallback=settings.image_fallback,
+            network_pool=ipaddress.IPv4Network(settings.local_network_pool),
         )
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
@@ -279,12 +295,16 @@ class LocalBackend(Backend[LocalPlan]):
         return found
 
     def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        if self.shared_because() is not None:
-            return super().submit(request)  # no network of the job's own to choose
         # A job's subnet is chosen from those the machine's routes leave free, and taken
-        # once its bridge holds its address: no other launch may choose in between.
-        with network.choosing_subnet():
-            return super().submit(request)
+        # once its bridge holds its address: no other launch may choose in between. The
+        # lock is taken as the subnet is chosen (``_network``) and let go once the
+        # network is made, so that other launches never wait for this one's images,
+        # keys or processes.
+        with contextlib.ExitStack() as choosing:
+            materialized = self._materialize(request, choosing)
+            self._make_network(materialized)
+        self._start(materialized)
+        return materialized
 
     def shared_because(self) -> str | None:
         # Where namespaces are asked for and cannot be used, ``check`` refuses the job.
@@ -306,6 +326,13 @@ class LocalBackend(Backend[LocalPlan]):
     # -- planning ---------------------------------------------------------------------
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        return self._materialize(request, None)
+
+    def _materialize(
+        self, request: LaunchRequest, choosing: contextlib.ExitStack | None
+    ) -> Materialized[LocalPlan]:
+        """The plan; where a launch (``submit``) would choose the job a subnet, the
+        machine's lock on choosing is taken first and kept in ``choosing``."""
         job_dir = self.jobs_dir / request.job.id
         previous = self._load_plan(job_dir)
         if previous is not None and previous.job_id == request.job.id:
@@ -315,12 +342,14 @@ class LocalBackend(Backend[LocalPlan]):
             previous = None
             isolation, why = self._isolation()
         if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
-            plan = self._plan_containers(request, job_dir, self._network(request, previous))
+            job_network = self._network(request, previous, choosing)
+            plan = self._plan_containers(request, job_dir, job_network)
             return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
         request, decision = self._image_for(request)
         notices = (decision.note,) if decision.note else ()
         if isolation == Isolation.NAMESPACES:
-            plan = self._plan_hosts(request, job_dir, self._network(request, previous), notices)
+            job_network = self._network(request, previous, choosing)
+            plan = self._plan_hosts(request, job_dir, job_network, notices)
         else:
             port = previous.master_port if previous else self.allocate_port()
             plan = self._plan_shared(request, job_dir, port, why, notices)
@@ -333,25 +362,37 @@ class LocalBackend(Backend[LocalPlan]):
             image_note=decision.note,
         )
 
-    def _network(self, request: LaunchRequest, previous: LocalPlan | None) -> _Network:
+    def _network(
+        self,
+        request: LaunchRequest,
+        previous: LocalPlan | None,
+        choosing: contextlib.ExitStack | None = None,
+    ) -> _Network:
         """The job's network: the one an earlier launch planned, or a new one, with a way
-        out unless the job asks for network isolation or this machine cannot give one."""
+        out unless the job asks for network isolation or this machine cannot give one
+        (its subnet chosen holding the machine's lock, where ``choosing`` keeps it)."""
         job, isolated = request.job, request.spec.enable_network_isolation
         resolv_conf, nameservers = egress.machine_resolv_conf()
         if previous is not None and previous.network is not None:
             net = previous.network  # adopted as it was planned
         elif isolated or egress.unavailable() is not None:
-            net = network.plan(job.id, request.hosts)
+            net = network.plan(job.id, request.hosts, pool=self.network_pool)
         else:
+            # (Asked before the lock: a name may take the resolver a while.)
+            api_addresses = _api_addresses(request.service_url)
+            if choosing is not None:
+                choosing.enter_context(network.choosing_subnet())
             try:
-                subnet = network.choose_subnet(job.id)
+                subnet = network.choose_subnet(job.id, self.network_pool)
             except network.NetworkError as exc:
                 raise LaunchError(str(exc)) from exc
             net = network.plan(
                 job.id,
                 request.hosts,
                 subnet,
+                pool=self.network_pool,
                 api_port=_port(request.service_url),
+                api_addresses=api_addresses,
                 nameservers=nameservers,
             )
         if net.egress is None:
@@ -563,6 +604,12 @@ class LocalBackend(Backend[LocalPlan]):
     # -- side effects -----------------------------------------------------------------
 
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
+        self._make_network(materialized)
+        self._start(materialized)
+
+    def _make_network(self, materialized: Materialized[LocalPlan]) -> None:
+        """The job's directory and plan, then its network: once the plan is recorded, a
+        later attempt adopts the subnet the bridge holds instead of choosing another."""
         plan = materialized.plan
         job_dir = Path(plan.job_dir)
         previous = self._load_plan(job_dir)
@@ -578,7 +625,13 @@ class LocalBackend(Backend[LocalPlan]):
             _write_private(plan_file, json.dumps(materialized.public, indent=2))
         if plan.network is not None:
             network.create(plan.network)
-        elif not (job_dir / HOSTS_FILE).exists():
+
+    def _start(self, materialized: Materialized[LocalPlan]) -> None:
+        """Whatever the instances still need (their images, keys, hosts file), then the
+        instances not yet started."""
+        plan = materialized.plan
+        job_dir = Path(plan.job_dir)
+        if plan.network is None and not (job_dir / HOSTS_FILE).exists():
             # What the launch agent needs to run a command "on" each instance for mpirun.
             write_hosts_file(
                 job_dir / HOSTS_FILE,
@@ -659,6 +712,28 @@ class LocalBackend(Backend[LocalPlan]):
         plan = self._load_plan(job_dir)
         if plan is None:
             return None
+        statuses = self._statuses(job_dir, plan)
+        if any(status.state == InstanceState.RUNNING for status in statuses.values()):
+            self._keep_rules(plan)
+        return statuses
+
+    def _keep_rules(self, plan: LocalPlan) -> None:
+        """The table of a running job with a way out, made again where it is gone: a
+        firewall reload (``nft flush ruleset``, a firewall service restarting) takes
+        every table, the job's rules with them, while the machine keeps forwarding its
+        instances' traffic. One ``nft list tables`` a look, whatever the instances."""
+        net = plan.network
+        if net is None or net.egress is None or plan.job_id in egress.held_tables():
+            return
+        log.warning(
+            "made the nftables table of %s again (%s): something removed it while the job "
+            "ran, a firewall reload (nft flush ruleset) say",
+            plan.job_name,
+            net.egress.table,
+        )
+        network.apply_rules(net)
+
+    def _statuses(self, job_dir: Path, plan: LocalPlan) -> dict[str, InstanceStatus]:
         statuses = {}
         for instance in plan.instances:
             leader = self._leader(job_dir, instance.host)
@@ -747,8 +822,11 @@ class LocalBackend(Backend[LocalPlan]):
 
     def _wait_until_gone(self, job: JobRef, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        job_dir = self.jobs_dir / job.id
         while True:
-            statuses = self.describe(job) or {}
+            # (Not ``describe``: a job being ended needs no rules made again.)
+            plan = self._load_plan(job_dir)
+            statuses = self._statuses(job_dir, plan) if plan is not None else {}
             running = any(s.state == InstanceState.RUNNING for s in statuses.values())
             if not running and not processes.marked_processes(job.id):
                 return True
@@ -801,6 +879,23 @@ def _port(url: str) -> int | None:
         return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     except ValueError:
         return None
+
+
+def _api_addresses(url: str) -> tuple[str, ...]:
+    """Where the job's instances reach the API through their network: the IPv4 addresses
+    of the service URL's host (``RUNYARD_PUBLIC_URL``), which their processes are given
+    (``variables.SERVICE_URL``) and whose name their /etc/hosts resolves as the machine's
+    does. (The runtime itself reports from the machine's own network, outside the job's.)
+    None for loopback, which from inside an instance is its own."""
+    host = urlsplit(url).hostname
+    if not host:
+        return ()
+    try:
+        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return ()
+    addresses = dict.fromkeys(str(info[4][0]) for info in found)
+    return tuple(a for a in addresses if not ipaddress.ip_address(a).is_loopback)
 
 
 def _server_paths(images_root: Path) -> list[str]:

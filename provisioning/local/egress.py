@@ -5,11 +5,14 @@ runyard-<job id>``) masquerades what they send out and holds them to the rest:
 
 - they reach the job's own hosts (the bridge) and whatever the machine reaches beyond
   itself, through NAT;
-- of the machine itself, only the API's port and the resolvers their /etc/resolv.conf
-  names; nothing else it listens on (its database, broker, any service);
-- never another job's network (the pool of ``network.POOL``) nor link-local addresses
-  (169.254.0.0/16, where clouds serve the machine's own credentials);
-- nothing reaches into the job's network but answers to what it sent.
+- of the machine itself, only the API's port at the address their service URL names
+  and the resolvers their /etc/resolv.conf names; nothing else it listens on (its
+  database, broker, any service);
+- never another job's network (the pool, ``addresses``) nor link-local addresses
+  (169.254.0.0/16, where clouds serve the machine's own credentials), nor anywhere the
+  machine's own DNAT rules (a container engine's published ports) would forward them;
+- nothing reaches into the job's network but answers to what it sent, and of the
+  machine's own processes root's (the worker, the runtime) alone.
 
 The table is the job's alone, made and removed whole in one ``nft -f`` transaction each,
 so a retried launch makes it again the same and the machine's own rules are never
@@ -27,6 +30,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from provisioning.local import addresses
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,9 @@ class Egress:
     api_port: int | None
     # The resolvers the instances' /etc/resolv.conf names, which they may ask.
     nameservers: tuple[str, ...] = ()
+    # The machine's addresses the API's port is open at: those of the service URL the
+    # instances are given (none where it names loopback, their own from inside).
+    api_addresses: tuple[str, ...] = ()
 
 
 def table_name(job_id: str) -> str:
@@ -66,34 +74,54 @@ def ruleset(egress: Egress, bridge: str, subnet: str, pool: str) -> str:
     """The job's table, for ``nft -f``: made anew whole (an earlier one of the job's is
     replaced in the same transaction), in the order its rules are read."""
     table = f"inet {egress.table}"
-    own = f'iifname "{bridge}"'
-    dns = ""
-    servers = [s for s in egress.nameservers if ipaddress.ip_address(s).version == 4]
-    if servers:
-        dns = f"ip daddr {{ {', '.join(servers)} }} meta l4proto {{ tcp, udp }} th dport {DNS_PORT}"
-    api = f"{own} tcp dport {egress.api_port} accept" if egress.api_port else ""
+    own = f'iifname "{bridge}"'  # from the job's instances
+    to_own = f'oifname "{bridge}"'  # to them
+    refuse = "reject with icmpx admin-prohibited"  # at once, where a drop would hang
+    dns = api = ""
+    if servers := _ipv4(egress.nameservers):
+        dns = f"ip daddr {servers} meta l4proto {{ tcp, udp }} th dport {DNS_PORT}"
+    if egress.api_port and (addresses := _ipv4(egress.api_addresses)):
+        api = f"ip daddr {addresses} tcp dport {egress.api_port}"
     lines = [
         f"table {table} {{}}",
         f"delete table {table}",
         f"table {table} {{",
+        # What the instances send to the machine itself.
         "  chain input {",
         "    type filter hook input priority filter; policy accept;",
         f"    {own} ct state established,related accept",
         f"    {own} {dns} accept" if dns else "",
-        f"    {api}" if api else "",
-        f"    {own} reject with icmpx admin-prohibited",
+        f"    {own} {api} accept" if api else "",
+        f"    {own} {refuse}",
         "  }",
+        # What the machine routes for them, or to them.
         "  chain forward {",
         "    type filter hook forward priority filter; policy accept;",
-        f'    {own} oifname "{bridge}" accept',
-        f'    oifname "{bridge}" ct state established,related accept',
-        f'    oifname "{bridge}" reject with icmpx admin-prohibited',
+        # Whatever the machine DNATs (a container engine's published port, any dnat rule
+        # of its own) would go on to wherever that points, past every rule below: refused
+        # before anything of theirs is let through.
+        f"    {own} ct status dnat {refuse}",
+        f"    {own} {to_own} accept",
+        f"    {to_own} ct state established,related accept",
+        f"    {to_own} {refuse}",
+        # Their resolvers first: a cloud's may be link-local (AWS's 169.254.169.253).
         f"    {own} {dns} accept" if dns else "",
-        f"    {own} ip daddr {{ {pool}, {LINK_LOCAL} }} reject with icmpx admin-prohibited",
-        f"    {own} meta nfproto ipv6 reject with icmpx admin-prohibited",
+        f"    {own} ip daddr {{ {pool}, {LINK_LOCAL} }} {refuse}",
+        f"    {own} meta nfproto ipv6 {refuse}",
         # Where the way out has a smaller MTU than the bridge, the far end sends no more
         # than fits.
         f"    {own} tcp flags syn tcp option maxseg size set rt mtu",
+        "  }",
+        # What the machine's own processes send to them: the machine's address on the
+        # bridge would otherwise let any of them (another user, a shared job's script)
+        # into the instances' ports (their sshd, torch's rendezvous). Root's are the
+        # worker's and the runtime's, and the kernel's own answers (its resets and ICMP
+        # errors are sent from sockets of root's).
+        "  chain output {",
+        "    type filter hook output priority filter; policy accept;",
+        f"    {to_own} ct state established,related accept",
+        f"    {to_own} meta skuid 0 accept",
+        f"    {to_own} {refuse}",
         "  }",
         "  chain postrouting {",
         "    type nat hook postrouting priority srcnat; policy accept;",
@@ -102,6 +130,13 @@ def ruleset(egress: Egress, bridge: str, subnet: str, pool: str) -> str:
         "}",
     ]
     return "\n".join(line for line in lines if line) + "\n"
+
+
+def _ipv4(addresses: tuple[str, ...]) -> str:
+    """The IPv4 ones of ``addresses`` as an nft set ("" for none): nftables' IPv4
+    address matches take no other, and the job's network has no IPv6."""
+    found = [a for a in addresses if ipaddress.ip_address(a).version == 4]
+    return f"{{ {', '.join(found)} }}" if found else ""
 
 
 def apply(egress: Egress, bridge: str, subnet: str, pool: str) -> None:
@@ -137,11 +172,13 @@ def unavailable() -> str | None:
         return "IPv4 forwarding is off on this machine and cannot be turned on from here"
     # The rules of a job, made in a throwaway network namespace: the kernel takes them
     # there if it takes them at all (nf_tables, its NAT, reject and conntrack).
+    subnet = addresses.open_subnets(addresses.DEFAULT_POOL)[0]
+    gateway, resolver = subnet[1], subnet[53]
     probe = ruleset(
-        Egress("runyard-probe", "10.213.1.1", 8642, ("10.213.1.53",)),
+        Egress("runyard-probe", str(gateway), 8642, (str(resolver),), (str(gateway),)),
         "ryprobe",
-        "10.213.1.0/24",
-        "10.213.0.0/16",
+        str(subnet),
+        str(addresses.DEFAULT_POOL),
     )
     result = subprocess.run(
         ["unshare", "--net", "nft", "-f", "-"],

@@ -5,13 +5,13 @@ to it by a veth pair, named ``eth0`` inside, with an address of its own. The ins
 reach each other by their addresses; beyond that:
 
 - With a way out (``egress``, the default where nftables works), the job has a subnet of
-  its own in ``POOL``, the machine holds its first address on the bridge, every
+  its own in the pool (``addresses``), the machine holds its first address on the bridge, every
   instance's default route leads there, and the job's nftables table masquerades what
   leaves and keeps the instances off the machine's own ports and other jobs' networks.
 - Closed (network isolation, or where nftables cannot be used), the machine holds no
   address on the bridge: the instances reach each other and nothing else, as under
   SageMaker's network isolation, and since no route leads into such a network they all
-  share ``CLOSED_SUBNET``.
+  share the pool's first /24.
 
 Either way the machine's end of each link has no IPv6 address either (a link-local one
 would be a way to the machine's own ports). (The runtime of each instance stays outside
@@ -40,13 +40,11 @@ from typing import Any
 from contract.hosts import host_number
 from contract.layout import IMAGE_BASE_DIR
 from provisioning.local import egress as egress_rules
+from provisioning.local.addresses import DEFAULT_POOL, SUBNET_PREFIX, closed_subnet, open_subnets
 from provisioning.local.egress import Egress
 
-# Every job's network is a /24 of the pool: the first for all closed ones, another of its
-# own for each with a way out (the machine routes to it).
-POOL = ipaddress.IPv4Network("10.213.0.0/16")
-CLOSED_SUBNET = ipaddress.IPv4Network("10.213.0.0/24")
-SUBNET_PREFIX = 24
+# What a plan written before the pool was a setting had (and still has, unless set).
+CLOSED_SUBNET = closed_subnet(DEFAULT_POOL)
 # Held while a launch chooses its job's subnet and until its bridge holds it, by every
 # Runyard worker on the machine.
 SUBNET_LOCK = Path("/run/runyard-networks.lock")
@@ -90,6 +88,8 @@ class JobNetwork:
     subnet: str = str(CLOSED_SUBNET)
     # The way out, where the job has one; None: closed.
     egress: Egress | None = None
+    # The pool the subnet was taken from, whose other networks the job's rules refuse.
+    pool: str = str(DEFAULT_POOL)
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -101,30 +101,43 @@ class JobNetwork:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobNetwork:
         """As ``asdict`` wrote it in a plan (one written before jobs had a way out lacks
-        the subnet and egress: closed)."""
+        the subnet and egress: closed; one written before the pool was a setting, the
+        pool: the default)."""
         way_out = data.get("egress")
         return cls(
             data["bridge"],
             [Port(**port) for port in data["ports"]],
             data.get("subnet", str(CLOSED_SUBNET)),
-            Egress(**{**way_out, "nameservers": tuple(way_out["nameservers"])})
+            Egress(
+                **{
+                    **way_out,
+                    "nameservers": tuple(way_out["nameservers"]),
+                    "api_addresses": tuple(way_out.get("api_addresses", ())),
+                }
+            )
             if way_out
             else None,
+            data.get("pool", str(DEFAULT_POOL)),
         )
 
 
 def plan(
     job_id: str,
     hosts: list[str],
-    subnet: ipaddress.IPv4Network = CLOSED_SUBNET,
+    subnet: ipaddress.IPv4Network | None = None,
     *,
+    pool: ipaddress.IPv4Network = DEFAULT_POOL,
     api_port: int | None = None,
+    api_addresses: tuple[str, ...] = (),
     nameservers: tuple[str, ...] = (),
 ) -> JobNetwork:
-    """The job's network, by name only; nothing is made: closed in ``CLOSED_SUBNET``,
-    else with a way out through the first address of ``subnet`` (the API's port and
-    the ``nameservers`` on the machine open to it). Interface names stay within the
-    kernel's 15 characters."""
+    """The job's network, by name only; nothing is made: closed (no ``subnet``) in the
+    pool's first /24, else with a way out through the first address of ``subnet`` (the
+    API's port at ``api_addresses`` and the ``nameservers`` on the machine open to it).
+    Interface names stay within the kernel's 15 characters."""
+    way_out = None
+    if subnet is None:
+        subnet = closed_subnet(pool)
     first = next(subnet.hosts())
     ports = [
         Port(
@@ -135,24 +148,40 @@ def plan(
         )
         for host in hosts
     ]
-    way_out = None
-    if subnet != CLOSED_SUBNET:
-        way_out = Egress(egress_rules.table_name(job_id), str(first), api_port, nameservers)
-    return JobNetwork(f"ry{job_id[:12]}", ports, str(subnet), way_out)
+    if subnet != closed_subnet(pool):
+        table = egress_rules.table_name(job_id)
+        way_out = Egress(table, str(first), api_port, nameservers, api_addresses)
+    return JobNetwork(f"ry{job_id[:12]}", ports, str(subnet), way_out, str(pool))
 
 
-def choose_subnet(job_id: str) -> ipaddress.IPv4Network:
-    """A /24 of the pool in which the machine routes to nothing yet (no other job's
+def choose_subnet(job_id: str, pool: ipaddress.IPv4Network = DEFAULT_POOL) -> ipaddress.IPv4Network:
+    """A /24 of the pool that no route of the machine takes (``taken``: no other job's
     network, no network the machine is on), looked for from a place the job's id gives,
     so that jobs launched together seldom try the same one first. Hold
     ``choosing_subnet`` from here until the job's bridge holds it."""
-    slots = list(POOL.subnets(new_prefix=SUBNET_PREFIX))[1:]  # not the closed networks'
-    taken = _routed()
+    slots = open_subnets(pool)
+    routes = _routed()
     start = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % len(slots)
     for slot in slots[start:] + slots[:start]:
-        if not any(slot.overlaps(routed) for routed in taken):
+        if not taken(slot, routes, pool):
             return slot
-    raise NetworkError(f"every /{SUBNET_PREFIX} of {POOL} is taken: too many jobs at once")
+    raise NetworkError(f"every /{SUBNET_PREFIX} of {pool} is taken: too many jobs at once")
+
+
+def taken(
+    slot: ipaddress.IPv4Network,
+    routes: list[ipaddress.IPv4Network],
+    pool: ipaddress.IPv4Network,
+) -> bool:
+    """Whether a route of the machine takes ``slot``: one inside it (another job's
+    network, an address of the machine's), or one narrower than the pool that holds it (a
+    network the machine is on). A route as wide as the pool or wider (a VPC's or a VPN's
+    10.0.0.0/8) is the way to somewhere else, not a network here: a job's more specific
+    route wins over it for its own /24 alone."""
+    return any(
+        route.subnet_of(slot) or (slot.subnet_of(route) and route.prefixlen > pool.prefixlen)
+        for route in routes
+    )
 
 
 @contextlib.contextmanager
@@ -206,11 +235,17 @@ def create(network: JobNetwork) -> None:
         _ip(*inside, "link", "set", "lo", "up")
         if network.egress is not None:
             _ip(*inside, "route", "replace", "default", "via", network.egress.gateway)
-    if network.egress is not None:
-        try:
-            egress_rules.apply(network.egress, network.bridge, network.subnet, str(POOL))
-        except egress_rules.EgressError as exc:
-            raise NetworkError(str(exc)) from exc
+    apply_rules(network)
+
+
+def apply_rules(network: JobNetwork) -> None:
+    """(Re)make the job's table, where it has a way out: whole, in one transaction."""
+    if network.egress is None:
+        return
+    try:
+        egress_rules.apply(network.egress, network.bridge, network.subnet, network.pool)
+    except egress_rules.EgressError as exc:
+        raise NetworkError(str(exc)) from exc
 
 
 def remove(network: JobNetwork) -> None:
@@ -232,7 +267,12 @@ def remove_job(job_id: str) -> None:
         return  # none was ever made here
     for path in NETNS_DIR.glob(f"runyard-{job_id}-*"):
         _delete_namespace(path.name)
-    _delete_link(plan(job_id, []).bridge)
+    bridge = plan(job_id, []).bridge
+    # The machine's ends of the instances' links go with their namespaces only a moment
+    # later: those still on the bridge are removed now.
+    for link in _ports_of(bridge):
+        _delete_link(link)
+    _delete_link(bridge)
     if job_id in egress_rules.held_tables():
         _remove_table(job_id)
 
@@ -270,6 +310,12 @@ def _without_ipv6(device: str) -> None:
     switch = Path("/proc/sys/net/ipv6/conf") / device / "disable_ipv6"
     if switch.exists() and switch.read_text().strip() != "1":
         switch.write_text("1\n")
+
+
+def _ports_of(bridge: str) -> list[str]:
+    """The links the bridge holds (none where it is gone)."""
+    shown = _output(["-json", "link", "show", "master", bridge])
+    return [str(link["ifname"]) for link in json.loads(shown or "[]")]
 
 
 def _delete_link(name: str) -> None:

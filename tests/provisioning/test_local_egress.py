@@ -58,7 +58,7 @@ def test_a_loopback_resolver_that_names_no_other_leaves_the_instances_none() -> 
 
 def test_the_rules_let_dns_through_to_the_instances_resolvers_only() -> None:
     rules = egress.ruleset(
-        egress.Egress("runyard-j", "10.213.9.1", 8642, ("10.0.0.2", "fe80::1")),
+        egress.Egress("runyard-j", "10.213.9.1", 8642, ("10.0.0.2", "fe80::1"), ("192.0.2.7",)),
         "ryj",
         "10.213.9.0/24",
         "10.213.0.0/16",
@@ -66,8 +66,17 @@ def test_the_rules_let_dns_through_to_the_instances_resolvers_only() -> None:
     # (nftables' IPv4 address matches take IPv4 addresses; the job's network has no IPv6.)
     allowed = 'iifname "ryj" ip daddr { 10.0.0.2 } meta l4proto { tcp, udp } th dport 53 accept'
     assert rules.count(allowed) == 2  # to the machine, and beyond it
-    assert 'iifname "ryj" tcp dport 8642 accept' in rules
+    assert 'iifname "ryj" ip daddr { 192.0.2.7 } tcp dport 8642 accept' in rules
     assert 'ip saddr 10.213.9.0/24 oifname != "ryj" masquerade' in rules
+
+
+def test_without_an_address_of_the_machine_for_it_the_api_is_not_open() -> None:
+    """A service URL on loopback is the instance's own loopback from inside it: the
+    API's port is then open nowhere."""
+    rules = egress.ruleset(
+        egress.Egress("runyard-j", "10.213.9.1", 8642), "ryj", "10.213.9.0/24", "10.213.0.0/16"
+    )
+    assert "8642" not in rules
 
 
 @pytest.fixture

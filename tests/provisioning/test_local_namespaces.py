@@ -3,20 +3,24 @@ job's private network made and removed for real with iproute2."""
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from provisioning.base import JobRef, LaunchError, LaunchRequest
-from provisioning.local import egress, network
+from provisioning.local import addresses, egress, network
 from provisioning.local.backend import LocalBackend
 from service.kit.errors import SpecError, refuse
+from service.settings import Settings
 from tests.instances import launch_request
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u"}
@@ -73,6 +77,7 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
         ],
         "subnet": "10.213.0.0/24",
         "egress": None,
+        "pool": "10.213.0.0/16",
     }
     second = public["instances"][1]
     assert second["argv"][1:] == [
@@ -123,12 +128,12 @@ def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
     request = _request(tmp_path, instance_count=2)
     materialized = _backend(tmp_path).materialize(request)
     planned = materialized.public["network"]
-    subnet = ipaddress.ip_network(planned["subnet"])
+    subnet = ipaddress.IPv4Network(planned["subnet"])
     # A /24 of the pool that nothing on this machine routes to yet, not the closed one.
     assert subnet.prefixlen == 24
-    assert subnet.subnet_of(network.POOL)
+    assert subnet.subnet_of(addresses.DEFAULT_POOL)
     assert subnet != network.CLOSED_SUBNET
-    assert not any(subnet.overlaps(routed) for routed in network._routed())
+    assert not network.taken(subnet, network._routed(), addresses.DEFAULT_POOL)
     gateway = next(subnet.hosts())
     job_id = request.job.id
     assert [port["address"] for port in planned["ports"]] == [str(gateway + 1), str(gateway + 2)]
@@ -137,10 +142,30 @@ def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
         "gateway": str(gateway),
         "api_port": 1,  # the service URL's (http://127.0.0.1:1)
         "nameservers": egress.machine_resolv_conf()[1],
+        # Loopback, which from inside an instance is its own: the port is open nowhere.
+        "api_addresses": (),
     }
     runyard = json.loads(materialized.plan.instances[1].files["input/config/runyard.json"])
     assert runyard["master_addr"] == "algo-1"  # by name, as SageMaker's containers
     assert runyard["resolv_conf"] == (egress.machine_resolv_conf()[0] or "")
+
+
+@pytest.mark.parametrize(
+    ("url", "addresses"),
+    [
+        ("http://192.0.2.7:8642", ("192.0.2.7",)),
+        ("http://localhost:8642", ()),
+        ("http://[::1]:8642", ()),
+    ],
+)
+def test_the_api_is_open_to_a_job_at_the_address_its_service_url_names(
+    tmp_path: Path, url: str, addresses: tuple[str, ...]
+) -> None:
+    request = replace(_request(tmp_path, instance_count=1), service_url=url)
+    net = _backend(tmp_path).materialize(request).plan.network
+    assert net is not None
+    assert net.egress is not None
+    assert (net.egress.api_port, net.egress.api_addresses) == (8642, addresses)
 
 
 def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> None:
@@ -156,7 +181,69 @@ def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> No
     finally:
         subprocess.run(["ip", "link", "delete", dummy], check=True)
     assert chosen != preferred
-    assert chosen.subnet_of(network.POOL)
+    assert chosen.subnet_of(addresses.DEFAULT_POOL)
+
+
+def test_routes_wider_than_the_pool_leave_its_slots_free() -> None:
+    """A machine on a VPC or a VPN routes to 10.0.0.0/8, or a default-ish wide network:
+    such a route covers the whole pool, and is no job's network. Only a route inside a
+    slot, or one narrower than the pool that holds it, takes it. (Added to a table of
+    their own, which no rule consults: the machine's own routing is left as it was.)"""
+    job_id = "e" * 32
+    preferred = network.choose_subnet(job_id)
+    table = "213"
+    narrower = ipaddress.IPv4Network(f"{preferred.network_address}/23", strict=False)
+    dummy = "rytestroute1"
+    subprocess.run(["ip", "link", "add", dummy, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", dummy, "up"], check=True)
+        for wide in ("10.0.0.0/8", str(addresses.DEFAULT_POOL), "0.0.0.0/1"):
+            _ip("route", "add", wide, "dev", dummy, "table", table)
+        assert network.choose_subnet(job_id) == preferred
+        # A route narrower than the pool takes every slot it holds.
+        _ip("route", "add", str(narrower), "dev", dummy, "table", table)
+        chosen = network.choose_subnet(job_id)
+    finally:
+        subprocess.run(["ip", "link", "delete", dummy], check=True)
+    assert chosen.subnet_of(addresses.DEFAULT_POOL)
+    assert not chosen.overlaps(narrower)
+
+
+def test_a_server_may_set_the_pool_jobs_networks_take_their_subnets_from(
+    tmp_path: Path,
+) -> None:
+    pool = ipaddress.IPv4Network("172.30.8.0/22")
+    settings = Settings(
+        home=tmp_path / "home", local_network_pool=str(pool), teardown_grace_seconds=1.0
+    )
+    backend = LocalBackend.from_settings(settings)
+    request = _request(tmp_path, instance_count=2)
+    materialized = backend.materialize(request)
+    for instance in materialized.plan.instances:
+        instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
+    net = materialized.plan.network
+    assert net is not None
+    assert net.egress is not None
+    subnet = ipaddress.IPv4Network(net.subnet)
+    assert subnet.subnet_of(pool)
+    assert subnet != ipaddress.ip_network("172.30.8.0/24")  # the closed networks'
+    try:
+        backend.apply(materialized)
+        # The job's rules refuse the pool's other networks, not the default pool's.
+        rules = subprocess.run(
+            ["nft", "list", "table", "inet", net.egress.table],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert "172.30.8.0/22" in rules
+        assert "10.213.0.0/16" not in rules
+    finally:
+        backend.teardown(request.job)
+    assert _left(request.job.id, net) == []
+    closed = backend.materialize(
+        _request(tmp_path, instance_count=1, enable_network_isolation=True)
+    ).plan.network
+    assert closed is not None
+    assert closed.subnet == "172.30.8.0/24"
 
 
 def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
@@ -370,3 +457,48 @@ def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: 
         "algo-1",
         "algo-2",
     ]
+
+
+def _subnet_lock_held() -> bool:
+    """Whether a launch holds the machine's lock on choosing subnets (a lock of another
+    open file, which flock tells apart even within this process)."""
+    with open(network.SUBNET_LOCK, "a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return False
+
+
+def test_the_subnet_lock_is_held_from_the_choice_until_the_bridge_holds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other launches wait for a job's subnet to be taken, never for its images, keys or
+    processes."""
+    backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
+    request = _request(tmp_path, instance_count=2)
+    held: dict[str, bool] = {}
+    choose, create = network.choose_subnet, network.create
+
+    def choosing(*args: Any) -> ipaddress.IPv4Network:
+        held["choose"] = _subnet_lock_held()
+        return choose(*args)
+
+    def creating(net: network.JobNetwork) -> None:
+        held["create"] = _subnet_lock_held()
+        create(net)
+
+    def launching(*args: Any) -> None:
+        held.setdefault("launch", _subnet_lock_held())
+        raise LaunchError("stopped here: the test looks no further")
+
+    monkeypatch.setattr(network, "choose_subnet", choosing)
+    monkeypatch.setattr(network, "create", creating)
+    monkeypatch.setattr(backend, "_launch", launching)
+    try:
+        with pytest.raises(LaunchError, match="stopped here"):
+            backend.submit(request)
+    finally:
+        backend.teardown(request.job)
+    assert held == {"choose": True, "create": True, "launch": False}

@@ -109,3 +109,22 @@ def test_a_root_path_is_a_path_prefix_or_nothing(tmp_path: Path, prefix: str) ->
     with pytest.raises(ValidationError, match="root_path"):
         Settings(home=tmp_path, root_path=prefix)
     assert Settings(home=tmp_path, root_path="/teams/runyard").root_path == "/teams/runyard"
+
+
+def test_the_local_network_pool_is_an_ipv4_network_of_16_to_22_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Settings(home=tmp_path).local_network_pool == "10.213.0.0/16"
+    monkeypatch.setenv("RUNYARD_LOCAL_NETWORK_POOL", " 172.30.8.0/22 ")
+    assert Settings(home=tmp_path).local_network_pool == "172.30.8.0/22"
+    for wrong, why in [
+        ("10.213.0.0/24", "is a /24; the pool is a /16 to a /22"),
+        ("10.0.0.0/8", "is a /8"),
+        ("10.213.1.0/16", "has host bits set"),
+        ("fd00::/48", "not an IPv4 network"),
+        ("pool", "not an IPv4 network"),
+        ("169.254.0.0/16", "not for hosts' networks"),
+    ]:
+        monkeypatch.setenv("RUNYARD_LOCAL_NETWORK_POOL", wrong)
+        with pytest.raises(ValidationError, match=f"RUNYARD_LOCAL_NETWORK_POOL: .*{why}"):
+            Settings(home=tmp_path)
