@@ -20,7 +20,7 @@ import pytest
 from contract import storage
 from contract.containers import LABEL_JOB_ID
 from contract.hosts import host_number
-from provisioning.local.network import POOL, SUBNET_PREFIX
+from provisioning.local.addresses import DEFAULT_POOL, SUBNET_PREFIX
 from runyard.client import Client, RunyardError
 from tests.container_images import image
 from tests.e2e.conftest import Stack
@@ -57,7 +57,7 @@ def _on_one_subnet(addresses: dict[str, str]) -> dict[str, str]:
     """What a job's hosts should resolve to: algo-N at .N+1 of one /24 of the pool, the
     job's own (each job with a way out has another)."""
     subnet = ipaddress.ip_network(f"{addresses['algo-1']}/{SUBNET_PREFIX}", strict=False)
-    assert subnet.subnet_of(POOL), addresses
+    assert subnet.subnet_of(DEFAULT_POOL), addresses
     return {host: str(subnet.network_address + host_number(host) + 1) for host in addresses}
 
 
