@@ -29,7 +29,9 @@ SHOWN_VERSIONS = 3
 FAILED_STEP = "\u00d7"  # x, the multiplication sign
 BOX_SIDE = "\u2502"
 EXIT_CODE = f"{BOX_SIDE} exit code:"
-BUILD_OUTPUT = re.compile("^\u2570\u2500> \\[\\d+ lines? of output\\]$")
+BUILD_OUTPUT = re.compile("^\u2570\u2500> \\[(\\d+) lines? of output\\]$")
+# What pip prints after the lines of a build's output that it announced.
+END_OF_OUTPUT = "[end of output]"
 
 
 class InstallError(Exception):
@@ -125,18 +127,20 @@ class PipOutput:
         self.failed: str | None = None
         self.failed_package: str | None = None
         self.exit_code: str | None = None
-        self.build_output: deque[str] = deque(maxlen=BUILD_TAIL)
-        self._in_build_output = False
+        # The first build output pip showed (the failed build's), and the one it is
+        # showing now, if any.
+        self.build_output: _BuildOutput | None = None
+        self._showing: _BuildOutput | None = None
         self.tail: deque[str] = deque(maxlen=PIP_TAIL)
 
     def add(self, line: str) -> None:
         text = line.strip()
-        if self._in_build_output:
-            if text == "[end of output]":
-                self._in_build_output = False
-            elif text:
-                self.build_output.append(text)
-            return
+        if self._showing is not None:
+            if self._showing.take(text):
+                return
+            self._showing = None  # past its end: this line is pip's own
+        if text == END_OF_OUTPUT:
+            return  # the end of a build's output that had more lines than pip counted
         if text:
             self.tail.append(text)
         if (found := self._PACKAGE.match(line)) is not None:
@@ -149,23 +153,64 @@ class PipOutput:
             self.failed_package = self.package
         elif text.startswith(EXIT_CODE) and self.exit_code is None:
             self.exit_code = text.removeprefix(BOX_SIDE).strip()
-        elif BUILD_OUTPUT.match(text) and not self.build_output:
-            self._in_build_output = True
+        elif (shown := BUILD_OUTPUT.match(text)) is not None:
+            self._showing = _BuildOutput(int(shown.group(1)))
+            self.build_output = self.build_output or self._showing
 
     def summary(self) -> str:
         """Which package failed and why, in pip's words (and the build's)."""
-        parts = []
-        if self.failed is not None:
-            build = self.failed
-            if self.failed_package is not None:
-                build = f"{self.failed_package}: {build}"
-            if self.exit_code is not None:
-                build += f" ({self.exit_code})"
-            if self.build_output:
-                build += ": " + " / ".join(self.build_output)
-            parts.append(build)
+        build = self.failed_build()
+        parts = [build] if build is not None else []
         parts += self.errors
         return " | ".join(_shortened(part) for part in parts or self.tail)
+
+    def failed_build(self) -> str | None:
+        """Which package's build failed, at which step, and what the build said last."""
+        if self.failed is None:
+            return None
+        build = self.failed
+        if self.failed_package is not None:
+            build = f"{self.failed_package}: {build}"
+        if self.exit_code is not None:
+            build += f" ({self.exit_code})"
+        said = self.build_output.said() if self.build_output is not None else []
+        if said:
+            build += ": " + " / ".join(said)
+        return build
+
+
+class _BuildOutput:
+    """What a build printed, as pip shows it in its box: as many lines as pip says it
+    has (a line inside that reads like pip's end is the build's own), then pip's end
+    marker. A build that is pip itself (installing build dependencies) is read as pip is,
+    so that where it failed to build a package, that build's words are what it said."""
+
+    def __init__(self, lines: int) -> None:
+        self.left = lines
+        self.last: deque[str] = deque(maxlen=BUILD_TAIL)
+        self.inner = PipOutput()
+
+    def take(self, text: str) -> bool:
+        """Whether ``text`` is one of its lines or its end; taken if so."""
+        if self.left == 0:
+            self.left = -1
+            return text == END_OF_OUTPUT
+        if self.left < 0:
+            return False
+        self.left -= 1
+        if self.left == 0 and text.endswith(END_OF_OUTPUT) and text != END_OF_OUTPUT:
+            # The build's last line had no line end: pip's end marker follows on its line.
+            text = text.removesuffix(END_OF_OUTPUT).strip()
+            self.left = -1
+        if text:
+            self.last.append(text)
+            self.inner.add(text)
+        return True
+
+    def said(self) -> list[str]:
+        """The last lines the build printed, or the failure its own pip reported."""
+        inner = self.inner.failed_build()
+        return [inner] if inner is not None else list(self.last)
 
 
 def _shortened(line: str) -> str:
