@@ -103,19 +103,29 @@ def scan_archive(
         max_members,
     )
     try:
-        # Read as a stream: each member's bytes are hashed as they go by, in one pass.
         with open(archive, "rb") as raw:
-            # Decompressed here rather than by tarfile ("r|*"), which inflates a whole
-            # buffer of input at once, however much it unpacks to.
-            stream = _BoundedStream(archive, raw, max_bytes)
-            unpacked = cast(IO[bytes], stream)  # tarfile only calls read()
-            with tarfile.open(fileobj=unpacked, mode="r|", bufsize=_STREAM_CHUNK) as tar:
-                for member in tar:
-                    tree.add(member, tar.extractfile(member) if member.isfile() else None)
-                    stream.members = tree.members
-    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+            _scan(raw, tree)
+    except OSError as exc:
         raise ArchiveError(f"{archive.name}: not a readable tar archive ({exc})") from exc
     return tree.contents()
+
+
+def _scan(raw: IO[bytes], tree: _Tree) -> None:
+    """Check every member of the archive open as ``raw`` into ``tree``, from its start."""
+    archive = tree.archive
+    try:
+        raw.seek(0)
+        # Read as a stream: each member's bytes are hashed as they go by, in one pass.
+        # Decompressed here rather than by tarfile ("r|*"), which inflates a whole buffer
+        # of input at once, however much it unpacks to.
+        stream = _BoundedStream(archive, raw, max_bytes=tree.max_bytes)
+        unpacked = cast(IO[bytes], stream)  # tarfile only calls read()
+        with tarfile.open(fileobj=unpacked, mode="r|", bufsize=_STREAM_CHUNK) as tar:
+            for member in tar:
+                tree.add(member, tar.extractfile(member) if member.isfile() else None)
+                stream.members = tree.members
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise ArchiveError(f"{archive.name}: not a readable tar archive ({exc})") from exc
 
 
 class _Tree:
@@ -316,10 +326,24 @@ def _shown(name: str) -> str:
 
 
 def extract(archive: Path, destination: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
+    with open(archive, "rb") as raw:
+        extract_open(raw, archive, destination, max_bytes)
+
+
+def extract_open(
+    raw: IO[bytes], archive: Path, destination: Path, max_bytes: int = MAX_UNPACKED_BYTES
+) -> None:
+    """As ``extract``, for an archive already open as ``raw`` (``archive`` names it in
+    messages): it is checked and unpacked from that file alone, never opened again by its
+    name, which may have been swapped meanwhile."""
     destination.mkdir(parents=True, exist_ok=True)
-    check_archive(archive, destination, max_bytes)
-    with tarfile.open(archive, "r:*") as tar:
-        tar.extractall(destination, filter="data")
+    _scan(raw, _Tree(archive, destination, max_bytes, MAX_MEMBERS))
+    raw.seek(0)
+    try:
+        with tarfile.open(fileobj=raw, mode="r:*") as tar:
+            tar.extractall(destination, filter="data")
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError) as exc:
+        raise ArchiveError(f"{archive.name}: not a readable tar archive ({exc})") from exc
 
 
 def make_tarball(source_dir: Path, target: Path, exclude: frozenset[str] = frozenset()) -> Path:

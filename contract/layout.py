@@ -124,9 +124,10 @@ class ChannelFile:
     # Its path below the channel's directory, '/'-separated.
     relative: str
 
-    def under(self, base: Path) -> Path:
-        """Where it is in an instance whose base directory is ``base``."""
-        return base / "input" / "data" / self.channel / self.relative
+    @property
+    def below_data(self) -> PurePosixPath:
+        """Its path below the instance's ``input/data/``."""
+        return PurePosixPath(self.channel, self.relative)
 
 
 CHANNELS_DIR = PurePosixPath(IMAGE_BASE_DIR) / "input" / "data"

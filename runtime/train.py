@@ -12,22 +12,29 @@ import contextlib
 import dataclasses
 import os
 import shlex
-import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import FrameType
 
 from contract import archive, file_confinement, hyperparameters, storage, untrusted, variables
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
-from contract.layout import IMAGE_BASE_DIR, Paths, channel_file, checkpoint_dir
+from contract.layout import (
+    CHANNELS_DIR,
+    IMAGE_BASE_DIR,
+    ChannelFile,
+    Paths,
+    channel_file,
+    checkpoint_dir,
+)
 from contract.phases import FINAL_PHASES, Phase
 from contract.protocol import Endpoint, InterruptionNotice, Stream
 from runtime import channels, checkpoints, launch
@@ -74,6 +81,14 @@ LOGIN_VARIABLES = ("PATH", "LD_LIBRARY_PATH")
 
 class SetupError(Exception):
     """The instance could not be prepared (code, data, entry point); not the script's fault."""
+
+
+def _is_directory(root: Path, relative: PurePosixPath) -> bool:
+    """Whether ``relative`` below ``root`` is a directory (not a link to one), reached
+    without following a link on the way."""
+    with untrusted.directory(root, relative.parent) as parent:
+        found = os.stat(relative.name, dir_fd=parent, follow_symlinks=False)
+    return stat.S_ISDIR(found.st_mode)
 
 
 class Trainer:
@@ -349,7 +364,7 @@ class Trainer:
         if in_channel is not None:
             # With network isolation the SageMaker SDK ships the code in a channel.
             self.say(f"Unpacking code from {config.source_uri}")
-            self._unpack_code(in_channel.under(config.paths.base))
+            self._unpack_code(in_channel)
         checkpoints.restore(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
 
@@ -368,16 +383,28 @@ class Trainer:
         else:
             raise SetupError(f"source {uri} does not exist")
 
-    def _unpack_code(self, found: Path) -> None:
+    def _unpack_code(self, found: ChannelFile) -> None:
         """The code a channel brought: a tarball is unpacked, a directory copied, into
-        code/, as SageMaker's containers take a submit directory that is a local path."""
-        code = self.config.paths.code
-        if found.is_dir() and not found.is_symlink():
-            shutil.copytree(found, code, symlinks=True, dirs_exist_ok=True)
-        elif found.is_file() and not found.is_symlink():
-            archive.extract(found, code)
-        else:
-            raise SetupError(f"source {self.config.source_uri}: its channel brought no such file")
+        code/, as SageMaker's containers take a submit directory that is a local path.
+        Reached from input/data/ without following a link on the way (what a channel
+        brings is the job's, not the runtime's to trust), and read from what was opened."""
+        config = self.config
+        data, relative = config.paths.data, found.below_data
+        try:
+            if _is_directory(data, relative):
+                with untrusted.directory(data, relative) as tree:
+                    file_confinement.copy_tree(
+                        Path(f"/proc/self/fd/{tree}"), config.paths.code, lambda _name: False
+                    )
+                return
+            fd, _opened = untrusted.open_file(data, relative)
+            with os.fdopen(fd, "rb") as tarball:
+                archive.extract_open(tarball, Path(found.relative), config.paths.code)
+        except untrusted.Refused as exc:
+            raise SetupError(f"source {config.source_uri}: refused: {CHANNELS_DIR}/{exc}") from exc
+        except FileNotFoundError as exc:
+            why = f"source {config.source_uri}: its channel brought no such file"
+            raise SetupError(why) from exc
 
     def _wait_for_image(self) -> bool:
         """Wait while this machine builds the job's image; False if stopped meanwhile."""

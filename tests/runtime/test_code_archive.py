@@ -85,3 +85,49 @@ def test_a_channel_without_the_code_named_is_a_client_error(tmp_path: Path) -> N
     assert (base / "output" / "failure").read_text() == (
         f"ClientError: source {CODE_IN_CHANNEL}: its channel brought no such file"
     )
+
+
+@pytest.mark.parametrize(
+    ("source_uri", "link", "refused"),
+    [
+        # The tarball itself a link to one outside the channel.
+        (
+            CODE_IN_CHANNEL,
+            "sourcedir.tar.gz",
+            f"{CODE_IN_CHANNEL} is a symbolic link, not a regular file",
+        ),
+        # A directory on the way to it a link to a directory outside the channel.
+        (
+            "/opt/ml/input/data/code/sub/sourcedir.tar.gz",
+            "sub",
+            "/opt/ml/input/data/code/sub is a symbolic link, not a directory",
+        ),
+    ],
+    ids=["tarball", "directory-on-the-way"],
+)
+def test_code_reached_through_a_link_in_its_channel_is_refused_naming_the_path(
+    tmp_path: Path, source_uri: str, link: str, refused: str
+) -> None:
+    """What a channel brings is the job's: a link there to anything of the machine's is
+    not followed, whatever the link's target holds (here, code that would run)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.py").write_text(REPORT)
+    outside = tmp_path / "outside"
+    make_tarball(source, outside / "sourcedir.tar.gz")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "readme.txt").write_text("the channel's own file\n")
+    request = launch_request(source, source_uri=source_uri, inputs={"code": data.as_uri()})
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    channel = base / "input" / "data" / "code"
+    channel.mkdir(parents=True)
+    target = outside / "sourcedir.tar.gz" if link == "sourcedir.tar.gz" else outside
+    (channel / link).symlink_to(target)
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1, output
+    assert (base / "output" / "failure").read_text() == (
+        f"ClientError: source {source_uri}: refused: {refused}"
+    )
+    assert list((base / "code").iterdir()) == []
