@@ -209,11 +209,14 @@ def _choose_image(settings: Settings, spec: JobCreate) -> ImageChoice:
 
 def checks_reach_network(settings: Settings, spec: JobCreate) -> bool:
     """Whether ``prepare`` would look beyond this machine's files for the job (its code or
-    outputs on s3://; its channels are looked at by its instances): checks that may wait
-    on the network. The output path not given is one under the artifact root, on the
-    root's storage."""
+    outputs on s3://, the code file of a channel that ships it; other channels are looked
+    at by its instances): checks that may wait on the network. The output path not given
+    is one under the artifact root, on the root's storage."""
     located = spec.job_spec_at(spec.output_path or settings.artifact_root)
     uris = [uri for loc, uri in located.storage_uris().items() if loc[0] != "inputs"]
+    in_channel = layout.channel_file(spec.source_uri) if spec.source_uri else None
+    if in_channel is not None and in_channel.channel in spec.inputs:
+        uris.append(spec.inputs[in_channel.channel].uri)
     return any(urlsplit(uri).scheme != "file" for uri in uris)
 
 
@@ -249,17 +252,36 @@ def _check_source(spec: JobCreate, max_source_bytes: int) -> None:
 
 def _channel_object(spec: JobCreate, found: layout.ChannelFile) -> str | None:
     """The object of the job's channel that lands as the file ``found`` (the code the
-    SageMaker SDK ships in a channel), or None where that is known only on the instance."""
+    SageMaker SDK ships in a channel), or None where that is known only on the instance.
+    Found as the instance's download finds it (``storage.listing``), but by name (S3's
+    HEAD), never by listing the channel, which may hold a whole data set: the channel's
+    URI is the object itself (as the SDK names its code channel), which lands under its
+    own name, or the prefix the file lies under."""
     channel = spec.inputs[found.channel]  # the schema checked that the job has it
     if channel.s3_data_type != "S3Prefix":
         return None
-    for item in storage.listing(channel.uri):
-        if item.relative == found.relative:
-            return item.uri
+    if storage.is_file(channel.uri):
+        if _object_name(channel.uri) == found.relative:
+            return channel.uri
+    else:
+        below = storage.join(channel.uri, found.relative)
+        # A local channel's download leaves out what put_file has not finished writing.
+        unfinished = storage.scheme(below) == "file" and storage.is_partial(
+            PurePosixPath(found.relative).name
+        )
+        if not unfinished and storage.is_file(below):
+            return below
     raise SpecError(
         ("source_uri",),
         f"channel {found.channel!r} ({channel.uri}) holds no {found.relative}",
     )
+
+
+def _object_name(uri: str) -> str:
+    """The name an object lands under when a channel is that object alone."""
+    if storage.scheme(uri) == "file":
+        return storage.local_path(uri).name
+    return uri.rpartition("/")[2]
 
 
 @dataclass(frozen=True)

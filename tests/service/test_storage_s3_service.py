@@ -16,6 +16,7 @@ from contract.archive import make_tarball
 from runyard.server import prepare
 from service.app import create_app
 from service.settings import Settings
+from tests.aws import MotoServer
 from tests.conftest import job_spec, make_settings
 
 BUCKET = "artifacts"
@@ -116,6 +117,37 @@ def test_s3_sources_are_checked_for_the_entry_point(
     )
     assert missing.status_code == 422
     assert "source_uri" in missing.text
+
+
+def test_code_a_channel_brings_is_found_by_name_not_by_listing_the_channel(
+    s3_api: TestClient, s3: Any, moto: MotoServer, source_dir: Path, tmp_path: Path
+) -> None:
+    """As the SageMaker SDK ships code with network isolation: a file of one of the
+    job's channels. The channel may hold a data set of millions of objects: the file is
+    looked up by its name (HEAD), the channel never listed."""
+    bundle = make_tarball(source_dir, tmp_path / "sourcedir.tar.gz").read_bytes()
+    s3.put_object(Bucket=BUCKET, Key="data/sourcedir.tar.gz", Body=bundle)
+    for index in range(3):
+        s3.put_object(Bucket=BUCKET, Key=f"data/part-{index}", Body=b"1")
+    spec = job_spec(
+        source_dir,
+        source_uri="/opt/ml/input/data/train/sourcedir.tar.gz",
+        inputs={"train": f"s3://{BUCKET}/data/"},
+    )
+    seen = moto.log.stat().st_size
+    taken = s3_api.post("/v1/training-jobs", json=spec)
+    missing = s3_api.post(
+        "/v1/training-jobs",
+        json={**spec, "name": "job-2", "source_uri": "/opt/ml/input/data/train/other.tar.gz"},
+    )
+    assert taken.status_code == 201, taken.text
+    assert missing.status_code == 422, missing.text
+    assert f"channel 'train' (s3://{BUCKET}/data/) holds no other.tar.gz" in missing.text
+    with open(moto.log, "rb") as log:
+        log.seek(seen)
+        requests = log.read().decode(errors="replace").splitlines()
+    assert any(f'"HEAD /{BUCKET}/data/sourcedir.tar.gz ' in line for line in requests)
+    assert [line for line in requests if "prefix=data/&" in line] == []
 
 
 def test_an_s3_source_over_the_upload_limit_is_refused(

@@ -265,6 +265,21 @@ def _name(outcome: TrainingJob | BaseException) -> str:
         ({"inputs": {"train": {"uri": "s3://bucket/train/"}}}, False),
         ({"output_path": "s3://bucket/out"}, True),
         ({"checkpoint_s3_uri": "s3://bucket/checkpoints"}, True),
+        # Code a channel ships is looked for in the channel (S3's HEAD) at submission.
+        (
+            {
+                "source_uri": "/opt/ml/input/data/code/sourcedir.tar.gz",
+                "inputs": {"code": "s3://bucket/code/sourcedir.tar.gz"},
+            },
+            True,
+        ),
+        (
+            {
+                "source_uri": "/opt/ml/input/data/code/sourcedir.tar.gz",
+                "inputs": {"code": "file:///srv/code/sourcedir.tar.gz"},
+            },
+            False,
+        ),
     ],
 )
 def test_specs_whose_checks_reach_s3_are_checked_in_the_thread_pool(
