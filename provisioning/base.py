@@ -2,8 +2,11 @@
 
 The base class owns the policy; a backend fills in small hooks. ``materialize`` is pure:
 it builds exactly what ``apply`` would create (process argv, pod manifests, RunInstances
-arguments) and that is what a dry run shows. Names derive from the job id, so a retried
-task finds and adopts what an earlier attempt created instead of creating it twice.
+arguments) and that is what a dry run shows. It asks no one and reads nothing that may
+be slow or fail: what only a launch can decide (the local backend's stand-in image and
+subnet) a backend decides in ``submit``, and the dry run shows it as DECIDED_AT_LAUNCH.
+Names derive from the job id, so a retried task finds and adopts what an earlier attempt
+created instead of creating it twice.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ PlanT = TypeVar("PlanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 REDACTED = "<redacted>"
+# What a dry run shows where a launch decides (a local job's subnet): planning asks no one.
+DECIDED_AT_LAUNCH = "<decided at launch>"
 # How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
 KILL_WAIT_SECONDS = 10.0
 # How much of an instance's console is kept when it is the only record of the instance.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from provisioning.base import (
 )
 from provisioning.instance_files import instance_files
 from provisioning.local.backend import LocalBackend, LocalPlan, free_port
+from provisioning.local.stand_ins import ImageDecision
 from service.jobs.schemas import JobCreate
 
 # The jobs these tests launch, one id per test process: the local backend adopts a live
@@ -138,19 +140,25 @@ class SleepingInstances(LocalBackend):
         # How many launches to come the provider refuses for want of capacity.
         self.out_of_capacity = 0
 
-    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        materialized = super().materialize(request)
+    def launch_plan(
+        self,
+        request: LaunchRequest,
+        image: ImageDecision | None = None,
+        choosing: contextlib.ExitStack | None = None,
+    ) -> Materialized[LocalPlan]:
+        if self.out_of_capacity:
+            # Refused before anything of the job is made, as RunInstances refuses.
+            self.out_of_capacity -= 1
+            raise LaunchError("InsufficientInstanceCapacity: none left", capacity=True)
+        materialized = super().launch_plan(request, image, choosing)
         for instance in materialized.plan.instances:
             instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(120)"]
         return materialized
 
-    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+    def start(self, materialized: Materialized[LocalPlan]) -> None:
         config = materialized.plan.instances[0].files["input/config/runyard.json"]
-        if self.out_of_capacity:
-            self.out_of_capacity -= 1
-            raise LaunchError("InsufficientInstanceCapacity: none left", capacity=True)
         self.launches.append(json.loads(config)["attempt"])
-        super().apply(materialized)
+        super().start(materialized)
 
     def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
         statuses = super().describe(job)

@@ -46,6 +46,7 @@ from contract.problems import Problem
 from contract.spec import JobSpec
 from provisioning.base import (
     CONSOLE_BYTES,
+    DECIDED_AT_LAUNCH,
     KILL_WAIT_SECONDS,
     REDACTED,
     Backend,
@@ -130,6 +131,15 @@ class _Network:
 
 
 @dataclass(frozen=True)
+class _Launch:
+    """A plan being launched, which decides what a plan alone leaves to its launch; the
+    machine's lock on choosing subnets, once taken, is kept in ``choosing`` (None: the
+    caller chooses without it)."""
+
+    choosing: contextlib.ExitStack | None = None
+
+
+@dataclass(frozen=True)
 class LocalInstance:
     host: str
     base_dir: str
@@ -155,6 +165,9 @@ class LocalPlan:
     image: str = BUILTIN
     # Whether its instances have SSH between them (ssh_keys): their keys are made at launch.
     ssh: bool = False
+    # Why the image is not the one the spec names, as its launch decided (stand_ins); in a
+    # plan not launched (a dry run), what its launch will decide of it.
+    image_note: str = ""
 
 
 @contextlib.contextmanager
@@ -295,15 +308,18 @@ class LocalBackend(Backend[LocalPlan]):
         return found
 
     def submit(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        """Launch: ``launch_plan``'s plan, its network made, then its instances started."""
+        # pip may take seconds to say which image: asked before the machine's lock.
+        image = self.launch_image(request)
         # A job's subnet is chosen from those the machine's routes leave free, and taken
         # once its bridge holds its address: no other launch may choose in between. The
         # lock is taken as the subnet is chosen (``_network``) and let go once the
         # network is made, so that other launches never wait for this one's images,
         # keys or processes.
         with contextlib.ExitStack() as choosing:
-            materialized = self._materialize(request, choosing)
+            materialized = self.launch_plan(request, image, choosing)
             self._make_network(materialized)
-        self._start(materialized)
+        self.start(materialized)
         return materialized
 
     def shared_because(self) -> str | None:
@@ -326,51 +342,101 @@ class LocalBackend(Backend[LocalPlan]):
     # -- planning ---------------------------------------------------------------------
 
     def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        return self._materialize(request, None)
+        """The plan, asking no one (a dry run's): what only a launch decides, it shows so.
+        The image is the one an earlier launch of the job decided, else the spec's as named
+        (its ``image_note`` saying what the launch will decide of it); a network of the
+        job's own with a way out has its subnet and addresses DECIDED_AT_LAUNCH."""
+        return self._materialize(request, None, None)
+
+    def launch_plan(
+        self,
+        request: LaunchRequest,
+        image: stand_ins.ImageDecision | None = None,
+        choosing: contextlib.ExitStack | None = None,
+    ) -> Materialized[LocalPlan]:
+        """The plan a launch applies: ``materialize``'s, with the image ``launch_image``
+        decides (or ``image``, decided by it already) and the subnet of a job's network
+        with a way out chosen from the machine's routes, the machine's lock on choosing
+        taken first and kept in ``choosing`` (``submit`` keeps it until the network is
+        made). LaunchError, naming the cause, where either cannot be decided."""
+        return self._materialize(request, image or self.launch_image(request), choosing)
+
+    def launch_image(self, request: LaunchRequest) -> stand_ins.ImageDecision:
+        """The image the job's instances are launched on: the one an earlier launch of
+        the job decided (kept: pip's answer may differ today), else the spec's, or the
+        one that stands in for it (stand_ins: pip may be asked, which takes seconds)."""
+        decided = self._decided_image(request, self._previous(request))
+        if decided is not None:
+            return decided
+        return stand_ins.decide(request.spec.image, self.catalog, self.images, self.image_fallback)
 
     def _materialize(
-        self, request: LaunchRequest, choosing: contextlib.ExitStack | None
+        self,
+        request: LaunchRequest,
+        image: stand_ins.ImageDecision | None,
+        choosing: contextlib.ExitStack | None,
     ) -> Materialized[LocalPlan]:
-        """The plan; where a launch (``submit``) would choose the job a subnet, the
-        machine's lock on choosing is taken first and kept in ``choosing``."""
+        """The plan; ``image`` None: a dry run's, deciding nothing."""
+        launch = _Launch(choosing) if image is not None else None
         job_dir = self.jobs_dir / request.job.id
-        previous = self._load_plan(job_dir)
-        if previous is not None and previous.job_id == request.job.id:
+        previous = self._previous(request)
+        if previous is not None:
             # Adopted as it was planned: the instances may be running by that plan.
             isolation, why = Isolation(previous.isolation), ""
         else:
-            previous = None
             isolation, why = self._isolation()
         if request.spec.image.container is not None or isolation == Isolation.CONTAINER:
-            job_network = self._network(request, previous, choosing)
+            job_network = self._network(request, previous, launch)
             plan = self._plan_containers(request, job_dir, job_network)
             return Materialized(self.name, plan, _public(plan), isolation=plan.isolation)
-        request, decision = self._image_for(request)
-        notices = (decision.note,) if decision.note else ()
+        # Not launching, the image is still to decide unless an earlier launch decided it.
+        image = image or self._decided_image(request, previous)
+        undecided = "" if image is not None else self._undecided_image(request)
+        image = image or stand_ins.ImageDecision(request.spec.image.image)
+        request = _on_image(request, image.image)
+        notices = (image.note,) if image.note else ()
         if isolation == Isolation.NAMESPACES:
-            job_network = self._network(request, previous, choosing)
+            job_network = self._network(request, previous, launch)
             plan = self._plan_hosts(request, job_dir, job_network, notices)
         else:
             port = previous.master_port if previous else self.allocate_port()
             plan = self._plan_shared(request, job_dir, port, why, notices)
+        plan = replace(plan, image_note=image.note or undecided)
         return Materialized(
             self.name,
             plan,
             _public(plan),
             isolation=plan.isolation,
-            image=decision.image,
-            image_note=decision.note,
+            image=image.image,
+            image_note=image.note,
         )
 
+    def _previous(self, request: LaunchRequest) -> LocalPlan | None:
+        """The plan an earlier launch of this job left (None for another job's)."""
+        previous = self._load_plan(self.jobs_dir / request.job.id)
+        return previous if previous is not None and previous.job_id == request.job.id else None
+
+    def _decided_image(
+        self, request: LaunchRequest, previous: LocalPlan | None
+    ) -> stand_ins.ImageDecision | None:
+        """The image an earlier launch of the job decided: its plan's, which its instances
+        may run; None before the first launch."""
+        if previous is not None:
+            return stand_ins.ImageDecision(previous.image, previous.image_note)
+        return None
+
+    def _undecided_image(self, request: LaunchRequest) -> str:
+        """What the job's launch will decide of its image (stand_ins.undecided)."""
+        chosen = request.spec.image
+        return stand_ins.undecided(chosen, self.catalog, self.images, self.image_fallback)
+
     def _network(
-        self,
-        request: LaunchRequest,
-        previous: LocalPlan | None,
-        choosing: contextlib.ExitStack | None = None,
+        self, request: LaunchRequest, previous: LocalPlan | None, launch: _Launch | None
     ) -> _Network:
         """The job's network: the one an earlier launch planned, or a new one, with a way
-        out unless the job asks for network isolation or this machine cannot give one
-        (its subnet chosen holding the machine's lock, where ``choosing`` keeps it)."""
+        out unless the job asks for network isolation or this machine cannot give one.
+        Its subnet is chosen (holding the machine's lock, where ``launch`` keeps it) only
+        for a launch: a plan that is not launched shows it DECIDED_AT_LAUNCH."""
         job, isolated = request.job, request.spec.enable_network_isolation
         resolv_conf, nameservers = egress.machine_resolv_conf()
         if previous is not None and previous.network is not None:
@@ -378,38 +444,41 @@ class LocalBackend(Backend[LocalPlan]):
         elif isolated or egress.unavailable() is not None:
             net = network.plan(job.id, request.hosts, pool=self.network_pool)
         else:
-            # (Asked before the lock: a name may take the resolver a while.)
-            api_addresses = _api_addresses(request.service_url)
-            if choosing is not None:
-                choosing.enter_context(network.choosing_subnet())
-            try:
-                subnet = network.choose_subnet(job.id, self.network_pool)
-            except network.NetworkError as exc:
-                raise LaunchError(str(exc)) from exc
-            net = network.plan(
-                job.id,
-                request.hosts,
-                subnet,
-                pool=self.network_pool,
-                api_port=_port(request.service_url),
-                api_addresses=api_addresses,
-                nameservers=nameservers,
-            )
+            net = self._own_network(request, nameservers, launch)
         if net.egress is None:
             why = None if isolated else egress.unavailable()
             return _Network(net, () if why is None else (f"{CLOSED_NOTICE}: {why}",))
         notices = () if net.egress.nameservers else (UNRESOLVED_NOTICE,)
         return _Network(net, notices, resolv_conf or "")
 
-    def _image_for(self, request: LaunchRequest) -> tuple[LaunchRequest, stand_ins.ImageDecision]:
-        """The request as its instances are launched: on the image its spec names, or on
-        the one that stands in for it (stand_ins)."""
-        chosen = request.spec.image
-        decision = stand_ins.decide(chosen, self.catalog, self.images, self.image_fallback)
-        if decision.image == chosen.image:
-            return request, decision
-        spec = replace(request.spec, image=replace(chosen, image=decision.image))
-        return replace(request, spec=spec), decision
+    def _own_network(
+        self, request: LaunchRequest, nameservers: tuple[str, ...], launch: _Launch | None
+    ) -> network.JobNetwork:
+        """A network of the job's own, with a way out: on a subnet chosen now for a
+        launch; for a plan that is not launched, one still to choose."""
+        job, port = request.job, _port(request.service_url)
+        if launch is None:
+            return network.plan_at_launch(
+                job.id, request.hosts, pool=self.network_pool, api_port=port,
+                nameservers=nameservers,
+            )  # fmt: skip
+        # (Asked before the lock: a name may take the resolver a while.)
+        api_addresses = _api_addresses(request.service_url)
+        if launch.choosing is not None:
+            launch.choosing.enter_context(network.choosing_subnet())
+        try:
+            subnet = network.choose_subnet(job.id, self.network_pool)
+        except network.NetworkError as exc:
+            raise LaunchError(f"no subnet for the job's network: {exc}") from exc
+        return network.plan(
+            job.id,
+            request.hosts,
+            subnet,
+            pool=self.network_pool,
+            api_port=port,
+            api_addresses=api_addresses,
+            nameservers=nameservers,
+        )
 
     def _plan_hosts(
         self,
@@ -605,12 +674,17 @@ class LocalBackend(Backend[LocalPlan]):
 
     def apply(self, materialized: Materialized[LocalPlan]) -> None:
         self._make_network(materialized)
-        self._start(materialized)
+        self.start(materialized)
 
     def _make_network(self, materialized: Materialized[LocalPlan]) -> None:
         """The job's directory and plan, then its network: once the plan is recorded, a
         later attempt adopts the subnet the bridge holds instead of choosing another."""
         plan = materialized.plan
+        if plan.network is not None and plan.network.subnet == DECIDED_AT_LAUNCH:
+            raise ValueError(
+                f"the plan of {plan.job_name} leaves its subnet to its launch (a dry run's): "
+                "launch_plan, not materialize, plans what is applied"
+            )
         job_dir = Path(plan.job_dir)
         previous = self._load_plan(job_dir)
         if previous is not None and previous.job_id != plan.job_id:
@@ -626,9 +700,10 @@ class LocalBackend(Backend[LocalPlan]):
         if plan.network is not None:
             network.create(plan.network)
 
-    def _start(self, materialized: Materialized[LocalPlan]) -> None:
+    def start(self, materialized: Materialized[LocalPlan]) -> None:
         """Whatever the instances still need (their images, keys, hosts file), then the
-        instances not yet started."""
+        instances not yet started: ``apply`` once the network is made, as ``submit``
+        calls it after letting go of the machine's lock."""
         plan = materialized.plan
         job_dir = Path(plan.job_dir)
         if plan.network is None and not (job_dir / HOSTS_FILE).exists():
@@ -870,6 +945,15 @@ class LocalBackend(Backend[LocalPlan]):
         if net is not None:
             net = network.JobNetwork.from_dict(net)
         return LocalPlan(**data, instances=instances, network=net)
+
+
+def _on_image(request: LaunchRequest, image: str) -> LaunchRequest:
+    """The request as its instances are launched: on ``image``, which may stand in for the
+    one its spec names (stand_ins)."""
+    chosen = request.spec.image
+    if image == chosen.image:
+        return request
+    return replace(request, spec=replace(request.spec, image=replace(chosen, image=image)))
 
 
 def _port(url: str) -> int | None:

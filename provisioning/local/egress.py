@@ -168,7 +168,10 @@ def unavailable() -> str | None:
     (asked once per process). Asked only where namespaces can be made (``network``)."""
     if shutil.which("nft") is None:
         return "nft (Debian's nftables package) is not found on PATH"
-    if FORWARDING.read_text().strip() != "1" and not os.access(FORWARDING, os.W_OK):
+    forwarding = _read(FORWARDING).strip()
+    if not forwarding:
+        return f"{FORWARDING} cannot be read here"
+    if forwarding != "1" and not os.access(FORWARDING, os.W_OK):
         return "IPv4 forwarding is off on this machine and cannot be turned on from here"
     # The rules of a job, made in a throwaway network namespace: the kernel takes them
     # there if it takes them at all (nf_tables, its NAT, reject and conntrack).
@@ -180,14 +183,17 @@ def unavailable() -> str | None:
         str(subnet),
         str(addresses.DEFAULT_POOL),
     )
-    result = subprocess.run(
-        ["unshare", "--net", "nft", "-f", "-"],
-        input=probe,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    try:
+        result = subprocess.run(
+            ["unshare", "--net", "nft", "-f", "-"],
+            input=probe,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the kernel did not say whether it takes the rules that would give it one ({exc})"
     if result.returncode != 0:
         refusal = " ".join(result.stderr.split())[:300] or "nft failed"
         return f"the kernel refuses the rules that would give it one ({refusal})"

@@ -33,12 +33,13 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from contract.hosts import host_number
 from contract.layout import IMAGE_BASE_DIR
+from provisioning.base import DECIDED_AT_LAUNCH
 from provisioning.local import egress as egress_rules
 from provisioning.local.addresses import DEFAULT_POOL, SUBNET_PREFIX, closed_subnet, open_subnets
 from provisioning.local.egress import Egress
@@ -154,6 +155,26 @@ def plan(
     return JobNetwork(f"ry{job_id[:12]}", ports, str(subnet), way_out, str(pool))
 
 
+def plan_at_launch(
+    job_id: str,
+    hosts: list[str],
+    *,
+    pool: ipaddress.IPv4Network = DEFAULT_POOL,
+    api_port: int | None = None,
+    nameservers: tuple[str, ...] = (),
+) -> JobNetwork:
+    """The network of a job with a way out as a plan that chooses nothing shows it (a dry
+    run's): its names as ``plan`` gives them; its subnet, addresses and the API's
+    addresses DECIDED_AT_LAUNCH, as choosing them reads the machine's routes and asks the
+    resolver."""
+    named = plan(job_id, hosts, pool=pool)
+    table = egress_rules.table_name(job_id)
+    at_launch = (DECIDED_AT_LAUNCH,)
+    way_out = Egress(table, DECIDED_AT_LAUNCH, api_port, nameservers, at_launch)
+    ports = [replace(port, address=DECIDED_AT_LAUNCH) for port in named.ports]
+    return replace(named, ports=ports, subnet=DECIDED_AT_LAUNCH, egress=way_out)
+
+
 def choose_subnet(job_id: str, pool: ipaddress.IPv4Network = DEFAULT_POOL) -> ipaddress.IPv4Network:
     """A /24 of the pool that no route of the machine takes (``taken``: no other job's
     network, no network the machine is on), looked for from a place the job's id gives,
@@ -196,15 +217,21 @@ def choosing_subnet() -> Iterator[None]:
 
 
 def _routed() -> list[ipaddress.IPv4Network]:
-    """Every IPv4 network the machine routes to (its addresses' included), in any table."""
-    shown = subprocess.run(
-        ["ip", "-json", "-4", "route", "show", "table", "all"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    """Every IPv4 network the machine routes to (its addresses' included), in any table;
+    NetworkError where iproute2 cannot say."""
+    try:
+        shown = subprocess.run(
+            ["ip", "-json", "-4", "route", "show", "table", "all"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        routes = json.loads(shown.stdout or "[]")
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise NetworkError(f"the machine's routes could not be read (ip route: {exc})") from exc
     found = []
-    for route in json.loads(shown.stdout or "[]"):
+    for route in routes:
         with contextlib.suppress(ValueError):
             found.append(ipaddress.IPv4Network(route.get("dst", ""), strict=False))
     return [network for network in found if network.prefixlen > 0]
@@ -338,9 +365,12 @@ def unavailable() -> str | None:
         return f"the worker runs as root without {' and '.join(lacking)}"
     probe = ["unshare", "--uts", "--mount", "--pid", "--net", "--fork", "--mount-proc",
              "ip", "-batch", "-"]  # fmt: skip
-    result = subprocess.run(
-        probe, input=_NETWORK_PROBE, capture_output=True, text=True, timeout=30, check=False
-    )
+    try:
+        result = subprocess.run(
+            probe, input=_NETWORK_PROBE, capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"this machine did not answer whether it allows new namespaces ({exc})"
     if result.returncode != 0:
         refusal = " ".join(result.stderr.split()) or "unshare failed"
         return f"this machine refuses new namespaces or the links between them ({refusal})"

@@ -13,6 +13,7 @@ fails, if it must, with pip's words.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -78,12 +79,21 @@ class PackageIndex:
             return found
         answer = ask(requirement, python, interpreter, self.timeout)
         if answer.offered is not None:
-            path = self._path(requirement, python)
+            self._remember(answer)
+        return answer
+
+    def _remember(self, answer: Answer) -> None:
+        path = self._path(answer.requirement, answer.python)
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = path.with_suffix(f".{os.getpid()}.tmp")
             scratch.write_text(json.dumps(asdict(answer)) + "\n")
             scratch.replace(path)  # whole, for a reader in another process
-        return answer
+        except OSError:
+            # Not remembered (a full or read-only disk): pip is asked again next time,
+            # and this launch goes on with the answer it has.
+            with contextlib.suppress(OSError):
+                scratch.unlink(missing_ok=True)
 
     def forget(self) -> None:
         """Every answer: a changed pip configuration asks again."""

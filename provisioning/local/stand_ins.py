@@ -6,7 +6,9 @@ nearest image of the catalog, said in the job's log and its describe. With
 index's answer is known already, else when it is launched.
 
 Whether the index has the build is pip's answer (``package_index``), asked at the job's
-launch the first time and remembered: an image already built needs no answer.
+launch the first time and remembered: an image already built needs no answer. A plan
+that is not launched (a dry run) asks nothing: it shows the image as named, and what its
+launch will decide of it (``undecided``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Literal
 from contract.images import Catalog, Choice, Image
 from contract.problems import Problem
 from contract.spec import JobSpec
-from provisioning.base import LaunchError
+from provisioning.base import DECIDED_AT_LAUNCH, LaunchError
 from provisioning.local.images import ImageBuildError, ImageStore, interpreter_for
 from provisioning.local.package_index import Answer
 
@@ -51,6 +53,25 @@ def decide(
         raise LaunchError(f"{why}, and the catalog has no other {image.framework} image")
     note = f"{why}: the job runs on {stand_in.name}, the nearest image of the catalog"
     return ImageDecision(stand_in.name, note)
+
+
+def undecided(choice: Choice, catalog: Catalog, store: ImageStore, fallback: Fallback) -> str:
+    """What the job's launch will decide of its image, for a plan that asks nobody (a dry
+    run); "" where there is nothing to decide (not an image of a SageMaker version made
+    here, or one built already)."""
+    image = catalog.get(choice.image)
+    if image is None or not image.framework_requirement or store.stored(image).is_built():
+        return ""
+    stand_in = catalog.nearest(image)
+    if fallback == "refuse" or stand_in is None:
+        otherwise = "the job is refused then"
+    else:
+        otherwise = f"the job runs on {stand_in.name}, the nearest image of the catalog"
+    return (
+        f"{DECIDED_AT_LAUNCH}: whether this server's package index has "
+        f"{image.framework_requirement} for Python {image.python} (pip is asked); where it "
+        f"has not, {otherwise}"
+    )
 
 
 def refusal(

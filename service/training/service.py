@@ -23,7 +23,7 @@ from contract.hosts import host_names
 from contract.limits import MAX_REASON
 from contract.phases import FINAL_PHASES, Phase
 from provisioning import registry
-from provisioning.base import REDACTED, JobRef, LaunchRequest
+from provisioning.base import REDACTED, JobRef, LaunchError, LaunchRequest
 from service.auth.access import Principal, Role
 from service.capacity import service as capacity
 from service.jobs import lifecycle, lookup, repository
@@ -36,6 +36,7 @@ from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
     ResourceLimitExceeded,
+    SpecError,
 )
 from service.logs import repository as log_repository
 from service.settings import Settings
@@ -49,7 +50,9 @@ STOP_ATTEMPTS = 3
 
 def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str) -> DryRun:
     """Exactly what submitting would create (the backend's materialized plan), creating nothing.
-    The source may be one still to be uploaded (a dry run stores no code either)."""
+    The source may be one still to be uploaded (a dry run stores no code either). Planning
+    asks no one: what only a launch decides the plan shows as decided at launch, so this
+    answers the same whatever the machine's state (pip, the network, its routes)."""
     pending = spec.source_uri is not None and sources.is_pending(settings, spec.source_uri)
     prepared = prepare(settings, spec, project, source_checked=pending)
     if repository.name_taken(session, prepared.name, project):
@@ -71,7 +74,12 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         aws_credentials=settings.service_gives_credentials,
         instance_metrics_seconds=settings.instance_metrics_seconds,
     )
-    materialized = backend.materialize(request)
+    try:
+        materialized = backend.materialize(request)
+    except LaunchError as exc:
+        # What this backend could not plan here: the job's to change, or the operator's.
+        why = f"the {prepared.backend} backend cannot plan this job here: {exc}"
+        raise SpecError(("backend",), why) from exc
     return DryRun(
         name=prepared.name,
         backend=prepared.backend,

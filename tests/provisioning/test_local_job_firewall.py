@@ -260,7 +260,7 @@ def test_a_running_jobs_table_taken_by_a_firewall_reload_is_made_again(
     source.mkdir()
     (source / "train.py").write_text("print('x')\n")
     request = launch_request(source, instance_count=1)
-    materialized = backend.materialize(request)
+    materialized = backend.launch_plan(request)
     for instance in materialized.plan.instances:
         instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
     job = materialized.plan.network

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from provisioning.base import JobRef, LaunchError, LaunchRequest
+from provisioning.base import DECIDED_AT_LAUNCH, JobRef, LaunchError, LaunchRequest
 from provisioning.local import addresses, egress, network
 from provisioning.local.backend import LocalBackend
 from service.kit.errors import SpecError, refuse
@@ -126,7 +126,7 @@ def test_each_instance_is_planned_as_a_host_of_its_own(tmp_path: Path) -> None:
 
 def test_a_job_has_a_subnet_and_a_way_out_of_its_own(tmp_path: Path) -> None:
     request = _request(tmp_path, instance_count=2)
-    materialized = _backend(tmp_path).materialize(request)
+    materialized = _backend(tmp_path).launch_plan(request)
     planned = materialized.public["network"]
     subnet = ipaddress.IPv4Network(planned["subnet"])
     # A /24 of the pool that nothing on this machine routes to yet, not the closed one.
@@ -162,10 +162,82 @@ def test_the_api_is_open_to_a_job_at_the_address_its_service_url_names(
     tmp_path: Path, url: str, addresses: tuple[str, ...]
 ) -> None:
     request = replace(_request(tmp_path, instance_count=1), service_url=url)
-    net = _backend(tmp_path).materialize(request).plan.network
+    net = _backend(tmp_path).launch_plan(request).plan.network
     assert net is not None
     assert net.egress is not None
     assert (net.egress.api_port, net.egress.api_addresses) == (8642, addresses)
+
+
+def test_a_dry_run_leaves_the_jobs_subnet_to_its_launch(tmp_path: Path) -> None:
+    """The machine's routes are read when the job is launched, not when it is planned:
+    the plan says so where it would name the subnet."""
+    request = _request(tmp_path, instance_count=2)
+    backend = _backend(tmp_path)
+    materialized = backend.materialize(request)
+    planned = materialized.public
+    job_id = request.job.id
+    assert planned["network"]["subnet"] == DECIDED_AT_LAUNCH
+    assert [port["address"] for port in planned["network"]["ports"]] == [DECIDED_AT_LAUNCH] * 2
+    assert planned["network"]["egress"] == {
+        "table": f"runyard-{job_id}",
+        "gateway": DECIDED_AT_LAUNCH,
+        "api_port": 1,
+        "nameservers": egress.machine_resolv_conf()[1],
+        # The service URL's host is resolved at launch, not by a plan.
+        "api_addresses": (DECIDED_AT_LAUNCH,),
+    }
+    resources = json.loads(planned["instances"][0]["files"]["input/config/resourceconfig.json"])
+    assert resources["host_addresses"] == dict.fromkeys(["algo-1", "algo-2"], DECIDED_AT_LAUNCH)
+    # Such a plan is shown, never applied: nothing of it is made.
+    with pytest.raises(ValueError, match="leaves its subnet to its launch"):
+        backend.apply(materialized)
+    assert not (tmp_path / "jobs").exists()
+
+
+# Plans and launches a job in a network namespace of its own (the test's), whose machine
+# is on two networks that share the pool between them: no /24 of it is free.
+_NO_FREE_SUBNET = """
+import json, subprocess, sys
+from pathlib import Path
+from provisioning.base import LaunchError
+from provisioning.local import addresses
+from tests.provisioning.test_local_namespaces import _backend, _request
+pool = addresses.DEFAULT_POOL
+subprocess.run(["ip", "link", "add", "rypool0", "type", "bridge"], check=True)
+for half in pool.subnets(prefixlen_diff=1):
+    subprocess.run(["ip", "address", "add", f"{half[1]}/{half.prefixlen}", "dev", "rypool0"],
+                   check=True)
+subprocess.run(["ip", "link", "set", "rypool0", "up"], check=True)
+where = Path(sys.argv[1])
+backend, request = _backend(where), _request(where, instance_count=2)
+planned = backend.materialize(request).public["network"]
+try:
+    backend.launch_plan(request)
+    refused = None
+except LaunchError as exc:
+    refused = str(exc)
+print(json.dumps({"planned": planned["subnet"], "way_out": bool(planned["egress"]),
+                  "refused": refused}))
+"""
+
+
+def test_no_free_subnet_fails_the_launch_and_not_the_plan(tmp_path: Path) -> None:
+    # A network namespace of its own: the machine's routes stay as they are for others.
+    run = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", _NO_FREE_SUBNET, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {
+        "planned": DECIDED_AT_LAUNCH,
+        "way_out": True,
+        "refused": "no subnet for the job's network: every /24 of "
+        f"{addresses.DEFAULT_POOL} is taken: too many jobs at once",
+    }
 
 
 def test_a_subnet_that_the_machine_routes_to_is_not_chosen(tmp_path: Path) -> None:
@@ -218,7 +290,7 @@ def test_a_server_may_set_the_pool_jobs_networks_take_their_subnets_from(
     )
     backend = LocalBackend.from_settings(settings)
     request = _request(tmp_path, instance_count=2)
-    materialized = backend.materialize(request)
+    materialized = backend.launch_plan(request)
     for instance in materialized.plan.instances:
         instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
     net = materialized.plan.network
@@ -261,7 +333,7 @@ def test_more_instances_than_cpus_are_told_so(tmp_path: Path) -> None:
 def test_the_jobs_network_is_made_and_removed_whole(tmp_path: Path, isolated: bool) -> None:
     backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
     request = _request(tmp_path, instance_count=2, enable_network_isolation=isolated)
-    materialized = backend.materialize(request)
+    materialized = backend.launch_plan(request)
     for instance in materialized.plan.instances:
         instance.argv[:] = [sys.executable, "-c", "import time; time.sleep(60)"]
     net = materialized.plan.network
@@ -295,7 +367,7 @@ def test_a_network_no_plan_leads_to_is_found_and_removed(tmp_path: Path) -> None
     the reaper finds it, and the job's teardown removes it."""
     backend = LocalBackend(tmp_path / "jobs", teardown_grace=1.0)
     request = _request(tmp_path, instance_count=2)
-    net = backend.materialize(request).plan.network
+    net = backend.launch_plan(request).plan.network
     assert net is not None
     assert net.egress is not None
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contract.images import Catalog, Choice
-from provisioning.base import LaunchError, LaunchRequest
+from provisioning.base import DECIDED_AT_LAUNCH, LaunchError, LaunchRequest
 from provisioning.local.backend import LocalBackend
 from provisioning.local.images import ImageStore
 from provisioning.local.stand_ins import Fallback
@@ -75,7 +75,7 @@ def _runyard_json(materialized: object) -> dict[str, object]:
 
 def test_a_version_without_a_build_runs_on_the_nearest_image_saying_why(tmp_path: Path) -> None:
     backend = _backend(tmp_path)
-    materialized = backend.materialize(_request(tmp_path, MISSING))
+    materialized = backend.launch_plan(_request(tmp_path, MISSING))
     note = materialized.image_note
     assert note.startswith(
         f"torch==1.12.1 cannot be installed for Python {PYTHON} from this server's package "
@@ -101,7 +101,7 @@ def test_a_version_without_a_build_runs_on_the_nearest_image_saying_why(tmp_path
 
 
 def test_a_version_with_a_build_runs_as_named(tmp_path: Path) -> None:
-    materialized = _backend(tmp_path).materialize(_request(tmp_path, PRESENT))
+    materialized = _backend(tmp_path).launch_plan(_request(tmp_path, PRESENT))
     assert (materialized.image, materialized.image_note) == (PRESENT, "")
     config = _runyard_json(materialized)
     assert config["image"] == PRESENT
@@ -115,7 +115,7 @@ def test_a_version_with_a_build_runs_as_named(tmp_path: Path) -> None:
 def test_the_catalogs_own_images_and_the_builtin_one_need_no_answer(tmp_path: Path) -> None:
     backend = _backend(tmp_path)
     for image in (STAND_IN, "builtin"):
-        materialized = backend.materialize(_request(tmp_path, image))
+        materialized = backend.launch_plan(_request(tmp_path, image))
         assert (materialized.image, materialized.image_note) == (image, "")
     assert not (tmp_path / "images" / "offers").exists()
 
@@ -127,7 +127,7 @@ def test_refused_where_the_operator_says_at_launch_then_at_submission(tmp_path: 
     assert backend.check(request.spec, "http://127.0.0.1:1") == []
     assert not (tmp_path / "images" / "offers").exists()
     with pytest.raises(LaunchError) as caught:
-        backend.materialize(request)
+        backend.launch_plan(request)
     assert str(caught.value).startswith(f"torch==1.12.1 cannot be installed for Python {PYTHON}")
     assert str(caught.value).endswith(
         "; this server runs no other image in its place (RUNYARD_IMAGE_FALLBACK=refuse)"
@@ -149,6 +149,32 @@ def test_no_answer_from_pip_builds_the_version_as_named(
     """pip that cannot be run, or takes too long, says nothing: the build will say."""
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
     backend = _backend(tmp_path)
-    materialized = backend.materialize(_request(tmp_path, MISSING))
+    materialized = backend.launch_plan(_request(tmp_path, MISSING))
     assert (materialized.image, materialized.image_note) == (MISSING, "")
     assert backend.images.index.remembered("torch==1.12.1", PYTHON) is None
+
+
+@pytest.mark.parametrize("fallback", ["nearest", "refuse"])
+def test_a_dry_run_asks_pip_nothing_and_shows_the_image_as_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback: Fallback
+) -> None:
+    """Planning is no launch: pip is not run (here it could not be), nothing is
+    remembered, and the plan says what the launch will decide of the image."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+    backend = _backend(tmp_path, fallback)
+    materialized = backend.materialize(_request(tmp_path, MISSING, framework_version="1.12"))
+    assert (materialized.image, materialized.image_note) == (MISSING, "")
+    otherwise = {
+        "nearest": f"the job runs on {STAND_IN}, the nearest image of the catalog",
+        "refuse": "the job is refused then",
+    }[fallback]
+    assert materialized.public["image"] == MISSING
+    assert materialized.public["image_note"] == (
+        f"{DECIDED_AT_LAUNCH}: whether this server's package index has torch==1.12.1 for "
+        f"Python {PYTHON} (pip is asked); where it has not, {otherwise}"
+    )
+    config = _runyard_json(materialized)
+    assert config["image"] == MISSING
+    assert not any("cannot be installed" in str(n) for n in config["notices"])  # type: ignore[attr-defined]
+    assert not (tmp_path / "images" / "offers").exists()
+

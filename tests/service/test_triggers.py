@@ -88,10 +88,10 @@ class _SlowToLaunch(SleepingInstances):
         self.slow_job = slow_job
         self.let_go = threading.Event()
 
-    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+    def start(self, materialized: Materialized[LocalPlan]) -> None:
         if materialized.plan.job_name == self.slow_job:
             assert self.let_go.wait(60), "the test never let the slow launch go"
-        super().apply(materialized)
+        super().start(materialized)
 
 
 def test_one_slow_launch_does_not_hold_back_the_rest_of_its_batch(

@@ -11,6 +11,7 @@ spot job's savings, which is what Runyard stores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from contract.phases import Phase
 from contract.protocol import InterruptionNotice, StatusReport
 from provisioning.base import LaunchRequest, Materialized
 from provisioning.local.backend import LocalPlan
+from provisioning.local.stand_ins import ImageDecision
 from runtime.linux.procfs import ProcessId, is_alive
 from service.jobs import billing
 from service.jobs.models import TrainingJob
@@ -61,8 +63,13 @@ class SlowToGo(SleepingInstances):
     def __init__(self, jobs_dir: Path) -> None:
         super().__init__(jobs_dir, teardown_grace=SLOW_TEARDOWN_SECONDS)
 
-    def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
-        materialized = super().materialize(request)
+    def launch_plan(
+        self,
+        request: LaunchRequest,
+        image: ImageDecision | None = None,
+        choosing: contextlib.ExitStack | None = None,
+    ) -> Materialized[LocalPlan]:
+        materialized = super().launch_plan(request, image, choosing)
         ignore = (
             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 
 from provisioning.base import Backend, LaunchRequest, Materialized
 from provisioning.local.backend import LocalBackend, LocalPlan
+from provisioning.local.stand_ins import ImageDecision
 from service.jobs import lookup
 from service.kit.db import session_scope, to_micros, utcnow
 from service.logs import service as logs
@@ -90,10 +92,10 @@ class _StopDuringLaunch(LocalBackend):
         self.settings = settings
         self.job_name = name
 
-    def apply(self, materialized: Materialized[LocalPlan]) -> None:
+    def start(self, materialized: Materialized[LocalPlan]) -> None:
         with session_scope(self.settings.database_url) as session:
             service.stop(session, self.settings, self.job_name, SERVER_ADMIN)
-        super().apply(materialized)
+        super().start(materialized)
 
 
 def test_a_stop_during_launch_is_not_overwritten(settings: Settings, source_dir: Path) -> None:
@@ -115,9 +117,14 @@ def test_launch_request_carries_a_token_per_instance(settings: Settings, source_
     seen: list[LaunchRequest] = []
 
     class Recording(LocalBackend):
-        def materialize(self, request: LaunchRequest) -> Materialized[LocalPlan]:
+        def launch_plan(
+            self,
+            request: LaunchRequest,
+            image: ImageDecision | None = None,
+            choosing: contextlib.ExitStack | None = None,
+        ) -> Materialized[LocalPlan]:
             seen.append(request)
-            return super().materialize(request)
+            return super().launch_plan(request, image, choosing)
 
     Reconciler(settings, lambda _n, _s: Recording(settings.jobs_dir, teardown_grace=1)).reconcile(
         job_id(settings, name)
