@@ -88,6 +88,11 @@ class LaunchRequest:
     # How often each instance's runtime samples its CPU, memory, disk and GPUs, in
     # seconds; 0: never.
     instance_metrics_seconds: float = 10.0
+    # The catalog image an earlier launch of this job decided its instances run, and why
+    # it is not the spec's ("" before the first launch): a relaunch keeps it rather than
+    # deciding again, as the answer that decided it may have changed since.
+    launched_image: str = ""
+    launched_image_note: str = ""
 
     @property
     def hosts(self) -> list[str]:

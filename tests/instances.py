@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.hosts import host_names
+from contract.images import Image, StoredImage
 from provisioning.base import (
     InstanceState,
     InstanceStatus,
@@ -22,6 +23,7 @@ from provisioning.base import (
 )
 from provisioning.instance_files import instance_files
 from provisioning.local.backend import LocalBackend, LocalPlan, free_port
+from provisioning.local.images import ImageStore
 from provisioning.local.stand_ins import ImageDecision
 from service.jobs.schemas import JobCreate
 
@@ -125,14 +127,30 @@ def start_runtime(base: Path, **extra_env: str) -> subprocess.Popen[str]:
     )
 
 
+class _Unbuilt(ImageStore):
+    """Sleepers run no image: none is built for them (a job that names a framework's
+    image would otherwise start a build in the background, to no end)."""
+
+    def ensure(self, image: Image) -> StoredImage:
+        return self.stored(image)
+
+
 class SleepingInstances(LocalBackend):
     """Real local instances whose processes only sleep: the test plays their runtimes'
-    part and reports for them. ``launches`` lists the attempt of every launch."""
+    part and reports for them. ``launches`` lists the attempt of every launch, ``ran_on``
+    the image each ran on."""
 
     def __init__(self, jobs_dir: Path, teardown_grace: float = 0.5) -> None:
         # Sleepers need no namespaces: the test plays their runtimes' part.
-        super().__init__(jobs_dir, teardown_grace=teardown_grace, isolation="shared")
+        super().__init__(
+            jobs_dir,
+            teardown_grace=teardown_grace,
+            isolation="shared",
+            images=_Unbuilt(jobs_dir.parent / "images"),
+        )
         self.launches: list[int] = []
+        # The image every launch ran its instances on.
+        self.ran_on: list[str] = []
         # Set, every instance reads as pending for this reason (a cluster with no room).
         self.pending_reason: str | None = None
         # Set, what every instance printed (in place of its real console).
@@ -158,6 +176,7 @@ class SleepingInstances(LocalBackend):
     def start(self, materialized: Materialized[LocalPlan]) -> None:
         config = materialized.plan.instances[0].files["input/config/runyard.json"]
         self.launches.append(json.loads(config)["attempt"])
+        self.ran_on.append(json.loads(config)["image"])
         super().start(materialized)
 
     def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:

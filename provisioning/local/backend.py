@@ -420,9 +420,14 @@ class LocalBackend(Backend[LocalPlan]):
         self, request: LaunchRequest, previous: LocalPlan | None
     ) -> stand_ins.ImageDecision | None:
         """The image an earlier launch of the job decided: its plan's, which its instances
-        may run; None before the first launch."""
+        may run, else the job's record of it (after a restart, whose teardown took the
+        plan); None before the first launch, or where the catalog no longer has it."""
         if previous is not None:
             return stand_ins.ImageDecision(previous.image, previous.image_note)
+        launched = request.launched_image
+        known = launched in (request.spec.image.image, BUILTIN) or self.catalog.get(launched)
+        if launched and known:
+            return stand_ins.ImageDecision(launched, request.launched_image_note)
         return None
 
     def _undecided_image(self, request: LaunchRequest) -> str:

@@ -133,6 +133,8 @@ def _snapshot(**columns: object) -> JobSnapshot:
         "interruption_noticed_at": None,
         "interruption_message": None,
         "worked_seconds": 0.0,
+        "launched_image": None,
+        "launched_image_note": None,
     }
     values.update(columns)
     return JobSnapshot(**values)  # type: ignore[arg-type]

@@ -178,3 +178,39 @@ def test_a_dry_run_asks_pip_nothing_and_shows_the_image_as_named(
     assert not any("cannot be installed" in str(n) for n in config["notices"])  # type: ignore[attr-defined]
     assert not (tmp_path / "images" / "offers").exists()
 
+
+def test_a_relaunch_keeps_the_image_its_first_launch_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's answer changes after the first launch (torch 1.12.1 appears on the index):
+    adopting the job's instances, or restarting it after its teardown, keeps the stand-in
+    the first launch ran on."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "torch", "1.13.1", "__version__ = '1.13.1'\n")
+    for name, value in offline(wheels).items():
+        monkeypatch.setenv(name, value)
+    backend = _backend(tmp_path)
+    request = _request(tmp_path, MISSING)
+    first = backend.launch_plan(request)
+    assert first.image == STAND_IN
+    # What the first launch left for a later one to adopt (as ``apply`` writes it; its
+    # instances need not run for that).
+    job_dir = Path(first.plan.job_dir)
+    job_dir.mkdir(parents=True)
+    (job_dir / "plan.json").write_text(json.dumps(first.public))
+    make_wheel(wheels, "torch", "1.12.1", "__version__ = '1.12.1'\n")
+    backend.images.index.forget()
+    # The worker adopting the job (after its own restart): the plan it left.
+    adopted = backend.launch_plan(request)
+    assert (adopted.image, adopted.image_note) == (STAND_IN, first.image_note)
+    backend.teardown(request.job)
+    # A restart: the teardown took the plan, the job's record keeps what was launched.
+    restarted = backend.launch_plan(
+        replace(request, launched_image=first.image, launched_image_note=first.image_note)
+    )
+    assert (restarted.image, restarted.image_note) == (STAND_IN, first.image_note)
+    config = _runyard_json(restarted)
+    assert config["image"] == STAND_IN
+    assert config["notices"][0] == first.image_note  # type: ignore[index]
+    # Deciding anew, pip would now say the version has a build.
+    assert backend.launch_plan(request).image == MISSING

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from service.settings import Settings
 from service.training import service
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_dir, job_id, job_state, report, submit
+from tests.wheels import make_wheel, offline
 from worker.reconciler import Reconciler
 
 
@@ -114,6 +116,53 @@ def test_a_retryable_exit_code_is_retried_up_to_the_limit(
     ]
     assert job["infrastructure_restarts"] == 0
     assert not job_dir(settings, name).exists()
+
+
+def test_a_restart_runs_on_the_image_the_first_launch_decided(
+    settings: Settings, source_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first launch finds no build of torch 1.12.1 for this Python on the package
+    index (pip is asked, for real) and runs the job on a stand-in; by the restart the
+    index has one. The restart runs on the stand-in all the same, as the job's describe
+    has said since its first launch."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "torch", "1.13.1", "__version__ = '1.13.1'\n")
+    for variable, value in offline(wheels).items():
+        monkeypatch.setenv(variable, value)  # the server's pip: these wheels alone
+    monkeypatch.setenv("PIP_CONSTRAINT", "/dev/null")  # not the machine's own, if it has one
+    name = submit(
+        settings,
+        source_dir,
+        framework_version="1.12",
+        max_retry_attempts=1,
+        retry_rules=[{"on_exit_codes": [75], "action": "retry"}],
+    )
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(job_id(settings, name))
+    with session_scope(settings.database_url) as session:
+        job = lookup.get(session, name, SERVER_ADMIN)
+        named, launched, note = job.record.image.name, job.launched_image, job.launched_image_note
+    assert launched is not None
+    assert launched != named
+    assert note is not None
+    assert note.startswith("torch==1.12.1 cannot be installed for Python ")
+    make_wheel(wheels, "torch", "1.12.1", "__version__ = '1.12.1'\n")
+    backend.images.index.forget()
+    _fail(settings, name, 75, 0)
+    reconciler.reconcile(job_id(settings, name))
+    assert (job_state(settings, name)["attempt"], backend.launches) == (1, [0, 1])
+    assert backend.ran_on == [launched, launched]
+    with session_scope(settings.database_url) as session:
+        job = lookup.get(session, name, SERVER_ADMIN)
+        assert (job.launched_image, job.launched_image_note) == (launched, note)
+    # Asked now, pip would have had the job run on the image it names.
+    python = settings.catalog.python
+    assert backend.images.index.offers("torch==1.12.1", python, sys.executable).offered is True
+    with session_scope(settings.database_url) as session:
+        service.stop(session, settings, name, SERVER_ADMIN)
+    reconciler.reconcile(job_id(settings, name))
+    assert job_state(settings, name)["status"] == "Stopped"
 
 
 def test_an_exit_code_no_rule_retries_fails_at_once(settings: Settings, source_dir: Path) -> None:

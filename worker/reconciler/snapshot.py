@@ -106,6 +106,10 @@ class JobSnapshot:
     interruption_message: str | None
     # Seconds the instances worked in earlier attempts.
     worked_seconds: float
+    # The image an earlier launch decided the instances run, and why not the spec's: a
+    # relaunch keeps it.
+    launched_image: str | None
+    launched_image_note: str | None
 
     @property
     def hosts(self) -> list[str]:

@@ -61,6 +61,10 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         file_roots=tuple(str(root) for root in settings.file_roots),
         aws_credentials=settings.service_gives_credentials,
         instance_metrics_seconds=settings.instance_metrics_seconds,
+        # A restart, or a launch adopted after the worker's own restart, runs on what the
+        # first launch decided (a stand-in chosen then may not be the one chosen today).
+        launched_image=snapshot.launched_image or "",
+        launched_image_note=snapshot.launched_image_note or "",
     )
     # Adopts what an earlier, interrupted attempt started.
     materialized = step.backend.submit(request)
