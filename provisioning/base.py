@@ -24,12 +24,14 @@ from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
 from contract.spec import JobSpec
+
+# Masked values read as the job environment's do (contract.variables); backends name it here.
+from contract.variables import REDACTED as REDACTED
 from provisioning.catalog import InstanceCatalog
 
 PlanT = TypeVar("PlanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-REDACTED = "<redacted>"
 # How long teardown waits for processes to vanish after SIGKILL before calling it a failure.
 KILL_WAIT_SECONDS = 10.0
 # How much of an instance's console is kept when it is the only record of the instance.

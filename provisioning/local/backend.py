@@ -45,7 +45,6 @@ from contract.spec import JobSpec
 from provisioning.base import (
     CONSOLE_BYTES,
     KILL_WAIT_SECONDS,
-    REDACTED,
     Backend,
     InstanceState,
     InstanceStatus,
@@ -818,9 +817,7 @@ def _public(plan: LocalPlan) -> dict[str, Any]:
     instance inherits from the server (S3's, say) masked."""
     data = asdict(plan)
     for instance in data["instances"]:
-        for name in instance["env"]:
-            if variables.is_secret_name(name):
-                instance["env"][name] = REDACTED
+        instance["env"] = variables.masked(instance["env"])
     return data
 
 
