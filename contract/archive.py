@@ -272,11 +272,14 @@ class _Tree:
         # Normalised name -> "kind mode payload"; a later member of the same name replaces
         # an earlier one, as it does on extraction.
         self.records: dict[str, str] = {}
+        # Every directory above a member so far (listed or not).
+        self.directories: set[str] = set()
 
     def add(self, member: tarfile.TarInfo, data: IO[bytes] | None) -> None:
         self._admit(member)
         _check_member(self.archive, member, self.destination)
         name = os.path.normpath(member.name)
+        self._check_place(member, name)
         if member.islnk():
             self._add_hard_link(member, name)
         elif member.isfile():
@@ -300,6 +303,26 @@ class _Tree:
             )
         self.unpacked += member.size
 
+    def _check_place(self, member: tarfile.TarInfo, name: str) -> None:
+        """Refuse a member that cannot unpack where the members before it did: a directory
+        and anything else of one name, or a member under a file. Unpacked, the second
+        fails half-way (EISDIR, ENOTDIR) or leaves a file where the archive says a
+        directory."""
+
+        def refuse(why: str) -> ArchiveError:
+            return ArchiveError(f"{self.archive.name}: refused member {_shown(member.name)}: {why}")
+
+        parents = [str(parent) for parent in PurePosixPath(name).parents]
+        for parent in parents:
+            if self.records.get(parent, "").startswith("file "):
+                raise refuse(f"it is under {_shown(parent)}, a file before it in the archive")
+        before = self.records.get(name) or ("dir" if name in self.directories else None)
+        if before is not None and before.startswith("dir") != member.isdir():
+            earlier = _KINDS[before.split(" ", 1)[0]]
+            raise refuse(f"{_kind(member)} where {earlier} of that name came before it")
+        # Unpacking a member makes the directories above it, where none was listed.
+        self.directories.update(parents)
+
     def _add_hard_link(self, member: tarfile.TarInfo, name: str) -> None:
         # tarfile links to a regular file archived before the link; anything else fails
         # with a KeyError, and only after the members before it have been written.
@@ -317,6 +340,16 @@ class _Tree:
         for name in sorted(self.records):
             digest.update(f"{name}\0{self.records[name]}\n".encode(errors="surrogateescape"))
         return Contents(files=self.files, digest=digest.hexdigest())
+
+
+# What each kind of record (``_Tree.records``) is, in a message.
+_KINDS = {"dir": "a directory", "file": "a file", "symlink": "a symbolic link"}
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    if member.isdir():
+        return _KINDS["dir"]
+    return _KINDS["symlink"] if member.issym() else _KINDS["file"]
 
 
 class _BoundedStream:

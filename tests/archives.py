@@ -18,6 +18,17 @@ def archive_with_member(target: Path, name: str, content: bytes = b"print('x')\n
     return target
 
 
+def archive_of(target: Path, *members: tuple[str, bytes]) -> Path:
+    """A .tar.gz of ``members`` in that order, each a name and a kind (tarfile.DIRTYPE,
+    tarfile.REGTYPE); the files empty."""
+    with tarfile.open(target, "w:gz") as tar:
+        for name, kind in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            tar.addfile(info)
+    return target
+
+
 def archive_with_link(target: Path, name: str, points_to: str, *, hard: bool = False) -> Path:
     with tarfile.open(target, "w:gz") as tar:
         info = tarfile.TarInfo(name)
