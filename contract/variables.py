@@ -40,9 +40,21 @@ _SECRET_NAME = re.compile(
 )
 
 
+# What a masked value reads as, wherever a plan, an answer or a clone shows one.
+REDACTED = "<redacted>"
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable of this name holds a credential, to be shown masked."""
     return name in PRIVATE or _SECRET_NAME.search(name) is not None
+
+
+def masked(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` as it is shown to those who may not read credentials: the value of
+    every variable whose name looks secret replaced by REDACTED."""
+    return {
+        name: REDACTED if is_secret_name(name) else value for name, value in environment.items()
+    }
 
 
 def instance_environment(

@@ -27,12 +27,14 @@ from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
 from contract.spec import JobSpec
+
+# Masked values read as the job environment's do (contract.variables); backends name it here.
+from contract.variables import REDACTED as REDACTED
 from provisioning.catalog import InstanceCatalog
 
 PlanT = TypeVar("PlanT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
-REDACTED = "<redacted>"
 # What a dry run shows where a launch decides (a local job's subnet): planning asks no one.
 DECIDED_AT_LAUNCH = "<decided at launch>"
 # How long teardown waits for processes to vanish after SIGKILL before calling it a failure.

@@ -52,7 +52,14 @@ from runtime.instance.environment import launcher_environment, script_environmen
 from runtime.instance.install import InstallError
 from runtime.instance.layers import LayerError, PythonEnvironment
 from runtime.instance.peers import PeerWatch
-from runtime.launch import as_job_user, container, handover, mpi, remote_agent
+from runtime.launch import (
+    as_job_user,
+    container,
+    container_users,
+    handover,
+    mpi,
+    remote_agent,
+)
 from runtime.launch.entry_point import EntryPointError, command
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
@@ -105,6 +112,8 @@ class Trainer:
         self.metrics: instance_metrics.Collector | None = None
         # How the job's processes are started where they run as a user of their own.
         self.confinement: Confinement | None = None
+        # A custom container's users' ids on the machine, once planned.
+        self.container_users: container_users.ContainerUsers | None = None
         # Pipe and FastFile channels serve while the script runs; closed when run() ends.
         self.inputs: channels.Inputs | None = None
         # Why this instance lost the job's network, once it has.
@@ -319,8 +328,13 @@ class Trainer:
 
     def _hand_over(self) -> Confinement | None:
         """With namespaces, the job's processes run as the job's own user, which owns what
-        they write here, and see nothing of the server (``runtime.linux.confine``)."""
+        they write here, and see nothing of the server (``runtime.linux.confine``). A
+        custom container's root owns it in the same way, where it is no one on the
+        machine (``runtime.launch.container_users``)."""
         config = self.config
+        if config.container_image:
+            self._hand_over_to_container()
+            return None
         if not self._confines():
             return None
         how = job_user.confinement(config, _shared_paths(config))
@@ -329,6 +343,14 @@ class Trainer:
         if (lacking := job_ssh.prepare(config, how.uid)) is not None:
             self.say(f"SSH between the job's hosts is incomplete: {lacking}")
         return how
+
+    def _hand_over_to_container(self) -> None:
+        users = self.container_users
+        if users is None:
+            return
+        if users.root is not None:
+            job_user.hand_over(self.config, users.root)
+        self.say(users.said)
 
     def _run_scripts(self, launch_plan: Launch) -> GroupResult:
         started = time.monotonic()
@@ -505,7 +527,9 @@ class Trainer:
         reach = (*storage.S3_ENDPOINT_ENV, *variables.RELAYED_CREDENTIALS)
         inherited = {name: os.environ[name] for name in reach if name in os.environ}
         sm_env = script_environment(inside, inherited, num_gpus=gpus, num_cpus=cpus)
-        return container.plan(config, container.container_environment(config, sm_env))
+        self.container_users = container_users.for_job(config.container_engine, config.job_id)
+        env = container.container_environment(config, sm_env)
+        return container.plan(config, env, self.container_users)
 
     def _container_command(self) -> list[str]:
         """A container entry point reads /opt/ml itself, by that name, and finds Python on

@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI
 from sqlalchemy import select
 
 from provisioning import registry
+from service.auth.anonymous import RefuseAnonymous
 from service.auth.deps import admit
 from service.auth.principal_cache import PrincipalCache
 from service.auth.routes import me_router, projects_router, session_router
@@ -87,6 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         default=app.state.settings.max_request_bytes,
         routes={("POST", sources_router.prefix): app.state.settings.max_source_bytes},
     )
+    # Around the limit: a request without credentials is refused before its body is read.
+    app.add_middleware(RefuseAnonymous)
     # Outermost: every answer is counted and carries its request id, refusals included.
     app.add_middleware(ObserveRequests)
     return app

@@ -39,6 +39,8 @@ from provisioning.kubernetes.settings import DNS_LABEL, KubernetesSettings
 from provisioning.local import addresses
 
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
+# Why no job's AWS credentials are shorter: service.training.instance_credentials.
+SHORTEST_INSTANCE_CREDENTIALS_SECONDS = 1800
 # A requirement as pip takes one (a name, extras, a version or marker), never an option.
 _REQUIREMENT = r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]*\])?([ <>=!~;@][^\n]*)?$"
 
@@ -382,11 +384,13 @@ class Settings(BaseSettings):
     )
     instance_credentials_seconds: int = Field(
         default=3600,
-        ge=1800,
+        ge=SHORTEST_INSTANCE_CREDENTIALS_SECONDS,
         le=43200,
-        description="How long a job's AWS credentials last, in seconds (STS's bounds; a "
-        "role's own maximum may be lower); the runtime asks for fresh ones well before "
-        "they end.",
+        description="The longest a job's AWS credentials last, in seconds (at most STS's "
+        "12 hours; a role's own maximum may be lower). Each job's last its max_run and 25 "
+        "minutes, at least 30 minutes and at most this; the runtime asks for fresh ones "
+        "well before they end. The last ones a job was given stay valid that long after "
+        "they were issued, whether the job still runs or not.",
     )
 
     capacity: dict[str, Annotated[int, Field(ge=0)]] = Field(

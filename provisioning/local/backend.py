@@ -48,7 +48,6 @@ from provisioning.base import (
     CONSOLE_BYTES,
     DECIDED_AT_LAUNCH,
     KILL_WAIT_SECONDS,
-    REDACTED,
     Backend,
     InstanceState,
     InstanceStatus,
@@ -1002,9 +1001,7 @@ def _public(plan: LocalPlan) -> dict[str, Any]:
     instance inherits from the server (S3's, say) masked."""
     data = asdict(plan)
     for instance in data["instances"]:
-        for name in instance["env"]:
-            if variables.is_secret_name(name):
-                instance["env"][name] = REDACTED
+        instance["env"] = variables.masked(instance["env"])
     return data
 
 

@@ -108,10 +108,10 @@ def _runtime_dirs(config: InstanceConfig, uid: int) -> None:
     own_tree(base / HOME, uid)
 
 
-def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
-    """Make the job's user the owner of what its processes write on this instance. Its
-    files are walked without following links and without crossing into other mounts (a
-    FastFile channel, a FUSE mount of its own)."""
+def hand_over(config: InstanceConfig, uid: int, instance_layer: Path | None = None) -> None:
+    """Make the job's user the owner of what its processes write on this instance (and
+    of its Python layer, where it has one). Its files are walked without following links
+    and without crossing into other mounts (a FastFile channel, a FUSE mount of its own)."""
     base = config.paths.base
     _runtime_dirs(config, uid)
     for name in AGENT_NOTES:
@@ -136,7 +136,7 @@ def hand_over(config: InstanceConfig, uid: int, instance_layer: Path) -> None:
         # Never a path of the machine's: the local backend keeps them right below the
         # base directory (contract.layout.local_checkpoint_problem).
         *([paths.checkpoints] if _below(paths.checkpoints, base) else []),
-        instance_layer,
+        *([instance_layer] if instance_layer is not None else []),
         base / HOME,
         *(base / name for name in (*AGENT_NOTES, AGENT_KEY)),
     ]

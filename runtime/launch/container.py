@@ -27,6 +27,7 @@ from contract import variables
 from contract.containers import LABEL_HOST, LABEL_JOB_ID, container_name
 from contract.instance_config import InstanceConfig
 from contract.layout import IMAGE_BASE_DIR
+from runtime.launch.container_users import ContainerUsers
 from runtime.launch.workers import Launch, WorkerSpec
 from runtime.linux import etc_hosts
 
@@ -49,10 +50,11 @@ class ContainerSetupError(Exception):
     """The container cannot be started as the job asks; the message says why."""
 
 
-def plan(config: InstanceConfig, env: dict[str, str]) -> Launch:
-    """``env``: the container's variables. The engine itself runs with the runtime's own
-    variables (the job's marker included, so whatever the engine leaves behind is found
-    as the job's), less the instance's private ones."""
+def plan(config: InstanceConfig, env: dict[str, str], users: ContainerUsers | None) -> Launch:
+    """``env``: the container's variables; ``users``: its users' ids on the machine. The
+    engine itself runs with the runtime's own variables (the job's marker included, so
+    whatever the engine leaves behind is found as the job's), less the instance's private
+    ones."""
     engine = list(config.container_engine)
     found = shutil.which(engine[0]) if engine else None
     if found is None:
@@ -61,13 +63,16 @@ def plan(config: InstanceConfig, env: dict[str, str]) -> Launch:
     write_env_file(env_file, env)
     hosts_file = config.paths.base / HOSTS_FILE
     hosts_file.write_text(etc_hosts.text(config.current_host, config.host_addresses))
-    argv = [found, *engine[1:], *run_arguments(config, env_file)]
+    argv = [found, *engine[1:], *run_arguments(config, env_file, users)]
     engine_env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
     return Launch([WorkerSpec(argv, engine_env, config.paths.base)])
 
 
-def run_arguments(config: InstanceConfig, env_file: Path) -> list[str]:
-    """``run ...`` for the engine (podman and Docker take the same)."""
+def run_arguments(
+    config: InstanceConfig, env_file: Path, users: ContainerUsers | None = None
+) -> list[str]:
+    """``run ...`` for the engine (podman and Docker take the same, but the user mapping,
+    podman's alone)."""
     host = config.current_host
     argv = [
         "run", "--rm", "--replace",
@@ -80,6 +85,8 @@ def run_arguments(config: InstanceConfig, env_file: Path) -> list[str]:
         "--cpuset-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0)))),
         "--shm-size", f"{_half_of_memory()}b",
         *_limits(),
+        *UNPRIVILEGED,
+        *(users.arguments() if users is not None else []),
     ]  # fmt: skip
     if config.network_namespace:
         argv += ["--network", f"ns:{config.network_namespace}"]
@@ -97,6 +104,15 @@ def run_arguments(config: InstanceConfig, env_file: Path) -> list[str]:
         command = rest
     return [*argv, config.container_image, *command]
 
+
+# Every capability dropped, and none to be gained (setuid files, file capabilities). None
+# is added back, as the contract needs none: Runyard's runtime stays outside the container
+# (it fetches, ships, uploads and reports from there), so nothing in it changes a file's
+# owner (CAP_CHOWN), becomes the job's user (CAP_SETUID, CAP_SETGID: the container's root,
+# in a user namespace of its own, is no one on the machine already) or listens on port 22
+# (CAP_NET_BIND_SERVICE: SSH between hosts is the namespaces instances'). What SageMaker's
+# contract has a container write, /opt/ml and its own image's files, its root owns.
+UNPRIVILEGED = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges")
 
 # What podman and Docker exit with when they could not run the container at all (their
 # own error, the command could not be run, or not found), rather than the container's code.

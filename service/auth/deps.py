@@ -25,6 +25,7 @@ from service.settings import Settings
 
 # Where no credentials are asked for: signing in takes a token in its body.
 OPEN_PATHS = frozenset({"/v1/session"})
+MISSING_CREDENTIALS = "missing bearer token (Authorization: Bearer <token>)"
 _bearer = HTTPBearer(auto_error=False)
 _cookie = APIKeyCookie(name=sessions.COOKIE, auto_error=False)
 
@@ -99,7 +100,7 @@ def identify(
                     f"a console request that changes anything needs {sessions.CSRF_HEADER}"
                 )
         else:
-            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+            raise Unauthorized(MISSING_CREDENTIALS)
     if principal.token_id is not None and needs_touch(principal):
         with session_scope(settings.database_url) as db:
             principal = touch(db, principal)

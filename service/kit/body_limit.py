@@ -49,7 +49,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.routes.get((scope["method"], _route_path(scope)), self.default)
+        limit = self.routes.get((scope["method"], route_path(scope)), self.default)
         headers = Headers(scope=scope)
         declared = _content_length(headers)
         if declared is not None and declared > limit:
@@ -117,7 +117,7 @@ def _content_length(headers: Headers) -> int | None:
     return int(value) if len(value) <= _MOST_DIGITS else sys.maxsize
 
 
-def _route_path(scope: Scope) -> str:
+def route_path(scope: Scope) -> str:
     """The path the app routes: behind a proxy (uvicorn's ``--root-path``) the path
     carries the prefix it is served under."""
     path: str = scope["path"]

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
+from service.auth.access import Principal
 from service.jobs.models import TrainingJob
 from service.jobs.spec_parts import Tag
 from service.jobs.tags import of as tags_of
@@ -83,11 +84,13 @@ def _documents(call: Call) -> tuple[list[dict[str, Any]], bool]:
         .options(selectinload(TrainingJob.transitions), selectinload(TrainingJob.final_metrics))
     )
     jobs = list(call.session.scalars(query))
-    return [_document(job, call.region) for job in jobs[:MAX_SEARCHED]], len(jobs) > MAX_SEARCHED
+    documents = [_document(job, call.region, principal) for job in jobs[:MAX_SEARCHED]]
+    return documents, len(jobs) > MAX_SEARCHED
 
 
-def _document(job: TrainingJob, region: str) -> dict[str, Any]:
-    described = translate.described(job, region)
+def _document(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any]:
+    # Searched as the caller reads it: a viewer's expression cannot test a masked value.
+    described = translate.described(job, region, caller)
     members = expressions.record_members()
     record = {key: value for key, value in described.items() if key in members}
     record["Tags"] = _wire_tags(tags_of(job))

@@ -56,7 +56,7 @@ def create_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    return translate.described(_job(call, params["TrainingJobName"]), call.region)
+    return translate.described(_job(call, params["TrainingJobName"]), call.region, call.principal)
 
 
 def stop_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:

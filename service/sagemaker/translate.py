@@ -21,7 +21,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from contract import hyperparameters, images, sagemaker_flags, storage
-from service.jobs import billing
+from service.auth.access import Principal
+from service.jobs import billing, environment
 from service.jobs.models import TrainingJob
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate
@@ -284,9 +285,10 @@ def expected_model(job: TrainingJob) -> str:
     return storage.model_uri(job.record.output_path, job.name)
 
 
-def described(job: TrainingJob, region: str) -> dict[str, Any]:
+def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any]:
     """DescribeTrainingJob's answer for ``job``: what Runyard knows, in SageMaker's words,
-    with the members of the request that Runyard records echoed back."""
+    with the members of the request that Runyard records echoed back; its environment as
+    ``caller`` may read it (``service.jobs.environment``)."""
     spec = job.record
     request, region = _recorded(job, region)
     algorithm = dict(request.get("AlgorithmSpecification") or {})
@@ -332,7 +334,7 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         ],
         "EnableManagedSpotTraining": spec.use_spot_instances,
         "EnableNetworkIsolation": spec.enable_network_isolation,
-        "Environment": dict(spec.environment),
+        "Environment": environment.shown_to(caller, job),
         "RetryStrategy": {"MaximumRetryAttempts": spec.max_retry_attempts},
     }
     if not answer["InputDataConfig"]:

@@ -8,14 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from contract import modes
+from service.auth.access import Principal
+from service.jobs import environment
 from service.jobs.models import TrainingJob
 from service.settings import Settings
 from service.training import project_areas
 
 
-def resubmittable(settings: Settings, job: TrainingJob) -> dict[str, Any]:
+def resubmittable(settings: Settings, job: TrainingJob, caller: Principal) -> dict[str, Any]:
+    """The spec, its environment as ``caller`` may read it (``service.jobs.environment``)."""
     record = job.record
     spec = record.dump()
+    spec["environment"] = environment.shown_to(caller, job)
     for chosen in ("name", "image"):
         spec.pop(chosen, None)
     if record.backend == settings.backends.get(record.instance_type):

@@ -31,7 +31,7 @@ from contract import codeartifact, storage
 from contract.spec import JobSpec
 from service.jobs.models import TrainingJob
 from service.kit.errors import Conflict, RunyardError
-from service.settings import Settings
+from service.settings import SHORTEST_INSTANCE_CREDENTIALS_SECONDS, Settings
 
 # STS refuses a session policy longer than this (as plain text, before it packs it).
 MAX_POLICY_CHARACTERS = 2048
@@ -39,6 +39,12 @@ MAX_POLICY_CHARACTERS = 2048
 # runtime asks again once less than its own margin (runtime.instance.credentials_relay,
 # 20 minutes) remains, so it is always given fresh ones then.
 REUSE_MARGIN = timedelta(minutes=25)
+# The shortest credentials asked for: the shortest that outlive the refreshes they set
+# off. SDKs (botocore) ask for fresh ones once fewer than 15 minutes remain, the runtime's
+# relay once fewer than 20 do, and kept ones are handed out while more than REUSE_MARGIN
+# do: credentials of STS's shortest (15 minutes) would be asked for anew by every call a
+# script makes.
+SHORTEST_SECONDS = SHORTEST_INSTANCE_CREDENTIALS_SECONDS  # 30 minutes
 
 
 class CredentialsUnavailable(RunyardError):
@@ -96,6 +102,17 @@ def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
 _lock = threading.Lock()
 _kept: dict[str, InstanceCredentials] = {}
 _asking: dict[str, threading.Lock] = {}
+
+
+def duration_seconds(settings: Settings, job: TrainingJob) -> int:
+    """How long a job's credentials are asked for, and so how long the last ones stay
+    valid once the job has ended (STS cannot take them back): the job's max_run and
+    REUSE_MARGIN, so that a job that ends within its max_run never asks again; at least
+    SHORTEST_SECONDS; at most what the operator allows (``instance_credentials_seconds``,
+    within STS's 12 hours and the role's own maximum). A job that runs longer has fresh
+    ones fetched before these end."""
+    wanted = job.record.max_run + int(REUSE_MARGIN.total_seconds())
+    return max(SHORTEST_SECONDS, min(wanted, settings.instance_credentials_seconds))
 
 
 def role_for(settings: Settings, project: str) -> str:
@@ -328,7 +345,7 @@ def _from_sts(settings: Settings, job: TrainingJob, spec: JobSpec) -> InstanceCr
     # region's.
     partition = role.split(":")[1] if role else session.get_partition_for_region(region)
     policy = session_policy(spec, job.name, partition, manifest_prefixes(spec, job.name))
-    seconds = settings.instance_credentials_seconds
+    seconds = duration_seconds(settings, job)
     sts = session.client("sts", region_name=region)
     try:
         if role:

@@ -102,7 +102,7 @@ def notice_interruption(
         principal.require(Role.MEMBER, job.project, "interrupting a job")
         if host not in lookup.hosts(job):
             raise NotFound(f"training job {name!r} has no host {host!r}")
-    return to_public(service.notice_interruption(session, settings, job, host, notice))
+    return to_public(service.notice_interruption(session, settings, job, host, notice), principal)
 
 
 async def _log_lines(request: Request) -> list[Line]:

@@ -10,11 +10,11 @@ from pydantic import AwareDatetime, StringConstraints
 from contract import storage
 from contract.protocol import JOBS_PATH
 from service.auth import service as auth
-from service.auth.access import Role
+from service.auth.access import Principal, Role
 from service.auth.deps import CurrentUser
 from service.capacity import service as capacity
 from service.capacity.schemas import PlacePublic
-from service.jobs import lookup
+from service.jobs import environment, lookup
 from service.jobs.listing import DEFAULT_SORT, MAX_TAG_FILTERS, JobFilters, JobSort, TagFilter
 from service.jobs.models import TrainingJob
 from service.jobs.params import JobName, ProjectName
@@ -90,7 +90,7 @@ async def create_training_job(
         job = await submissions.submit(spec, project)
     # Serialized here: FastAPI would check the reply against response_model once more,
     # for a JobPublic made just now.
-    created = to_public(job).model_dump_json()
+    created = to_public(job, user).model_dump_json()
     return Response(created, status_code=201, media_type="application/json")
 
 
@@ -168,7 +168,7 @@ def list_training_jobs(
 def describe_training_job(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> JobPublic:
-    return to_public(lookup.get(session, name, user, project))
+    return to_public(lookup.get(session, name, user, project), user)
 
 
 @router.get("/{name}/clone", responses=replies(401, 404, 422))
@@ -182,7 +182,7 @@ def clone_training_job(
     """The job's spec to submit a copy of it: as it was submitted, less what the server
     chose for it (its name, backend, image, default output path, and the hyperparameters
     its distribution mode added), which a copy gets chosen anew."""
-    return cloning.resubmittable(settings, lookup.get(session, name, user, project))
+    return cloning.resubmittable(settings, lookup.get(session, name, user, project), user)
 
 
 @router.get("/{name}/place-in-line", response_model=PlacePublic, responses=replies(401, 404, 422))
@@ -249,7 +249,7 @@ def stop_training_job(
     project: ProjectName = None,
 ) -> JobPublic:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
-    return to_public(service.stop(session, settings, name, user, project))
+    return to_public(service.stop(session, settings, name, user, project), user)
 
 
 @router.delete("/{name}", response_model=JobDeleted, responses=replies(401, 403, 404, 409, 422))
@@ -268,8 +268,12 @@ def delete_training_job(
     return deletion.delete(session, name, user, project, artifacts)
 
 
-def to_public(job: TrainingJob) -> JobPublic:
-    return JobPublic.model_validate(job)
+def to_public(job: TrainingJob, caller: Principal) -> JobPublic:
+    """The job as ``caller`` may read it: its environment's secret-looking values masked
+    for a viewer (``service.jobs.environment``)."""
+    public = JobPublic.model_validate(job)
+    spec = public.spec.model_copy(update={"environment": environment.shown_to(caller, job)})
+    return public.model_copy(update={"spec": spec})
 
 
 def _summary(job: TrainingJob) -> JobSummary:

@@ -60,10 +60,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
     backend = registry.build(prepared.backend, settings)
     job_spec = prepared.spec.job_spec()
     # The job's own credentials (by their names) are not shown back either.
-    shown = {
-        name: REDACTED if variables.is_secret_name(name) else value
-        for name, value in job_spec.environment.items()
-    }
+    shown = variables.masked(job_spec.environment)
     request = LaunchRequest(
         job=JobRef(id=uuid.uuid4().hex, name=prepared.name),
         spec=dataclasses.replace(job_spec, environment=shown),

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from contract.archive import (
     make_tarball,
     scan_archive,
 )
-from tests.archives import archive_with_link, archive_with_member
+from tests.archives import archive_of, archive_with_link, archive_with_member
 
 
 def test_round_trip_leaves_out_excluded_names(tmp_path: Path) -> None:
@@ -183,3 +184,37 @@ def test_hard_links_in_the_packed_directory_become_files(tmp_path: Path) -> None
     assert check_archive(bundle) == ["train.py"]
     extract(bundle, tmp_path / "out")
     assert (tmp_path / "out" / "train.py").read_text() == "shared\n"
+
+
+DIR, FILE = tarfile.DIRTYPE, tarfile.REGTYPE
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([("pkg", DIR), ("pkg", FILE)], "'pkg': a file where a directory of that name came"),
+        ([("pkg", FILE), ("pkg", DIR)], "'pkg': a directory where a file of that name came"),
+        ([("pkg/a.py", FILE), ("pkg", FILE)], "'pkg': a file where a directory of that name"),
+        ([("pkg", FILE), ("pkg/a.py", FILE)], "'pkg/a.py': it is under 'pkg', a file before it"),
+    ],
+    ids=["dir-then-file", "file-then-dir", "implied-dir-then-file", "file-then-under-it"],
+)
+def test_a_name_that_is_a_directory_and_not_is_refused_naming_the_member(
+    tmp_path: Path, members: list[tuple[str, bytes]], why: str
+) -> None:
+    """Unpacked as they stand, these fail half-way (EISDIR, ENOTDIR), or leave a file where
+    the archive says a directory."""
+    bundle = archive_of(tmp_path / "clash.tar.gz", *members)
+    with pytest.raises(ArchiveError, match=f"clash.tar.gz: refused member {re.escape(why)}"):
+        check_archive(bundle)
+    with pytest.raises(ArchiveError):
+        extract(bundle, tmp_path / "out")
+    assert not (tmp_path / "out" / "pkg").exists()
+
+
+def test_a_name_given_again_as_the_same_kind_unpacks(tmp_path: Path) -> None:
+    members = [("pkg", DIR), ("pkg/a.py", FILE), ("pkg", DIR), ("pkg/a.py", FILE)]
+    bundle = archive_of(tmp_path / "again.tar.gz", *members)
+    assert check_archive(bundle) == ["pkg/a.py", "pkg/a.py"]
+    extract(bundle, tmp_path / "out")
+    assert (tmp_path / "out" / "pkg" / "a.py").is_file()

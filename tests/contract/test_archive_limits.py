@@ -16,6 +16,7 @@ import pytest
 
 from contract.archive import (
     MAX_DEPTH,
+    MAX_MEMBERS,
     RATIO_FLOOR_BYTES,
     ArchiveError,
     ArchiveTooLarge,
@@ -24,7 +25,7 @@ from contract.archive import (
     make_tarball,
     scan_archive,
 )
-from tests.archives import archive_with_link, archive_with_member, gzip_bomb
+from tests.archives import archive_with_link, archive_with_member, gzip_bomb, many_members
 
 GIB = 1024**3
 MIB = 1024**2
@@ -161,6 +162,75 @@ def test_the_member_count_is_checked_on_the_header(tmp_path: Path) -> None:
     # The eleventh member's bytes are missing: only a refusal on its header names the count.
     with pytest.raises(ArchiveTooLarge, match="has more than 10 members"):
         check_archive(members(11, last_cut=True), max_members=10)
+
+
+@pytest.fixture
+def members_read(monkeypatch: pytest.MonkeyPatch) -> list[tarfile.TarInfo | None]:
+    """Every member tarfile reads from here on (the checks read each through it)."""
+    read: list[tarfile.TarInfo | None] = []
+    next_member = tarfile.TarFile.next
+
+    def counted(tar: tarfile.TarFile) -> tarfile.TarInfo | None:
+        read.append(member := next_member(tar))
+        return member
+
+    monkeypatch.setattr(tarfile.TarFile, "next", counted)
+    return read
+
+
+def test_too_many_members_are_refused_on_their_headers_before_any_is_checked(
+    tmp_path: Path, members_read: list[tarfile.TarInfo | None]
+) -> None:
+    """MAX_MEMBERS + 1 empty files, then more, then the archive cut short: refused for its
+    count, having read nothing much past the member one too many (reading on meets the
+    cut, and says so), and before tarfile reads a single member for the checks (checking
+    200,000 members costs about 15 s of CPU)."""
+    more = 60_000  # about 500 KiB packed: far more than any reader reads ahead
+    bundle = many_members(tmp_path / "many.tar.gz", MAX_MEMBERS + 1 + more, cut=100_000)
+    with pytest.raises(ArchiveTooLarge, match=f"has more than {MAX_MEMBERS} members"):
+        scan_archive(bundle)
+    assert members_read == []
+    # Allowed all its members, the same archive is read to the cut.
+    with pytest.raises(ArchiveError, match="not a readable tar archive"):
+        scan_archive(bundle, max_members=MAX_MEMBERS + 1 + more)
+
+
+@pytest.mark.parametrize("form", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT], ids=["pax", "gnu"])
+def test_a_long_names_header_is_no_member_of_its_own(
+    tmp_path: Path, form: int, members_read: list[tarfile.TarInfo | None]
+) -> None:
+    bundle = tmp_path / "long.tar.gz"
+    with tarfile.open(bundle, "w:gz", format=form) as tar:
+        for index in range(10):
+            tar.addfile(tarfile.TarInfo(f"{'d' * 120}/{index}.py"))
+            link = tarfile.TarInfo(f"{'l' * 120}/{index}")
+            link.type, link.linkname = tarfile.SYMTYPE, "t" * 120
+            tar.addfile(link)
+    assert len(check_archive(bundle, max_members=20)) == 10
+    members_read.clear()
+    with pytest.raises(ArchiveTooLarge, match="has more than 19 members"):
+        check_archive(bundle, max_members=19)
+    assert members_read == []  # refused by the count on the headers
+
+
+@pytest.mark.parametrize("size_in", ["header", "pax header"])
+def test_the_count_steps_over_what_a_file_holds(tmp_path: Path, size_in: str) -> None:
+    """A file that holds a tar of 20 members is one member, whether its size is in its
+    header or in a pax header alone (as for a file over 8 GiB)."""
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w") as tar:
+        for index in range(20):
+            tar.addfile(tarfile.TarInfo(f"inner-{index}.py"))
+    held = inner.getvalue()
+    info = tarfile.TarInfo("inner.tar")
+    if size_in == "pax header":
+        info.pax_headers = {"size": str(len(held))}
+    else:
+        info.size = len(held)
+    stream = info.tobuf(tarfile.PAX_FORMAT) + held + bytes(2 * tarfile.BLOCKSIZE)
+    bundle = tmp_path / "holds-a-tar.tar.gz"
+    bundle.write_bytes(gzip.compress(stream))
+    assert check_archive(bundle, max_members=1) == ["inner.tar"]
 
 
 @pytest.mark.parametrize(

@@ -221,6 +221,109 @@ def test_a_stopped_container_job_leaves_no_container(stack: Stack, plain: str) -
     assert _containers_of(job["id"]) == []
 
 
+# Run in the container: what its root may and may not do, each tried in a child process
+# (a setuid that worked would change the probe itself), then it waits to be looked at.
+PROBE = """\
+import errno, json, os, socket, stat, time
+
+def tried(action):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            action()
+        except OSError as exc:
+            os._exit(exc.errno)
+        os._exit(0)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "allowed" if code == 0 else errno.errorcode[code]
+
+def bind_low():
+    with socket.socket() as listening:
+        listening.bind(("0.0.0.0", 22))
+
+os.makedirs("/opt/ml/model", exist_ok=True)
+with open("/opt/ml/model/weights", "w") as weights:
+    weights.write("w")
+said = {
+    "uid_map": open("/proc/self/uid_map").read().split(),
+    "chown": tried(lambda: os.chown("/opt/ml/model/weights", 1000, 1000)),
+    "setuid": tried(lambda: os.setuid(1000)),
+    "bind_22": tried(bind_low),
+    "mknod": tried(lambda: os.mknod("/tmp/null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))),
+    "read_runtimes_file": tried(lambda: open("/opt/ml/.runyard/container.env").read()),
+}
+print("probe " + json.dumps(said), flush=True)
+print("waiting", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_containers_root_has_no_capabilities_and_is_no_one_on_the_machine(
+    stack: Stack, plain: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "probe.py").write_text(PROBE)
+    with stack.client() as client:
+        job = _create(
+            client,
+            name="byoc-unprivileged",
+            image_uri=plain,
+            source_uri=client.upload_source(source),
+            container_entrypoint=["/usr/bin/python3", "/opt/ml/code/probe.py"],
+        )
+        stack.wait_for(
+            client,
+            "byoc-unprivileged",
+            lambda _: any(e.get("message") == "waiting" for e in client.logs("byoc-unprivileged")),
+            timeout=JOB_TIMEOUT,
+        )
+        messages = [str(e.get("message", "")) for e in client.logs("byoc-unprivileged")]
+        (container,) = _containers_of(job["id"])
+        inspected = json.loads(
+            subprocess.run(
+                ["podman", "inspect", container], capture_output=True, text=True, check=True
+            ).stdout
+        )[0]
+        status = Path(f"/proc/{inspected['State']['Pid']}/status").read_text()
+        client.stop_job("byoc-unprivileged")
+        job = stack.wait_until_ended(client, "byoc-unprivileged", timeout=JOB_TIMEOUT)
+    assert job["status"] == "Stopped"
+    assert _containers_of(job["id"]) == []
+
+    host = inspected["HostConfig"]
+    assert host["CapAdd"] == []
+    # podman names each capability of its default set it dropped.
+    assert {"CAP_CHOWN", "CAP_SETUID", "CAP_NET_BIND_SERVICE", "CAP_MKNOD"} <= set(host["CapDrop"])
+    assert "no-new-privileges" in host["SecurityOpt"]
+    [uid_map] = host["IDMappings"]["UidMap"]
+    assert host["IDMappings"]["GidMap"] == [uid_map]
+    inside, root, count = (int(part) for part in uid_map.split(":"))
+    assert (inside, count) == (0, 65536)
+    assert root >= 65536  # no account of the machine's, nor its root
+    # The container's first process, as the machine sees it: that id, no capability.
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["Uid"].split() == [str(root)] * 4
+    assert fields["CapEff"] == fields["CapPrm"] == fields["CapBnd"] == "0" * 16
+    assert fields["NoNewPrivs"] == "1"
+    assert f"The container's users are the machine's ids {root} to {root + 65535}" in "\n".join(
+        messages
+    )
+
+    (probe,) = [m.removeprefix("probe ") for m in messages if m.startswith("probe ")]
+    assert json.loads(probe) == {
+        "uid_map": ["0", str(root), "65536"],
+        # What the dropped capabilities allowed: each refused by the kernel.
+        "chown": "EPERM",  # CAP_CHOWN
+        "setuid": "EPERM",  # CAP_SETUID
+        "bind_22": "EACCES",  # CAP_NET_BIND_SERVICE
+        "mknod": "EPERM",  # CAP_MKNOD
+        # The runtime's own file in /opt/ml (root's, 0600): no CAP_DAC_OVERRIDE, and its
+        # owner is no one in the container's namespace.
+        "read_runtimes_file": "EACCES",
+    }
+
+
 def test_a_catalog_image_still_needs_the_script_it_runs(stack: Stack) -> None:
     with stack.client() as client, pytest.raises(RunyardError, match="entry_point"):
         _create(client, name="no-script", framework_version="2.13")

@@ -1,17 +1,18 @@
 """An instance handed a tarball of code that cannot unpack (a name no file system takes,
-a decompression bomb) fails the job as a ClientError naming it, instead of crashing; code
-that a channel brings (as the SageMaker SDK ships it with network isolation) is unpacked
-from there and run."""
+a decompression bomb, a directory and a file of one name) fails the job as a ClientError
+naming it, instead of crashing; code that a channel brings (as the SageMaker SDK ships it
+with network isolation) is unpacked from there and run."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from tarfile import DIRTYPE, REGTYPE
 
 import pytest
 
 from contract.archive import make_tarball
-from tests.archives import archive_with_member, gzip_bomb
+from tests.archives import archive_of, archive_with_member, gzip_bomb
 from tests.instances import launch_request, start_runtime, write_instances
 
 
@@ -24,8 +25,16 @@ from tests.instances import launch_request, start_runtime, write_instances
             "path deeper than 64 directories",
         ),
         (lambda d: gzip_bomb(d / "code.tar.gz", 1024**3), "refused as a decompression bomb"),
+        (
+            lambda d: archive_of(d / "code.tar.gz", ("pkg", DIRTYPE), ("pkg", REGTYPE)),
+            "refused member 'pkg': a file where a directory of that name came before it",
+        ),
+        (
+            lambda d: archive_of(d / "code.tar.gz", ("pkg", REGTYPE), ("pkg", DIRTYPE)),
+            "refused member 'pkg': a directory where a file of that name came before it",
+        ),
     ],
-    ids=["empty-name", "2000-deep", "bomb"],
+    ids=["empty-name", "2000-deep", "bomb", "dir-then-file", "file-then-dir"],
 )
 def test_code_that_cannot_unpack_is_a_client_error(tmp_path: Path, make, why: str) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "src").mkdir()

@@ -6,6 +6,8 @@ them with podman.)"""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
 import resource
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from contract.instance_config import InstanceConfig, load
-from runtime.launch import container
+from runtime.launch import container, container_users
 from runtime.reporting.reporter import LogShipper
 from runtime.train import Trainer
 from tests.instances import launch_request, write_instances
@@ -61,9 +63,163 @@ def test_the_engine_runs_the_image_as_the_instance_on_its_network(tmp_path: Path
     assert argv[-2:] == [IMAGE, "train"]
 
 
+def test_the_container_runs_without_capabilities_as_no_one_of_the_machines(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    users = container_users.ContainerUsers(root=2_147_483_648, said="for the test")
+    argv = container.run_arguments(config, tmp_path / "env", users)
+    pairs = list(itertools.pairwise(argv))
+    assert ("--cap-drop", "ALL") in pairs
+    assert "--cap-add" not in argv
+    assert ("--security-opt", "no-new-privileges") in pairs
+    assert ("--uidmap", "0:2147483648:65536") in pairs
+    assert ("--gidmap", "0:2147483648:65536") in pairs
+    # Where the container's users cannot be mapped: no mapping, no capabilities still.
+    unmapped = container_users.ContainerUsers(root=None, said="for the test")
+    argv = container.run_arguments(config, tmp_path / "env", unmapped)
+    assert ("--cap-drop", "ALL") in list(itertools.pairwise(argv))
+    assert "--uidmap" not in argv
+
+
+@dataclasses.dataclass
+class Machine:
+    """The files the choice of a container's users reads, as the test writes them."""
+
+    subuid: Path
+    subgid: Path
+    podman_conf: Path
+    podman_conf_d: Path
+    max_user_namespaces: Path
+
+    def podman_sets(self, sysctls: list[str] | None) -> None:
+        """A drop-in that sets podman's default_sysctls (None: none does)."""
+        self.podman_conf_d.mkdir(exist_ok=True)
+        dropin = self.podman_conf_d / "runyard.conf"
+        if sysctls is None:
+            dropin.unlink(missing_ok=True)
+        else:
+            dropin.write_text(f"[containers]\ndefault_sysctls = {json.dumps(sysctls)}\n")
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Machine:
+    """A machine with user namespaces and podman told to set no network sysctls."""
+    found = Machine(
+        tmp_path / "subuid",
+        tmp_path / "subgid",
+        tmp_path / "containers.conf",
+        tmp_path / "containers.conf.d",
+        tmp_path / "max_user_namespaces",
+    )
+    monkeypatch.setattr(container_users, "SUBUID", found.subuid)
+    monkeypatch.setattr(container_users, "SUBGID", found.subgid)
+    monkeypatch.setattr(
+        container_users, "PODMAN_CONFIGURATION", (found.podman_conf, found.podman_conf_d)
+    )
+    monkeypatch.setattr(container_users, "MAX_USER_NAMESPACES", found.max_user_namespaces)
+    monkeypatch.delenv("CONTAINERS_CONF", raising=False)
+    found.max_user_namespaces.write_text("63000\n")
+    found.podman_conf.write_text(
+        '[containers]\ndefault_sysctls = ["net.ipv4.ping_group_range=0 0"]\n'
+    )
+    found.podman_sets([])
+    return found
+
+
+def test_a_jobs_container_ids_come_from_the_range_set_aside_for_containers(
+    machine: Machine,
+) -> None:
+    for listing in (machine.subuid, machine.subgid):
+        listing.write_text("alice:100000:65536\ncontainers:3000000:655360\n")
+    users = container_users.for_job(("podman", "--runtime", "runc"), "job-a")
+    assert users.root is not None
+    assert 3_000_000 <= users.root <= 3_000_000 + 655_360 - 65_536
+    assert (users.root - 3_000_000) % 65_536 == 0
+    assert users.said.startswith(f"The container's users are the machine's ids {users.root} to")
+    assert "set aside for containers" in users.said
+    # The same on every instance of the job; another job's elsewhere in the range.
+    assert container_users.for_job(("/usr/bin/podman",), "job-a") == users
+    others = {container_users.for_job(("podman",), f"job-{n}").root for n in range(20)}
+    assert len(others) > 1
+
+
+@pytest.mark.parametrize(
+    ("subuid", "subgid"),
+    [
+        (None, None),
+        ("", ""),
+        ("containers:3000000:1000\n", "containers:3000000:1000\n"),  # too few for one
+        ("containers:3000000:655360\n", "containers:4000000:655360\n"),  # not shared
+    ],
+    ids=["no-files", "empty", "too-few", "not-shared"],
+)
+def test_without_a_range_for_containers_the_ids_are_runyards_own_and_the_log_says_so(
+    machine: Machine, subuid: str | None, subgid: str | None
+) -> None:
+    for listing, text in ((machine.subuid, subuid), (machine.subgid, subgid)):
+        if text is not None:
+            listing.write_text(text)
+    users = container_users.for_job(("podman",), "job-a")
+    assert users.root is not None
+    assert users.root >= container_users.OWN_START
+    assert users.root + 65_536 <= 2**32 - 1  # 4294967295 is no id
+    assert "Runyard's own range" in users.said
+    assert "set no range aside for containers" in users.said
+
+
+@pytest.mark.parametrize(
+    ("engine", "change", "why"),
+    [
+        (("docker",), None, "docker maps no users per container"),
+        (("podman",), "no-user-namespaces", "this kernel allows no user namespaces"),
+        (
+            ("podman",),
+            "podman-sets-network-sysctls",
+            "podman sets net.ipv4.ping_group_range=0 0 in every container",
+        ),
+        (
+            ("podman",),
+            "podman-default",  # no drop-in: podman's own configuration's
+            "podman sets net.ipv4.ping_group_range=0 0 in every container",
+        ),
+    ],
+    ids=["docker", "no-user-namespaces", "network-sysctls", "podman-default"],
+)
+def test_where_users_cannot_be_mapped_the_containers_root_is_the_machines_and_the_log_says_why(
+    machine: Machine, engine: tuple[str, ...], change: str | None, why: str
+) -> None:
+    if change == "no-user-namespaces":
+        machine.max_user_namespaces.write_text("0\n")
+    elif change == "podman-sets-network-sysctls":
+        machine.podman_sets(["kernel.msgmax=65536", "net.ipv4.ping_group_range=0 0"])
+    elif change == "podman-default":
+        machine.podman_sets(None)
+    users = container_users.for_job(engine, "job-a")
+    assert users.root is None
+    assert users.arguments() == []
+    assert users.said.startswith(
+        "The container's root is the machine's root, without capabilities: "
+    )
+    assert why in users.said
+
+
+def test_podman_reads_only_containers_conf_where_it_is_set(
+    machine: Machine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen = tmp_path / "chosen.conf"
+    chosen.write_text('[containers]\ndefault_sysctls = ["net.core.somaxconn=1024"]\n')
+    monkeypatch.setenv("CONTAINERS_CONF", str(chosen))
+    assert container_users.for_job(("podman",), "job-a").root is None
+    chosen.write_text('[engine]\nruntime = "runc"\n')  # podman's own default then
+    assert container_users.for_job(("podman",), "job-a").root is None
+    chosen.write_text("[containers]\ndefault_sysctls = []\n")
+    assert container_users.for_job(("podman",), "job-a").root is not None
+
+
 def test_the_container_gets_an_etc_hosts_of_the_instances_own(tmp_path: Path) -> None:
     config = dataclasses.replace(_config(tmp_path), container_engine=(sys.executable,))
-    container.plan(config, {"SM_CURRENT_HOST": "algo-2"})
+    container.plan(config, {"SM_CURRENT_HOST": "algo-2"}, None)
     written = (config.paths.base / ".runyard" / "container-hosts").read_text().splitlines()
     # Both ways, the IPv4-mapped forms too, and nothing of this machine's own file.
     assert written == [

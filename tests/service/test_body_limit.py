@@ -1,6 +1,7 @@
 """Request bodies are bounded while they arrive, before anyone is authenticated: a body
-over the limit is refused without being read whole; the source upload has its own,
-larger limit; everything else works as before."""
+over the limit is refused without being read whole (a request without credentials at all
+is refused before its body is read: tests/service/test_anonymous.py); the source upload
+has its own, larger limit; everything else works as before."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from tests.conftest import job_spec
 from tests.service.sagemaker.live import serving
 
 MiB = 1024 * 1024
+# A credential whose holder is read only after the body: none holds it.
+UNCHECKED = "Bearer ry_not-a-token"
 # Mounted behind a proxy under this prefix, as uvicorn --root-path serves it.
 PREFIX = "/runyard"
 
 
-class _Body:
+class CountedBody:
     """A streamed body of ``size`` bytes, counting what was taken from it."""
 
     def __init__(self, size: int, chunk: int = 64 * 1024) -> None:
@@ -48,15 +51,15 @@ def server(settings: Settings) -> Iterator[str]:
         yield url
 
 
-def test_an_anonymous_body_over_the_limit_is_refused_as_it_arrives(
+def test_a_body_over_the_limit_is_refused_as_it_arrives_before_its_token_is_read(
     server: str, settings: Settings
 ) -> None:
-    body = _Body(64 * MiB)
+    body = CountedBody(64 * MiB)
     # Streamed (chunked): no length says beforehand how large it is.
     response = httpx.post(
         f"{server}/v1/training-jobs",
         content=iter(body),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": UNCHECKED},
         timeout=30,
     )
     assert response.status_code == 413, response.text
@@ -72,6 +75,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body(server: str
     with socket.create_connection((host, int(port)), timeout=10) as connection:
         connection.sendall(
             b"POST /v1/training-jobs HTTP/1.1\r\nHost: runyard\r\n"
+            b"Authorization: " + UNCHECKED.encode() + b"\r\n"
             b"Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n"
         )
         # No byte of the body sent: the answer comes anyway.
@@ -82,8 +86,10 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body(server: str
 def test_an_early_answer_closes_the_connection_instead_of_reading_the_upload(
     server: str,
 ) -> None:
-    body = _Body(64 * MiB)
-    response = httpx.post(f"{server}/v1/sources", content=iter(body), timeout=30)
+    body = CountedBody(64 * MiB)
+    response = httpx.post(
+        f"{server}/v1/sources", content=iter(body), headers={"Authorization": UNCHECKED}, timeout=30
+    )
     assert response.status_code == 401
     assert body.sent < body.size
 

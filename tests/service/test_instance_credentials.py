@@ -250,6 +250,42 @@ def test_an_assumed_roles_credentials_are_given_when_the_operator_names_one(
     assert given["AccessKeyId"].startswith("ASIA"), given
 
 
+@pytest.mark.parametrize(
+    ("max_run", "longest", "lasts"),
+    [
+        (300, 3600, timedelta(minutes=30)),  # never shorter: SDKs would refresh at every call
+        (1800, 3600, timedelta(minutes=55)),  # its max_run and the 25 minutes before a refresh
+        (24 * 3600, 3600, timedelta(hours=1)),  # the operator's longest, refreshed as it runs
+        (20 * 3600, 43200, timedelta(hours=12)),  # STS's longest, where the operator allows it
+    ],
+    ids=["short", "between", "long", "long-allowed"],
+)
+@pytest.mark.parametrize(
+    "role", ["", "arn:aws:iam::123456789012:role/runyard"], ids=["user", "role"]
+)
+def test_credentials_last_the_jobs_max_run_within_stss_bounds(
+    settings: Settings,
+    admin_token: str,
+    source_dir: Path,
+    s3_client: Any,
+    max_run: int,
+    longest: int,
+    lasts: timedelta,
+    role: str,
+) -> None:
+    """STS (moto's) sets the expiration from the duration asked for."""
+    update = {"instance_credentials_seconds": longest, "instance_role_arn": role}
+    settings = settings.model_copy(update=update)
+    with _api(settings, admin_token) as api:
+        created = api.post("/v1/training-jobs", json=job_spec(source_dir, max_run=max_run))
+        assert created.status_code == 201, created.text
+        asked = datetime.now(UTC)
+        answer = api.get(URL, headers=instance_headers(settings, created.json()["id"]))
+    assert answer.status_code == 200, answer.text
+    expires = datetime.fromisoformat(answer.json()["Expiration"])
+    assert lasts - timedelta(seconds=5) <= expires - asked <= lasts + timedelta(seconds=5)
+
+
 def test_only_the_jobs_own_live_instances_get_credentials(
     api: TestClient, settings: Settings, source_dir: Path, s3_client: Any
 ) -> None:

@@ -17,7 +17,7 @@ from contract import storage
 from contract.archive import make_tarball
 from service.jobs.spec_parts import NAME_PATTERN
 from service.settings import Settings
-from tests.archives import archive_with_link, archive_with_member, gzip_bomb
+from tests.archives import archive_of, archive_with_link, archive_with_member, gzip_bomb
 from tests.conftest import job_spec
 
 GZIP = {"Content-Type": "application/gzip"}
@@ -227,4 +227,16 @@ def test_names_that_cannot_unpack_are_refused_at_upload(
         assert error["loc"][-1] == "body"
         assert f"refused member {name[:200]!r}" in error["msg"]
         assert why in error["msg"]
+    assert not (storage.local_path(settings.artifact_root) / "_sources").exists()
+
+
+def test_a_directory_and_a_file_of_one_name_are_refused_at_upload(
+    api: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    members = [("pkg", tarfile.DIRTYPE), ("pkg", tarfile.REGTYPE)]
+    bundle = archive_of(tmp_path / "clash.tar.gz", *members).read_bytes()
+    response = api.post("/v1/sources", content=bundle, headers=GZIP)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert "refused member 'pkg': a file where a directory of that name came" in error["msg"]
     assert not (storage.local_path(settings.artifact_root) / "_sources").exists()

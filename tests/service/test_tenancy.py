@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from contract import storage
+from contract.variables import REDACTED
 from runyard.server import prepare
 from service.app import create_app
 from service.auth.access import Role
@@ -244,6 +245,57 @@ def test_another_projects_jobs_are_absent_from_lists_and_names_repeat(world: Wor
         headers={"Authorization": f"Bearer {world.tokens['beta member']}"},
     )
     assert mine.json()["id"] == world.beta_job["id"] != world.alpha_job["id"]
+
+
+# A job's environment: four values by names that look secret, one by a name that does not.
+SECRET_LOOKING = {
+    "OPENAI_API_KEY": "sk-live-1",
+    "GITHUB_TOKEN": "ghp-2",
+    "db_password": "hunter2",
+    "MySecretSalt": "salt-3",
+}
+PLAIN = {"LEARNING_RATE": "0.1"}
+
+
+@pytest.mark.parametrize(
+    ("caller", "reads_secrets"),
+    [
+        ("alpha viewer", False),
+        ("alpha member", True),
+        ("alpha admin", True),
+        ("server admin", True),
+    ],
+)
+def test_a_viewer_sees_secret_looking_environment_values_masked(
+    world: World, source_dir: Path, caller: str, reads_secrets: bool
+) -> None:
+    member = {"Authorization": f"Bearer {world.tokens['alpha member']}"}
+    environment = {**SECRET_LOOKING, **PLAIN}
+    created = world.api.post(
+        "/v1/training-jobs",
+        params={"project": "alpha"},
+        json=job_spec(source_dir, name="with-secrets", environment=environment),
+        headers=member,
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["spec"]["environment"] == environment  # its submitter's answer
+    expected = (
+        environment if reads_secrets else {**dict.fromkeys(SECRET_LOOKING, REDACTED), **PLAIN}
+    )
+
+    headers = {"Authorization": f"Bearer {world.tokens[caller]}"}
+    job = "/v1/training-jobs/with-secrets"
+    described = world.api.get(job, params={"project": "alpha"}, headers=headers)
+    assert described.json()["spec"]["environment"] == expected
+    clone = world.api.get(f"{job}/clone", params={"project": "alpha"}, headers=headers)
+    assert clone.json()["environment"] == expected
+    # A list names jobs, and shows nothing of their environment.
+    listed = world.api.get("/v1/training-jobs", params={"project": "alpha"}, headers=headers)
+    assert "with-secrets" in listed.text
+    assert not any(value in listed.text for value in SECRET_LOOKING.values())
+    if not reads_secrets:
+        for answer in (described, clone):
+            assert not any(value in answer.text for value in SECRET_LOOKING.values())
 
 
 def test_no_job_is_made_in_a_project_that_does_not_exist(world: World, source_dir: Path) -> None:

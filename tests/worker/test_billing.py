@@ -36,7 +36,7 @@ from service.sagemaker import translate
 from service.settings import Settings
 from service.training import service
 from tests.instances import SleepingInstances
-from tests.jobs import job_dir, job_id, named, submit
+from tests.jobs import SERVER_ADMIN, job_dir, job_id, named, submit
 from worker.reconciler import Reconciler
 from worker.reconciler.billing import Worked, bill_attempt
 
@@ -96,7 +96,7 @@ def _described(settings: Settings, name: str) -> tuple[dict[str, Any], float | N
     """DescribeTrainingJob's answer for the job, and the savings Runyard stored."""
     with session_scope(settings.database_url) as session:
         job = named(session, name)
-        return translate.described(job, "us-east-1"), job.spot_savings_percent
+        return translate.described(job, "us-east-1", SERVER_ADMIN), job.spot_savings_percent
 
 
 def _some_time_ago(seconds: float) -> datetime:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from contract.archive import make_tarball
+from contract.variables import REDACTED
 from runyard.client import admin_token
 from runyard.server import prepare
 from service.app import create_app
@@ -494,6 +495,37 @@ def test_roles_and_projects_apply_to_aws_credentials(
         "ValidationException"
     )
     assert api.get("/v1/training-jobs/wire-1", params={"project": "vision"}).status_code == 200
+
+
+def test_a_viewer_describes_and_searches_secret_looking_values_masked(
+    api: TestClient, server: str, source_dir: Path
+) -> None:
+    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    tokens = {
+        role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
+            "token"
+        ]
+        for role in ("viewer", "member")
+    }
+    viewer = client("sagemaker", server, credentials(api, tokens["viewer"]))
+    member = client("sagemaker", server, credentials(api, tokens["member"]))
+    environment = {"WANDB_API_KEY": "wb-1", "hf_token": "hf-2", "MY_SETTING": "on"}
+    member.create_training_job(**request(source_dir, Environment=environment))
+    masked = {"WANDB_API_KEY": REDACTED, "hf_token": REDACTED, "MY_SETTING": "on"}
+
+    def found(sm: Any, **expression: str) -> list[dict[str, str]]:
+        filters = {"Filters": [expression]} if expression else {}
+        results = sm.search(Resource="TrainingJob", SearchExpression=filters)["Results"]
+        return [result["TrainingJob"]["Environment"] for result in results]
+
+    assert member.describe_training_job(TrainingJobName="wire-1")["Environment"] == environment
+    assert viewer.describe_training_job(TrainingJobName="wire-1")["Environment"] == masked
+    assert found(member) == [environment]
+    assert found(viewer) == [masked]
+    # A viewer's expression is tested on what it may read: no guessing a value by search.
+    guess = {"Name": "Environment.hf_token", "Operator": "Equals", "Value": "hf-2"}
+    assert found(member, **guess) == [environment]
+    assert found(viewer, **guess) == []
 
 
 def test_a_container_entrypoint_runs_instead_of_a_script(
