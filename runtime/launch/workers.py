@@ -70,6 +70,8 @@ class WorkerGroup:
         self._processes: list[subprocess.Popen[bytes]] = []
         self._tails: list[collections.deque[str]] = []
         self._pumps: list[threading.Thread] = []
+        # The process whose exit decided the result, when one failed.
+        self._decided: int | None = None
 
     def run(self) -> GroupResult:
         self._start([spec for spec in self.specs if not spec.afterwards])
@@ -79,6 +81,10 @@ class WorkerGroup:
         deadline = time.monotonic() + PUMP_GRACE
         for pump in self._pumps:
             pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._decided is not None:
+            # Read now, not when the process exited: its last lines (the traceback) may
+            # still have been in the pipe then.
+            result.stderr_tail = list(self._tails[self._decided])
         return result
 
     def _start(self, specs: list[WorkerSpec]) -> None:
@@ -130,9 +136,9 @@ class WorkerGroup:
             else:
                 failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
                 if failed:
-                    first = failed[0]
+                    self._decided = first = failed[0]
                     self._end_all()
-                    return GroupResult(_shell_code(codes[first] or 1), list(self._tails[first]))
+                    return GroupResult(_shell_code(codes[first] or 1))
                 main = [
                     code
                     for code, spec in zip(codes, self._started, strict=True)

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from runtime.launch.workers import WorkerGroup, WorkerSpec
@@ -36,6 +37,18 @@ def test_one_failure_ends_the_others(tmp_path: Path) -> None:
     assert result.exit_code == 3
     assert result.stderr_tail == ["boom"]
     assert not _alive(int(pid_file.read_text()))
+
+
+def test_a_failure_is_told_by_the_last_lines_its_script_printed(tmp_path: Path) -> None:
+    # A slow sink (a loaded machine, a busy log shipper) leaves lines in the pipe when the
+    # script exits: its traceback is still what the failure is made from.
+    def slow_sink(_stream: str, _line: str) -> None:
+        time.sleep(0.004)
+
+    code = "import sys\nfor n in range(100): print(f'line {n}', file=sys.stderr)\nsys.exit(1)"
+    result = WorkerGroup([_spec(tmp_path, code)], slow_sink, threading.Event()).run()
+    assert result.exit_code == 1
+    assert result.stderr_tail[-1] == "line 99"
 
 
 def test_stop_reaches_each_script_exactly_once(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -77,6 +78,8 @@ def test_a_job_seen_only_once_it_completed_shows_each_phase_at_its_time(
     _report(settings, name, "algo-2", "Completed", at[4], exit_code=0)
     _report(settings, name, "algo-1", "Uploading", at[5])
     _report(settings, name, "algo-1", "Completed", at[6], exit_code=0)
+    # Looked at once they all lie in the past (a time yet to come is read as now).
+    time.sleep(max(0.0, (at[7] - utcnow()).total_seconds()))
     reconcile()
     history = _history(settings, name)
     assert [(status, secondary) for status, secondary, *_ in history] == [
