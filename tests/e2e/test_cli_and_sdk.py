@@ -486,7 +486,15 @@ def test_ctrl_c_in_fit_says_the_job_keeps_running_and_how_to_stop_it(
             if "tick 0" in line:
                 break
         fitting.send_signal(signal.SIGINT)
-        rest, errors = fitting.communicate(timeout=60)
+        try:
+            rest, errors = fitting.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Nothing of this test outlives it: the client, then its job.
+            fitting.kill()
+            said = fitting.communicate()
+            client.stop_job(name)
+            stack.wait_until_ended(client, name)
+            raise AssertionError(f"fit() went on after Ctrl-C: {said}") from None
         assert fitting.returncode != 0
         assert f"{name} keeps running; `runyard stop {name}` stops it." in rest.splitlines()
         assert "KeyboardInterrupt" in errors
