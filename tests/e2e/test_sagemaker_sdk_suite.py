@@ -101,8 +101,9 @@ SERVER_SETTINGS = {
     # from PyPI is a CUDA build of several GB, so this server runs it on its built-in
     # image (PyTorch 2.13), as an operator may choose (docs/images.md).
     "RUNYARD_IMAGE_ALIASES": json.dumps({"pytorch:2.0": "builtin"}),
-    # Built images are kept between runs of the suite on one checkout.
-    "RUNYARD_IMAGE_STORE": str(BUILD / "sdk-suite-images"),
+    # Built images are kept between runs of the suite on one checkout, in the store the
+    # other e2e servers build theirs in (each image is built once, under its own lock).
+    "RUNYARD_IMAGE_STORE": str(BUILD / "e2e-images"),
 }
 
 
