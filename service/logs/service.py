@@ -23,7 +23,7 @@ from service.jobs.states import TERMINAL
 from service.kit.db import read_pages_in_index_order, session_scope
 from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
-from service.logs import repository
+from service.logs import pages, repository
 from service.logs.models import LogEvent
 from service.logs.schemas import Line, LogEventPublic
 from service.settings import Settings
@@ -78,7 +78,8 @@ def has_lines(session: Session, job_id: str, host: str, from_seq: int = 1) -> bo
 def page(
     session: Session, job_id: str, *, host: str | None, cursor: str | None, limit: int
 ) -> tuple[list[LogEvent], str | None]:
-    """All hosts merged by time (ties by arrival); the cursor is the last (time, id) seen."""
+    """All hosts merged by time (ties by arrival), up to ``limit`` lines and
+    ``pages.PAGE_BYTES`` of them; the cursor is the last (time, id) seen."""
     query = select(LogEvent).where(LogEvent.job_id == job_id)
     if host:
         # Compared as an expression, so the host's lines are found by walking the time
@@ -92,14 +93,15 @@ def page(
             or_(LogEvent.time > time, and_(LogEvent.time == time, LogEvent.id > event_id))
         )
     read_pages_in_index_order(session)
-    rows = list(session.scalars(query.order_by(LogEvent.time, LogEvent.id).limit(limit + 1)))
-    if len(rows) <= limit:
+    ordered = query.order_by(LogEvent.time, LogEvent.id).limit(limit + 1)
+    rows, more = pages.read_page(session, ordered, limit=limit)
+    if not more:
         return rows, None
-    rows = rows[:limit]
     return rows, encode_cursor(rows[-1].time, rows[-1].id)
 
 
-# Lines read per query while a download streams: each page in a short transaction of its own.
+# Lines read per query while a download streams (and at most pages.PAGE_BYTES of them):
+# each page in a short transaction of its own.
 DOWNLOAD_PAGE = 5000
 
 
@@ -186,7 +188,5 @@ def _poll(
             .order_by(LogEvent.time, LogEvent.host, LogEvent.seq)
             .limit(FOLLOW_BATCH)
         )
-        return status, [
-            LogEventPublic.model_validate(row, from_attributes=True)
-            for row in session.scalars(query)
-        ]
+        rows, _more = pages.read_page(session, query, limit=FOLLOW_BATCH)
+        return status, [LogEventPublic.model_validate(row, from_attributes=True) for row in rows]

@@ -22,6 +22,7 @@ from service.auth.access import Role
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
 from service.kit.errors import NotFound
+from service.logs import pages
 from service.logs.models import LogEvent
 from service.sagemaker import translate
 from service.sagemaker.errors import AwsError
@@ -92,7 +93,8 @@ def get_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     elif not params.get("startFromHead", False):
         backward = True  # without a token or startFromHead: the latest events
     ordered = query.order_by(LogEvent.seq.desc() if backward else LogEvent.seq)
-    rows = list(call.session.scalars(ordered.limit(limit)))
+    # At most 1 MB of events, as CloudWatch's: backward, the latest that fit.
+    rows, _more = pages.read_page(call.session, ordered.limit(limit), limit=limit)
     if backward:
         rows.reverse()
     # With nothing new the tokens stay where they were, as CloudWatch's do.
@@ -130,23 +132,18 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         )
         query = _within(query, params.get("startTime"), params.get("endTime"))
         # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
-        # each row is then matched exactly here. Rows are read as they come, a page's worth.
+        # each row is then matched exactly here, read as the page fills (pages.read_page).
         for term in terms:
             query = query.where(LogEvent.message.contains(term, autoescape=True))
         position = _position(params.get("nextToken"))
         if position is not None:
             query = query.where(_after(position))
-        ordered = query.order_by(*_FILTER_ORDER).execution_options(yield_per=500)
-        rows = call.session.scalars(ordered)
-        try:
-            for row in rows:
-                if all(term in row.message for term in terms):
-                    if len(page) == limit:
-                        more = True
-                        break
-                    page.append(row)
-        finally:
-            rows.close()  # a cursor left open mid-way holds the database's resources
+        page, more = pages.read_page(
+            call.session,
+            query.order_by(*_FILTER_ORDER),
+            limit=limit,
+            keep=lambda row: all(term in row.message for term in terms),
+        )
     answer: dict[str, Any] = {
         "events": [
             {
