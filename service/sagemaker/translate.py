@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
+from sqlalchemy import Row
 
 from contract import hyperparameters, images, sagemaker_flags, storage
 from service.jobs import billing
@@ -266,7 +267,16 @@ def member_of(loc: tuple[str | int, ...]) -> str:
 # -- the other direction ------------------------------------------------------------------
 
 
-def arn(job: TrainingJob, region: str) -> str:
+class Named(Protocol):
+    """A job, or a row of its columns, that an ARN names."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+
+
+def arn(job: Named, region: str) -> str:
     return f"arn:aws:sagemaker:{region}:{account_id(job.project)}:training-job/{job.name}"
 
 
@@ -276,7 +286,7 @@ def account_id(project: str) -> str:
     return f"{int(digest, 16) % 10**12:012d}"
 
 
-def secondary_status(job: TrainingJob) -> str:
+def secondary_status(job: TrainingJob | Row[Any]) -> str:
     return _SECONDARY.get(job.secondary_status, job.secondary_status)
 
 
@@ -388,19 +398,31 @@ def _hyperparameters(job: TrainingJob, region: str) -> dict[str, str]:
     return {key: hyperparameters.encode(value) for key, value in values.items()}
 
 
-def summary(job: TrainingJob, region: str) -> dict[str, Any]:
-    _request, region = _recorded(job, region)
+# The region a job was created in over this protocol (see ``recording``), read by the
+# database out of what it recorded; NULL for a job submitted through Runyard's own API.
+RECORDED_REGION = TrainingJob.sagemaker_request["region"].as_string()
+
+
+def summary(row: Row[Any], region: str) -> dict[str, Any]:
+    """ListTrainingJobs' summary of a job, from a row of its columns and its
+    ``RECORDED_REGION`` as ``region`` (``region``, the call's, where it has none)."""
     found: dict[str, Any] = {
-        "TrainingJobName": job.name,
-        "TrainingJobArn": arn(job, region),
-        "CreationTime": job.created_at,
-        "LastModifiedTime": job.updated_at,
-        "TrainingJobStatus": job.status,
-        "SecondaryStatus": secondary_status(job),
+        "TrainingJobName": row.name,
+        "TrainingJobArn": arn(row, row.region or region),
+        "CreationTime": row.created_at,
+        "LastModifiedTime": row.updated_at,
+        "TrainingJobStatus": row.status,
+        "SecondaryStatus": secondary_status(row),
     }
-    if job.training_end_time:
-        found["TrainingEndTime"] = job.training_end_time
+    if row.training_end_time:
+        found["TrainingEndTime"] = row.training_end_time
     return found
+
+
+def job_arn(job: TrainingJob, region: str) -> str:
+    """The job's ARN: in the region it was created in over this protocol, else ``region``."""
+    _request, region = _recorded(job, region)
+    return arn(job, region)
 
 
 def _channels(spec: JobRecord) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AwareDatetime, StringConstraints
+from sqlalchemy import Row
 
 from contract import storage
 from contract.protocol import JOBS_PATH
@@ -272,5 +273,5 @@ def to_public(job: TrainingJob) -> JobPublic:
     return JobPublic.model_validate(job)
 
 
-def _summary(job: TrainingJob) -> JobSummary:
-    return JobSummary.model_validate(job)
+def _summary(row: Row[Any]) -> JobSummary:
+    return JobSummary.model_validate(row)
