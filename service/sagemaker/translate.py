@@ -318,11 +318,9 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
     if spec.max_wait is not None:
         stopping["MaxWaitTimeInSeconds"] = spec.max_wait
     answer: dict[str, Any] = {
-        "TrainingJobName": job.name,
+        **column_members(job),
         "TrainingJobArn": arn(job, region),
         "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or expected_model(job)},
-        "TrainingJobStatus": job.status,
-        "SecondaryStatus": secondary_status(job),
         "HyperParameters": request.get("HyperParameters") or _hyperparameters(job, region),
         "AlgorithmSpecification": algorithm,
         "InputDataConfig": request.get("InputDataConfig") or _channels(spec),
@@ -334,12 +332,8 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
         },
         "ResourceConfig": resources,
         "StoppingCondition": stopping,
-        "CreationTime": job.created_at,
-        "LastModifiedTime": job.updated_at,
         "SecondaryStatusTransitions": _transitions(job),
-        "FinalMetricDataList": [
-            {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
-        ],
+        "FinalMetricDataList": final_metrics(job),
         "EnableManagedSpotTraining": spec.use_spot_instances,
         "EnableNetworkIsolation": spec.enable_network_isolation,
         "Environment": dict(spec.environment),
@@ -347,18 +341,6 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
     }
     if not answer["InputDataConfig"]:
         del answer["InputDataConfig"]
-    if job.failure_reason:
-        answer["FailureReason"] = job.failure_reason
-    if job.training_start_time:
-        answer["TrainingStartTime"] = job.training_start_time
-    if job.training_end_time:
-        answer["TrainingEndTime"] = job.training_end_time
-    if job.training_start_time and job.training_end_time:
-        answer["TrainingTimeInSeconds"] = billing.training_seconds(
-            job.training_start_time, job.training_end_time
-        )
-    if job.billable_seconds is not None:
-        answer["BillableTimeInSeconds"] = job.billable_seconds
     if spec.checkpoint_s3_uri:
         answer["CheckpointConfig"] = {"S3Uri": spec.checkpoint_s3_uri}
         if spec.checkpoint_local_path:
@@ -371,6 +353,67 @@ def described(job: TrainingJob, region: str) -> dict[str, Any]:
     if not answer["RetryStrategy"]["MaximumRetryAttempts"]:
         del answer["RetryStrategy"]
     return answer
+
+
+# The members of DescribeTrainingJob's answer that ``column_members`` gives.
+COLUMN_MEMBERS = frozenset(
+    {
+        "TrainingJobName",
+        "TrainingJobStatus",
+        "SecondaryStatus",
+        "CreationTime",
+        "LastModifiedTime",
+        "FailureReason",
+        "TrainingStartTime",
+        "TrainingEndTime",
+        "TrainingTimeInSeconds",
+        "BillableTimeInSeconds",
+    }
+)
+# The columns they are read from.
+MEMBER_COLUMNS = (
+    TrainingJob.name,
+    TrainingJob.status,
+    TrainingJob.secondary_status,
+    TrainingJob.created_at,
+    TrainingJob.updated_at,
+    TrainingJob.failure_reason,
+    TrainingJob.training_start_time,
+    TrainingJob.training_end_time,
+    TrainingJob.billable_seconds,
+)
+
+
+def column_members(job: TrainingJob) -> dict[str, Any]:
+    """The members of the job's describe answer that its columns hold (MEMBER_COLUMNS),
+    without its record."""
+    answer: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": secondary_status(job),
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+    }
+    if job.failure_reason:
+        answer["FailureReason"] = job.failure_reason
+    if job.training_start_time:
+        answer["TrainingStartTime"] = job.training_start_time
+    if job.training_end_time:
+        answer["TrainingEndTime"] = job.training_end_time
+    if job.training_start_time and job.training_end_time:
+        answer["TrainingTimeInSeconds"] = billing.training_seconds(
+            job.training_start_time, job.training_end_time
+        )
+    if job.billable_seconds is not None:
+        answer["BillableTimeInSeconds"] = job.billable_seconds
+    return answer
+
+
+def final_metrics(job: TrainingJob) -> list[dict[str, Any]]:
+    """FinalMetricDataList, from the job's final metrics (loaded with it)."""
+    return [
+        {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
+    ]
 
 
 def role_arn(job: TrainingJob) -> str:

@@ -20,13 +20,14 @@ from service.kit.db import get_engine
 LARGE_HYPERPARAMETERS = {f"hp_{n:03d}": "h" * 1000 for n in range(90)}
 LARGE_ENVIRONMENT = {f"VAR_{n:03d}": "e" * 380 for n in range(100)}
 _TABLE = TrainingJob.__table__
-_RECORDS = {_TABLE.c.spec, _TABLE.c.sagemaker_request}
+_RECORDS = {"spec", "sagemaker_request"}
 
 
 @dataclass(frozen=True)
 class Read:
-    """One SELECT on the jobs' table: whether it returned records whole, and the most
-    rows it could return (its LIMIT, or the ids it named; None: no bound)."""
+    """One SELECT on the jobs' table: whether it returned records whole (a column named
+    spec or sagemaker_request), and the most rows it could return (its LIMIT, or the ids
+    it named; None: no bound)."""
 
     records: bool
     most_rows: int | None
@@ -44,15 +45,10 @@ def _ids_named(statement: Select[Any]) -> int | None:
     return None
 
 
-def _read(statement: Select[Any]) -> Read:
-    records = any(
-        record.shares_lineage(column)
-        for column in statement.selected_columns
-        for record in _RECORDS
-    )
+def _read(statement: Select[Any], columns: list[str]) -> Read:
     limit = statement._limit  # the LIMIT it was built with
     bounds = [bound for bound in (limit, _ids_named(statement)) if bound is not None]
-    return Read(records, min(bounds) if bounds else None)
+    return Read(bool(_RECORDS & set(columns)), min(bounds) if bounds else None)
 
 
 @contextmanager
@@ -60,13 +56,17 @@ def reads_of_jobs(url: str) -> Iterator[list[Read]]:
     """Each SELECT run meanwhile whose FROM holds the jobs' table."""
     reads: list[Read] = []
 
-    def seen(_conn: Any, statement: Any, *_args: Any) -> None:
+    def seen(_conn: Any, cursor: Any, _sql: str, _params: Any, context: Any, _many: bool) -> None:
+        statement = getattr(context, "invoked_statement", None)
         if isinstance(statement, Select) and _TABLE in statement.get_final_froms():
-            reads.append(_read(statement))
+            # The columns as the database returns them: a record read whole is named as
+            # its column; what is read out of one is labelled otherwise.
+            columns = [column[0] for column in cursor.description or []]
+            reads.append(_read(statement, columns))
 
     engine = get_engine(url)
-    event.listen(engine, "before_execute", seen)
+    event.listen(engine, "after_cursor_execute", seen)
     try:
         yield reads
     finally:
-        event.remove(engine, "before_execute", seen)
+        event.remove(engine, "after_cursor_execute", seen)
