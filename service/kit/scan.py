@@ -19,7 +19,7 @@ from sqlalchemy import Row, Select
 from sqlalchemy.orm import Session
 
 # The most rows one page looks at for filters no index answers.
-SCAN_ROWS = 1000
+SCAN_ROWS = 300
 
 # A query of any columns.
 Query = Select[*tuple[Any, ...]]

@@ -45,7 +45,7 @@ MAX_TERMS = 50
 # through its columns alone costs about 50 us of the API's CPU; a record of 130 KB about
 # 1 ms to read and describe.
 MAX_LOOKED_AT = 500
-MAX_RECORD_BYTES = 4 * 1024 * 1024
+MAX_RECORD_BYTES = 1024 * 1024
 # Jobs read at a time: through their columns, or with their records.
 COLUMN_BATCH = 100
 RECORD_BATCH = 8
@@ -165,11 +165,12 @@ def _walk(
     while len(walk.found) <= limit and not budget.spent():
         size = min(batch, MAX_LOOKED_AT - budget.looked_at)
         rows = call.session.execute(order.window(walk.place).limit(size)).all()
-        documents = _documents(call, [row.id for row in rows], reading, budget)
+        loaded = _load(call, [row.id for row in rows], reading)
         for row in rows:
             budget.looked_at += 1
             walk.place = order.place_of(row)
-            document = documents.get(row.id)  # None: deleted meanwhile
+            job = loaded.get(row.id)  # None: deleted meanwhile
+            document = None if job is None else job.document(call, reading, budget)
             if document is not None and matches(document):
                 kept = document if reading.record else None
                 walk.found.append(_Found(row.id, walk.place, kept))
@@ -181,14 +182,34 @@ def _walk(
     return walk
 
 
+@dataclass(frozen=True)
+class _Loaded:
+    """A job read as ``reading`` says, its record's bytes (0 without it) not yet counted."""
+
+    job: TrainingJob
+    record_bytes: int
+
+    def document(self, call: Call, reading: _Reading, budget: _Budget) -> dict[str, Any]:
+        """The job as Search sees it (described whole with its record), its record's
+        bytes counted against the budget; let go of by the session, which would keep it
+        (and its record) until the request ends."""
+        budget.record_bytes += self.record_bytes
+        call.session.expunge(self.job)
+        if reading.record:
+            return _document(self.job, call.region)
+        document = translate.column_members(self.job)
+        if reading.metrics:
+            document["FinalMetricDataList"] = translate.final_metrics(self.job)
+            document["Metrics"] = _metrics(document["FinalMetricDataList"])
+        return document
+
+
 _WHOLE = _Reading(record=True, metrics=True)
 
 
-def _documents(
-    call: Call, ids: list[str], reading: _Reading, budget: _Budget
-) -> dict[str, dict[str, Any]]:
-    """The jobs of ``ids`` as Search sees them: described whole, their records' bytes
-    counted against the budget, or as ``reading`` says."""
+def _load(call: Call, ids: list[str], reading: _Reading) -> dict[str, _Loaded]:
+    """The jobs of ``ids``: with their records (and transitions and final metrics), or
+    as ``reading`` says, their columns."""
     if not ids:
         return {}
     if reading.record:
@@ -196,42 +217,34 @@ def _documents(
         query = query.options(
             selectinload(TrainingJob.transitions), selectinload(TrainingJob.final_metrics)
         )
-        documents = {}
-        for job, size in call.session.execute(query):
-            budget.record_bytes += size
-            documents[job.id] = _document(job, call.region)
-            call.session.expunge(job)
-        return documents
+        return {job.id: _Loaded(job, size) for job, size in call.session.execute(query)}
     query = select(TrainingJob).where(TrainingJob.id.in_(ids))
     query = query.options(load_only(*translate.MEMBER_COLUMNS, raiseload=True))
     if reading.metrics:
         query = query.options(selectinload(TrainingJob.final_metrics))
-    documents = {}
-    for job in call.session.scalars(query.options(raiseload("*"))):
-        document = translate.column_members(job)
-        if reading.metrics:
-            document["FinalMetricDataList"] = translate.final_metrics(job)
-            document["Metrics"] = _metrics(document["FinalMetricDataList"])
-        documents[job.id] = document
-        # Read in part: the results are read again whole.
-        call.session.expunge(job)
-    return documents
+    return {job.id: _Loaded(job, 0) for job in call.session.scalars(query.options(raiseload("*")))}
 
 
 def _records(call: Call, found: list[_Found], budget: _Budget) -> tuple[list[dict[str, Any]], int]:
-    """The records of the jobs found, as many as the budget reads (a batch at least), and
+    """The records of the jobs found, as many as the budget reads (one at least), and
     how many of ``found`` they cover (a job deleted meanwhile has none)."""
     records: list[dict[str, Any]] = []
     covered = 0
-    while covered < len(found) and not (covered and budget.record_bytes >= MAX_RECORD_BYTES):
-        batch = found[covered : covered + RECORD_BATCH]
-        unread = [each.job_id for each in batch if each.document is None]
-        read = _documents(call, unread, _WHOLE, budget)
-        for each in batch:
-            document = each.document if each.document is not None else read.get(each.job_id)
-            if document is not None:
-                records.append(_record(document))
-        covered += len(batch)
+    loaded: dict[str, _Loaded] = {}
+    for each in found:
+        if records and budget.record_bytes >= MAX_RECORD_BYTES:
+            break
+        document = each.document
+        if document is None:
+            if each.job_id not in loaded:
+                batch = found[covered : covered + RECORD_BATCH]
+                unread = [one.job_id for one in batch if one.document is None]
+                loaded = _load(call, unread, _WHOLE)
+            job = loaded.get(each.job_id)
+            document = None if job is None else job.document(call, _WHOLE, budget)
+        if document is not None:
+            records.append(_record(document))
+        covered += 1
     return records, covered
 
 

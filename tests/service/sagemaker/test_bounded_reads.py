@@ -111,8 +111,13 @@ def record_rows(reads: list[Read]) -> int:
 
 @pytest.mark.usefixtures("large_jobs")
 def test_search_reads_columns_to_walk_and_records_only_for_its_page(
-    sm: Any, settings: Settings
+    sm: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # At its budget of record bytes, a page of these large jobs stops short of 10.
+    answer = sm.search(Resource="TrainingJob", MaxResults=10)
+    assert 0 < len(answer["Results"]) < 10
+    assert "NextToken" in answer
+    monkeypatch.setattr(search, "MAX_RECORD_BYTES", 100 * 1024 * 1024)
     with reads_of_jobs(settings.database_url) as reads:
         answer = sm.search(Resource="TrainingJob", MaxResults=10)
     check_answer(sm, "Search", answer)
@@ -140,6 +145,7 @@ def test_search_stops_at_its_budget_and_its_token_goes_on_from_there(
 ) -> None:
     # A tag is in the record: each job looked at is read whole, and a request looks at 7.
     monkeypatch.setattr(search, "MAX_LOOKED_AT", 7)
+    monkeypatch.setattr(search, "MAX_RECORD_BYTES", 100 * 1024 * 1024)
     tagged = {"Filters": [{"Name": "Tags.sweep", "Operator": "Equals", "Value": "7"}]}
     with reads_of_jobs(settings.database_url) as reads:
         pages, last = searched(
@@ -151,13 +157,13 @@ def test_search_stops_at_its_budget_and_its_token_goes_on_from_there(
     assert all(read.most_rows is not None and read.most_rows <= 8 for read in reads)
     assert record_rows(reads) <= JOBS + len(pages) * 8
 
-    # Records are read up to the budget's bytes, a batch at least: every job still comes
+    # Records are read up to the budget's bytes, one at least: every job still comes
     # once, in order.
     monkeypatch.setattr(search, "MAX_LOOKED_AT", 500)
     monkeypatch.setattr(search, "MAX_RECORD_BYTES", 1)
     pages, last = searched(sm, SortBy="TrainingJobName", SortOrder="Ascending", MaxResults=20)
     assert [name for page in pages for name in page] == NAMES
-    assert max(len(page) for page in pages) == search.RECORD_BATCH
+    assert max(len(page) for page in pages) == 1
     assert last["TotalHits"] == {"Value": JOBS, "Relation": "EqualTo"}
 
 
