@@ -1,38 +1,22 @@
-"""Storing and reading log lines.
-
-Each host's lines are numbered by its runtime (``seq``) and arrive in order, one batch at a
-time. Following a job therefore keeps one cursor per host, the last seq sent: a row id
-would not do, since on PostgreSQL ids are handed out at insert and committed out of order
-across hosts, and a follower could skip lines committed late under a lower id.
-"""
+"""Storing and reading log lines: a page at a time, or a whole log to download
+(``service.logs.follow`` streams them as they are stored)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
-from service.jobs.states import TERMINAL
 from service.kit.db import read_pages_in_index_order, session_scope
 from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs import pages, repository
 from service.logs.models import LogEvent
-from service.logs.schemas import Line, LogEventPublic
+from service.logs.schemas import Line
 from service.settings import Settings
-
-FOLLOW_POLL_SECONDS = 0.25
-KEEPALIVE_SECONDS = 15.0
-# How often a followed stream reads its caller's credentials again.
-CREDENTIALS_RECHECK_SECONDS = 5.0
-FOLLOW_BATCH = 1000
 
 
 def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
@@ -133,60 +117,3 @@ def parse_position(event_id: str | None, hosts: list[str]) -> dict[str, int]:
             raise SpecError(("Last-Event-ID",), "not an event id this server sent", source="header")
         position[host] = int(seq)
     return position
-
-
-def format_position(position: dict[str, int]) -> str:
-    return ",".join(f"{host}:{seq}" for host, seq in position.items() if seq)
-
-
-async def follow(
-    settings: Settings,
-    job_id: str,
-    position: dict[str, int],
-    credentials_hold: Callable[[], bool],
-) -> AsyncIterator[str]:
-    """Server-sent events: ``log`` for each line, then one ``end`` once the job has ended
-    and every line it stored has been sent. Each event's id resumes the stream after it.
-    Every ``CREDENTIALS_RECHECK_SECONDS`` the caller's credentials are read again; once
-    they no longer hold (a revoked token, an ended session) the stream stops, and the
-    client's reconnection is answered 401."""
-    idle = 0.0
-    checked = time.monotonic()
-    while True:
-        if time.monotonic() - checked >= CREDENTIALS_RECHECK_SECONDS:
-            if not await run_in_threadpool(credentials_hold):
-                return
-            checked = time.monotonic()
-        status, rows = await run_in_threadpool(_poll, settings, job_id, dict(position))
-        for row in rows:
-            position[row.host] = row.seq
-            yield f"id: {format_position(position)}\nevent: log\ndata: {row.model_dump_json()}\n\n"
-        if rows:
-            idle = 0.0
-            continue
-        if status in TERMINAL:
-            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
-            return
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
-        idle += FOLLOW_POLL_SECONDS
-        if idle >= KEEPALIVE_SECONDS:
-            idle = 0.0
-            yield ": keepalive\n\n"
-
-
-def _poll(
-    settings: Settings, job_id: str, position: dict[str, int]
-) -> tuple[str, list[LogEventPublic]]:
-    with session_scope(settings.database_url, readonly=True) as session:
-        # Status first: lines stored before the job ended are then certain to be read.
-        status = lookup.status_of(session, job_id)
-        newer = [and_(LogEvent.host == host, LogEvent.seq > seq) for host, seq in position.items()]
-        query = (
-            select(LogEvent)
-            .where(LogEvent.job_id == job_id, or_(*newer))
-            # Within a host, time and seq rise together, so any cut keeps each host's prefix.
-            .order_by(LogEvent.time, LogEvent.host, LogEvent.seq)
-            .limit(FOLLOW_BATCH)
-        )
-        rows, _more = pages.read_page(session, query, limit=FOLLOW_BATCH)
-        return status, [LogEventPublic.model_validate(row, from_attributes=True) for row in rows]
