@@ -17,8 +17,9 @@ from service.kit.deps import ReadSessionDep, SettingsDep
 from service.kit.errors import replies
 from service.kit.text import LookupText
 from service.logs import service
-from service.logs.follow import Follows, Slot
+from service.logs.follow import Follows
 from service.logs.schemas import LogEventPublic, LogsPage
+from service.logs.stream_slots import Slot
 
 router = APIRouter(prefix=JOBS_PATH, tags=["logs"])
 

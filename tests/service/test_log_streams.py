@@ -25,7 +25,7 @@ from runyard.client import Client
 from service.app import create_app
 from service.jobs.models import TrainingJob
 from service.kit.db import get_engine, session_scope
-from service.logs import follow
+from service.logs import follow, stream_slots
 from service.settings import Settings
 from tests.conftest import InstanceHeaders, log_line, make_settings, submit_for_instances
 from tests.service.sagemaker.live import serving
@@ -137,7 +137,7 @@ def test_two_hundred_streams_on_a_job_leave_the_api_to_everyone_else(
     assert described.status_code == 200, described.text
     assert page.status_code == 200, page.text
     assert refused.status_code == 429, refused.text
-    assert refused.headers["Retry-After"] == str(follow.RETRY_AFTER_SECONDS)
+    assert refused.headers["Retry-After"] == str(stream_slots.RETRY_AFTER_SECONDS)
 
 
 def test_a_token_beyond_its_streams_is_refused_with_retry_after(
@@ -174,7 +174,7 @@ def test_a_token_beyond_its_streams_is_refused_with_retry_after(
     opened, beyond, after = asyncio.run(load())
     assert opened == [200] * PER_TOKEN
     assert beyond.status_code == 429
-    assert beyond.headers["Retry-After"] == str(follow.RETRY_AFTER_SECONDS)
+    assert beyond.headers["Retry-After"] == str(stream_slots.RETRY_AFTER_SECONDS)
     assert "a token may follow 20 logs at once" in beyond.json()["detail"]
     assert after == 200
 
@@ -231,7 +231,7 @@ def test_the_client_follows_once_its_token_has_room_again(
     source_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(follow, "RETRY_AFTER_SECONDS", 1)
+    monkeypatch.setattr(stream_slots, "RETRY_AFTER_SECONDS", 1)
     instance = submit_for_instances(api, settings, source_dir, instance_count=2)
     _ship(api, instance, range(1, 4))
     watcher = _viewer(api, "watcher")
