@@ -278,7 +278,8 @@ class Client:
 
     def follow_logs(self, name: str, *, host: str | None = None) -> Iterator[dict[str, Any]]:
         """Lines as they arrive until the job ends; the last item is ``{"end": status}``.
-        Reconnects (resuming after the last line seen) if the stream drops."""
+        Reconnects (resuming after the last line seen) if the stream drops, and asks
+        again after Retry-After while the server streams as many logs as it will (429)."""
         last_id: str | None = None
         failures = 0
         while True:
@@ -292,6 +293,11 @@ class Client:
                     headers=headers,
                     timeout=None,
                 ) as response:
+                    if response.status_code == 429:
+                        # The server streams as many logs as it will: ask again when it says.
+                        response.read()
+                        time.sleep(_retry_after(response))
+                        continue
                     if response.status_code >= 400:
                         response.read()
                         raise _error(response)
@@ -385,6 +391,18 @@ class Client:
             return {}
         data: dict[str, Any] = response.json()
         return data
+
+
+# How long to wait before asking again for a stream the server refused without saying.
+RETRY_AFTER_SECONDS = 5.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a refusal's Retry-After asks for (a number of them; within a minute)."""
+    try:
+        return min(max(float(response.headers.get("retry-after", "")), 0.0), 60.0)
+    except ValueError:
+        return RETRY_AFTER_SECONDS
 
 
 def _error(response: httpx.Response) -> RunyardError:

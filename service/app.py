@@ -22,6 +22,7 @@ from service.kit import enqueue
 from service.kit.body_limit import BodyLimit
 from service.kit.db import autocommit_reads
 from service.kit.errors import install_error_handler
+from service.logs.follow import Follows
 from service.logs.routes import router as logs_router
 from service.metrics.routes import router as metrics_router
 from service.observability import exposition, logs, pool
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings or get_settings()
     app.state.principals = PrincipalCache(app.state.settings.token_cache_seconds)
     app.state.submissions = Submissions(app.state.settings)
+    app.state.follows = Follows(app.state.settings)
     app.state.metrics_registry = exposition.api_registry(app.state.settings.database_url)
     pool.watch_pools()
     install_error_handler(app, admit)

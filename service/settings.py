@@ -229,6 +229,25 @@ class Settings(BaseSettings):
         "(`/metrics`: reconcile passes and lag, its database pool). `0`: not served. The "
         "API serves its own on its port (docs/monitoring.md).",
     )
+    max_log_streams: int = Field(
+        default=500,
+        ge=1,
+        le=100_000,
+        description="How many followed logs (`GET /v1/training-jobs/{name}/logs?follow=true`: "
+        "`runyard logs -f`, the SDK's `wait`, the console's live log) each API process "
+        "streams at once; one more is answered 429 with `Retry-After`. A stream waiting "
+        "for lines holds no database connection and no thread: each process reads a "
+        "followed job's new lines once for all its streams, and a stream still reading a "
+        "job's older lines takes turns with the others at that.",
+    )
+    max_log_streams_per_token: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description="How many of those streams one token (or a console session of it) may "
+        "hold open at once in each API process; one more is answered 429 with "
+        "`Retry-After`, so that one user's many streams leave room for the others'.",
+    )
     token_cache_seconds: float = Field(
         default=1.0,
         ge=0,

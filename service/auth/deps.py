@@ -3,6 +3,7 @@ needs a bearer token or a console session."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -107,6 +108,13 @@ def identify(
     if token is not None and principal.kind == "user":
         principals.remember(tokens.hash_token(token), principal, generation)
     return principal
+
+
+def credentials_key(request: Request) -> str:
+    """What tells a request's credentials apart from others' (a digest of its bearer
+    token and console session), without keeping them."""
+    held = f"{request.headers.get('authorization', '')}\0{request.cookies.get(sessions.COOKIE, '')}"
+    return hashlib.sha256(held.encode()).hexdigest()
 
 
 def credentials_hold(request: Request, settings: Settings) -> bool:

@@ -7,13 +7,14 @@ import base64
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
-from sqlalchemy import ColumnElement, Select, and_, cast, exists, func, or_, select
+from sqlalchemy import ColumnElement, and_, cast, exists, func, or_, select
 from sqlalchemy.dialects.postgresql import JSONB
 
 from service.jobs.models import TrainingJob, record_field
 from service.kit.errors import SpecError
+from service.kit.scan import Query
 from service.kit.text import unstorable
 
 # The orders a list can take: newest first (the default), oldest first, by name.
@@ -22,6 +23,17 @@ SORTS: tuple[str, ...] = get_args(JobSort)
 DEFAULT_SORT: JobSort = "-created_at"
 # A tag filter is "key" (any value) or "key=value"; a job must have every one asked for.
 MAX_TAG_FILTERS = 5
+
+
+class Listed(Protocol):
+    """What a cursor is made of: the job a page ends at, or a row of these columns."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
 
 
 @dataclass(frozen=True)
@@ -53,22 +65,57 @@ def _literal(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def filtered(query: Select[Any], filters: JobFilters, dialect: str) -> Select[Any]:
+def by_name(sort: str) -> bool:
+    return sort.endswith("name")
+
+
+def sought(query: Query, filters: JobFilters, sort: str) -> Query:
+    """``query`` with the filters that the index of ``sort``'s order answers: a range of
+    it, which the database goes straight to. By creation time, the project's (or the
+    status's) index of jobs by time; by name, the project's names."""
     if filters.project is not None:
         query = query.where(TrainingJob.project == filters.project)
+    if by_name(sort):
+        if filters.name_prefix:
+            pattern = f"{_literal(filters.name_prefix)}%"
+            query = query.where(TrainingJob.name.like(pattern, escape="\\"))
+        return query
     if filters.status:
         query = query.where(TrainingJob.status == filters.status)
-    if filters.name_prefix:
+    return _created_within(query, filters)
+
+
+def tested(query: Query, filters: JobFilters, sort: str, dialect: str) -> Query:
+    """``query`` with the filters tested row by row in ``sort``'s order (``sought`` has
+    the others)."""
+    if by_name(sort):
+        if filters.status:
+            query = query.where(TrainingJob.status == filters.status)
+        query = _created_within(query, filters)
+    elif filters.name_prefix:
         query = query.where(TrainingJob.name.like(f"{_literal(filters.name_prefix)}%", escape="\\"))
     if filters.name_contains:
         pattern = f"%{_literal(filters.name_contains)}%"
         query = query.where(TrainingJob.name.ilike(pattern, escape="\\"))
+    for tag in filters.tags:
+        query = query.where(_has_tag(tag, dialect))
+    return query
+
+
+def tests_rows(filters: JobFilters, sort: str) -> bool:
+    """Whether ``sort``'s index leaves some of ``filters`` to test row by row."""
+    if filters.name_contains or filters.tags:
+        return True
+    if by_name(sort):
+        return bool(filters.status or filters.created_after or filters.created_before)
+    return bool(filters.name_prefix)
+
+
+def _created_within(query: Query, filters: JobFilters) -> Query:
     if filters.created_after is not None:
         query = query.where(TrainingJob.created_at >= filters.created_after)
     if filters.created_before is not None:
         query = query.where(TrainingJob.created_at < filters.created_before)
-    for tag in filters.tags:
-        query = query.where(_has_tag(tag, dialect))
     return query
 
 
@@ -88,11 +135,11 @@ def _has_tag(tag: TagFilter, dialect: str) -> ColumnElement[bool]:
 
 
 def _columns(sort: str) -> tuple[Any, Any]:
-    key = TrainingJob.name if sort.endswith("name") else TrainingJob.created_at
+    key = TrainingJob.name if by_name(sort) else TrainingJob.created_at
     return key, TrainingJob.id
 
 
-def ordered_after(query: Select[Any], sort: str, cursor: str | None) -> Select[Any]:
+def ordered_after(query: Query, sort: str, cursor: str | None) -> Query:
     """The query in ``sort``'s order, from after the row ``cursor`` names."""
     key, row_id = _columns(sort)
     descending = sort.startswith("-")
@@ -107,8 +154,9 @@ def ordered_after(query: Select[Any], sort: str, cursor: str | None) -> Select[A
     return query.order_by(key, row_id)
 
 
-def encode(job: TrainingJob, sort: str) -> str:
-    key = job.name if sort.endswith("name") else job.created_at.isoformat()
+def encode(job: Listed, sort: str) -> str:
+    """The cursor of a page that ends at ``job`` (a job, or a row of its columns)."""
+    key = job.name if by_name(sort) else job.created_at.isoformat()
     raw = json.dumps([sort, key, job.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 

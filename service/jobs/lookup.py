@@ -5,7 +5,9 @@ jobs, or the job an instance's token speaks for. Below the domains that hang off
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from contract import storage
@@ -52,9 +54,10 @@ def list_jobs(
     limit: int,
     cursor: str | None,
     sort: str,
-) -> tuple[list[TrainingJob], str | None]:
+) -> tuple[list[Row[Any]], str | None]:
     """The jobs of the caller's project (a server administrator: of ``filters.project``,
-    or of every project); another project asked for by name lists nothing."""
+    or of every project), as rows of ``repository.SUMMARY_COLUMNS``; another project
+    asked for by name lists nothing."""
     project = filters.project
     if not viewer.server_admin:
         project = viewer.project if project in (None, viewer.project) else _NO_PROJECT

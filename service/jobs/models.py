@@ -159,6 +159,8 @@ class TrainingJob(Base):
         # the API and the console show, at any number of jobs.
         Index("ix_training_jobs_project_created", "project", "created_at", "id"),
         Index("ix_training_jobs_project_status_created", "project", "status", "created_at", "id"),
+        # Search's default order, the last changed first (service.sagemaker.search).
+        Index("ix_training_jobs_project_modified", "project", "updated_at", "id"),
         # The same for a server administrator, across projects.
         Index("ix_training_jobs_status_created", "status", "created_at", "id"),
         Index("ix_training_jobs_admitted", "status", "admitted_at"),

@@ -10,6 +10,7 @@ from sqlalchemy import (
     ColumnDefault,
     ColumnElement,
     Result,
+    Row,
     Table,
     case,
     insert,
@@ -33,6 +34,7 @@ from service.jobs.models import (
     record_field,
 )
 from service.jobs.states import LIVE, TERMINAL, Stage
+from service.kit import scan
 from service.kit.db import Base, UTCDateTime, read_pages_in_index_order, utcnow
 
 
@@ -128,6 +130,22 @@ def name_taken(session: Session, name: str, project: str) -> bool:
     return session.scalar(query) is not None
 
 
+# What a page of jobs shows of each (``service.jobs.schemas.JobSummary``), as columns: the
+# instance type and count are read out of the record's JSON by the database, so that a page
+# never loads records (their hyperparameters and environment take up to some hundred KiB).
+SUMMARY_COLUMNS = (
+    TrainingJob.id,
+    TrainingJob.name,
+    TrainingJob.project,
+    TrainingJob.status,
+    TrainingJob.secondary_status,
+    TrainingJob.created_at,
+    TrainingJob.ended_at,
+    record_field("instance_type").as_string().label("instance_type"),
+    record_field("instance_count").as_integer().label("instance_count"),
+)
+
+
 def page(
     session: Session,
     filters: JobFilters,
@@ -135,19 +153,33 @@ def page(
     limit: int,
     cursor: str | None,
     sort: str = DEFAULT_SORT,
-) -> tuple[list[TrainingJob], str | None]:
-    """A page of the jobs ``filters`` match, in ``sort``'s order (newest first unless told);
-    the cursor names the last job of the previous page. ``filters.project`` None: every
-    project's."""
+) -> tuple[list[Row[Any]], str | None]:
+    """A page of the jobs ``filters`` match, as rows of ``SUMMARY_COLUMNS``, in ``sort``'s
+    order (newest first unless told); the cursor names where the previous page ended.
+    ``filters.project`` None: every project's. Filters that ``sort``'s index leaves to
+    test row by row are tested on a window of jobs (``service.kit.scan``): the page may
+    then hold fewer than ``limit`` jobs, and still a cursor."""
     dialect = session.get_bind().dialect.name
-    query = listing.filtered(select(TrainingJob), filters, dialect)
-    query = listing.ordered_after(query, sort, cursor).limit(limit + 1)
     read_pages_in_index_order(session)
-    rows = list(session.scalars(query))
-    if len(rows) <= limit:
-        return rows, None
-    rows = rows[:limit]
-    return rows, listing.encode(rows[-1], sort)
+
+    def in_order(query: scan.Query) -> scan.Query:
+        return listing.ordered_after(listing.sought(query, filters, sort), sort, cursor)
+
+    if not listing.tests_rows(filters, sort):
+        rows = session.execute(in_order(select(*SUMMARY_COLUMNS)).limit(limit + 1)).all()
+        if len(rows) <= limit:
+            return list(rows), None
+        return list(rows[:limit]), listing.encode(rows[limit - 1], sort)
+    window = in_order(select(TrainingJob.id, TrainingJob.name, TrainingJob.created_at))
+    found, last = scan.page_of_window(
+        session,
+        window,
+        lambda ids: listing.tested(
+            select(*SUMMARY_COLUMNS).where(TrainingJob.id.in_(ids)), filters, sort, dialect
+        ),
+        limit=limit,
+    )
+    return found, None if last is None else listing.encode(last, sort)
 
 
 def status_of(session: Session, job_id: str) -> str | None:

@@ -38,7 +38,6 @@ from contract import (
     variables,
 )
 from contract.layout import IMAGE_BASE_DIR
-from service.jobs.models import TrainingJob
 from service.jobs.record import JobFields, JobRecord
 from service.jobs.spec_parts import (
     NAME_SCHEMA,
@@ -503,24 +502,6 @@ class JobSummary(_FromRow):
     instance_count: int
     created_at: datetime
     ended_at: datetime | None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_job(cls, value: Any) -> Any:
-        # A job row keeps its instance type and count in its record.
-        if isinstance(value, TrainingJob):
-            record = value.record
-            return {
-                "name": value.name,
-                "project": value.project,
-                "status": value.status,
-                "secondary_status": value.secondary_status,
-                "instance_type": record.instance_type,
-                "instance_count": record.instance_count,
-                "created_at": value.created_at,
-                "ended_at": value.ended_at,
-            }
-        return value
 
 
 class JobsPage(BaseModel):

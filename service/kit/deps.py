@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from service.kit.db import end_session, get_sessionmaker
@@ -57,7 +59,27 @@ async def _end(session: Session, *, committed: bool) -> None:
         # caller): nothing to commit, and closing it touches no database.
         session.close()
         return
-    await run_in_threadpool(functools.partial(end_session, session, committed=committed))
+    await anyio.to_thread.run_sync(
+        functools.partial(end_session, session, committed=committed), limiter=_ending()
+    )
+
+
+# Threads of their own for ending the requests' transactions. A transaction holds its
+# connection from the route's thread until it ends in another; behind the routes' threads,
+# which may all be waiting for a connection, it would keep its connection from them: 200
+# requests at once on SQLite's pool of 15 held one another up until the pool's 30 s timeout,
+# and failed. An ending waits for no connection: it gives one back.
+ENDING_THREADS = 40
+_endings: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _ending() -> anyio.CapacityLimiter:
+    loop = asyncio.get_running_loop()
+    if loop not in _endings:
+        _endings[loop] = anyio.CapacityLimiter(ENDING_THREADS)
+    return _endings[loop]
 
 
 # scope="function": commit before the response goes out, so a 201 means it is stored.

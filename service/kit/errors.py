@@ -55,6 +55,17 @@ class PayloadTooLarge(RunyardError):
     status_code = 413
 
 
+class TooManyRequests(RunyardError):
+    """The server serves as many of these as it will at once; the client may ask again
+    after ``retry_after`` seconds (Retry-After)."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class ResourceLimitExceeded(RunyardError):
     """As SageMaker's error of that name: the job does not fit what this server has free
     now, and the server is configured to refuse rather than queue it."""
@@ -151,6 +162,7 @@ _REPLIES = {
     409: "The request conflicts with the current state",
     413: "The upload is larger than the server accepts",
     422: "A field is wrong (the reply names it)",
+    429: "The server serves as many of these at once as it will; ask again after Retry-After",
 }
 
 

@@ -1,38 +1,22 @@
-"""Storing and reading log lines.
-
-Each host's lines are numbered by its runtime (``seq``) and arrive in order, one batch at a
-time. Following a job therefore keeps one cursor per host, the last seq sent: a row id
-would not do, since on PostgreSQL ids are handed out at insert and committed out of order
-across hosts, and a follower could skip lines committed late under a lower id.
-"""
+"""Storing and reading log lines: a page at a time, or a whole log to download
+(``service.logs.follow`` streams them as they are stored)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 
-from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
-from service.jobs.states import TERMINAL
 from service.kit.db import read_pages_in_index_order, session_scope
 from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
-from service.logs import repository
+from service.logs import pages, repository
 from service.logs.models import LogEvent
-from service.logs.schemas import Line, LogEventPublic
+from service.logs.schemas import Line
 from service.settings import Settings
-
-FOLLOW_POLL_SECONDS = 0.25
-KEEPALIVE_SECONDS = 15.0
-# How often a followed stream reads its caller's credentials again.
-CREDENTIALS_RECHECK_SECONDS = 5.0
-FOLLOW_BATCH = 1000
 
 
 def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
@@ -78,7 +62,8 @@ def has_lines(session: Session, job_id: str, host: str, from_seq: int = 1) -> bo
 def page(
     session: Session, job_id: str, *, host: str | None, cursor: str | None, limit: int
 ) -> tuple[list[LogEvent], str | None]:
-    """All hosts merged by time (ties by arrival); the cursor is the last (time, id) seen."""
+    """All hosts merged by time (ties by arrival), up to ``limit`` lines and
+    ``pages.PAGE_BYTES`` of them; the cursor is the last (time, id) seen."""
     query = select(LogEvent).where(LogEvent.job_id == job_id)
     if host:
         # Compared as an expression, so the host's lines are found by walking the time
@@ -92,14 +77,15 @@ def page(
             or_(LogEvent.time > time, and_(LogEvent.time == time, LogEvent.id > event_id))
         )
     read_pages_in_index_order(session)
-    rows = list(session.scalars(query.order_by(LogEvent.time, LogEvent.id).limit(limit + 1)))
-    if len(rows) <= limit:
+    ordered = query.order_by(LogEvent.time, LogEvent.id).limit(limit + 1)
+    rows, more = pages.read_page(session, ordered, limit=limit)
+    if not more:
         return rows, None
-    rows = rows[:limit]
     return rows, encode_cursor(rows[-1].time, rows[-1].id)
 
 
-# Lines read per query while a download streams: each page in a short transaction of its own.
+# Lines read per query while a download streams (and at most pages.PAGE_BYTES of them):
+# each page in a short transaction of its own.
 DOWNLOAD_PAGE = 5000
 
 
@@ -131,62 +117,3 @@ def parse_position(event_id: str | None, hosts: list[str]) -> dict[str, int]:
             raise SpecError(("Last-Event-ID",), "not an event id this server sent", source="header")
         position[host] = int(seq)
     return position
-
-
-def format_position(position: dict[str, int]) -> str:
-    return ",".join(f"{host}:{seq}" for host, seq in position.items() if seq)
-
-
-async def follow(
-    settings: Settings,
-    job_id: str,
-    position: dict[str, int],
-    credentials_hold: Callable[[], bool],
-) -> AsyncIterator[str]:
-    """Server-sent events: ``log`` for each line, then one ``end`` once the job has ended
-    and every line it stored has been sent. Each event's id resumes the stream after it.
-    Every ``CREDENTIALS_RECHECK_SECONDS`` the caller's credentials are read again; once
-    they no longer hold (a revoked token, an ended session) the stream stops, and the
-    client's reconnection is answered 401."""
-    idle = 0.0
-    checked = time.monotonic()
-    while True:
-        if time.monotonic() - checked >= CREDENTIALS_RECHECK_SECONDS:
-            if not await run_in_threadpool(credentials_hold):
-                return
-            checked = time.monotonic()
-        status, rows = await run_in_threadpool(_poll, settings, job_id, dict(position))
-        for row in rows:
-            position[row.host] = row.seq
-            yield f"id: {format_position(position)}\nevent: log\ndata: {row.model_dump_json()}\n\n"
-        if rows:
-            idle = 0.0
-            continue
-        if status in TERMINAL:
-            yield f"event: end\ndata: {json.dumps({'status': status})}\n\n"
-            return
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
-        idle += FOLLOW_POLL_SECONDS
-        if idle >= KEEPALIVE_SECONDS:
-            idle = 0.0
-            yield ": keepalive\n\n"
-
-
-def _poll(
-    settings: Settings, job_id: str, position: dict[str, int]
-) -> tuple[str, list[LogEventPublic]]:
-    with session_scope(settings.database_url, readonly=True) as session:
-        # Status first: lines stored before the job ended are then certain to be read.
-        status = lookup.status_of(session, job_id)
-        newer = [and_(LogEvent.host == host, LogEvent.seq > seq) for host, seq in position.items()]
-        query = (
-            select(LogEvent)
-            .where(LogEvent.job_id == job_id, or_(*newer))
-            # Within a host, time and seq rise together, so any cut keeps each host's prefix.
-            .order_by(LogEvent.time, LogEvent.host, LogEvent.seq)
-            .limit(FOLLOW_BATCH)
-        )
-        return status, [
-            LogEventPublic.model_validate(row, from_attributes=True)
-            for row in session.scalars(query)
-        ]

@@ -14,14 +14,17 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import and_, func, or_, select, tuple_
+from sqlalchemy import func, select, tuple_
 
 from service.auth.access import Role
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
+from service.kit import keyset
+from service.kit.db import read_pages_in_index_order
 from service.kit.errors import NotFound
+from service.logs import pages
 from service.logs.models import LogEvent
 from service.sagemaker import translate
 from service.sagemaker.errors import AwsError
@@ -35,9 +38,22 @@ _STREAM = re.compile(r"(?P<job>[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})/(?P<host>algo-[
 _TOKEN = re.compile(r"(?P<way>[fb])/(?P<seq>[0-9]{1,18})")
 
 
+class StreamJob(Protocol):
+    """A job whose hosts are streams: the job itself, or a row of these columns."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
 @dataclass(frozen=True)
 class Stream:
-    job: TrainingJob
+    job: StreamJob
     host: str
     first: datetime
     last: datetime
@@ -48,7 +64,7 @@ class Stream:
         return stream_name(self.job, self.host)
 
 
-def stream_name(job: TrainingJob, host: str) -> str:
+def stream_name(job: StreamJob, host: str) -> str:
     return f"{job.name}/{host}-{int(job.created_at.timestamp())}"
 
 
@@ -92,7 +108,8 @@ def get_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     elif not params.get("startFromHead", False):
         backward = True  # without a token or startFromHead: the latest events
     ordered = query.order_by(LogEvent.seq.desc() if backward else LogEvent.seq)
-    rows = list(call.session.scalars(ordered.limit(limit)))
+    # At most 1 MB of events, as CloudWatch's: backward, the latest that fit.
+    rows, _more = pages.read_page(call.session, ordered.limit(limit), limit=limit)
     if backward:
         rows.reverse()
     # With nothing new the tokens stay where they were, as CloudWatch's do.
@@ -110,6 +127,7 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     prefix = params.get("logStreamNamePrefix", "")
     if names and prefix:
         raise _invalid("logStreamNames and logStreamNamePrefix cannot both be given.")
+    wanted: list[tuple[StreamJob, str]]
     if names:
         wanted = [_stream_of(call, name) for name in names]
     else:
@@ -126,27 +144,24 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     more = False
     if wanted:
         query = select(LogEvent).where(
-            tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted])
+            LogEvent.job_id.in_(sorted(by_id)),
+            tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted]),
         )
         query = _within(query, params.get("startTime"), params.get("endTime"))
         # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
-        # each row is then matched exactly here. Rows are read as they come, a page's worth.
+        # each row is then matched exactly here, read as the page fills (pages.read_page).
         for term in terms:
             query = query.where(LogEvent.message.contains(term, autoescape=True))
         position = _position(params.get("nextToken"))
         if position is not None:
-            query = query.where(_after(position))
-        ordered = query.order_by(*_FILTER_ORDER).execution_options(yield_per=500)
-        rows = call.session.scalars(ordered)
-        try:
-            for row in rows:
-                if all(term in row.message for term in terms):
-                    if len(page) == limit:
-                        more = True
-                        break
-                    page.append(row)
-        finally:
-            rows.close()  # a cursor left open mid-way holds the database's resources
+            query = query.where(keyset.after(_FILTER_KEYS, position))
+        read_pages_in_index_order(call.session)
+        page, more = pages.read_page(
+            call.session,
+            query.order_by(*keyset.ordering(_FILTER_KEYS)),
+            limit=limit,
+            keep=lambda row: all(term in row.message for term in terms),
+        )
     answer: dict[str, Any] = {
         "events": [
             {
@@ -166,9 +181,10 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-# Events across streams in time order; equal times by stream, then as the host numbered
-# them: a total order, so a page ends at a row the next page starts after.
-_FILTER_ORDER = (LogEvent.time, LogEvent.host, LogEvent.job_id, LogEvent.seq)
+# Events across streams in time order, equal times as they arrived: a total order, so a page
+# ends at a row the next page starts after. A job's lines are indexed in this order, so the
+# lines of one job (as the SageMaker SDK asks for them) are read in it as the page fills.
+_FILTER_KEYS = (keyset.Key(LogEvent.time), keyset.Key(LogEvent.id))
 
 
 def _terms(pattern: str) -> list[str]:
@@ -177,57 +193,37 @@ def _terms(pattern: str) -> list[str]:
     return [quoted or bare for quoted, bare in re.findall(r'"([^"]*)"|(\S+)', pattern)]
 
 
-def _after(position: tuple[datetime, str, str, int]) -> Any:
-    """Rows after ``position`` in ``_FILTER_ORDER`` (written out: a row-value comparison
-    would not convert the time as its column does)."""
-    time, host, job_id, seq = position
-    return or_(
-        LogEvent.time > time,
-        and_(
-            LogEvent.time == time,
-            or_(
-                LogEvent.host > host,
-                and_(
-                    LogEvent.host == host,
-                    or_(
-                        LogEvent.job_id > job_id,
-                        and_(LogEvent.job_id == job_id, LogEvent.seq > seq),
-                    ),
-                ),
-            ),
-        ),
-    )
-
-
 def _position_token(row: LogEvent) -> str:
-    place = {"t": row.time.isoformat(), "h": row.host, "j": row.job_id, "s": row.seq}
+    place = keyset.to_json([row.time, row.id])
     return base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
 
 
-def _position(token: str | None) -> tuple[datetime, str, str, int] | None:
+def _position(token: str | None) -> list[Any] | None:
     if token is None:
         return None
     try:
-        place = json.loads(base64.urlsafe_b64decode(token.encode()))
-        time = datetime.fromisoformat(place["t"])
-        host, job_id, seq = place["h"], place["j"], place["s"]
-        if isinstance(host, str) and isinstance(job_id, str) and isinstance(seq, int):
-            return time, host, job_id, seq
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        pass
-    raise _invalid("The specified nextToken is invalid.")
+        place = keyset.from_json(_FILTER_KEYS, json.loads(base64.urlsafe_b64decode(token)))
+    except (ValueError, TypeError, binascii.Error):
+        place = None
+    if place is None:
+        raise _invalid("The specified nextToken is invalid.")
+    return place
 
 
 def _streams(call: Call, job_prefix: str, *, exact: bool) -> list[Stream]:
     principal = call.principal
     principal.require(Role.VIEWER, principal.project, "reading logs")
+    # The jobs' columns a stream shows, never their records.
     query = (
         select(
-            TrainingJob,
+            TrainingJob.id,
+            TrainingJob.name,
+            TrainingJob.project,
+            TrainingJob.created_at,
             LogEvent.host,
-            func.min(LogEvent.time),
-            func.max(LogEvent.time),
-            func.count(LogEvent.id),
+            func.min(LogEvent.time).label("first"),
+            func.max(LogEvent.time).label("last"),
+            func.count(LogEvent.id).label("lines"),
         )
         .join(LogEvent, LogEvent.job_id == TrainingJob.id)
         .where(TrainingJob.project == principal.project)
@@ -238,8 +234,8 @@ def _streams(call: Call, job_prefix: str, *, exact: bool) -> list[Stream]:
     elif job_prefix:
         query = query.where(TrainingJob.name.startswith(job_prefix, autoescape=True))
     return [
-        Stream(job=job, host=host, first=first, last=last, lines=lines)
-        for job, host, first, last, lines in call.session.execute(query)
+        Stream(job=row, host=row.host, first=row.first, last=row.last, lines=row.lines)
+        for row in call.session.execute(query)
     ]
 
 

@@ -99,6 +99,19 @@ def compiled(expression: Mapping[str, Any], path: str) -> Test:
     return lambda doc: combine(test(doc) for test in tests)
 
 
+def heads(expression: Mapping[str, Any]) -> set[str]:
+    """The properties the expression tests, each by its first name (``Tags`` of
+    ``Tags.team``), at every depth: what a job must be read with to be tested."""
+    found = {item["Name"].split(".", 1)[0] for item in expression.get("Filters") or []}
+    found |= {
+        item["NestedPropertyName"].split(".", 1)[0]
+        for item in expression.get("NestedFilters") or []
+    }
+    for item in expression.get("SubExpressions") or []:
+        found |= heads(item)
+    return found
+
+
 def terms(expression: Mapping[str, Any]) -> int:
     """How many filters, nested filters and subexpressions, at every depth."""
     subexpressions = expression.get("SubExpressions") or []
@@ -224,17 +237,3 @@ def visibility(conditions: list[dict[str, str]]) -> Test:
             raise validation(f"VisibilityConditions.{index}.Key: must be Tags.<key>")
         wanted.append((key, condition.get("Value", "")))
     return lambda doc: all(value in values(doc, key) for key, value in wanted)
-
-
-def sort_key(doc: Document, sort_by: str) -> tuple[int, Any]:
-    """Times, then numbers, then text, so values of different kinds never meet."""
-    found = values(doc, sort_by)
-    if not found:
-        return (3, "")
-    value = found[0]
-    if isinstance(value, datetime):
-        return (0, value.timestamp())
-    number = _number(value)
-    if number is not None:
-        return (1, number)
-    return (2, _text(value))

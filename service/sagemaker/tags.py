@@ -60,7 +60,7 @@ def job_of_arn(call: Call, resource_arn: str, *, to_change: bool = False) -> Tra
         raise not_found() from None
     # The job's ARN names the region it was created in (or, made through Runyard's own
     # API, the caller's): an ARN of another region or account is another job.
-    if translate.summary(job, call.region)["TrainingJobArn"] != resource_arn:
+    if translate.job_arn(job, call.region) != resource_arn:
         raise not_found()
     return job
 

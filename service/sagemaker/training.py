@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.auth.access import Principal, Role
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
+from service.kit import keyset, scan
 from service.kit.errors import (
     Conflict,
     Forbidden,
@@ -70,72 +71,113 @@ def stop_training_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-# ListTrainingJobs' sort keys, as columns; ties are broken by the job id.
-_SORT_COLUMNS = {
-    "CreationTime": TrainingJob.created_at,
-    "Name": TrainingJob.name,
-    "Status": TrainingJob.status,
+# ListTrainingJobs' orders, each that of an index of the project's jobs; the job id breaks
+# ties.
+_ORDERS = {
+    "CreationTime": (TrainingJob.created_at,),
+    "Name": (TrainingJob.name,),
+    "Status": (TrainingJob.status, TrainingJob.created_at),
 }
 DEFAULT_PAGE = 10
+# The time ranges a listing may ask for: the column each bounds, and from which side.
+_TIME_RANGES = (
+    ("CreationTimeAfter", TrainingJob.created_at, True),
+    ("CreationTimeBefore", TrainingJob.created_at, False),
+    ("LastModifiedTimeAfter", TrainingJob.updated_at, True),
+    ("LastModifiedTimeBefore", TrainingJob.updated_at, False),
+)
 
 
 def list_training_jobs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    """A page of the project's jobs as summaries, read as columns (never their records).
+    The filters the order's index answers are read through it; the others are tested on a
+    window of the order (``service.kit.scan``), so a page may hold fewer than MaxResults
+    jobs, and still a NextToken, as SageMaker's may."""
     sort_by = params.get("SortBy", "CreationTime")
     descending = params.get("SortOrder", "Ascending") == "Descending"
     limit = params.get("MaxResults", DEFAULT_PAGE)
-    column = _SORT_COLUMNS[sort_by]
-    query = select(TrainingJob).where(TrainingJob.project == call.principal.project)
+    keys = [keyset.Key(column, descending) for column in (*_ORDERS[sort_by], TrainingJob.id)]
+    sought, tested = _filters(params, sort_by)
+    window = (
+        select(TrainingJob.id, *_ORDERS[sort_by])
+        .where(TrainingJob.project == call.principal.project, *sought)
+        .order_by(*keyset.ordering(keys))
+    )
+    if "NextToken" in params:
+        window = window.where(keyset.after(keys, _read_token(params["NextToken"], sort_by, keys)))
+    if tested:
+        rows, last = scan.page_of_window(
+            call.session,
+            window,
+            lambda ids: select(*_SUMMARY_COLUMNS).where(TrainingJob.id.in_(ids), *tested),
+            limit=limit,
+        )
+    else:
+        found = call.session.execute(
+            window.with_only_columns(*_SUMMARY_COLUMNS).limit(limit + 1)
+        ).all()
+        rows, last = list(found[:limit]), (found[limit - 1] if len(found) > limit else None)
+    answer: dict[str, Any] = {
+        "TrainingJobSummaries": [translate.summary(row, call.region) for row in rows]
+    }
+    if last is not None:
+        place = [getattr(last, column.key) for column in (*_ORDERS[sort_by], TrainingJob.id)]
+        answer["NextToken"] = _token(place, sort_by)
+    return answer
+
+
+# What a summary shows (``translate.summary``), as columns: the region a job was created in
+# read out of its recorded request by the database, never the request itself.
+_SUMMARY_COLUMNS = (
+    TrainingJob.id,
+    TrainingJob.name,
+    TrainingJob.project,
+    TrainingJob.created_at,
+    TrainingJob.updated_at,
+    TrainingJob.status,
+    TrainingJob.secondary_status,
+    TrainingJob.training_end_time,
+    translate.RECORDED_REGION.label("region"),
+)
+
+
+def _filters(params: dict[str, Any], sort_by: str) -> tuple[list[Any], list[Any]]:
+    """The listing's filters: those the index of ``sort_by``'s order answers (a status,
+    and by creation time a creation window), and those tested row by row."""
+    sought: list[Any] = []
+    tested: list[Any] = []
+    if "StatusEquals" in params:
+        in_index = sort_by in ("CreationTime", "Status")
+        (sought if in_index else tested).append(TrainingJob.status == params["StatusEquals"])
     if "NameContains" in params:
         # Case-insensitive, as SageMaker's; the pattern's own wildcards are escaped.
         text = params["NameContains"].lower().replace("\\", "\\\\")
         text = text.replace("%", "\\%").replace("_", "\\_")
-        query = query.where(TrainingJob.name.ilike(f"%{text}%", escape="\\"))
-    if "StatusEquals" in params:
-        query = query.where(TrainingJob.status == params["StatusEquals"])
-    for member, column_of, after in (
-        ("CreationTimeAfter", TrainingJob.created_at, True),
-        ("CreationTimeBefore", TrainingJob.created_at, False),
-        ("LastModifiedTimeAfter", TrainingJob.updated_at, True),
-        ("LastModifiedTimeBefore", TrainingJob.updated_at, False),
-    ):
+        tested.append(TrainingJob.name.ilike(f"%{text}%", escape="\\"))
+    for member, column, after in _TIME_RANGES:
         if member in params:
             when = _time(params[member])
-            query = query.where(column_of > when if after else column_of < when)
-    if "NextToken" in params:
-        value, job_id = _read_token(params["NextToken"], sort_by)
-        beyond = (column < value) if descending else (column > value)
-        later_id = (TrainingJob.id < job_id) if descending else (TrainingJob.id > job_id)
-        query = query.where(or_(beyond, and_(column == value, later_id)))
-    order = (column.desc(), TrainingJob.id.desc()) if descending else (column, TrainingJob.id)
-    rows = list(call.session.scalars(query.order_by(*order).limit(limit + 1)))
-    answer: dict[str, Any] = {
-        "TrainingJobSummaries": [translate.summary(job, call.region) for job in rows[:limit]]
-    }
-    if len(rows) > limit:
-        last = rows[limit - 1]
-        answer["NextToken"] = _token(getattr(last, _ATTRIBUTES[sort_by]), last.id, sort_by)
-    return answer
+            in_index = column is TrainingJob.created_at and sort_by == "CreationTime"
+            (sought if in_index else tested).append(column > when if after else column < when)
+    return sought, tested
 
 
-_ATTRIBUTES = {"CreationTime": "created_at", "Name": "name", "Status": "status"}
-
-
-def _token(value: Any, job_id: str, sort_by: str) -> str:
-    shown = value.isoformat() if isinstance(value, datetime) else value
-    raw = json.dumps([sort_by, shown, job_id]).encode()
+def _token(place: list[Any], sort_by: str) -> str:
+    raw = json.dumps([sort_by, keyset.to_json(place)]).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _read_token(token: str, sort_by: str) -> tuple[Any, str]:
+def _read_token(token: str, sort_by: str, keys: list[keyset.Key]) -> list[Any]:
+    place = None
     try:
-        kept_sort, value, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
-        if kept_sort != sort_by or not isinstance(job_id, str) or not isinstance(value, str):
-            raise ValueError
-        return (datetime.fromisoformat(value) if sort_by == "CreationTime" else value), job_id
-    except (ValueError, TypeError, binascii.Error, json.JSONDecodeError):
-        raise validation(
-            "NextToken: not a token this server gave for this listing (same SortBy)"
-        ) from None
+        kept_sort, kept_place = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if kept_sort == sort_by:
+            place = keyset.from_json(keys, kept_place)
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    if place is None:
+        raise validation("NextToken: not a token this server gave for this listing (same SortBy)")
+    return place
 
 
 def _time(epoch_seconds: float) -> datetime:

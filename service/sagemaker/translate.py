@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
+from sqlalchemy import Row
 
 from contract import hyperparameters, images, sagemaker_flags, storage
 from service.auth.access import Principal
@@ -267,7 +268,16 @@ def member_of(loc: tuple[str | int, ...]) -> str:
 # -- the other direction ------------------------------------------------------------------
 
 
-def arn(job: TrainingJob, region: str) -> str:
+class Named(Protocol):
+    """A job, or a row of its columns, that an ARN names."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+
+
+def arn(job: Named, region: str) -> str:
     return f"arn:aws:sagemaker:{region}:{account_id(job.project)}:training-job/{job.name}"
 
 
@@ -277,7 +287,7 @@ def account_id(project: str) -> str:
     return f"{int(digest, 16) % 10**12:012d}"
 
 
-def secondary_status(job: TrainingJob) -> str:
+def secondary_status(job: TrainingJob | Row[Any]) -> str:
     return _SECONDARY.get(job.secondary_status, job.secondary_status)
 
 
@@ -310,11 +320,9 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
     if spec.max_wait is not None:
         stopping["MaxWaitTimeInSeconds"] = spec.max_wait
     answer: dict[str, Any] = {
-        "TrainingJobName": job.name,
+        **column_members(job),
         "TrainingJobArn": arn(job, region),
         "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or expected_model(job)},
-        "TrainingJobStatus": job.status,
-        "SecondaryStatus": secondary_status(job),
         "HyperParameters": request.get("HyperParameters") or _hyperparameters(job, region),
         "AlgorithmSpecification": algorithm,
         "InputDataConfig": request.get("InputDataConfig") or _channels(spec),
@@ -326,12 +334,8 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
         },
         "ResourceConfig": resources,
         "StoppingCondition": stopping,
-        "CreationTime": job.created_at,
-        "LastModifiedTime": job.updated_at,
         "SecondaryStatusTransitions": _transitions(job),
-        "FinalMetricDataList": [
-            {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
-        ],
+        "FinalMetricDataList": final_metrics(job),
         "EnableManagedSpotTraining": spec.use_spot_instances,
         "EnableNetworkIsolation": spec.enable_network_isolation,
         "Environment": environment.shown_to(caller, job),
@@ -339,18 +343,6 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
     }
     if not answer["InputDataConfig"]:
         del answer["InputDataConfig"]
-    if job.failure_reason:
-        answer["FailureReason"] = job.failure_reason
-    if job.training_start_time:
-        answer["TrainingStartTime"] = job.training_start_time
-    if job.training_end_time:
-        answer["TrainingEndTime"] = job.training_end_time
-    if job.training_start_time and job.training_end_time:
-        answer["TrainingTimeInSeconds"] = billing.training_seconds(
-            job.training_start_time, job.training_end_time
-        )
-    if job.billable_seconds is not None:
-        answer["BillableTimeInSeconds"] = job.billable_seconds
     if spec.checkpoint_s3_uri:
         answer["CheckpointConfig"] = {"S3Uri": spec.checkpoint_s3_uri}
         if spec.checkpoint_local_path:
@@ -363,6 +355,67 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
     if not answer["RetryStrategy"]["MaximumRetryAttempts"]:
         del answer["RetryStrategy"]
     return answer
+
+
+# The members of DescribeTrainingJob's answer that ``column_members`` gives.
+COLUMN_MEMBERS = frozenset(
+    {
+        "TrainingJobName",
+        "TrainingJobStatus",
+        "SecondaryStatus",
+        "CreationTime",
+        "LastModifiedTime",
+        "FailureReason",
+        "TrainingStartTime",
+        "TrainingEndTime",
+        "TrainingTimeInSeconds",
+        "BillableTimeInSeconds",
+    }
+)
+# The columns they are read from.
+MEMBER_COLUMNS = (
+    TrainingJob.name,
+    TrainingJob.status,
+    TrainingJob.secondary_status,
+    TrainingJob.created_at,
+    TrainingJob.updated_at,
+    TrainingJob.failure_reason,
+    TrainingJob.training_start_time,
+    TrainingJob.training_end_time,
+    TrainingJob.billable_seconds,
+)
+
+
+def column_members(job: TrainingJob) -> dict[str, Any]:
+    """The members of the job's describe answer that its columns hold (MEMBER_COLUMNS),
+    without its record."""
+    answer: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": secondary_status(job),
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+    }
+    if job.failure_reason:
+        answer["FailureReason"] = job.failure_reason
+    if job.training_start_time:
+        answer["TrainingStartTime"] = job.training_start_time
+    if job.training_end_time:
+        answer["TrainingEndTime"] = job.training_end_time
+    if job.training_start_time and job.training_end_time:
+        answer["TrainingTimeInSeconds"] = billing.training_seconds(
+            job.training_start_time, job.training_end_time
+        )
+    if job.billable_seconds is not None:
+        answer["BillableTimeInSeconds"] = job.billable_seconds
+    return answer
+
+
+def final_metrics(job: TrainingJob) -> list[dict[str, Any]]:
+    """FinalMetricDataList, from the job's final metrics (loaded with it)."""
+    return [
+        {"MetricName": m.name, "Value": m.value, "Timestamp": m.time} for m in job.final_metrics
+    ]
 
 
 def role_arn(job: TrainingJob) -> str:
@@ -390,19 +443,31 @@ def _hyperparameters(job: TrainingJob, region: str) -> dict[str, str]:
     return {key: hyperparameters.encode(value) for key, value in values.items()}
 
 
-def summary(job: TrainingJob, region: str) -> dict[str, Any]:
-    _request, region = _recorded(job, region)
+# The region a job was created in over this protocol (see ``recording``), read by the
+# database out of what it recorded; NULL for a job submitted through Runyard's own API.
+RECORDED_REGION = TrainingJob.sagemaker_request["region"].as_string()
+
+
+def summary(row: Row[Any], region: str) -> dict[str, Any]:
+    """ListTrainingJobs' summary of a job, from a row of its columns and its
+    ``RECORDED_REGION`` as ``region`` (``region``, the call's, where it has none)."""
     found: dict[str, Any] = {
-        "TrainingJobName": job.name,
-        "TrainingJobArn": arn(job, region),
-        "CreationTime": job.created_at,
-        "LastModifiedTime": job.updated_at,
-        "TrainingJobStatus": job.status,
-        "SecondaryStatus": secondary_status(job),
+        "TrainingJobName": row.name,
+        "TrainingJobArn": arn(row, row.region or region),
+        "CreationTime": row.created_at,
+        "LastModifiedTime": row.updated_at,
+        "TrainingJobStatus": row.status,
+        "SecondaryStatus": secondary_status(row),
     }
-    if job.training_end_time:
-        found["TrainingEndTime"] = job.training_end_time
+    if row.training_end_time:
+        found["TrainingEndTime"] = row.training_end_time
     return found
+
+
+def job_arn(job: TrainingJob, region: str) -> str:
+    """The job's ARN: in the region it was created in over this protocol, else ``region``."""
+    _request, region = _recorded(job, region)
+    return arn(job, region)
 
 
 def _channels(spec: JobRecord) -> list[dict[str, Any]]:

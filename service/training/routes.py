@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import AwareDatetime, StringConstraints
+from sqlalchemy import Row
 
 from contract import storage
 from contract.protocol import JOBS_PATH
@@ -276,5 +277,5 @@ def to_public(job: TrainingJob, caller: Principal) -> JobPublic:
     return public.model_copy(update={"spec": spec})
 
 
-def _summary(job: TrainingJob) -> JobSummary:
-    return JobSummary.model_validate(job)
+def _summary(row: Row[Any]) -> JobSummary:
+    return JobSummary.model_validate(row)

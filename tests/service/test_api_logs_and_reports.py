@@ -15,7 +15,7 @@ from sqlalchemy import event, select
 
 from service.jobs.models import JobInstance, TrainingJob
 from service.kit.db import get_engine, session_scope
-from service.logs import service as logs_service
+from service.logs import follow
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
 
@@ -268,7 +268,7 @@ def test_follow_streams_events_then_ends_with_the_job(
 def test_a_followed_stream_ends_once_its_token_is_revoked(
     api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logs_service, "CREDENTIALS_RECHECK_SECONDS", 0.2)
+    monkeypatch.setattr(follow, "CREDENTIALS_RECHECK_SECONDS", 0.2)
     submit_for_instances(api, settings, source_dir)
     token = api.post("/v1/tokens", json={"name": "watcher", "role": "viewer"}).json()["token"]
     watcher = {"Authorization": f"Bearer {token}"}

@@ -12,10 +12,18 @@ import pytest
 from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
 
+from service.logs.pages import PAGE_BYTES
 from service.settings import Settings
 from tests.conftest import InstanceHeaders, log_line, submit_for_instances
 from tests.service.sagemaker.conftest import credentials
 from tests.service.sagemaker.live import check_answer, client
+from tests.service.test_log_pages_bounded import (
+    LINES,
+    PER_PAGE,
+    long_line,
+    page_bytes,
+    ship_long_lines,
+)
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 
@@ -165,3 +173,56 @@ def test_another_projects_streams_are_not_seen(api: TestClient, server: str, shi
     outsider = client("logs", server, credentials(api, token))
     assert outsider.describe_log_streams(logGroupName=GROUP)["logStreams"] == []
     assert json.dumps(outsider.filter_log_events(logGroupName=GROUP)["events"]) == "[]"
+
+
+def test_pages_of_long_lines_stop_at_a_megabyte_and_tokens_resume_exactly(
+    logs: Any, api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    ship_long_lines(api, settings, source_dir)
+    name = stream_names(logs.describe_log_streams(logGroupName=GROUP))[0]
+    every = [long_line(seq) for seq in range(1, LINES + 1)]
+
+    def within_a_megabyte(answer: dict[str, Any]) -> list[str]:
+        messages = [e["message"] for e in answer["events"]]
+        assert page_bytes(messages) <= PAGE_BYTES
+        return messages
+
+    forward: list[str] = []
+    more: dict[str, str] = {}
+    while True:
+        answer = logs.get_log_events(
+            logGroupName=GROUP, logStreamName=name, startFromHead=True, **more
+        )
+        check_answer(logs, "GetLogEvents", answer)
+        messages = within_a_megabyte(answer)
+        if not messages:  # the SDK's loop ends on an empty page too
+            break
+        assert len(messages) in (PER_PAGE, LINES % PER_PAGE)
+        forward += messages
+        more = {"nextToken": answer["nextForwardToken"]}
+    assert forward == every
+
+    # Without startFromHead: the latest lines that fit, and back from there.
+    backward: list[str] = []
+    more = {}
+    while True:
+        answer = logs.get_log_events(logGroupName=GROUP, logStreamName=name, **more)
+        messages = within_a_megabyte(answer)
+        if not messages:
+            break
+        backward = messages + backward
+        more = {"nextToken": answer["nextBackwardToken"]}
+    assert backward == every
+
+    filtered: list[str] = []
+    more = {}
+    while True:
+        answer = logs.filter_log_events(logGroupName=GROUP, filterPattern="xxx", **more)
+        check_answer(logs, "FilterLogEvents", answer)
+        messages = within_a_megabyte(answer)
+        assert len(messages) in (PER_PAGE, LINES % PER_PAGE)
+        filtered += messages
+        if "nextToken" not in answer:
+            break
+        more = {"nextToken": answer["nextToken"]}
+    assert filtered == every
