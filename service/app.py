@@ -18,6 +18,7 @@ from service.auth.routes import me_router, projects_router, session_router
 from service.auth.routes import router as tokens_router
 from service.capacity.routes import router as capacity_router
 from service.console import routes as console
+from service.grants.routes import router as grants_router
 from service.kit import enqueue
 from service.kit.body_limit import BodyLimit
 from service.kit.db import autocommit_reads
@@ -56,6 +57,7 @@ ROUTERS = (
     sources_router,
     tokens_router,
     projects_router,
+    grants_router,
     me_router,
     capacity_router,
     instance_types_router,

@@ -1,7 +1,8 @@
 """Every table, imported in one place so the metadata (and Alembic) sees them all."""
 
 from service.auth.models import ApiToken, ConsoleSession, Project
-from service.jobs.models import JobInstance, JobLease, JobTransition, TrainingJob
+from service.grants.models import ProjectGrant
+from service.jobs.models import JobInstance, JobLease, JobTransition, JobWritePlace, TrainingJob
 from service.kit.db import Base
 from service.logs.models import LogEvent
 
@@ -12,7 +13,9 @@ __all__ = [
     "JobInstance",
     "JobLease",
     "JobTransition",
+    "JobWritePlace",
     "LogEvent",
     "Project",
+    "ProjectGrant",
     "TrainingJob",
 ]

@@ -34,6 +34,11 @@ def problems(spec: JobSpec, roots: Sequence[Path]) -> list[Problem]:
     return []
 
 
+def uri_problem(uri: str, roots: Sequence[Path]) -> str | None:
+    """Why ``uri`` may not be used (a file:// URI outside ``roots``), or None."""
+    return _problem(uri, _forms(roots))
+
+
 def _problem(uri: str, forms: set[str]) -> str | None:
     try:
         if storage.scheme(uri) != "file":

@@ -224,6 +224,28 @@ class JobLease(Base):
     swept_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+# Compared byte by byte on PostgreSQL too (its default collation orders '/' among the
+# letters), so a place's range of descendants is one index range on both databases.
+# At most MAX_PLACE_KEY characters (service.grants.places), which an index holds.
+PlaceKey = Text().with_variant(Text(collation="C"), "postgresql")
+
+
+class JobWritePlace(Base):
+    """A place a job writes: its output folder (``<output_path>/<name>``) or its
+    checkpoints, by each of its keys (``service.grants.places.keys``). A job never writes
+    where a job of another project writes or wrote, so the row outlives its job: deleting
+    a job clears ``job_id`` and keeps the place, unless its artifacts go with it."""
+
+    __tablename__ = "job_write_places"
+
+    id: Mapped[int] = mapped_column(BigIntegerPK, primary_key=True, autoincrement=True)
+    job_id: Mapped[str | None] = mapped_column(
+        ForeignKey("training_jobs.id", ondelete="SET NULL"), index=True
+    )
+    project: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(PlaceKey, index=True)
+
+
 class JobTransition(Base):
     """One secondary-status interval, as in DescribeTrainingJob's SecondaryStatusTransitions."""
 
