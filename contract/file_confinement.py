@@ -10,8 +10,9 @@ with the roots its backend gave), ``contract.storage`` therefore opens each loca
 first, following whatever links it holds, and uses it only if what was opened lies inside
 a root (``/proc/self/fd``'s link to the opened file says where it really is), and from
 then on only through that descriptor (``pinned``): a swap after the check changes nothing.
-Directories it writes into are reached from their root without following any link, and a
-tree it copies is walked without following links (``contract.untrusted``).
+Directories it writes into are reached from a root it may write (not a read-only one: a
+project's read-only grant) without following any link, and a tree it copies is walked
+without following links (``contract.untrusted``).
 
 Without ``confine`` (the service, which checks at submission, and tools), nothing changes.
 """
@@ -28,21 +29,29 @@ from pathlib import Path, PurePosixPath
 from contract import untrusted
 
 # The roots as configured and with their own links resolved (a root may itself be a link,
-# which is the operator's); None until confine() is called.
+# which is the operator's): every one, read from; those also written to. None until
+# confine() is called.
 _roots: tuple[str, ...] | None = None
+_writable: tuple[str, ...] = ()
 
 
 class OutsideRoots(Exception):
     """A local path leads outside the directories jobs may use."""
 
 
-def confine(roots: Iterable[str]) -> None:
-    """From now on, in this process, local objects are used only inside ``roots``."""
-    global _roots
+def confine(roots: Iterable[str], read_only: Iterable[str] = ()) -> None:
+    """From now on, in this process, local objects are used only inside ``roots`` and
+    ``read_only``, and written (made, replaced, removed) only inside ``roots``."""
+    global _roots, _writable
+    _writable = _forms(roots)
+    _roots = tuple(sorted({*_writable, *_forms(read_only)}))
+
+
+def _forms(roots: Iterable[str]) -> tuple[str, ...]:
     forms: set[str] = set()
     for root in roots:
         forms |= {os.path.normpath(root), os.path.realpath(root)}
-    _roots = tuple(sorted(forms))
+    return tuple(sorted(forms))
 
 
 def confined() -> bool:
@@ -56,24 +65,26 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root if root.endswith("/") else root + "/")
 
 
-def _inside(path: str) -> bool:
+def _inside(path: str, *, writing: bool = False) -> bool:
     assert _roots is not None
-    return any(inside(path, root) for root in _roots)
+    return any(inside(path, root) for root in (_writable if writing else _roots))
 
 
 @contextlib.contextmanager
-def pinned(path: Path, *, directory: bool = False) -> Iterator[Path]:
+def pinned(path: Path, *, directory: bool = False, writing: bool = False) -> Iterator[Path]:
     """``path``, to be used through the name this yields, which stays the file or
     directory that was opened and checked, whatever is renamed meanwhile. Unconfined,
-    ``path`` itself. OutsideRoots if it lies outside every root."""
+    ``path`` itself. OutsideRoots if it lies outside every root (``writing``: every root
+    it may write)."""
     if _roots is None:
         yield path
         return
     flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC
     fd = os.open(path, flags | (os.O_DIRECTORY if directory else 0))
     try:
-        if not _inside(os.readlink(f"/proc/self/fd/{fd}")):
-            raise OutsideRoots(f"{path} leads outside the directories jobs may use")
+        if not _inside(os.readlink(f"/proc/self/fd/{fd}"), writing=writing):
+            where = "the directories jobs may write" if writing else "the directories jobs may use"
+            raise OutsideRoots(f"{path} leads outside {where}")
         yield Path(f"/proc/self/fd/{fd}")
     finally:
         os.close(fd)
@@ -89,9 +100,9 @@ def directory_for_writing(path: Path) -> Iterator[Path]:
         yield path
         return
     normal = os.path.normpath(path)
-    roots = [root for root in _roots if inside(normal, root)]
+    roots = [root for root in _writable if inside(normal, root)]
     if not roots:
-        raise OutsideRoots(f"{path} is outside the directories jobs may use")
+        raise OutsideRoots(f"{path} is outside the directories jobs may write")
     root = max(roots, key=len)
     relative = PurePosixPath(os.path.relpath(normal, root))
     relative = PurePosixPath() if relative == PurePosixPath(".") else relative

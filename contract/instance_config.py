@@ -135,8 +135,12 @@ class RunyardConfig:
     # own on port 22, as SageMaker's containers have one (``runtime.instance.ssh``).
     ssh: bool = False
     # Where the job's file:// URIs may lead, held to when the runtime uses them
-    # (contract.file_confinement); empty: not checked here.
+    # (contract.file_confinement): read and written in ``file_roots``, only read in
+    # ``read_only_roots``; both empty: not checked here, unless ``confine_files`` (a
+    # project granted no local place: every file:// URI is refused).
     file_roots: tuple[str, ...] = ()
+    read_only_roots: tuple[str, ...] = ()
+    confine_files: bool = False
     # A custom container: the OCI image the job's processes run in, and the engine's
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
@@ -214,6 +218,8 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
     "ssh": lambda _name, value: value is True,
     "file_roots": lambda _name, value: tuple(str(path) for path in value),
+    "read_only_roots": lambda _name, value: tuple(str(path) for path in value),
+    "confine_files": lambda _name, value: value is True,
     "container_engine": lambda _name, value: tuple(str(word) for word in value),
     "aws_credentials": lambda _name, value: value is True,
     "instance_metrics_seconds": _seconds,

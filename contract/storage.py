@@ -232,7 +232,10 @@ def remove(uri: str) -> None:
         return
     path = local_path(uri)
     try:
-        with _local(uri), file_confinement.pinned(path.parent, directory=True) as parent:
+        with (
+            _local(uri),
+            file_confinement.pinned(path.parent, directory=True, writing=True) as parent,
+        ):
             (parent / path.name).unlink(missing_ok=True)
     except FileNotFoundError:
         return  # no directory, no file

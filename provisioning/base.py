@@ -81,9 +81,13 @@ class LaunchRequest:
     # The number of this attempt's first log line on every host, after the last stored
     # one: the service keeps only lines above each host's last seq.
     first_log_seq: int = 1
-    # Where the job's file:// URIs may lead (RUNYARD_FILE_ROOTS and the artifact root): the
-    # instances' runtimes hold them to it when they use them, not only at submission.
+    # Where the job's file:// URIs may lead (RUNYARD_FILE_ROOTS and the artifact root, or
+    # the places of the job's project): the instances' runtimes hold them to it when they
+    # use them, not only at submission. Only read in ``read_only_roots``; held even with
+    # no roots at all where ``confine_files``.
     file_roots: tuple[str, ...] = ()
+    read_only_roots: tuple[str, ...] = ()
+    confine_files: bool = False
     # The service gives each instance the job's own AWS credentials (through its runtime),
     # instead of the instance using its machine's.
     aws_credentials: bool = False

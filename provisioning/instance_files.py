@@ -88,6 +88,8 @@ def instance_files(
         hidden_paths=tuple(hidden_paths or ()),
         ssh=ssh,
         file_roots=request.file_roots,
+        read_only_roots=request.read_only_roots,
+        confine_files=request.confine_files,
         aws_credentials=request.aws_credentials,
         instance_metrics_seconds=request.instance_metrics_seconds,
         container_image=container_image,

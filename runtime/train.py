@@ -752,9 +752,9 @@ def main() -> int:
     except ConfigError as exc:
         print(f"runyard runtime: {exc}", file=sys.stderr)
         return 2
-    if config.file_roots:
+    if config.file_roots or config.read_only_roots or config.confine_files:
         # A link made or swapped in since the job was submitted takes it nowhere else.
-        file_confinement.confine(config.file_roots)
+        file_confinement.confine(config.file_roots, config.read_only_roots)
     client = ServiceClient.from_env(config.job_name, config.current_host, config.attempt)
     shipper = LogShipper(client, first_seq=config.first_log_seq).start()
     trainer = Trainer(config, client, shipper)

@@ -206,6 +206,20 @@ def job_spec(source_dir: Path, **overrides: object) -> dict[str, object]:
     return spec
 
 
+def grant(settings: Settings, project: str, prefix: str, access: str = "read-only") -> None:
+    """Grant ``project`` (made where missing) a place, as a server administrator would: a
+    project other than default reads its jobs' code, say, only where granted."""
+    from service.auth.models import Project
+    from service.auth.service import create_project
+    from service.grants import service as grants
+    from service.kit.db import session_scope
+
+    with session_scope(settings.database_url) as session:
+        if session.get(Project, project) is None:
+            create_project(session, project)
+        grants.grant(session, settings, project, prefix, access)  # type: ignore[arg-type]
+
+
 def log_line(seq: int, second: int, message: str, stream: str = "stdout") -> dict[str, Any]:
     """One line of a batch's object form (``{"lines": [...]}``, which runtimes before
     packed batches send), at second ``second`` of a fixed minute."""

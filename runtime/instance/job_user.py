@@ -72,8 +72,11 @@ _PIP_SOURCES = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
 def local_pip_sources(env: Mapping[str, str], config: InstanceConfig) -> list[Path]:
     """The directories of this machine that the job's pip settings name to install from
     (``PIP_FIND_LINKS=/data/wheels``, a ``file://`` index) and that a job may read, being
-    inside the server's file roots and holding nothing hidden from it: the job's user,
-    installing, is shown them read-only (its /tmp is its own)."""
+    inside the roots its file:// URIs are held to (the server's file roots, or its
+    project's places, read-only grants among them) and holding nothing hidden from it:
+    the job's user, installing, is shown them read-only (its /tmp is its own)."""
+    roots = [*config.file_roots, *config.read_only_roots]
+    roots += [os.path.realpath(root) for root in roots]  # a root may itself be a link
     found = []
     for name in _PIP_SOURCES:
         for word in env.get(name, "").split():
@@ -81,7 +84,7 @@ def local_pip_sources(env: Mapping[str, str], config: InstanceConfig) -> list[Pa
             if not path.startswith("/"):
                 continue  # a URL pip fetches over the network
             resolved = os.path.realpath(path)
-            readable = any(file_confinement.inside(resolved, root) for root in config.file_roots)
+            readable = any(file_confinement.inside(resolved, root) for root in roots)
             hides = any(file_confinement.inside(hidden, resolved) for hidden in config.hidden_paths)
             if os.path.isdir(resolved) and readable and not hides:
                 found.append(Path(resolved))

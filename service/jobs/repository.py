@@ -30,6 +30,7 @@ from service.jobs.models import (
     JobInstance,
     JobLease,
     JobTransition,
+    JobWritePlace,
     TrainingJob,
     record_field,
 )
@@ -59,9 +60,12 @@ def get(
     )
 
 
-def insert_new(session: Session, jobs: list[TrainingJob]) -> None:
-    """Store jobs made just now (not added to the session), with their transitions and
-    leases: one INSERT per table for them all. Through Core: the ORM's flush of the same
+def insert_new(
+    session: Session, jobs: list[TrainingJob], written: dict[str, tuple[str, ...]] | None = None
+) -> None:
+    """Store jobs made just now (not added to the session), with their transitions,
+    leases and the places each writes (``written``: keys by job id): one INSERT per table
+    for them all. Through Core: the ORM's flush of the same
     objects (its unit of work, and the transitions' ids read back, which no reply shows)
     cost a quarter of what a create cost the API. The objects stay outside the session,
     holding what was stored, as a flush leaves them: ready for the reply."""
@@ -71,6 +75,13 @@ def insert_new(session: Session, jobs: list[TrainingJob]) -> None:
         [_new_row(step, job_id=job.id) for job in jobs for step in job.transitions],
     )
     session.execute(insert(_table(JobLease)), [_new_row(job.lease, job_id=job.id) for job in jobs])
+    places = [
+        {"job_id": job.id, "project": job.project, "key": key}
+        for job in jobs
+        for key in (written or {}).get(job.id, ())
+    ]
+    if places:
+        session.execute(insert(_table(JobWritePlace)), places)
 
 
 def _new_row(row: Base, **values: Any) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from typing import Any
 
 from contract import modes
 from service.auth.access import Principal
+from service.grants.places import output_root
 from service.jobs import environment
 from service.jobs.models import TrainingJob
 from service.settings import Settings
-from service.training import project_areas
 
 
 def resubmittable(settings: Settings, job: TrainingJob, caller: Principal) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def resubmittable(settings: Settings, job: TrainingJob, caller: Principal) -> di
         spec.pop(chosen, None)
     if record.backend == settings.backends.get(record.instance_type):
         spec.pop("backend", None)
-    if record.output_path == project_areas.output_root(settings.artifact_root, job.project):
+    if record.output_path == output_root(settings.artifact_root, job.project):
         spec.pop("output_path", None)
     added = modes.hyperparameters(record.distribution.as_dict())
     spec["hyperparameters"] = {

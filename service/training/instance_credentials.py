@@ -7,9 +7,15 @@ the operator names (``RUNYARD_INSTANCE_ROLE_ARN``; ``{project}`` in it makes one
 project), else ``GetFederationToken`` (an IAM user's keys only). Either way the request
 carries a session policy that allows reading the job's code and channels and writing its
 output and checkpoints, and nothing else: AWS grants what both the role (or user) and that
-policy allow. The runtime on each instance fetches them (``GET .../credentials`` with its
-instance token) and serves them to the job's processes as a container credentials
-endpoint; the service's keys never leave it, unless its operator says they may
+policy allow. A job of a project held to its places (any project but ``default``) that
+has no role of its own is allowed its project's grants instead of whatever it names
+(read, or read and write, as granted), its output and checkpoints, and what it names in
+its project's own area or the uploaded sources; what it names beyond its project's
+places (a grant revoked since it was submitted) refuses its credentials.
+
+The runtime on each instance fetches them (``GET .../credentials`` with its instance
+token) and serves them to the job's processes as a container credentials endpoint; the
+service's keys never leave it, unless its operator says they may
 (``RUNYARD_INSTANCE_CREDENTIALS=server``, for an S3-compatible store without STS).
 
 A job's credentials are kept here while more than ``REUSE_MARGIN`` of them remains, so
@@ -29,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from contract import codeartifact, storage
 from contract.spec import JobSpec
+from service.grants.places import ProjectPlaces, covers, keys
 from service.jobs.models import TrainingJob
 from service.kit.errors import Conflict, RunyardError
 from service.settings import SHORTEST_INSTANCE_CREDENTIALS_SECONDS, Settings
@@ -73,10 +80,10 @@ class Location:
     starting: bool = False
 
 
-def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
+def for_job(settings: Settings, job: TrainingJob, places: ProjectPlaces) -> InstanceCredentials:
     """The job's credentials: those handed out before, while enough of them remains. The
     instances of a job ask at once when it starts: one of them asks STS, the others wait
-    for its answer."""
+    for its answer. ``places``: what the job's project may use, as granted now."""
     if settings.instance_credentials == "machine":
         raise Conflict("this server leaves AWS credentials to the instances' own machines")
     with _lock:
@@ -90,7 +97,7 @@ def for_job(settings: Settings, job: TrainingJob) -> InstanceCredentials:
         if settings.instance_credentials == "server":
             fresh = _servers_own(settings)
         else:
-            fresh = _from_sts(settings, job, job.record.job_spec())
+            fresh = _from_sts(settings, job, job.record.job_spec(), places)
         with _lock:
             for ended in [key for key, value in _kept.items() if value.expiration <= now]:
                 del _kept[ended]
@@ -120,14 +127,67 @@ def role_for(settings: Settings, project: str) -> str:
     return settings.instance_role_arn.replace("{project}", project)
 
 
+def policy_places(settings: Settings, places: ProjectPlaces) -> ProjectPlaces | None:
+    """What a job's session policy is held to: its project's places where the project is
+    held to them and has no role of its own; None for what the job names (a role per
+    project bounds what it names; the default project reaches what the server reaches)."""
+    if not places.restricted or "{project}" in settings.instance_role_arn:
+        return None
+    return places
+
+
 def locations(spec: JobSpec, job_name: str) -> tuple[list[Location], list[Location]]:
     """What the job reads (its code, its channels) and what it writes (its output below
     ``output_path``, its checkpoints), on S3."""
+    read, written = _named(spec, job_name)
+    return _s3(read), _s3(written)
+
+
+def _named(spec: JobSpec, job_name: str) -> tuple[list[str], list[str]]:
     read = [spec.source_uri, *(channel.uri for channel in spec.inputs.values())]
     written = [spec.checkpoint_s3_uri or ""]
     if spec.output_path.startswith("s3://"):
         written.append(storage.join(spec.output_path, job_name))
-    return _s3(read), _s3(written)
+    return read, written
+
+
+def _granted(
+    spec: JobSpec, job_name: str, places: ProjectPlaces, manifest_prefixes: Sequence[str]
+) -> tuple[list[Location], list[Location]]:
+    """What a job held to its project's places reads and writes on S3: its project's S3
+    grants whole, and of what it names, what no grant covers (its own area's, the
+    uploaded sources)."""
+    read, written = _named(spec, job_name)
+    grants = [place for place in places.grants if place.uri.startswith("s3://")]
+
+    def granted(uri: str, *, writing: bool) -> bool:
+        return any(
+            all(covers(place.keys, key) for key in keys(uri))
+            for place in grants
+            if place.writable or not writing
+        )
+
+    for uri, writing in [*((uri, False) for uri in read), *((uri, True) for uri in written)]:
+        if uri.startswith("s3://") and not places.allows(uri, writing=writing):
+            raise Conflict(
+                f"{uri}: project {places.project!r} may no longer "
+                f"{'write' if writing else 'read'} there (its grant was revoked or changed)"
+            )
+    own_read = [uri for uri in read if not granted(uri, writing=False)]
+    own_written = [uri for uri in written if not granted(uri, writing=True)]
+    found_read = _s3([*own_read, *(place.uri for place in grants)])
+    for prefix in manifest_prefixes:
+        if not places.allows(prefix, writing=False):
+            raise Conflict(
+                f"a manifest names {prefix}, where project {places.project!r} may not read"
+            )
+        if not granted(prefix, writing=False):
+            found_read += [
+                Location(location.bucket, location.key, starting=True)
+                for location in _s3([prefix], strip=False)
+            ]
+    writable = [place.uri for place in grants if place.writable]
+    return found_read, _s3([*own_written, *writable])
 
 
 def _s3(uris: list[str], *, strip: bool = True) -> list[Location]:
@@ -187,14 +247,23 @@ def _prefix_of(channel: str, uri: str) -> str:
 
 
 def session_policy(
-    spec: JobSpec, job_name: str, partition: str = "aws", manifest_prefixes: Sequence[str] = ()
+    spec: JobSpec,
+    job_name: str,
+    partition: str = "aws",
+    manifest_prefixes: Sequence[str] = (),
+    *,
+    places: ProjectPlaces | None = None,
 ) -> str:
     """The IAM policy (compact JSON) that holds a job's credentials to its locations:
     ``manifest_prefixes`` are the prefixes its ManifestFile channels' manifests name
-    (``manifest_prefixes``, the function, reads them)."""
-    read, written = locations(spec, job_name)
-    for prefix in _s3(list(manifest_prefixes), strip=False):
-        read.append(Location(prefix.bucket, prefix.key, starting=True))
+    (``manifest_prefixes``, the function, reads them). With ``places`` (``policy_places``),
+    to its project's places instead of what it names."""
+    if places is not None:
+        read, written = _granted(spec, job_name, places, manifest_prefixes)
+    else:
+        read, written = locations(spec, job_name)
+        for prefix in _s3(list(manifest_prefixes), strip=False):
+            read.append(Location(prefix.bucket, prefix.key, starting=True))
     statements: list[dict[str, Any]] = []
     if read or written:
         statements.append(
@@ -334,7 +403,9 @@ _TRANSIENT = frozenset(
 )
 
 
-def _from_sts(settings: Settings, job: TrainingJob, spec: JobSpec) -> InstanceCredentials:
+def _from_sts(
+    settings: Settings, job: TrainingJob, spec: JobSpec, places: ProjectPlaces
+) -> InstanceCredentials:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
@@ -344,7 +415,13 @@ def _from_sts(settings: Settings, job: TrainingJob, spec: JobSpec) -> InstanceCr
     # The role's own partition (aws-cn, aws-us-gov) names the job's buckets, else the
     # region's.
     partition = role.split(":")[1] if role else session.get_partition_for_region(region)
-    policy = session_policy(spec, job.name, partition, manifest_prefixes(spec, job.name))
+    policy = session_policy(
+        spec,
+        job.name,
+        partition,
+        manifest_prefixes(spec, job.name),
+        places=policy_places(settings, places),
+    )
     seconds = duration_seconds(settings, job)
     sts = session.client("sts", region_name=region)
     try:

@@ -14,6 +14,7 @@ from contract import protocol
 from contract.protocol import JOBS_PATH, Endpoint, instance_route
 from service.auth.access import Role
 from service.auth.deps import CurrentPrincipal
+from service.grants import service as grants
 from service.jobs import lookup
 from service.jobs.params import HostName, JobName, ProjectName
 from service.jobs.schemas import JobPublic
@@ -73,7 +74,8 @@ def instance_aws_credentials(
     to the job's processes (``service.training.instance_credentials``)."""
     job = lookup.job_for_instance(session, name, host, principal, live=True)
     response.headers["Cache-Control"] = "no-store"  # a secret: no proxy keeps it
-    return instance_credentials.for_job(settings, job)
+    places = grants.places(session, settings, job.project)  # as granted now
+    return instance_credentials.for_job(settings, job, places)
 
 
 @router.post(

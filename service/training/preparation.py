@@ -2,7 +2,8 @@
 types, backends, the instance-count maximum, file roots, the artifact root, images), and
 the record a job that passes them is stored as.
 
-``prepare`` reads nothing of the database but the project count, and writes nothing: a
+``prepare`` reads nothing of the database but what the job's project may use (its
+grants, the places other projects write) and the project count, and writes nothing: a
 dry run and a submission share it, and a batch of submissions runs it outside the
 transaction that stores them (``service.training.submissions``).
 """
@@ -26,10 +27,15 @@ from contract import layout, modes, sagemaker_flags, storage
 from contract.archive import ArchiveError, check_archive
 from contract.images import ImageError
 from contract.problems import Problem
+from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import Backend
 from service.auth.models import Project
 from service.capacity import service as capacity
+from service.grants import checks as grant_checks
+from service.grants import service as grant_service
+from service.grants.checks import written_at, written_uris
+from service.grants.places import keys, output_root, overlap
 from service.jobs import file_roots
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate, hyperparameters_too_large, nul_location
@@ -55,6 +61,8 @@ class PreparedJob:
     spec: JobRecord
     # For a job created through SageMaker's wire protocol: the request, as it is recorded.
     sagemaker_request: dict[str, Any] | None = None
+    # The keys of the places it writes (service.grants.places.keys), recorded with it.
+    written: tuple[str, ...] = ()
 
 
 def prepare(
@@ -130,7 +138,7 @@ def prepare(
         if spec.distribution_named_by_flags
         else mode_problems
     )
-    output_path = spec.output_path or project_areas.output_root(settings.artifact_root, project)
+    output_path = spec.output_path or output_root(settings.artifact_root, project)
     name = spec.name or _generate_name(spec, now or utcnow())
     record = spec.to_record(
         name=name,
@@ -143,10 +151,22 @@ def prepare(
     located = record.job_spec()
     # Before anything looks at the files: a refusal must not tell what is there.
     refuse(file_roots.problems(located, settings.file_roots))
-    refuse(project_areas.problems(located, name, settings.artifact_root, project))
+    written = grant_service.writable_keys(written_uris(located, name))
+    with session_scope(settings.database_url, readonly=True) as session:
+        access = grant_service.data_access(session, settings, project)
+        taken = grant_service.taken_by_others(session, project, written)
+    if access.places.restricted:
+        refuse(grant_checks.problems(located, name, access.places, access.others_writable))
+    else:
+        refuse(project_areas.problems(located, name, settings.artifact_root, project))
+        refuse(grant_checks.problems(located, name, access.places, access.others_writable))
+    if taken:
+        refuse([_taken_problem(located, name, project, taken[0].key)])
     if settings.instance_credentials == "service":
         try:  # refused now, not when the instances first ask for the job's credentials
-            instance_credentials.session_policy(located, name)
+            instance_credentials.session_policy(
+                located, name, places=instance_credentials.policy_places(settings, access.places)
+            )
         except Conflict as exc:
             raise SpecError(("inputs",), exc.message) from None
     if not source_checked:
@@ -162,7 +182,22 @@ def prepare(
     refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
         refuse(_shared_machine_problems(settings, built))
-    return PreparedJob(name=name, backend=backend, spec=record)
+    return PreparedJob(name=name, backend=backend, spec=record, written=written)
+
+
+def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
+    """The field through which the job would write where another project's job writes
+    or wrote (that job is not named: it is another project's)."""
+    loc: tuple[str, ...] = ("output_path",)
+    checkpoints = spec.checkpoint_s3_uri
+    if checkpoints and any(overlap([key], [mine]) for mine in keys(checkpoints)):
+        loc = ("checkpoint_s3_uri",)
+    uri = written_at(spec.output_path, name) if loc == ("output_path",) else checkpoints
+    return Problem(
+        loc,
+        f"{uri}: a job of another project writes or wrote there; a job of project "
+        f"{project!r} writes only where no other project's jobs do",
+    )
 
 
 def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:

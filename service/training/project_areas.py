@@ -1,12 +1,13 @@
-"""Where a project's jobs may read and write inside the artifact root.
+"""Where the default project's jobs may read and write inside the artifact root.
 
 The artifact root holds every project's models and checkpoints. Inside it, a job of the
 project ``default`` (the one every job belonged to before projects) keeps its outputs at
-the root, as before; a job of any other project under ``projects/<project>/``. A job may
-name a place inside the artifact root only in its own project's area, or, to read code,
-the uploaded sources (stored by content: reading one takes knowing its digest). Anything
-else there belongs to another project. URIs outside the artifact root are the file roots'
-concern (``file_roots``) or the job's own buckets.
+the root, as before; a job of any other project under ``projects/<project>/``
+(``service.grants.places.output_root``). A default job may name any place inside the
+artifact root but the other projects' areas (and the root itself, which holds them);
+the other projects are held to their own places by ``service.grants.checks``. URIs
+outside the artifact root are the file roots' concern (``file_roots``) or the job's own
+buckets.
 """
 
 from __future__ import annotations
@@ -20,19 +21,13 @@ from contract.file_confinement import inside
 from contract.problems import Problem
 from contract.spec import JobSpec
 from service.auth.models import DEFAULT_PROJECT
+from service.grants.checks import written_at
+from service.grants.places import PROJECTS_FOLDER, output_root
 from service.jobs.file_roots import root_forms
 from service.sources.service import SOURCES_FOLDER
 
-PROJECTS_FOLDER = "projects"
 # Fields a job only reads from: these may also name an uploaded source.
 _READ_ONLY = ("source_uri", "inputs")
-
-
-def output_root(artifact_root: str, project: str) -> str:
-    """Where a job of ``project`` puts its outputs when it names no output_path."""
-    if project == DEFAULT_PROJECT:
-        return artifact_root
-    return storage.join(artifact_root, PROJECTS_FOLDER, project)
 
 
 def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> list[Problem]:
@@ -42,7 +37,7 @@ def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> 
     tops = _root_forms(artifact_root)
     for loc, uri in spec.storage_uris().items():
         below = _below(
-            _written(uri, job_name) if loc == ("output_path",) else uri, artifact_root, tops
+            written_at(uri, job_name) if loc == ("output_path",) else uri, artifact_root, tops
         )
         if below is None or _allowed(below, project, reading=loc[0] in _READ_ONLY):
             continue
@@ -54,14 +49,6 @@ def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> 
             )
         ]
     return []
-
-
-def _written(output_path: str, job_name: str) -> str:
-    """Where a job writes below its output path (a bad URI is for other checks to name)."""
-    try:
-        return storage.join(output_path, job_name)
-    except storage.StorageError:
-        return output_path
 
 
 def _allowed(below: PurePosixPath, project: str, *, reading: bool) -> bool:

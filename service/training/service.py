@@ -26,6 +26,7 @@ from provisioning import registry
 from provisioning.base import REDACTED, JobRef, LaunchError, LaunchRequest
 from service.auth.access import Principal, Role
 from service.capacity import service as capacity
+from service.grants import service as grants
 from service.jobs import lifecycle, lookup, repository
 from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
@@ -59,6 +60,7 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         raise Conflict(f"a training job named {prepared.name!r} already exists")
     backend = registry.build(prepared.backend, settings)
     job_spec = prepared.spec.job_spec()
+    roots = grants.instance_roots(settings, grants.places(session, settings, project))
     # The job's own credentials (by their names) are not shown back either.
     shown = variables.masked(job_spec.environment)
     request = LaunchRequest(
@@ -67,7 +69,9 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         service_url=settings.public_url,
         tokens=dict.fromkeys(host_names(spec.instance_count), REDACTED),
         agent_key=REDACTED,
-        file_roots=tuple(str(root) for root in settings.file_roots),
+        file_roots=roots.writable,
+        read_only_roots=roots.read_only,
+        confine_files=roots.confined,
         aws_credentials=settings.service_gives_credentials,
         instance_metrics_seconds=settings.instance_metrics_seconds,
     )
@@ -113,8 +117,9 @@ def store_new(
     are not in the session (see ``repository.insert_new``)."""
     jobs = [_new_job(prepared, project) for prepared, project in submitted]
     waits = _wait_in_line(session, settings, jobs)
+    written = {job.id: prepared.written for job, (prepared, _) in zip(jobs, submitted, strict=True)}
     try:
-        repository.insert_new(session, jobs)
+        repository.insert_new(session, jobs, written)
     except IntegrityError as exc:  # the name is taken (or was, a moment ago)
         if len(jobs) > 1:
             raise

@@ -108,6 +108,7 @@ def _snapshot(**columns: object) -> JobSnapshot:
     values: dict[str, object] = {
         "ref": JobRef("0" * 32, "job-1"),
         "version": 1,
+        "project": "default",
         "stage": Stage.QUEUED,
         "status": Status.IN_PROGRESS,
         "secondary_status": "Starting",

@@ -233,6 +233,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "hidden_paths": [],
   "ssh": false,
   "file_roots": [],
+  "read_only_roots": [],
+  "confine_files": false,
   "container_image": "",
   "container_engine": [],
   "aws_credentials": false,

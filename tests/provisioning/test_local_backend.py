@@ -144,6 +144,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         # Nor SSH between them: they have no network of their own (runtime.instance.job_ssh).
         "ssh": False,
         "file_roots": [],
+        "read_only_roots": [],
+        "confine_files": False,
         "container_image": "",
         "container_engine": [],
         # Whether the service gives the job AWS credentials: the request says (the worker

@@ -13,14 +13,13 @@ from contract.phases import Phase
 from contract.protocol import StatusReport
 from provisioning.base import Backend
 from service.app import create_app
-from service.auth.models import Project
 from service.auth.service import create_project, create_token
 from service.capacity import service as capacity
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
 from service.training import service
-from tests.conftest import job_spec
+from tests.conftest import grant, job_spec
 from tests.instances import SleepingInstances
 from tests.jobs import SERVER_ADMIN, job_id, named
 from worker.reconciler import Reconciler
@@ -50,6 +49,8 @@ def _reconciler(settings: Settings) -> Reconciler:
 def _submit(
     settings: Settings, source_dir: Path, name: str, project: str = "default", **spec: Any
 ) -> str:
+    if project != "default":
+        grant(settings, project, source_dir.as_uri())
     with session_scope(settings.database_url) as session:
         job = JobCreate.model_validate(job_spec(source_dir, name=name, **spec))
         return service.submit(session, settings, job, project).name
@@ -182,10 +183,10 @@ def test_stopping_a_queued_job_ends_it_without_instances(
     _drive(reconciler, holder)
 
 
-def _api(settings: Settings, project: str) -> TestClient:
+def _api(settings: Settings, project: str, source_dir: Path) -> TestClient:
+    if project != "default":
+        grant(settings, project, source_dir.as_uri())
     with session_scope(settings.database_url) as session:
-        if session.get(Project, project) is None:
-            create_project(session, project)
         token = create_token(session, "someone", project=project)
     client = TestClient(create_app(settings))
     client.headers["Authorization"] = f"Bearer {token}"
@@ -195,7 +196,7 @@ def _api(settings: Settings, project: str) -> TestClient:
 def test_a_job_that_can_never_fit_is_refused_at_submission(
     settings: Settings, source_dir: Path
 ) -> None:
-    with _api(settings, "team-a") as client:
+    with _api(settings, "team-a", source_dir) as client:
         too_big = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=4))
         over_quota = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
         listed = client.get("/v1/training-jobs").json()["items"]
@@ -217,7 +218,7 @@ def test_a_job_that_can_never_fit_is_refused_at_submission(
 def test_refuse_mode_answers_resource_limit_exceeded(settings: Settings, source_dir: Path) -> None:
     settings = settings.model_copy(update={"on_capacity_exceeded": "refuse"})
     reconciler = _reconciler(settings)
-    with _api(settings, "team-b") as client:
+    with _api(settings, "team-b", source_dir) as client:
         first = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
         assert first.status_code == 201
         reconciler.reconcile(first.json()["id"])
@@ -247,7 +248,7 @@ def test_refuse_mode_counts_jobs_accepted_but_not_yet_admitted(
 ) -> None:
     settings = settings.model_copy(update={"on_capacity_exceeded": "refuse"})
     reconciler = _reconciler(settings)
-    with _api(settings, "team-b") as client:
+    with _api(settings, "team-b", source_dir) as client:
         # No pass has run between the two: the first holds no instances yet, but will.
         first = client.post("/v1/training-jobs", json=job_spec(source_dir, instance_count=2))
         second = client.post(
@@ -302,7 +303,7 @@ def test_the_capacity_route_shows_the_line_and_hides_other_projects_jobs(
     theirs = _submit(settings, source_dir, "theirs", project="team-b", instance_count=2)
     small = _submit(settings, source_dir, "small", instance_count=1, priority=5)
     _drive(reconciler, big, theirs, small)
-    with _api(settings, "default") as client:
+    with _api(settings, "default", source_dir) as client:
         seen = client.get("/v1/capacity")
     assert seen.status_code == 200, seen.text
     [local] = seen.json()["types"]
@@ -320,7 +321,7 @@ def test_the_capacity_route_shows_the_line_and_hides_other_projects_jobs(
         "priority": 0,
         "reason": "Waiting",
     }
-    with _api(settings, "team-b") as client:
+    with _api(settings, "team-b", source_dir) as client:
         [local] = client.get("/v1/capacity").json()["types"]
     assert [h["name"] for h in local["running"]] == [None, None]
     assert local["waiting"][0]["name"] == "theirs"
@@ -341,7 +342,7 @@ def test_a_long_line_shows_its_front_and_each_job_its_place(
     waiting = [_submit(settings, source_dir, f"w-{n}") for n in range(5)]
     urgent = _submit(settings, source_dir, "urgent", priority=3)
     theirs = _submit(settings, source_dir, "theirs", project="team-b")
-    with _api(settings, "default") as client:
+    with _api(settings, "default", source_dir) as client:
         [local] = client.get("/v1/capacity", params={"waiting_limit": 2}).json()["types"]
         assert [held["name"] for held in local["waiting"]] == ["urgent", waiting[0]]
         assert local["waiting_count"] == 7

@@ -140,6 +140,9 @@ def _mint(api: TestClient, admin: str, name: str, project: str, role: str) -> st
 def world(api: TestClient, settings: Settings, admin_token: str, source_dir: Path) -> World:
     for project in ("alpha", "beta"):
         assert api.post("/v1/projects", json={"name": project}).status_code == 201
+        # Its jobs' code, which a project other than default reads only where granted.
+        granted = api.post(f"/v1/projects/{project}/grants", json={"prefix": source_dir.as_uri()})
+        assert granted.status_code == 201, granted.text
     tokens: dict[str, str | None] = {
         "alpha viewer": _mint(api, admin_token, "vera", "alpha", "viewer"),
         "alpha member": _mint(api, admin_token, "mo", "alpha", "member"),

@@ -21,6 +21,8 @@ from contract import modes
 from contract.hosts import host_names
 from contract.phases import Phase
 from provisioning.base import Backend, JobRef
+from service.grants import service as grants
+from service.grants.service import InstanceRoots
 from service.jobs import repository
 from service.jobs.models import JobInstance, TrainingJob
 from service.jobs.record import JobRecord
@@ -85,6 +87,8 @@ class JobSnapshot:
 
     ref: JobRef
     version: int
+    # Whose data the job may use (service.grants).
+    project: str
     # Where the job is in its life (``service.jobs.lifecycle``): which handler drives it.
     stage: Stage
     status: Status
@@ -169,6 +173,13 @@ class Pass:
 
     def load(self, job_id: str) -> JobSnapshot | None:
         return load(self.settings.database_url, job_id)
+
+    def instance_roots(self, snapshot: JobSnapshot) -> InstanceRoots:
+        """Where the job's instances hold its file:// URIs, as its project's places are
+        granted now."""
+        with session_scope(self.settings.database_url, readonly=True) as session:
+            places = grants.places(session, self.settings, snapshot.project)
+        return grants.instance_roots(self.settings, places)
 
     def reports(self, snapshot: JobSnapshot) -> dict[str, Report]:
         with session_scope(self.settings.database_url, readonly=True) as session:

@@ -48,6 +48,7 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
 
     snapshot = step.update(snapshot, launching)
     settings = step.settings
+    roots = step.instance_roots(snapshot)
     request = LaunchRequest(
         job=snapshot.ref,
         spec=snapshot.spec.job_spec(),
@@ -58,7 +59,9 @@ def launch(step: Pass, snapshot: JobSnapshot) -> None:
         },
         agent_key=agent_key(settings.signing_key(), snapshot.ref.id),
         first_log_seq=snapshot.attempt_first_log_seq,
-        file_roots=tuple(str(root) for root in settings.file_roots),
+        file_roots=roots.writable,
+        read_only_roots=roots.read_only,
+        confine_files=roots.confined,
         aws_credentials=settings.service_gives_credentials,
         instance_metrics_seconds=settings.instance_metrics_seconds,
         # A restart, or a launch adopted after the worker's own restart, runs on what the

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from tests.service.sagemaker.conftest import credentials
 from tests.service.sagemaker.live import REGION, UNCHECKED, check_answer, client
-from tests.service.sagemaker.test_training_jobs import error_of, request
+from tests.service.sagemaker.test_training_jobs import error_of, grant_places, request
 
 
 def arn_of(sm: Any, name: str) -> str:
@@ -103,6 +103,7 @@ def test_tags_need_the_member_role_and_the_jobs_project(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
     assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    grant_places(api, "vision", source_dir)
     tokens = {
         role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
             "token"

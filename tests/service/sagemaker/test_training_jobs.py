@@ -74,6 +74,16 @@ def request(source: Path, name: str = "wire-1", **overrides: Any) -> dict[str, A
     return body
 
 
+def grant_places(api: TestClient, project: str, source: Path) -> None:
+    """What ``request(source)`` reads and writes, granted to ``project`` (a project other
+    than default uses only what a server administrator granted it)."""
+    for prefix, access in ((source, "read-only"), (source.parent / "out", "read-write")):
+        answer = api.post(
+            f"/v1/projects/{project}/grants", json={"prefix": prefix.as_uri(), "access": access}
+        )
+        assert answer.status_code == 201, answer.text
+
+
 def present(value: Any) -> Any:
     """``value`` without the keys whose value is None (modes a spec leaves unset)."""
     if isinstance(value, dict):
@@ -476,6 +486,7 @@ def test_roles_and_projects_apply_to_aws_credentials(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
     assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    grant_places(api, "vision", source_dir)
     tokens = {
         role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
             "token"
