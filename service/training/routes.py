@@ -257,6 +257,7 @@ def stop_training_job(
 def delete_training_job(
     name: JobName,
     session: SessionDep,
+    settings: SettingsDep,
     user: CurrentUser,
     artifacts: Annotated[
         deletion.ArtifactsChoice,
@@ -266,7 +267,7 @@ def delete_training_job(
 ) -> JobDeleted:
     """Delete an ended job: its record, transitions, instances, metrics and logs. Its
     artifacts stay unless ``artifacts=remove``. A job still running is refused (409)."""
-    return deletion.delete(session, name, user, project, artifacts)
+    return deletion.delete(session, settings, name, user, project, artifacts)
 
 
 def to_public(job: TrainingJob, caller: Principal) -> JobPublic:
