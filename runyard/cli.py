@@ -854,3 +854,60 @@ def project_list() -> None:
         rows = [[p["name"], when(p["created_at"])] for p in client.list_projects()]
     for line in table(["NAME", "CREATED"], rows):
         click.echo(line)
+
+
+@project_group.command("grants")
+@click.argument("project")
+def project_grants(project: str) -> None:
+    """The places granted to PROJECT beyond its own area (its admins, and server
+    administrators)."""
+    with Client() as client:
+        rows = [
+            [g["prefix"], g["access"], when(g["created_at"])] for g in client.list_grants(project)
+        ]
+    for line in table(["PREFIX", "ACCESS", "GRANTED"], rows):
+        click.echo(line)
+
+
+@project_group.command("grant")
+@click.argument("project")
+@click.argument("prefix")
+@click.option(
+    "--read-write",
+    "access",
+    flag_value="read-write",
+    help="Its jobs may also write there (no other project may be granted to write there).",
+)
+@click.option(
+    "--read-only",
+    "access",
+    flag_value="read-only",
+    default=True,
+    help="Its jobs may only read there (the default).",
+)
+def project_grant(project: str, prefix: str, access: str) -> None:
+    """Let PROJECT's jobs use PREFIX (server administrators).
+
+    PREFIX is a file:///directory (an absolute path is taken as one; it must lie in the
+    server's RUNYARD_FILE_ROOTS) or an s3://bucket/prefix. A project other than default
+    reads and writes only its own area of the artifact root and what it is granted;
+    granting again changes how."""
+    if prefix.startswith("/"):
+        prefix = Path(prefix).as_uri()
+    with Client() as client:
+        granted = client.grant(project, prefix, access=access)
+    click.echo(f"granted {granted['project']} {granted['access']} {granted['prefix']}")
+
+
+@project_group.command("revoke")
+@click.argument("project")
+@click.argument("prefix")
+def project_revoke(project: str, prefix: str) -> None:
+    """Take back PROJECT's grant of PREFIX (server administrators). Jobs submitted from
+    now on may not name it; jobs already submitted lose it when their instances start or
+    renew their AWS credentials."""
+    if prefix.startswith("/"):
+        prefix = Path(prefix).as_uri()
+    with Client() as client:
+        client.revoke_grant(project, prefix)
+    click.echo(f"revoked {project}'s grant of {prefix}")

@@ -375,6 +375,19 @@ class Client:
     def list_projects(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/v1/projects")["items"])
 
+    def list_grants(self, project: str) -> list[dict[str, Any]]:
+        """The places granted to ``project`` beyond its own area."""
+        return list(self._json("GET", f"/v1/projects/{project}/grants")["items"])
+
+    def grant(self, project: str, prefix: str, *, access: str = "read-only") -> dict[str, Any]:
+        """Grant ``project`` a file:// directory or s3:// prefix, read-only or read-write
+        (server administrators)."""
+        body = {"prefix": prefix, "access": access}
+        return self._json("POST", f"/v1/projects/{project}/grants", json=body)
+
+    def revoke_grant(self, project: str, prefix: str) -> None:
+        self._json("DELETE", f"/v1/projects/{project}/grants", params={"prefix": prefix})
+
     # -- plumbing -----------------------------------------------------------------------
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
