@@ -110,3 +110,48 @@ def test_unconfined_a_link_is_followed_as_before(tmp_path: Path) -> None:
     (tmp_path / "secret").write_text("s")
     (tmp_path / "link").symlink_to(tmp_path / "secret")
     assert b"".join(storage.read_chunks((tmp_path / "link").as_uri())) == b"s"
+
+
+def test_a_read_only_root_is_read_and_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project's read-only grant: its jobs read it, and nothing of theirs is stored,
+    replaced or removed there, not even through a link in a place they may write."""
+    granted = tmp_path / "granted"
+    granted.mkdir()
+    (granted / "part-0").write_text("shared data")
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "into-granted").symlink_to(granted)
+    upload = tmp_path / "model.tar.gz"
+    upload.write_text("weights")
+    monkeypatch.setattr(file_confinement, "_roots", None)
+    monkeypatch.setattr(file_confinement, "_writable", ())
+    file_confinement.confine([str(own)], read_only=[str(granted)])
+
+    assert b"".join(storage.read_chunks((granted / "part-0").as_uri())) == b"shared data"
+    for target in (granted / "part-0", granted / "new", own / "into-granted" / "new"):
+        with pytest.raises(storage.StorageError, match="refused"):
+            storage.put_file(upload, target.as_uri())
+    with pytest.raises(storage.StorageError, match="refused"):
+        storage.remove((granted / "part-0").as_uri())
+    assert sorted(path.name for path in granted.iterdir()) == ["part-0"]
+    assert (granted / "part-0").read_text() == "shared data"
+    storage.put_file(upload, (own / "job-1" / "model.tar.gz").as_uri())
+    assert (own / "job-1" / "model.tar.gz").read_text() == "weights"
+
+
+def test_confined_to_no_root_every_local_path_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project granted no local place: its instances use no file:// URI at all."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0").write_text("anyone's")
+    monkeypatch.setattr(file_confinement, "_roots", None)
+    monkeypatch.setattr(file_confinement, "_writable", ())
+    file_confinement.confine([], read_only=[])
+    with pytest.raises(storage.StorageError, match="refused"):
+        storage.fetch(data.as_uri(), tmp_path / "fetched")
+    with pytest.raises(storage.StorageError, match="refused"):
+        storage.put_file(data / "part-0", (tmp_path / "out" / "x").as_uri())

@@ -116,3 +116,17 @@ def test_pip_may_read_local_wheel_directories_inside_the_file_roots_only(
         "PIP_EXTRA_INDEX_URL": f"file://{roots / 'missing'}",
     }
     assert job_user.local_pip_sources(env, config) == [wheels]
+
+
+def test_pip_may_read_local_wheels_a_project_was_granted_to_read(tmp_path: Path) -> None:
+    """A project other than default: its instances' roots are its own places, read-only
+    grants among them; a directory of the server's file roots not granted is not shown."""
+    [config] = instance_configs(tmp_path, {})
+    own, granted, not_granted = tmp_path / "own", tmp_path / "team-wheels", tmp_path / "other"
+    for directory in (own, granted, not_granted):
+        directory.mkdir()
+    config = dataclasses.replace(
+        config, file_roots=(str(own),), read_only_roots=(str(granted),), confine_files=True
+    )
+    env = {"PIP_FIND_LINKS": f"{granted} {not_granted}"}
+    assert job_user.local_pip_sources(env, config) == [granted]

@@ -379,3 +379,42 @@ def test_submit_takes_metric_definitions_and_tags_and_clone_replaces_them_by_nam
     assert refused.stderr.startswith("error: --metric-definition (0.regex): ")
     stored = {item["name"] for item in api.get("/v1/training-jobs").json()["items"]}
     assert stored == {"tagged", "retagged"}
+
+
+def test_a_server_administrator_grants_a_project_places(
+    api: TestClient, runyard: CliRunner, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "team-data", tmp_path / "team-out"
+    _run(runyard, "project", "create", "vision")
+    granted = _run(runyard, "project", "grant", "vision", str(data))  # a path: a file:// URI
+    assert granted.stdout == f"granted vision read-only {data.as_uri()}\n"
+    _run(runyard, "project", "grant", "vision", out.as_uri(), "--read-write")
+    _run(runyard, "project", "grant", "vision", "s3://team-bucket/vision")
+    listed = _run(runyard, "project", "grants", "vision").stdout.splitlines()
+    assert listed[0].split() == ["PREFIX", "ACCESS", "GRANTED"]
+    assert [line.split()[:2] for line in listed[1:]] == [
+        [data.as_uri(), "read-only"],
+        [out.as_uri(), "read-write"],
+        ["s3://team-bucket/vision", "read-only"],
+    ]
+    revoked = _run(runyard, "project", "revoke", "vision", "s3://team-bucket/vision")
+    assert revoked.stdout == "revoked vision's grant of s3://team-bucket/vision\n"
+    assert len(_run(runyard, "project", "grants", "vision").stdout.splitlines()) == 3
+    # Refusals in the command line's words: the field, and the role.
+    bad = _run(runyard, "project", "grant", "vision", "s3://Bad_Bucket/x", code=1)
+    assert "prefix" in bad.stderr and "not an S3 bucket name" in bad.stderr
+    member = api.post("/v1/tokens", json={"name": "mo", "project": "vision"}).json()["token"]
+    api.headers["Authorization"] = f"Bearer {member}"
+    refused = _run(runyard, "project", "grant", "vision", str(tmp_path / "more"), code=1)
+    assert "needs a server administrator" in refused.stderr
+    assert "needs the admin role" in _run(runyard, "project", "grants", "vision", code=1).stderr
+
+
+def test_the_project_commands_say_what_they_do() -> None:
+    runner = CliRunner()
+    helped = runner.invoke(cli.main, ["project", "--help"]).stdout
+    for command in ("create", "list", "grant", "grants", "revoke"):
+        assert f"  {command} " in helped, helped
+    grant_help = runner.invoke(cli.main, ["project", "grant", "--help"]).stdout
+    assert "--read-write" in grant_help and "--read-only" in grant_help
+    assert "RUNYARD_FILE_ROOTS" in grant_help

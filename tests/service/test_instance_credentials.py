@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from contract.spec import Channel, JobSpec
 from service.app import create_app
+from service.grants.places import Place, ProjectPlaces, places_of
 from service.kit.errors import Conflict
 from service.settings import Settings
 from service.training import instance_credentials
@@ -379,3 +380,87 @@ def test_a_refusal_by_sts_is_not_asked_again_as_if_sts_were_busy(
             refused = api.get(URL, headers=instance_headers(settings, created["id"]))
     assert refused.status_code == 409, refused.text
     assert f"STS refused AssumeRole of {role}: AccessDenied" in refused.text
+
+
+# -- A project held to its places --------------------------------------------------------
+
+
+def _beta_places() -> ProjectPlaces:
+    """Project beta, with an S3 artifact root: it writes s3://shared-ml/beta and reads
+    s3://shared-ml/alpha/public, and nothing else of the bucket."""
+    return places_of(
+        "s3://artifacts",
+        "beta",
+        [
+            Place("s3://shared-ml/beta", "read-write"),
+            Place("s3://shared-ml/alpha/public", "read-only"),
+        ],
+    )
+
+
+def test_a_projects_policy_allows_its_grants_and_its_output_not_what_it_names() -> None:
+    spec = _spec(
+        source_uri="s3://artifacts/_sources/abc.tar.gz",
+        inputs={"train": Channel("s3://shared-ml/beta/data/")},
+        output_path="s3://artifacts/projects/beta",
+    )
+    policy = session_policy(spec, "job-1", places=_beta_places())
+    allowed = [
+        ("s3:GetObject", "arn:aws:s3:::shared-ml/beta/data/part-0"),
+        ("s3:GetObject", "arn:aws:s3:::shared-ml/alpha/public/part-0"),
+        ("s3:PutObject", "arn:aws:s3:::shared-ml/beta/anything"),  # its read-write grant
+        ("s3:GetObject", "arn:aws:s3:::artifacts/_sources/abc.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::artifacts/projects/beta/job-1/output/model.tar.gz"),
+    ]
+    denied = [
+        ("s3:GetObject", "arn:aws:s3:::shared-ml/alpha/data/part-0"),
+        ("s3:PutObject", "arn:aws:s3:::shared-ml/alpha/models/job-1/output/model.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::shared-ml/alpha/public/part-0"),  # read-only
+        ("s3:DeleteObject", "arn:aws:s3:::shared-ml/alpha/public/part-0"),
+        ("s3:GetObject", "arn:aws:s3:::shared-ml/beta-old/x"),
+        ("s3:GetObject", "arn:aws:s3:::artifacts/_sources/other.tar.gz"),
+        ("s3:GetObject", "arn:aws:s3:::artifacts/projects/alpha/job-1/output/model.tar.gz"),
+        ("s3:PutObject", "arn:aws:s3:::artifacts/projects/beta/job-2/output/model.tar.gz"),
+    ]
+    assert [case for case in allowed if not _permitted(policy, *case)] == []
+    assert [case for case in denied if _permitted(policy, *case)] == []
+
+
+def test_a_place_no_longer_granted_refuses_the_jobs_credentials() -> None:
+    """What a job names is checked again when its credentials are asked: a grant
+    revoked since it was submitted is not reached through its policy."""
+    spec = _spec(
+        source_uri="s3://artifacts/_sources/abc.tar.gz",
+        inputs={"train": Channel("s3://shared-ml/alpha/data/")},
+        output_path="s3://shared-ml/alpha/models",
+    )
+    with pytest.raises(Conflict, match="project 'beta' may no longer read"):
+        session_policy(spec, "job-1", places=_beta_places())
+    manifest = _spec(
+        source_uri="s3://artifacts/_sources/abc.tar.gz",
+        inputs={
+            "train": Channel("s3://shared-ml/beta/train.manifest", s3_data_type="ManifestFile")
+        },
+        output_path="s3://shared-ml/beta/models",
+    )
+    with pytest.raises(Conflict, match="may not read"):
+        session_policy(
+            manifest, "job-1", manifest_prefixes=["s3://shared-ml/alpha/"], places=_beta_places()
+        )
+
+
+def test_a_role_per_project_or_the_default_project_keeps_the_named_locations(
+    settings: Settings,
+) -> None:
+    beta = _beta_places()
+    assert instance_credentials.policy_places(settings, beta) is beta
+    per_project = settings.model_copy(
+        update={"instance_role_arn": "arn:aws:iam::123456789012:role/runyard-{project}"}
+    )
+    assert instance_credentials.policy_places(per_project, beta) is None
+    shared_role = settings.model_copy(
+        update={"instance_role_arn": "arn:aws:iam::123456789012:role/runyard"}
+    )
+    assert instance_credentials.policy_places(shared_role, beta) is beta
+    default = places_of("s3://artifacts", "default", [])
+    assert instance_credentials.policy_places(settings, default) is None

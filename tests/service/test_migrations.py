@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, select, text
 
 from service.jobs import repository
-from service.jobs.models import MetricRollup, TrainingJob
+from service.jobs.models import JobWritePlace, MetricRollup, TrainingJob
 from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
@@ -261,3 +261,32 @@ def test_jobs_from_before_the_stage_column_get_the_stage_their_columns_told(
         "j7": "Restarting",  # waiting for spot capacity, not in line
     }
     assert line == ["j1"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_jobs_stored_before_places_were_recorded_keep_the_places_they_wrote(
+    engine: str, tmp_path: Path
+) -> None:
+    """A job from before places were recorded holds its output folder and checkpoints
+    all the same: another project's job may not write there, nor be granted it."""
+    with _database_at(engine, tmp_path, "0021") as url:
+        with get_engine(url).begin() as connection:
+            _insert_job(
+                connection,
+                "j1",
+                {"output_path": "file:///data/team/", "checkpoint_s3_uri": "s3://ckpt//a/./b"},
+                "Completed",
+            )
+            _insert_job(connection, "j2", {"output_path": "s3://models/x/../y"}, "InProgress")
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            rows = session.execute(
+                select(JobWritePlace.job_id, JobWritePlace.project, JobWritePlace.key).order_by(
+                    JobWritePlace.job_id, JobWritePlace.key
+                )
+            ).all()
+    assert [tuple(row) for row in rows] == [
+        ("j1", "default", "file:///data/team/job-j1"),
+        ("j1", "default", "s3://ckpt/a/b"),
+        ("j2", "default", "s3://models/y/job-j2"),
+    ]
