@@ -14,6 +14,7 @@ the places granted to it, each read-only or read-write.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -140,9 +141,10 @@ class Place:
     uri: str
     access: Access
 
-    @property
+    @functools.cached_property
     def keys(self) -> tuple[str, ...]:
-        # A file:// place's links are resolved as it is used, not as it was granted.
+        # A file:// place's links are resolved as it is used (once a check), not as it
+        # was granted.
         return keys(self.uri)
 
     @property

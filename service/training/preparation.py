@@ -40,7 +40,7 @@ from service.jobs import file_roots
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate, hyperparameters_too_large, nul_location
 from service.jobs.spec_parts import ImageChoice
-from service.kit.db import session_scope, utcnow
+from service.kit.db import autocommit_reads, session_scope, utcnow
 from service.kit.errors import (
     Conflict,
     SpecError,
@@ -152,7 +152,8 @@ def prepare(
     # Before anything looks at the files: a refusal must not tell what is there.
     refuse(file_roots.problems(located, settings.file_roots))
     written = grant_service.writable_keys(written_uris(located, name))
-    with session_scope(settings.database_url, readonly=True) as session:
+    # Reads outside any transaction: a submission's one commit is the batch's that stores it.
+    with autocommit_reads(settings.database_url) as session:
         access = grant_service.data_access(session, settings, project)
         taken = grant_service.taken_by_others(session, project, written)
     if access.places.restricted:
