@@ -173,7 +173,9 @@ class Settings(BaseSettings):
         "`/data:/scratch` or as a JSON list; the artifact root, when it is `file://`, is "
         "always one. A URI outside them once `..`, percent-escapes and symbolic links are "
         "resolved is refused with a 422 that names the field, whether or not the path "
-        "exists; with an `s3://` artifact root and no roots, every `file://` URI is.",
+        "exists; with an `s3://` artifact root and no roots, every `file://` URI is. They "
+        "serve the `default` project; any other uses its own area of the artifact root and "
+        "the places granted to it inside them (`runyard project grant`).",
     )
     public_url: str = Field(
         default="",
@@ -398,8 +400,9 @@ class Settings(BaseSettings):
         pattern=r"^(|arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/{}-]+)$",
         description="The IAM role the service assumes for each job, with the job's limits "
         "as its session policy; `{project}` in it becomes the job's project (a role per "
-        "project). Empty: a federation token limited the same way, which only an IAM "
-        "user's keys may ask for.",
+        "project, which then bounds what its jobs reach; without one, a job of a project "
+        "other than `default` is limited to its project's granted places). Empty: a "
+        "federation token limited the same way, which only an IAM user's keys may ask for.",
     )
     instance_credentials_seconds: int = Field(
         default=3600,
