@@ -137,12 +137,16 @@ def iam_stack(
 def _run_in_project(
     stack: Stack, source: Path, project: str, name: str, script: str, channel: str
 ) -> tuple[dict[str, Any], list[str]]:
-    """Run ``script`` as a job of ``project`` (made now) with ``channel`` as its train
-    channel and its output below the project's prefix; its end and what it printed."""
+    """Run ``script`` as a job of ``project`` (made now, and granted its prefix of the
+    bucket to write and ``channel`` to read) with ``channel`` as its train channel and
+    its output below the project's prefix; its end and what it printed."""
     source.mkdir()
     (source / "train.py").write_text(script)
     with stack.client() as admin:
         admin.create_project(project)
+        admin.grant(project, f"s3://{BUCKET}/{project}", access="read-write")
+        if not channel.startswith(f"s3://{BUCKET}/{project}/"):
+            admin.grant(project, channel.rstrip("/"))
         token = admin.token
     with Client(stack.url, token, project=project) as client:
         job = stack.submit(
@@ -181,6 +185,8 @@ def test_a_job_reaches_its_own_prefix_and_is_denied_another_projects(
 def test_a_channel_of_another_projects_prefix_is_refused_to_the_job(
     iam_stack: Stack, tmp_path: Path
 ) -> None:
+    """Granted to read team a's data by Runyard, team b's job is still held by its own
+    role: with a role per project, the role bounds what the job names."""
     channel = f"s3://{BUCKET}/team-a/data/"
     script = "print('never runs')\n"
     ended, _ = _run_in_project(iam_stack, tmp_path / "src", "team-b", "across", script, channel)

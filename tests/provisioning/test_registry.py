@@ -66,14 +66,14 @@ def test_a_registered_record_is_offered_as_any_other_backend(
     settings = settings.model_copy(update={"backends": {"local": "local", "ml.m5.large": "inert"}})
 
     spec = JobCreate.model_validate(job_spec(source_dir, instance_type="ml.m5.large"))
-    assert preparation.prepare(settings, spec, "admin").backend == "inert"
+    assert preparation.prepare(settings, spec, "default").backend == "inert"
     # Submission asked the backend itself whether it could run the job.
     assert built == [settings]
     other = JobCreate.model_validate(
         job_spec(source_dir, instance_type="ml.m5.xlarge", backend="inert")
     )
     with pytest.raises(SpecError) as refused:
-        preparation.prepare(settings, other, "admin")
+        preparation.prepare(settings, other, "default")
     assert refused.value.field_message == "backend 'inert' cannot run ml.m5.xlarge"
 
     assert isinstance(registry.build("inert", settings), _Inert)
@@ -86,7 +86,7 @@ def test_an_unknown_backend_is_refused_naming_the_known_ones(
 ) -> None:
     spec = JobCreate.model_validate(job_spec(source_dir, backend="nowhere"))
     with pytest.raises(SpecError) as refused:
-        preparation.prepare(settings, spec, "admin")
+        preparation.prepare(settings, spec, "default")
     assert refused.value.field_message == "unknown backend 'nowhere'; known: local, kubernetes, ec2"
     with pytest.raises(KeyError, match="nowhere"):
         registry.build("nowhere", settings)

@@ -402,7 +402,8 @@ def test_a_server_administrator_grants_a_project_places(
     assert len(_run(runyard, "project", "grants", "vision").stdout.splitlines()) == 3
     # Refusals in the command line's words: the field, and the role.
     bad = _run(runyard, "project", "grant", "vision", "s3://Bad_Bucket/x", code=1)
-    assert "prefix" in bad.stderr and "not an S3 bucket name" in bad.stderr
+    assert "prefix" in bad.stderr
+    assert "not an S3 bucket name" in bad.stderr
     member = api.post("/v1/tokens", json={"name": "mo", "project": "vision"}).json()["token"]
     api.headers["Authorization"] = f"Bearer {member}"
     refused = _run(runyard, "project", "grant", "vision", str(tmp_path / "more"), code=1)
@@ -416,5 +417,6 @@ def test_the_project_commands_say_what_they_do() -> None:
     for command in ("create", "list", "grant", "grants", "revoke"):
         assert f"  {command} " in helped, helped
     grant_help = runner.invoke(cli.main, ["project", "grant", "--help"]).stdout
-    assert "--read-write" in grant_help and "--read-only" in grant_help
+    assert "--read-write" in grant_help
+    assert "--read-only" in grant_help
     assert "RUNYARD_FILE_ROOTS" in grant_help

@@ -25,6 +25,7 @@ def _protected_routes() -> list[tuple[str, str]]:
         for route in router.routes:
             assert isinstance(route, APIRoute)
             path = route.path.replace("{name}", "job-1").replace("{host}", "algo-1")
+            path = path.replace("{project}", "default")
             routes.extend((method, path) for method in sorted(route.methods))
     return routes
 
@@ -42,10 +43,11 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     routes = _protected_routes()
     # Jobs (create, list, describe, stop, logs, metrics), instance reports (status, logs,
     # instance metrics, interruption) and an instance's AWS credentials, sources, tokens
-    # (mint, list, revoke), projects (create, list), me, capacity, a job's place in line,
-    # model and output data downloads, the caller's AWS credentials, a job's log download
-    # and its spec to clone, the instance types the server offers, and deleting an ended job.
-    assert len(routes) == 27, routes
+    # (mint, list, revoke), projects (create, list) and their granted places (list, grant,
+    # revoke), me, capacity, a job's place in line, model and output data downloads, the
+    # caller's AWS credentials, a job's log download and its spec to clone, the instance
+    # types the server offers, and deleting an ended job.
+    assert len(routes) == 30, routes
 
 
 @pytest.mark.parametrize(

@@ -443,7 +443,7 @@ def test_a_backend_the_server_does_not_use_is_refused(settings: Settings, source
         job_spec(source_dir, instance_type="ml.m5.large", backend="ec2")
     )
     with pytest.raises(SpecError) as refused:
-        preparation.prepare(settings, spec, "admin")
+        preparation.prepare(settings, spec, "default")
     assert refused.value.loc == ("backend",)
     assert refused.value.field_message == (
         "backend 'ec2' is not enabled on this server (RUNYARD_BACKENDS uses: kubernetes, local)"
@@ -481,7 +481,7 @@ def test_network_isolation_is_refused_where_it_cannot_be_had(
         job_spec(source_dir, instance_type=instance_type, enable_network_isolation=True)
     )
     with pytest.raises(SpecError) as refused:
-        preparation.prepare(settings, spec, "admin")
+        preparation.prepare(settings, spec, "default")
     assert refused.value.loc == ("enable_network_isolation",)
     assert refused.value.field_message == why
 

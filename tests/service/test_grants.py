@@ -255,7 +255,8 @@ def test_a_job_uses_only_its_projects_places(
         {"output_path": "s3://shared-ml/alpha/models"},
     ):
         loc, msg = _refusal(submit(**s3))
-        assert loc[1] in s3 and "project 'beta'" in msg
+        assert loc[1] in s3, loc
+        assert "project 'beta'" in msg
     accepted = submit(
         inputs={"train": places.beta_data.as_uri()}, output_path=places.beta_out.as_uri()
     )

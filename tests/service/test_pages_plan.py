@@ -21,7 +21,7 @@ from service.logs import service as logs
 from service.logs.schemas import Line
 from service.settings import Settings
 from service.training import preparation, service
-from tests.conftest import job_spec
+from tests.conftest import grant, job_spec
 
 # A project no statistics can know: its jobs are all new.
 PROJECT = "paged"
@@ -56,6 +56,7 @@ def _plans(settings: Settings) -> Iterator[list[str]]:
 @pytest.fixture
 def stored(settings: Settings, source_dir: Path) -> str:
     """300 jobs, and the logs of two of them: the first one's id."""
+    grant(settings, PROJECT, source_dir.as_uri())  # the jobs' code, for a project's jobs
     prepared = [
         (
             preparation.prepare(

@@ -65,6 +65,12 @@ class ConsoleServer:
         self.tokens["admin"] = admin
         for project in ("alpha", "beta"):
             self.call("admin", "POST", "v1/projects", json={"name": project})
+            # The jobs' code, which a project other than default reads only where granted.
+            grant = {"prefix": self.source.as_uri()}
+            self.call("admin", "POST", f"v1/projects/{project}/grants", json=grant)
+        # Where alpha's jobs keep their checkpoints.
+        grant = {"prefix": (self.source.parent / "ckpt").as_uri(), "access": "read-write"}
+        self.call("admin", "POST", "v1/projects/alpha/grants", json=grant)
         for name, project, role in [
             ("vera", "alpha", "viewer"),
             ("mo", "alpha", "member"),
