@@ -50,7 +50,7 @@ if os.environ.get("PIPE"):
     with open(channel + "_0", "rb") as fifo:
         read = fifo.read().decode()
 else:
-    read = "".join(open(os.path.join(channel, name)).read() for name in sorted(os.listdir(channel)))
+    read = open(os.path.join(channel, "train.txt")).read()
 print("READ " + read, flush=True)
 with open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w") as model:
     model.write("trained on " + read)
