@@ -13,6 +13,7 @@ from contract.phases import Phase
 from contract.protocol import StatusReport
 from provisioning.base import Backend
 from service.app import create_app
+from service.auth.models import Project
 from service.auth.service import create_project, create_token
 from service.capacity import service as capacity
 from service.jobs.schemas import JobCreate
@@ -185,8 +186,10 @@ def test_stopping_a_queued_job_ends_it_without_instances(
 
 def _api(settings: Settings, project: str, source_dir: Path) -> TestClient:
     if project != "default":
-        grant(settings, project, source_dir.as_uri())
+        grant(settings, project, source_dir.as_uri())  # made with its grant
     with session_scope(settings.database_url) as session:
+        if session.get(Project, project) is None:
+            create_project(session, project)
         token = create_token(session, "someone", project=project)
     client = TestClient(create_app(settings))
     client.headers["Authorization"] = f"Bearer {token}"
