@@ -512,6 +512,7 @@ def test_a_viewer_describes_and_searches_secret_looking_values_masked(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
     assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    grant_places(api, "vision", source_dir)
     tokens = {
         role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
             "token"
