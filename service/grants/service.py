@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_, select, text
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.auth.models import DEFAULT_PROJECT
@@ -34,6 +34,10 @@ from service.jobs import file_roots
 from service.jobs.models import JobWritePlace
 from service.kit.errors import Conflict, NotFound, SpecError
 from service.settings import Settings
+
+# The PostgreSQL advisory lock that changing a grant holds: two read-write grants made at
+# once to two projects are checked against each other. SQLite lets one writer in at a time.
+GRANTS_LOCK = int.from_bytes(b"GRANTS")
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,8 @@ def grant(
             "credentials reach: grants are for the other projects"
         )
     _check_against_settings(settings, prefix, access)
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": GRANTS_LOCK})
     if access == READ_WRITE:
         _check_writers(session, project, prefix)
     row = session.scalar(
