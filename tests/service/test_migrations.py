@@ -269,7 +269,7 @@ def test_jobs_stored_before_places_were_recorded_keep_the_places_they_wrote(
 ) -> None:
     """A job from before places were recorded holds its output folder and checkpoints
     all the same: another project's job may not write there, nor be granted it."""
-    with _database_at(engine, tmp_path, "0021") as url:
+    with _database_at(engine, tmp_path, "0022") as url:
         with get_engine(url).begin() as connection:
             _insert_job(
                 connection,

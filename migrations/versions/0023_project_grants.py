@@ -1,7 +1,7 @@
 """The places granted to each project, and the places each job writes
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-12-02
 
 Every job already stored gets its places: its output folder (``<output_path>/<name>``)
@@ -19,8 +19,8 @@ from urllib.parse import unquote_to_bytes, urlsplit
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
