@@ -12,11 +12,11 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import select, tuple_
 
 from service.auth.access import Role
 from service.jobs import lookup
@@ -26,8 +26,9 @@ from service.kit.db import read_pages_in_index_order
 from service.kit.errors import NotFound
 from service.logs import pages
 from service.logs.models import LogEvent
-from service.sagemaker import translate
+from service.sagemaker import log_streams, page_tokens, translate
 from service.sagemaker.errors import AwsError
+from service.sagemaker.log_streams import Stream, StreamJob, stream_name
 from service.sagemaker.training import Call, Operation
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -36,36 +37,7 @@ DEFAULT_STREAMS = 50
 DEFAULT_FILTERED = 10_000
 _STREAM = re.compile(r"(?P<job>[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62})/(?P<host>algo-[1-9][0-9]*)-[0-9]+")
 _TOKEN = re.compile(r"(?P<way>[fb])/(?P<seq>[0-9]{1,18})")
-
-
-class StreamJob(Protocol):
-    """A job whose hosts are streams: the job itself, or a row of these columns."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def project(self) -> str: ...
-    @property
-    def created_at(self) -> datetime: ...
-
-
-@dataclass(frozen=True)
-class Stream:
-    job: StreamJob
-    host: str
-    first: datetime
-    last: datetime
-    lines: int
-
-    @property
-    def name(self) -> str:
-        return stream_name(self.job, self.host)
-
-
-def stream_name(job: StreamJob, host: str) -> str:
-    return f"{job.name}/{host}-{int(job.created_at.timestamp())}"
+PlaceT = TypeVar("PlaceT")
 
 
 def describe_log_streams(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -74,20 +46,25 @@ def describe_log_streams(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     order_by = params.get("orderBy", "LogStreamName")
     if prefix and order_by == "LastEventTime":
         raise _invalid("Cannot order by LastEventTime with a logStreamNamePrefix.")
-    job_prefix = prefix.split("/", 1)[0]
-    found = _streams(call, job_prefix, exact="/" in prefix)
-    streams = [stream for stream in found if stream.name.startswith(prefix)]
-    if order_by == "LastEventTime":
-        streams.sort(key=lambda s: (s.last, s.name), reverse=bool(params.get("descending")))
-    else:
-        streams.sort(key=lambda s: s.name, reverse=bool(params.get("descending")))
-    start = _offset(params.get("nextToken"))
     limit = params.get("limit", DEFAULT_STREAMS)
-    page = streams[start : start + limit]
+    page, after = log_streams.page(
+        call.session,
+        call.principal.project,
+        prefix,
+        by_creation=order_by == "LastEventTime",
+        descending=bool(params.get("descending")),
+        limit=limit,
+        after=_place_in(
+            params,
+            log_streams.place_parser(
+                by_creation=order_by == "LastEventTime", descending=bool(params.get("descending"))
+            ),
+        ),
+    )
     answer: dict[str, Any] = {"logStreams": [_stream_entry(s, call.region) for s in page]}
-    # Only while more remain: the SageMaker SDK asks again as long as a token is there.
-    if start + limit < len(streams):
-        answer["nextToken"] = _offset_token(start + limit)
+    # Only while more may remain: the SageMaker SDK asks again as long as a token is there.
+    if after is not None:
+        answer["nextToken"] = _place_token(params, after)
     return answer
 
 
@@ -127,63 +104,80 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     prefix = params.get("logStreamNamePrefix", "")
     if names and prefix:
         raise _invalid("logStreamNames and logStreamNamePrefix cannot both be given.")
-    wanted: list[tuple[StreamJob, str]]
     if names:
-        wanted = [_stream_of(call, name) for name in names]
-    else:
-        job_prefix = prefix.split("/", 1)[0]
-        wanted = [
-            (s.job, s.host)
-            for s in _streams(call, job_prefix, exact="/" in prefix)
-            if s.name.startswith(prefix)
-        ]
+        return _filter_streams(call, params, [_stream_of(call, name) for name in names])
+    # Without names, the lines of every stream the prefix matches, however many jobs: read a
+    # job at a time, up to a budget (log_streams.walk_lines), and a token to go on from.
+    walk = log_streams.walk_lines(
+        call.session,
+        call.principal.project,
+        prefix,
+        terms=_terms(params.get("filterPattern", "")),
+        within=lambda query: _within(query, params.get("startTime"), params.get("endTime")),
+        limit=params.get("limit", DEFAULT_FILTERED),
+        after=_place_in(params, log_streams.line_place),
+    )
+    answer: dict[str, Any] = {
+        "events": [_filtered(job, row) for job, row in walk.events],
+        "searchedLogStreams": [
+            {"logStreamName": name, "searchedCompletely": completely}
+            for name, completely in walk.searched.items()
+        ],
+    }
+    if walk.after is not None:
+        answer["nextToken"] = _place_token(params, log_streams.line_place_json(walk.after))
+    return answer
+
+
+def _filter_streams(
+    call: Call, params: dict[str, Any], wanted: list[tuple[TrainingJob, str]]
+) -> dict[str, Any]:
+    """FilterLogEvents over the streams named (at most 100, as CloudWatch's): their lines
+    in time order across them, equal times as they arrived."""
     terms = _terms(params.get("filterPattern", ""))
     limit = params.get("limit", DEFAULT_FILTERED)
     by_id = {job.id: job for job, _ in wanted}
-    page: list[LogEvent] = []
-    more = False
-    if wanted:
-        query = select(LogEvent).where(
-            LogEvent.job_id.in_(sorted(by_id)),
-            tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted]),
-        )
-        query = _within(query, params.get("startTime"), params.get("endTime"))
-        # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
-        # each row is then matched exactly here, read as the page fills (pages.read_page).
-        for term in terms:
-            query = query.where(LogEvent.message.contains(term, autoescape=True))
-        position = _position(params.get("nextToken"))
-        if position is not None:
-            query = query.where(keyset.after(_FILTER_KEYS, position))
-        read_pages_in_index_order(call.session)
-        page, more = pages.read_page(
-            call.session,
-            query.order_by(*keyset.ordering(_FILTER_KEYS)),
-            limit=limit,
-            keep=lambda row: all(term in row.message for term in terms),
-        )
+    query = select(LogEvent).where(
+        LogEvent.job_id.in_(sorted(by_id)),
+        tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted]),
+    )
+    query = _within(query, params.get("startTime"), params.get("endTime"))
+    # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
+    # each row is then matched exactly here, read as the page fills (pages.read_page).
+    for term in terms:
+        query = query.where(LogEvent.message.contains(term, autoescape=True))
+    position = _place_in(params, lambda given: keyset.from_json(_FILTER_KEYS, given))
+    if position is not None:
+        query = query.where(keyset.after(_FILTER_KEYS, position))
+    read_pages_in_index_order(call.session)
+    page, more = pages.read_page(
+        call.session,
+        query.order_by(*keyset.ordering(_FILTER_KEYS)),
+        limit=limit,
+        keep=lambda row: all(term in row.message for term in terms),
+    )
     answer: dict[str, Any] = {
-        "events": [
-            {
-                **_event(row),
-                "logStreamName": stream_name(by_id[row.job_id], row.host),
-                "eventId": f"{row.job_id}-{row.host}-{row.seq}",
-            }
-            for row in page
-        ],
+        "events": [_filtered(by_id[row.job_id], row) for row in page],
         "searchedLogStreams": [
             {"logStreamName": stream_name(job, host), "searchedCompletely": True}
             for job, host in wanted
         ],
     }
     if more:
-        answer["nextToken"] = _position_token(page[-1])
+        answer["nextToken"] = _place_token(params, keyset.to_json([page[-1].time, page[-1].id]))
     return answer
 
 
+def _filtered(job: StreamJob, row: Any) -> dict[str, Any]:
+    return {
+        **_event(row),
+        "logStreamName": stream_name(job, row.host),
+        "eventId": f"{row.job_id}-{row.host}-{row.seq}",
+    }
+
+
 # Events across streams in time order, equal times as they arrived: a total order, so a page
-# ends at a row the next page starts after. A job's lines are indexed in this order, so the
-# lines of one job (as the SageMaker SDK asks for them) are read in it as the page fills.
+# ends at a row the next page starts after.
 _FILTER_KEYS = (keyset.Key(LogEvent.time), keyset.Key(LogEvent.id))
 
 
@@ -193,50 +187,33 @@ def _terms(pattern: str) -> list[str]:
     return [quoted or bare for quoted, bare in re.findall(r'"([^"]*)"|(\S+)', pattern)]
 
 
-def _position_token(row: LogEvent) -> str:
-    place = keyset.to_json([row.time, row.id])
-    return base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+# A token holds a place in the answer's order and a digest of the request it was given for
+# (page_tokens), so that one of another request (another prefix, pattern, order) is refused
+# rather than read as a place in this one.
+_NOT_IN_TOKEN = ("nextToken", "limit")
 
 
-def _position(token: str | None) -> list[Any] | None:
+def _place_token(params: dict[str, Any], place: Any) -> str:
+    digest = page_tokens.digest(params, _NOT_IN_TOKEN)
+    return base64.urlsafe_b64encode(json.dumps([place, digest]).encode()).decode()
+
+
+def _place_in(params: dict[str, Any], parse: Callable[[Any], PlaceT | None]) -> PlaceT | None:
+    """The place the request's nextToken holds (None without one), read by ``parse``;
+    refused unless this server gave the token for this request."""
+    token = params.get("nextToken")
     if token is None:
         return None
+    place: PlaceT | None = None
     try:
-        place = keyset.from_json(_FILTER_KEYS, json.loads(base64.urlsafe_b64decode(token)))
-    except (ValueError, TypeError, binascii.Error):
+        given, digest = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if digest == page_tokens.digest(params, _NOT_IN_TOKEN):
+            place = parse(given)
+    except (ValueError, TypeError, AttributeError, binascii.Error):
         place = None
     if place is None:
         raise _invalid("The specified nextToken is invalid.")
     return place
-
-
-def _streams(call: Call, job_prefix: str, *, exact: bool) -> list[Stream]:
-    principal = call.principal
-    principal.require(Role.VIEWER, principal.project, "reading logs")
-    # The jobs' columns a stream shows, never their records.
-    query = (
-        select(
-            TrainingJob.id,
-            TrainingJob.name,
-            TrainingJob.project,
-            TrainingJob.created_at,
-            LogEvent.host,
-            func.min(LogEvent.time).label("first"),
-            func.max(LogEvent.time).label("last"),
-            func.count(LogEvent.id).label("lines"),
-        )
-        .join(LogEvent, LogEvent.job_id == TrainingJob.id)
-        .where(TrainingJob.project == principal.project)
-        .group_by(TrainingJob.id, LogEvent.host)
-    )
-    if exact:
-        query = query.where(TrainingJob.name == job_prefix)
-    elif job_prefix:
-        query = query.where(TrainingJob.name.startswith(job_prefix, autoescape=True))
-    return [
-        Stream(job=row, host=row.host, first=row.first, last=row.last, lines=row.lines)
-        for row in call.session.execute(query)
-    ]
 
 
 def _stream_of(call: Call, name: str) -> tuple[TrainingJob, str]:
@@ -295,22 +272,6 @@ def _stream_entry(stream: Stream, region: str) -> dict[str, Any]:
         "arn": f"arn:aws:logs:{region}:{account}:log-group:{LOG_GROUP}:log-stream:{stream.name}",
         "storedBytes": 0,
     }
-
-
-def _offset(token: str | None) -> int:
-    if token is None:
-        return 0
-    try:
-        offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
-        if isinstance(offset, int) and offset >= 0:
-            return offset
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        pass
-    raise _invalid("The specified nextToken is invalid.")
-
-
-def _offset_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
 
 
 def _invalid(message: str) -> AwsError:
