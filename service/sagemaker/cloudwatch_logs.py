@@ -64,7 +64,7 @@ def describe_log_streams(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     answer: dict[str, Any] = {"logStreams": [_stream_entry(s, call.region) for s in page]}
     # Only while more may remain: the SageMaker SDK asks again as long as a token is there.
     if after is not None:
-        answer["nextToken"] = _place_token(params, after)
+        answer["nextToken"] = _place_token(params, keyset.to_json(after))
     return answer
 
 

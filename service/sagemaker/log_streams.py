@@ -336,7 +336,7 @@ def walk_lines(
 
 
 def _here(
-    jobs: Sequence[Row[Any]], job: Row[Any], start: list[Any] | None, after: list[Any] | None
+    jobs: Sequence[Any], job: Any, start: list[Any] | None, after: list[Any] | None
 ) -> list[Any] | None:
     """The place a walk stopped at in ``job``: after its line ``start``, or before it."""
     if start is not None:
@@ -344,7 +344,7 @@ def _here(
     return _job_done(jobs, job) or after
 
 
-def _job_done(jobs: Sequence[Row[Any]], job: Row[Any]) -> list[Any] | None:
+def _job_done(jobs: Sequence[Any], job: Any) -> list[Any] | None:
     """The place before ``job``: after the job before it (to its end), or from the start."""
     before = jobs.index(job) - 1
     return [jobs[before].name, None] if before >= 0 else None
@@ -353,7 +353,7 @@ def _job_done(jobs: Sequence[Row[Any]], job: Row[Any]) -> list[Any] | None:
 @contextmanager
 def _window_of_lines(
     session: Session, lines: Select[Any], terms: list[str], most: int
-) -> Iterator[Iterator[Row[Any]]]:
+) -> Iterator[Iterator[Any]]:
     """The first ``most`` + 1 of ``lines`` in (time, arrival) order, each with its message
     if the database finds every term in it (its LIKE may ignore case: checked again
     after), None otherwise, so that lines that fail are looked at but never sent. Read
