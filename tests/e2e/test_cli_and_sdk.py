@@ -467,6 +467,10 @@ with Client(sys.argv[1], sys.argv[2]) as client:
 """
 
 
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_in_fit_says_the_job_keeps_running_and_how_to_stop_it(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -478,6 +482,9 @@ def test_ctrl_c_in_fit_says_the_job_keeps_running_and_how_to_stop_it(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # Ctrl-C as a terminal delivers it, even where this suite runs in the background
+            # (a shell's background job ignores SIGINT, and its children inherit that).
+            preexec_fn=_sigint_as_at_a_terminal,
         )
         assert fitting.stdout is not None
         name = fitting.stdout.readline().strip().removeprefix("Submitted training job ")
