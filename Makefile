@@ -58,15 +58,16 @@ test: lint
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=25
 
 # The units, for a newcomer's edit-and-check loop (about three minutes here): on SQLite
-# only, with no server stacks, browsers, clusters, images, real launchers or multi-process
-# training (PostgreSQL and those are `make test`'s). Four processes: the tests wait on
-# subprocesses and sockets often enough that two cores keep four busy.
+# only, with no server stacks, browsers, clusters, images, real launchers, multi-process
+# training or podman (PostgreSQL and those are `make test`'s). Four processes: the tests
+# wait on subprocesses and sockets often enough that two cores keep four busy.
 FAST_SKIPS := e2e deploy tensorflow libraries service/console \
     runyard/test_server_startup.py runyard/test_server_supervisor.py runyard/test_demo.py \
     service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py
 FAST_WORKERS ?= 4
 test-fast: install
-	$(BIN)/pytest --numprocesses=$(FAST_WORKERS) --dist=loadfile -m "not e2e and not postgres" \
+	$(BIN)/pytest --numprocesses=$(FAST_WORKERS) --dist=loadfile \
+	    -m "not e2e and not postgres and not container_engine" \
 	    $(addprefix --ignore=tests/,$(FAST_SKIPS))
 
 # One part's tests: `make test-service`, `test-worker`, `test-provisioning`, `test-runtime`,

@@ -502,6 +502,7 @@ def test_root_without_cap_net_admin_shares_the_machine_and_says_why(tmp_path: Pa
     )
 
 
+@pytest.mark.container_engine
 def test_a_container_job_is_planned_as_containers_on_the_jobs_network(tmp_path: Path) -> None:
     image = "registry.example.com/team/train:7"
     request = _request(tmp_path, instance_count=2, image={"container": image})

@@ -144,6 +144,7 @@ def test_an_image_no_catalog_entry_matches_is_refused_naming_the_field(
     assert api.get("/v1/training-jobs").json()["items"] == []
 
 
+@pytest.mark.container_engine
 def test_a_custom_container_brings_its_own_program_and_a_script_needs_its_source(
     api: TestClient, source_dir: Path
 ) -> None:

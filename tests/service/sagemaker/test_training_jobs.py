@@ -348,6 +348,7 @@ def test_what_runyard_cannot_honour_is_refused_not_dropped(
     assert api.get("/v1/training-jobs").json()["items"] == []
 
 
+@pytest.mark.container_engine
 def test_an_image_of_the_jobs_own_runs_as_a_container_with_or_without_a_script(
     sm: Any, api: TestClient, source_dir: Path
 ) -> None:
