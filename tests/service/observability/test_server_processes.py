@@ -51,19 +51,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "RUNYARD_WORKER_METRICS_PORT": str(worker_port),
         "RUNYARD_FILE_ROOTS": str(base),
     }
-    stderr = base / "stderr.log"
-    with open(stderr, "wb") as err:
+    stderr, stdout = base / "stderr.log", base / "stdout.log"
+    with open(stderr, "wb") as err, open(stdout, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "runyard", "server", "--port", str(port)],
             env=env,
             cwd=REPO,
-            stdout=subprocess.DEVNULL,
+            stdout=out,
             stderr=err,
         )
     url = f"http://127.0.0.1:{port}"
     try:
         if not wait_until_up(url, alive=lambda: process.poll() is None):
             pytest.fail(f"the server did not start:\n{stderr.read_text()}")
+        # The server asks /healthz itself until it says it is ready: done asking, on a
+        # loaded machine too, before any test counts the requests it saw.
+        deadline = time.monotonic() + 60
+        while "Runyard is ready" not in stdout.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
         token = (home / "token").read_text().strip()
         yield Server(url, token, f"http://127.0.0.1:{worker_port}/metrics", stderr, base, process)
         _end_every_job(url, token, home / "jobs")
