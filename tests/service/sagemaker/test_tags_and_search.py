@@ -17,7 +17,11 @@ from fastapi.testclient import TestClient
 
 from tests.service.sagemaker.conftest import credentials
 from tests.service.sagemaker.live import REGION, UNCHECKED, check_answer, client
-from tests.service.sagemaker.test_training_jobs import error_of, grant_places, request
+from tests.service.sagemaker.test_training_jobs import (
+    error_of,
+    request,
+    vision_viewer_and_member,
+)
 
 
 def arn_of(sm: Any, name: str) -> str:
@@ -102,16 +106,7 @@ def test_tags_keep_sagemakers_limits_naming_the_member(
 def test_tags_need_the_member_role_and_the_jobs_project(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
-    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
-    grant_places(api, "vision", source_dir)
-    tokens = {
-        role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
-            "token"
-        ]
-        for role in ("viewer", "member")
-    }
-    viewer = client("sagemaker", server, credentials(api, tokens["viewer"]))
-    member = client("sagemaker", server, credentials(api, tokens["member"]))
+    viewer, member = vision_viewer_and_member(api, server, source_dir)
     admin = client("sagemaker", server, credentials(api))  # of the project "default"
     member.create_training_job(**request(source_dir))
     arn = arn_of(member, "wire-1")

@@ -84,6 +84,18 @@ def grant_places(api: TestClient, project: str, source: Path) -> None:
         assert answer.status_code == 201, answer.text
 
 
+def vision_viewer_and_member(api: TestClient, server: str, source: Path) -> tuple[Any, Any]:
+    """SageMaker clients of a viewer and a member of a new project "vision", granted what
+    ``request(source)`` uses."""
+    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
+    grant_places(api, "vision", source)
+    clients = []
+    for role in ("viewer", "member"):
+        made = api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role})
+        clients.append(client("sagemaker", server, credentials(api, made.json()["token"])))
+    return clients[0], clients[1]
+
+
 def present(value: Any) -> Any:
     """``value`` without the keys whose value is None (modes a spec leaves unset)."""
     if isinstance(value, dict):
@@ -486,16 +498,7 @@ def test_stop_moves_a_job_to_stopping_and_an_ended_one_is_refused(
 def test_roles_and_projects_apply_to_aws_credentials(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
-    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
-    grant_places(api, "vision", source_dir)
-    tokens = {
-        role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
-            "token"
-        ]
-        for role in ("viewer", "member")
-    }
-    viewer = client("sagemaker", server, credentials(api, tokens["viewer"]))
-    member = client("sagemaker", server, credentials(api, tokens["member"]))
+    viewer, member = vision_viewer_and_member(api, server, source_dir)
     admin = client("sagemaker", server, credentials(api))
 
     code, message = error_of(viewer.create_training_job, **request(source_dir))
@@ -512,16 +515,7 @@ def test_roles_and_projects_apply_to_aws_credentials(
 def test_a_viewer_describes_and_searches_secret_looking_values_masked(
     api: TestClient, server: str, source_dir: Path
 ) -> None:
-    assert api.post("/v1/projects", json={"name": "vision"}).status_code == 201
-    grant_places(api, "vision", source_dir)
-    tokens = {
-        role: api.post("/v1/tokens", json={"name": role, "project": "vision", "role": role}).json()[
-            "token"
-        ]
-        for role in ("viewer", "member")
-    }
-    viewer = client("sagemaker", server, credentials(api, tokens["viewer"]))
-    member = client("sagemaker", server, credentials(api, tokens["member"]))
+    viewer, member = vision_viewer_and_member(api, server, source_dir)
     environment = {"WANDB_API_KEY": "wb-1", "hf_token": "hf-2", "MY_SETTING": "on"}
     member.create_training_job(**request(source_dir, Environment=environment))
     masked = {"WANDB_API_KEY": REDACTED, "hf_token": REDACTED, "MY_SETTING": "on"}
