@@ -11,40 +11,15 @@ from typing import Any
 import pytest
 
 from provisioning import registry
-from provisioning.base import Backend, InstanceStatus, JobRef, LaunchRequest, Materialized
+from provisioning.base import Backend
 from provisioning.plugin import BackendPlugin
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.settings import Settings
 from service.training import preparation
 from tests.conftest import job_spec
+from tests.inert_backend import InertBackend
 from worker.reconciler import Reconciler
-
-
-class _Inert(Backend[dict[str, Any]]):
-    """A backend that holds nothing: what a new backend's record needs to be offered."""
-
-    name = "inert"
-
-    def materialize(self, request: LaunchRequest) -> Materialized[dict[str, Any]]:
-        return Materialized(self.name, {})
-
-    def apply(self, materialized: Materialized[dict[str, Any]]) -> None:
-        pass
-
-    def exists(self, job: JobRef) -> bool:
-        return False
-
-    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
-        return None
-
-    def _cancel_existing(
-        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
-    ) -> None:
-        pass
-
-    def teardown(self, job: JobRef) -> None:
-        pass
 
 
 def test_a_registered_record_is_offered_as_any_other_backend(
@@ -54,7 +29,7 @@ def test_a_registered_record_is_offered_as_any_other_backend(
 
     def build(server: object) -> Backend[Any]:
         built.append(server)
-        return _Inert()
+        return InertBackend()
 
     record = BackendPlugin(
         name="inert",
@@ -76,7 +51,7 @@ def test_a_registered_record_is_offered_as_any_other_backend(
         preparation.prepare(settings, other, "default")
     assert refused.value.field_message == "backend 'inert' cannot run ml.m5.xlarge"
 
-    assert isinstance(registry.build("inert", settings), _Inert)
+    assert isinstance(registry.build("inert", settings), InertBackend)
     # The reconciler's lease outlasts the record's teardown, with its margin.
     assert Reconciler(settings).lease_seconds == 1234.0 + 5.0
 

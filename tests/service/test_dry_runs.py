@@ -20,9 +20,6 @@ from fastapi.testclient import TestClient
 from provisioning import registry
 from provisioning.base import (
     DECIDED_AT_LAUNCH,
-    Backend,
-    InstanceStatus,
-    JobRef,
     LaunchError,
     LaunchRequest,
     Materialized,
@@ -32,6 +29,7 @@ from provisioning.plugin import BackendPlugin
 from runyard.server import prepare
 from service.app import create_app
 from tests.conftest import job_spec, make_settings
+from tests.inert_backend import InertBackend
 from tests.wheels import offline
 
 # What the server's pip is, by the state a test puts it in: an index without the
@@ -88,6 +86,7 @@ from provisioning.local import addresses
 from runyard.server import prepare
 from service.app import create_app
 from tests.conftest import job_spec, make_settings
+from tests.inert_backend import InertBackend
 from worker.reconciler import Reconciler
 
 pool = addresses.DEFAULT_POOL
@@ -145,7 +144,7 @@ def test_a_dry_run_with_no_free_subnet_plans_the_network_and_the_launch_fails(
     )
 
 
-class _Unplannable(Backend[dict[str, Any]]):
+class _Unplannable(InertBackend):
     """A backend whose provider refuses to plan anything (a quota read at planning)."""
 
     name = "unplannable"
@@ -155,20 +154,6 @@ class _Unplannable(Backend[dict[str, Any]]):
 
     def apply(self, materialized: Materialized[dict[str, Any]]) -> None:
         raise AssertionError("a dry run applies nothing")
-
-    def exists(self, job: JobRef) -> bool:
-        return False
-
-    def describe(self, job: JobRef) -> dict[str, InstanceStatus] | None:
-        return None
-
-    def _cancel_existing(
-        self, job: JobRef, *, force: bool, grace_seconds: float | None = None
-    ) -> None:
-        pass
-
-    def teardown(self, job: JobRef) -> None:
-        pass
 
 
 def test_a_backend_that_cannot_plan_the_job_is_a_422_naming_why(
