@@ -414,7 +414,9 @@ def _submit_spec(
             spec.get("metric_definitions"), named, key="name", value="regex"
         )
     if tags:
-        spec["tags"] = _merged(spec.get("tags"), _pairs(tags, "--tag"), key="key", value="value")
+        spec["tags"] = _merged(
+            _tag_list(spec.get("tags")), _pairs(tags, "--tag"), key="key", value="value"
+        )
     if distribution is not None:
         try:
             spec["distribution"] = json.loads(distribution)
@@ -509,6 +511,22 @@ def _merged(items: Any, pairs: dict[str, str], *, key: str, value: str) -> list[
         if not (isinstance(item, dict) and item.get(key) in pairs)
     ]
     return [*kept, *({key: name, value: text} for name, text in pairs.items())]
+
+
+def _tag_list(tags: Any) -> Any:
+    """A spec file's tags as a list of ``{key, value}``, however the file wrote them (a
+    mapping, or SageMaker's ``[{Key, Value}]``), so that --tag flags replace the same keys;
+    anything else is left for the server to refuse."""
+    if isinstance(tags, dict):
+        return [{"key": key, "value": value} for key, value in tags.items()]
+    if isinstance(tags, list):
+        return [
+            {"key": tag["Key"], "value": tag.get("Value", "")}
+            if isinstance(tag, dict) and "Key" in tag and tag.keys() <= {"Key", "Value"}
+            else tag
+            for tag in tags
+        ]
+    return tags
 
 
 # A job's name is given one way: a name from the flags replaces a prefix from the file,

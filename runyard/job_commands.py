@@ -3,6 +3,7 @@ deletion."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,11 +85,10 @@ def _row(label: str, points: list[dict[str, Any]]) -> list[str]:
 @click.option(
     "--to",
     "destination",
-    type=click.Path(path_type=Path),
-    default=Path(),
+    default=".",
     show_default="the current directory",
-    help="A directory (the file is NAME-model.tar.gz, or NAME-output.tar.gz, in it) or the "
-    "file to write.",
+    help="A directory (the file is NAME-model.tar.gz, or NAME-output.tar.gz, in it; one "
+    "ending in / is made if missing, as `aws s3 cp` makes it) or the file to write.",
 )
 @click.option(
     "--output-data",
@@ -96,12 +96,10 @@ def _row(label: str, points: list[dict[str, Any]]) -> list[str]:
     help="The job's output data (what its script wrote to SM_OUTPUT_DATA_DIR, output.tar.gz) "
     "instead of its model.",
 )
-def download(name: str, destination: Path, output_data: bool) -> None:
+def download(name: str, destination: str, output_data: bool) -> None:
     """Download a job's model (its model.tar.gz), or with --output-data its output data."""
     what: Literal["model", "output"] = "output" if output_data else "model"
-    target = destination / f"{name}-{what}.tar.gz" if destination.is_dir() else destination
-    if not target.parent.is_dir():
-        raise click.BadParameter(f"{target.parent} is not a directory", param_hint="--to")
+    target = _download_target(destination, f"{name}-{what}.tar.gz")
     noun = "output data" if output_data else "model"
     with Client() as client:
         size = client.download_model(
@@ -113,6 +111,28 @@ def download(name: str, destination: Path, output_data: bool) -> None:
             what=what,
         )
     click.echo(f"{target} ({size} bytes)")
+
+
+def _download_target(destination: str, file_name: str) -> Path:
+    """Where ``--to`` puts the file: in it when it is a directory, or names one by a
+    trailing slash (made, with its parents, if missing); else the file itself, in a
+    directory that must exist (a typo'd parent is not made)."""
+    path = Path(destination).expanduser()
+    if destination.endswith(("/", os.sep)) and not path.exists():
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot make {path}: {exc.strerror}", param_hint="--to")
+    if path.is_dir():
+        return path / file_name
+    if path.exists() and not path.is_file():
+        raise click.BadParameter(f"{path} is neither a directory nor a file", param_hint="--to")
+    if not path.parent.is_dir():
+        raise click.BadParameter(
+            f"{path.parent} is not a directory (end --to with / to have it made)",
+            param_hint="--to",
+        )
+    return path
 
 
 @click.command()

@@ -75,6 +75,17 @@ class JobCreate(JobFields):
     def distribution_named_by_flags(self) -> bool:
         return self._named_by_flags
 
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags_as_written(cls, value: Any) -> Any:
+        """Tags as a list of ``{key, value}``, as SageMaker writes them (``[{Key, Value}]``),
+        or as a mapping of key to value (``tags: {team: vision}`` in a spec file)."""
+        if isinstance(value, dict):
+            return [{"key": key, "value": tag} for key, tag in value.items()]
+        if isinstance(value, list):
+            return [_lowercase_tag(item) for item in value]
+        return value
+
     def to_record(
         self,
         *,
@@ -526,3 +537,11 @@ class JobDeleted(BaseModel):
     # ``<output_path>/<name>/`` is gone.
     artifacts: Literal["kept", "removed"]
     removed_objects: int
+
+
+def _lowercase_tag(item: Any) -> Any:
+    """SageMaker's ``{"Key": ..., "Value": ...}`` as Runyard's ``{"key", "value"}``; a tag
+    that mixes both spellings is left for validation to refuse."""
+    if isinstance(item, dict) and item.keys() <= {"Key", "Value"}:
+        return {name.lower(): part for name, part in item.items()}
+    return item

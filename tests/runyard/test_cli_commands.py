@@ -168,6 +168,15 @@ def test_download_writes_the_model_where_asked(
     assert target.read_bytes() == weights
     _run(runyard, "download", "job-1", "--to", str(tmp_path / "named.tar.gz"))
     assert (tmp_path / "named.tar.gz").read_bytes() == weights
+    # A directory named with a trailing slash is made, as `aws s3 cp ... dir/` makes it.
+    _run(runyard, "download", "job-1", "--to", f"{tmp_path / 'new' / 'dir'}/")
+    assert (tmp_path / "new" / "dir" / "job-1-model.tar.gz").read_bytes() == weights
+    # Without one, a missing parent is a typo, not a directory to make.
+    refused = _run(
+        runyard, "download", "job-1", "--to", str(tmp_path / "nowhere" / "m.tgz"), code=2
+    )
+    assert "end --to with / to have it made" in refused.stderr
+    assert not (tmp_path / "nowhere").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")] == []
 
     # The output data, beside the model, once the runtime stored some.
@@ -379,6 +388,32 @@ def test_submit_takes_metric_definitions_and_tags_and_clone_replaces_them_by_nam
     assert refused.stderr.startswith("error: --metric-definition (0.regex): ")
     stored = {item["name"] for item in api.get("/v1/training-jobs").json()["items"]}
     assert stored == {"tagged", "retagged"}
+
+
+def test_a_spec_files_tags_are_a_mapping_or_sagemakers_list_and_flags_replace_their_keys(
+    api: TestClient, source_dir: Path, runyard: CliRunner, tmp_path: Path
+) -> None:
+    spec = f"source_uri: {source_dir.as_uri()}\nentry_point: train.py\ninstance_type: local\n"
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(spec + "tags: {team: vision, stage: dev}\n")
+    sagemakers = tmp_path / "sagemaker.yaml"
+    sagemakers.write_text(spec + "tags: [{Key: team, Value: vision}, {Key: stage, Value: dev}]\n")
+
+    _run(runyard, "submit", str(mapping), "--name", "as-mapping")
+    _run(runyard, "submit", str(sagemakers), "--name", "as-list", "--tag", "stage=prod")
+
+    tags = {
+        name: api.get(f"{JOB.rpartition('/')[0]}/{name}").json()["spec"]["tags"]
+        for name in ("as-mapping", "as-list")
+    }
+    assert tags["as-mapping"] == [
+        {"key": "team", "value": "vision"},
+        {"key": "stage", "value": "dev"},
+    ]
+    assert tags["as-list"] == [
+        {"key": "team", "value": "vision"},
+        {"key": "stage", "value": "prod"},
+    ]
 
 
 def test_a_server_administrator_grants_a_project_places(

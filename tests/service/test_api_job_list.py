@@ -30,7 +30,13 @@ JOBS: dict[str, list[dict[str, str]]] = {
 @pytest.fixture
 def listed(api: TestClient, settings: Settings, source_dir: Path) -> None:
     for hour, (name, tags) in enumerate(JOBS.items()):
-        response = api.post("/v1/training-jobs", json=job_spec(source_dir, name=name, tags=tags))
+        # Tags as Runyard lists them, as SageMaker does ([{Key, Value}]), or as a mapping.
+        written: Any = tags
+        if hour % 3 == 1:
+            written = [{"Key": tag["key"], "Value": tag["value"]} for tag in tags]
+        elif hour % 3 == 2:
+            written = {tag["key"]: tag["value"] for tag in tags}
+        response = api.post("/v1/training-jobs", json=job_spec(source_dir, name=name, tags=written))
         assert response.status_code == 201, response.text
         with session_scope(settings.database_url) as session:
             session.execute(

@@ -305,6 +305,10 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["distribution", "mpi", "processes_per_host"],
     ),
     ("too many tags", {"tags": [{"key": f"k{i}", "value": "v"} for i in range(51)]}, ["tags"]),
+    ("too many tags as a mapping", {"tags": {f"k{i}": "v" for i in range(51)}}, ["tags"]),
+    ("a tag's value not text", {"tags": {"cost": 5}}, ["tags"]),
+    ("a tag in both spellings", {"tags": [{"Key": "team", "value": "vision"}]}, ["tags"]),
+    ("tags as text", {"tags": "team=vision"}, ["tags"]),
     ("spot without max_wait", {"use_spot_instances": True}, ["max_wait"]),
     ("max_wait without spot", {"max_wait": 7200}, ["max_wait"]),
     (
