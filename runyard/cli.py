@@ -572,9 +572,10 @@ def _channel_uris(channel: Any, relative_to: Path) -> Any:
 def _follow(client: Client, name: str, show_logs: bool) -> int:
     try:
         if show_logs:
+            printer = terminal.LogPrinter()
             for item in _log_stream(client, name, host=None):
                 if "end" not in item:
-                    click.echo(log_line(item))
+                    printer.print(log_line(item), item["host"])
             job = client.wait(name)
         else:
             job = _watch(client, name)
@@ -695,13 +696,14 @@ def logs(name: str, follow: bool, host: str | None, timestamps: bool, output: st
     with Client() as client:
         try:
             lines = _log_stream(client, name, host) if follow else client.logs(name, host=host)
+            printer = terminal.LogPrinter()
             for item in lines:
                 if "end" in item:
                     continue
                 if output == "json":
                     terminal.print_json_line(item)
                 else:
-                    click.echo(log_line(item, timestamp=timestamps))
+                    printer.print(log_line(item, timestamp=timestamps), item["host"])
         except KeyboardInterrupt:
             click.echo(f"\n{still_running(name)}", err=True)
             sys.exit(130)

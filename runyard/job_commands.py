@@ -122,7 +122,9 @@ def _download_target(destination: str, file_name: str) -> Path:
         try:
             path.mkdir(parents=True)
         except OSError as exc:
-            raise click.BadParameter(f"cannot make {path}: {exc.strerror}", param_hint="--to")
+            raise click.BadParameter(
+                f"cannot make {path}: {exc.strerror}", param_hint="--to"
+            ) from None
     if path.is_dir():
         return path / file_name
     if path.exists() and not path.is_file():

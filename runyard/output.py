@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -153,9 +153,12 @@ def final_metric_lines(metrics: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def job_table(items: list[dict[str, Any]]) -> list[str]:
+def job_table(items: list[dict[str, Any]], now: datetime | None = None) -> list[str]:
+    """A row per job; its duration from creation to its end, or to ``now`` (this
+    machine's clock) while it runs, as SageMaker's console counts a job's duration."""
     if not items:
         return ["no training jobs"]
+    now = now or datetime.now(UTC)
     rows = [
         [
             item["name"],
@@ -163,10 +166,20 @@ def job_table(items: list[dict[str, Any]]) -> list[str]:
             item["secondary_status"],
             f"{item['instance_count']} x {item['instance_type']}",
             when(item["created_at"]),
+            _lasted(item, now),
         ]
         for item in items
     ]
-    return table(["NAME", "STATUS", "SECONDARY", "INSTANCES", "CREATED"], rows)
+    return table(["NAME", "STATUS", "SECONDARY", "INSTANCES", "CREATED", "DURATION"], rows)
+
+
+def _lasted(item: dict[str, Any], now: datetime) -> str:
+    begun = datetime.fromisoformat(item["created_at"])
+    ended = item.get("ended_at")
+    end = datetime.fromisoformat(ended) if ended else now
+    if begun.tzinfo is None or end.tzinfo is None:
+        return "-"
+    return duration(max((end - begun).total_seconds(), 0.0))
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:

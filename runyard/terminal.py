@@ -42,7 +42,16 @@ _STYLES = {
     "Uploading": "blue",
     "Restarting": "magenta",
 }
-_STATUS_WORDS = re.compile(r"\b(" + "|".join(_STYLES) + r")\b")
+# A status word is coloured where it stands as a value: a table's cell or a padded column
+# (two spaces or the line's edge on each side), a field's value ("Status: Failed"), or a
+# status in parentheses; never inside prose ("Training job failed", "Training start:").
+_STATUS_WORDS = re.compile(
+    r"(?:^|(?<=  )|(?<=: )|(?<=\())(" + "|".join(_STYLES) + r")(?=$|  |\)| \()"
+)
+# Each host's lines in a colour of their own (algo-1 the first), as docker compose colours
+# its services' prefixes.
+_HOST_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red")
+_NUMBERED_HOST = re.compile(r"^algo-(\d+)$")
 
 
 output_option = click.option(
@@ -69,6 +78,35 @@ def coloured(line: str) -> Text:
     for match in _STATUS_WORDS.finditer(line):
         text.stylize(_STYLES[match.group(1)], match.start(), match.end())
     return text
+
+
+def host_colour(host: str) -> str:
+    """``algo-N``'s colour: the N-th of the palette, round again after six; another name's
+    by its letters, the same on every run."""
+    numbered = _NUMBERED_HOST.match(host)
+    index = int(numbered.group(1)) - 1 if numbered else sum(host.encode())
+    return _HOST_COLOURS[index % len(_HOST_COLOURS)]
+
+
+class LogPrinter:
+    """Log lines as they come: plain through click off a terminal (fast, and what a file
+    or pipe should get), on a terminal with each line's ``[host]`` prefix in its host's
+    colour."""
+
+    def __init__(self) -> None:
+        self._console = console()
+        self._styled = self._console.is_terminal and not self._console.no_color
+
+    def print(self, line: str, host: str) -> None:
+        if not self._styled:
+            click.echo(line)
+            return
+        text = Text(line)
+        prefix = f"[{host}]"
+        at = line.find(prefix)
+        if at >= 0:
+            text.stylize(host_colour(host), at, at + len(prefix))
+        self._console.print(text)
 
 
 def print_lines(lines: Iterable[str], *, err: bool = False) -> None:
