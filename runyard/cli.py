@@ -7,8 +7,10 @@ RUNYARD_TOKEN). Errors print one line and exit non-zero.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -58,7 +60,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except RunyardError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {exc}{_job_name_hint(exc)}", err=True)
             sys.exit(1)
         except ValidationError as exc:
             if exc.title != "Settings":
@@ -68,6 +70,27 @@ class _Group(click.Group):
             for error in exc.errors():
                 click.echo(f"error: {_setting_problem(error)}", err=True)
             sys.exit(2)
+
+
+_UNKNOWN_JOB = re.compile(r"^no training job named '(?P<name>[^']+)'")
+# The newest jobs a mistyped name is compared with: one page, never the whole list.
+_HINT_CANDIDATES = 100
+
+
+def _job_name_hint(error: RunyardError) -> str:
+    """For a job the server does not know: the closest of the project's newest job names,
+    as a hint (nothing where none is close, or the list cannot be read)."""
+    unknown = _UNKNOWN_JOB.match(str(error)) if error.status_code == 404 else None
+    if unknown is None:
+        return ""
+    try:
+        with Client() as client:
+            page = client.list_jobs(limit=_HINT_CANDIDATES)
+    except RunyardError:
+        return ""
+    names = [item["name"] for item in page["items"]]
+    close = difflib.get_close_matches(unknown["name"], names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _setting_problem(error: Any) -> str:

@@ -259,7 +259,24 @@ def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
     assert "(did you mean local?)" in typo.stderr
     missing = _run(runyard, "submit", "--source-uri", uri, "-t", "local", code=1)
     assert missing.stderr == "error: --entry-point: Field required (HTTP 422)\n"
+    # A SageMaker type close to the typo is not suggested: this server does not run it.
+    unrunnable = _run(
+        runyard, "submit", "--source-uri", uri, "-e", "x.py", "-t", "ml.m5.xlarg", code=1
+    )
+    assert "did you mean" not in unrunnable.stderr
+    assert "this server runs: local" in unrunnable.stderr
     assert api.get("/v1/training-jobs").json()["items"] == []
+
+
+def test_an_unknown_job_name_gets_the_closest_known_one(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    for command in (["describe", "jbo-1"], ["logs", "job-11"], ["stop", "Job-1"]):
+        refused = _run(runyard, *command, code=1)
+        assert refused.stderr.endswith("(HTTP 404); did you mean job-1?\n"), command
+    far = _run(runyard, "describe", "resnet-sweep", code=1)
+    assert far.stderr == "error: no training job named 'resnet-sweep' (HTTP 404)\n"
 
 
 def test_following_a_waiting_job_says_what_it_waits_for(
