@@ -24,7 +24,7 @@ from pydantic_core import ValidationError
 from rich.text import Text
 
 from contract.layout import IMAGE_BASE_DIR
-from runyard import cloning, job_commands, refusals, terminal, variables
+from runyard import cloning, detached, job_commands, refusals, terminal, variables
 from runyard.client import (
     DEFAULT_PORT,
     PROJECT_VARIABLE,
@@ -32,6 +32,7 @@ from runyard.client import (
     Progress,
     RunyardError,
     discover,
+    runyard_home,
 )
 from runyard.image_commands import images_group
 from runyard.inputs import as_uri
@@ -143,17 +144,63 @@ def _listening(command: Callable[..., None]) -> Callable[..., None]:
     )(command)
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @_listening
-def server(host: str, port: int) -> None:
+@click.option(
+    "--detach",
+    "-d",
+    is_flag=True,
+    help=f"Run in the background, its output in RUNYARD_HOME/{detached.LOG_NAME}; return "
+    "once it answers. `runyard server stop` stops it.",
+)
+@click.pass_context
+def server(ctx: click.Context, host: str, port: int, detach: bool) -> None:
     """Run the API, worker and beat together on the embedded defaults.
 
     Everything lives in RUNYARD_HOME (default ~/.runyard): a SQLite database, a SQLite
     broker, the artifact store, and the admin token (written to RUNYARD_HOME/token).
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if detach:
+        from runyard.server import check_port_free, client_url
+
+        home = runyard_home()
+        if (already := detached.running(home)) is not None:
+            raise RunyardError(f"a Runyard server is already running on {home} at {already.url}")
+        check_port_free(host, port)
+        started = detached.start(home, host, port, client_url(host, port))
+        click.echo(
+            f"Runyard is ready at {started.url} (pid {started.pid}; admin token in "
+            f"{home / 'token'}; log: {home / detached.LOG_NAME})"
+        )
+        return
     from runyard.server import run_all
 
     run_all(_server_settings(port), host, port)
+
+
+@server.command("status")
+def server_status() -> None:
+    """Whether a server runs on RUNYARD_HOME, and where (exit 3 when none does)."""
+    home = runyard_home()
+    found = detached.running(home)
+    if found is None:
+        click.echo(f"no Runyard server is running on {home}")
+        sys.exit(3)  # as LSB init scripts' status: not running
+    click.echo(f"running at {found.url} (pid {found.pid}); log: {home / detached.LOG_NAME}")
+
+
+@server.command("stop")
+def server_stop() -> None:
+    """Stop the server running on RUNYARD_HOME and wait until it has ended (its jobs'
+    instances are stopped with it)."""
+    home = runyard_home()
+    stopped = detached.stop(home)
+    if stopped is None:
+        click.echo(f"no Runyard server is running on {home}")
+        return
+    click.echo(f"stopped the server at {stopped.url} (pid {stopped.pid})")
 
 
 @main.command()

@@ -96,7 +96,7 @@ def _serve_api(settings: Settings, host: str, port: int) -> None:
     from runyard.nodelay import NoDelayHttpToolsProtocol
     from service.app import create_app_to_serve
 
-    url = _client_url(host, port)
+    url = client_url(host, port)
     server_file = settings.home / "server.json"
     server_file.write_text(json.dumps({"url": url, "pid": os.getpid()}))
     # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught; with the
@@ -296,7 +296,7 @@ def _exit_quietly(_signum: int, _frame: object) -> None:
     sys.exit(0)
 
 
-def _client_url(host: str, port: int) -> str:
+def client_url(host: str, port: int) -> str:
     reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 (comparing, not binding)
     return f"http://{reachable}:{port}"
 

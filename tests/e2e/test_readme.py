@@ -167,8 +167,16 @@ class Reader:
         return Client(self.url, admin_token(self.home))
 
     def stop(self) -> list[int]:
-        """Stop what the blocks left running; returns the processes of jobs left behind."""
+        """Stop what the blocks left running (the server as the reader would, with
+        `runyard server stop`); returns the processes of jobs left behind."""
         job_ids = self._job_ids()
+        subprocess.run(
+            [str(self.checkout / ".venv" / "bin" / "runyard"), "server", "stop"],
+            env=self.env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
         for group in self.shells:
             _signal_group(group, signal.SIGTERM)
         if not _groups_gone(self.shells, timeout=60):
@@ -274,9 +282,9 @@ def test_block_runs_as_written(reader: Reader, block: Block) -> None:
         return
     status, output = reader.run(block)
     assert status == 0, f"{block} exited {status}:\n{output[-6000:]}"
-    if "runyard server &" in block.text:
-        # As the reader does: wait for the server to say it is ready before going on.
-        assert wait_until_up(reader.url, timeout=120), f"the server did not start:\n{output}"
+    if "runyard server --detach" in block.text:
+        # The command returned once the server answered: it answers now.
+        assert wait_until_up(reader.url, timeout=1), f"the server is not up:\n{output}"
 
 
 def test_every_job_the_pages_made_ended_as_meant(reader: Reader) -> None:
