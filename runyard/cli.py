@@ -416,7 +416,19 @@ def _spec_flags(command: Callable[..., None]) -> Callable[..., None]:
     "spec_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @_spec_flags
-@click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the job as it would be created (every field with its default, the image "
+    "chosen, the hosts) as YAML; create nothing.",
+)
+@click.option(
+    "--plan",
+    "show_plan",
+    is_flag=True,
+    help="With --dry-run (implied): print the backend's plan instead (what it would run on "
+    "each host).",
+)
 @click.option(
     "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
 )
@@ -425,6 +437,7 @@ def submit(
     spec_file: Path | None,
     source_dir: Path | None,
     dry_run: bool,
+    show_plan: bool,
     wait: bool,
     show_logs: bool,
     hyperparameters: tuple[str, ...],
@@ -450,7 +463,8 @@ def submit(
     _submit_spec(
         spec,
         source_dir,
-        dry_run=dry_run,
+        dry_run=dry_run or show_plan,
+        show_plan=show_plan,
         wait=wait,
         show_logs=show_logs,
         hyperparameters=hyperparameters,
@@ -466,6 +480,7 @@ def _submit_spec(
     source_dir: Path | None,
     *,
     dry_run: bool,
+    show_plan: bool,
     wait: bool,
     show_logs: bool,
     hyperparameters: tuple[str, ...],
@@ -517,12 +532,25 @@ def _submit_spec(
             # (A container image brings its own program: the server says which need code.)
             raise RunyardError("give --source-dir (local code) or --source-uri (stored code)")
         if dry_run:
-            click.echo(_create(client, spec, dry_run=True)["rendered"])
+            planned = _create(client, spec, dry_run=True)
+            click.echo(planned["rendered"] if show_plan else _resolved_yaml(planned), nl=show_plan)
             return
         job = _create(client, spec)
         click.echo(submitted(job["name"]))
         if wait or show_logs:
             sys.exit(_follow(client, job["name"], show_logs))
+
+
+def _resolved_yaml(planned: dict[str, Any]) -> str:
+    """A dry run's job as YAML, as `kubectl --dry-run=server -o yaml` shows a resource: the
+    fields a created job's spec would hold, with its name, backend and hosts."""
+    shown = {
+        "name": planned["name"],
+        "backend": planned["backend"],
+        "hosts": planned["hosts"],
+        "spec": planned["spec"],
+    }
+    return str(yaml.safe_dump(shown, sort_keys=False, default_flow_style=False))
 
 
 def _create(client: Client, spec: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
@@ -535,7 +563,19 @@ def _create(client: Client, spec: dict[str, Any], *, dry_run: bool = False) -> d
 @main.command()
 @click.argument("original")
 @_spec_flags
-@click.option("--dry-run", is_flag=True, help="Print what would be created; create nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the job as it would be created (every field with its default, the image "
+    "chosen, the hosts) as YAML; create nothing.",
+)
+@click.option(
+    "--plan",
+    "show_plan",
+    is_flag=True,
+    help="With --dry-run (implied): print the backend's plan instead (what it would run on "
+    "each host).",
+)
 @click.option(
     "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
 )
@@ -544,6 +584,7 @@ def clone(
     original: str,
     source_dir: Path | None,
     dry_run: bool,
+    show_plan: bool,
     wait: bool,
     show_logs: bool,
     hyperparameters: tuple[str, ...],
@@ -561,7 +602,8 @@ def clone(
     _submit_spec(
         spec,
         source_dir,
-        dry_run=dry_run,
+        dry_run=dry_run or show_plan,
+        show_plan=show_plan,
         wait=wait,
         show_logs=show_logs,
         hyperparameters=hyperparameters,

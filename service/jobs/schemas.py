@@ -521,10 +521,15 @@ class JobsPage(BaseModel):
 
 
 class DryRun(BaseModel):
-    """What submitting would create, without creating anything."""
+    """What submitting would create, without creating anything: the job as the server
+    would store it (``spec``: the request with every default filled and the image chosen,
+    as a job's ``spec`` reads once created; credentials in its environment masked), its
+    hosts, and the backend's plan for them (``plan``, ``rendered``)."""
 
     name: str
     backend: str
+    hosts: list[str]
+    spec: JobRecord
     plan: dict[str, Any]
     rendered: str
 

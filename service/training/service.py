@@ -81,9 +81,14 @@ def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str)
         # What this backend could not plan here: the job's to change, or the operator's.
         why = f"the {prepared.backend} backend cannot plan this job here: {exc}"
         raise SpecError(("backend",), why) from exc
+    resolved = prepared.spec.model_copy(
+        update={"environment": variables.masked(prepared.spec.environment)}
+    )
     return DryRun(
         name=prepared.name,
         backend=prepared.backend,
+        hosts=list(host_names(spec.instance_count)),
+        spec=resolved,
         plan=materialized.public,
         rendered=materialized.render(),
     )

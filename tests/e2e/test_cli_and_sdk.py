@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from runyard import Estimator, JobFailedError, TrainingInput
 from runyard.pytorch import PyTorch
@@ -160,23 +161,28 @@ def test_errors_are_one_line_and_non_zero(stack: Stack) -> None:
     assert len(unreachable.stderr.strip().splitlines()) == 1
 
 
-def test_dry_run_prints_the_plan_and_creates_nothing(stack: Stack) -> None:
-    result = _runyard(
-        stack,
-        "submit",
-        "--name",
-        "dry-1",
-        "-s",
-        str(EXAMPLES / "scripts"),
-        "-e",
-        "fail.py",
-        "-t",
-        "local",
-        "--dry-run",
-    )
+def test_dry_run_prints_the_resolved_job_or_the_plan_and_creates_nothing(stack: Stack) -> None:
+    args = ["submit", "--name", "dry-1", "-s", str(EXAMPLES / "scripts"), "-e", "fail.py"]
+    args += ["-t", "local", "-n", "2", "--env", "API_TOKEN=secret", "--env", "MODE=fast"]
+    result = _runyard(stack, *args, "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "RUNYARD_JOB_TOKEN: <redacted>" in result.stdout
-    assert "input/config/resourceconfig.json: |" in result.stdout
+    # The job as it would be stored: the request with every default filled, the image
+    # chosen, its hosts; a credential in its environment masked.
+    resolved = yaml.safe_load(result.stdout)
+    assert (resolved["name"], resolved["backend"]) == ("dry-1", "local")
+    assert resolved["hosts"] == ["algo-1", "algo-2"]
+    spec = resolved["spec"]
+    assert (spec["entry_point"], spec["instance_count"], spec["max_run"]) == ("fail.py", 2, 86400)
+    assert spec["image"]["name"]
+    assert spec["environment"] == {"API_TOKEN": "<redacted>", "MODE": "fast"}
+    assert spec["output_path"].startswith("file://")
+    assert "unshare" not in result.stdout
+
+    # The backend's plan, with --plan.
+    planned = _runyard(stack, *args, "--plan")
+    assert planned.returncode == 0, planned.stderr
+    assert "RUNYARD_JOB_TOKEN: <redacted>" in planned.stdout
+    assert "input/config/resourceconfig.json: |" in planned.stdout
     assert _runyard(stack, "describe", "dry-1").returncode == 1
 
 

@@ -1,4 +1,4 @@
-"""A dry run (``runyard submit --dry-run``, the console's "Preview plan", both the API's
+"""A dry run (``runyard submit --dry-run``, the console's "Preview (dry run)", both the API's
 ``dry_run=true``) plans and launches nothing: it asks neither pip nor the machine's
 routes, so whatever this machine's state it answers 200 with the plan (what only a launch
 decides shown as decided at launch), or 422 saying why the job's backend cannot plan it;
@@ -185,3 +185,22 @@ def test_a_backend_that_cannot_plan_the_job_is_a_422_naming_why(
             "type": "value_error",
         }
     ]
+
+
+def test_a_dry_run_answers_the_job_as_it_would_be_stored_with_its_hosts(
+    api: TestClient, source_dir: Path
+) -> None:
+    spec = job_spec(source_dir, instance_count=3, environment={"DB_PASSWORD": "s3cret", "X": "1"})
+    reply = api.post("/v1/training-jobs", params={"dry_run": "true"}, json=spec)
+    assert reply.status_code == 200, reply.text
+    planned = reply.json()
+    assert planned["hosts"] == ["algo-1", "algo-2", "algo-3"]
+    # What a created job's spec would read: defaults filled, the image chosen, the output
+    # path the server picked; a credential masked, as in the plan.
+    resolved = planned["spec"]
+    created = api.post("/v1/training-jobs", json=spec)
+    assert created.status_code == 201, created.text
+    stored = api.get("/v1/training-jobs/job-1").json()["spec"]
+    assert resolved == {**stored, "environment": {"DB_PASSWORD": "<redacted>", "X": "1"}}
+    assert resolved["max_run"] == 86400
+    assert resolved["image"]["name"] == stored["image"]["name"]

@@ -170,6 +170,12 @@
         document.getElementById("plan-section").hidden = false;
         document.getElementById("plan-summary").textContent =
           `Job ${reply.name} on the ${reply.backend} backend would be created as:`;
+        // The job as it would be stored (every default filled, the image chosen, its
+        // hosts), as YAML where the page has js-yaml; the backend's plan in its own tab.
+        const resolved = { name: reply.name, backend: reply.backend, hosts: reply.hosts, spec: reply.spec };
+        document.getElementById("resolved").textContent = window.jsyaml
+          ? window.jsyaml.dump(resolved, { sortKeys: false, lineWidth: -1 })
+          : JSON.stringify(resolved, null, 2);
         document.getElementById("plan").textContent = reply.rendered;
         state.textContent = "Planned; nothing was created.";
       } else {
@@ -179,6 +185,24 @@
       state.textContent = "";
       error.textContent = Runyard.describeError(e);
     }
+  }
+  // The dry run's tabs, as WAI-ARIA's tabs pattern: click or arrow keys to switch.
+  const tabs = Array.from(document.querySelectorAll('#plan-section [role="tab"]'));
+  function select(chosen) {
+    for (const tab of tabs) {
+      const on = tab === chosen;
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+      tab.tabIndex = on ? 0 : -1;
+      document.getElementById(tab.getAttribute("aria-controls")).hidden = !on;
+    }
+    chosen.focus();
+  }
+  for (const [index, tab] of tabs.entries()) {
+    tab.addEventListener("click", () => select(tab));
+    tab.addEventListener("keydown", (event) => {
+      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+      if (step) select(tabs[(index + step + tabs.length) % tabs.length]);
+    });
   }
   document.getElementById("dry-run").addEventListener("click", () => send(true));
   document.getElementById("submit-job").addEventListener("click", () => send(false));

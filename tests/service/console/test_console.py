@@ -194,10 +194,21 @@ def test_submit_previews_the_plan_then_submits(
     )
     expect(editor).to_have_value(re.compile(r"^name: from-the-form$", re.M))
 
-    page.get_by_role("button", name="Preview plan (dry run)").click()
-    plan = page.get_by_label("Rendered plan")
-    expect(plan).to_contain_text("train.py")
+    page.get_by_role("button", name="Preview (dry run)").click()
+    # The job as it would be stored first; the backend's plan in its own tab.
+    resolved = page.get_by_label("Resolved job")
+    expect(resolved).to_contain_text("entry_point: train.py")
+    expect(resolved).to_contain_text("max_run: 86400")
+    expect(resolved).to_contain_text("- algo-1")
     expect(page.get_by_text("Job from-the-form on the local backend")).to_be_visible()
+    plan = page.get_by_label("Rendered plan")
+    expect(plan).to_be_hidden()
+    page.get_by_role("tab", name="Plan").click()
+    expect(plan).to_contain_text("RUNYARD_JOB_TOKEN")
+    expect(resolved).to_be_hidden()
+    page.get_by_role("tab", name="Plan").press("ArrowLeft")
+    expect(resolved).to_be_visible()
+    expect(page.get_by_role("tab", name="Job")).to_be_focused()
     assert server.call("admin", "GET", "v1/training-jobs?name_prefix=from-the")["items"] == []
 
     editor.fill("{not yaml: [")
