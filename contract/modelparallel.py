@@ -32,6 +32,10 @@ _ONLY_AT = {
     "prescaled_batch": False,
     "horovod": False,
     "fp32_grad_accumulation": False,
+    # Undocumented switches of SageMaker's pipeline that its GPT-2 example passes to
+    # smp.init, off by default.
+    "static_mode": False,
+    "fast_mode": False,
 }
 # SageMaker's parameters that change nothing in how Runyard's library runs: accepted.
 _NO_EFFECT = ("contiguous", "active_microbatches", "ddp_port", "ddp_dist_backend")
@@ -109,6 +113,15 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "placement_strategy": _one_of(PLACEMENTS),
     "optimize": _one_of(OPTIMIZE),
 }
+
+
+def under(job: Mapping[str, Any], script: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters a script's ``smp.init(config)`` runs with: the job's, and the
+    script's for what the job leaves out, as SageMaker's library merges them (the job's
+    ``distribution`` wins). A parameter is the job's when it gives it under either name."""
+    given = {_ALIASES.get(key, key) for key in job}
+    kept = {key: value for key, value in script.items() if _ALIASES.get(key, key) not in given}
+    return {**kept, **job}
 
 
 def parse(raw: Mapping[str, Any]) -> Parameters:
