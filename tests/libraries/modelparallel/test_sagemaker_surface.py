@@ -46,6 +46,19 @@ def test_the_jobs_parameters_win_over_the_scripts_under_either_name() -> None:
     assert modelparallel.under({}, script) == script
 
 
+def test_a_job_that_leaves_microbatches_to_its_script_is_taken_and_checked_at_init() -> None:
+    # The example's notebook gives partitions; its script's smp.init gives microbatches.
+    job = {"partitions": 2, "ddp": True}
+    assert modelparallel.problems(job, 2, ("parameters",), final=False) == []
+    found = modelparallel.problems(job, 2, ("parameters",))
+    assert [problem.loc for problem in found] == [("parameters", "microbatches")]
+    merged = modelparallel.under(job, {"microbatches": 2})
+    assert modelparallel.problems(merged, 2, ("parameters",)) == []
+    # Given by the job itself, too few is refused at submission.
+    given = {**job, "microbatches": 1}
+    assert modelparallel.problems(given, 2, ("parameters",), final=False) != []
+
+
 @pytest.mark.parametrize("name", ["static_mode", "fast_mode"])
 def test_the_examples_pipeline_switches_run_only_off(name: str) -> None:
     assert modelparallel.problems({name: False}, 1, ("parameters",)) == []
