@@ -32,6 +32,10 @@ _ONLY_AT = {
     "prescaled_batch": False,
     "horovod": False,
     "fp32_grad_accumulation": False,
+    # Undocumented switches of SageMaker's pipeline that its GPT-2 example passes to
+    # smp.init, off by default.
+    "static_mode": False,
+    "fast_mode": False,
 }
 # SageMaker's parameters that change nothing in how Runyard's library runs: accepted.
 _NO_EFFECT = ("contiguous", "active_microbatches", "ddp_port", "ddp_dist_backend")
@@ -111,6 +115,15 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
 }
 
 
+def under(job: Mapping[str, Any], script: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters a script's ``smp.init(config)`` runs with: the job's, and the
+    script's for what the job leaves out, as SageMaker's library merges them (the job's
+    ``distribution`` wins). A parameter is the job's when it gives it under either name."""
+    given = {_ALIASES.get(key, key) for key in job}
+    kept = {key: value for key, value in script.items() if _ALIASES.get(key, key) not in given}
+    return {**kept, **job}
+
+
 def parse(raw: Mapping[str, Any]) -> Parameters:
     """The parameters of a job that ``problems`` found none in (aliases resolved)."""
     known = {f.name for f in fields(Parameters)}
@@ -118,15 +131,21 @@ def parse(raw: Mapping[str, Any]) -> Parameters:
     return Parameters(**{key: value for key, value in values.items() if key in known})
 
 
-def problems(raw: Any, world_size: int, loc: tuple[str | int, ...]) -> list[Problem]:
+def problems(
+    raw: Any, world_size: int, loc: tuple[str | int, ...], *, final: bool = True
+) -> list[Problem]:
     """Why these parameters cannot run on ``world_size`` ranks: each parameter's own
-    problems first, then the combination's."""
+    problems first, then the combination's. ``final``: these are all the parameters the
+    library runs with (``smp.init``'s); a job's ``distribution`` alone is not, since its
+    script's ``smp.init(config)`` may give what the job leaves out, so a combination
+    that is wrong only by a default the job left out is not refused there."""
     if not isinstance(raw, Mapping):
         return [Problem(loc, "must be an object of parameters")]
     found = _each_parameter(raw, loc)
     if found:
         return found
-    return _combination(parse(raw), world_size, loc)
+    given = {_ALIASES.get(key, key) for key in raw}
+    return _combination(parse(raw), world_size, loc, lambda name: final or name in given)
 
 
 def _each_parameter(raw: Mapping[str, Any], loc: tuple[str | int, ...]) -> list[Problem]:
@@ -156,7 +175,11 @@ def _unknown(key: str) -> str:
     return f"not a model-parallel parameter Runyard runs{hint}"
 
 
-def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> list[Problem]:
+def _combination(
+    p: Parameters, world_size: int, loc: tuple[str | int, ...], settled: Callable[[str], bool]
+) -> list[Problem]:
+    """``settled(name)``: whether the parameter's value is the one the library will run
+    with (given, or the parameters are final)."""
     found = []
 
     def refuse(key: str, message: str) -> None:
@@ -198,7 +221,12 @@ def _combination(p: Parameters, world_size: int, loc: tuple[str | int, ...]) -> 
         refuse("ddp", f"must be true: the job has {replicas} model replicas to keep in step")
     if p.fp16 and p.bf16:
         refuse("bf16", "fp16 and bf16 may not both be true")
-    if p.partitions > 1 and p.pipeline == "interleaved" and p.microbatches < p.partitions:
+    if (
+        p.partitions > 1
+        and p.pipeline == "interleaved"
+        and p.microbatches < p.partitions
+        and settled("microbatches")
+    ):
         refuse(
             "microbatches",
             f"the interleaved pipeline needs at least as many as partitions ({p.partitions}), "

@@ -142,7 +142,9 @@ class Mode:
 def _model_parallel_problems(
     options: Mapping[str, Any], processes: int, loc: tuple[str, ...]
 ) -> list[Problem]:
-    return modelparallel.problems(options.get("parameters", {}), processes, (*loc, "parameters"))
+    return modelparallel.problems(
+        options.get("parameters", {}), processes, (*loc, "parameters"), final=False
+    )
 
 
 def _model_parallel_hyperparameters(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,18 @@ from libraries.modelparallel.comm import (
     dp_barrier,
     dp_rank,
     dp_size,
+    get_dp_group,
+    get_dp_process_group,
+    get_mp_group,
+    get_mp_process_group,
+    get_pp_group,
+    get_pp_process_group,
+    get_rdp_group,
+    get_rdp_process_group,
+    get_tp_group,
+    get_tp_process_group,
+    get_world_group,
+    get_world_process_group,
     local_rank,
     local_size,
     mp_barrier,
@@ -68,9 +80,14 @@ from libraries.modelparallel.state import ConfigError, is_initialized
 from libraries.modelparallel.state import init as _init
 from libraries.modelparallel.step import StepOutput, step
 
+# The release of SageMaker's library whose API (v1) this one offers, as
+# ``smdistributed.modelparallel.__version__`` says it to scripts.
+SAGEMAKER_VERSION = "1.15.0"
+
 
 def init(config: dict[str, Any] | None = None) -> None:
-    """Starts the library: with the job's parameters, or ``config``'s."""
+    """Starts the library with the job's parameters, and ``config``'s for those the job
+    leaves out (as SageMaker's does: the estimator's ``distribution`` wins)."""
     _init(config)
 
 
@@ -95,6 +112,18 @@ __all__ = [
     "dp_rank",
     "dp_size",
     "full_state_dict",
+    "get_dp_group",
+    "get_dp_process_group",
+    "get_mp_group",
+    "get_mp_process_group",
+    "get_pp_group",
+    "get_pp_process_group",
+    "get_rdp_group",
+    "get_rdp_process_group",
+    "get_tp_group",
+    "get_tp_process_group",
+    "get_world_group",
+    "get_world_process_group",
     "init",
     "is_initialized",
     "load",

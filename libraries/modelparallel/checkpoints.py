@@ -33,6 +33,8 @@ from libraries.modelparallel import state as smp_state
 # The file in a checkpoint folder that names its newest tag, as SageMaker's library has.
 NEWEST = "newest"
 USER_CONTENT = "user_content.pt"
+# Beside a full checkpoint (``partial=False``), the user content's file: this and its tag.
+FULL_USER_CONTENT = "user_content_"
 
 
 def _partial_name(path: str | Path, state: smp_state.State) -> str:
@@ -81,12 +83,20 @@ def save_checkpoint(
     **_sagemaker_options: Any,
 ) -> None:
     """The model's and optimizer's states (the script's wrapped ones by default) under
-    ``path/tag``, each rank its own shards; ``user_content`` beside them."""
+    ``path/tag``, each rank its own shards; ``user_content`` beside them.
+
+    ``partial=False``: the whole model's state_dict alone (no optimizer), as one file
+    ``path/tag`` that ``torch.load`` and the model's own class read, and
+    ``user_content`` in ``path/user_content_<tag>``, as SageMaker's library lays a full
+    checkpoint out."""
     state = smp_state.current()
     model = model or state.model
     optimizer = optimizer or state.optimizer
     if model is None:
         raise RuntimeError("smp.save_checkpoint: no smp.DistributedModel to save")
+    if not partial:
+        _save_full(Path(path), tag, model, user_content, state)
+        return
     folder = Path(path) / tag
     states = _states(model, optimizer)
     dcp_save(states, checkpoint_id=str(folder))
@@ -114,6 +124,11 @@ def resume_from_checkpoint(
             "smp.resume_from_checkpoint: wrap the model in smp.DistributedModel first"
         )
     tag = tag or (Path(path) / NEWEST).read_text().strip()
+    if not partial:
+        # A full checkpoint holds the model alone: the optimizer starts afresh.
+        whole = torch.load(Path(path) / tag, weights_only=False)
+        state.model.load_state_dict(whole, strict=strict)
+        return torch.load(Path(path) / f"{FULL_USER_CONTENT}{tag}", weights_only=False)
     folder = Path(path) / tag
     optimizer = state.optimizer if load_optimizer else None
     states = _states(state.model, optimizer)
@@ -196,6 +211,16 @@ def _moment_owner(key: str, value: Any) -> str | None:
     if not key.startswith("state.") or not isinstance(value, torch.Tensor) or value.dim() == 0:
         return None
     return key.removeprefix("state.").rpartition(".")[0]
+
+
+def _save_full(path: Path, tag: str, model: Any, user_content: Any, state: Any) -> None:
+    whole = model.state_dict()  # every rank takes part in gathering it
+    if state.rank == 0:
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save(whole, path / tag)
+        torch.save(user_content, path / f"{FULL_USER_CONTENT}{tag}")
+        _write_newest(path, tag)
+    dist.barrier()
 
 
 def _write_newest(path: Path, tag: str) -> None:

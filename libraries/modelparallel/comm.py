@@ -128,6 +128,74 @@ def _members(group: CommGroup) -> list[int]:
     return list(range(topology.world_size))
 
 
+# -- the groups as torch.distributed sees them, and as lists of ranks ---------------------
+
+
+def get_world_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.WORLD)
+
+
+def get_mp_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.MP_GROUP)
+
+
+def get_tp_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.TP_GROUP)
+
+
+def get_pp_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.PP_GROUP)
+
+
+def get_dp_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.DP_GROUP)
+
+
+def get_rdp_process_group() -> dist.ProcessGroup:
+    return _torch_group(CommGroup.RDP_GROUP)
+
+
+def get_world_group() -> list[int]:
+    return _members(CommGroup.WORLD)
+
+
+def get_mp_group() -> list[int]:
+    return _members(CommGroup.MP_GROUP)
+
+
+def get_tp_group() -> list[int]:
+    return _members(CommGroup.TP_GROUP)
+
+
+def get_pp_group() -> list[int]:
+    return _members(CommGroup.PP_GROUP)
+
+
+def get_dp_group() -> list[int]:
+    return _members(CommGroup.DP_GROUP)
+
+
+def get_rdp_group() -> list[int]:
+    return _members(CommGroup.RDP_GROUP)
+
+
+def _torch_group(group: CommGroup) -> dist.ProcessGroup:
+    """The group's ProcessGroup, for torch.distributed's own collectives. The library
+    keeps none for a tensor-parallel group of one rank (no tensor parallelism): that one
+    is made when first asked for, by its one member alone."""
+    if group == CommGroup.WORLD:
+        world = dist.group.WORLD
+        assert world is not None  # smp.init made it
+        return world
+    made = _process_group(group)
+    if made is not None:
+        return made
+    state = smp_state.current()
+    if state.alone is None:
+        state.alone = dist.new_group([state.rank], use_local_synchronization=True)
+    return state.alone
+
+
 def barrier(group: CommGroup = CommGroup.WORLD) -> None:
     if len(_members(group)) == 1:
         return  # a group of one: nothing to wait for

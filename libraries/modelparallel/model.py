@@ -15,7 +15,8 @@ averaged once, after the last microbatch (every earlier one skips the synchronis
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,16 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.hooks import RemovableHandle
 
-from libraries.modelparallel import delayed, gradients, projections, stage_split, tensor
+from libraries.modelparallel import (
+    delayed,
+    distributed_names,
+    gradients,
+    projections,
+    stage_split,
+    tensor,
+)
 from libraries.modelparallel import state as smp_state
 from libraries.modelparallel.activations import offloaded
 from libraries.modelparallel.pipeline import (
@@ -107,6 +116,11 @@ class DistributedModel(nn.Module):
         self.parted = projections.parted(module)
         for checkpointed in state.checkpointed:
             checkpoint_activations(checkpointed)
+        distributed_names.give(module, state.tensor_parallel)
+        # Called once the model is partitioned, before the first step runs it.
+        # (An OrderedDict, which torch's RemovableHandle holds a weak reference to.)
+        self._post_partition_hooks: OrderedDict[int, Callable[[Any, Any], None]] = OrderedDict()
+        self._partitioned = False
         self.wrapped: nn.Module = _distribute(module, state)
         if self._delayed and state.mesh is not None:
             _made_whole(module, state.device)  # each shard (DTensor) is made on its own
@@ -210,6 +224,32 @@ class DistributedModel(nn.Module):
     def module(self) -> nn.Module:
         """The script's own module (sharded in place where the states are sharded)."""
         return self._inner
+
+    def get_module(self) -> nn.Module:
+        """The script's own module, as SageMaker's ``get_module()`` returns it."""
+        return self._inner
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether the first step has partitioned the model (SageMaker's property)."""
+        return self._partitioned
+
+    def register_post_partition_hook(self, hook: Callable[[Any, Any], None]) -> RemovableHandle:
+        """``hook(model, optimizer)`` runs once, when the first ``smp.step`` has partitioned
+        the model and before it runs a microbatch."""
+        handle = RemovableHandle(self._post_partition_hooks)
+        self._post_partition_hooks[handle.id] = hook
+        return handle
+
+    def partitioned_now(self) -> None:
+        """Called by each step once the model is in its stages: the first time, the post
+        partition hooks run."""
+        if self._partitioned:
+            return
+        self._partitioned = True
+        optimizer = smp_state.current().optimizer
+        for hook in list(self._post_partition_hooks.values()):
+            hook(self, optimizer)
 
     # -- what ``smp.step`` calls ------------------------------------------------------
 

@@ -10,6 +10,7 @@ SageMaker's optimizer takes: ``static_loss_scale``, ``dynamic_loss_scale``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,6 +68,9 @@ class DistributedOptimizer:
         self._scale = LossScale(static_loss_scale, dynamic_loss_scale, dynamic_loss_args)
         # Loss scaling only guards fp16's narrow range; bf16 and fp32 need none.
         self._scaled = state.parameters.fp16
+        # Whether the last step found overflowing gradients and skipped its update
+        # (SageMaker's fp16 optimizer's ``overflow``; always False without fp16).
+        self.overflow = False
         state.optimizer = self
         if state.model is not None and state.model.pipeline is not None:
             self.keep_only(state.model.pipeline.module, state.model.stand_ins)
@@ -105,22 +109,79 @@ class DistributedOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
+    def clip_master_grads(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clips the gradients as the update will see them (loss scale taken out) to a
+        total norm of ``max_norm`` over the whole model, every rank's part counted once;
+        returns the norm before clipping (inf or nan where they overflowed, untouched)."""
+        grads = self._grads()
+        total = self._total_norm(float(norm_type)) / self.loss_scale
+        if torch.isfinite(total):
+            factor = max_norm / (float(total) + 1e-6)
+            if factor < 1:
+                for grad in grads:
+                    grad.mul_(factor)
+        return total
+
     def step(self, closure: Any = None) -> Any:
         if not self._scaled:
             return self.optimizer.step(closure)
         # The scale this step's backward used, before the update may change it.
         scale = self.loss_scale
-        grads = [
-            p.grad for group in self.param_groups for p in group["params"] if p.grad is not None
-        ]
+        grads = self._grads()
         overflowed = _any_rank(not all(bool(torch.isfinite(_local(g)).all()) for g in grads))
         self._scale.update(overflowed)
+        self.overflow = overflowed
         if overflowed:
             smp_state.current().say_once("fp16: a step with overflowing gradients was skipped")
             return None
         for grad in grads:
             grad.div_(scale)
         return self.optimizer.step(closure)
+
+    def _total_norm(self, norm_type: float) -> torch.Tensor:
+        """The norm of the whole model's gradient, each part counted once: a DTensor
+        gradient (split or sharded) whole through its own collectives; a stage's plain
+        gradients summed over the pipeline's stages; plain shares of a split parameter
+        (tensor parallelism inside stages) over the tensor-parallel group too. Replicas
+        hold the same gradients and are not summed; a parameter tied across stages counts
+        on the first stage that holds it."""
+        state = smp_state.current()
+        model = state.model
+        shares: set[int] = set()
+        elsewhere: set[int] = set()
+        if model is not None and model.shares is not None:
+            splits = model.shares.splits
+            shares = {id(p) for n, p in model.own_module.named_parameters() if n in splits}
+        if model is not None and model.ties is not None:
+            elsewhere = model.ties.copies_counted_elsewhere()
+        device = state.device
+        whole, stage, shared = (torch.zeros((), dtype=torch.float64, device=device) for _ in "123")
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                grad = parameter.grad
+                if grad is None or id(parameter) in elsewhere:
+                    continue
+                if isinstance(grad, DTensor):
+                    norm = torch.linalg.vector_norm(grad, norm_type).full_tensor()
+                    whole = _combined(whole, norm.double(), norm_type)
+                else:
+                    norm = torch.linalg.vector_norm(grad, norm_type).double()
+                    if id(parameter) in shares:
+                        shared = _combined(shared, norm, norm_type)
+                    else:
+                        stage = _combined(stage, norm, norm_type)
+        if state.tp_group is not None and shares:
+            _reduce(shared, norm_type, state.tp_group)
+        stage = _merged(stage, shared, norm_type)
+        if state.topology.pp_size > 1:
+            _reduce(stage, norm_type, state.pp_group)
+        total = _merged(whole, stage, norm_type)
+        return total if norm_type == math.inf else total ** (1.0 / norm_type)
+
+    def _grads(self) -> list[torch.Tensor]:
+        return [
+            p.grad for group in self.param_groups for p in group["params"] if p.grad is not None
+        ]
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer state, keyed by parameter name: gathered where the states are
@@ -151,6 +212,24 @@ class DistributedOptimizer:
         pipeline); None: the optimizer's own layout, with no model."""
         model = smp_state.current().model
         return None if model is None else model.own_module
+
+
+def _combined(total: torch.Tensor, norm: torch.Tensor, norm_type: float) -> torch.Tensor:
+    """``total`` (a sum of p-th powers, or the largest value for the inf-norm) with a
+    p-norm ``norm`` counted in."""
+    if norm_type == math.inf:
+        return torch.maximum(total, norm)
+    return total + norm**norm_type
+
+
+def _merged(total: torch.Tensor, other: torch.Tensor, norm_type: float) -> torch.Tensor:
+    """Two totals as ``_combined`` keeps them, as one."""
+    return torch.maximum(total, other) if norm_type == math.inf else total + other
+
+
+def _reduce(total: torch.Tensor, norm_type: float, group: dist.ProcessGroup) -> None:
+    op = dist.ReduceOp.MAX if norm_type == math.inf else dist.ReduceOp.SUM
+    dist.all_reduce(total, op=op, group=group)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

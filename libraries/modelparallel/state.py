@@ -55,6 +55,9 @@ class State:
     tp_mesh: DeviceMesh | None
     # Sharded data parallel: (replicate, shard); None where the states are not sharded.
     mesh: DeviceMesh | None
+    # This rank alone, as the tensor-parallel group where there is no tensor parallelism
+    # (``smp.get_tp_process_group()``): made when first asked for.
+    alone: dist.ProcessGroup | None = None
     model: DistributedModel | None = None
     optimizer: DistributedOptimizer | None = None
     # Modules the script put on a stage (``smp.partition``, ``set_partition``).
@@ -112,12 +115,13 @@ def job_parameters(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def init(config: Mapping[str, Any] | None = None) -> State:
-    """Joins the job's processes and makes their groups; the parameters are ``config``, or
-    the job's when it is None. A second call returns the first call's state."""
+    """Joins the job's processes and makes their groups; the parameters are the job's,
+    with ``config``'s where the job leaves one out. A second call returns the first
+    call's state."""
     global _state
     if _state is not None:
         return _state
-    raw = dict(job_parameters(os.environ) if config is None else config)
+    raw = modelparallel.under(job_parameters(os.environ), config or {})
     process_group.init_process_group()
     world_size = dist.get_world_size()
     problems = modelparallel.problems(raw, world_size, ("parameters",))

@@ -87,6 +87,7 @@ def step(
             return _outputs(_pipelined(func, bound, parts, state))
         if state.model is None:
             raise RuntimeError("an smp.step function runs a model: wrap it in smp.DistributedModel")
+        state.model.partitioned_now()
         results = []
         with state.model.stepping():
             for index in range(count):
@@ -131,6 +132,7 @@ def _pipelined(
         return replayed.loss, returned
 
     pipeline = model.build_pipeline(calls[0])
+    model.partitioned_now()
     results = pipeline.run(calls, replay)
     if torch.is_grad_enabled():
         assert model.ties is not None

@@ -97,6 +97,16 @@ class TiedParameters:
                 stand_ins[id(original)] = chosen
         return stand_ins
 
+    def copies_counted_elsewhere(self) -> set[int]:
+        """The ids of this stage's copies of tied parameters that an earlier stage holds
+        too: a sum over the stages (a gradient norm) counts each tie once, on its first
+        stage."""
+        return {
+            id(self.held[tie.names[0]])
+            for tie in self.ties
+            if self._stage in tie.stages[1:] and tie.names[0] in self.held
+        }
+
     def copy_from(self, model: nn.Module) -> None:
         """Each copy takes its model parameter's value (made after the copy was, where
         parameters are made late: ``delayed_parameter_initialization``)."""
