@@ -124,7 +124,7 @@ def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
     assert (rule["apiGroups"], rule["resources"]) == (["runyard.dev"], ["trainingjobs"])
 
     def resource(instance_type: str) -> dict[str, Any]:
-        return {"metadata": {"name": "j"}, "spec": {"instance_type": instance_type}}
+        return {"metadata": {"name": "j"}, "spec": {"instanceType": instance_type}}
 
     # Exactly what RUNYARD_BACKENDS sends to a backend: the built-in types but the one
     # taken out, and the one configured.
@@ -135,7 +135,7 @@ def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
         admitted, message = _admits(policy, resource(refused))
         assert not admitted, refused
         assert message == (
-            f"spec.instance_type: unknown instance type {refused}; this server runs: "
+            f"spec.instanceType: unknown instance type {refused}; this server runs: "
             + ", ".join(runs)
         )
 
