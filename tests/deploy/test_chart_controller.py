@@ -7,6 +7,8 @@ generated."""
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
@@ -16,7 +18,9 @@ import yaml
 
 from provisioning.catalog import InstanceCatalog
 from service.custom_resources import crd
-from service.settings import ControllerSettings
+from service.custom_resources.controller import Controller
+from service.kit.db import session_scope
+from service.settings import ControllerSettings, Settings
 from tests.deploy.chart import (
     CHART,
     NAMESPACE,
@@ -27,8 +31,11 @@ from tests.deploy.chart import (
     pod_spec,
     workloads,
 )
-from tests.deploy.support import check_runyard_args
+from tests.deploy.support import REPO, check_runyard_args
 from tests.deploy.test_chart import EXTERNAL
+from tests.jobs import named
+from tests.kube import KubeServer
+from tests.service.custom_resources.support import Cluster
 
 ENABLED = {**EXTERNAL, "controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
 CONTROLLER_RULES = {
@@ -179,3 +186,33 @@ def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
 def test_without_the_controller_there_is_no_admission_policy(chart: helm.Chart) -> None:
     kinds = {o["kind"] for o in objects_of(chart, {**EXTERNAL, "controller": {"enabled": False}})}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def test_a_resource_applied_beside_the_default_release_becomes_a_job(
+    chart: helm.Chart, kube_server: KubeServer, settings: Settings, source_dir: Path
+) -> None:
+    # The controller as the default install configures it, against an API server with the
+    # chart's CRD, and the example resource applied in the release's namespace.
+    configured = _controller_settings(objects_of(chart, {}))
+    cluster = Cluster(kube_server)
+    cluster.namespace = NAMESPACE
+    controller = Controller(
+        settings.model_copy(update={"controller": configured}), cluster.api_client
+    )
+    example = yaml.safe_load((REPO / "examples" / "kubernetes" / "trainingjob.yaml").read_text())
+    # Its code where this server reads code, on an instance type it runs here.
+    spec = {**example["spec"], "sourceUri": source_dir.as_uri(), "entryPoint": "train.py"}
+    # The API server outlives this test: a name of its own.
+    name = f"{example['metadata']['name']}-{uuid.uuid4().hex[:6]}"
+    cluster.apply_spec(name, {**spec, "instanceType": "local"})
+    controller.sync()
+    resource = cluster.get(name)
+    conditions = {c["type"]: c["status"] for c in resource["status"]["conditions"]}
+    assert conditions["Accepted"] == "True", resource["status"]
+    assert resource["status"]["project"] == "default"
+    with session_scope(settings.database_url, readonly=True) as session:
+        job = named(session, name).record.job_spec()
+    assert (job.instance_count, job.hyperparameters["epochs"]) == (
+        example["spec"]["instanceCount"],
+        example["spec"]["hyperparameters"]["epochs"],
+    )
