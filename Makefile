@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # the API serves them; nothing is fetched at run time.
 VENDOR := service/console/static/vendor
 
-.PHONY: install demo test test-fast test-console lint docs crd clean
+.PHONY: install demo test test-fast test-console lint docs crd images clean
 
 # torch first and pinned: it comes from the local CPU wheel, so nothing pulls a CUDA build.
 $(STAMP): pyproject.toml
@@ -48,6 +48,23 @@ docs: $(STAMP)
 crd: $(STAMP)
 	$(BIN)/python -m service.custom_resources.crd > charts/runyard/crds/trainingjobs.yaml.new
 	mv charts/runyard/crds/trainingjobs.yaml.new charts/runyard/crds/trainingjobs.yaml
+
+# The two images the chart runs, named as it names them: <IMAGE_REPOSITORY>/service and
+# <IMAGE_REPOSITORY>/runtime, tagged with the chart's appVersion (runyard/service:0.1.0 and
+# runyard/runtime:0.1.0 by default). Built with Docker, or podman where there is no Docker
+# (IMAGE_TOOL chooses). Named in full (docker.io/...): podman would otherwise store
+# them as localhost/runyard/..., a name no kubelet asks for. RUNTIME_BUILD_ARGS passes build
+# arguments to the training image (--build-arg TORCH_INDEX_URL=... for a CUDA build).
+# docs/deploying.md shows how to load them into kind or push them to a registry.
+IMAGE_TOOL ?= $(shell command -v docker >/dev/null 2>&1 && echo docker || { command -v podman >/dev/null 2>&1 && echo podman; })
+IMAGE_REPOSITORY ?= docker.io/runyard
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/runyard/Chart.yaml)
+RUNTIME_BUILD_ARGS ?=
+
+images:
+	@test -n "$(IMAGE_TOOL)" || { echo "make images needs docker or podman (or IMAGE_TOOL=...)" >&2; exit 2; }
+	$(IMAGE_TOOL) build -f service/Dockerfile -t $(IMAGE_REPOSITORY)/service:$(IMAGE_TAG) .
+	$(IMAGE_TOOL) build -f runtime/Dockerfile $(RUNTIME_BUILD_ARGS) -t $(IMAGE_REPOSITORY)/runtime:$(IMAGE_TAG) .
 
 # Two test processes by default (CI's machine has two cores); TEST_WORKERS=0 runs one.
 # A file's tests stay in one process: its module fixtures (a server, a cluster) serve them.

@@ -377,15 +377,27 @@ def admission_problems(
     return problems or list(_rule_problems(schema, obj, old, ()))
 
 
+# How the API server words a rule's ``reason`` (Invalid value when it gives none).
+_RULE_REASONS = {
+    "FieldValueForbidden": "Forbidden",
+    "FieldValueRequired": "Required value",
+    "FieldValueDuplicate": "Duplicate value",
+}
+
+
 def _rule_problems(
     schema: dict[str, Any], value: Any, old: Any, path: tuple[str, ...]
 ) -> Iterator[str]:
     """The CEL rules of ``schema`` and of the schemas below it that ``value`` breaks, with
     ``self`` the value at the rule's place and ``oldSelf`` the value it replaces. As the
     API server does: a rule that reads ``oldSelf`` (a transition rule) is evaluated only
-    on an update that has an old value there."""
+    on an update that has an old value there; no rule is evaluated on a null value; a
+    rule's ``fieldPath`` (a field below its place) and ``reason`` say where and how the
+    problem is named."""
     import celpy
 
+    if value is None:
+        return
     for rule in schema.get("x-kubernetes-validations", []):
         transition = "oldSelf" in rule["rule"]
         if transition and old is None:
@@ -397,13 +409,24 @@ def _rule_problems(
             activation["oldSelf"] = celpy.json_to_cel(old)
         result = program.evaluate(activation)
         if not (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
-            where = ".".join(path) or "<root>"
-            yield f"{where}: Invalid value: {rule.get('message', rule['rule'])}"
+            below = rule.get("fieldPath", "").lstrip(".")
+            where = ".".join(part for part in (*path, *below.split(".")) if part) or "<root>"
+            reason = _RULE_REASONS.get(rule.get("reason", ""), "Invalid value")
+            yield f"{where}: {reason}: {rule.get('message', rule['rule'])}"
     if isinstance(value, dict):
         for name, child in (schema.get("properties") or {}).items():
             if name in value:
                 before = old.get(name) if isinstance(old, dict) else None
                 yield from _rule_problems(child, value[name], before, (*path, name))
+        entry = schema.get("additionalProperties")
+        if isinstance(entry, dict):
+            for key, child_value in value.items():
+                before = old.get(key) if isinstance(old, dict) else None
+                yield from _rule_problems(entry, child_value, before, (*path, str(key)))
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        # Items are new on every change as far as transition rules go (no list-type keys).
+        for index, item in enumerate(value):
+            yield from _rule_problems(schema["items"], item, None, (*path, str(index)))
 
 
 def _strict(schema: dict[str, Any]) -> dict[str, Any]:

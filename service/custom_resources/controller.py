@@ -10,7 +10,7 @@ is level-triggered and idempotent (a pass cut short anywhere is finished by the 
   (one submitted over REST) is not taken over;
 - a spec the server refuses (an instance type it does not run, a source that is not
   there) leaves the resource with ``Accepted=False``, reason ``Invalid``, and a Warning
-  Event, both naming the field (``spec.instance_type: ...``);
+  Event, both naming the field (``spec.instanceType: ...``);
 - the job's status is written to the status subresource and each new transition posted
   as an Event;
 - a resource being deleted has its job stopped; its finalizer is removed once the job has
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import ValidationError
 
 from service.auth.access import Principal, Role
-from service.custom_resources import events, names, status
+from service.custom_resources import crd, events, names, spelling, status
 from service.custom_resources.status import ResourceStatus
 from service.jobs import lookup
 from service.jobs.schemas import JobCreate, JobPublic
@@ -108,8 +108,7 @@ class Controller:
             with session_scope(self.settings.database_url) as session:
                 service.submit(session, self.settings, spec, project)
         except SpecError as exc:
-            where = "" if exc.message.startswith("metadata.") else "spec."
-            self._refuse(resource, before, "Invalid", f"{where}{exc.message}")
+            self._refuse(resource, before, "Invalid", _in_resource(exc))
             return None
         except Conflict:
             return None  # stored meanwhile (by this pass's earlier try): the next finds it
@@ -215,12 +214,13 @@ def _principal(project: str) -> Principal:
 
 
 def _spec(resource: dict[str, Any]) -> JobCreate:
-    """The resource's spec as the REST API takes it: named after the resource, tagged
-    with its uid. A rule the CRD's schema cannot hold refuses it as SpecError."""
-    spec = dict(resource.get("spec") or {})
+    """The resource's spec as the REST API takes it (its fields in the API's snake_case):
+    named after the resource, tagged with its uid. A rule the CRD's schema cannot hold
+    refuses it as SpecError."""
+    spec = spelling.to_request(dict(resource.get("spec") or {}), crd.request_schema())
     tags = [tag for tag in spec.get("tags", []) if tag.get("key") != names.RESOURCE_TAG]
     tags.append({"key": names.RESOURCE_TAG, "value": resource["metadata"]["uid"]})
-    if "name" in spec or "base_job_name" in spec:
+    if "name" in spec or "baseJobName" in spec:
         raise SpecError(("name",), "is the resource's metadata.name; leave it out of spec")
     try:
         return JobCreate.model_validate({**spec, "name": _name(resource), "tags": tags})
@@ -230,6 +230,14 @@ def _spec(resource: dict[str, Any]) -> JobCreate:
         if loc == ("name",):
             raise SpecError(("metadata", "name"), error["msg"]) from None
         raise SpecError(loc, error["msg"]) from None
+
+
+def _in_resource(error: SpecError) -> str:
+    """What the server refused, at its place in the resource: ``spec.instanceType: ...``."""
+    if error.loc[:1] == ("metadata",):
+        return error.message
+    path = spelling.field_path(error.loc, crd.request_schema())
+    return f"spec.{path}: {error.field_message}" if path else f"spec: {error.field_message}"
 
 
 def _made_for(job: JobPublic, resource: dict[str, Any]) -> bool:

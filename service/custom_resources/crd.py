@@ -3,22 +3,26 @@ service.custom_resources.crd`` prints what ``charts/runyard/crds/trainingjobs.ya
 (``make crd`` writes it; a test holds the two equal).
 
 The ``spec`` schema is the REST API's request model (``JobCreate``) made structural
-(``structural``), less what the resource says another way: the job's name is the
-resource's ``metadata.name`` (so ``name`` and ``base_job_name`` are not taken) and the
-image is the server's choice. What a schema cannot say is refused by the chart's
-ValidatingAdmissionPolicy (an instance type this server does not run) or by the
-controller (a source that is not there, a quota), in the resource's ``Accepted`` condition
-and a Warning Event that name the field.
+(``structural``) and spelled in camelCase (``spelling``), less what the resource says
+another way: the job's name is the resource's ``metadata.name`` (so ``name`` and
+``base_job_name`` are not taken) and the image is the server's choice. Its descriptions
+are the model's own, which ``kubectl explain trainingjob.spec`` shows. What a schema
+cannot say is refused by the chart's ValidatingAdmissionPolicy (an instance type this
+server does not run) or by the controller (a source that is not there, a quota), in the
+resource's ``Accepted`` condition and a Warning Event that name the field.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from service.custom_resources import names
+from service.custom_resources import names, spelling
 from service.custom_resources.status import ResourceStatus
 from service.custom_resources.structural import structural
 from service.jobs.schemas import JobCreate
@@ -42,20 +46,31 @@ _IMMUTABLE = {
 _COLUMNS = [
     {"name": "Status", "type": "string", "jsonPath": ".status.status"},
     {"name": "Secondary", "type": "string", "jsonPath": ".status.secondaryStatus"},
-    {"name": "Instances", "type": "integer", "jsonPath": ".spec.instance_count"},
+    {"name": "InstanceType", "type": "string", "jsonPath": ".spec.instanceType"},
+    {"name": "Instances", "type": "integer", "jsonPath": ".spec.instanceCount"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Duration", "type": "string", "jsonPath": ".status.duration"},
 ]
 
 
-def spec_schema() -> dict[str, Any]:
+@functools.cache
+def request_schema() -> Mapping[str, Any]:
+    """What a resource's spec is, as the REST API spells it (snake_case): the structural
+    schema of the request model, less what the resource says another way. Shared: read it,
+    never change it."""
     schema = structural(JobCreate.model_json_schema())
     for field in NOT_IN_SPEC:
         schema["properties"].pop(field)
+    return schema
+
+
+def spec_schema() -> dict[str, Any]:
+    schema = spelling.resource_schema(copy.deepcopy(dict(request_schema())))
     schema["description"] = (
-        "The job, as POST /v1/training-jobs takes it (snake_case); its name is the resource's name."
+        "The job, as POST /v1/training-jobs takes it, its fields spelled in camelCase "
+        "(entry_point is entryPoint); its name is the resource's metadata.name."
     )
-    schema["x-kubernetes-validations"] = [_IMMUTABLE]
+    schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), _IMMUTABLE]
     return schema
 
 

@@ -66,7 +66,11 @@ MAX_ENVIRONMENT_VALUE = 512
 class JobCreate(JobFields):
     """A job as a client submits it."""
 
-    base_job_name: str | None = Field(default=None, json_schema_extra=NAME_SCHEMA)
+    base_job_name: str | None = Field(
+        default=None,
+        json_schema_extra=NAME_SCHEMA,
+        description="Without a `name`: the job is named `<it>-<time>`.",
+    )
     # Whether ``distribution`` was read from the SDK's flags in the hyperparameters: what
     # is wrong with it is then said of them.
     _named_by_flags: bool = PrivateAttr(default=False)

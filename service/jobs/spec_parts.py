@@ -112,7 +112,7 @@ def _with_known_keys(error: ErrorDetails, known: list[str]) -> InitErrorDetails:
 
 
 class _Toggle(Strict):
-    enabled: bool = False
+    enabled: bool = Field(default=False, description="Runs the job under this mode.")
 
 
 class _Distribution(Strict):
@@ -170,7 +170,12 @@ def _distribution_keys(under: tuple[str, ...] = ()) -> dict[str, Any]:
         else:
             title = f"{key.capitalize()}Distribution"
             model = create_model(title, __base__=Strict, **_distribution_keys((*under, key)))
-        keys[key] = (model | None, None)
+        described = (
+            f"The `{key}` mode: `enabled` runs the job under it."
+            if len(path) == len(under) + 1
+            else f"The `{key}` modes, of which one may be enabled."
+        )
+        keys[key] = (model | None, Field(default=None, description=described))
     return keys
 
 
@@ -188,18 +193,40 @@ else:
 
 
 class Channel(Strict):
+    """One input channel: where its data is and how each instance gets it."""
+
     # A prefix (every object under it), or a manifest file listing the objects.
-    uri: str = Field(min_length=1, max_length=1024)
-    s3_data_type: Literal["S3Prefix", "ManifestFile"] = "S3Prefix"
-    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = "FullyReplicated"
-    input_mode: Literal["File", "Pipe", "FastFile"] = "File"
-    content_type: str | None = Field(default=None, max_length=256)
-    compression: Literal["None", "Gzip"] = "None"
+    uri: str = Field(
+        min_length=1,
+        max_length=1024,
+        description="Where the data is: an s3:// prefix or manifest, or a file:// path.",
+    )
+    s3_data_type: Literal["S3Prefix", "ManifestFile"] = Field(
+        default="S3Prefix",
+        description="S3Prefix: every object under `uri`; ManifestFile: the objects the "
+        "manifest at `uri` lists.",
+    )
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
+        default="FullyReplicated",
+        description="FullyReplicated: every instance gets all of it; ShardedByS3Key: each "
+        "gets its share of the objects.",
+    )
+    input_mode: Literal["File", "Pipe", "FastFile"] = Field(
+        default="File",
+        description="File: copied to the instance before the script starts; FastFile: "
+        "read as the script opens it; Pipe: streamed through a named pipe.",
+    )
+    content_type: str | None = Field(
+        default=None, max_length=256, description="The data's MIME type, told to the script."
+    )
+    compression: Literal["None", "Gzip"] = Field(
+        default="None", description="Gzip: the objects are gzipped (Pipe mode)."
+    )
 
 
 class Tag(Strict):
-    key: str = Field(min_length=1, max_length=128)
-    value: str = Field(default="", max_length=256)
+    key: str = Field(min_length=1, max_length=128, description="The tag's key.")
+    value: str = Field(default="", max_length=256, description="Its value.")
 
 
 # The names of the metrics each instance's runtime measures of itself (CPU, memory...)
@@ -210,8 +237,12 @@ INSTANCE_METRIC_PREFIX = "instance/"
 class MetricDefinition(Strict):
     """As in the estimator's ``metric_definitions``: the regex's one group is the value."""
 
-    name: str = Field(min_length=1, max_length=255)
-    regex: str = Field(min_length=1, max_length=500)
+    name: str = Field(min_length=1, max_length=255, description="The metric's name.")
+    regex: str = Field(
+        min_length=1,
+        max_length=500,
+        description="Searched in every line of the log; its one group is the value.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -249,8 +280,10 @@ class ProgressMetric(Strict):
     """Which of the job's metrics tells how far training is: its value divided by
     ``total`` is the fraction done (an epoch metric with the epoch count, say)."""
 
-    name: str = Field(min_length=1, max_length=255)
-    total: float = Field(default=1.0, gt=0)
+    name: str = Field(min_length=1, max_length=255, description="One of the job's metrics.")
+    total: float = Field(
+        default=1.0, gt=0, description="Its value once training is done (the epoch count)."
+    )
 
 
 class RetryRule(Strict):
@@ -259,9 +292,17 @@ class RetryRule(Strict):
     ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
     first rule that matches decides."""
 
-    on_exit_codes: list[Int32] = Field(default_factory=list, max_length=64)
-    on_failure_reasons: list[str] = Field(default_factory=list, max_length=16)
-    action: Literal["retry", "fail"]
+    on_exit_codes: list[Int32] = Field(
+        default_factory=list, max_length=64, description="Exit codes the rule matches."
+    )
+    on_failure_reasons: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Regular expressions, one of which the failure reason must match.",
+    )
+    action: Literal["retry", "fail"] = Field(
+        description="retry: restart the job (within `max_retry_attempts`); fail: end it."
+    )
 
     @field_validator("on_failure_reasons")
     @classmethod

@@ -22,6 +22,9 @@ KUBE_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
 OLDEST = KUBE_VERSION.removeprefix(">=").removesuffix(".0-0")
 # What the pod templates of a chart are in.
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+# What the chart runs beside Runyard, by component: its own databases and object store, and
+# the Job that makes the store's bucket.
+BUNDLED = ("postgresql", "redis", "minio", "minio-bucket")
 
 
 def render_texts(
@@ -60,12 +63,18 @@ def component(obj: dict[str, Any]) -> str:
 
 
 def workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Runyard's own Deployments and Jobs by component: api, worker, beat, migrate."""
-    return {component(o): o for o in objects if o["kind"] in ("Deployment", "Job")}
+    """Runyard's own Deployments and Jobs by component: api, worker, beat, migrate, and
+    the controller where it runs."""
+    return {
+        component(o): o
+        for o in objects
+        if o["kind"] in ("Deployment", "Job") and component(o) not in BUNDLED
+    }
 
 
 def all_workloads(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every object with pods, by component: Runyard's own and the chart's databases."""
+    """Every object with pods, by component: Runyard's own and what the chart runs beside
+    it (BUNDLED)."""
     return {component(o): o for o in objects if o["kind"] in WORKLOAD_KINDS}
 
 

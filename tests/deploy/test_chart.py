@@ -2,8 +2,9 @@
 through its C library, offline), every object checked against the official schemas of the
 oldest Kubernetes the chart claims and of the newest kubernetes-validate ships (strict:
 an unknown field fails), and the settings it renders parsed by Runyard's own Settings.
-What the chart runs beside Runyard (its own databases, secrets, S3, network policies) is
-tested in test_chart_standalone.py."""
+What the chart runs beside Runyard (its own databases and object store, secrets, S3,
+network policies) is tested in test_chart_standalone.py, the TrainingJob controller in
+test_chart_controller.py."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from contract.variables import AWS_STATIC_KEYS
 from provisioning.base import JobRef, LaunchRequest
 from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import backend as kubernetes_backend
@@ -29,6 +31,8 @@ from tests.deploy.chart import (
     NAMESPACE,
     NEWEST,
     OLDEST,
+    all_workloads,
+    component,
     environment,
     objects_of,
     one,
@@ -50,22 +54,32 @@ def _docs_values(name: str) -> dict[str, Any]:
     return values
 
 
-# Everything outside the cluster given: the chart then runs no database of its own.
+# Artifacts on a volume every pod mounts (a ReadWriteMany class the operator has).
+SHARED_ROOT = "file:///var/lib/runyard/artifacts"
+# Everything outside the cluster given: the chart then runs no database or store of its own.
 EXTERNAL = {
     "database": {"url": "postgresql://runyard:pw@postgres.db:5432/runyard"},
     "broker": {"url": "redis://redis.db:6379/0"},
     "secretKey": "9" * 64,
+    "artifacts": {"root": SHARED_ROOT},
 }
 S3_ROOT = "s3://runyard-artifacts/prod"
 VARIANTS: dict[str, dict[str, Any]] = {
-    # Nothing given: the chart's own PostgreSQL and Redis, generated secrets.
+    # Nothing given: the chart's own PostgreSQL, Redis and MinIO, generated secrets, the
+    # controller taking the release's namespace's TrainingJobs.
     "defaults": {},
     "external": EXTERNAL,
     "external-database-only": {"database": EXTERNAL["database"]},
     "ephemeral-databases": {
         "postgresql": {"persistence": {"enabled": False}},
         "redis": {"persistence": {"enabled": False}},
+        "minio": {"persistence": {"enabled": False}},
     },
+    "minio-keys-of-the-operator": {"minio": {"existingSecret": "runyard-minio-keys"}},
+    # The chart's MinIO reached from job pods in a namespace of their own.
+    "jobs-namespace-minio": {"kubernetes": {"namespace": "training"}, "createJobsNamespace": True},
+    "controller-namespaces": {"controller": {"namespaces": {"team-a": "vision", "team-b": "nlp"}}},
+    "no-controller": {"controller": {"enabled": False}},
     "ingress": {
         **EXTERNAL,
         "ingress": {
@@ -76,16 +90,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
     },
     "volcano": {**EXTERNAL, "kubernetes": {"gang_scheduler": "volcano", "gang_queue": "train"}},
-    "existing-secret": {"existingSecret": "runyard-credentials"},
+    "existing-secret": {"existingSecret": "runyard-credentials", "artifacts": {"root": S3_ROOT}},
     "jobs-namespace": {
         **EXTERNAL,
         "kubernetes": {"namespace": "training"},
         "createJobsNamespace": True,
-        "artifacts": {"persistence": {"existingClaim": "shared-artifacts"}},
+        "artifacts": {"root": SHARED_ROOT, "persistence": {"existingClaim": "shared-artifacts"}},
     },
     # The values the instance-types section of docs/deploying.md gives.
     "instance-types": {**EXTERNAL, **_docs_values("instance-types.yaml")},
-    "no-persistence": {**EXTERNAL, "artifacts": {"persistence": {"enabled": False}}},
+    "no-persistence": {
+        **EXTERNAL,
+        "artifacts": {"root": SHARED_ROOT, "persistence": {"enabled": False}},
+    },
     # S3 artifacts with keys from values, job pods told the endpoint by the chart.
     "s3": {
         "artifacts": {
@@ -129,7 +146,8 @@ G6E = {"name": "ml.g6e.xlarge", "vcpus": 4, "memory_gib": 32, "gpus": 1, "gpu_mo
 
 
 def _rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    role = one(objects, "Role")
+    """What the worker's Role in the jobs namespace allows."""
+    role = one(objects, "Role", "ry-runyard-jobs")
     rules: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
         assert "resourceNames" not in rule
@@ -165,7 +183,10 @@ def test_every_object_is_valid_kubernetes(chart: helm.Chart, variant: str, versi
 
 def test_names_are_unique_per_kind(chart: helm.Chart) -> None:
     for variant in VARIANTS.values():
-        keys = [(o["kind"], o["metadata"]["name"]) for o in objects_of(chart, variant)]
+        keys = [
+            (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in objects_of(chart, variant)
+        ]
         assert len(keys) == len(set(keys)), keys
 
 
@@ -177,6 +198,7 @@ def test_names_are_unique_per_kind(chart: helm.Chart) -> None:
     [
         ("database.url", {"postgresql": {"enabled": False}}),
         ("broker.url", {"redis": {"enabled": False}}),
+        ("artifacts.root", {"minio": {"enabled": False}}),
     ],
 )
 def test_a_database_turned_off_needs_its_url(
@@ -192,12 +214,21 @@ def test_a_database_turned_off_needs_its_url(
         ({"postgresql": {"enabled": True}, "database": EXTERNAL["database"]}, "database.url"),
         ({"redis": {"enabled": True}, "broker": EXTERNAL["broker"]}, "broker.url"),
         ({"postgresql": {"enabled": True}, "existingSecret": "mine"}, "existingSecret"),
+        ({"minio": {"enabled": True}, "artifacts": {"root": S3_ROOT}}, "artifacts.root"),
     ],
 )
 def test_a_database_both_bundled_and_given_is_refused(
     chart: helm.Chart, values: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=rf"enabled is true and {re.escape(named)}"):
+        render_texts(chart, values)
+
+
+def test_the_charts_own_store_is_wired_by_the_chart_alone(chart: helm.Chart) -> None:
+    # S3 settings name the store artifacts.root names; with none named, they would be
+    # silently ignored beside the chart's MinIO.
+    values = {"artifacts": {"s3": {"endpoint": "http://minio.storage.svc:9000"}}}
+    with pytest.raises(helm.HelmRenderError, match=r"artifacts\.s3\.endpoint is set, but"):
         render_texts(chart, values)
 
 
@@ -231,6 +262,11 @@ def test_a_database_both_bundled_and_given_is_refused(
         ({"artifacts": {"s3": {"bucket": "x"}}}, "/artifacts/s3"),
         ({"kubernetes": {"s3_secret": "Not_A_Name"}}, "/kubernetes/s3_secret"),
         ({"jobServiceAccount": {"annotations": {"a": 1}}}, "/jobServiceAccount/annotations/a"),
+        ({"minio": {"enabled": "yes"}}, "/minio/enabled"),
+        ({"minio": {"bucket": "Not_A_Bucket"}}, "/minio/bucket"),
+        ({"minio": {"persistence": {"size": "lots"}}}, "/minio/persistence/size"),
+        ({"minio": {"accessKey": "x"}}, "/minio"),
+        ({"controller": {"namespaces": {"Team_A": "vision"}}}, "'Team_A' does not match"),
     ],
 )
 def test_the_schema_rejects_wrong_values(
@@ -325,8 +361,8 @@ def test_the_rendered_settings_are_valid_runyard_settings(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     objects = objects_of(chart, EXTERNAL)
-    for component in SERVICE_COMMANDS:
-        environ = environment(objects, component)
+    for part in SERVICE_COMMANDS:
+        environ = environment(objects, part)
         KubernetesSettings.model_validate_json(environ["RUNYARD_KUBERNETES"])
         settings = runyard_settings(environ, monkeypatch)
         assert settings.environment == "production"
@@ -399,7 +435,10 @@ def test_the_cluster_domain_reaches_the_api_url_and_the_job_pods(
 def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
     objects = objects_of(chart, EXTERNAL)
     assert _rules(objects) == BACKEND_RULES
-    role, binding = one(objects, "Role"), one(objects, "RoleBinding")
+    role, binding = (
+        one(objects, "Role", "ry-runyard-jobs"),
+        one(objects, "RoleBinding", "ry-runyard-jobs"),
+    )
     assert role["metadata"]["namespace"] == NAMESPACE
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["roleRef"] == {
@@ -407,20 +446,23 @@ def test_rbac_is_exactly_what_the_backend_needs(chart: helm.Chart) -> None:
         "kind": "Role",
         "name": role["metadata"]["name"],
     }
-    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    account = one(objects, "ServiceAccount", "ry-runyard")["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
     ]
-    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    # Only the worker holds that identity; the other pods mount no API token at all.
-    for component, workload in workloads(objects).items():
+    assert not [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    # Only the worker holds that identity, the controller its own (test_chart_controller);
+    # the other pods mount no API token at all.
+    for part, workload in all_workloads(objects).items():
         pod = pod_spec(workload)
-        if component == "worker":
+        if part == "worker":
             assert pod["serviceAccountName"] == account
             assert pod["automountServiceAccountToken"] is True
+        elif part == "controller":
+            assert pod["serviceAccountName"] == "ry-runyard-controller"
         else:
-            assert "serviceAccountName" not in pod, component
-            assert pod["automountServiceAccountToken"] is False, component
+            assert "serviceAccountName" not in pod, part
+            assert pod["automountServiceAccountToken"] is False, part
 
 
 def test_podgroups_are_allowed_only_with_volcano(chart: helm.Chart) -> None:
@@ -449,6 +491,11 @@ def test_the_role_allows_exactly_the_calls_the_backend_makes(chart: helm.Chart) 
             resource = ("", kind.replace("_", "") + "s")
         used.setdefault(resource, set()).add(verbs[action])
     assert _rules(objects_of(chart, VARIANTS["volcano"])) == used
+
+
+def _without_server_keys(environ: dict[str, str]) -> dict[str, str]:
+    """What a part that stores no artifacts (the migration) gets of another's settings."""
+    return {key: value for key, value in environ.items() if key not in AWS_STATIC_KEYS}
 
 
 def _hooks(obj: dict[str, Any]) -> set[str]:
@@ -480,9 +527,12 @@ def test_the_migration_runs_after_install_on_the_releases_own_settings(
     assert pod_spec(job)["restartPolicy"] == "Never"
     # The release's ConfigMap and Secret exist by then: no hook copies are made.
     assert _sources(container) == {"ry-runyard"}
-    assert [o["kind"] for o in objects if "helm.sh/hook" in _annotations(o)] == ["Job"]
+    hooks = {component(o) for o in objects if "helm.sh/hook" in _annotations(o)}
+    # Beside it, with the chart's own MinIO, only the Job that makes its bucket.
+    assert hooks == ({"migrate", "minio-bucket"} if not values else {"migrate"})
+    assert {o["kind"] for o in objects if "helm.sh/hook" in _annotations(o)} == {"Job"}
     assert not [v for v in pod_spec(job)["volumes"] if "persistentVolumeClaim" in v]
-    assert environment(objects, "migrate") == environment(objects, "api")
+    assert environment(objects, "migrate") == _without_server_keys(environment(objects, "api"))
 
 
 def test_the_migration_runs_before_an_upgrade_on_copies_of_the_new_settings(
@@ -504,20 +554,21 @@ def test_the_migration_runs_before_an_upgrade_on_copies_of_the_new_settings(
         # Removed once the migration succeeded: the release's own copies take over.
         assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
     assert container["command"] == ["runyard", "migrate"]
-    assert environment(objects, "migrate") == environment(objects, "api")
+    assert environment(objects, "migrate") == _without_server_keys(environment(objects, "api"))
     assert environment(objects, "migrate")["RUNYARD_DATABASE_URL"] == new["database"]["url"]
 
 
 def test_every_container_runs_a_runyard_command(chart: helm.Chart) -> None:
-    for values in VARIANTS.values():
+    for name, values in VARIANTS.items():
         parts = workloads(objects_of(chart, values))
-        assert set(parts) == set(SERVICE_COMMANDS)
-        for component, workload in parts.items():
+        controller = {"controller"} if name != "no-controller" else set()
+        assert set(parts) == {*SERVICE_COMMANDS, *controller}, name
+        for part, workload in parts.items():
             (container,) = pod_spec(workload)["containers"]
             assert container["image"] == "runyard/service:0.1.0"
             program, *argv = container["command"]
             assert program == "runyard"
-            assert check_runyard_args(argv) == component
+            assert check_runyard_args(argv) == part
 
 
 def test_beat_is_a_single_pod_replaced_not_rolled(chart: helm.Chart) -> None:
@@ -549,8 +600,8 @@ def test_the_api_is_probed_on_its_health_route(chart: helm.Chart, tmp_path: Path
 def test_resources_come_from_values(chart: helm.Chart) -> None:
     wanted = {"requests": {"cpu": "2", "memory": "3Gi"}, "limits": {"cpu": "4", "memory": "6Gi"}}
     values = copy.deepcopy(EXTERNAL)
-    for component in ("api", "worker", "beat", "migration"):
-        values[component] = {"resources": wanted}
+    for part in ("api", "worker", "beat", "migration", "controller"):
+        values[part] = {"resources": wanted}
     for workload in workloads(objects_of(chart, values)).values():
         assert pod_spec(workload)["containers"][0]["resources"] == wanted
 
@@ -578,7 +629,7 @@ def test_the_artifact_claim_is_shared_by_api_worker_and_job_pods(
     assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     settings = runyard_settings(environment(objects, "worker"), monkeypatch)
     root = settings.artifact_root.removeprefix("file://")
-    for component, workload in workloads(objects).items():
+    for part, workload in workloads(objects).items():
         pod = pod_spec(workload)
         claims = {
             v["name"]: v["persistentVolumeClaim"]["claimName"]
@@ -586,11 +637,12 @@ def test_the_artifact_claim_is_shared_by_api_worker_and_job_pods(
             if "persistentVolumeClaim" in v
         }
         mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
-        if component in ("api", "worker"):
+        # The parts that store or read artifacts (the controller checks a job's source).
+        if part in ("api", "worker", "controller"):
             assert claims == {"artifacts": claim["metadata"]["name"]}
             assert mounts["artifacts"] == root
         else:
-            assert not claims, component
+            assert not claims, part
     # The backend mounts the same claim at the same path in every job pod.
     assert settings.kubernetes.artifact_volume_claim == claim["metadata"]["name"]
 
@@ -612,8 +664,8 @@ def test_another_jobs_namespace_needs_a_claim_that_exists_there(chart: helm.Char
         render_texts(chart, values)
     objects = objects_of(chart, VARIANTS["jobs-namespace"])
     assert one(objects, "Namespace")["metadata"]["name"] == "training"
-    assert one(objects, "Role")["metadata"]["namespace"] == "training"
-    binding = one(objects, "RoleBinding")
+    assert one(objects, "Role", "ry-runyard-jobs")["metadata"]["namespace"] == "training"
+    binding = one(objects, "RoleBinding", "ry-runyard-jobs")
     assert binding["metadata"]["namespace"] == "training"
     assert binding["subjects"][0]["namespace"] == NAMESPACE
     assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
@@ -625,9 +677,9 @@ def test_another_jobs_namespace_needs_a_claim_that_exists_there(chart: helm.Char
 def test_an_existing_secret_replaces_the_charts_own(chart: helm.Chart) -> None:
     objects = objects_of(chart, VARIANTS["existing-secret"])
     assert not [o for o in objects if o["kind"] == "Secret"]
-    for component, workload in workloads(objects).items():
+    for part, workload in workloads(objects).items():
         container = pod_spec(workload)["containers"][0]
-        refs = {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container["env"]}
+        refs = secret_refs(container)
         assert refs == {
             **{
                 key: {"name": "runyard-credentials", "key": key}
@@ -638,7 +690,7 @@ def test_an_existing_secret_replaces_the_charts_own(chart: helm.Chart) -> None:
                 "key": "RUNYARD_ADMIN_TOKEN",
                 "optional": True,
             },
-        }, component
+        }, part
 
 
 def test_secrets_stay_out_of_the_configmap(chart: helm.Chart) -> None:

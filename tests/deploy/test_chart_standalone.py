@@ -1,8 +1,10 @@
-"""charts/runyard standing up alone: its own PostgreSQL and Redis when no URLs are given,
-secrets generated at install and kept across upgrades (read back with Helm's lookup, here
-against a Kubernetes API server, kmock), artifacts on S3 instead of a shared volume, and
-NetworkPolicies. Every variant's objects are validated against Kubernetes' schemas in
-test_chart.py; here, what they mean.
+"""charts/runyard standing up alone: `helm install` with no values on a fresh single-node
+cluster (its default storage class, ReadWriteOnce claims only), its own PostgreSQL, Redis
+and MinIO when no URLs or store are given, job pods wired to that store as the kubernetes
+backend makes them, secrets generated at install and kept across upgrades (read back with
+Helm's lookup, here against a Kubernetes API server, kmock), artifacts on an S3 of the
+operator's instead, and NetworkPolicies. Every variant's objects are validated against
+Kubernetes' schemas in test_chart.py; here, what they mean.
 
 Job pods are the kubernetes backend's own manifests, built from the settings the chart
 renders, so the chart's policies and Secrets are checked against the pods Runyard makes."""
@@ -27,6 +29,7 @@ from provisioning.kubernetes import manifests
 from provisioning.kubernetes.backend import KubernetesBackend
 from service.jobs.schemas import JobCreate
 from service.settings import Settings
+from service.training import instance_credentials
 from tests.deploy.chart import (
     CHART,
     NAMESPACE,
@@ -144,10 +147,11 @@ def test_with_nothing_given_the_urls_lead_to_the_charts_own_databases(
 @pytest.mark.parametrize(
     ("variant", "bundled"),
     [
-        ("defaults", {"postgresql", "redis"}),
+        ("defaults", {"postgresql", "redis", "minio"}),
         ("external", set()),
-        ("external-database-only", {"redis"}),
+        ("external-database-only", {"redis", "minio"}),
         ("existing-secret", set()),
+        ("s3", {"postgresql", "redis"}),
     ],
 )
 def test_given_urls_leave_out_the_charts_own_databases(
@@ -160,7 +164,11 @@ def test_given_urls_leave_out_the_charts_own_databases(
     if variant != "existing-secret":
         secret = one(objects, "Secret", SECRET)["stringData"]
         passwords = {"postgresql": "POSTGRES_PASSWORD", "redis": "REDIS_PASSWORD"}
-        assert {k for k in secret if k in passwords.values()} == {passwords[b] for b in bundled}
+        assert {k for k in secret if k in passwords.values()} == {
+            passwords[b] for b in bundled if b in passwords
+        }
+    # MinIO's keys are a Secret of their own.
+    assert ("minio" in bundled) == (f"{SECRET}-minio" in {o["metadata"]["name"] for o in objects})
 
 
 def test_a_given_url_is_used_as_it_is(chart: helm.Chart, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -539,24 +547,40 @@ def _guarding(
     ]
 
 
-def _admits(policy: dict[str, Any], labels: dict[str, str]) -> bool:
-    """Whether a pod of ``labels`` (in the policy's namespace) may connect at all."""
+def _admits(policy: dict[str, Any], labels: dict[str, str], namespace: str) -> bool:
+    """Whether a pod of ``labels`` in ``namespace`` may connect at all."""
+    own = policy["metadata"].get("namespace", NAMESPACE)
     for rule in policy["spec"].get("ingress", []):
         sources = rule.get("from")
-        if sources is None or any(selects(s["podSelector"], labels) for s in sources):
+        if sources is None or any(_peer(peer, labels, namespace, own) for peer in sources):
             return True
     return False
 
 
-# The TrainingJob controller reads and writes the database as the worker does.
-WITH_CONTROLLER = {"controller": {"enabled": True, "namespaces": {"team-a": "vision"}}}
+def _peer(peer: dict[str, Any], labels: dict[str, str], namespace: str, own: str) -> bool:
+    """Whether a rule's peer is that pod: a pod selector alone means the policy's own
+    namespace; with a namespace selector, the namespaces it selects (by their name label,
+    which Kubernetes sets on every namespace)."""
+    if "namespaceSelector" in peer:
+        names = {"kubernetes.io/metadata.name": namespace}
+        in_namespace = selects(peer["namespaceSelector"], names)
+    else:
+        in_namespace = namespace == own
+    return in_namespace and selects(peer.get("podSelector", {}), labels)
 
 
-@pytest.mark.parametrize("variant", ["defaults", "s3-operator-secrets", "controller"])
+# The parts that store and read artifacts: the ones that reach the chart's MinIO, with the
+# Job that makes its bucket (and job pods).
+STORE_USERS = {"api", "worker", "controller", "minio-bucket"}
+
+
+@pytest.mark.parametrize(
+    "variant", ["defaults", "s3-operator-secrets", "jobs-namespace-minio", "no-controller"]
+)
 def test_network_policies_let_in_only_what_each_part_needs(
     chart: helm.Chart, monkeypatch: pytest.MonkeyPatch, variant: str
 ) -> None:
-    objects = objects_of(chart, VARIANTS.get(variant, WITH_CONTROLLER))
+    objects = objects_of(chart, VARIANTS[variant])
     settings = runyard_settings(environment(objects, "worker"), monkeypatch)
     jobs_namespace = settings.kubernetes.namespace
     job_pods = _job_pods(settings)
@@ -564,7 +588,8 @@ def test_network_policies_let_in_only_what_each_part_needs(
     parts = {name: pod_labels(w) for name, w in all_workloads(objects).items()}
     own = ("api", "worker", "beat", "migrate", "controller")
     control_plane = {name: parts[name] for name in own if name in parts}
-    assert ("controller" in parts) == (variant == "controller")
+    assert ("controller" in parts) == (variant != "no-controller")
+    assert ("minio" in parts) == (variant != "s3-operator-secrets")
     # Every pod is guarded: the chart's, and the jobs' the backend makes.
     for name, labels in parts.items():
         assert _guarding(objects, labels, NAMESPACE), name
@@ -574,11 +599,12 @@ def test_network_policies_let_in_only_what_each_part_needs(
 
     def admitted(target: dict[str, str], namespace: str = NAMESPACE) -> set[str]:
         policies = _guarding(objects, target, namespace)
-        sources = {**parts, "job": job_labels} if namespace == NAMESPACE else {"job": job_labels}
+        sources = [(name, labels, NAMESPACE) for name, labels in parts.items()]
+        sources.append(("job", job_labels, jobs_namespace))
         return {
             name
-            for name, labels in sources.items()
-            if any(_admits(policy, labels) for policy in policies)
+            for name, labels, where in sources
+            if any(_admits(policy, labels, where) for policy in policies)
         }
 
     # The API: anyone, on its port alone.
@@ -587,8 +613,14 @@ def test_network_policies_let_in_only_what_each_part_needs(
     # The databases: Runyard's own pods, never a job's.
     for database in ("postgresql", "redis"):
         assert admitted(parts[database]) == set(control_plane), database
-    # Nothing connects to the worker, beat or the migration.
-    for name in set(control_plane) - {"api"}:
+    # The object store: what stores and reads artifacts, and job pods, from their namespace.
+    if "minio" in parts:
+        assert admitted(parts["minio"]) == (STORE_USERS & set(parts)) | {"job"}
+        (store_policy,) = _guarding(objects, parts["minio"], NAMESPACE)
+        (rule,) = store_policy["spec"]["ingress"]
+        assert rule["ports"] == [{"port": "minio", "protocol": "TCP"}]
+    # Nothing connects to the worker, beat, the migration, the controller, the hook Jobs.
+    for name in set(parts) - {"api", "postgresql", "redis", "minio"}:
         assert admitted(parts[name]) == set(), name
     # Job pods: only other job pods.
     assert admitted(job_labels, jobs_namespace) == {"job"}
@@ -607,3 +639,273 @@ def test_without_the_charts_databases_there_is_no_policy_for_them(chart: helm.Ch
 
 def test_network_policies_can_be_left_out(chart: helm.Chart) -> None:
     assert not _policies(objects_of(chart, VARIANTS["no-network-policies"]))
+
+
+# -- the default install, on a fresh single-node cluster -----------------------------------
+
+# `helm install runyard charts/runyard` with no values renders exactly these: what the
+# docs' list of objects says, and what a change to the chart has to mean to change.
+DEFAULT_INSTALL = {
+    ("ConfigMap", "ry-runyard"),
+    ("Secret", "ry-runyard"),
+    ("Secret", "ry-runyard-minio"),
+    ("Secret", "ry-runyard-job-s3"),
+    ("Deployment", "ry-runyard-api"),
+    ("Service", "ry-runyard-api"),
+    ("Deployment", "ry-runyard-worker"),
+    ("Deployment", "ry-runyard-beat"),
+    ("Deployment", "ry-runyard-controller"),
+    ("Job", "ry-runyard-migrate"),
+    ("StatefulSet", "ry-runyard-postgresql"),
+    ("Service", "ry-runyard-postgresql"),
+    ("StatefulSet", "ry-runyard-redis"),
+    ("Service", "ry-runyard-redis"),
+    ("StatefulSet", "ry-runyard-minio"),
+    ("Service", "ry-runyard-minio"),
+    ("Job", "ry-runyard-minio-bucket"),
+    ("ServiceAccount", "ry-runyard"),
+    ("Role", "ry-runyard-jobs"),
+    ("RoleBinding", "ry-runyard-jobs"),
+    ("ServiceAccount", "ry-runyard-controller"),
+    ("ClusterRole", "ry-runyard-controller"),
+    ("RoleBinding", "ry-runyard-controller"),
+    ("Role", "ry-runyard-controller-lease"),
+    ("RoleBinding", "ry-runyard-controller-lease"),
+    ("ValidatingAdmissionPolicy", "ry-runyard-controller-ml-instance-types"),
+    ("ValidatingAdmissionPolicyBinding", "ry-runyard-controller-ml-instance-types"),
+    ("NetworkPolicy", "ry-runyard-api"),
+    ("NetworkPolicy", "ry-runyard-no-ingress"),
+    ("NetworkPolicy", "ry-runyard-postgresql"),
+    ("NetworkPolicy", "ry-runyard-redis"),
+    ("NetworkPolicy", "ry-runyard-minio"),
+    ("NetworkPolicy", "ry-runyard-jobs"),
+}
+
+
+def test_the_default_install_is_these_objects(chart: helm.Chart) -> None:
+    objects = objects_of(chart, {})
+    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == DEFAULT_INSTALL
+    assert len(objects) == len(DEFAULT_INSTALL)
+
+
+def _claims(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every claim the objects make: their own, and their StatefulSets' templates."""
+    made = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    for workload in objects:
+        if workload["kind"] == "StatefulSet":
+            made += workload["spec"].get("volumeClaimTemplates", [])
+    return made
+
+
+def test_the_default_install_asks_only_for_what_any_default_storage_class_gives(
+    chart: helm.Chart,
+) -> None:
+    # kind's and k3s' local-path provisioners, and every cloud's default class, give
+    # ReadWriteOnce volumes; none but a shared filesystem gives ReadWriteMany.
+    claims = _claims(objects_of(chart, {}))
+    assert len(claims) == 3  # PostgreSQL, Redis, MinIO
+    for claim in claims:
+        assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert "storageClassName" not in claim["spec"]  # the cluster's default
+
+
+def _references(obj: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    """(kind, name, optional) of every Secret, ConfigMap, claim and service account a
+    workload's pods need."""
+    pod = pod_spec(obj)
+    if "serviceAccountName" in pod:
+        yield "ServiceAccount", pod["serviceAccountName"], False
+    for volume in pod.get("volumes", []):
+        if "persistentVolumeClaim" in volume:
+            yield "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"], False
+        if "secret" in volume:
+            yield "Secret", volume["secret"]["secretName"], False
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        for source in container.get("envFrom", []):
+            yield "ConfigMap", source["configMapRef"]["name"], False
+        for item in container.get("env", []):
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                yield "Secret", ref["name"], bool(ref.get("optional"))
+
+
+def test_everything_the_default_install_refers_to_is_in_it(chart: helm.Chart) -> None:
+    objects = objects_of(chart, {})
+    made = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    secrets = {o["metadata"]["name"]: o["stringData"] for o in objects if o["kind"] == "Secret"}
+    for workload in all_workloads(objects).values():
+        for kind, name, optional in _references(workload):
+            assert (kind, name) in made or optional, (component(workload), kind, name)
+        for container in pod_spec(workload)["containers"]:
+            for item in container.get("env", []):
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                if ref is not None and not ref.get("optional"):
+                    assert ref["key"] in secrets[ref["name"]], (component(workload), ref)
+    # The images are the names `make images` builds (tests/deploy/test_make_images.py).
+    images = {
+        container["image"]
+        for workload in workloads(objects).values()
+        for container in pod_spec(workload)["containers"]
+    }
+    assert images == {"runyard/service:0.1.0"}
+
+
+def test_the_controller_runs_by_default_on_the_releases_namespace(chart: helm.Chart) -> None:
+    objects = objects_of(chart, {})
+    (container,) = pod_spec(workloads(objects)["controller"])["containers"]
+    given = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    assert json.loads(given["RUNYARD_CONTROLLER"])["namespaces"] == {NAMESPACE: "default"}
+
+
+# -- the chart's own object store ----------------------------------------------------------
+
+MINIO = f"{SECRET}-minio"
+
+
+def test_with_no_store_named_artifacts_live_in_the_charts_minio(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = objects_of(chart, {})
+    settings = _settings(chart, {}, monkeypatch, "api")
+    assert settings.artifact_root == "s3://runyard"
+    service = one(objects, "Service", MINIO)
+    workload = _stateful_set(objects, "minio")
+    assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels(workload))
+    (port,) = service["spec"]["ports"]
+    ports = {p["name"]: p["containerPort"] for p in _container(workload)["ports"]}
+    assert port["targetPort"] in ports
+    url = f"http://{MINIO}.{NAMESPACE}.svc.cluster.local:{port['port']}"
+    # The API and the worker store and read there; the API asks it for jobs' credentials.
+    for part in ("api", "worker", "controller"):
+        environ = environment(objects, part)
+        assert environ["AWS_ENDPOINT_URL_S3"] == url, part
+        assert environ["AWS_REGION"] == "us-east-1"
+    assert environment(objects, "api")["AWS_ENDPOINT_URL_STS"] == url
+    # The bucket the root names is the one the hook makes, at that same address.
+    job = one(objects, "Job", f"{MINIO}-bucket")
+    assert _hooks_of(job) == {"post-install", "post-upgrade"}
+    env = {item["name"]: item.get("value") for item in _container(job)["env"]}
+    assert env["BUCKET"] == urllib.parse.urlsplit(settings.artifact_root).hostname
+    host = urllib.parse.urlsplit(env["MC_HOST_store"].replace("$(", "").replace(")", ""))
+    assert (host.hostname, host.port) == (urllib.parse.urlsplit(url).hostname, port["port"])
+    # A fixed script: where it connects and the bucket come from the environment.
+    assert _container(job)["command"] == [
+        "sh",
+        "-c",
+        'until mc mb --ignore-existing "store/$BUCKET"; do sleep 2; done',
+    ]
+    assert pod_spec(job)["restartPolicy"] == "Never"
+
+
+def _hooks_of(obj: dict[str, Any]) -> set[str]:
+    return set(obj["metadata"]["annotations"]["helm.sh/hook"].split(","))
+
+
+def test_the_server_holds_the_stores_keys_and_minio_runs_with_them(chart: helm.Chart) -> None:
+    objects = objects_of(chart, {})
+    keys = one(objects, "Secret", MINIO)
+    assert keys["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    root = secret_refs(_container(_stateful_set(objects, "minio")))
+    assert root["MINIO_ROOT_USER"] == {"name": MINIO, "key": "AWS_ACCESS_KEY_ID"}
+    assert root["MINIO_ROOT_PASSWORD"] == {"name": MINIO, "key": "AWS_SECRET_ACCESS_KEY"}
+    for part in ("api", "worker", "controller"):
+        environ = environment(objects, part)
+        assert environ["AWS_ACCESS_KEY_ID"] == keys["stringData"]["AWS_ACCESS_KEY_ID"]
+        assert environ["AWS_SECRET_ACCESS_KEY"] == keys["stringData"]["AWS_SECRET_ACCESS_KEY"]
+    for part in ("beat", "migrate"):
+        assert not set(variables.AWS_STATIC_KEYS) & set(environment(objects, part))
+    # Generated at each install, as long as MinIO takes them.
+    again = one(objects_of(chart, {}), "Secret", MINIO)["stringData"]
+    assert again != keys["stringData"]
+    assert len(again["AWS_ACCESS_KEY_ID"]) >= 3
+    assert len(again["AWS_SECRET_ACCESS_KEY"]) >= 8
+
+
+def test_job_pods_reach_the_charts_minio_with_their_own_credentials(
+    chart: helm.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = objects_of(chart, VARIANTS["jobs-namespace-minio"])
+    server = runyard_settings(environment(objects, "api"), monkeypatch)
+    settings = runyard_settings(environment(objects, "worker"), monkeypatch)
+    endpoint = environment(objects, "worker")["AWS_ENDPOINT_URL_S3"]
+    # Where the store is: in a Secret of the jobs' namespace, as the backend reads it.
+    named = settings.kubernetes.s3_secret
+    job_secret = one(objects, "Secret", named)
+    assert job_secret["metadata"]["namespace"] == settings.kubernetes.namespace == "training"
+    assert job_secret["stringData"]["AWS_ENDPOINT_URL_S3"] == endpoint
+    keys = one(objects, "Secret", MINIO)["stringData"]
+    for pod in _job_pods(settings):
+        (container,) = pod["spec"]["containers"]
+        refs = {name: ref["name"] for name, ref in secret_refs(container).items()}
+        assert refs["AWS_ENDPOINT_URL_S3"] == named
+        assert refs["AWS_REGION"] == named
+        # Never the store's keys: each job's credentials are its own.
+        assert keys["AWS_SECRET_ACCESS_KEY"] not in json.dumps(pod)
+        assert not set(variables.AWS_STATIC_KEYS) & set(refs)
+    # ... which the API asks the store's STS for (AssumeRole: MinIO has no federation
+    # tokens), held by a session policy to the job's own locations.
+    assert server.instance_credentials == "service"
+    assert instance_credentials.role_for(server, "default")
+    assert environment(objects, "api")["AWS_ENDPOINT_URL_STS"] == endpoint
+
+
+def test_minio_keeps_its_data_on_a_claim_that_outlives_the_release(chart: helm.Chart) -> None:
+    workload = _stateful_set(
+        objects_of(chart, {"minio": {"persistence": {"size": "50Gi"}}}), "minio"
+    )
+    (claim,) = workload["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert workload["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    mounts = {m["name"]: m["mountPath"] for m in _container(workload)["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]] == "/data"
+    assert "/data" in _container(workload)["command"]
+    ephemeral = _stateful_set(objects_of(chart, VARIANTS["ephemeral-databases"]), "minio")
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    assert {"name": "data", "emptyDir": {}} in pod_spec(ephemeral)["volumes"]
+
+
+def test_minio_and_its_client_run_unprivileged_on_a_read_only_root(chart: helm.Chart) -> None:
+    objects = objects_of(chart, {})
+    for workload in (_stateful_set(objects, "minio"), one(objects, "Job", f"{MINIO}-bucket")):
+        pod = pod_spec(workload)
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        context = _container(workload)["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert "/tmp" in {m["mountPath"] for m in _container(workload)["volumeMounts"]}
+    # What MinIO writes besides its data (its certificates directory) is under /tmp.
+    command = _container(_stateful_set(objects, "minio"))["command"]
+    assert command[command.index("--certs-dir") + 1].startswith("/tmp/")
+    probes = _container(_stateful_set(objects, "minio"))
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/minio/health/ready"
+
+
+def test_the_operators_keys_for_minio_are_used_as_they_are(chart: helm.Chart) -> None:
+    objects = objects_of(chart, VARIANTS["minio-keys-of-the-operator"])
+    assert ("Secret", MINIO) not in {(o["kind"], o["metadata"]["name"]) for o in objects}
+    refs = secret_refs(_container(_stateful_set(objects, "minio")))
+    assert refs["MINIO_ROOT_USER"]["name"] == "runyard-minio-keys"
+    assert secret_refs(_container(workloads(objects)["api"]))["AWS_ACCESS_KEY_ID"] == {
+        "name": "runyard-minio-keys",
+        "key": "AWS_ACCESS_KEY_ID",
+    }
+
+
+def test_a_store_of_the_operators_replaces_the_charts_minio(chart: helm.Chart) -> None:
+    for variant in ("s3", "external", "s3-operator-secrets"):
+        objects = objects_of(chart, VARIANTS[variant])
+        assert not [o for o in objects if "minio" in o["metadata"]["name"]], variant
+        assert "RUNYARD_INSTANCE_ROLE_ARN" not in environment(objects, "api")
+
+
+def test_a_later_install_keeps_the_stores_keys_the_cluster_holds(cluster: KubeServer) -> None:
+    # Its data was written with them: a reinstall that made new ones would lock it out.
+    with helm.Chart.load(CHART) as chart:
+        first = one(objects_of(chart, {}), "Secret", MINIO)
+    cluster.api().create_namespaced_secret(NAMESPACE, _kept_by_helm(first))
+    with helm.Config(kube_apiserver=cluster.url, namespace=NAMESPACE) as config:
+        release = config.install(CHART, RELEASE, {}, namespace=NAMESPACE, dry_run="server")
+    kept = one(manifest_objects([release["manifest"]]), "Secret", MINIO)["stringData"]
+    assert kept == first["stringData"]

@@ -64,7 +64,10 @@ SKIPPED = {
     "apt-get install -y podman runc": "installs system packages and configures the machine's "
     "podman, as root; .ci/run does it for the suite, whose custom-container tests need it",
     "docker compose exec -T api runyard token": "needs Docker (the compose stack)",
-    "docker build -f service/Dockerfile": "needs Docker and a registry to push to",
+    "kind load docker-image": "needs Docker and a kind cluster; tests/deploy/test_make_images.py "
+    "runs `make images` with stand-ins for Docker and podman",
+    "podman save -m": "needs podman's images and a kind cluster",
+    "make images IMAGE_REPOSITORY": "needs Docker, a registry to push to and a cluster",
     "helm install runyard charts/runyard": "needs a Kubernetes cluster",
     "kind: TrainingJob": "a resource for a Kubernetes cluster running the controller; "
     "tests/service/custom_resources applies such resources to a Kubernetes API server",

@@ -51,6 +51,12 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- default (include "runyard.fullname" .) .Values.existingSecret }}
 {{- end }}
 
+{{/* The namespaces whose TrainingJobs the controller takes, each with its project, as
+JSON: those given, else the release's own for the project default. */}}
+{{- define "runyard.controllerNamespaces" -}}
+{{- toJson (default (dict .Release.Namespace "default") .Values.controller.namespaces) }}
+{{- end }}
+
 {{/* Where job pods run. */}}
 {{- define "runyard.jobsNamespace" -}}
 {{- default .Release.Namespace .Values.kubernetes.namespace }}
@@ -130,7 +136,7 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- end -}}
 RUNYARD_ENVIRONMENT: production
 RUNYARD_HOME: /var/lib/runyard
-RUNYARD_ARTIFACT_ROOT: {{ .Values.artifacts.root | quote }}
+RUNYARD_ARTIFACT_ROOT: {{ include "runyard.artifactRoot" . | quote }}
 RUNYARD_PUBLIC_URL: {{ include "runyard.publicUrl" . | quote }}
 RUNYARD_ROOT_PATH: {{ .Values.rootPath | quote }}
 RUNYARD_BACKENDS: {{ include "runyard.backends" . | quote }}
@@ -143,8 +149,15 @@ RUNYARD_LOG_FORMAT: {{ .Values.logFormat | quote }}
 RUNYARD_WORKER_METRICS_PORT: {{ int .Values.metrics.worker.port | quote }}
 {{- end }}
 {{- include "runyard.s3Endpoint" . }}
+{{- if include "runyard.minio.enabled" . }}
+AWS_ENDPOINT_URL_STS: {{ include "runyard.minio.url" . | quote }}
+{{- if not (hasKey .Values.extraConfig "RUNYARD_INSTANCE_ROLE_ARN") }}
+RUNYARD_INSTANCE_ROLE_ARN: {{ include "runyard.minio.roleArn" . | quote }}
+{{- end }}
+{{- else }}
 {{- with .Values.artifacts.s3.stsEndpoint }}
 AWS_ENDPOINT_URL_STS: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- range $key, $value := .Values.extraConfig }}
 {{ $key }}: {{ $value | toString | quote }}
@@ -247,6 +260,9 @@ annotations:
   checksum/config: {{ include "runyard.configData" .ctx | sha256sum }}
   {{- if not .ctx.Values.existingSecret }}
   checksum/secret: {{ include "runyard.secretData" .ctx | sha256sum }}
+  {{- end }}
+  {{- if include "runyard.minio.ownSecret" .ctx }}
+  checksum/minio: {{ include "runyard.minio.secretData" .ctx | sha256sum }}
   {{- end }}
   {{- with .ctx.Values.podAnnotations }}
   {{- toYaml . | nindent 2 }}

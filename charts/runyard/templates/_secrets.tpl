@@ -1,13 +1,17 @@
 {{/* Secrets -------------------------------------------------------------------------- */}}
 
 {{/* The chart's own secret values, as JSON: each the one given in values, else the one the
-chart's Secret already holds (an earlier install's, read back with lookup, so an upgrade or
+chart's Secrets already hold (an earlier install's, read back with lookup, so an upgrade or
 a reinstall keeps them; `helm template` finds none), else a new random one. Computed once
-per render and kept on the root context, so the Secret, the migration hook's copy and the
-pods' checksums all hold the same values. */}}
+per render and kept on the root context, so the Secrets, the migration hook's copy and the
+pods' checksums all hold the same values. The MinIO Secret's keys are apart from the
+others (AWS_*), so one dict holds both. */}}
 {{- define "runyard.secrets" -}}
 {{- if not (hasKey . "RunyardSecrets") }}
-{{- $kept := (lookup "v1" "Secret" .Release.Namespace (include "runyard.fullname" .)).data | default dict }}
+{{- $kept := dict }}
+{{- range $secret := list (include "runyard.fullname" .) (include "runyard.minio.secretName" .) }}
+{{- $kept = merge $kept ((lookup "v1" "Secret" $.Release.Namespace $secret).data | default dict) }}
+{{- end }}
 {{- $given := dict "RUNYARD_SECRET_KEY" .Values.secretKey "RUNYARD_ADMIN_TOKEN" .Values.adminToken }}
 {{- $fresh := dict "RUNYARD_SECRET_KEY" (randAlphaNum 64) "RUNYARD_ADMIN_TOKEN" (printf "ry_%s" (randAlphaNum 40)) }}
 {{- if include "runyard.postgresql.enabled" . }}
@@ -15,6 +19,10 @@ pods' checksums all hold the same values. */}}
 {{- end }}
 {{- if include "runyard.redis.enabled" . }}
 {{- $_ := set $fresh "REDIS_PASSWORD" (randAlphaNum 32) }}
+{{- end }}
+{{- if include "runyard.minio.ownSecret" . }}
+{{- $_ := set $fresh "AWS_ACCESS_KEY_ID" (randAlphaNum 20 | upper) }}
+{{- $_ := set $fresh "AWS_SECRET_ACCESS_KEY" (randAlphaNum 40) }}
 {{- end }}
 {{- $secrets := dict }}
 {{- range $key, $new := $fresh }}
@@ -51,6 +59,11 @@ RUNYARD_ADMIN_TOKEN: {{ $secrets.RUNYARD_ADMIN_TOKEN | quote }}
 
 {{/* Where S3 is, as boto3 reads it: for the ConfigMap, and for job pods' Secret. */}}
 {{- define "runyard.s3Endpoint" -}}
+{{- if include "runyard.minio.enabled" . }}
+AWS_ENDPOINT_URL_S3: {{ include "runyard.minio.url" . | quote }}
+AWS_REGION: {{ include "runyard.minio.region" . | quote }}
+AWS_DEFAULT_REGION: {{ include "runyard.minio.region" . | quote }}
+{{- end }}
 {{- with .Values.artifacts.s3.endpoint }}
 AWS_ENDPOINT_URL_S3: {{ . | quote }}
 {{- end }}
@@ -60,10 +73,13 @@ AWS_DEFAULT_REGION: {{ . | quote }}
 {{- end }}
 {{- end }}
 
-{{/* The Secret holding the server's own S3 keys, if any: the operator's, or the chart's
-made of artifacts.s3.accessKeyId and secretAccessKey. */}}
+{{/* The Secret holding the server's own S3 keys, if any: MinIO's root keys with the
+chart's own MinIO, else the operator's, or the chart's made of artifacts.s3.accessKeyId and
+secretAccessKey. */}}
 {{- define "runyard.s3KeysSecret" -}}
-{{- if .Values.artifacts.s3.existingSecret }}
+{{- if include "runyard.minio.enabled" . }}
+{{- include "runyard.minio.secretName" . }}
+{{- else if .Values.artifacts.s3.existingSecret }}
 {{- .Values.artifacts.s3.existingSecret }}
 {{- else if or .Values.artifacts.s3.accessKeyId .Values.artifacts.s3.secretAccessKey }}
 {{- include "runyard.componentName" (dict "ctx" . "component" "s3") }}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from pydantic.alias_generators import to_camel
 
 from provisioning.base import Backend
 from service.custom_resources import crd, names
@@ -46,13 +47,19 @@ class Cluster:
         return Controller(settings, self.api_client)
 
     def apply(self, name: str, source_dir: Path, **spec: Any) -> dict[str, Any]:
+        """A resource of ``spec``, given as the REST API's fields (``instance_count=2``)
+        and written as its author would: those fields in camelCase, what is inside them
+        as given (``apply_spec`` takes a spec as written)."""
         values = job_spec(source_dir, **spec)
         values.pop("name")
+        return self.apply_spec(name, {to_camel(key): value for key, value in values.items()})
+
+    def apply_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         body = {
             "apiVersion": names.API_VERSION,
             "kind": names.KIND,
             "metadata": {"name": name, "namespace": self.namespace},
-            "spec": values,
+            "spec": spec,
         }
         created: dict[str, Any] = self.custom.create_namespaced_custom_object(
             names.GROUP, names.VERSION, self.namespace, names.PLURAL, body

@@ -19,7 +19,7 @@ from service.jobs.models import TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
 from tests.instances import SleepingInstances
-from tests.jobs import job_dir, job_id, job_state, report, submit
+from tests.jobs import job_dir, job_id, job_state, named, report, submit
 from tests.kube import KubeServer
 from tests.service.custom_resources.support import Cluster, sleepers
 from worker.reconciler import Reconciler
@@ -166,11 +166,89 @@ def test_a_spec_the_schema_refuses_is_refused_at_admission_with_the_field_named(
     with pytest.raises(client.ApiException) as refused:
         cluster.apply("bad", source_dir, instance_count=0)
     assert refused.value.status == 422
-    assert "spec.instance_count: Invalid value: 0 is less than the minimum" in str(
+    assert "spec.instanceCount: Invalid value: 0 is less than the minimum" in str(
         refused.value.body
     )
     cluster.controller(settings).sync()
     assert not cluster.exists("bad")
+    assert _jobs(settings) == 0
+
+
+def test_a_resource_in_the_rest_apis_spelling_is_refused_at_admission_naming_the_field(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    # As the resource was written before its fields were camelCase.
+    old = {
+        "entry_point": "train.py",
+        "source_uri": source_dir.as_uri(),
+        "instance_type": "local",
+    }
+    with pytest.raises(client.ApiException) as refused:
+        cluster.apply_spec("old-style", old)
+    assert refused.value.status == 422
+    body = str(refused.value.body)
+    assert (
+        "spec.entry_point: Forbidden: a TrainingJob spells its fields in camelCase: "
+        "entryPoint, not entry_point" in body
+    )
+    assert "spec.instanceType: Required value" in body
+    cluster.controller(settings).sync()
+    assert not cluster.exists("old-style")
+    assert _jobs(settings) == 0
+
+
+def test_the_camel_case_spec_becomes_the_rest_apis_request(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    cluster.apply_spec(
+        "spelled",
+        {
+            "entryPoint": "train.py",
+            "sourceUri": source_dir.as_uri(),
+            "instanceType": "local",
+            "instanceCount": 2,
+            "hyperparameters": {"learning_rate": 0.5},
+            "inputs": {"train_data": {"uri": source_dir.as_uri(), "inputMode": "FastFile"}},
+            "maxRun": 600,
+            "metricDefinitions": [{"name": "loss", "regex": "loss=([0-9.]+)"}],
+        },
+    )
+    cluster.controller(settings).sync()
+    assert _conditions(cluster.get("spelled"))["Accepted"] == "True"
+    with session_scope(settings.database_url, readonly=True) as session:
+        spec = named(session, "spelled").record.job_spec()
+    assert (spec.entry_point, spec.instance_type, spec.instance_count) == ("train.py", "local", 2)
+    assert spec.hyperparameters["learning_rate"] == 0.5
+    assert spec.inputs["train_data"].input_mode == "FastFile"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"inputs": {"train_data": {"uri": "gs://bucket/train"}}},
+            "spec.inputs.train_data.uri: ",
+        ),
+        (
+            {"metric_definitions": [{"name": "loss", "regex": "loss=([0-9]+)(x)"}]},
+            "spec.metricDefinitions.0.regex: ",
+        ),
+    ],
+)
+def test_what_the_server_refuses_inside_the_spec_is_named_as_the_resource_spells_it(
+    settings: Settings,
+    cluster: Cluster,
+    source_dir: Path,
+    spec: dict[str, object],
+    message: str,
+) -> None:
+    cluster.apply("refused-inside", source_dir, **spec)
+    cluster.controller(settings).sync()
+    accepted = next(
+        c for c in cluster.get("refused-inside")["status"]["conditions"] if c["type"] == "Accepted"
+    )
+    assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
+    assert accepted["message"].startswith(message), accepted["message"]
     assert _jobs(settings) == 0
 
 
@@ -214,7 +292,7 @@ def test_a_spec_the_server_refuses_is_said_on_the_resource_with_the_field_named(
     resource = cluster.get("typo")
     accepted = next(c for c in resource["status"]["conditions"] if c["type"] == "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
-    assert accepted["message"].startswith("spec.instance_type: unknown instance type 'ml.p9.huge'")
+    assert accepted["message"].startswith("spec.instanceType: unknown instance type 'ml.p9.huge'")
     assert cluster.events("typo") == [("Warning", "Invalid", accepted["message"])]
     assert _jobs(settings) == 0
     # Nothing ran, so nothing holds its deletion.

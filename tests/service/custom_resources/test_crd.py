@@ -1,8 +1,11 @@
-"""The TrainingJob CRD: generated from the REST API's request model, structural as the API
-server requires, and refusing bad resources by its schema with the field named."""
+"""The TrainingJob CRD: generated from the REST API's request model, spelled in camelCase
+with the model's own descriptions, structural as the API server requires, and refusing bad
+resources (the REST API's snake_case spelling among them) by its schema with the field
+named."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,12 +13,18 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic.alias_generators import to_camel
 
-from service.custom_resources import crd, names
+from service.custom_resources import crd, names, spelling
 from service.custom_resources.structural import UnsupportedSchema, structural
+from service.jobs.schemas import JobCreate
 from tests.kube import admission_problems
 
-CHECKED_IN = Path(__file__).parents[3] / "charts" / "runyard" / "crds" / "trainingjobs.yaml"
+CHART = Path(__file__).parents[3] / "charts" / "runyard"
+CHECKED_IN = CHART / "crds" / "trainingjobs.yaml"
+# The floor of the chart's kubeVersion (">=1.30.0-0"): every field the CRD uses is there.
+OLDEST = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"].removeprefix(">=")
+OLDEST = OLDEST.removesuffix("-0")
 
 
 def _schema() -> dict[str, Any]:
@@ -30,9 +39,9 @@ def _resource(**spec: Any) -> dict[str, Any]:
         "kind": names.KIND,
         "metadata": {"name": "bert-1", "namespace": "team-a"},
         "spec": {
-            "entry_point": "train.py",
-            "source_uri": "s3://bucket/code.tar.gz",
-            "instance_type": "ml.g5.xlarge",
+            "entryPoint": "train.py",
+            "sourceUri": "s3://bucket/code.tar.gz",
+            "instanceType": "ml.g5.xlarge",
             **spec,
         },
     }
@@ -42,9 +51,9 @@ def test_the_chart_holds_the_generated_crd() -> None:
     assert CHECKED_IN.read_text() == crd.render(), "regenerate it with `make crd`"
 
 
-def test_the_crd_is_a_valid_custom_resource_definition() -> None:
+@pytest.mark.parametrize("version", [OLDEST, kubernetes_validate.utils.latest_version()])
+def test_the_crd_is_a_valid_custom_resource_definition(version: str) -> None:
     document = yaml.safe_load(CHECKED_IN.read_text())
-    version = kubernetes_validate.utils.latest_version()
     kubernetes_validate.validate(document, version, strict=True)
 
 
@@ -66,20 +75,75 @@ def test_the_schema_is_structural() -> None:
             assert "type" in node, node
 
 
-def test_spec_is_the_request_model_less_what_the_resource_says_otherwise() -> None:
+def _fields(schema: dict[str, Any]) -> dict[str, Any]:
+    """The fields a node declares, less those kept only to refuse the REST spelling."""
+    return {
+        name: child
+        for name, child in (schema.get("properties") or {}).items()
+        if not child.get("description", "").startswith("Not a field")
+    }
+
+
+def test_spec_is_the_request_model_in_camel_case_less_what_the_resource_says_otherwise() -> None:
     spec = _schema()["properties"]["spec"]
-    assert spec["required"] == ["instance_type"]
-    assert {"name", "base_job_name", "image"}.isdisjoint(spec["properties"])
+    taken = set(JobCreate.model_fields) - set(crd.NOT_IN_SPEC)
+    assert set(_fields(spec)) == {to_camel(name) for name in taken}
+    assert {"entryPoint", "instanceType", "checkpointS3Uri", "useSpotInstances"} <= set(
+        spec["properties"]
+    )
     assert spec["properties"]["hyperparameters"] == {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,
+        "description": JobCreate.model_fields["hyperparameters"].description,
     }
     channel = spec["properties"]["inputs"]["additionalProperties"]
-    assert channel["properties"]["input_mode"]["enum"] == ["File", "Pipe", "FastFile"]
+    assert channel["properties"]["inputMode"]["enum"] == ["File", "Pipe", "FastFile"]
     # A reference inlined, null made nullable.
     mpi = spec["properties"]["distribution"]["properties"]["mpi"]
     assert mpi["nullable"] is True
-    assert mpi["properties"]["processes_per_host"]["maximum"] == 64
+    assert mpi["properties"]["processesPerHost"]["maximum"] == 64
+    # Required by a rule, not by `required`, which would keep the API server from
+    # evaluating the rules that name a field's new spelling.
+    assert "required" not in spec
+    assert {"rule": "has(self.instanceType)", "fieldPath": ".instanceType"}.items() <= next(
+        rule for rule in spec["x-kubernetes-validations"] if "instanceType" in rule["rule"]
+    ).items()
+
+
+def _described(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, child in _fields(schema).items():
+        yield f"{path}.{name}", child
+        yield from _described(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            yield from _described(schema[key], f"{path}.*")
+
+
+def test_kubectl_explain_reads_the_models_descriptions_in_the_resources_spelling() -> None:
+    spec = _schema()["properties"]["spec"]
+    for name, child in _fields(spec).items():
+        assert child.get("description"), f"spec.{name} has no description"
+    for path, child in _described(spec, "spec"):
+        # A field named in a description is named as the resource spells it.
+        for quoted in re.findall(r"`([a-z][a-zA-Z0-9_]*)`", child.get("description", "")):
+            assert "_" not in quoted or quoted not in _snake_names(), f"{path}: `{quoted}`"
+    described = spec["properties"]["checkpointLocalPath"]["description"]
+    assert described == JobCreate.model_fields["checkpoint_local_path"].description
+    assert "`retryRules`" in spec["properties"]["maxRetryAttempts"]["description"]
+    assert spec["properties"]["entry_point"]["description"].startswith("Not a field")
+
+
+def _snake_names() -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found.update(name for name in node.get("properties") or {} if "_" in name)
+            for value in node.values():
+                walk(value)
+
+    walk(crd.request_schema())
+    return found
 
 
 def test_printer_columns_show_the_job() -> None:
@@ -88,10 +152,16 @@ def test_printer_columns_show_the_job() -> None:
     assert columns == {
         "Status": ".status.status",
         "Secondary": ".status.secondaryStatus",
-        "Instances": ".spec.instance_count",
+        "InstanceType": ".spec.instanceType",
+        "Instances": ".spec.instanceCount",
         "Age": ".metadata.creationTimestamp",
         "Duration": ".status.duration",
     }
+    # Each column a field the schema has.
+    spec = _schema()["properties"]["spec"]["properties"]
+    for path in columns.values():
+        if path.startswith(".spec."):
+            assert path.removeprefix(".spec.") in spec
     assert version["subresources"] == {"status": {}}
 
 
@@ -99,12 +169,27 @@ def test_printer_columns_show_the_job() -> None:
     "spec",
     [
         {},
-        {"instance_count": 4, "distribution": {"torch_distributed": {"enabled": True}}},
+        {"instanceCount": 4, "distribution": {"torchDistributed": {"enabled": True}}},
         {"hyperparameters": {"epochs": 3, "lr": "0.1", "nested": {"a": [1]}}},
-        {"inputs": {"train": {"uri": "s3://bucket/train", "input_mode": "FastFile"}}},
-        {"distribution": {"mpi": {"enabled": True, "processes_per_host": 8}}},
-        {"progress_metric": None, "max_wait": None},
+        # A map's keys are its author's, however spelled.
+        {"hyperparameters": {"learning_rate": 0.1, "sagemaker_program": "train.py"}},
+        {"environment": {"NCCL_DEBUG": "INFO", "my_setting": "1"}},
+        {"inputs": {"train_data": {"uri": "s3://bucket/train", "inputMode": "FastFile"}}},
+        {"distribution": {"mpi": {"enabled": True, "processesPerHost": 8}}},
+        {
+            "distribution": {
+                "smdistributed": {
+                    "modelparallel": {
+                        "enabled": True,
+                        "parameters": {"pipeline_parallel_degree": 2},
+                    }
+                },
+                "mpi": {"enabled": True},
+            }
+        },
+        {"progressMetric": None, "maxWait": None, "distribution": {"mpi": None}},
         {"tags": [{"key": "team", "value": "vision"}]},
+        {"retryRules": [{"onExitCodes": [137], "action": "retry"}], "maxRetryAttempts": 2},
     ],
 )
 def test_good_resources_are_admitted(spec: dict[str, Any]) -> None:
@@ -114,24 +199,25 @@ def test_good_resources_are_admitted(spec: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("spec", "named"),
     [
-        ({"instance_count": 0}, "spec.instance_count: Invalid value: 0 is less than the minimum"),
-        ({"instance_count": "two"}, "spec.instance_count: Invalid value: 'two' is not of type"),
-        ({"volume_size": 20000}, "spec.volume_size: Invalid value: 20000 is greater than"),
+        ({"instanceCount": 0}, "spec.instanceCount: Invalid value: 0 is less than the minimum"),
+        ({"instanceCount": "two"}, "spec.instanceCount: Invalid value: 'two' is not of type"),
+        ({"volumeSize": 20000}, "spec.volumeSize: Invalid value: 20000 is greater than"),
         (
-            {"inputs": {"train": {"uri": "s3://b/t", "input_mode": "Stream"}}},
-            "spec.inputs.train.input_mode: Invalid value: 'Stream' is not one of",
+            {"inputs": {"train": {"uri": "s3://b/t", "inputMode": "Stream"}}},
+            "spec.inputs.train.inputMode: Invalid value: 'Stream' is not one of",
         ),
         (
-            {"distribution": {"torch_distribute": {"enabled": True}}},
+            {"distribution": {"torchDistribute": {"enabled": True}}},
             "spec.distribution: Invalid value: Additional properties are not allowed",
         ),
         (
-            {"distribution": {"mpi": {"processes_per_host": 65}}},
-            "spec.distribution.mpi.processes_per_host: Invalid value: 65 is greater than",
+            {"distribution": {"mpi": {"processesPerHost": 65}}},
+            "spec.distribution.mpi.processesPerHost: Invalid value: 65 is greater than",
         ),
         ({"tags": [{"value": "x"}]}, "spec.tags.0: Invalid value: 'key' is a required property"),
         ({"name": "other"}, "spec: Invalid value: Additional properties are not allowed"),
-        ({"max_run": 0}, "spec.max_run: Invalid value: 0 is less than the minimum"),
+        ({"baseJobName": "other"}, "spec: Invalid value: Additional properties are not allowed"),
+        ({"maxRun": 0}, "spec.maxRun: Invalid value: 0 is less than the minimum"),
     ],
 )
 def test_bad_resources_are_refused_with_the_field_named(spec: dict[str, Any], named: str) -> None:
@@ -141,9 +227,65 @@ def test_bad_resources_are_refused_with_the_field_named(spec: dict[str, Any], na
 
 def test_a_resource_without_an_instance_type_is_refused() -> None:
     resource = _resource()
-    del resource["spec"]["instance_type"]
+    del resource["spec"]["instanceType"]
     problems = admission_problems(_schema(), resource)
-    assert problems == ["spec: Invalid value: 'instance_type' is a required property"]
+    assert problems == ["spec.instanceType: Required value: a TrainingJob needs instanceType"]
+
+
+def test_a_resource_in_the_rest_apis_spelling_is_refused_naming_each_field_as_it_is() -> None:
+    # The body of POST /v1/training-jobs, as the resource took it before.
+    rest = {
+        "entry_point": "train.py",
+        "source_uri": "s3://bucket/code.tar.gz",
+        "instance_type": "ml.g5.xlarge",
+        "instance_count": 2,
+        "hyperparameters": {"epochs": 3},
+    }
+    resource = _resource()
+    resource["spec"] = rest
+    problems = admission_problems(_schema(), resource)
+    assert problems == [
+        "spec.instanceType: Required value: a TrainingJob needs instanceType",
+        "spec.entry_point: Forbidden: a TrainingJob spells its fields in camelCase: "
+        "entryPoint, not entry_point",
+        "spec.source_uri: Forbidden: a TrainingJob spells its fields in camelCase: "
+        "sourceUri, not source_uri",
+        "spec.instance_type: Forbidden: a TrainingJob spells its fields in camelCase: "
+        "instanceType, not instance_type",
+        "spec.instance_count: Forbidden: a TrainingJob spells its fields in camelCase: "
+        "instanceCount, not instance_count",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        (
+            {"inputs": {"train": {"uri": "s3://b/t", "input_mode": "Pipe"}}},
+            "spec.inputs.train.input_mode: Forbidden: a TrainingJob spells its fields in "
+            "camelCase: inputMode, not input_mode",
+        ),
+        (
+            {"distribution": {"torch_distributed": {"enabled": True}}},
+            "spec.distribution.torch_distributed: Forbidden: a TrainingJob spells its fields "
+            "in camelCase: torchDistributed, not torch_distributed",
+        ),
+        (
+            {"distribution": {"mpi": {"enabled": True, "processes_per_host": 2}}},
+            "spec.distribution.mpi.processes_per_host: Forbidden: a TrainingJob spells its "
+            "fields in camelCase: processesPerHost, not processes_per_host",
+        ),
+        (
+            {"retryRules": [{"on_exit_codes": [1], "action": "retry"}]},
+            "spec.retryRules.0.on_exit_codes: Forbidden: a TrainingJob spells its fields in "
+            "camelCase: onExitCodes, not on_exit_codes",
+        ),
+    ],
+)
+def test_a_field_in_the_rest_spelling_is_refused_at_any_depth(
+    spec: dict[str, Any], named: str
+) -> None:
+    assert admission_problems(_schema(), _resource(**spec)) == [named]
 
 
 # -- the conversion itself -------------------------------------------------------------
@@ -185,3 +327,35 @@ def test_references_are_inlined_and_nulls_made_nullable() -> None:
 def test_what_has_no_structural_form_is_refused(schema: dict[str, Any], why: str) -> None:
     with pytest.raises(UnsupportedSchema, match=why):
         structural(schema)
+
+
+# -- what the docs and examples show -------------------------------------------------------
+
+DOCS = (CHART.parents[1] / "docs" / "kubernetes-resources.md").read_text()
+EXAMPLE = CHART.parents[1] / "examples" / "kubernetes" / "trainingjob.yaml"
+
+
+def _shown_resources() -> list[dict[str, Any]]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS, re.DOTALL)
+    shown = [yaml.safe_load(block) for block in blocks]
+    return [*shown, yaml.safe_load(EXAMPLE.read_text())]
+
+
+def test_the_resources_the_docs_and_examples_show_are_admitted_and_read_as_requests() -> None:
+    resources = _shown_resources()
+    assert len(resources) >= 2
+    for resource in resources:
+        assert resource["kind"] == names.KIND
+        assert admission_problems(_schema(), resource) == [], resource["metadata"]["name"]
+        request = spelling.to_request(resource["spec"], crd.request_schema())
+        JobCreate.model_validate({**request, "name": resource["metadata"]["name"]})
+
+
+def test_the_refusal_the_docs_show_is_the_schemas() -> None:
+    block = DOCS.split("is refused at `kubectl apply`", 1)[1].split("```", 2)[1]
+    shown = [line.removeprefix("* ") for line in block.splitlines() if line.startswith("* ")]
+    resource = _resource()
+    resource["spec"] = {"entry_point": "train.py", "instance_type": "ml.g5.xlarge"}
+    problems = admission_problems(_schema(), resource)
+    assert shown
+    assert set(shown) <= set(problems), problems
