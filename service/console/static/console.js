@@ -128,6 +128,9 @@ const Runyard = (() => {
            ApiError, me: () => me };
 })();
 
+// The statuses a job ends in: nothing about it changes after one.
+Runyard.TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
+
 // The line per instance type, from the server's capacity overview: the jobs holding
 // instances, and those waiting in the order they would start, each with why it waits.
 // Another project's jobs keep their place but come without a name.

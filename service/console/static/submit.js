@@ -186,24 +186,8 @@
       error.textContent = Runyard.describeError(e);
     }
   }
-  // The dry run's tabs, as WAI-ARIA's tabs pattern: click or arrow keys to switch.
-  const tabs = Array.from(document.querySelectorAll('#plan-section [role="tab"]'));
-  function select(chosen) {
-    for (const tab of tabs) {
-      const on = tab === chosen;
-      tab.setAttribute("aria-selected", on ? "true" : "false");
-      tab.tabIndex = on ? 0 : -1;
-      document.getElementById(tab.getAttribute("aria-controls")).hidden = !on;
-    }
-    chosen.focus();
-  }
-  for (const [index, tab] of tabs.entries()) {
-    tab.addEventListener("click", () => select(tab));
-    tab.addEventListener("keydown", (event) => {
-      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
-      if (step) select(tabs[(index + step + tabs.length) % tabs.length]);
-    });
-  }
+  // The dry run's tabs (tabs.js): the job as it would be stored, and the backend's plan.
+  Runyard.tabs(document.querySelector('#plan-section [role="tablist"]'));
   document.getElementById("dry-run").addEventListener("click", () => send(true));
   document.getElementById("submit-job").addEventListener("click", () => send(false));
   signedIn.then((me) => {
