@@ -61,9 +61,15 @@ const Runyard = (() => {
     }
   }
 
-  function describeError(error) {
+  // An API error in words. A refused field (FastAPI's and Runyard's 422: a list of {loc,
+  // msg}) is named by ``field(path)``, given the path within the request's body or query
+  // ("entry_point", "metric_definitions", 0, "regex"); by default, the path in dots.
+  function describeError(error, { field = (path) => path.join(".") } = {}) {
     if (Array.isArray(error.detail)) {
-      return error.detail.map((e) => `${(e.loc || []).join(".")}: ${e.msg}`).join("; ");
+      return error.detail.map((e) => {
+        const path = (e.loc || []).filter((part, i) => !(i === 0 && ["body", "query", "path"].includes(part)));
+        return path.length ? `${field(path)}: ${e.msg}` : e.msg;
+      }).join("; ");
     }
     return error.message;
   }
