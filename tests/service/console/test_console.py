@@ -50,9 +50,12 @@ def test_job_list_is_newest_first_filters_pages_and_updates_live(
     expect(first).to_contain_text("InProgress")
     expect(first).to_contain_text("local \u00d7 1")
     expect(first.get_by_role("link")).to_have_attribute("href", "/runyard/jobs/list-25")
+    count = page.locator("#jobs-count")
+    expect(count).to_have_text("25 jobs on page 1 (1\u201325); more on the next page")
 
     page.get_by_role("button", name="Next page").click()
     expect(rows.first.get_by_role("link")).not_to_have_text("list-25")
+    expect(count).to_have_text(re.compile(r"^\d+ jobs? on page 2 \(26(\u2013\d+)?\)$"))
     page.get_by_role("button", name="Previous page").click()
     expect(rows.first.get_by_role("link")).to_have_text("list-25")
 
