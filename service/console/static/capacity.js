@@ -13,16 +13,25 @@
       : el("span", { class: "muted", text: "another project's job" });
   }
 
+  const instances = (n) => `${n} ${n === 1 ? "instance" : "instances"}`;
+  const jobs = (n) => `${n} ${n === 1 ? "job" : "jobs"}`;
+
+  // "4 of 8 instances in use", or where the type has no limit "4 instances in use (no limit)".
+  function inUse(line) {
+    return line.capacity === null
+      ? `${instances(line.in_use)} in use (no limit)`
+      : `${line.in_use} of ${instances(line.capacity)} in use`;
+  }
+
   function section(line) {
-    const limit = line.capacity === null ? "no limit" : `${line.capacity}`;
     const running = line.running.length
       ? el("ul", {}, ...line.running.map((held) =>
-          el("li", {}, who(held), ` — ${held.instance_count} instance(s)`)))
+          el("li", {}, who(held), ` — ${instances(held.instance_count)}`)))
       : el("p", { class: "muted", text: "Nothing running." });
     const waiting = line.waiting.length
       ? el("ol", {}, ...line.waiting.map((held) =>
           el("li", {}, who(held),
-            ` — ${held.instance_count} instance(s), priority ${held.priority}: ${held.reason}`)))
+            ` — ${instances(held.instance_count)}, priority ${held.priority}: ${held.reason}`)))
       : el("p", { class: "muted", text: "Nothing waiting." });
     // A long line shows its front; the count says how long it is.
     const more = line.waiting_count - line.waiting.length;
@@ -31,8 +40,8 @@
       : "";
     return el("section", { class: "type-line", "aria-label": `Instance type ${line.instance_type}` },
       el("h2", { text: line.instance_type }),
-      el("h3", { text: `Running (${line.in_use} of ${limit} instances in use)` }), running,
-      el("h3", { text: `Waiting, in order (${line.waiting_count} jobs)` }), waiting, rest);
+      el("h3", { text: `Running: ${inUse(line)}` }), running,
+      el("h3", { text: `Waiting in order: ${jobs(line.waiting_count)}` }), waiting, rest);
   }
 
   Runyard.every(5, async () => {

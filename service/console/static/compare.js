@@ -1,4 +1,4 @@
-// 2 to 4 jobs side by side: their settings, hyperparameters and final metric values, a
+// 2 to 4 jobs side by side: their settings, hyperparameters and last metric values, a
 // row highlighted where they differ, and each metric's values overlaid in one chart.
 "use strict";
 
@@ -7,7 +7,7 @@
   const { el } = Runyard;
   const root = document.getElementById("compare-page");
   const problem = document.getElementById("compare-error");
-  const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#8250df"];
+  const { COLORS } = Runyard.charts;
   const CHART_POINTS = 500;
 
   // ``job=name``, or for a server administrator ``job=project/name``.
@@ -71,8 +71,12 @@
     table("Hyperparameters", union(jobs.map((job) => Object.keys(job.spec.hyperparameters))),
       (job, name) => job.spec.hyperparameters[name]));
   const finals = jobs.map((job) => new Map(job.final_metrics.map((m) => [m.name, m.value])));
+  // Final only once every job has ended; until then some are the latest so far.
+  const finalsTitle = jobs.every((job) => Runyard.TERMINAL.has(job.status))
+    ? "Final metric values" : "Latest metric values";
+  document.getElementById("compare-finals-h").textContent = finalsTitle;
   document.getElementById("compare-finals").replaceChildren(
-    table("Final metric values", union(finals.map((f) => [...f.keys()])),
+    table(finalsTitle, union(finals.map((f) => [...f.keys()])),
       (job, name) => finals[jobs.indexOf(job)].get(name)));
 
   // -- charts: per metric, each job's first host against seconds since its first value.
@@ -112,12 +116,8 @@
       for (const [x, value] of c) y[at.get(x)] = value;
       return y;
     });
-    new window.uPlot({
-      width: Math.max(plot.clientWidth || 0, 260), height: 220,
-      scales: { x: { time: false } },
-      axes: [{ label: "seconds" }, {}],
-      series: [{ label: "s" }, ...jobs.map((job, i) => ({ label: job.name, stroke: COLORS[i], width: 2, spanGaps: true }))],
-    }, [xs, ...ys], plot);
+    Runyard.charts.draw({ plot }, { x: "elapsed", lines: jobs.map((job) => job.name), axis: metric },
+      [xs, ...ys]);
   }
   if (!metricNames.length) {
     document.getElementById("compare-charts").replaceChildren(

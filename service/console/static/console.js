@@ -61,9 +61,15 @@ const Runyard = (() => {
     }
   }
 
-  function describeError(error) {
+  // An API error in words. A refused field (FastAPI's and Runyard's 422: a list of {loc,
+  // msg}) is named by ``field(path)``, given the path within the request's body or query
+  // ("entry_point", "metric_definitions", 0, "regex"); by default, the path in dots.
+  function describeError(error, { field = (path) => path.join(".") } = {}) {
     if (Array.isArray(error.detail)) {
-      return error.detail.map((e) => `${(e.loc || []).join(".")}: ${e.msg}`).join("; ");
+      return error.detail.map((e) => {
+        const path = (e.loc || []).filter((part, i) => !(i === 0 && ["body", "query", "path"].includes(part)));
+        return path.length ? `${field(path)}: ${e.msg}` : e.msg;
+      }).join("; ");
     }
     return error.message;
   }
@@ -127,6 +133,9 @@ const Runyard = (() => {
   return { base, api, signedIn, describeError, el, when, duration, elapsed, jobUrl, every,
            ApiError, me: () => me };
 })();
+
+// The statuses a job ends in: nothing about it changes after one.
+Runyard.TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
 
 // The line per instance type, from the server's capacity overview: the jobs holding
 // instances, and those waiting in the order they would start, each with why it waits.

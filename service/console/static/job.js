@@ -7,7 +7,7 @@
   const name = root.dataset.job;
   const project = new URLSearchParams(window.location.search).get("project") || "";
   const jobPath = `v1/training-jobs/${encodeURIComponent(name)}`;
-  const TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
+  const { TERMINAL } = Runyard;
   const canAct = me.server_admin || me.role !== "viewer";
   let job = null;
   let revealed = false;
@@ -18,22 +18,12 @@
     return [el("dt", { text: term }), el("dd", {}, ...value)];
   }
 
-  function renderFacts(place) {
+  // The overview's first lines: where the job is, and what it has to show for it.
+  function renderStatus(place) {
     const facts = [
       ...fact("Status", el("span", { class: `status status-${job.status}`, text: job.status })),
       ...fact("Secondary status", job.secondary_status),
-      ...fact("Project", job.project),
-      ...fact("Instances", `${job.spec.instance_type} × ${job.spec.instance_count}`
-        + (job.spec.use_spot_instances ? " (spot)" : "")),
-      ...fact("Created", el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
-      ...fact("Duration", Runyard.elapsed(job.created_at, job.ended_at)),
-      ...fact("Backend", job.backend + (job.isolation ? ` (${job.isolation})` : "")),
-      ...fact("Image", el("code", { text: job.image })),
-      ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
     ];
-    if (job.image_note) {
-      facts.push(...fact("Image note", job.image_note));
-    }
     if (job.pending_reason) {
       facts.push(...fact("Pending reason", job.pending_reason));
       if (place) facts.push(...fact("Place in line", place));
@@ -46,12 +36,30 @@
     if (job.estimated_remaining_seconds !== null) {
       facts.push(...fact("Time left", `about ${Runyard.duration(job.estimated_remaining_seconds)}`));
     }
+    facts.push(...fact(TERMINAL.has(job.status) ? "Ran for" : "Running for",
+      Runyard.elapsed(job.created_at, job.ended_at)));
     const download = `${Runyard.base}${jobPath}/model${
       job.project ? `?project=${encodeURIComponent(job.project)}` : ""}`;
     facts.push(...fact("Model artifact", job.model_artifacts
       ? el("span", {}, el("code", { text: job.model_artifacts }), " ",
           el("a", { href: download, download: "", text: "Download model" }))
-      : "none yet"));
+      : Runyard.jobTables.noModel(job)));
+    document.getElementById("status-facts").replaceChildren(...facts);
+  }
+
+  function renderDetails() {
+    const facts = [
+      ...fact("Project", job.project),
+      ...fact("Instances", `${job.spec.instance_type} × ${job.spec.instance_count}`
+        + (job.spec.use_spot_instances ? " (spot)" : "")),
+      ...fact("Created", el("time", { datetime: job.created_at, text: Runyard.when(job.created_at) })),
+      ...fact("Backend", job.backend + (job.isolation ? ` (${job.isolation})` : "")),
+      ...fact("Image", el("code", { text: job.image })),
+      ...fact("Attempt", `${job.attempt} (restarts ${job.restarts}, interruptions ${job.interruptions})`),
+    ];
+    if (job.image_note) {
+      facts.push(...fact("Image note", job.image_note));
+    }
     document.getElementById("facts").replaceChildren(...facts);
   }
 
@@ -64,11 +72,13 @@
   }
 
   function renderInstances() {
-    document.querySelector("#instances tbody").replaceChildren(...job.instances.map((i) =>
+    document.querySelector("#instance-table tbody").replaceChildren(...job.instances.map((i) =>
       el("tr", {},
         el("td", { text: i.host }), el("td", { text: i.phase }),
         el("td", { text: i.exit_code ?? "" }), el("td", { text: i.message }),
         el("td", { text: Runyard.when(i.reported_at) }))));
+    document.getElementById("instances-empty").textContent = job.instances.length
+      ? "" : "No instance has reported yet: each does once it starts.";
   }
 
   function hosts() {
@@ -131,13 +141,16 @@
     }
     document.getElementById("job-error").textContent = "";
     document.getElementById("job-body").hidden = false;
-    renderFacts(await placeInLine().catch(() => null));
+    renderStatus(await placeInLine().catch(() => null));
+    renderDetails();
     renderTimeline();
     renderInstances();
     renderSpec();
     renderActions();
-    Runyard.jobTables.render(job, document.getElementById("configuration"));
+    Runyard.jobTables.render(job, document.getElementById("configuration-tables"));
     Runyard.jobTables.renderFailure(job, document.getElementById("failure"));
+    Runyard.jobTables.renderMetrics(job, document.getElementById("latest-h"),
+      document.getElementById("latest-metrics"));
     const logHost = document.getElementById("log-host");
     if (logHost.options.length === 1) {
       logHost.append(...hosts().map((h) => el("option", { text: h })));
@@ -189,15 +202,20 @@
     renderSpec();
   });
 
-  // -- logs (job_logs.js) -------------------------------------------------------------------
+  // -- logs (job_logs.js) and the tabs (tabs.js) ----------------------------------------------
 
   const logView = Runyard.jobLogs({ jobPath, project });
+  Runyard.tabs(document.getElementById("job-tabs"), {
+    hash: true,
+    onSelect: (name) => {
+      if (name === "logs") logView.reveal();
+    },
+  });
 
-  // -- metric charts -----------------------------------------------------------------------
+  // -- metric charts (charts.js) ---------------------------------------------------------
 
   const charts = new Map();
   const hasCharts = root.dataset.charts === "yes" && typeof window.uPlot === "function";
-  const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989"];
   // Points per host in a chart: about one per two pixels of its usual width.
   const CHART_POINTS = 500;
 
@@ -213,29 +231,35 @@
     return { hosts: hostsSeen, data: [times, ...ys] };
   }
 
-  // Where each kind of metric is charted, and what its charts are called.
+  // Where each kind of metric is charted, what its charts are called, and the unit of its
+  // values: a job's own metrics are whatever its script prints (no unit known), an
+  // instance's are percentages (charts.js).
   const KINDS = {
-    definitions: { box: "charts", title: "metric", unit: "" },
-    instance: { box: "instance-charts", title: "instance metric", unit: " %" },
+    definitions: { box: "charts", title: "metric", unitOf: (metric) => ({ unit: "", axis: metric, about: "" }) },
+    instance: { box: "instance-charts", title: "instance metric", unitOf: Runyard.charts.instanceUnit },
   };
 
   function describe(metric, series, kind) {
-    const { title, unit } = KINDS[kind];
+    const { title, unitOf } = KINDS[kind];
+    const { unit, about } = unitOf(metric);
     const points = series ? series.points : [];
-    if (!points.length) return `Chart of ${title} ${metric}: no values yet`;
+    const what = `Chart of ${title} ${metric}${about ? ` (${about})` : ""}`;
+    if (!points.length) return `${what}: no values yet`;
     const last = points[points.length - 1];
-    return `Chart of ${title} ${metric}: ${points.length} values, latest ${last.value}${unit} on ${last.host}`;
+    return `${what}: ${points.length} values, latest ${Runyard.charts.reading(last.value, unit)} on ${last.host}`;
   }
 
   function drawChart(metric, series, kind = "definitions") {
     const key = `${kind}:${metric}`;
     let chart = charts.get(key);
+    const { unit, axis, about } = KINDS[kind].unitOf(metric);
     if (!chart) {
-      const figure = el("figure", { class: "chart" }, el("figcaption", { text: metric }));
       const plot = el("div", { role: "img", class: "plot" });
-      figure.append(plot);
+      const caption = el("figcaption", {}, el("span", { text: metric }),
+        about ? el("span", { class: "muted unit", text: ` (${about})` }) : "");
+      const figure = el("figure", { class: "chart", "aria-label": metric }, caption, plot);
       document.getElementById(KINDS[kind].box).append(figure);
-      chart = { plot, uplot: null, hosts: "" };
+      chart = { plot };
       charts.set(key, chart);
     }
     chart.plot.setAttribute("aria-label", describe(metric, series, kind));
@@ -244,18 +268,7 @@
       return;
     }
     const { hosts: seen, data } = chartData(series || { points: [] });
-    const width = Math.max(chart.plot.clientWidth || 0, 260);
-    if (!chart.uplot || chart.hosts !== seen.join()) {
-      if (chart.uplot) chart.uplot.destroy();
-      chart.hosts = seen.join();
-      chart.uplot = new window.uPlot({
-        width, height: 220,
-        scales: { x: { time: true } },
-        series: [{}, ...seen.map((h, i) => ({ label: h, stroke: COLORS[i % COLORS.length], width: 2, spanGaps: true }))],
-      }, data, chart.plot);
-    } else {
-      chart.uplot.setData(data);
-    }
+    Runyard.charts.draw(chart, { x: "time", lines: seen, unit, axis }, data);
   }
 
   async function loadMetrics() {
@@ -281,12 +294,6 @@
       ? "" : "No samples yet: each instance measures itself every few seconds while it runs.";
     for (const series of metrics) drawChart(series.name, series, "instance");
   }
-
-  window.addEventListener("resize", () => {
-    for (const chart of charts.values()) {
-      if (chart.uplot) chart.uplot.setSize({ width: Math.max(chart.plot.clientWidth, 260), height: 220 });
-    }
-  });
 
   // -- live ----------------------------------------------------------------------------------
 

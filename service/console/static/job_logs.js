@@ -7,7 +7,7 @@ Runyard.jobLogs = ({ jobPath, project }) => {
   const { el } = Runyard;
   // Lines in the page: enough to read around, few enough for the DOM to stay quick.
   const PAGE = 1000;
-  const logs = document.getElementById("logs");
+  const logs = document.getElementById("log-lines");
   const state = document.getElementById("log-state");
   const search = document.getElementById("log-search");
   const hostSelect = document.getElementById("log-host");
@@ -134,5 +134,11 @@ Runyard.jobLogs = ({ jobPath, project }) => {
     logs.scrollTop = logs.scrollHeight;
   });
 
-  return { follow };
+  // Shown again (its tab selected): at the latest line while following, which it could not
+  // scroll to while hidden.
+  function reveal() {
+    if (pinned) logs.scrollTop = logs.scrollHeight;
+  }
+
+  return { follow, reveal };
 };

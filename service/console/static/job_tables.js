@@ -1,6 +1,7 @@
 // A job's configuration as tables (SageMaker's training-job page): hyperparameters, input
-// channels, where its output and checkpoints go, its stopping condition, tags, final
-// metric values, and why it failed. Every value is the job's text: set as text, never as HTML.
+// channels, where its output and checkpoints go, its stopping condition and tags; and for
+// its overview, its metric values, its model and why it failed, in words that fit its state.
+// Every value is the job's text: set as text, never as HTML.
 "use strict";
 
 Runyard.jobTables = (() => {
@@ -38,7 +39,6 @@ Runyard.jobTables = (() => {
     const hyper = Object.entries(spec.hyperparameters || {}).sort(([a], [b]) => a.localeCompare(b));
     const channels = Object.entries(spec.inputs || {});
     const tags = spec.tags || [];
-    const finals = job.final_metrics || [];
     const distribution = Runyard.distributionName(spec.distribution);
     place.replaceChildren(
       el("h3", { text: "Hyperparameters" }),
@@ -70,10 +70,6 @@ Runyard.jobTables = (() => {
         ...(job.spot_savings_percent !== null
           ? [["Managed spot savings", `${job.spot_savings_percent.toFixed(1)}%`]] : []),
       ], ""),
-      el("h3", { text: "Final metric values" }),
-      table("Final metric values", ["Metric", "Value", "Time"],
-        finals.map((m) => [m.name, String(m.value), el("time", { datetime: m.time, text: Runyard.when(m.time) })]),
-        "No metric values yet."),
       el("h3", { text: "Tags" }),
       table("Tags", ["Key", "Value"], tags.map((t) => [t.key, t.value]), "No tags."),
     );
@@ -86,5 +82,42 @@ Runyard.jobTables = (() => {
     place.querySelector("pre").textContent = job.failure_reason || "";
   }
 
-  return { render, renderFailure };
+  // Each metric's last value: the latest while the job runs, its final one once it ended.
+  function renderMetrics(job, heading, place) {
+    const ended = Runyard.TERMINAL.has(job.status);
+    const title = ended ? "Final metric values" : "Latest metric values";
+    heading.textContent = title;
+    const defined = (job.spec.metric_definitions || []).length;
+    const empty = !defined
+      ? "This job defines no metrics (metric_definitions)."
+      : ended ? "The job ended without printing a value of its metrics." : "No metric values yet.";
+    place.replaceChildren(table(title, ["Metric", "Value", "Time"],
+      (job.final_metrics || []).map((m) => [m.name, String(m.value),
+        el("time", { datetime: m.time, text: Runyard.when(m.time) })]), empty));
+  }
+
+  // What a failure reason says in a line: its first, or a traceback's last (the error).
+  function gist(reason) {
+    const lines = reason.split("\n").map((line) => line.trim()).filter(Boolean);
+    const line = lines[0] && lines[0].startsWith("Traceback") ? lines[lines.length - 1] : lines[0];
+    return line && line.length > 200 ? `${line.slice(0, 199)}…` : line;
+  }
+
+  // Why a job has no model, as far as its state tells: the runtime stores one when the
+  // script succeeds, and on a stop only what the script had saved; never on a failure.
+  function noModel(job) {
+    switch (job.status) {
+      case "Completed":
+        return "None was stored.";
+      case "Failed":
+        return "None was stored: a model is stored only when the script succeeds, and this job failed"
+          + (job.failure_reason ? ` (${gist(job.failure_reason)}).` : ".");
+      case "Stopped":
+        return "None was stored: the job was stopped before its script saved a model.";
+      default:
+        return "None yet: it is stored when the script ends successfully.";
+    }
+  }
+
+  return { render, renderFailure, renderMetrics, noModel };
 })();

@@ -12,6 +12,7 @@
   let cursors = [];
   let cursor = null;
   let nextCursor = null;
+  const pageSize = 25;
   // Jobs picked for comparison, kept across refreshes and pages.
   const MAX_COMPARED = 4;
   const picked = new Set();
@@ -63,6 +64,57 @@
     return el("tr", {}, ...cells);
   }
 
+  // -- sorting: by the headings the API can order by (name, creation time), kept in step
+  // with the "Sort by" choice (the only one a phone's card layout shows). A heading says
+  // its order with aria-sort (WAI-ARIA's sortable table); a click sorts by it, or turns
+  // its order around.
+  const sortChoice = filters.elements.sort;
+  const sortable = [...document.querySelectorAll("#jobs th[data-sort]")];
+  // A column's first order when chosen: names A to Z, times newest first.
+  const FIRST = { name: "name", created_at: "-created_at" };
+
+  function showSort() {
+    const sort = sortChoice.value;
+    for (const th of sortable) {
+      const column = th.dataset.sort;
+      const mark = th.querySelector(".sort-mark");
+      if (sort.replace(/^-/, "") === column) {
+        const descending = sort.startsWith("-");
+        th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+        mark.textContent = descending ? "▼" : "▲";
+      } else {
+        th.removeAttribute("aria-sort");
+        mark.textContent = "⇅";
+      }
+    }
+  }
+
+  for (const th of sortable) {
+    th.querySelector("button").addEventListener("click", () => {
+      const column = th.dataset.sort;
+      const sort = sortChoice.value;
+      sortChoice.value = sort.replace(/^-/, "") === column
+        ? (sort.startsWith("-") ? column : `-${column}`) : FIRST[column];
+      sortChoice.dispatchEvent(new Event("input", { bubbles: true }));
+    });
+  }
+
+  // How many jobs the page shows, and which of the list they are: the API pages by cursor
+  // and does not count the whole list, so past one page the count is the page's.
+  function showCount(shown) {
+    const first = pageSize * cursors.length + 1;
+    const last = first + shown - 1;
+    const jobs = `${shown} ${shown === 1 ? "job" : "jobs"}`;
+    let text;
+    if (!shown) text = cursors.length ? "No more jobs." : "0 jobs";
+    else if (!cursors.length && !nextCursor) text = jobs;
+    else text = `${jobs} on page ${cursors.length + 1} (${shown === 1 ? first : `${first}–${last}`})`
+      + (nextCursor ? "; more on the next page" : "");
+    const count = document.getElementById("jobs-count");
+    // Rewritten only when it changes: the list refreshes every few seconds.
+    if (count.textContent !== text) count.textContent = text;
+  }
+
   // A datetime-local field's value is the browser's local time: sent with its zone.
   function instant(value) {
     return value ? new Date(value).toISOString() : "";
@@ -81,11 +133,12 @@
           sort: form.get("sort"),
           project: me.server_admin ? form.get("project").trim() : "",
           cursor,
-          limit: 25,
+          limit: pageSize,
         },
       });
       body.replaceChildren(...page.items.map(row));
       nextCursor = page.next_cursor;
+      showCount(page.items.length);
       state.textContent = page.items.length ? "" : "No jobs match.";
     } catch (e) {
       state.textContent = `Could not load jobs: ${Runyard.describeError(e)}`;
@@ -95,6 +148,7 @@
   }
 
   function restart() {
+    showSort();
     cursors = [];
     cursor = null;
     refresh();
@@ -123,5 +177,6 @@
     window.location.assign(url.pathname + url.search);
   });
   showPicked();
+  showSort();
   Runyard.every(3, refresh);
 })();

@@ -44,11 +44,21 @@
     write(spec, asJson());
     error.textContent = "";
   }
+  // A field's value as the spec holds it; a field emptied (or a box unticked) leaves its
+  // key out of the spec, for the server's default.
+  function valueOf(input) {
+    if (input.type === "checkbox") return input.checked ? true : undefined;
+    if (input.value === "") return undefined;
+    return input.type === "number" ? Number(input.value) : input.value;
+  }
+  function showValue(input, value) {
+    if (input.type === "checkbox") input.checked = value === true;
+    else input.value = value ?? "";
+  }
   for (const input of inputs) {
     input.addEventListener("input", () => edit((spec) => {
-      // A field emptied leaves its key out of the spec.
-      const value = input.type === "number" ? Number(input.value) : input.value;
-      if (input.value === "") delete spec[input.dataset.key];
+      const value = valueOf(input);
+      if (value === undefined) delete spec[input.dataset.key];
       else spec[input.dataset.key] = value;
     }));
   }
@@ -70,6 +80,19 @@
     rows.channelRow(channelFields);
     channelFields.querySelector(".row:last-child input").focus();
   });
+  // Metric definitions, tags and environment: rows of two texts each.
+  const pairFields = Object.keys(rows.PAIRS).map((id) => document.getElementById(id));
+  for (const fieldset of pairFields) {
+    fieldset.addEventListener("input", () => edit((spec) => {
+      const value = rows.readPairs(fieldset);
+      if (value === undefined) delete spec[rows.PAIRS[fieldset.id].key];
+      else spec[rows.PAIRS[fieldset.id].key] = value;
+    }));
+    fieldset.querySelector(".add-pair").addEventListener("click", () => {
+      rows.addPair(fieldset);
+      fieldset.querySelector(".row:last-child input").focus();
+    });
+  }
 
   // The spec may name a type this server does not offer: shown, and said so.
   function offerType(name) {
@@ -82,8 +105,9 @@
     try {
       const spec = parse();
       offerType(spec.instance_type);
-      for (const input of inputs) input.value = spec[input.dataset.key] ?? "";
+      for (const input of inputs) showValue(input, spec[input.dataset.key]);
       rows.showHyperparameters(hyperFields, spec.hyperparameters);
+      for (const fieldset of pairFields) rows.showPairs(fieldset, spec[rows.PAIRS[fieldset.id].key]);
       rows.showChannels(channelFields, spec.inputs);
       distribution.value = rows.modeOf(spec.distribution || {}, modes);
       error.textContent = "";
@@ -149,6 +173,27 @@
     }
   });
 
+  // -- a refused field, named as the form names it ("Entry point: Field required",
+  // "Metric definitions, row 1, regex: ...") and the spec's key where the form has no field.
+  const labels = new Map();
+  for (const input of document.querySelectorAll("#form [data-key], #distribution")) {
+    const label = input.closest("label");
+    const words = [...label.childNodes].filter((n) => n.nodeType === Node.TEXT_NODE)
+      .map((n) => n.textContent.trim()).join(" ").trim();
+    labels.set(input.dataset.key || input.id, input.dataset.label || words);
+  }
+  for (const fieldset of document.querySelectorAll("#form [data-rows-key]")) {
+    labels.set(fieldset.dataset.rowsKey, fieldset.querySelector("legend").textContent.trim());
+  }
+  function fieldName(path) {
+    // pydantic names the member of a union it tried ("list[Tag]", "function-after[...]"):
+    // not the user's words.
+    const [key, ...rest] = path.filter((part) => typeof part === "number" || !/[[(]/.test(part));
+    const name = labels.get(key) || key;
+    const where = rest.map((part) => (typeof part === "number" ? `row ${part + 1}` : part));
+    return where.length ? `${name}, ${where.join(", ")}` : name;
+  }
+
   async function send(dryRun) {
     const me = await signedIn;
     error.textContent = "";
@@ -183,27 +228,11 @@
       }
     } catch (e) {
       state.textContent = "";
-      error.textContent = Runyard.describeError(e);
+      error.textContent = Runyard.describeError(e, { field: fieldName });
     }
   }
-  // The dry run's tabs, as WAI-ARIA's tabs pattern: click or arrow keys to switch.
-  const tabs = Array.from(document.querySelectorAll('#plan-section [role="tab"]'));
-  function select(chosen) {
-    for (const tab of tabs) {
-      const on = tab === chosen;
-      tab.setAttribute("aria-selected", on ? "true" : "false");
-      tab.tabIndex = on ? 0 : -1;
-      document.getElementById(tab.getAttribute("aria-controls")).hidden = !on;
-    }
-    chosen.focus();
-  }
-  for (const [index, tab] of tabs.entries()) {
-    tab.addEventListener("click", () => select(tab));
-    tab.addEventListener("keydown", (event) => {
-      const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
-      if (step) select(tabs[(index + step + tabs.length) % tabs.length]);
-    });
-  }
+  // The dry run's tabs (tabs.js): the job as it would be stored, and the backend's plan.
+  Runyard.tabs(document.querySelector('#plan-section [role="tablist"]'));
   document.getElementById("dry-run").addEventListener("click", () => send(true));
   document.getElementById("submit-job").addEventListener("click", () => send(false));
   signedIn.then((me) => {

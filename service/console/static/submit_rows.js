@@ -1,5 +1,6 @@
-// The submit form's repeated rows (input channels, hyperparameters) and its distribution
-// choice: each reads its part of the spec into inputs, and writes the inputs back into it.
+// The submit form's repeated rows (input channels, hyperparameters, metric definitions,
+// tags, environment) and its distribution choice: each reads its part of the spec into
+// inputs, and writes the inputs back into it.
 "use strict";
 
 Runyard.submitRows = (() => {
@@ -23,7 +24,9 @@ Runyard.submitRows = (() => {
       for (const input of row.querySelectorAll("[data-part]")) {
         input.setAttribute("aria-label", `${noun} ${i + 1} ${input.dataset.part}`);
       }
-      row.querySelector("button").textContent = `Remove ${noun.toLowerCase()} ${i + 1}`;
+      const remove = row.querySelector("button");
+      remove.textContent = "Remove";
+      remove.setAttribute("aria-label", `Remove ${noun.toLowerCase()} ${i + 1}`);
     });
   }
 
@@ -45,13 +48,25 @@ Runyard.submitRows = (() => {
     return node;
   }
 
+  // -- rows of two texts (a name and a value, a key and a value...).
+  function pairRow(fieldset, noun, names, values = ["", ""], placeholders = ["", ""]) {
+    row(fieldset, noun, names.map((name, i) =>
+      part(el("input", { autocomplete: "off", value: values[i], placeholder: placeholders[i] || null }), name)));
+  }
+
+  // The rows' pairs whose first text is not blank, in order.
+  function pairs(fieldset) {
+    return [...list(fieldset).children]
+      .map((line) => [...line.querySelectorAll("[data-part]")].map((input) => input.value))
+      .map(([first, second]) => [first.trim(), second])
+      .filter(([first]) => first);
+  }
+
   // -- hyperparameters: a name and a value; the value read as JSON where it is JSON
   // (3, 0.1, true), else as text.
   function hyperRow(fieldset, name = "", value = "") {
-    row(fieldset, "Hyperparameter", [
-      part(el("input", { autocomplete: "off", value: name }), "name"),
-      part(el("input", { autocomplete: "off", value: typeof value === "string" ? value : JSON.stringify(value) }), "value"),
-    ]);
+    pairRow(fieldset, "Hyperparameter", ["name", "value"],
+      [name, typeof value === "string" ? value : JSON.stringify(value)]);
   }
 
   function readValue(text) {
@@ -63,12 +78,7 @@ Runyard.submitRows = (() => {
   }
 
   function hyperparameters(fieldset) {
-    const found = {};
-    for (const line of list(fieldset).children) {
-      const [name, value] = line.querySelectorAll("[data-part]");
-      if (name.value.trim()) found[name.value.trim()] = readValue(value.value);
-    }
-    return found;
+    return Object.fromEntries(pairs(fieldset).map(([name, value]) => [name, readValue(value)]));
   }
 
   function showHyperparameters(fieldset, values) {
@@ -131,6 +141,48 @@ Runyard.submitRows = (() => {
     return enabled.find((mode) => mode.startsWith("smdistributed.modelparallel")) || enabled[0] || "";
   }
 
+  // -- the other parts the form edits as rows of two texts: each with the spec's key, what
+  // a row is called, its two inputs' names, and how the spec's value and the rows' pairs
+  // turn into each other (an empty list of pairs leaves the key out).
+  const PAIRS = {
+    "metric-rows": {
+      key: "metric_definitions", noun: "Metric", parts: ["name", "regex"],
+      placeholders: ["loss", "loss=([0-9.]+)"],
+      fromPairs: (found) => found.map(([name, regex]) => ({ name, regex })),
+      toPairs: (value) => (Array.isArray(value) ? value : []).map((d) => [d.name ?? "", d.regex ?? ""]),
+    },
+    "tag-rows": {
+      key: "tags", noun: "Tag", parts: ["key", "value"], placeholders: ["team", "vision"],
+      fromPairs: (found) => found.map(([key, value]) => ({ key, value })),
+      // As the API takes tags: a list of {key, value} (or SageMaker's {Key, Value}), or a mapping.
+      toPairs: (value) => (Array.isArray(value)
+        ? value.map((t) => [t.key ?? t.Key ?? "", t.value ?? t.Value ?? ""])
+        : Object.entries(value || {}).map(([k, v]) => [k, String(v)])),
+    },
+    "environment-rows": {
+      key: "environment", noun: "Variable", parts: ["name", "value"], placeholders: ["NCCL_DEBUG", "INFO"],
+      fromPairs: (found) => Object.fromEntries(found),
+      toPairs: (value) => Object.entries(value || {}).map(([k, v]) => [k, String(v)]),
+    },
+  };
+
+  function readPairs(fieldset) {
+    const kind = PAIRS[fieldset.id];
+    const found = pairs(fieldset);
+    return found.length ? kind.fromPairs(found) : undefined;
+  }
+
+  function addPair(fieldset) {
+    const kind = PAIRS[fieldset.id];
+    pairRow(fieldset, kind.noun, kind.parts, ["", ""], kind.placeholders);
+  }
+
+  function showPairs(fieldset, value) {
+    const kind = PAIRS[fieldset.id];
+    list(fieldset).replaceChildren();
+    for (const values of kind.toPairs(value)) pairRow(fieldset, kind.noun, kind.parts, values, kind.placeholders);
+  }
+
   return { hyperRow, hyperparameters, showHyperparameters, channelRow, channels, showChannels,
-           distribution, modeOf };
+           distribution, modeOf, PAIRS, readPairs, addPair, showPairs };
 })();

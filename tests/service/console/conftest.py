@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.service.console.server import ConsoleServer, console_server, open_page
 
 CHROMIUM = os.environ.get("RUNYARD_TEST_CHROMIUM", "/usr/bin/chromium")
+# Where the tests leave their screenshots of the console (docs/ for docs/console.md's), and
+# only when this names a directory: `RUNYARD_SCREENSHOTS=docs pytest tests/service/console`.
+SCREENSHOTS = os.environ.get("RUNYARD_SCREENSHOTS", "")
 
 try:
     from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
@@ -76,3 +80,23 @@ def sign_in(page: Page, server: ConsoleServer) -> Callable[[str], Page]:
         return page
 
     return signed_in
+
+
+Shoot = Callable[[Page, str], None]
+
+
+@pytest.fixture
+def screenshot() -> Shoot:
+    """``screenshot(page, "console-jobs")`` writes the page as it stands to the directory
+    RUNYARD_SCREENSHOTS names, as a PNG of that name; without it, nothing."""
+
+    def shoot(page: Page, name: str) -> None:
+        if not SCREENSHOTS:
+            return
+        folder = Path(SCREENSHOTS)
+        folder.mkdir(parents=True, exist_ok=True)
+        # The pointer off every chart, and no caret blinking in a field.
+        page.mouse.move(0, 0)
+        page.screenshot(path=folder / f"{name}.png", caret="hide")
+
+    return shoot

@@ -27,6 +27,7 @@ from runyard.server import prepare
 from service.app import create_app
 from service.auth.tokens import instance_token
 from service.jobs.models import TrainingJob
+from service.jobs.states import Stage
 from service.kit.db import get_engine, session_scope
 from service.settings import Settings
 from tests.conftest import make_settings
@@ -114,12 +115,14 @@ class ConsoleServer:
         return job
 
     def launched(self, job: dict[str, Any]) -> None:
-        """Mark the job's instances launched, as the reconciler does (no worker runs here)."""
+        """Mark the job admitted and its instances launched, as the reconciler does (no
+        worker runs here): it holds its instances, and runs."""
+        now = datetime.now(UTC)
         with session_scope(self.settings.database_url) as session:
             session.execute(
                 update(TrainingJob)
                 .where(TrainingJob.id == job["id"])
-                .values(launched_at=datetime.now(UTC))
+                .values(admitted_at=now, launched_at=now, stage=Stage.RUNNING)
             )
 
     def stored_model(self, job: dict[str, Any], content: bytes) -> None:
@@ -142,10 +145,53 @@ class ConsoleServer:
                 .values(
                     status="Failed",
                     secondary_status="Failed",
+                    stage=Stage.ENDED,
                     failure_reason=reason,
                     ended_at=datetime.now(UTC),
                 )
             )
+
+    def completed(self, job: dict[str, Any]) -> None:
+        """The job ended Completed, as its runtime would report it (its model stored apart)."""
+        with session_scope(self.settings.database_url) as session:
+            session.execute(
+                update(TrainingJob)
+                .where(TrainingJob.id == job["id"])
+                .values(
+                    status="Completed",
+                    secondary_status="Completed",
+                    stage=Stage.ENDED,
+                    ended_at=datetime.now(UTC),
+                )
+            )
+
+    def reported(self, job: dict[str, Any], host: str, phase: str, message: str = "") -> None:
+        """``host`` says it reached ``phase`` ("Training"...), as its runtime does."""
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        token = instance_token(self.settings.signing_key(), job["id"], host)
+        response = httpx.post(
+            f"{self.url}v1/training-jobs/{job['name']}/instances/{host}/status",
+            json={"phase": phase, "time": now, "message": message},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert response.status_code < 300, response.text
+
+    def measured(
+        self, job: dict[str, Any], host: str, at: float | None = None, **values: float
+    ) -> None:
+        """Samples of ``host``'s own metrics taken at ``at`` (now by default, seconds since
+        the epoch), as its runtime sends them."""
+        when = time.time() if at is None else at
+        rows = [[when, metric, value] for metric, value in values.items()]
+        token = instance_token(self.settings.signing_key(), job["id"], host)
+        response = httpx.post(
+            f"{self.url}v1/training-jobs/{job['name']}/instances/{host}/metrics",
+            json={"rows": rows},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
 
     def interruption_message(self, job: dict[str, Any]) -> str | None:
         """What the job's pending spot notice says (the reconciler acts on it later)."""
@@ -153,24 +199,30 @@ class ConsoleServer:
             row = session.get(TrainingJob, job["id"])
             return None if row is None else row.interruption_message
 
-    def log(self, job: dict[str, Any], *messages: str, host: str = "algo-1") -> None:
-        """Lines printed by ``host`` of the job, as its runtime ships them."""
-        for start in range(0, len(messages), MAX_LOG_BATCH):
-            self._log_batch(job, messages[start : start + MAX_LOG_BATCH], host)
+    def log(
+        self, job: dict[str, Any], *messages: str, host: str = "algo-1", spaced: float = 0
+    ) -> None:
+        """Lines printed by ``host`` of the job, as its runtime ships them: all now, or
+        ``spaced`` seconds apart up to now (a run that has been going a while)."""
+        now = time.time()
+        times = [now - (len(messages) - 1 - i) * spaced for i in range(len(messages))]
+        lines = list(zip(messages, times, strict=True))
+        for start in range(0, len(lines), MAX_LOG_BATCH):
+            self._log_batch(job, lines[start : start + MAX_LOG_BATCH], host)
 
-    def _log_batch(self, job: dict[str, Any], messages: tuple[str, ...], host: str) -> None:
+    def _log_batch(self, job: dict[str, Any], lines: list[tuple[str, float]], host: str) -> None:
         key = f"{job['id']}/{host}"
-        lines = []
-        for message in messages:
+        sent = []
+        for message, at in lines:
             self._seq[key] = self._seq.get(key, 0) + 1
-            now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-            lines.append(
-                {"seq": self._seq[key], "time": now, "stream": "stdout", "message": message}
+            when = datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+            sent.append(
+                {"seq": self._seq[key], "time": when, "stream": "stdout", "message": message}
             )
         token = instance_token(self.settings.signing_key(), job["id"], host)
         response = httpx.post(
             f"{self.url}v1/training-jobs/{job['name']}/instances/{host}/logs",
-            json={"lines": lines},
+            json={"lines": sent},
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
         )

@@ -50,9 +50,12 @@ def test_job_list_is_newest_first_filters_pages_and_updates_live(
     expect(first).to_contain_text("InProgress")
     expect(first).to_contain_text("local \u00d7 1")
     expect(first.get_by_role("link")).to_have_attribute("href", "/runyard/jobs/list-25")
+    count = page.locator("#jobs-count")
+    expect(count).to_have_text("25 jobs on page 1 (1\u201325); more on the next page")
 
     page.get_by_role("button", name="Next page").click()
     expect(rows.first.get_by_role("link")).not_to_have_text("list-25")
+    expect(count).to_have_text(re.compile(r"^\d+ jobs? on page 2 \(26(\u2013\d+)?\)$"))
     page.get_by_role("button", name="Previous page").click()
     expect(rows.first.get_by_role("link")).to_have_text("list-25")
 
@@ -78,22 +81,26 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
     page.get_by_role("link", name="charted").click()
     expect(page.get_by_role("heading", name="Job charted")).to_be_visible()
 
+    page.get_by_role("tab", name="Logs").click()
     logs = page.get_by_role("log", name="Log lines")
     expect(logs).to_contain_text("loss=0.5")
     expect(logs.locator("time").first).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d"))
+    page.get_by_role("tab", name="Metrics").click()
     chart = page.get_by_role("img", name=re.compile("loss"))
     expect(chart).to_have_attribute("aria-label", re.compile(r"loss: 1 values, latest 0\.5"))
     expect(chart.locator("canvas")).to_have_count(1)  # drawn by the charting library
 
     # Posted after the page opened: followed live, and charted.
     server.log(job, "loss=0.25")
-    expect(logs).to_contain_text("loss=0.25")
     expect(chart).to_have_attribute("aria-label", re.compile(r"loss: 2 values, latest 0\.25"))
+    page.get_by_role("tab", name="Logs").click()
+    expect(logs).to_contain_text("loss=0.25")
 
     page.get_by_label("Search").fill("epoch")
     expect(logs.get_by_text("epoch 1")).to_be_visible()
     expect(logs.get_by_text("loss=0.25")).to_be_hidden()
 
+    page.get_by_role("tab", name="Configuration").click()
     page.get_by_text("The whole spec, as stored (JSON)").click()
     spec = page.get_by_label("Job spec")
     expect(spec).to_contain_text("WANDB_API_KEY")
@@ -101,6 +108,7 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
     page.get_by_role("button", name="Show environment values").click()
     expect(spec).to_contain_text("s3cret-value")
 
+    page.get_by_role("tab", name="Overview").click()
     expect(page.get_by_text("InProgress").first).to_be_visible()
     expect(page.get_by_role("listitem").filter(has_text="InProgress / Starting")).to_be_visible()
     # The image it runs on: the built-in one, as none was named.
@@ -242,7 +250,7 @@ def test_a_waiting_job_shows_its_place_in_line(
     sign_in("alpha member")
     page.get_by_role("link", name="Capacity", exact=True).click()
     line = page.get_by_role("region", name=f"Instance type {QUEUED_TYPE}")
-    expect(line.get_by_role("heading", name="Waiting, in order (3 jobs)")).to_be_visible()
+    expect(line.get_by_role("heading", name="Waiting in order: 3 jobs")).to_be_visible()
     line.get_by_role("link", name="line-third").click()
     expect(page.get_by_role("heading", name="Job line-third")).to_be_visible()
     expect(page.get_by_text(f"3 of 3 waiting for {QUEUED_TYPE}")).to_be_visible()

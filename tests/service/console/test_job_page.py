@@ -42,7 +42,7 @@ def test_the_configuration_reads_as_tables_and_a_failure_as_code(
     )
     server.failed(job, TRACEBACK)
     sign_in("alpha member")
-    page.goto(server.url + "jobs/tabled")
+    page.goto(server.url + "jobs/tabled#configuration")
 
     hyper = page.get_by_role("table", name="Hyperparameters")
     expect(hyper.get_by_role("row", name="epochs 3")).to_be_visible()
@@ -73,6 +73,7 @@ def test_the_configuration_reads_as_tables_and_a_failure_as_code(
     # No raw spec full of nulls in view: the stored JSON waits behind its disclosure.
     expect(page.get_by_label("Job spec")).to_be_hidden()
 
+    page.get_by_role("tab", name="Overview").click()
     failure = page.get_by_label("Failure reason")
     expect(failure).to_have_text(TRACEBACK)
     assert failure.evaluate("node => node.tagName") == "PRE"
@@ -89,7 +90,7 @@ def test_the_log_downloads_whole_or_by_host(
     server.log(job, "from one", host="algo-1")
     server.log(job, "from two", host="algo-2")
     sign_in("alpha member")
-    page.goto(server.url + "jobs/two-hosts")
+    page.goto(server.url + "jobs/two-hosts#logs")
     logs = page.get_by_role("log", name="Log lines")
     expect(logs).to_contain_text("from two")
 
@@ -113,7 +114,7 @@ def test_a_long_log_is_paged_through_to_its_first_line(
     job = server.submit("long-log")
     server.log(job, *(f"line {n:05d}" for n in range(1, 6201)))
     sign_in("alpha member")
-    page.goto(server.url + "jobs/long-log")
+    page.goto(server.url + "jobs/long-log#logs")
     logs = page.get_by_role("log", name="Log lines")
     position = page.get_by_text(re.compile(r"^Lines \d"))
     # The whole log is read, page by page, before its last page shows: on a loaded machine

@@ -42,6 +42,50 @@ def test_the_list_searches_sorts_and_filters_by_time_and_tag(
     expect(names).to_have_text(["sweep-alpha", "sweep-beta"])
 
 
+def test_the_lists_headings_sort_it_and_it_counts_its_jobs(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    for name in ("hdr-b", "hdr-a", "hdr-c"):
+        server.submit(name)
+    sign_in("alpha member")
+    names = page.locator("#jobs tbody tr").get_by_role("link")
+    page.get_by_label("Name contains").fill("hdr-")
+    expect(names).to_have_text(["hdr-c", "hdr-a", "hdr-b"])
+    expect(page.get_by_text("3 jobs", exact=True)).to_be_visible()
+
+    by_name = page.get_by_role("columnheader", name="Name")
+    created = page.get_by_role("columnheader", name="Created")
+    # Newest first, said by the heading it sorts by, and by no other.
+    expect(created).to_have_attribute("aria-sort", "descending")
+    expect(by_name).not_to_have_attribute("aria-sort", re.compile("."))
+    # Only what the API can order by is a button.
+    for plain in ("Status", "Secondary status", "Instances", "Duration"):
+        header = page.get_by_role("columnheader", name=plain, exact=True)
+        expect(header.get_by_role("button")).to_have_count(0)
+        expect(header).not_to_have_attribute("aria-sort", re.compile("."))
+
+    by_name.get_by_role("button").click()
+    expect(names).to_have_text(["hdr-a", "hdr-b", "hdr-c"])
+    expect(by_name).to_have_attribute("aria-sort", "ascending")
+    expect(created).not_to_have_attribute("aria-sort", re.compile("."))
+    expect(page.get_by_label("Sort by")).to_have_value("name")
+    by_name.get_by_role("button").click()
+    expect(names).to_have_text(["hdr-c", "hdr-b", "hdr-a"])
+    expect(by_name).to_have_attribute("aria-sort", "descending")
+    created.get_by_role("button").click()
+    expect(names).to_have_text(["hdr-c", "hdr-a", "hdr-b"])
+    expect(created).to_have_attribute("aria-sort", "descending")
+    created.get_by_role("button").click()
+    expect(names).to_have_text(["hdr-b", "hdr-a", "hdr-c"])
+    expect(created).to_have_attribute("aria-sort", "ascending")
+    # The choice under the filters moves the headings too.
+    page.get_by_label("Sort by").select_option("Name, Z to A")
+    expect(by_name).to_have_attribute("aria-sort", "descending")
+
+    page.get_by_label("Name contains").fill("hdr-a")
+    expect(page.get_by_text("1 job", exact=True)).to_be_visible()
+
+
 def test_two_to_four_jobs_compare_side_by_side(
     page: Page, server: ConsoleServer, sign_in: SignIn
 ) -> None:
@@ -77,7 +121,8 @@ def test_two_to_four_jobs_compare_side_by_side(
     expect(lr).to_contain_text("0.1")
     expect(lr).to_contain_text("0.01")
     expect(hyper.get_by_role("row").filter(has_text="epochs")).not_to_have_class("differs")
-    finals = page.get_by_role("table", name="Final metric values")
+    # The jobs still run: their latest values, not final ones.
+    finals = page.get_by_role("table", name="Latest metric values")
     expect(finals.get_by_role("row").filter(has_text="loss")).to_contain_text("0.5")
 
     chart = page.get_by_role("img", name=re.compile("metric loss"))
