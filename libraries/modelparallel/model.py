@@ -163,11 +163,12 @@ class DistributedModel(nn.Module):
         tensor (GPT-2's fused query-key-value held by rank)."""
         if self.pipeline is not None:
             saved = self._inner.state_dict().keys()
-            return {
+            own = {
                 key: value
                 for key, value in self.pipeline.module.state_dict().items()
                 if key in saved
             }
+            return self.ties.under_every_name(own) if self.ties is not None else own
         return self._inner.state_dict()
 
     def load_state_dict(  # type: ignore[override]
