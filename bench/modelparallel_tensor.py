@@ -45,7 +45,6 @@ def made(args: argparse.Namespace) -> torch.nn.Module:
                 vocab_size=args.vocabulary,
                 bos_token_id=0,
                 eos_token_id=0,
-                use_cache=False,
             )
         )
     return transformers.LlamaForCausalLM(
@@ -60,7 +59,6 @@ def made(args: argparse.Namespace) -> torch.nn.Module:
             bos_token_id=0,
             eos_token_id=0,
             pad_token_id=0,
-            use_cache=False,
         )
     )
 
