@@ -14,8 +14,10 @@ setting:
   a cache serves generation, where each call extends the last one's; a training step calls
   the model once per microbatch and reads no cache, and holding one would only keep every
   block's keys and values alive past its stage. transformers makes the same choice where
-  its own gradient checkpointing meets a training forward. The output's
-  ``past_key_values`` is None. The script's configuration is left as it is.
+  its own gradient checkpointing meets a training forward, and SageMaker's GPT-2 example
+  (``train_gpt_simple.py``) builds its configuration with ``use_cache=False``: here the
+  library does it, so a script need not. The output holds no cache (transformers' field
+  ``cache``, formerly ``past_key_values``). The script's configuration is left as it is.
 - **Tensors cross stages; the rest is kept from the trace.** Of what the model returns,
   the tensors are what the stages carry; any other value in it (None, a number, a string:
   a ``ModelOutput``'s optional fields) comes back on the last stage as the trace saw it,
