@@ -94,6 +94,29 @@ PLANS = (
         parts={"attn.c_attn": 3},
         widths=("attn.split_size",),
     ),
+    # BART's decoder layer (cross-attention beside self-attention) before the layer of
+    # BART's encoder and OPT's decoder, whose projections it has too.
+    Plan(
+        "BART (decoder)",
+        columns=(
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "encoder_attn.q_proj",
+            "encoder_attn.k_proj",
+            "encoder_attn.v_proj",
+            "fc1",
+        ),
+        rows=("self_attn.out_proj", "encoder_attn.out_proj", "fc2"),
+        widths=("self_attn.num_heads", "encoder_attn.num_heads"),
+    ),
+    Plan(
+        "OPT, BART (encoder)",
+        columns=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "fc1"),
+        rows=("self_attn.out_proj", "fc2"),
+        # OPT's attention reshapes its projections by its own count of heads.
+        widths=("self_attn.num_heads",),
+    ),
     Plan(
         "BERT",
         columns=(

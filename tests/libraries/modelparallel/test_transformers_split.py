@@ -14,7 +14,7 @@ from libraries.modelparallel.projections import by_rank, in_model_order
 from libraries.modelparallel.splits import split_points
 from libraries.modelparallel.tensor import TensorParallelError, planned
 from libraries.modelparallel.ties import ties_of
-from tests.libraries.modelparallel.transformers_workload import STACKS, batch, model
+from tests.libraries.modelparallel.transformers_workload import FAMILIES, STACKS, batch, model
 
 # The input embedding and the output projection, where the family's default
 # configuration ties them (Llama, Mistral, Qwen2 and GPT-NeoX untie them by default).
@@ -80,10 +80,19 @@ def test_a_family_splits_into_stages_that_compute_what_the_model_does(family: st
 
 
 def test_tensor_parallelism_splits_the_families_it_knows_and_names_what_it_refuses() -> None:
-    for family in ("gpt2", "llama", "neox", "bert"):
+    for family in FAMILIES:
         net = model(family)
         blocks = planned(net, {id(m): True for m in net.modules()}, 2)
-        assert [name.rsplit(".", 1)[-1] for name, _, _ in blocks] == ["0", "1", "2", "3"]
+        if family == "bart":
+            # The encoder's layers, then the decoder's, whose cross-attention is split too.
+            assert [(name, plan.family) for name, _, plan in blocks] == [
+                ("model.encoder.layers.0", "OPT, BART (encoder)"),
+                ("model.encoder.layers.1", "OPT, BART (encoder)"),
+                ("model.decoder.layers.0", "BART (decoder)"),
+                ("model.decoder.layers.1", "BART (decoder)"),
+            ]
+        else:
+            assert [name for name, _, _ in blocks] == [f"{STACKS[family]}.{i}" for i in range(4)]
     # Marked only where the script said: one layer of four.
     net = model("llama")
     only = planned(net, {id(net.model.layers[2]): True}, 2)
