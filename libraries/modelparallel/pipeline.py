@@ -39,7 +39,6 @@ from torch.distributed._composable.checkpoint_activation import (
 from torch.distributed.pipelining import Pipe, Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 from torch.distributed.pipelining.microbatch import _CustomReducer
 
-from libraries.modelparallel import gradients
 from libraries.modelparallel import state as smp_state
 from libraries.modelparallel.activations import offloaded
 from libraries.modelparallel.precision import autocast
@@ -193,12 +192,6 @@ class Pipeline:
             # A step that calls no model.backward (an evaluation step): its first output.
             loss = returned[0] if isinstance(returned, tuple) else returned
         return loss  # type: ignore[no-any-return]
-
-    def average_gradients(self) -> None:
-        """The replicas of this stage that hold the same shares agree on its gradients:
-        their mean."""
-        state = smp_state.current()
-        gradients.average(self.module.parameters(), state.rdp_group, state.topology.rdp_size)
 
 
 def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, Returned]:
