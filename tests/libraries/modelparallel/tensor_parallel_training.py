@@ -33,8 +33,8 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
         {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2, "prescaled_batch": True},
     ),
     # tp x pp: 2 stages, each split over 2 ranks.
-    "bert_pipeline": (
-        "bert",
+    "llama_pipeline": (
+        "llama",
         {"tensor_parallel_degree": 2, "partitions": 2, "microbatches": 2},
     ),
 }

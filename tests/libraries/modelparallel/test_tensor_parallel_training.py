@@ -35,7 +35,7 @@ LAYOUTS = {
     "bart": ONE_INSTANCE,
     "opt_ddp": TWO_INSTANCES,
     "llama_prescaled_ddp": TWO_INSTANCES,
-    "bert_pipeline": Layout.blocks(instances=1, per_instance=4),
+    "llama_pipeline": Layout.blocks(instances=1, per_instance=4),
 }
 # An SGD step is linear in the gradient: float32 sums in another order, nothing more.
 SGD_CLOSE = {"atol": 1e-6, "rtol": 1e-5}
