@@ -1,9 +1,10 @@
 """Tensor parallelism in Runyard's model-parallel library on a transformers Llama or GPT-2
-(from a config), 2 processes on the same global batch, side by side in one run:
-tensor-parallel degree 2 (the decoder layers split over both ranks, made inside
-``smp.tensor_parallelism()``) against degree 1 (each rank the whole model, 2 replicas
-under ``ddp``). Prints samples per second, CPU seconds per step (both processes
-together) and the parameter bytes each rank holds.
+(from its library's default configuration, sizes shrunk), 2 processes on the same global
+batch, side by side in one run: tensor-parallel degree 2 (the decoder layers split over
+both ranks, made inside ``smp.tensor_parallelism()``) against degree 1 (each rank the
+whole model, 2 replicas under ``ddp``). Each rank is fed its own half of the batch.
+Prints samples per second, CPU seconds per step (both processes together) and the
+parameter bytes each rank holds (its gradients and Adam's moments are as large).
 
     .venv/bin/python bench/modelparallel_tensor.py [--family llama|gpt2] [--steps 6]
         [--rounds 2]
@@ -34,35 +35,34 @@ def cpu_seconds() -> float:
 
 
 def made(args: argparse.Namespace) -> torch.nn.Module:
-    """The family's causal language model, from a config (nothing downloaded)."""
+    """The family's causal language model as ``from_config`` builds it from the library's
+    default configuration, with only its sizes shrunk (nothing downloaded): the cache,
+    attention implementation and tied embeddings as the library ships them."""
+    sizes = {"vocab_size": args.vocabulary}
     if args.family == "gpt2":
-        return transformers.GPT2LMHeadModel(
-            transformers.GPT2Config(
-                n_layer=args.layers,
-                n_embd=args.width,
-                n_head=8,
-                n_positions=args.sequence,
-                vocab_size=args.vocabulary,
-                bos_token_id=0,
-                eos_token_id=0,
-                use_cache=False,
-            )
+        # GPT-2's one special token is the vocabulary's last.
+        config: transformers.PretrainedConfig = transformers.GPT2Config(
+            n_layer=args.layers,
+            n_embd=args.width,
+            n_head=8,
+            n_positions=args.sequence,
+            bos_token_id=args.vocabulary - 1,
+            eos_token_id=args.vocabulary - 1,
+            **sizes,
         )
-    return transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(
+    else:
+        default = transformers.LlamaConfig()
+        # The MLP as wide against the model as the default's (11008 for 4096).
+        ratio = default.intermediate_size / default.hidden_size
+        config = transformers.LlamaConfig(
             num_hidden_layers=args.layers,
             hidden_size=args.width,
-            intermediate_size=args.width * 8 // 3 // 64 * 64,
+            intermediate_size=int(args.width * ratio),
             num_attention_heads=8,
-            num_key_value_heads=8,
             max_position_embeddings=args.sequence,
-            vocab_size=args.vocabulary,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=0,
-            use_cache=False,
+            **sizes,
         )
-    )
+    return transformers.AutoModelForCausalLM.from_config(config)
 
 
 def worker(args: argparse.Namespace) -> None:

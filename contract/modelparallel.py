@@ -29,7 +29,6 @@ MEMORY_WEIGHT_FOR = {"speed": 0.2, "memory": 0.8}
 # SageMaker's parameters that Runyard accepts only at the value that turns them off.
 _ONLY_AT = {
     "shard_optimizer_state": False,
-    "prescaled_batch": False,
     "horovod": False,
     "fp32_grad_accumulation": False,
     # Undocumented switches of SageMaker's pipeline that its GPT-2 example passes to
@@ -57,6 +56,9 @@ class Parameters:
     ddp: bool = False
     sharded_data_parallel_degree: int = 1
     tensor_parallel_degree: int = 1
+    # The ranks of a tensor-parallel group are fed one batch (its rows chosen by
+    # ``rdp_rank``) rather than each its own (``libraries.modelparallel.batches``).
+    prescaled_batch: bool = False
     offload_activations: bool = False
     activation_loading_horizon: int = 4
     fp16: bool = False

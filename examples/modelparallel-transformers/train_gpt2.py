@@ -66,7 +66,6 @@ def main() -> None:
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
-        use_cache=False,
     )
     with smp.tensor_parallelism(enabled=smp.tp_size() > 1):
         model = AutoModelForCausalLM.from_config(model_config)

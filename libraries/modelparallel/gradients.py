@@ -12,10 +12,17 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 
-def average(parameters: Iterable[nn.Parameter], group: dist.ProcessGroup, size: int) -> None:
+def average(
+    parameters: Iterable[nn.Parameter],
+    group: dist.ProcessGroup,
+    size: int,
+    *,
+    divisor: int | None = None,
+) -> None:
     """Each parameter's gradient (its local shard, for a DTensor) becomes the mean of the
-    group's."""
-    if size == 1:
+    ``size`` ranks of ``group``: their sum divided by ``size``, or by ``divisor``."""
+    divisor = size if divisor is None else divisor
+    if size == 1 and divisor == 1:
         return
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for parameter in parameters:
@@ -25,8 +32,9 @@ def average(parameters: Iterable[nn.Parameter], group: dist.ProcessGroup, size: 
             by_dtype.setdefault(local.dtype, []).append(local)
     for grads in by_dtype.values():
         flat = torch.cat([grad.reshape(-1) for grad in grads])
-        dist.all_reduce(flat, group=group)
-        flat.div_(size)
+        if size > 1:
+            dist.all_reduce(flat, group=group)
+        flat.div_(divisor)
         offset = 0
         for grad in grads:
             grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))

@@ -37,9 +37,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
 from libraries.modelparallel import (
+    batches,
     delayed,
     distributed_names,
-    gradients,
     projections,
     stage_split,
     tensor,
@@ -99,18 +99,24 @@ class DistributedModel(nn.Module):
             delayed.move_buffers(module, state.device)
             if whole:
                 _made_whole(module, state.device)
-        # Blocks split across the tensor-parallel group, by name, with their family.
+        # Blocks split across the tensor-parallel group, by name ("" for the model
+        # itself), with their family.
         self.split_blocks: list[tuple[str, str]] = []
         # Inside pipeline stages, the split parameters are plain shares (``stage_split``).
         self.shares: stage_split.Shares | None = None
+        # Split blocks compute on the rows of every rank of their group, unless the
+        # group's ranks are fed one batch (``batches``).
+        join = not state.parameters.prescaled_batch
         if state.tp_mesh is not None and state.topology.pp_size > 1:
             assert state.tp_group is not None
             self.split_blocks, self.shares = stage_split.distribute(
-                module, state.tensor_parallel, state.tp_group, state.tp_mesh
+                module, state.tensor_parallel, state.tp_group, state.tp_mesh, join=join
             )
             _say_split(state, self.split_blocks)
         elif state.tp_mesh is not None:
-            self.split_blocks = tensor.distribute(module, state.tensor_parallel, state.tp_mesh)
+            self.split_blocks = tensor.distribute(
+                module, state.tensor_parallel, state.tp_mesh, join=join
+            )
             _say_split(state, self.split_blocks)
         # Split parameters of several parts, held by rank (``projections``), by name.
         self.parted = projections.parted(module)
@@ -137,8 +143,8 @@ class DistributedModel(nn.Module):
         if state.topology.pp_size > 1:
             raise RuntimeError("a model in pipeline stages runs inside an smp.step function")
         if state.topology.tp_size > 1 and not self._in_step:
-            # Outside a step, the ranks of a tensor-parallel group would compute on
-            # batches of their own, which split modules cannot take.
+            # Split blocks exchange rows with the group's other ranks in every call:
+            # as in SageMaker's library, the ranks call the model together, in a step.
             raise RuntimeError("a tensor-parallel model runs inside an smp.step function")
         with autocast(state), offloaded(state):
             return self.wrapped(*args, **kwargs)
@@ -177,11 +183,12 @@ class DistributedModel(nn.Module):
         tensor (GPT-2's fused query-key-value held by rank)."""
         if self.pipeline is not None:
             saved = self._inner.state_dict().keys()
-            return {
+            own = {
                 key: value
                 for key, value in self.pipeline.module.state_dict().items()
                 if key in saved
             }
+            return self.ties.under_every_name(own) if self.ties is not None else own
         return self._inner.state_dict()
 
     def load_state_dict(  # type: ignore[override]
@@ -320,6 +327,12 @@ class DistributedModel(nn.Module):
         finally:
             self._in_step = False
 
+    def average_gradients(self, module: nn.Module, *, reduced: bool = False) -> None:
+        """The ranks agree on the gradients of ``module`` (the model, or this rank's
+        stage): those of the mean loss over the global batch (``batches``)."""
+        blocks = [name for name, _ in self.split_blocks]
+        batches.average_gradients(module.named_parameters(), blocks, reduced=reduced)
+
     @contextlib.contextmanager
     def microbatch(self, index: int, count: int) -> Iterator[None]:
         """Runs microbatch ``index`` of ``count``: gradients synchronise after the last
@@ -334,12 +347,14 @@ class DistributedModel(nn.Module):
             if isinstance(self._inner, FSDPModule):
                 self._inner.set_requires_gradient_sync(sync)
                 yield
+                if state.topology.tp_size > 1 and sync and torch.is_grad_enabled():
+                    # FSDP averaged over the shard groups; the tensor-parallel ranks'
+                    # gradients are of different rows still.
+                    self.average_gradients(self._inner, reduced=True)
             elif state.topology.tp_size > 1 and sync and torch.is_grad_enabled():
                 yield
-                # Replicas holding the same shards average their gradients (no DDP:
-                # it does not take DTensor parameters).
-                size = state.topology.rdp_size
-                gradients.average(self._inner.parameters(), state.rdp_group, size)
+                # No DDP: it does not take DTensor parameters.
+                self.average_gradients(self._inner)
             elif isinstance(self.wrapped, DistributedDataParallel) and not sync:
                 with self.wrapped.no_sync():
                     yield
@@ -398,9 +413,10 @@ def _say_split(state: smp_state.State, split: list[tuple[str, str]]) -> None:
         )
         return
     families = sorted({family for _, family in split})
+    first, last = (split[0][0] or "the model"), (split[-1][0] or "the model")
     state.say_once(
         f"tensor parallelism over {state.topology.tp_size} ranks: {len(split)} blocks "
-        f"split ({', '.join(families)}), from {split[0][0]} to {split[-1][0]}"
+        f"split ({', '.join(families)}), from {first} to {last}"
     )
 
 

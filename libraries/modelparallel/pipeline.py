@@ -13,6 +13,11 @@ returning the stage's output, and returns the loss the script gave ``model.backw
 The first stage learns what the model is called with the same way, by running the step
 function up to the model's call ("probing"). What the step function returned is sent from
 the last stage to the others, so every rank's ``StepOutput`` holds it.
+
+Models come as their library builds them: a transformers model with its key/value cache
+on and a ``ModelOutput`` to return. Stages carry tensors only; how the model is called in
+them (without its cache) and how its output is rebuilt on the last stage is
+``stage_outputs``'s to decide.
 """
 
 from __future__ import annotations
@@ -33,13 +38,12 @@ from torch.distributed._composable.checkpoint_activation import (
 )
 from torch.distributed.pipelining import Pipe, Schedule1F1B, ScheduleGPipe, SplitPoint, pipeline
 from torch.distributed.pipelining.microbatch import _CustomReducer
-from torch.utils import _pytree as pytree
 
-from libraries.modelparallel import gradients
 from libraries.modelparallel import state as smp_state
 from libraries.modelparallel.activations import offloaded
 from libraries.modelparallel.precision import autocast
 from libraries.modelparallel.splits import split_points
+from libraries.modelparallel.stage_outputs import Returned, without_cache
 from libraries.modelparallel.ties import Tie, ties_of
 
 
@@ -110,6 +114,11 @@ class Pipeline:
         # activations, and their receive buffers are sized and typed from the trace.
         with autocast(state):
             pipe, self._output = split(module, self._positional(example), points)
+        for dropped in self._output.dropped:
+            state.say_once(
+                f"the model's output holds {dropped}, which pipeline stages do not carry: "
+                "the step function gets None there"
+            )
         self.ties: list[Tie] = ties_of(module, pipe)
         self.stage = pipe.build_stage(state.pp_rank, state.device, group=state.stage_group)
         _checkpoint_traced(module, self.stage.submod, state.checkpointed)
@@ -167,43 +176,30 @@ class Pipeline:
         """How the schedule merges the microbatches' outputs: it need not, since each
         microbatch's step function runs on its own output; a loss (a scalar) could not
         be concatenated anyway."""
-        leaves = self._output.num_leaves
+        leaves = self._output.tensor_count
         dropped = [
             _CustomReducer(None, lambda _merged, _value: None)  # type: ignore[no-untyped-call]
             for _ in range(leaves)
         ]
         return dropped[0] if leaves == 1 else tuple(dropped)
 
-    def _as_the_model_returned(self, output: Any) -> Any:
-        """The last stage's output in the model's own structure (a dict, a tuple, ...):
-        stages pass their outputs on flattened."""
-        spec = self._output
-        if spec.num_leaves == 1:
-            return pytree.tree_unflatten([output], spec)
-        return pytree.tree_unflatten(list(output), spec)
-
     def _loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         assert self._replay is not None
         index = int(target.item())
-        loss, returned = self._replay(index, self._as_the_model_returned(output))
+        loss, returned = self._replay(index, self._output.rebuilt(output))
         self._results[index] = _detached(returned)
         if loss is None:
             # A step that calls no model.backward (an evaluation step): its first output.
             loss = returned[0] if isinstance(returned, tuple) else returned
         return loss  # type: ignore[no-any-return]
 
-    def average_gradients(self) -> None:
-        """The replicas of this stage that hold the same shares agree on its gradients:
-        their mean."""
-        state = smp_state.current()
-        gradients.average(self.module.parameters(), state.rdp_group, state.topology.rdp_size)
 
-
-def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, pytree.TreeSpec]:
+def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pipe, Returned]:
     """The model traced with ``example`` and cut into stages that begin at ``points``,
-    and the structure of what the model returns (stages pass outputs on flattened)."""
+    and what the model returns, as the stages carry it (``stage_outputs``): its tensors,
+    flattened."""
     own_forward = module.__dict__.get("forward")  # one the script set, if any
-    output: list[pytree.TreeSpec] = []
+    output: list[Returned] = []
     try:
         _pass_inputs_through_the_first_stage(module, output)
         pipe = pipeline(
@@ -217,7 +213,47 @@ def split(module: nn.Module, example: ModelCall, points: list[str]) -> tuple[Pip
         module.__dict__.pop("forward", None)
         if own_forward is not None:
             module.forward = own_forward
+    _sent_contiguous(pipe)
     return pipe, output[0]
+
+
+def _sent_contiguous(pipe: Pipe) -> None:
+    """Makes what stages pass on tensors of their own, contiguous layout: a stage may pass
+    on a view (an encoder-decoder's attention mask, expanded over the decoder's
+    positions), which gloo refuses to send, and torch's stages make their receive
+    buffers in the layout the trace saw."""
+    for stage in range(pipe.num_stages):
+        module = pipe.get_stage_module(stage)
+        assert isinstance(module, fx.GraphModule)
+        if stage:
+            for node in module.graph.nodes:
+                if node.op == "placeholder" and _is_view(node):
+                    node.meta["val"] = node.meta["val"].contiguous()
+        if stage < pipe.num_stages - 1:
+            _contiguous_outputs(module)
+
+
+def _contiguous_outputs(module: fx.GraphModule) -> None:
+    graph = module.graph
+    (returned,) = [node for node in graph.nodes if node.op == "output"]
+
+    def contiguous(node: fx.Node) -> fx.Node:
+        if not _is_view(node):
+            return node
+        with graph.inserting_before(returned):
+            made = graph.call_method("contiguous", (node,))
+        # torch's stage sizes its sends, and the gradients it receives, from this.
+        made.meta["val"] = node.meta["val"].contiguous()
+        return made
+
+    returned.args = fx.node.map_arg(returned.args, contiguous)
+    module.recompile()
+
+
+def _is_view(node: fx.Node) -> bool:
+    """Whether the traced value of ``node`` is a tensor laid out other than contiguously."""
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not value.is_contiguous()
 
 
 Released = list[tuple[nn.Parameter, torch.Size]]
@@ -265,12 +301,13 @@ def _checkpoint_traced(module: nn.Module, stage: nn.Module, checkpointed: list[n
         checkpoint_activations(traced)
 
 
-def _pass_inputs_through_the_first_stage(module: nn.Module, output: list[pytree.TreeSpec]) -> None:
+def _pass_inputs_through_the_first_stage(module: nn.Module, output: list[Returned]) -> None:
     """Makes the model, while it is traced, copy each tensor it is called with first: a
     later stage then receives from the stage before it what it needs of the model's
     inputs (an attention mask, the labels of a loss computed in the model), as torch's
-    stages can take the model's own inputs only on the first stage. The structure of
-    what the model returns is kept in ``output``."""
+    stages can take the model's own inputs only on the first stage. The model runs
+    without its key/value cache and returns its tensors only; how to rebuild what it
+    returned is kept in ``output`` (``stage_outputs``)."""
     own_forward = module.__dict__.get("forward")  # one the script set, if any
     plain_forward = own_forward or functools.partial(type(module).forward, module)
 
@@ -278,12 +315,17 @@ def _pass_inputs_through_the_first_stage(module: nn.Module, output: list[pytree.
         def copied(value: Any) -> Any:
             return value.clone() if isinstance(value, torch.Tensor) else value
 
-        returned = plain_forward(
-            *(copied(value) for value in args),
-            **{key: copied(value) for key, value in kwargs.items()},
+        called_args, called_kwargs = without_cache(
+            plain_forward,
+            tuple(copied(value) for value in args),
+            {key: copied(value) for key, value in kwargs.items()},
         )
-        output[:] = [pytree.tree_structure(returned)]
-        return returned
+        returned, tensors = Returned.of(plain_forward(*called_args, **called_kwargs))
+        output[:] = [returned]
+        # Each output taken once more after the model's last module, so on the last
+        # stage: torch's stages give back only the last one's outputs, and an output
+        # made earlier (an encoder's last hidden state) must reach it.
+        return tuple(tensor.view_as(tensor) for tensor in tensors)
 
     module.forward = types.MethodType(forward, module)
 

@@ -10,8 +10,10 @@ share of the outputs; ``RowShare``: its share of the inputs), and two operators 
 Runyard's own, registered with ``torch.library`` so that the trace keeps them, carry the
 communication: ``copy_to_group`` before a column share (an identity forward, an
 all-reduce of the gradient backward) and ``sum_over_group`` after a row share (an
-all-reduce forward, an identity backward). The trace then sees one rank's shapes (its
-heads, its share of the MLP), and the stages compute what the whole model does.
+all-reduce forward, an identity backward). Each split block joins its group's rows on
+entry and keeps this rank's own on exit (``batches``), with operators the trace keeps too.
+The trace then sees one rank's shapes (its heads, its share of the MLP, its group's
+rows in the blocks), and the stages compute what the whole model does.
 
 A split parameter is a plain tensor, this rank's share. What is saved is the model's:
 ``Shares`` gives the whole value (``whole``) for a full state_dict, and a DTensor over
@@ -32,17 +34,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.nn import functional
 
-from libraries.modelparallel import projections, tensor
-
-# The process groups the operators reduce over, by a key the traced graph can hold.
-_GROUPS: dict[str, dist.ProcessGroup] = {}
+from libraries.modelparallel import batches, projections, tensor
 
 
 @torch.library.custom_op("runyard_mp::sum_over_group", mutates_args=())
 def sum_over_group(value: torch.Tensor, group: str) -> torch.Tensor:
     """The sum of ``value`` over the group's ranks."""
     summed = value.clone(memory_format=torch.contiguous_format)
-    dist.all_reduce(summed, group=_GROUPS[group])
+    dist.all_reduce(summed, group=batches.GROUPS[group])
     return summed
 
 
@@ -206,13 +205,15 @@ def distribute(
     marked: Mapping[int, bool],
     group: dist.ProcessGroup,
     mesh: DeviceMesh,
+    *,
+    join: bool = True,
 ) -> tuple[list[tuple[str, str]], Shares]:
     """Replaces the marked blocks' projections by this rank's shares; returns each split
-    block's name and family, and the shares' bookkeeping."""
+    block's name ("" for the model itself) and family, and the shares' bookkeeping. With
+    ``join`` each block computes on the rows of every rank's batch (``batches``)."""
     degree = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    key = f"tp{len(_GROUPS)}"
-    _GROUPS[key] = group
+    key = batches.key_of(group)
     shares = Shares(group, mesh)
     blocks = tensor.planned(model, marked, degree)
     for name, block, plan in blocks:
@@ -228,4 +229,6 @@ def distribute(
             prefix = f"{name}.{path}." if name else f"{path}."
             shares.splits |= {prefix + each: split for each, split in share.splits.items()}
         plan.narrow(block, degree)
-    return [(name or "the model", plan.family) for name, _, plan in blocks], shares
+        if join:
+            batches.join_batches(block, key)
+    return [(name, plan.family) for name, _, plan in blocks], shares

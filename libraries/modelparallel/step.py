@@ -1,8 +1,8 @@
 """``@smp.step``: the script's step function, run once per microbatch.
 
 Tensor arguments are split along their batch axis (0, or as ``input_split_axes`` says)
-into ``microbatches`` parts (with tensor parallelism, after the rows of the
-tensor-parallel group's ranks are joined: ``libraries.modelparallel.tensor``); arguments
+into ``microbatches`` parts (each rank its own samples, with tensor parallelism too:
+``libraries.modelparallel.batches``); arguments
 named in ``non_split_inputs`` and anything not a tensor reach every microbatch whole. What
 the function returns comes back as ``StepOutput`` (one per returned value), holding every
 microbatch's value.
@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from libraries.modelparallel import state as smp_state
-from libraries.modelparallel import tensor
 from libraries.modelparallel.pipeline import Probed
 
 
@@ -67,16 +66,6 @@ def step(
         state = smp_state.current()
         count = state.parameters.microbatches
         bound = signature.bind(*args, **kwargs)
-        if state.tp_group is not None:
-            # The ranks of a tensor-parallel group step on the group's batch together.
-            size = state.topology.tp_size
-            bound.arguments.update(
-                {
-                    name: tensor.gathered(value, axes.get(name, 0), state.tp_group, size)
-                    for name, value in bound.arguments.items()
-                    if name not in whole
-                }
-            )
         parts = {
             name: [value] * count
             if name in whole
@@ -137,7 +126,7 @@ def _pipelined(
     if torch.is_grad_enabled():
         assert model.ties is not None
         model.ties.sum_gradients()
-        pipeline.average_gradients()
+        model.average_gradients(pipeline.module)
     return results
 
 

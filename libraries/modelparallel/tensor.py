@@ -11,25 +11,21 @@ share of the MLP; an all-reduce after each row-wise projection gives every rank 
 block's output. Other modules (embeddings, norms, the output head) stay whole on each rank
 of the group, as SageMaker's library keeps the modules it does not distribute.
 
-Every rank of a tensor-parallel group computes on the same batch: ``@smp.step`` joins its
-arguments' rows across the group (``gathered``), so each rank runs the step on the group's
-batch and returns the group's results. The replicas that hold the same shards (the
-reduced data-parallel group) then average their gradients after the step.
+Each rank of a tensor-parallel group is fed its own samples and computes on them, except
+in the split blocks, which compute on the group's samples together (``batches``); the
+gradients are then averaged over the ranks that computed them (``batches.average_gradients``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ParallelStyle, parallelize_module
 
-from libraries.modelparallel import projections
+from libraries.modelparallel import batches, projections
 
 
 class TensorParallelError(ValueError):
@@ -94,6 +90,29 @@ PLANS = (
         parts={"attn.c_attn": 3},
         widths=("attn.split_size",),
     ),
+    # BART's decoder layer (cross-attention beside self-attention) before the layer of
+    # BART's encoder and OPT's decoder, whose projections it has too.
+    Plan(
+        "BART (decoder)",
+        columns=(
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "encoder_attn.q_proj",
+            "encoder_attn.k_proj",
+            "encoder_attn.v_proj",
+            "fc1",
+        ),
+        rows=("self_attn.out_proj", "encoder_attn.out_proj", "fc2"),
+        widths=("self_attn.num_heads", "encoder_attn.num_heads"),
+    ),
+    Plan(
+        "OPT, BART (encoder)",
+        columns=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "fc1"),
+        rows=("self_attn.out_proj", "fc2"),
+        # OPT's attention reshapes its projections by its own count of heads.
+        widths=("self_attn.num_heads",),
+    ),
     Plan(
         "BERT",
         columns=(
@@ -110,16 +129,20 @@ HEAD_COUNTS = ("num_attention_heads", "num_key_value_heads", "num_heads")
 
 
 def distribute(
-    model: nn.Module, marked: Mapping[int, bool], mesh: DeviceMesh
+    model: nn.Module, marked: Mapping[int, bool], mesh: DeviceMesh, *, join: bool = True
 ) -> list[tuple[str, str]]:
     """Splits the marked blocks of ``model`` across ``mesh``; returns each split block's
-    name and family. A marked module that is a block of no family Runyard knows, and holds
-    no such block, is refused by name."""
+    name ("" for the model itself) and family. With ``join`` each block computes on the
+    rows of every rank's batch (``batches``); without, the ranks are fed one batch. A
+    marked module that is a block of no family Runyard knows, and holds no such block, is
+    refused by name."""
     blocks = planned(model, marked, mesh.size())
     for _, module, plan in blocks:
         parallelize_module(module, mesh, plan.styles(module))
         plan.narrow(module, mesh.size())
-    return [(name or "the model", plan.family) for name, _, plan in blocks]
+        if join:
+            batches.join_batches(module, batches.key_of(mesh.get_group()))
+    return [(name, plan.family) for name, _, plan in blocks]
 
 
 def planned(
@@ -191,17 +214,3 @@ def _find(block: nn.Module, path: str) -> nn.Module | None:
         return block.get_submodule(path)
     except AttributeError:
         return None
-
-
-def gathered(value: Any, axis: int, group: dist.ProcessGroup, size: int) -> Any:
-    """``value``'s tensors with the rows of every rank of ``group`` along ``axis``, in
-    rank order: each rank then holds the group's batch."""
-    if isinstance(value, torch.Tensor) and value.dim() > 0:
-        parts = [torch.empty_like(value) for _ in range(size)]
-        dist.all_gather(parts, value.contiguous(), group=group)
-        return torch.cat(parts, dim=axis)
-    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(gathered(item, axis, group, size) for item in value)
-    if isinstance(value, dict) and any(isinstance(v, torch.Tensor) for v in value.values()):
-        return {key: gathered(item, axis, group, size) for key, item in value.items()}
-    return value

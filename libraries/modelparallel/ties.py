@@ -15,6 +15,7 @@ by transformers' ``tie_weights()``, or by a script's own ``b.weight = a.weight``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -106,6 +107,18 @@ class TiedParameters:
             for tie in self.ties
             if self._stage in tie.stages[1:] and tie.names[0] in self.held
         }
+
+    def under_every_name(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` (a stage's) with each tie it holds under every one of the tie's names,
+        as the model's own state_dict has it: a name no stage's modules use (BART's
+        ``model.shared.weight``: its encoder and decoder embed through modules of their
+        own) is no stage's otherwise."""
+        named = dict(state)
+        for tie in self.ties:
+            held = next((state[name] for name in tie.names if name in state), None)
+            if held is not None:
+                named |= {name: held for name in tie.names if name not in state}
+        return named
 
     def copy_from(self, model: nn.Module) -> None:
         """Each copy takes its model parameter's value (made after the copy was, where

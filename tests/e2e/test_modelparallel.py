@@ -214,7 +214,5 @@ def test_a_transformers_gpt2_trains_in_tensor_parallel_pipeline_stages(
     # its tied embeddings one value.
     state = _model(job, tmp_path)
     assert torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
-    config = transformers.GPT2Config(
-        vocab_size=64, n_positions=32, n_embd=64, n_layer=4, n_head=4, use_cache=False
-    )
+    config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=64, n_layer=4, n_head=4)
     transformers.GPT2LMHeadModel(config).load_state_dict(state, strict=True)

@@ -1,7 +1,9 @@
 """One rank of a 2-rank check that a family's blocks, split by tensor parallelism, compute
-what the whole model does: the same batch on both ranks, logits and loss compared, then
-the gradient of every split weight against the whole model's (each rank its shard), and
-the split model's state_dict against the whole one's.
+what the whole model does, each rank fed its own half of the batch: the rank's logits and
+loss against the whole model's on its rows; the gradient of every parameter against the
+whole model's, of the group's losses summed for a split block's parameters (the block
+computes on both ranks' rows) and of the rank's own loss for the others; and the split
+model's state_dict against the whole one's.
 
 argv: output folder. Writes, per rank, the largest differences found per family.
 """
@@ -13,15 +15,14 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 
-from libraries.modelparallel import projections, tensor
-from tests.libraries.modelparallel.transformers_workload import batch, model
-
-FAMILIES = ("gpt2", "llama", "neox", "bert")
+from libraries.modelparallel import batches, projections, tensor
+from tests.libraries.modelparallel.transformers_workload import FAMILIES, batch, loss_of, model
 
 
 def differences(family: str, mesh: DeviceMesh) -> dict[str, float]:
@@ -29,19 +30,28 @@ def differences(family: str, mesh: DeviceMesh) -> dict[str, float]:
     marked = {id(module): True for module in split.modules()}
     blocks = tensor.distribute(split, marked, mesh)
     ids, mask = batch(0)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    halves = [slice(r * len(ids) // size, (r + 1) * len(ids) // size) for r in range(size)]
+    own = halves[rank]
     found = {"blocks": float(len(blocks))}
-    outputs = []
-    for net in (whole, split):
-        output = net(input_ids=ids, attention_mask=mask, labels=ids)
-        output["loss"].backward()
-        outputs.append(output)
-    found["logits"] = (outputs[0]["logits"] - outputs[1]["logits"]).abs().max().item()
-    found["loss"] = abs(outputs[0]["loss"].item() - outputs[1]["loss"].item())
-    whole_parameters = dict(whole.named_parameters())
+    output = split(input_ids=ids[own], attention_mask=mask[own], labels=ids[own])
+    output["loss"].backward()
+    expected = whole(input_ids=ids[own], attention_mask=mask[own], labels=ids[own])
+    found["logits"] = (output["logits"] - expected["logits"]).abs().max().item()
+    found["loss"] = abs(output["loss"].item() - expected["loss"].item())
+    parameters = list(whole.parameters())
+    own_grads = torch.autograd.grad(expected["loss"], parameters, allow_unused=True)
+    group_loss = sum(loss_of(whole, ids[half], mask[half]) for half in halves)
+    group_grads = torch.autograd.grad(group_loss, parameters, allow_unused=True)
+    names = [name for name, _ in whole.named_parameters()]
+    references = {
+        name: group if batches.inside(name, [block for block, _ in blocks]) else mine
+        for name, mine, group in zip(names, own_grads, group_grads, strict=True)
+    }
     held_by_rank = projections.parted(split)
     worst, shards = 0.0, 0
     for name, parameter in split.named_parameters():
-        reference = whole_parameters[name].grad
+        reference = references[name]
         grad = parameter.grad
         assert grad is not None, name
         assert reference is not None, name

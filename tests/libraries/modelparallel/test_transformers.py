@@ -1,9 +1,12 @@
-"""Runyard's model-parallel library on transformers models (GPT-2 and Llama from tiny
-configs, input and output embeddings tied; GPT-NeoX and BERT split by tensor parallelism),
-driven as the seed's ``train_gpt_simple.py`` drives SageMaker's: keyword inputs, the
-loss computed inside the model and read from its ``ModelOutput``, a dynamic loss scale, a
-test step without backward. Each run is real processes placed as mpirun places them,
-checked against one-process training on the global batch."""
+"""Runyard's model-parallel library on transformers models built from their library's
+default configurations, sizes shrunk (``use_cache`` on, ``ModelOutput``s, sdpa attention,
+embeddings tied where the family ties them): GPT-2 and Llama in every layout, Mistral,
+Qwen2, OPT and BART in pipeline stages and sharded (test_tensor_parallel_training splits
+every family by tensor parallelism). Driven as the seed's ``train_gpt_simple.py`` drives
+SageMaker's: keyword inputs, the loss computed inside the model and read from its
+``ModelOutput``, a dynamic loss scale, a test step without backward. Each run is real
+processes placed as mpirun places them, checked against one-process training on the
+global batch."""
 
 from __future__ import annotations
 
@@ -16,19 +19,24 @@ import torch
 
 from libraries.modelparallel.checkpoints import full_state_dict
 from tests.libraries.dataparallel.launch import Layout, run_job
+from tests.libraries.modelparallel.tensor_parallel_training import held_per_rank
 from tests.libraries.modelparallel.transformers_workload import (
     STEPS,
     model,
     single_process_reference,
 )
 
-# The fixture runs 21 jobs of 2 to 8 processes before the first test: about 4.5 minutes
-# alone on 2 cores, and up to twice that beside the suite's other test process.
+# The fixture runs its jobs (2 to 8 processes each) before the first test.
 pytestmark = pytest.mark.timeout(1200)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
 # attention keys: softmax ignores a constant per query) into steps of up to ~1e-5.
 CLOSE = {"atol": 1e-4, "rtol": 1e-4}
+# OPT's Adam steps are the most sensitive to float noise (gradients near Adam's epsilon):
+# one process on the global batch and one process on the same batch in 2 microbatches
+# already differ by 3.3e-4 after 3 steps (in 8: 1.9e-4), where the other families'
+# differ by 2.3e-5 or less.
+CLOSE_FOR = {"opt": {"atol": 5e-4, "rtol": 1e-4}}
 ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
 FOUR_ON_ONE = Layout.blocks(instances=1, per_instance=4)
 SCENARIOS = {
@@ -38,6 +46,14 @@ SCENARIOS = {
     "llama_simple": ("llama", ONE_INSTANCE),
     "llama_interleaved": ("llama", ONE_INSTANCE),
     "llama_interleaved_ddp": ("llama", Layout.blocks(instances=2, per_instance=2)),
+    "mistral_simple": ("mistral", ONE_INSTANCE),
+    "qwen2_interleaved": ("qwen2", ONE_INSTANCE),
+    "opt_interleaved": ("opt", ONE_INSTANCE),
+    "bart_simple": ("bart", ONE_INSTANCE),
+    "mistral_sharded": ("mistral", ONE_INSTANCE),
+    "qwen2_sharded": ("qwen2", ONE_INSTANCE),
+    "opt_sharded": ("opt", ONE_INSTANCE),
+    "bart_sharded": ("bart", ONE_INSTANCE),
     "llama_sharded_checkpointed": ("llama", ONE_INSTANCE),
     "gpt2_pipeline_checkpointed": ("gpt2", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
@@ -65,28 +81,42 @@ TRAINED = {
     "gpt2_replicated_from_tensor_parallel": STEPS + 1,
     "gpt2_replicated_from_tensor_parallel_pipeline": STEPS + 1,
 }
+# The input embedding and the output projection of the families whose default
+# configuration ties them (Llama's unties them).
 TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
-    "llama": ("model.embed_tokens.weight", "lm_head.weight"),
+    "opt": ("model.decoder.embed_tokens.weight", "lm_head.weight"),
+    "bart": ("model.shared.weight", "lm_head.weight"),
 }
+UNTIED = {"llama": ("model.embed_tokens.weight", "lm_head.weight")}
+
+
+def _jobs() -> list[tuple[str, ...]]:
+    """The scenarios each job runs, one after another in its processes: a job's processes
+    each spend seconds of CPU importing torch and transformers before their first step,
+    so scenarios of one layout share them. Tensor-parallel scenarios keep a job each, in
+    the order listed: some resume from the checkpoints of others, of other layouts."""
+    shared: dict[Layout, list[str]] = {}
+    alone = []
+    for scenario, (_, layout) in SCENARIOS.items():
+        if "tensor_parallel" in scenario:
+            alone.append((scenario,))
+        else:
+            shared.setdefault(layout, []).append(scenario)
+    return [tuple(scenarios) for scenarios in shared.values()] + alone
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("transformers")
-    for scenario, (_, layout) in SCENARIOS.items():
+    for scenarios in _jobs():
         run_job(
-            ["-m", "tests.libraries.modelparallel.transformers_worker", str(out), scenario],
-            layout,
+            ["-m", "tests.libraries.modelparallel.transformers_worker", str(out), *scenarios],
+            SCENARIOS[scenarios[0]][1],
             style="open_mpi",
             compat=True,
-            timeout=240,
+            timeout=240 * len(scenarios),
         )
-    run_job(
-        ["-m", "tests.libraries.modelparallel.tensor_parallel_worker", str(out)],
-        ONE_INSTANCE,
-        timeout=240,
-    )
     return out
 
 
@@ -104,7 +134,7 @@ def test_follows_one_process_training_and_loads_into_a_fresh_model(
     got: dict[str, torch.Tensor] = torch.load(runs / f"{scenario}.pt")
     assert got.keys() == reference.keys()
     for key in reference:
-        torch.testing.assert_close(got[key], reference[key], **CLOSE)
+        torch.testing.assert_close(got[key], reference[key], **CLOSE_FOR.get(family, CLOSE))
     # The saved state_dict is the model's own: a fresh one loads it, strictly.
     fresh = model(family)
     fresh.load_state_dict(got, strict=True)
@@ -118,13 +148,19 @@ PIPELINED = [
     "llama_interleaved",
     "llama_interleaved_ddp",
     "gpt2_pipeline_checkpointed",
+    "mistral_simple",
+    "qwen2_interleaved",
+    "opt_interleaved",
+    "bart_simple",
     "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline_ddp",
 ]
 
 
-@pytest.mark.parametrize("scenario", PIPELINED)
+@pytest.mark.parametrize(
+    "scenario", [scenario for scenario in PIPELINED if SCENARIOS[scenario][0] in TIED]
+)
 def test_tied_embeddings_are_one_value_on_every_stage_that_holds_them(
     runs: Path, scenario: str
 ) -> None:
@@ -139,9 +175,30 @@ def test_tied_embeddings_are_one_value_on_every_stage_that_holds_them(
     assert len(copies) >= 2 * (len(layout.hosts) // 2)
     for copy in copies:
         assert torch.equal(copy, copies[0])
-    torch.testing.assert_close(copies[0], reference, **CLOSE)
+    torch.testing.assert_close(copies[0], reference, **CLOSE_FOR.get(family, CLOSE))
     # ... and it trained: three steps moved it.
     assert not torch.equal(reference, single_process_reference(family, steps=0)[embedding])
+
+
+@pytest.mark.parametrize(
+    "scenario", [scenario for scenario in PIPELINED if SCENARIOS[scenario][0] in UNTIED]
+)
+def test_untied_embeddings_stay_apart_each_on_its_own_stage(runs: Path, scenario: str) -> None:
+    family, layout = SCENARIOS[scenario]
+    embedding, head = UNTIED[family]
+    parts = [
+        torch.load(runs / f"{scenario}-rank-{rank}-part.pt") for rank in range(len(layout.hosts))
+    ]
+    # The embedding on the first stage only, the head on the last only: no copies.
+    assert [(embedding in part, head in part) for part in parts] == [
+        (rank["pp_rank"] == 0, rank["pp_rank"] == 1) for rank in _ranks(runs, scenario)
+    ]
+    reference = single_process_reference(family)
+    held_embedding = next(part[embedding] for part in parts if embedding in part)
+    held_head = next(part[head] for part in parts if head in part)
+    torch.testing.assert_close(held_embedding, reference[embedding], **CLOSE)
+    torch.testing.assert_close(held_head, reference[head], **CLOSE)
+    assert not torch.equal(held_embedding, held_head)
 
 
 @pytest.mark.parametrize("scenario", PIPELINED)
@@ -186,6 +243,19 @@ def test_activation_checkpointing_recomputes_each_transformer_block(
         assert rank["block_forwards"] == 2 * 4 * 2 * STEPS
 
 
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "opt", "bart"])
+def test_sharded_ranks_hold_half_the_model_and_step_on_their_own_rows(
+    runs: Path, family: str
+) -> None:
+    ranks = _ranks(runs, f"{family}_sharded")
+    whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
+    # Each of the 2 ranks holds its shard of every parameter: half, to a row's rounding.
+    assert all(0.45 * whole <= rank["parameter_bytes"] <= 0.55 * whole for rank in ranks)
+    # Both ranks are replicas (each its own rows): two data-parallel ranks, two losses.
+    assert sorted(rank["dp_rank"] for rank in ranks) == [0, 1]
+    assert len({rank["loss"] for rank in ranks}) == 2
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
@@ -225,18 +295,16 @@ def test_tensor_parallel_ranks_hold_half_the_blocks_and_step_together(
     assert [(rank["tp_rank"], rank["rdp_rank"]) for rank in ranks] == [
         (index % 2, index // 2) for index in range(len(ranks))
     ]
-    whole = sum(p.numel() * p.element_size() for p in model(family).parameters())
-    # The decoder layers (most of the model) are split in two; embeddings and norms whole.
-    assert all(rank["parameter_bytes"] <= 0.55 * whole for rank in ranks)
+    # The blocks' projections are split in two; embeddings and norms whole.
+    held = held_per_rank(family, 2)
     if "sharded" in scenario:
-        # ... and each rank holds half of its group's share (and of the embeddings).
-        assert all(rank["parameter_bytes"] <= 0.3 * whole for rank in ranks)
-    # A group steps on its ranks' rows together: one loss per group.
-    by_group: dict[int, set[float]] = {}
-    for rank in ranks:
-        by_group.setdefault(rank["rdp_rank"], set()).add(rank["loss"])
-    assert all(len(losses) == 1 for losses in by_group.values())
-    assert len(by_group) == len(ranks) // 2
+        # ... and each rank holds about half of its group's share (and of the embeddings).
+        assert all(rank["parameter_bytes"] <= 0.55 * held for rank in ranks)
+    else:
+        assert all(rank["parameter_bytes"] == held for rank in ranks)
+    # Each rank is fed its own rows and gets back their loss, its group's peer another
+    # (test_tensor_parallel_training checks them against one process).
+    assert len({rank["loss"] for rank in ranks}) == len(ranks)
 
 
 @pytest.mark.parametrize(
@@ -272,17 +340,3 @@ def test_a_rank_hears_the_first_of_its_own_stages_tensor_parallel_group(runs: Pa
     ranks = _ranks(runs, "gpt2_tensor_parallel_pipeline")
     # Rank 2 is stage 0's second tensor-parallel rank, rank 3 stage 1's.
     assert [rank["heard"] for rank in ranks] == [{}, {}, {"tp": 0}, {"tp": 1}]
-
-
-@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "bert"])
-def test_split_blocks_compute_the_whole_models_logits_and_gradients(
-    runs: Path, family: str
-) -> None:
-    for rank in range(2):
-        found = json.loads((runs / f"tensor-parallel-rank-{rank}.json").read_text())[family]
-        assert found["blocks"] == 4
-        assert found["split_weights"] > 0
-        assert found["logits"] < 1e-5
-        assert found["loss"] < 1e-6
-        assert found["gradients"] < 1e-5
-        assert found["state_dict"] == 0.0

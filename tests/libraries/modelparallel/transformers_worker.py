@@ -3,8 +3,10 @@
 ``smp.DistributedOptimizer`` with a dynamic loss scale, ``@smp.step`` train and test steps
 that take ``model(...)["loss"]``.
 
-argv: output folder, scenario name. Rank 0 writes the whole state_dict; every rank its own
-part (``local_state_dict``) and what it saw; some scenarios a checkpoint as well.
+argv: output folder, then one scenario name or more, run one after another in the same
+processes (the library's state made again for each: a job's processes start once). Rank 0
+writes each scenario's whole state_dict; every rank its own part (``local_state_dict``)
+and what it saw; some scenarios a checkpoint as well.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import smdistributed.modelparallel.torch as smp
 import torch
 
+from libraries.modelparallel import state as smp_state
 from tests.libraries.modelparallel.transformers_workload import LR, STACKS, STEPS, batch, model
 
 SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
@@ -25,6 +28,19 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     "llama_simple": ("llama", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
     "llama_interleaved": ("llama", {"partitions": 2, "microbatches": 4}),
     "llama_interleaved_ddp": ("llama", {"partitions": 2, "microbatches": 2, "ddp": True}),
+    # The other families in 2 stages, under both schedules (BART: its encoder and decoder).
+    "mistral_simple": ("mistral", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
+    "qwen2_interleaved": ("qwen2", {"partitions": 2, "microbatches": 2}),
+    "opt_interleaved": ("opt", {"partitions": 2, "microbatches": 2}),
+    "bart_simple": ("bart", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
+    # ... and their states sharded over 2 ranks.
+    **{
+        f"{family}_sharded": (
+            family,
+            {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
+        )
+        for family in ("mistral", "qwen2", "opt", "bart")
+    },
     # Each transformer block recomputes its activations in the backward pass.
     "gpt2_sharded_checkpointed": (
         "gpt2",
@@ -138,7 +154,16 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> None:
-    out, scenario = Path(sys.argv[1]), sys.argv[2]
+    out, scenarios = Path(sys.argv[1]), sys.argv[2:]
+    for index, scenario in enumerate(scenarios):
+        if index:
+            # The scenario before is done on every rank: its state goes, a new one is made.
+            smp.barrier()
+            smp_state.reset()
+        run(out, scenario)
+
+
+def run(out: Path, scenario: str) -> None:
     family, config = SCENARIOS[scenario]
     smp.init(config)
     if "tensor_parallel_degree" in config and not scenario.endswith("_unmarked"):

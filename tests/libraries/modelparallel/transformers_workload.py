@@ -9,85 +9,115 @@ import torch
 import transformers
 from torch import nn
 
-# Where each family keeps its stack of blocks.
+# Where each family keeps its stack of blocks (an encoder-decoder's decoder stack).
 STACKS = {
     "gpt2": "transformer.h",
     "llama": "model.layers",
     "neox": "gpt_neox.layers",
     "bert": "bert.encoder.layer",
+    "mistral": "model.layers",
+    "qwen2": "model.layers",
+    "opt": "model.decoder.layers",
+    "bart": "model.decoder.layers",
 }
+FAMILIES = tuple(STACKS)
 GLOBAL_BATCH = 8
 SEQUENCE = 16
 VOCABULARY = 96
 STEPS = 3
 LR = 0.01
 
+# Each family's dropout probabilities, by the name of its configuration's attribute.
+DROPOUTS = {
+    "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "llama": ("attention_dropout",),
+    "neox": ("hidden_dropout", "attention_dropout"),
+    "bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    "mistral": ("attention_dropout",),
+    "qwen2": ("attention_dropout",),
+    "opt": ("dropout", "attention_dropout"),
+    "bart": ("dropout", "attention_dropout", "activation_dropout"),
+}
 
-def config(family: str) -> transformers.PretrainedConfig:
-    """Four blocks each, no dropout (so runs compare exactly), no cache (a training step)."""
-    if family == "gpt2":
+
+def config(family: str, *, dropout: bool = False) -> transformers.PretrainedConfig:
+    """The family's configuration as its library ships it (``use_cache``, ``return_dict``,
+    attention implementation, tied embeddings and all), with only its sizes shrunk: four
+    blocks (two and two for an encoder-decoder), widths of 32, a vocabulary of 96 and
+    positions of 16, and token ids moved into that vocabulary. Dropout is off unless asked
+    for: runs compared with a reference must compute the same thing."""
+    made = _shrunk(family)
+    if not dropout:
+        for name in DROPOUTS[family]:
+            setattr(made, name, 0.0)
+    return made
+
+
+def _shrunk(family: str) -> transformers.PretrainedConfig:
+    sizes: dict[str, int] = {"vocab_size": VOCABULARY}
+    if family in ("gpt2",):
+        # GPT-2's one special token is the vocabulary's last.
+        last = VOCABULARY - 1
         return transformers.GPT2Config(
             n_layer=4,
             n_embd=32,
             n_head=4,
             n_positions=SEQUENCE,
-            vocab_size=VOCABULARY,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            bos_token_id=0,
-            eos_token_id=0,
-            use_cache=False,
+            bos_token_id=last,
+            eos_token_id=last,
+            **sizes,
         )
+    decoder = {
+        "num_hidden_layers": 4,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 4,
+        "max_position_embeddings": SEQUENCE,
+        **sizes,
+    }
     if family == "llama":
-        # Llama ties no embeddings by default; this one does, as small Llamas do.
-        return transformers.LlamaConfig(
-            num_hidden_layers=4,
-            hidden_size=32,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=SEQUENCE,
-            vocab_size=VOCABULARY,
-            tie_word_embeddings=True,
-            bos_token_id=0,
-            eos_token_id=0,
-            pad_token_id=0,
-            use_cache=False,
-        )
+        return transformers.LlamaConfig(num_key_value_heads=2, **decoder)
+    if family == "mistral":
+        return transformers.MistralConfig(num_key_value_heads=2, **decoder)
+    if family == "qwen2":
+        return transformers.Qwen2Config(num_key_value_heads=2, **decoder)
     if family == "neox":
-        return transformers.GPTNeoXConfig(
-            num_hidden_layers=4,
-            hidden_size=32,
-            intermediate_size=64,
-            num_attention_heads=4,
-            max_position_embeddings=SEQUENCE,
-            vocab_size=VOCABULARY,
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-            bos_token_id=0,
-            eos_token_id=0,
-            use_cache=False,
-        )
+        return transformers.GPTNeoXConfig(**decoder)
     if family == "bert":
-        return transformers.BertConfig(
+        return transformers.BertConfig(**decoder)
+    if family == "opt":
+        return transformers.OPTConfig(
             num_hidden_layers=4,
             hidden_size=32,
-            intermediate_size=64,
+            ffn_dim=64,
             num_attention_heads=4,
+            word_embed_proj_dim=32,
             max_position_embeddings=SEQUENCE,
-            vocab_size=VOCABULARY,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
+            **sizes,
+        )
+    if family == "bart":
+        return transformers.BartConfig(
+            encoder_layers=2,
+            decoder_layers=2,
+            d_model=32,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            max_position_embeddings=SEQUENCE,
+            **sizes,
         )
     raise ValueError(family)
 
 
-def model(family: str) -> nn.Module:
+def model(family: str, *, dropout: bool = False) -> nn.Module:
+    """The family's language model as its library's ``from_config`` builds it."""
     torch.manual_seed(0)
-    made = config(family)
+    made = config(family, dropout=dropout)
     if family == "bert":
         return transformers.BertForMaskedLM(made)
+    if family == "bart":
+        return transformers.AutoModelForSeq2SeqLM.from_config(made)
     return transformers.AutoModelForCausalLM.from_config(made)
 
 
