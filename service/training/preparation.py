@@ -5,7 +5,8 @@ the record a job that passes them is stored as.
 ``prepare`` reads nothing of the database but what the job's project may use (its
 grants, the places other projects write) and the project count, and writes nothing: a
 dry run and a submission share it, and a batch of submissions runs it outside the
-transaction that stores them (``service.training.submissions``).
+transaction that stores them (``service.training.submissions``), with reads shared by the
+batch (``service.training.batch_reads``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import func, select
-
 from contract import layout, modes, sagemaker_flags, storage
 from contract.archive import ArchiveError, check_archive
 from contract.images import ImageError
@@ -30,7 +29,6 @@ from contract.problems import Problem
 from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import Backend
-from service.auth.models import Project
 from service.capacity import service as capacity
 from service.grants import checks as grant_checks
 from service.grants import service as grant_service
@@ -40,7 +38,7 @@ from service.jobs import file_roots
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate, hyperparameters_too_large, nul_location
 from service.jobs.spec_parts import ImageChoice
-from service.kit.db import autocommit_reads, session_scope, utcnow
+from service.kit.db import utcnow
 from service.kit.errors import (
     Conflict,
     SpecError,
@@ -48,6 +46,7 @@ from service.kit.errors import (
 )
 from service.settings import Settings
 from service.training import instance_credentials, project_areas
+from service.training.batch_reads import PreparationReads, preparation_reads
 
 _TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
 
@@ -72,9 +71,14 @@ def prepare(
     now: datetime | None = None,
     *,
     source_checked: bool = False,
+    reads: PreparationReads | None = None,
 ) -> PreparedJob:
     """Check the rules that depend on this server's configuration; ``source_checked``
-    skips the source, which a dry run of its upload has checked."""
+    skips the source, which a dry run of its upload has checked. ``reads``: the database
+    as other submissions of a batch read it (else read for this one alone)."""
+    if reads is None:
+        with preparation_reads(settings) as own:
+            return prepare(settings, spec, project, now, source_checked=source_checked, reads=own)
     if (where := nul_location(spec.model_dump(mode="json"))) is not None:
         raise SpecError(where, "must not contain NUL characters")
     if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
@@ -153,9 +157,8 @@ def prepare(
     refuse(file_roots.problems(located, settings.file_roots))
     written = grant_service.writable_keys(written_uris(located, name))
     # Reads outside any transaction: a submission's one commit is the batch's that stores it.
-    with autocommit_reads(settings.database_url) as session:
-        access = grant_service.data_access(session, settings, project)
-        taken = grant_service.taken_by_others(session, project, written)
+    access = reads.data_access(project)
+    taken = reads.taken_by_others(project, written)
     if access.places.restricted:
         refuse(grant_checks.problems(located, name, access.places, access.others_writable))
     else:
@@ -182,7 +185,7 @@ def prepare(
         refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
     refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
-        refuse(_shared_machine_problems(settings, built))
+        refuse(_shared_machine_problems(built, reads))
     return PreparedJob(name=name, backend=backend, spec=record, written=written)
 
 
@@ -201,15 +204,14 @@ def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
     )
 
 
-def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:
+def _shared_machine_problems(backend: Backend[Any], reads: PreparationReads) -> list[Problem]:
     """Instances that share a machine can read any other job's files and the server's:
     the server takes such jobs only while it serves one project, unless its operator says
     every project may (RUNYARD_LOCAL_SHARED_PROJECTS=many)."""
     why = backend.shared_because()
     if why is None:
         return []
-    with session_scope(settings.database_url, readonly=True) as session:
-        projects = session.scalar(select(func.count()).select_from(Project)) or 0
+    projects = reads.project_count()
     if projects <= 1:
         return []
     return [

@@ -30,6 +30,7 @@ from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
 from service.settings import Settings
 from service.training import preparation, service
+from service.training.batch_reads import preparation_reads
 from service.training.preparation import PreparedJob
 
 # Jobs stored in one transaction at most: enough that 8-16 clients at once share one,
@@ -115,15 +116,16 @@ class Submissions:
 
     def _prepare_and_store(self, batch: list[_Submission]) -> None:
         ready = []
-        for each in batch:
-            try:
-                prepared = each.prepared or preparation.prepare(
-                    self._settings, each.spec, each.project
-                )
-            except Exception as exc:  # refused: its request answers with it
-                each.error = exc
-            else:
-                ready.append((each, prepared))
+        with preparation_reads(self._settings) as reads:
+            for each in batch:
+                try:
+                    prepared = each.prepared or preparation.prepare(
+                        self._settings, each.spec, each.project, reads=reads
+                    )
+                except Exception as exc:  # refused: its request answers with it
+                    each.error = exc
+                else:
+                    ready.append((each, prepared))
         if ready:
             self._store(ready)
 
