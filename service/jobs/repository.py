@@ -21,6 +21,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm.attributes import set_committed_value
 
 from service.jobs import listing
 from service.jobs.listing import DEFAULT_SORT, JobFilters
@@ -46,18 +47,29 @@ def get(
     *,
     with_details: bool = False,
     to_change: bool = False,
+    with_instances: bool = True,
 ) -> TrainingJob | None:
     """The job of that name in ``project`` (names are unique within a project).
     ``to_change``: locked until the transaction ends (on PostgreSQL; SQLite's writer holds
     the whole database), so the reconciler cannot change it between this read and the
-    caller's write."""
+    caller's write. ``with_instances`` False: the details without the instances, which
+    are read when first looked at (a caller that knows there are none says so with
+    ``has_no_instances``)."""
     return _one(
         session,
         TrainingJob.project == project,
         TrainingJob.name == name,
         details=with_details,
         locked=to_change,
+        instances=with_instances,
     )
+
+
+def has_no_instances(job: TrainingJob) -> None:
+    """Record, without reading, that ``job`` has no instances and no final metrics: for
+    a job that never launched, which neither can have."""
+    set_committed_value(job, "instances", [])
+    set_committed_value(job, "final_metrics", [])
 
 
 def insert_new(
@@ -125,14 +137,16 @@ def get_to_change(session: Session, job_id: str) -> TrainingJob | None:
     return session.scalar(query.options(selectinload(TrainingJob.transitions)))
 
 
-def _one(session: Session, *where: Any, details: bool, locked: bool = False) -> TrainingJob | None:
+def _one(
+    session: Session, *where: Any, details: bool, locked: bool = False, instances: bool = True
+) -> TrainingJob | None:
     query = select(TrainingJob).where(*where)
     if locked:
         query = query.with_for_update(of=TrainingJob)
     if details:
-        query = query.options(
-            selectinload(TrainingJob.transitions), selectinload(TrainingJob.instances)
-        )
+        query = query.options(selectinload(TrainingJob.transitions))
+        if instances:
+            query = query.options(selectinload(TrainingJob.instances))
     return session.scalar(query)
 
 

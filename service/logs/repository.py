@@ -14,12 +14,12 @@ from contextlib import closing
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import bindparam, func, insert, literal, select
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from contract.limits import MAX_LINE
-from service.kit.db import to_micros, utc_column_text
+from service.kit.db import UTCDateTime, utc_column_text
 from service.logs.models import LogEvent, log_events
 from service.logs.schemas import Line
 
@@ -36,9 +36,18 @@ def append_service_line(
     session: Session, job_id: str, host: str, message: str, at: datetime
 ) -> None:
     """A line of the service's own in the job's log (why it ended, say), after every line
-    stored: stored with the job's end, when its instances are gone and can add none."""
-    line = Line(last_seq(session, job_id) + 1, to_micros(at), "runtime", message[:MAX_LINE])
-    insert_lines(session, job_id, host, [line])
+    stored: stored with the job's end, when its instances are gone and can add none. One
+    statement numbers and stores it (the number read in the INSERT), not a read and a
+    COPY: a stop in line is that many round trips shorter."""
+    numbered = select(
+        literal(job_id),
+        literal(host),
+        literal("runtime"),
+        func.coalesce(func.max(log_events.c.seq), 0) + 1,
+        literal(at, UTCDateTime()),
+        literal(message[:MAX_LINE]),
+    ).where(log_events.c.job_id == job_id)
+    session.execute(insert(log_events).from_select(_COLUMNS, numbered))
 
 
 def insert_lines(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> None:
