@@ -1,7 +1,8 @@
 """What preparing submissions reads of the database, once for the submissions stored
 together (``service.training.submissions``): each project's data access and the project
 count are the same for every job of a batch, and were read anew for each, the count in a
-transaction of its own (three round trips a create, a third of the API's time on one).
+transaction of its own (three round trips a create, a third of the API's time on one);
+where other projects' jobs write is read for the whole batch in one statement.
 
 The reads take no transaction (``autocommit_reads``): each statement sees what was
 committed when it ran, as a read of its own for each job did, and the batch's jobs are
@@ -10,7 +11,7 @@ judged as if submitted at the same moment, as ``capacity.forecast`` judges them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import func, select
@@ -19,7 +20,6 @@ from sqlalchemy.orm import Session
 from service.auth.models import Project
 from service.grants import service as grant_service
 from service.grants.service import DataAccess
-from service.jobs.models import JobWritePlace
 from service.kit.db import autocommit_reads
 from service.settings import Settings
 
@@ -41,8 +41,9 @@ class PreparationReads:
             )
         return self._access[project]
 
-    def taken_by_others(self, project: str, written: Iterable[str]) -> list[JobWritePlace]:
-        return grant_service.taken_by_others(self._session, project, written)
+    def first_taken_each(self, wanted: Sequence[tuple[str, Sequence[str]]]) -> list[str | None]:
+        """See ``grant_service.first_taken_each``: one statement for the batch."""
+        return grant_service.first_taken_each(self._session, wanted)
 
     def project_count(self) -> int:
         if self._projects is None:

@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -72,13 +73,24 @@ def prepare(
     *,
     source_checked: bool = False,
     reads: PreparationReads | None = None,
+    places_checked_later: bool = False,
 ) -> PreparedJob:
     """Check the rules that depend on this server's configuration; ``source_checked``
     skips the source, which a dry run of its upload has checked. ``reads``: the database
-    as other submissions of a batch read it (else read for this one alone)."""
+    as other submissions of a batch read it (else read for this one alone).
+    ``places_checked_later``: whether another project's jobs write where this one would
+    is left to the caller, who asks ``places_taken`` for a batch at once."""
     if reads is None:
         with preparation_reads(settings) as own:
-            return prepare(settings, spec, project, now, source_checked=source_checked, reads=own)
+            return prepare(
+                settings,
+                spec,
+                project,
+                now,
+                source_checked=source_checked,
+                reads=own,
+                places_checked_later=places_checked_later,
+            )
     if (where := nul_location(spec.model_dump(mode="json"))) is not None:
         raise SpecError(where, "must not contain NUL characters")
     if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
@@ -158,14 +170,14 @@ def prepare(
     written = grant_service.writable_keys(written_uris(located, name))
     # Reads outside any transaction: a submission's one commit is the batch's that stores it.
     access = reads.data_access(project)
-    taken = reads.taken_by_others(project, written)
     if access.places.restricted:
         refuse(grant_checks.problems(located, name, access.places, access.others_writable))
     else:
         refuse(project_areas.problems(located, name, settings.artifact_root, project))
         refuse(grant_checks.problems(located, name, access.places, access.others_writable))
-    if taken:
-        refuse([_taken_problem(located, name, project, taken[0].key)])
+    if not places_checked_later:
+        (taken,) = places_taken([(name, record, written, project)], reads)
+        refuse(taken)
     if settings.instance_credentials == "service":
         try:  # refused now, not when the instances first ask for the job's credentials
             instance_credentials.session_policy(
@@ -187,6 +199,18 @@ def prepare(
     if settings.local_shared_projects == "one":
         refuse(_shared_machine_problems(built, reads))
     return PreparedJob(name=name, backend=backend, spec=record, written=written)
+
+
+def places_taken(
+    jobs: Sequence[tuple[str, JobRecord, tuple[str, ...], str]], reads: PreparationReads
+) -> list[list[Problem]]:
+    """For each job (its name, record, the keys of the places it writes, its project):
+    the problem of writing where a job of another project writes or wrote, if it would."""
+    first = reads.first_taken_each([(project, written) for _, _, written, project in jobs])
+    return [
+        [_taken_problem(record.job_spec(), name, project, key)] if key is not None else []
+        for (name, record, _, project), key in zip(jobs, first, strict=True)
+    ]
 
 
 def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
