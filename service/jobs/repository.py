@@ -101,13 +101,16 @@ def _new_row(row: Base, **values: Any) -> dict[str, Any]:
     ``values`` or the object holds, else the column's default; the object is given the
     same. An empty key is left for the database to generate."""
     for column in _table(type(row)).columns:
-        value = values.get(column.key, getattr(row, column.key))
+        held = getattr(row, column.key)
+        value = values.get(column.key, held)
         if value is None and column.default is not None:
             value = _default(column)
         if value is None and column.primary_key:
             values.pop(column.key, None)
             continue
-        setattr(row, column.key, value)
+        # Only what changes is set: each set of a mapped attribute fires its events.
+        if value is not held:
+            setattr(row, column.key, value)
         values[column.key] = value
     return values
 
