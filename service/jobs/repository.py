@@ -20,7 +20,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, joinedload, selectinload
 from sqlalchemy.orm.attributes import set_committed_value
 
 from service.jobs import listing
@@ -146,11 +146,14 @@ def _one(
     query = select(TrainingJob).where(*where)
     if locked:
         query = query.with_for_update(of=TrainingJob)
-    if details:
-        query = query.options(selectinload(TrainingJob.transitions))
-        if instances:
-            query = query.options(selectinload(TrainingJob.instances))
-    return session.scalar(query)
+    if not details:
+        return session.scalar(query)
+    # The transitions (a few rows) joined to the job's row: one round trip, not a second
+    # SELECT; the instances (up to thousands) in one of their own.
+    query = query.options(joinedload(TrainingJob.transitions))
+    if instances:
+        query = query.options(selectinload(TrainingJob.instances))
+    return session.execute(query).unique().scalar_one_or_none()
 
 
 def name_taken(session: Session, name: str, project: str) -> bool:
