@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from _machine import describe as describe_machine
 from _server import server_and_home
 
 from runyard.client import discover
@@ -100,6 +101,7 @@ def main() -> None:
             source = args.source_uri or _upload_source(http)
         run = f"load-{uuid.uuid4().hex[:6]}"
         print(f"{args.jobs} jobs, {args.clients} clients, against {url} ({which})")
+        print(describe_machine())
         pid = _server_pid(home)
         # Untimed: the first requests of a process fill its connection pool and its
         # statement caches, and PostgreSQL prepares a statement on its fifth use.

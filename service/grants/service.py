@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import cast
 
-from sqlalchemy import ColumnElement, and_, or_, select, text
+from sqlalchemy import ColumnElement, Table, and_, literal, or_, select, text, union_all
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.auth.models import DEFAULT_PROJECT
@@ -95,7 +96,36 @@ def taken_by_others(session: Session, project: str, found: Iterable[str]) -> lis
     )
 
 
-def _sharing(column: InstrumentedAttribute[str], key: str) -> ColumnElement[bool]:
+def first_taken_each(
+    session: Session, wanted: Sequence[tuple[str, Sequence[str]]]
+) -> list[str | None]:
+    """For each ``(project, keys)``: the first key (in the column's order) of a place where
+    a job of another project writes or wrote that shares anything with ``keys``, or None.
+    One statement for them all (a branch each, read off the index, LIMIT 1): the jobs a
+    batch of creates stores are checked in one round trip, not one each."""
+    places = cast(Table, JobWritePlace.__table__)
+    branches = []
+    for index, (project, found) in enumerate(wanted):
+        conditions = [_sharing(places.c.key, key) for key in found]
+        if conditions:
+            branch = (
+                select(literal(index).label("job"), places.c.key)
+                .where(places.c.project != project, or_(*conditions))
+                .order_by(places.c.key)
+                .limit(1)
+                .subquery()
+            )
+            branches.append(select(branch.c.job, branch.c.key))
+    first: list[str | None] = [None for _ in wanted]
+    if branches:
+        for job, key in session.execute(union_all(*branches)):
+            first[job] = key
+    return first
+
+
+def _sharing(
+    column: ColumnElement[str] | InstrumentedAttribute[str], key: str
+) -> ColumnElement[bool]:
     """Keys of ``column`` that are ``key``, above it, or below it: equality and one range
     (the column compares byte by byte), each answered by its index."""
     below = key if key.endswith("/") else key + "/"

@@ -31,13 +31,22 @@ def get(
     project: str | None = None,
     *,
     to_change: bool = False,
+    with_instances: bool = True,
 ) -> TrainingJob:
     """The job of that name in the caller's project (a server administrator may name
     another). A project the caller cannot see holds no jobs: the answer is the same
-    NotFound as for a name no job has. ``to_change``: see ``repository.get``."""
+    NotFound as for a name no job has. ``to_change``, ``with_instances``: see
+    ``repository.get``."""
     project = project or viewer.project
     job = (
-        repository.get(session, name, project, with_details=True, to_change=to_change)
+        repository.get(
+            session,
+            name,
+            project,
+            with_details=True,
+            to_change=to_change,
+            with_instances=with_instances,
+        )
         if viewer.sees(project)
         else None
     )

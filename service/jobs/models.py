@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from service.jobs.record import JobRecord
+from service.jobs.record import JobRecord, record_of
 from service.jobs.states import Stage, Status
 from service.kit.db import Base, UTCDateTime, utcnow
 
@@ -170,7 +170,7 @@ class TrainingJob(Base):
 
     @property
     def record(self) -> JobRecord:
-        return JobRecord.load(self.spec)
+        return record_of(self.id, self.spec)
 
 
 def record_field(name: str) -> Any:

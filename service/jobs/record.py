@@ -10,9 +10,11 @@ runs, so ``JobRecord.load`` checks the record's shape and none of the request's 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
+from cachetools import LRUCache
 from pydantic import ConfigDict, Field
 
 from contract import images
@@ -299,3 +301,27 @@ class JobRecord(JobFields):
     def job_spec(self) -> JobSpec:
         """The job as the backends and its instances see it."""
         return self.job_spec_at(self.output_path)
+
+
+# Records parsed, by job id: jobs read again and again (a log's ingest, the reconciler's
+# passes, describe) are parsed once, not at every read (22 us each, more for a large
+# spec). Enough for every live job of a large deployment.
+_PARSED_JOBS = 4096
+_parsed: LRUCache[str, tuple[Mapping[str, Any], JobRecord]] = LRUCache(_PARSED_JOBS)
+_parsed_lock = threading.Lock()
+
+
+def record_of(job_id: str, spec: Mapping[str, Any]) -> JobRecord:
+    """The record of job ``job_id`` stored as ``spec``, parsed once for as long as its
+    stored form is the same: a record is written once, when its job is accepted, but the
+    answer is checked against what was read all the same (a comparison of two dicts,
+    a tenth of a parse), so nothing but the same stored form ever gets a kept record.
+    The record is frozen, and its lists and dicts are not to be changed in place."""
+    with _parsed_lock:
+        kept = _parsed.get(job_id)
+    if kept is not None and (kept[0] is spec or kept[0] == spec):
+        return kept[1]
+    record = JobRecord.load(spec)
+    with _parsed_lock:
+        _parsed[job_id] = (spec, record)
+    return record

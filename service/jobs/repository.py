@@ -20,7 +20,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, joinedload, selectinload
+from sqlalchemy.orm.attributes import set_committed_value
 
 from service.jobs import listing
 from service.jobs.listing import DEFAULT_SORT, JobFilters
@@ -46,18 +47,29 @@ def get(
     *,
     with_details: bool = False,
     to_change: bool = False,
+    with_instances: bool = True,
 ) -> TrainingJob | None:
     """The job of that name in ``project`` (names are unique within a project).
     ``to_change``: locked until the transaction ends (on PostgreSQL; SQLite's writer holds
     the whole database), so the reconciler cannot change it between this read and the
-    caller's write."""
+    caller's write. ``with_instances`` False: the details without the instances, which
+    are read when first looked at (a caller that knows there are none says so with
+    ``has_no_instances``)."""
     return _one(
         session,
         TrainingJob.project == project,
         TrainingJob.name == name,
         details=with_details,
         locked=to_change,
+        instances=with_instances,
     )
+
+
+def has_no_instances(job: TrainingJob) -> None:
+    """Record, without reading, that ``job`` has no instances and no final metrics: for
+    a job that never launched, which neither can have."""
+    set_committed_value(job, "instances", [])
+    set_committed_value(job, "final_metrics", [])
 
 
 def insert_new(
@@ -89,13 +101,16 @@ def _new_row(row: Base, **values: Any) -> dict[str, Any]:
     ``values`` or the object holds, else the column's default; the object is given the
     same. An empty key is left for the database to generate."""
     for column in _table(type(row)).columns:
-        value = values.get(column.key, getattr(row, column.key))
+        held = getattr(row, column.key)
+        value = values.get(column.key, held)
         if value is None and column.default is not None:
             value = _default(column)
         if value is None and column.primary_key:
             values.pop(column.key, None)
             continue
-        setattr(row, column.key, value)
+        # Only what changes is set: each set of a mapped attribute fires its events.
+        if value is not held:
+            setattr(row, column.key, value)
         values[column.key] = value
     return values
 
@@ -125,15 +140,20 @@ def get_to_change(session: Session, job_id: str) -> TrainingJob | None:
     return session.scalar(query.options(selectinload(TrainingJob.transitions)))
 
 
-def _one(session: Session, *where: Any, details: bool, locked: bool = False) -> TrainingJob | None:
+def _one(
+    session: Session, *where: Any, details: bool, locked: bool = False, instances: bool = True
+) -> TrainingJob | None:
     query = select(TrainingJob).where(*where)
     if locked:
         query = query.with_for_update(of=TrainingJob)
-    if details:
-        query = query.options(
-            selectinload(TrainingJob.transitions), selectinload(TrainingJob.instances)
-        )
-    return session.scalar(query)
+    if not details:
+        return session.scalar(query)
+    # The transitions (a few rows) joined to the job's row: one round trip, not a second
+    # SELECT; the instances (up to thousands) in one of their own.
+    query = query.options(joinedload(TrainingJob.transitions))
+    if instances:
+        query = query.options(selectinload(TrainingJob.instances))
+    return session.execute(query).unique().scalar_one_or_none()
 
 
 def name_taken(session: Session, name: str, project: str) -> bool:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from contract.limits import MAX_LINE
-from service.kit.db import to_micros, utc_column_text
+from service.kit.db import utc_column_text
 from service.logs.models import LogEvent, log_events
 from service.logs.schemas import Line
 
@@ -32,13 +32,36 @@ def last_seq(session: Session, job_id: str) -> int:
     return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
 
 
+# A service line, numbered after the job's last line and stored by one statement: built
+# once, as building it (its six values and the read inside) cost more than running it.
+_NUMBERED_LINE = insert(log_events).from_select(
+    _COLUMNS,
+    select(
+        bindparam("job_id", type_=log_events.c.job_id.type),
+        bindparam("host", type_=log_events.c.host.type),
+        bindparam("stream", type_=log_events.c.stream.type),
+        func.coalesce(func.max(log_events.c.seq), 0) + 1,
+        bindparam("time", type_=log_events.c.time.type),
+        bindparam("message", type_=log_events.c.message.type),
+    ).where(log_events.c.job_id == bindparam("job_id")),
+)
+
+
 def append_service_line(
     session: Session, job_id: str, host: str, message: str, at: datetime
 ) -> None:
     """A line of the service's own in the job's log (why it ended, say), after every line
-    stored: stored with the job's end, when its instances are gone and can add none."""
-    line = Line(last_seq(session, job_id) + 1, to_micros(at), "runtime", message[:MAX_LINE])
-    insert_lines(session, job_id, host, [line])
+    stored: stored with the job's end, when its instances are gone and can add none. One
+    statement numbers and stores it (the number read in the INSERT), not a read and a
+    COPY: a stop in line is that many round trips shorter."""
+    values = {
+        "job_id": job_id,
+        "host": host,
+        "stream": "runtime",
+        "time": at,
+        "message": message[:MAX_LINE],
+    }
+    session.execute(_NUMBERED_LINE, values)
 
 
 def insert_lines(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> None:

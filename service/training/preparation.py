@@ -5,7 +5,8 @@ the record a job that passes them is stored as.
 ``prepare`` reads nothing of the database but what the job's project may use (its
 grants, the places other projects write) and the project count, and writes nothing: a
 dry run and a submission share it, and a batch of submissions runs it outside the
-transaction that stores them (``service.training.submissions``).
+transaction that stores them (``service.training.submissions``), with reads shared by the
+batch (``service.training.batch_reads``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ import functools
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
-
-from sqlalchemy import func, select
 
 from contract import layout, modes, sagemaker_flags, storage
 from contract.archive import ArchiveError, check_archive
@@ -30,7 +30,6 @@ from contract.problems import Problem
 from contract.spec import JobSpec
 from provisioning import registry
 from provisioning.base import Backend
-from service.auth.models import Project
 from service.capacity import service as capacity
 from service.grants import checks as grant_checks
 from service.grants import service as grant_service
@@ -40,7 +39,7 @@ from service.jobs import file_roots
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate, hyperparameters_too_large, nul_location
 from service.jobs.spec_parts import ImageChoice
-from service.kit.db import autocommit_reads, session_scope, utcnow
+from service.kit.db import utcnow
 from service.kit.errors import (
     Conflict,
     SpecError,
@@ -48,6 +47,7 @@ from service.kit.errors import (
 )
 from service.settings import Settings
 from service.training import instance_credentials, project_areas
+from service.training.batch_reads import PreparationReads, preparation_reads
 
 _TIMESTAMP_LEN = len("-2024-01-01-00-00-00-000")
 
@@ -72,9 +72,25 @@ def prepare(
     now: datetime | None = None,
     *,
     source_checked: bool = False,
+    reads: PreparationReads | None = None,
+    places_checked_later: bool = False,
 ) -> PreparedJob:
     """Check the rules that depend on this server's configuration; ``source_checked``
-    skips the source, which a dry run of its upload has checked."""
+    skips the source, which a dry run of its upload has checked. ``reads``: the database
+    as other submissions of a batch read it (else read for this one alone).
+    ``places_checked_later``: whether another project's jobs write where this one would
+    is left to the caller, who asks ``places_taken`` for a batch at once."""
+    if reads is None:
+        with preparation_reads(settings) as own:
+            return prepare(
+                settings,
+                spec,
+                project,
+                now,
+                source_checked=source_checked,
+                reads=own,
+                places_checked_later=places_checked_later,
+            )
     if (where := nul_location(spec.model_dump(mode="json"))) is not None:
         raise SpecError(where, "must not contain NUL characters")
     if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
@@ -153,16 +169,15 @@ def prepare(
     refuse(file_roots.problems(located, settings.file_roots))
     written = grant_service.writable_keys(written_uris(located, name))
     # Reads outside any transaction: a submission's one commit is the batch's that stores it.
-    with autocommit_reads(settings.database_url) as session:
-        access = grant_service.data_access(session, settings, project)
-        taken = grant_service.taken_by_others(session, project, written)
+    access = reads.data_access(project)
     if access.places.restricted:
         refuse(grant_checks.problems(located, name, access.places, access.others_writable))
     else:
         refuse(project_areas.problems(located, name, settings.artifact_root, project))
         refuse(grant_checks.problems(located, name, access.places, access.others_writable))
-    if taken:
-        refuse([_taken_problem(located, name, project, taken[0].key)])
+    if not places_checked_later:
+        (taken,) = places_taken([(name, record, written, project)], reads)
+        refuse(taken)
     if settings.instance_credentials == "service":
         try:  # refused now, not when the instances first ask for the job's credentials
             instance_credentials.session_policy(
@@ -182,8 +197,20 @@ def prepare(
         refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
     refuse(built.check(located, settings.public_url))
     if settings.local_shared_projects == "one":
-        refuse(_shared_machine_problems(settings, built))
+        refuse(_shared_machine_problems(built, reads))
     return PreparedJob(name=name, backend=backend, spec=record, written=written)
+
+
+def places_taken(
+    jobs: Sequence[tuple[str, JobRecord, tuple[str, ...], str]], reads: PreparationReads
+) -> list[list[Problem]]:
+    """For each job (its name, record, the keys of the places it writes, its project):
+    the problem of writing where a job of another project writes or wrote, if it would."""
+    first = reads.first_taken_each([(project, written) for _, _, written, project in jobs])
+    return [
+        [_taken_problem(record.job_spec(), name, project, key)] if key is not None else []
+        for (name, record, _, project), key in zip(jobs, first, strict=True)
+    ]
 
 
 def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
@@ -201,15 +228,14 @@ def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
     )
 
 
-def _shared_machine_problems(settings: Settings, backend: Backend[Any]) -> list[Problem]:
+def _shared_machine_problems(backend: Backend[Any], reads: PreparationReads) -> list[Problem]:
     """Instances that share a machine can read any other job's files and the server's:
     the server takes such jobs only while it serves one project, unless its operator says
     every project may (RUNYARD_LOCAL_SHARED_PROJECTS=many)."""
     why = backend.shared_because()
     if why is None:
         return []
-    with session_scope(settings.database_url, readonly=True) as session:
-        projects = session.scalar(select(func.count()).select_from(Project)) or 0
+    projects = reads.project_count()
     if projects <= 1:
         return []
     return [

@@ -181,7 +181,8 @@ def stop(
     # check still find it changed, read again and decide again.
     in_line = False
     for _ in range(STOP_ATTEMPTS):
-        job = lookup.get(session, name, user, project, to_change=True)
+        # Its instances are read only if it has any (the reply shows them).
+        job = lookup.get(session, name, user, project, to_change=True, with_instances=False)
         user.require(Role.MEMBER, job.project, "stopping a job")
         if job.status in TERMINAL:
             raise Conflict(f"training job {name!r} has already ended ({job.status})")
@@ -190,8 +191,11 @@ def stop(
         lifecycle.apply(job, Event.STOP_REQUESTED, "Stopping at the user's request")
         in_line = _never_launched(job)
         try:
-            if in_line:  # its reads flush the change above first: it may be stale too
+            if in_line:
+                repository.has_no_instances(job)
                 _stop_in_line(session, job)
+            # One flush for both changes; a stale job is found here, and what was
+            # written meanwhile (the log line) is rolled back with it.
             session.flush()
             break
         except StaleDataError:
@@ -218,14 +222,16 @@ def _stop_in_line(session: Session, job: TrainingJob) -> None:
     that admits it meanwhile from going on: one of the two writes fails and reads again.)"""
     now = utcnow()
     lifecycle.apply(job, Event.STOPPED, "Training job stopped", now)
-    log_repository.append_service_line(
-        session,
-        job.id,
-        lookup.hosts(job)[0],
-        "Training job stopped at a user's request (runyard stop, or StopTrainingJob)",
-        now,
-    )
     job.ended_at = now
+    # Not flushed first: the caller's one flush writes the job's changes together.
+    with session.no_autoflush:
+        log_repository.append_service_line(
+            session,
+            job.id,
+            lookup.hosts(job)[0],
+            "Training job stopped at a user's request (runyard stop, or StopTrainingJob)",
+            now,
+        )
 
 
 def record_report(

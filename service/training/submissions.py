@@ -28,8 +28,10 @@ from fastapi.concurrency import run_in_threadpool
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
+from service.kit.errors import refuse
 from service.settings import Settings
 from service.training import preparation, service
+from service.training.batch_reads import PreparationReads, preparation_reads
 from service.training.preparation import PreparedJob
 
 # Jobs stored in one transaction at most: enough that 8-16 clients at once share one,
@@ -115,17 +117,43 @@ class Submissions:
 
     def _prepare_and_store(self, batch: list[_Submission]) -> None:
         ready = []
-        for each in batch:
-            try:
-                prepared = each.prepared or preparation.prepare(
-                    self._settings, each.spec, each.project
-                )
-            except Exception as exc:  # refused: its request answers with it
-                each.error = exc
-            else:
+        unchecked = []
+        with preparation_reads(self._settings) as reads:
+            for each in batch:
+                try:
+                    prepared = each.prepared or preparation.prepare(
+                        self._settings,
+                        each.spec,
+                        each.project,
+                        reads=reads,
+                        places_checked_later=True,
+                    )
+                except Exception as exc:  # refused: its request answers with it
+                    each.error = exc
+                    continue
                 ready.append((each, prepared))
+                if each.prepared is None:
+                    unchecked.append((each, prepared))
+            if unchecked:
+                self._check_places(unchecked, reads)
+        ready = [(each, prepared) for each, prepared in ready if each.error is None]
         if ready:
             self._store(ready)
+
+    def _check_places(
+        self, batch: list[tuple[_Submission, PreparedJob]], reads: PreparationReads
+    ) -> None:
+        """Refuse the jobs that would write where another project's jobs write: for the
+        batch at once (``preparation.places_taken``)."""
+        jobs = [
+            (prepared.name, prepared.spec, prepared.written, each.project)
+            for each, prepared in batch
+        ]
+        for (each, _), problems in zip(batch, preparation.places_taken(jobs, reads), strict=True):
+            try:
+                refuse(problems)
+            except Exception as exc:
+                each.error = exc
 
     def _store(self, batch: list[tuple[_Submission, PreparedJob]]) -> None:
         try:

@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from service.capacity import service as capacity
-from service.jobs.models import JobLease, TrainingJob
+from service.grants.places import keys
+from service.jobs.models import JobLease, JobWritePlace, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.kit.errors import Conflict, SpecError
@@ -297,3 +298,46 @@ def test_outputs_under_an_s3_artifact_root_are_checked_in_the_thread_pool(
     spec = JobCreate.model_validate(job_spec(source_dir))
     assert preparation.checks_reach_network(on_s3, spec)
     assert not preparation.checks_reach_network(settings, spec)
+
+
+def test_a_job_writing_where_another_projects_job_wrote_fails_alone_in_one_read(
+    settings: Settings, source_dir: Path, tmp_path: Path
+) -> None:
+    """Where other projects' jobs write is read once for the batch (one statement, a
+    branch a job), and answers each job for its own places."""
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    with session_scope(settings.database_url) as session:
+        session.add(JobWritePlace(job_id=None, project="other", key=keys(theirs.as_uri())[0]))
+    specs = [
+        _spec(source_dir, "before"),
+        JobCreate.model_validate(
+            job_spec(source_dir, name="in-theirs", output_path=theirs.as_uri())
+        ),
+        JobCreate.model_validate(job_spec(source_dir, name="in-ours", output_path=ours.as_uri())),
+        # Above their place: writing there would write over theirs.
+        JobCreate.model_validate(
+            job_spec(source_dir, name="above", checkpoint_s3_uri=tmp_path.as_uri())
+        ),
+    ]
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "job_write_places" in statement and statement.lstrip().startswith("SELECT"):
+            reads.append(statement)
+
+    engine = get_engine(settings.database_url)
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        outcomes, _commits = _submit_specs_while_held(settings, specs)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert _name(outcomes[0]) == "before"
+    assert _name(outcomes[2]) == "in-ours"
+    for refused, loc in ((outcomes[1], ("output_path",)), (outcomes[3], ("checkpoint_s3_uri",))):
+        assert isinstance(refused, SpecError), refused
+        assert refused.loc == loc
+        assert "a job of another project writes or wrote there" in str(refused)
+    assert len(reads) == 2  # the first batch's, then the three that waited behind it
+    with session_scope(settings.database_url) as session:
+        stored = session.scalars(select(TrainingJob.name).order_by(TrainingJob.name)).all()
+    assert stored == ["before", "in-ours"]
