@@ -22,7 +22,11 @@ under RUNYARD_HOME/jobs.
 
     .venv/bin/python bench/soak_jobs.py [--runs 5] [--kinds torch_distributed,mpi,...]
         [--postgres postgresql://postgres@127.0.0.1:5432/test]
-        [--redis redis://127.0.0.1:6379/0] [--late 2] [--teardown 60]
+        [--redis redis://127.0.0.1:6379/0] [--late 2] [--teardown 60] [--python PATH]
+
+A local instance's runtime imports Runyard as the server's interpreter finds it installed
+(PYTHONPATH does not reach it): --python names an interpreter that finds the checkout to
+measure (a virtual environment whose .pth puts it first).
 
 Prints a line per job as it ends, then the counts and timings per kind; exits 1 if any job
 failed a check. About 30 s a job on a quiet 2-core machine (100 of each: about an hour).
@@ -170,6 +174,9 @@ def main() -> None:
     parser.add_argument("--late", type=float, default=2.0, help="seconds: later is late")
     parser.add_argument("--teardown", type=float, default=60.0, help="seconds a teardown gets")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a job gets")
+    parser.add_argument(
+        "--python", type=Path, help="runs the server and its instances (this one by default)"
+    )
     args = parser.parse_args()
     kinds = [KINDS[name] for name in args.kinds.split(",")]
     started, load = time.monotonic(), os.getloadavg()[0]
@@ -196,7 +203,7 @@ def main() -> None:
 @contextmanager
 def _server(kind: Kind, args: argparse.Namespace) -> Iterator[tuple[Client, Path]]:
     if not kind.on_postgres:
-        with server_and_home() as running:
+        with server_and_home(python=args.python) as running:
             yield running
         return
     with postgres.empty_database(args.postgres, "runyard_soak") as database:
@@ -205,7 +212,7 @@ def _server(kind: Kind, args: argparse.Namespace) -> Iterator[tuple[Client, Path
             "RUNYARD_BROKER_URL": args.redis,
             "RUNYARD_QUEUE": f"soak-{os.getpid()}",
         }
-        with server_and_home(settings) as running:
+        with server_and_home(settings, python=args.python) as running:
             yield running
 
 
