@@ -61,6 +61,7 @@ from runtime.launch import (
     remote_agent,
 )
 from runtime.launch.entry_point import EntryPointError, command
+from runtime.launch.exit_records import ExitRecords
 from runtime.launch.mpi import MpiSetupError
 from runtime.launch.workers import GroupResult, Launch, WorkerGroup
 from runtime.linux import confine, etc_hosts, namespaces, procfs
@@ -356,10 +357,16 @@ class Trainer:
         started = time.monotonic()
         count = len(launch_plan.specs)
         self.say(f"Starting {count} process(es): {shlex.join(launch_plan.specs[-1].argv)}")
+        records = ExitRecords(self.config.paths.base)
+        uid = self.confinement.uid if self.confinement is not None else None
+        launch_plan = dataclasses.replace(launch_plan, specs=records.attach(launch_plan.specs, uid))
         if self.confinement is not None:
             launch_plan = as_job_user.confined(launch_plan, self.confinement, self.config)
         try:
-            result = WorkerGroup(launch_plan.specs, self.shipper.emit, self.stop).run()
+            group = WorkerGroup(
+                launch_plan.specs, self.shipper.emit, self.stop, recorded=records.status
+            )
+            result = group.run()
         finally:
             if self.config.container_image:
                 container.remove(self.config)

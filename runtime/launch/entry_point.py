@@ -1,4 +1,10 @@
-"""The command that runs the user's entry point, as an argv list (never a shell string)."""
+"""The command that runs the user's entry point, as an argv list (never a shell string).
+
+A Python entry point runs through Runyard's script runner (``run_script``), which the job's
+interpreter runs by its path: the script runs as it would started directly, and its
+process ends, and says how its script ended, once the script and its exit handlers are
+done. Shell scripts and executables run as they are.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from pathlib import Path
 # whatever the machine that started the instance has first. The directory is an argument,
 # never part of the shell text.
 _INTERPRETER_FIRST = 'export PATH="$0${PATH:+:$PATH}"; exec "$@"'
+# Where the instance's processes find it: Runyard's packages are at the same path for them
+# (read-only, where they run confined).
+RUNNER = Path(__file__).resolve().with_name("run_script.py")
 
 
 class EntryPointError(Exception):
@@ -27,9 +36,9 @@ def command(
         raise EntryPointError(f"entry point {entry_point} is not a file in the source")
     if as_module and path.suffix == ".py":
         module = ".".join(Path(entry_point).with_suffix("").parts)
-        return [python, "-m", module, *args]
+        return [python, str(RUNNER), "-m", module, *args]
     if path.suffix == ".py":
-        return [python, str(path), *args]
+        return [python, str(RUNNER), str(path), *args]
     if path.suffix == ".sh":
         return _interpreter_first(python, ["/bin/sh", str(path), *args])
     if os.access(path, os.X_OK):

@@ -1,5 +1,10 @@
 """Runs the processes of one instance as a group: output pumped line by line, one failure
-ends the rest (as torchrun does), and a stop request is passed on to every process."""
+ends the rest (as torchrun does), and a stop request is passed on to every process.
+
+A process whose script recorded that it ended successfully (``runtime.launch.exit_records``)
+and that then died by a signal counts as a success: the signal came after the script's
+last line and its exit handlers, as its interpreter was torn down. The job's log says so.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from typing import IO
 from contract.protocol import Stream
 
 Sink = Callable[[Stream, str], None]
+# The exit status a process's script recorded, by the record's name; None: none recorded.
+Recorded = Callable[[str], int | None]
+RUNTIME_STREAM: Stream = "runtime"
 # Enough lines for a deep traceback, heading and all (a library's stack, a DataLoader
 # worker's carried in its exception), which the failure reason is made from.
 STDERR_TAIL = 200
@@ -35,6 +43,9 @@ class WorkerSpec:
     # serve: what the instance waits for before its helpers may end (another instance's
     # task that still needs them).
     afterwards: bool = False
+    # The name of the record in which its script runner writes how its script ended
+    # (``runtime.launch.exit_records``); None: it writes none.
+    exit_record: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,12 +71,20 @@ class WorkerGroup:
     script's own SIGTERM handler (saving a checkpoint) is never re-entered."""
 
     def __init__(
-        self, specs: list[WorkerSpec], sink: Sink, stop: threading.Event, kill_grace: float = 10.0
+        self,
+        specs: list[WorkerSpec],
+        sink: Sink,
+        stop: threading.Event,
+        kill_grace: float = 10.0,
+        recorded: Recorded | None = None,
     ) -> None:
         self.specs = specs
         self.sink = sink
         self.stop = stop
         self.kill_grace = kill_grace
+        self.recorded = recorded
+        # The processes killed after their script had ended successfully, by index.
+        self._finished_first: set[int] = set()
         self._started: list[WorkerSpec] = []
         self._processes: list[subprocess.Popen[bytes]] = []
         self._tails: list[collections.deque[str]] = []
@@ -124,7 +143,7 @@ class WorkerGroup:
     def _wait(self) -> GroupResult:
         forwarded = False
         while True:
-            codes = [process.poll() for process in self._processes]
+            codes = [self._result(i, process.poll()) for i, process in enumerate(self._processes)]
             if self.stop.is_set():
                 # A stop waits for the scripts however long they take to save; the backend
                 # bounds it, with SIGKILL once its grace period is over.
@@ -153,6 +172,26 @@ class WorkerGroup:
                     return GroupResult(0)
             time.sleep(0.05)
 
+    def _result(self, index: int, code: int | None) -> int | None:
+        """Process ``index``'s exit status as its script's result: 0 where a signal killed
+        it after its script had recorded that it ended successfully."""
+        if index in self._finished_first:
+            return 0
+        if code is None or code >= 0 or self.recorded is None:
+            return code
+        spec = self._started[index]
+        if spec.exit_record is None or self.recorded(spec.exit_record) != 0:
+            return code
+        self._finished_first.add(index)
+        rank = f" (rank {spec.env['RANK']})" if "RANK" in spec.env else ""
+        self.sink(
+            RUNTIME_STREAM,
+            f"Process {index}{rank} ended its script successfully, then was killed by "
+            f"{_signal_name(-code)} (exit code {_shell_code(code)}) as its interpreter shut "
+            "down: its script's success stands",
+        )
+        return 0
+
     def _end_all(self) -> None:
         """One process failed: the others end too, as under torchrun."""
         self._signal_all(signal.SIGTERM)
@@ -174,3 +213,10 @@ class WorkerGroup:
 
 def _shell_code(code: int) -> int:
     return 128 - code if code < 0 else code
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
