@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import cast
 
-from sqlalchemy import ColumnElement, Table, and_, literal, or_, select, text, union_all
+from sqlalchemy import ColumnElement, and_, or_, select, text
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.auth.models import DEFAULT_PROJECT
@@ -102,30 +101,41 @@ def first_taken_each(
     """For each ``(project, keys)``: the first key (in the column's order) of a place where
     a job of another project writes or wrote that shares anything with ``keys``, or None.
     One statement for them all (a branch each, read off the index, LIMIT 1): the jobs a
-    batch of creates stores are checked in one round trip, not one each."""
-    places = cast(Table, JobWritePlace.__table__)
-    branches = []
+    batch of creates stores are checked in one round trip, not one each. Its text is
+    written here, with the same conditions as ``_sharing``: built as SQLAlchemy
+    expressions, a batch's statement (of a shape rarely seen twice) cost more to build
+    and compile than the queries it replaced."""
+    branches: list[str] = []
+    values: dict[str, str] = {}
     for index, (project, found) in enumerate(wanted):
-        conditions = [_sharing(places.c.key, key) for key in found]
-        if conditions:
-            branch = (
-                select(literal(index).label("job"), places.c.key)
-                .where(places.c.project != project, or_(*conditions))
-                .order_by(places.c.key)
-                .limit(1)
-                .subquery()
+        conditions = []
+        for number, key in enumerate(found):
+            below = key if key.endswith("/") else key + "/"
+            named = [key, *ancestors(key)]
+            names = [f"k{index}_{number}_{at}" for at in range(len(named))]
+            values.update(zip(names, named, strict=True))
+            values[f"lo{index}_{number}"] = below
+            values[f"hi{index}_{number}"] = below[:-1] + "0"
+            listed = ", ".join(f":{name}" for name in names)
+            conditions.append(
+                f"key IN ({listed}) OR (key >= :lo{index}_{number} AND key < :hi{index}_{number})"
             )
-            branches.append(select(branch.c.job, branch.c.key))
+        if conditions:
+            values[f"p{index}"] = project
+            either = " OR ".join(f"({each})" for each in conditions)
+            # Only numbers and parameter names go into the text; every value is bound.
+            branches.append(
+                f"SELECT * FROM (SELECT {index} AS job, key FROM job_write_places "  # noqa: S608
+                f"WHERE project != :p{index} AND ({either}) ORDER BY key LIMIT 1) AS b{index}"
+            )
     first: list[str | None] = [None for _ in wanted]
     if branches:
-        for job, key in session.execute(union_all(*branches)):
+        for job, key in session.execute(text(" UNION ALL ".join(branches)), values):
             first[job] = key
     return first
 
 
-def _sharing(
-    column: ColumnElement[str] | InstrumentedAttribute[str], key: str
-) -> ColumnElement[bool]:
+def _sharing(column: InstrumentedAttribute[str], key: str) -> ColumnElement[bool]:
     """Keys of ``column`` that are ``key``, above it, or below it: equality and one range
     (the column compares byte by byte), each answered by its index."""
     below = key if key.endswith("/") else key + "/"
