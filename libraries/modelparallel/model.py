@@ -168,7 +168,9 @@ class DistributedModel(nn.Module):
             own = self.local_state_dict()
             if self.shares is not None:
                 own = {key: self._whole(key, value) for key, value in own.items()}
-            return _gathered_stages(own)
+            whole = _gathered_stages(own)
+            # A tied parameter under every name, one no stage's modules use too.
+            return self.ties.under_every_name(whole) if self.ties is not None else whole
         if self.shares is not None:
             return {key: self._whole(key, value) for key, value in self._inner.state_dict().items()}
         if isinstance(self._inner, FSDPModule) or self.split_blocks:
@@ -183,12 +185,11 @@ class DistributedModel(nn.Module):
         tensor (GPT-2's fused query-key-value held by rank)."""
         if self.pipeline is not None:
             saved = self._inner.state_dict().keys()
-            own = {
+            return {
                 key: value
                 for key, value in self.pipeline.module.state_dict().items()
                 if key in saved
             }
-            return self.ties.under_every_name(own) if self.ties is not None else own
         return self._inner.state_dict()
 
     def load_state_dict(  # type: ignore[override]

@@ -109,10 +109,10 @@ class TiedParameters:
         }
 
     def under_every_name(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` (a stage's) with each tie it holds under every one of the tie's names,
-        as the model's own state_dict has it: a name no stage's modules use (BART's
-        ``model.shared.weight``: its encoder and decoder embed through modules of their
-        own) is no stage's otherwise."""
+        """``state`` (the stages' gathered) with each tie it holds under every one of the
+        tie's names, as the model's own state_dict has it: a name no stage's modules use
+        (BART's ``model.shared.weight``: its encoder and decoder embed through modules of
+        their own) is no stage's."""
         named = dict(state)
         for tie in self.ties:
             held = next((state[name] for name in tie.names if name in state), None)
