@@ -212,12 +212,15 @@ def average_gradients(
             gradients.average([p for _, p in parameters], state.rdp_group, topology.rdp_size)
         return
     names = list(blocks)
-    split = [parameter for name, parameter in parameters if inside(name, names)]
-    whole = [parameter for name, parameter in parameters if not inside(name, names)]
+    # A split block's parameters (its shares and its whole norms alike) computed on the
+    # group's rows, the others on the rank's own.
+    on_group_rows = [parameter for name, parameter in parameters if inside(name, names)]
+    on_own_rows = [parameter for name, parameter in parameters if not inside(name, names)]
     if reduced:
-        gradients.average(split, state.rdp_group, 1, divisor=topology.tp_size)
+        gradients.average(on_group_rows, state.rdp_group, 1, divisor=topology.tp_size)
         assert state.tp_group is not None
-        gradients.average(whole, state.tp_group, topology.tp_size)
+        gradients.average(on_own_rows, state.tp_group, topology.tp_size)
         return
-    gradients.average(split, state.rdp_group, topology.rdp_size, divisor=topology.dp_size)
-    gradients.average(whole, state.dp_group, topology.dp_size)
+    size = topology.dp_size
+    gradients.average(on_group_rows, state.rdp_group, topology.rdp_size, divisor=size)
+    gradients.average(on_own_rows, state.dp_group, size)
