@@ -25,7 +25,8 @@ from tests.libraries.modelparallel.tensor_parallel_training import (
 )
 from tests.libraries.modelparallel.transformers_workload import FAMILIES
 
-# The fixture runs 6 jobs of 2 to 4 processes: about 6 minutes alone on 2 cores.
+# The fixture runs 6 jobs of 2 to 4 processes: 4.3 CPU-minutes in all (13 minutes of wall
+# time on 2 cores busy with other tests).
 pytestmark = pytest.mark.timeout(1200)
 
 ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
