@@ -411,28 +411,42 @@ def _spec_flags(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
+# What to do with a submission, shared by submit and clone.
+_SUBMISSION_FLAGS = [
+    click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Print the job as it would be created (every field with its default, the image "
+        "chosen, the hosts) as YAML; create nothing.",
+    ),
+    click.option(
+        "--plan",
+        "show_plan",
+        is_flag=True,
+        help="With --dry-run (implied): print the backend's plan instead (what it would run "
+        "on each host).",
+    ),
+    click.option(
+        "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
+    ),
+    click.option(
+        "--logs", "show_logs", is_flag=True, help="Stream the job's logs (implies --wait)."
+    ),
+]
+
+
+def _submission_flags(command: Callable[..., None]) -> Callable[..., None]:
+    for flag in reversed(_SUBMISSION_FLAGS):
+        command = flag(command)
+    return command
+
+
 @main.command()
 @click.argument(
     "spec_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @_spec_flags
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print the job as it would be created (every field with its default, the image "
-    "chosen, the hosts) as YAML; create nothing.",
-)
-@click.option(
-    "--plan",
-    "show_plan",
-    is_flag=True,
-    help="With --dry-run (implied): print the backend's plan instead (what it would run on "
-    "each host).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
-)
-@click.option("--logs", "show_logs", is_flag=True, help="Stream the job's logs (implies --wait).")
+@_submission_flags
 def submit(
     spec_file: Path | None,
     source_dir: Path | None,
@@ -563,23 +577,7 @@ def _create(client: Client, spec: dict[str, Any], *, dry_run: bool = False) -> d
 @main.command()
 @click.argument("original")
 @_spec_flags
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print the job as it would be created (every field with its default, the image "
-    "chosen, the hosts) as YAML; create nothing.",
-)
-@click.option(
-    "--plan",
-    "show_plan",
-    is_flag=True,
-    help="With --dry-run (implied): print the backend's plan instead (what it would run on "
-    "each host).",
-)
-@click.option(
-    "--wait", is_flag=True, help="Wait until the job ends; exit non-zero unless it Completed."
-)
-@click.option("--logs", "show_logs", is_flag=True, help="Stream the job's logs (implies --wait).")
+@_submission_flags
 def clone(
     original: str,
     source_dir: Path | None,
