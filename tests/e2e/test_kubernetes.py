@@ -395,10 +395,10 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
     try:
         with kube_stack.client() as client:
             spec = {
-                "source_uri": client.upload_source(EXAMPLES / "scripts"),
-                "entry_point": "report_env.py",
-                "instance_type": INSTANCE_TYPE,
-                "instance_count": 2,
+                "sourceUri": client.upload_source(EXAMPLES / "scripts"),
+                "entryPoint": "report_env.py",
+                "instanceType": INSTANCE_TYPE,
+                "instanceCount": 2,
             }
             resource = {
                 "apiVersion": names.API_VERSION,

@@ -154,7 +154,11 @@ def _check(output: str, preload: Preload, scripts: int) -> list[list[str]]:
 
 
 def _is_script(argv: list[str]) -> bool:
-    return len(argv) == 2 and argv[1].endswith("train.py")
+    """``python train.py``, or Runyard's script runner running it (``python run_script.py
+    [--exit-record PATH] train.py``), which is the script's own process."""
+    if len(argv) < 2 or not argv[-1].endswith("train.py"):
+        return False
+    return len(argv) == 2 or Path(argv[1]).name == "run_script.py"
 
 
 def _programs(argvs: list[list[str]]) -> set[str]:

@@ -39,7 +39,10 @@ def _unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: while Playwright's sync API runs, its event loop counts as
+# running on the test process's main thread, so any later test of that process that calls
+# asyncio.run() (the log streams' tests do) would be refused.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     missing = _unavailable()
     if missing:
