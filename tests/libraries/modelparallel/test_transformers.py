@@ -21,6 +21,7 @@ from libraries.modelparallel.checkpoints import full_state_dict
 from tests.libraries.dataparallel.launch import Layout, run_job
 from tests.libraries.modelparallel.tensor_parallel_training import held_per_rank
 from tests.libraries.modelparallel.transformers_workload import (
+    RESUMED,
     STEPS,
     model,
     single_process_reference,
@@ -94,16 +95,20 @@ UNTIED = {"llama": ("model.embed_tokens.weight", "lm_head.weight")}
 def _jobs() -> list[tuple[str, ...]]:
     """The scenarios each job runs, one after another in its processes: a job's processes
     each spend seconds of CPU importing torch and transformers before their first step,
-    so scenarios of one layout share them. Tensor-parallel scenarios keep a job each, in
-    the order listed: some resume from the checkpoints of others, of other layouts."""
-    shared: dict[Layout, list[str]] = {}
-    alone = []
+    so scenarios of one layout share them. A scenario that resumes from another's
+    checkpoint runs after it: in its layout's job when that one comes earlier (or is that
+    job), else in a job of its layout at the end."""
+    jobs: dict[tuple[Layout, bool], list[str]] = {}
     for scenario, (_, layout) in SCENARIOS.items():
-        if "tensor_parallel" in scenario:
-            alone.append((scenario,))
-        else:
-            shared.setdefault(layout, []).append(scenario)
-    return [tuple(scenarios) for scenarios in shared.values()] + alone
+        source = RESUMED.get(scenario)
+        order = list(jobs)
+        later = False
+        if source is not None:
+            source_job = next(key for key in order if source in jobs[key])
+            own = (layout, False)
+            later = own not in jobs or order.index(source_job) > order.index(own)
+        jobs.setdefault((layout, later), []).append(scenario)
+    return [tuple(scenarios) for scenarios in jobs.values()]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,14 @@ import smdistributed.modelparallel.torch as smp
 import torch
 
 from libraries.modelparallel import state as smp_state
-from tests.libraries.modelparallel.transformers_workload import LR, STACKS, STEPS, batch, model
+from tests.libraries.modelparallel.transformers_workload import (
+    LR,
+    RESUMED,
+    STACKS,
+    STEPS,
+    batch,
+    model,
+)
 
 SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     "gpt2_simple": ("gpt2", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
@@ -105,12 +112,6 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
-# Scenarios that resume from another's checkpoint (which its 3 steps saved), by name.
-RESUMED = {
-    "gpt2_tensor_parallel_pipeline_resumed": "gpt2_tensor_parallel_pipeline",
-    "gpt2_replicated_from_tensor_parallel": "gpt2_tensor_parallel",
-    "gpt2_replicated_from_tensor_parallel_pipeline": "gpt2_tensor_parallel_pipeline",
-}
 # Scenarios that save a checkpoint (torch.distributed.checkpoint) and resume from it.
 CHECKPOINTED = {
     "gpt2_tensor_parallel",

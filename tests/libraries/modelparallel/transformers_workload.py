@@ -26,6 +26,12 @@ SEQUENCE = 16
 VOCABULARY = 96
 STEPS = 3
 LR = 0.01
+# Scenarios that resume from another's checkpoint (which its 3 steps saved), by name.
+RESUMED = {
+    "gpt2_tensor_parallel_pipeline_resumed": "gpt2_tensor_parallel_pipeline",
+    "gpt2_replicated_from_tensor_parallel": "gpt2_tensor_parallel",
+    "gpt2_replicated_from_tensor_parallel_pipeline": "gpt2_tensor_parallel_pipeline",
+}
 
 # Each family's dropout probabilities, by the name of its configuration's attribute.
 DROPOUTS = {
