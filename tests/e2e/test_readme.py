@@ -10,7 +10,9 @@ files, jobs, tokens) is there for every later block, on whichever page:
   in the repository), in the environment an activated `.venv` gives, with a RUNYARD_HOME
   and a port of its own (RUNYARD_PORT);
 - a Python block with `python`, from that directory;
-- a YAML block headed `# <name>.yaml` is saved under that name, for the blocks that use it.
+- a YAML block headed `# <name>.yaml` is saved under that name, for the blocks that use it;
+- the directory the tour keeps its files in (TOUR) is one of the test's own, wherever a
+  block names it.
 
 Only the blocks named in SKIPPED do not run, each for the reason given there. When all
 have run, every job they made has ended as they meant it to, and every metric their specs
@@ -91,7 +93,9 @@ SKIPPED = {
 BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
 # The jobs the pages stop on purpose; every other job must complete.
 STOPPED_ON_PURPOSE = {"forever"}
-_FILE_HEADER = re.compile(r"# ([\w.-]+\.ya?ml)\n")
+_FILE_HEADER = re.compile(r"# ([\w./-]+\.ya?ml)\n")
+# Where the README's tour keeps what it makes (data, a spec file), out of the checkout.
+TOUR = "/tmp/runyard-tour"
 
 
 @dataclass(frozen=True)
@@ -133,19 +137,27 @@ class Reader:
 
     checkout: Path
     scratch: Path
+    tour: Path
     env: dict[str, str]
     url: str
     home: Path
     shells: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.cloned = {entry.name for entry in self.checkout.iterdir()}
+
+    def text(self, block: Block) -> str:
+        """The block as this reader runs it: the tour's directory is the test's own."""
+        return block.text.replace(TOUR, str(self.tour))
+
     def run(self, block: Block) -> tuple[int, str]:
         log = self.scratch / f"{block.label}.log"
         if block.language == "sh":
-            command = ["bash", "-e", "-o", "pipefail", "-c", block.text]
+            command = ["bash", "-e", "-o", "pipefail", "-c", self.text(block)]
         else:
             # Outside the checkout, so `runyard` is imported as installed, as the server is.
             script = self.scratch / f"{block.label}.py"
-            script.write_text(block.text)
+            script.write_text(self.text(block))
             command = [str(self.checkout / ".venv" / "bin" / "python"), str(script)]
         with open(log, "wb") as output:
             # A session of its own: what a block leaves running in the background (the
@@ -268,7 +280,7 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
         PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
         VIRTUAL_ENV=str(checkout / ".venv"),
     )
-    following = Reader(checkout, scratch, env, f"http://127.0.0.1:{port}", home)
+    following = Reader(checkout, scratch, base / "tour", env, f"http://127.0.0.1:{port}", home)
     yield following
     assert following.stop() == [], "processes of the pages' jobs were left running"
 
@@ -278,10 +290,12 @@ def test_block_runs_as_written(reader: Reader, block: Block) -> None:
     if block.skipped_because:
         pytest.skip(block.skipped_because)
     if block.language == "yaml":
-        named = _FILE_HEADER.match(block.text)
+        text = reader.text(block)
+        named = _FILE_HEADER.match(text)
         if named is None:
             pytest.fail(f"{block}: a YAML block must say which file it is (# name.yaml)")
-        (reader.checkout / named.group(1)).write_text(block.text)
+        # A name alone is a file of the checkout, where the reader stands.
+        (reader.checkout / named.group(1)).write_text(text)
         return
     status, output = reader.run(block)
     assert status == 0, f"{block} exited {status}:\n{output[-6000:]}"
@@ -297,6 +311,27 @@ def test_every_job_the_pages_made_ended_as_meant(reader: Reader) -> None:
     for name, job in jobs.items():
         expected = "Stopped" if name in STOPPED_ON_PURPOSE else "Completed"
         assert job["status"] == expected, f"{name}: {job['status']}: {job['failure_reason']}"
+
+
+def test_the_tour_leaves_the_checkout_as_cloned(reader: Reader) -> None:
+    """What the README's blocks make (data, spec files, the code a spec names) is in the
+    tour's directory; the checkout holds only what the other pages save there by name, and
+    their builds."""
+    saved_by_pages = {
+        match.group(1)
+        for block in BLOCKS
+        if block.language == "yaml" and block.page != "README.md"
+        for match in [_FILE_HEADER.match(block.text)]
+        if match is not None
+    }
+    made = {entry.name for entry in reader.checkout.iterdir()} - reader.cloned
+    assert [
+        name
+        for name in sorted(made)
+        if name not in saved_by_pages and not name.endswith(_BUILD_OUTPUTS)
+    ] == []
+    assert (reader.tour / "data").is_dir()
+    assert (reader.tour / "spec.yaml").is_file()
 
 
 def test_every_metric_the_pages_define_is_found(reader: Reader) -> None:
