@@ -27,8 +27,8 @@ from tests.libraries.modelparallel.workload import (
     single_process_reference,
 )
 
-# The module's fixture runs 17 jobs of 2 to 4 processes before the first test: about 3
-# minutes alone on 2 cores, and up to twice that beside the suite's other test process.
+# The module's fixture runs 17 scenarios in 2 jobs of 2 and 4 processes before the first
+# test.
 pytestmark = pytest.mark.timeout(900)
 
 # float32 with another summation order: a few ulps.
@@ -53,7 +53,10 @@ LAYOUTS = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("modelparallel")
-    # "sharded" saves the checkpoint "sharded_resumed" starts from: in this order.
+    # Scenarios of one layout share a job's processes, one after another: "sharded" saves
+    # the checkpoint "sharded_resumed" starts from, "pipeline_interleaved" the one
+    # "pipeline_resumed" starts from.
+    jobs: dict[Layout, list[str]] = {}
     for scenario in [
         "replicated",
         "sharded",
@@ -62,7 +65,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "sharded_resumed",
         "replicated_fp16",
         "replicated_fp16_overflow",
-        # "pipeline_interleaved" saves the checkpoint "pipeline_resumed" starts from.
         "pipeline_interleaved",
         "pipeline_resumed",
         "pipeline_simple",
@@ -74,12 +76,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "pipeline_sequential",
         "pipeline_nested",
     ]:
+        jobs.setdefault(LAYOUTS.get(scenario, LAYOUT), []).append(scenario)
+    for layout, scenarios in jobs.items():
         run_job(
-            ["-m", "tests.libraries.modelparallel.worker", str(out), scenario],
-            LAYOUTS.get(scenario, LAYOUT),
+            ["-m", "tests.libraries.modelparallel.worker", str(out), *scenarios],
+            layout,
             style="open_mpi",
             compat=True,
-            timeout=240,
+            timeout=120 * len(scenarios),
         )
     return out
 

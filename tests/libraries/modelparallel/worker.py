@@ -1,8 +1,10 @@
 """One rank of a model-parallel correctness run, written as a SageMaker script is: the
 parameters come from ``smp.init(config)``, the step is an ``@smp.step`` function.
 
-argv: output folder, scenario name. Rank 0 writes the whole model's state_dict after
-training, and each rank the bytes of model state it holds.
+argv: output folder, then one scenario name or more, run one after another in the same
+processes (the library's state made again for each: a job's processes start once). Rank 0
+writes the whole model's state_dict after training, and each rank the bytes of model state
+it holds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import smdistributed.modelparallel.torch as smp
 import torch
 
+from libraries.modelparallel import state as smp_state
 from tests.libraries.modelparallel.workload import (
     GLOBAL_BATCH,
     LR,
@@ -124,7 +127,17 @@ def held_bytes(net: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
 
 
 def main() -> None:
-    out, scenario = Path(sys.argv[1]), sys.argv[2]
+    out, scenarios = Path(sys.argv[1]), sys.argv[2:]
+    for index, scenario in enumerate(scenarios):
+        if index:
+            # The scenario before is done on every rank: its state goes, a new one is made.
+            smp.barrier()
+            smp_state.reset()
+        Block.runs = 0
+        run(out, scenario)
+
+
+def run(out: Path, scenario: str) -> None:
     smp.init(SCENARIOS[scenario])
     if scenario == "pipeline_manual":
         # As scripts place modules: everything made inside goes to stage 0, then the
