@@ -2,8 +2,10 @@
 is (the model made inside ``smp.tensor_parallelism()``, the loss computed inside the
 model), that records what each step gives: four steps of SGD, then four of Adam.
 
-argv: output folder, scenario name. Every rank writes its place in the job and what each
-step returned to it; rank 0 writes the whole state_dict after every step.
+argv: output folder, then one scenario name or more, run one after another in the same
+processes (the library's state made again for each). Every rank writes its place in the
+job and what each step returned to it; rank 0 writes the whole state_dict after every
+step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import smdistributed.modelparallel.torch as smp
 import torch
 
+from libraries.modelparallel import state as smp_state
 from tests.libraries.modelparallel.tensor_parallel_training import (
     ADAM_LR,
     ADAM_STEPS,
@@ -36,7 +39,16 @@ def train_step(
 
 
 def main() -> None:
-    out, scenario = Path(sys.argv[1]), sys.argv[2]
+    out, scenarios = Path(sys.argv[1]), sys.argv[2:]
+    for index, scenario in enumerate(scenarios):
+        if index:
+            # The scenario before is done on every rank: its state goes, a new one is made.
+            smp.barrier()
+            smp_state.reset()
+        run(out, scenario)
+
+
+def run(out: Path, scenario: str) -> None:
     family, config = SCENARIOS[scenario]
     smp.init(config)
     with smp.tensor_parallelism():

@@ -25,8 +25,7 @@ from tests.libraries.modelparallel.tensor_parallel_training import (
 )
 from tests.libraries.modelparallel.transformers_workload import FAMILIES
 
-# The fixture runs 6 jobs of 2 to 4 processes: 4.3 CPU-minutes in all (13 minutes of wall
-# time on 2 cores busy with other tests).
+# The fixture runs 4 jobs of 2 to 4 processes (the scenarios of one layout share one).
 pytestmark = pytest.mark.timeout(1200)
 
 ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
@@ -54,13 +53,16 @@ LOSS_CLOSE = {"atol": 2e-6, "rtol": 0.0}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tensor-parallel-training")
+    jobs: dict[Layout, list[str]] = {}
     for scenario, layout in LAYOUTS.items():
+        jobs.setdefault(layout, []).append(scenario)
+    for layout, scenarios in jobs.items():
         run_job(
-            ["-m", f"{__package__}.tensor_parallel_training_worker", str(out), scenario],
+            ["-m", f"{__package__}.tensor_parallel_training_worker", str(out), *scenarios],
             layout,
             style="open_mpi",
             compat=True,
-            timeout=300,
+            timeout=300 * len(scenarios),
         )
     run_job(
         ["-m", f"{__package__}.tensor_parallel_worker", str(out)],
