@@ -14,17 +14,21 @@ is level-triggered and idempotent (a pass cut short anywhere is finished by the 
 - the job's status is written to the status subresource and each new transition posted
   as an Event;
 - a resource being deleted has its job stopped; its finalizer is removed once the job has
-  ended, which the worker records only after every instance is torn down, so no pod
-  outlives the resource.
+  ended and its backend holds nothing of it any more. A job reads as ended as soon as its
+  result is decided, before its instances are torn down (``worker.reconciler.ending``),
+  so the controller asks the backend itself: no pod or ConfigMap outlives the resource.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
+from provisioning import registry
+from provisioning.base import Backend, JobRef
 from service.auth.access import Principal, Role
 from service.custom_resources import crd, events, names, spelling, status
 from service.custom_resources.status import ResourceStatus
@@ -42,11 +46,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+BuildBackend = Callable[[str, Settings], Backend[Any]]
+
+
 class Controller:
-    def __init__(self, settings: Settings, api_client: ApiClient) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        api_client: ApiClient,
+        build_backend: BuildBackend = registry.build,
+    ) -> None:
         from kubernetes import client
 
         self.settings = settings
+        self.build_backend = build_backend
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
 
@@ -187,8 +200,14 @@ class Controller:
                 self._show(resource, before, job)
                 return  # the worker tears it down; a later pass sees it ended
             resource = self._show(resource, before, job)
+            if self._instances_left(job):
+                return  # the worker's teardown (or the reaper's) is under way
         kept = [each for each in _finalizers(resource) if each != names.FINALIZER]
         self._set_finalizers(resource, kept)
+
+    def _instances_left(self, job: JobPublic) -> bool:
+        backend = self.build_backend(job.backend, self.settings)
+        return backend.exists(JobRef(job.id, job.name, job.attempt))
 
     def _stop(self, job: JobPublic, project: str) -> None:
         try:

@@ -43,8 +43,11 @@ class Cluster:
             }
         )
 
-    def controller(self, settings: Settings) -> Controller:
-        return Controller(settings, self.api_client)
+    def controller(self, settings: Settings, backend: Backend[Any] | None = None) -> Controller:
+        """The controller, asking ``backend`` (else the server's own) what a job still holds."""
+        if backend is None:
+            return Controller(settings, self.api_client)
+        return Controller(settings, self.api_client, lambda _name, _settings: backend)
 
     def apply(self, name: str, source_dir: Path, **spec: Any) -> dict[str, Any]:
         """A resource of ``spec``, given as the REST API's fields (``instance_count=2``)

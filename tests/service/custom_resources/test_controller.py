@@ -104,8 +104,8 @@ def test_an_applied_resource_runs_as_a_job_and_shows_its_progress(
 def test_deleting_a_running_resource_stops_its_job_and_leaves_nothing(
     settings: Settings, cluster: Cluster, source_dir: Path
 ) -> None:
-    controller = cluster.controller(settings)
     backend = SleepingInstances(settings.jobs_dir)
+    controller = cluster.controller(settings, backend)
     reconciler = Reconciler(settings, lambda _name, _settings: backend)
     cluster.apply("resnet", source_dir, instance_count=2)
     controller.sync()
@@ -136,6 +136,47 @@ def test_deleting_a_running_resource_stops_its_job_and_leaves_nothing(
     assert backend.describe(JobRef(job, "resnet")) is None
     assert not job_dir(settings, "resnet").exists()
     assert [reason for _t, reason, _m in cluster.events("resnet")][-2:] == ["Stopping", "Stopped"]
+
+
+class _TeardownRefused(SleepingInstances):
+    """Instances whose removal fails until ``refusing`` is cleared (an API server away)."""
+
+    refusing = True
+
+    def teardown(self, job: JobRef) -> None:
+        if self.refusing:
+            raise RuntimeError("the API server is away")
+        super().teardown(job)
+
+
+def test_a_deleted_resource_is_held_until_its_ended_jobs_instances_are_gone(
+    settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    # A job reads Stopped as soon as its result is decided; its instances are removed
+    # after that, here only on a later try (the reaper's).
+    backend = _TeardownRefused(settings.jobs_dir)
+    controller = cluster.controller(settings, backend)
+    reconciler = Reconciler(settings, lambda _name, _settings: backend)
+    cluster.apply("vit", source_dir)
+    controller.sync()
+    job = job_id(settings, "vit")
+    reconciler.reconcile(job)
+    cluster.delete("vit")
+    deadline = time.monotonic() + 30
+    while job_state(settings, "vit")["status"] != "Stopped":
+        controller.sync()
+        reconciler.reconcile(job)
+        assert time.monotonic() < deadline, job_state(settings, "vit")
+        time.sleep(0.1)
+    controller.sync()
+    controller.sync()
+    assert backend.exists(JobRef(job, "vit"))
+    assert cluster.exists("vit")  # held: the job's instances are still there
+
+    backend.refusing = False
+    backend.teardown(JobRef(job, "vit"))
+    controller.sync()
+    assert not cluster.exists("vit")
 
 
 def test_a_restarted_controller_adopts_its_job_and_submits_none_again(
