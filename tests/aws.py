@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.timeouts import REQUEST_TIMEOUT
+
 REGION = "us-east-1"
 START_TIMEOUT = 30.0
 # Checked against moto's per-region offerings, as AWS refuses a type a region lacks.
@@ -142,7 +144,9 @@ def enforce_iam(server: MotoServer) -> None:
     """From now on ``server`` refuses every call its IAM policies do not allow, as AWS
     does (its keys included: only IAM users' and assumed roles' keys work). moto ignores
     the session policies STS is given."""
-    httpx.post(f"{server.url}/moto-api/reset-auth", content=b"0").raise_for_status()
+    httpx.post(
+        f"{server.url}/moto-api/reset-auth", content=b"0", timeout=REQUEST_TIMEOUT
+    ).raise_for_status()
 
 
 # Fixtures, registered as a plugin by tests/conftest.py.

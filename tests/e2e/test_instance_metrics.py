@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Stack
+from tests.timeouts import REQUEST_TIMEOUT
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +36,7 @@ def test_a_jobs_instances_measure_themselves(stack: Stack, tmp_path: Path) -> No
             f"{stack.url}/v1/training-jobs/burn-1/metrics",
             params={"kind": "instance"},
             headers={"Authorization": f"Bearer {client.token}"},
+            timeout=REQUEST_TIMEOUT,
         )
     assert response.status_code == 200, response.text
     series = {item["name"]: item["points"] for item in response.json()["metrics"]}

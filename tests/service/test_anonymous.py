@@ -18,6 +18,7 @@ from service.auth import sessions
 from service.settings import Settings
 from tests.service.sagemaker.live import serving
 from tests.service.test_body_limit import CountedBody, MiB
+from tests.timeouts import REQUEST_TIMEOUT
 
 JSON = {"Content-Type": "application/json"}
 
@@ -82,7 +83,9 @@ def test_an_anonymous_body_is_never_read(settings: Settings, root_path: str) -> 
 
 def test_an_anonymous_upload_is_refused_before_it_arrives(server: str) -> None:
     body = CountedBody(64 * MiB)
-    response = httpx.post(f"{server}/v1/training-jobs", content=iter(body), headers=JSON)
+    response = httpx.post(
+        f"{server}/v1/training-jobs", content=iter(body), headers=JSON, timeout=REQUEST_TIMEOUT
+    )
     assert response.status_code == 401, response.text
     assert response.headers["connection"] == "close"
     assert body.sent < body.size
@@ -91,7 +94,7 @@ def test_an_anonymous_upload_is_refused_before_it_arrives(server: str) -> None:
 @pytest.mark.parametrize("body", ["{not json", '{"instance_type": 7}', ""])
 def test_a_malformed_body_without_credentials_gets_401(server: str, body: str) -> None:
     for path in ("/v1/training-jobs", "/v1/tokens", "/v1/no-such-route"):
-        response = httpx.post(server + path, content=body, headers=JSON)
+        response = httpx.post(server + path, content=body, headers=JSON, timeout=REQUEST_TIMEOUT)
         assert response.status_code == 401, (path, response.text)
         assert response.json() == {"detail": "missing bearer token (Authorization: Bearer <token>)"}
 
@@ -107,7 +110,10 @@ def test_a_credential_that_does_not_hold_gets_the_same_401(server: str, admin_to
         {"Authorization": "Basic dXNlcjpwYXNz"},
     ):
         response = httpx.post(
-            f"{server}/v1/training-jobs", content=malformed, headers={**JSON, **headers}
+            f"{server}/v1/training-jobs",
+            content=malformed,
+            headers={**JSON, **headers},
+            timeout=REQUEST_TIMEOUT,
         )
         assert response.status_code == 401, (headers, response.text)
     # A token that holds: the body is judged.
@@ -115,6 +121,7 @@ def test_a_credential_that_does_not_hold_gets_the_same_401(server: str, admin_to
         f"{server}/v1/training-jobs",
         content=malformed,
         headers={**JSON, "Authorization": f"Bearer {admin_token}"},
+        timeout=REQUEST_TIMEOUT,
     )
     assert response.status_code == 422, response.text
 
@@ -132,6 +139,8 @@ def test_sagemakers_calls_keep_aws_refusals(server: str) -> None:
         "X-Amz-Target": "SageMaker.DescribeTrainingJob",
         "Content-Type": "application/x-amz-json-1.1",
     }
-    response = httpx.post(server + "/", content=b"{not json", headers=headers)
+    response = httpx.post(
+        server + "/", content=b"{not json", headers=headers, timeout=REQUEST_TIMEOUT
+    )
     assert response.status_code == 403
     assert response.json()["__type"].endswith("MissingAuthenticationTokenException")

@@ -24,6 +24,7 @@ from tests.conftest import job_spec
 from tests.runyard.test_server_startup import REPO, _free_port
 from tests.service.observability.scrape import Samples, samples, value
 from tests.service.test_api_workers import _descendants, _serving
+from tests.timeouts import REQUEST_TIMEOUT
 
 
 @dataclass
@@ -82,12 +83,20 @@ def _end_every_job(url: str, token: str, jobs_dir: Path, timeout: float = 90) ->
     instances are gone: a server that stops keeps its jobs' instances running (they are
     adopted when it starts again), and this one does not start again."""
     headers = {"Authorization": f"Bearer {token}"}
-    for job in httpx.get(f"{url}/v1/training-jobs", headers=headers).json()["items"]:
+    for job in httpx.get(
+        f"{url}/v1/training-jobs", headers=headers, timeout=REQUEST_TIMEOUT
+    ).json()["items"]:
         if job["status"] == "InProgress":
-            httpx.post(f"{url}/v1/training-jobs/{job['name']}/stop", headers=headers)
+            httpx.post(
+                f"{url}/v1/training-jobs/{job['name']}/stop",
+                headers=headers,
+                timeout=REQUEST_TIMEOUT,
+            )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        jobs = httpx.get(f"{url}/v1/training-jobs", headers=headers).json()["items"]
+        jobs = httpx.get(
+            f"{url}/v1/training-jobs", headers=headers, timeout=REQUEST_TIMEOUT
+        ).json()["items"]
         ended = all(job["status"] in ("Completed", "Failed", "Stopped") for job in jobs)
         if ended and not (jobs_dir.is_dir() and any(jobs_dir.iterdir())):
             return
@@ -97,7 +106,7 @@ def _end_every_job(url: str, token: str, jobs_dir: Path, timeout: float = 90) ->
 
 def _counted(url: str, route: str) -> float:
     # A new connection each time: the kernel hands it to either process.
-    found = samples(httpx.get(f"{url}/metrics").text)
+    found = samples(httpx.get(f"{url}/metrics", timeout=REQUEST_TIMEOUT).text)
     return value(found, "runyard_http_requests_total", method="GET", route=route, status="200")
 
 
@@ -116,7 +125,7 @@ def test_metrics_sum_what_every_api_process_counted(server: Server) -> None:
     assert None not in directories
     before = _counted(server.url, "/healthz")  # the server's own wait for itself asked it
     for _ in range(30):
-        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        assert httpx.get(f"{server.url}/healthz", timeout=REQUEST_TIMEOUT).status_code == 200
     # Each scrape lands on either process, and each sees both processes' counts.
     seen = {_counted(server.url, "/healthz") for _ in range(6)}
     assert seen == {before + 30}
@@ -135,11 +144,14 @@ def test_log_lines_are_json_naming_the_request_and_the_job(server: Server) -> No
     (source / "train.py").write_text("import time\ntime.sleep(60)\n")
     headers = {"Authorization": f"Bearer {server.token}"}
     spec = job_spec(source, name="watched")
-    created = httpx.post(f"{server.url}/v1/training-jobs", json=spec, headers=headers)
+    created = httpx.post(
+        f"{server.url}/v1/training-jobs", json=spec, headers=headers, timeout=REQUEST_TIMEOUT
+    )
     assert created.status_code == 201, created.text
     stopped = httpx.post(
         f"{server.url}/v1/training-jobs/watched/stop",
         headers={**headers, "X-Request-ID": "stop-4711"},
+        timeout=REQUEST_TIMEOUT,
     )
     assert stopped.status_code == 200, stopped.text
     assert stopped.headers["X-Request-ID"] == "stop-4711"
@@ -165,14 +177,19 @@ def test_the_worker_serves_its_reconcile_passes_and_lag(server: Server) -> None:
     headers = {"Authorization": f"Bearer {server.token}"}
     spec = job_spec(source, name="reconciled")
     assert (
-        httpx.post(f"{server.url}/v1/training-jobs", json=spec, headers=headers).status_code == 201
+        httpx.post(
+            f"{server.url}/v1/training-jobs", json=spec, headers=headers, timeout=REQUEST_TIMEOUT
+        ).status_code
+        == 201
     )
     deadline = time.monotonic() + 60
     found: Samples = {}
     while time.monotonic() < deadline:
-        job = httpx.get(f"{server.url}/v1/training-jobs/reconciled", headers=headers).json()
+        job = httpx.get(
+            f"{server.url}/v1/training-jobs/reconciled", headers=headers, timeout=REQUEST_TIMEOUT
+        ).json()
         if job["status"] == "Completed":
-            found = samples(httpx.get(server.worker_metrics).text)
+            found = samples(httpx.get(server.worker_metrics, timeout=REQUEST_TIMEOUT).text)
             break
         time.sleep(0.3)
     assert found, f"the job did not complete: {job}"

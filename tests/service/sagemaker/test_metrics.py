@@ -27,6 +27,7 @@ from service.settings import Settings
 from tests.conftest import submit_for_instances
 from tests.service.sagemaker.conftest import credentials
 from tests.service.sagemaker.live import NO_RETRIES, REGION, UNCHECKED, check_answer, client
+from tests.timeouts import REQUEST_TIMEOUT
 
 NAMESPACE = "/aws/sagemaker/TrainingJobs"
 DEFINITIONS = [
@@ -365,7 +366,12 @@ def test_a_query_form_the_model_does_not_have_is_refused_naming_it(
         SigV4Auth(
             Credentials(keys["access_key_id"], keys["secret_access_key"]), "monitoring", REGION
         ).add_auth(request)
-        return httpx.post(server + "/", content=form.encode(), headers=dict(request.headers))
+        return httpx.post(
+            server + "/",
+            content=form.encode(),
+            headers=dict(request.headers),
+            timeout=REQUEST_TIMEOUT,
+        )
 
     listed = post("Action=ListMetrics&Version=2010-08-01")
     assert listed.status_code == 200, listed.text
@@ -391,7 +397,9 @@ def test_a_query_form_the_model_does_not_have_is_refused_naming_it(
     SigV4Auth(
         Credentials(keys["access_key_id"], keys["secret_access_key"]), "sagemaker", REGION
     ).add_auth(request)
-    wrong = httpx.post(server + "/", content=request.body, headers=dict(request.headers))
+    wrong = httpx.post(
+        server + "/", content=request.body, headers=dict(request.headers), timeout=REQUEST_TIMEOUT
+    )
     assert wrong.status_code == 400
     assert "<Code>InvalidSignatureException</Code>" in wrong.text
 

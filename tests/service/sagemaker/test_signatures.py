@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from runyard.cli import main
 from tests.service.sagemaker.conftest import credentials
 from tests.service.sagemaker.live import REGION, client
+from tests.timeouts import REQUEST_TIMEOUT
 
 TARGET = "SageMaker.ListTrainingJobs"
 
@@ -98,6 +99,7 @@ def test_the_signature_covers_the_body_the_time_and_the_service(
         server + "/",
         content=json.dumps({"MaxResults": 6}).encode(),
         headers=dict(good.request.headers.items()),
+        timeout=REQUEST_TIMEOUT,
     )
     assert error(response) == (400, "InvalidSignatureException")
 
@@ -114,7 +116,9 @@ def test_the_signature_covers_the_body_the_time_and_the_service(
 
 def test_missing_or_malformed_signatures(api: TestClient, server: str) -> None:
     headers = {"X-Amz-Target": TARGET, "Content-Type": "application/x-amz-json-1.1"}
-    assert error(httpx.post(server + "/", content=b"{}", headers=headers)) == (
+    assert error(
+        httpx.post(server + "/", content=b"{}", headers=headers, timeout=REQUEST_TIMEOUT)
+    ) == (
         403,
         "MissingAuthenticationTokenException",
     )
@@ -127,6 +131,7 @@ def test_missing_or_malformed_signatures(api: TestClient, server: str) -> None:
             server + "/",
             content=b"{}",
             headers={**headers, "Authorization": authorization, "X-Amz-Date": "20260101T000000Z"},
+            timeout=REQUEST_TIMEOUT,
         )
         assert error(response) == (400, "IncompleteSignature"), authorization
 
@@ -149,7 +154,9 @@ def test_bad_bodies_and_unknown_operations_get_aws_errors(api: TestClient, serve
     assert error(extra) == (400, "ValidationException")
     assert "'sorted'" in extra.json()["message"]
     assert error(signed(server, keys, {"MaxResults": 101})) == (400, "ValidationException")
-    assert httpx.post(server + "/", content=b"{}").status_code == 404  # not SageMaker's protocol
+    assert (
+        httpx.post(server + "/", content=b"{}", timeout=REQUEST_TIMEOUT).status_code == 404
+    )  # not SageMaker's protocol
 
 
 def test_runyard_token_aws_prints_credentials_boto3_uses(

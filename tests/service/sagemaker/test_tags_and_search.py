@@ -22,6 +22,7 @@ from tests.service.sagemaker.test_training_jobs import (
     request,
     vision_viewer_and_member,
 )
+from tests.timeouts import REQUEST_TIMEOUT
 
 
 def arn_of(sm: Any, name: str) -> str:
@@ -339,7 +340,9 @@ def test_search_sees_only_the_callers_project_and_refuses_bad_expressions(
     SigV4Auth(
         Credentials(keys["access_key_id"], keys["secret_access_key"]), "sagemaker", REGION
     ).add_auth(signed)
-    answer = httpx.post(server + "/", content=body, headers=dict(signed.headers))
+    answer = httpx.post(
+        server + "/", content=body, headers=dict(signed.headers), timeout=REQUEST_TIMEOUT
+    )
     assert answer.status_code == 400, answer.text
     assert "ValidationException" in answer.json()["__type"]
     assert "nested more than" in answer.json()["message"]
