@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from contract import modes
+from contract import agent_hosts, modes
+from contract.agent_hosts import AgentHost, AgentHostsError
 from contract.instance_config import ConfigError, RunyardConfig
 from provisioning.base import JobRef
 from runtime.launch import LAUNCHERS
@@ -139,6 +140,35 @@ def _snapshot(**columns: object) -> JobSnapshot:
     }
     values.update(columns)
     return JobSnapshot(**values)  # type: ignore[arg-type]
+
+
+def test_the_agents_hosts_file_reads_back_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.json"
+    written = {
+        "algo-1": AgentHost(base="/jobs/j/algo-1", cwd="/jobs/j/algo-1/code", cpus=[0, 1]),
+        "algo-2": AgentHost(base="/jobs/j/algo-2", cwd="/jobs/j/algo-2/code", env={"A": "1"}),
+    }
+    agent_hosts.write(path, written)
+    assert agent_hosts.read(path) == written
+    assert set(json.loads(path.read_text())["algo-1"]) == {"base", "cwd", "env", "cpus"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ({"cwd": "/c"}, "algo-2.base"),
+        ({"base": "/b", "cwd": "/c", "env": {"A": 1}}, "algo-2.env"),
+        ({"base": "/b", "cwd": "/c", "cpus": [True]}, "algo-2.cpus"),
+        ({"base": "/b", "cwd": "/c", "gpus": [0]}, "algo-2.gpus"),
+    ],
+)
+def test_a_malformed_hosts_entry_is_refused_naming_its_key(
+    tmp_path: Path, entry: dict[str, object], key: str
+) -> None:
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"algo-1": {"base": "/b", "cwd": "/c"}, "algo-2": entry}))
+    with pytest.raises(AgentHostsError, match=f"^{key}: "):
+        agent_hosts.read(path)
 
 
 def test_an_unprepared_spec_has_no_job_spec(tmp_path: Path) -> None:
