@@ -8,16 +8,18 @@ result as that launcher implies (under mpirun, the first instance's result is th
 
 Adding a mode takes one record in ``MODES``, which registers it: its dotted name, its
 launcher, the options it takes beside ``enabled`` (``Options``: the API's ``Distribution``
-schema is built from the records, so its key appears there), and where it needs them, a
-``check`` of its options and the ``hyperparameters`` it hands the script. Only a mode that
-starts its processes in a way no launcher does yet also needs a ``Launcher`` member here
-and its launcher in ``runtime.launch`` (``LAUNCHERS``).
+schema is built from the records, so its key appears there), the hyperparameters SageMaker's
+SDK names it and its options by (``SageMakerFlags``: ``contract.sagemaker_flags`` reads and
+writes them from the records), and where it needs them, a ``check`` of its options and the
+``hyperparameters`` it hands the script. Only a mode that starts its processes in a way no
+launcher does yet also needs a ``Launcher`` member here and its launcher in
+``runtime.launch`` (``LAUNCHERS``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -60,6 +62,20 @@ class Options:
     keys: Mapping[str, Option]
 
 
+@dataclass(frozen=True)
+class SageMakerFlags:
+    """The hyperparameters SageMaker's SDK writes for a mode, from which SageMaker's
+    containers choose their launcher: the flag that enables it, and the hyperparameter of
+    each option it carries there, by the option's key.
+
+    A mode without a flag of its own (``enabled`` None) runs under another (``runs_under``)
+    and is named by its options' hyperparameters, each a map, beside that mode's flag:
+    ``mp_parameters`` beside ``sagemaker_mpi_enabled``."""
+
+    enabled: str | None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
 # mpirun's own options, for the modes whose launcher is mpirun and that SageMaker lets
 # pass them; only those ``contract.mpi_options`` allows.
 _CUSTOM_MPI_OPTIONS = Option(str, "")
@@ -87,14 +103,21 @@ class Mode:
     # What it hands the script as hyperparameters, from its options, beside the job's own
     # (which win where a name is the same).
     hyperparameters: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    # How SageMaker's SDK names it in a job's hyperparameters; None: it does not.
+    sagemaker_flags: SageMakerFlags | None = None
 
     @property
     def uses_mpi(self) -> bool:
         return self.launcher == Launcher.MPIRUN
 
     @property
+    def path(self) -> tuple[str, ...]:
+        """Where its options are in ``distribution``."""
+        return tuple(self.name.split("."))
+
+    @property
     def loc(self) -> tuple[str, ...]:
-        return ("distribution", *self.name.split("."))
+        return ("distribution", *self.path)
 
     def options(self, distribution: Mapping[str, Any]) -> dict[str, Any]:
         """The mode's options in a ``distribution`` dict; {} where it has none."""
@@ -155,8 +178,18 @@ def _model_parallel_hyperparameters(options: Mapping[str, Any]) -> dict[str, Any
 # In the order the API's schema lists their keys; a job enables one, or one and the mode
 # it runs under.
 MODES = (
-    Mode("torch_distributed", Launcher.TORCHRUN, framework="pytorch"),
-    Mode("pytorchddp", Launcher.MPIRUN, framework="pytorch"),
+    Mode(
+        "torch_distributed",
+        Launcher.TORCHRUN,
+        framework="pytorch",
+        sagemaker_flags=SageMakerFlags("sagemaker_torch_distributed_enabled"),
+    ),
+    Mode(
+        "pytorchddp",
+        Launcher.MPIRUN,
+        framework="pytorch",
+        sagemaker_flags=SageMakerFlags("sagemaker_pytorch_ddp_enabled"),
+    ),
     Mode(
         "mpi",
         Launcher.MPIRUN,
@@ -169,14 +202,29 @@ MODES = (
                 "custom_mpi_options": _CUSTOM_MPI_OPTIONS,
             },
         ),
+        sagemaker_flags=SageMakerFlags(
+            "sagemaker_mpi_enabled",
+            {
+                "processes_per_host": "sagemaker_mpi_num_of_processes_per_host",
+                "custom_mpi_options": "sagemaker_mpi_custom_mpi_options",
+            },
+        ),
     ),
-    Mode("parameter_server", Launcher.PARAMETER_SERVER),
+    Mode(
+        "parameter_server",
+        Launcher.PARAMETER_SERVER,
+        sagemaker_flags=SageMakerFlags("sagemaker_parameter_server_enabled"),
+    ),
     Mode(
         "smdistributed.dataparallel",
         Launcher.MPIRUN,
         framework="pytorch",
         libraries=("smdistributed",),
         takes=Options("DataParallelDistribution", {"custom_mpi_options": _CUSTOM_MPI_OPTIONS}),
+        sagemaker_flags=SageMakerFlags(
+            "sagemaker_distributed_dataparallel_enabled",
+            {"custom_mpi_options": "sagemaker_distributed_dataparallel_custom_mpi_options"},
+        ),
     ),
     Mode(
         "smdistributed.modelparallel",
@@ -188,8 +236,15 @@ MODES = (
         takes=Options("ModelParallelDistribution", {"parameters": Option(dict)}),
         check=_model_parallel_problems,
         hyperparameters=_model_parallel_hyperparameters,
+        # No flag: the SDK sends the parameters beside the mpi flag.
+        sagemaker_flags=SageMakerFlags(None, {"parameters": modelparallel.HYPERPARAMETER}),
     ),
-    Mode("multi_worker_mirrored_strategy", Launcher.TF_MULTI_WORKER, framework="tensorflow"),
+    Mode(
+        "multi_worker_mirrored_strategy",
+        Launcher.TF_MULTI_WORKER,
+        framework="tensorflow",
+        sagemaker_flags=SageMakerFlags("sagemaker_multi_worker_mirrored_strategy_enabled"),
+    ),
 )
 
 

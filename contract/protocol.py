@@ -38,8 +38,14 @@ class Endpoint(StrEnum):
 
 def instance_url(service_url: str, job_name: str, host: str) -> str:
     """The base of one instance's routes on the service at ``service_url``."""
-    path = INSTANCE_PATH.format(name=quote(job_name), host=quote(host))
-    return f"{service_url.rstrip('/')}{JOBS_PATH}{path}"
+    return f"{service_url.rstrip('/')}{instance_path(job_name, host)}"
+
+
+def instance_path(job_name: str, host: str, endpoint: Endpoint | None = None) -> str:
+    """One instance's path for ``endpoint`` (without one, the base of its routes), from
+    the service's root: what a client of the API asks for."""
+    template = INSTANCE_PATH if endpoint is None else instance_route(endpoint)
+    return JOBS_PATH + template.format(name=quote(job_name), host=quote(host))
 
 
 def instance_route(endpoint: Endpoint) -> str:

@@ -4,7 +4,9 @@ The SDK turns an estimator's ``distribution`` dict into hyperparameters
 (``sagemaker_mpi_enabled``, ``sagemaker_mpi_num_of_processes_per_host``, ...), and
 SageMaker's containers choose their launcher from those alone; boto3 users and the
 training toolkits' own tests pass them directly. Runyard reads them back into the
-``distribution`` dict its modes (``contract.modes``) are enabled by, on every way in.
+``distribution`` dict its modes are enabled by, on every way in. Each mode's names are in
+its record (``contract.modes``, ``Mode.sagemaker_flags``); this module reads and writes
+them for every mode alike.
 """
 
 from __future__ import annotations
@@ -12,32 +14,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from contract import modes
 from contract.problems import Problem
 
 # A flag's value as the SDK writes it (JSON ``true``) or a person might (a Python bool).
 _TRUE = (True, "true", "True", "TRUE")
 
-# Each mode's flag, in the order its key appears in ``distribution``.
-_TOGGLES = (
-    ("sagemaker_torch_distributed_enabled", ("torch_distributed",)),
-    ("sagemaker_pytorch_ddp_enabled", ("pytorchddp",)),
-    ("sagemaker_parameter_server_enabled", ("parameter_server",)),
-    ("sagemaker_multi_worker_mirrored_strategy_enabled", ("multi_worker_mirrored_strategy",)),
-    ("sagemaker_distributed_dataparallel_enabled", ("smdistributed", "dataparallel")),
-    ("sagemaker_mpi_enabled", ("mpi",)),
-)
-# Options beside a flag: (hyperparameter, the flag it belongs to, the option's key).
-_OPTIONS = (
-    ("sagemaker_mpi_num_of_processes_per_host", "sagemaker_mpi_enabled", "processes_per_host"),
-    ("sagemaker_mpi_custom_mpi_options", "sagemaker_mpi_enabled", "custom_mpi_options"),
-    (
-        "sagemaker_distributed_dataparallel_custom_mpi_options",
-        "sagemaker_distributed_dataparallel_enabled",
-        "custom_mpi_options",
-    ),
-)
-# Model parallelism runs under mpirun: the SDK sends its parameters beside the mpi flag.
-MODEL_PARALLEL_PARAMETERS = "mp_parameters"
+
+def _named_modes() -> dict[tuple[str, ...], modes.SageMakerFlags]:
+    """The names of each mode the SDK names, by where its options are in ``distribution``:
+    first the modes with a flag of their own, then those named beside the flag of the mode
+    they run under (each in ``MODES``' order)."""
+    named = {mode.path: mode.sagemaker_flags for mode in modes.MODES if mode.sagemaker_flags}
+    return dict(sorted(named.items(), key=lambda item: item[1].enabled is None))
+
+
+_FLAGGED = _named_modes()
+
 # What SageMaker's containers run and Runyard does not: refused, naming the flag.
 _REFUSED = {
     "sagemaker_distribution_instance_groups": "heterogeneous instance groups are not supported",
@@ -47,7 +40,8 @@ _REFUSED = {
 
 def flag_of(path: tuple[str, ...]) -> str | None:
     """The hyperparameter that enables the mode at ``path`` in ``distribution``."""
-    return next((flag for flag, where in _TOGGLES if where == path), None)
+    named = _FLAGGED.get(path)
+    return None if named is None else named.enabled
 
 
 def distribution(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
@@ -59,18 +53,23 @@ def distribution(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[Proble
         if values.get(flag) not in (None, "", [], {}, False, "false", "False")
     ]
     found: dict[str, Any] = {}
-    for flag, path in _TOGGLES:
-        if values.get(flag) not in _TRUE:
-            continue
+    for path, named in _FLAGGED.items():
         options: dict[str, Any] = {"enabled": True}
-        for option, owner, key in _OPTIONS:
-            # An empty value is the SDK's way of giving none.
-            if owner == flag and values.get(option) not in (None, ""):
-                options[key] = _as_given(values[option])
+        if named.enabled is not None:
+            if values.get(named.enabled) not in _TRUE:
+                continue
+            for key, option in named.options.items():
+                # An empty value is the SDK's way of giving none.
+                if values.get(option) not in (None, ""):
+                    options[key] = _as_given(values[option])
+        else:
+            given = {key: values.get(option) for key, option in named.options.items()}
+            if not _under_enabled(path, found) or not all(
+                isinstance(value, Mapping) for value in given.values()
+            ):
+                continue
+            options.update(given)
         _put(found, path, options)
-    parameters = values.get(MODEL_PARALLEL_PARAMETERS)
-    if "mpi" in found and isinstance(parameters, Mapping):
-        _put(found, ("smdistributed", "modelparallel"), {"enabled": True, "parameters": parameters})
     return found, problems
 
 
@@ -79,16 +78,18 @@ def flags(distribution: Mapping[str, Any]) -> dict[str, Any]:
     submitted another way shows a SageMaker client (DescribeTrainingJob)."""
     found: dict[str, Any] = {}
     enabled = _enabled_paths(distribution)
-    for flag, path in _TOGGLES:
+    for path, named in _FLAGGED.items():
         if path not in enabled:
             continue
-        found[flag] = True
-        for option, owner, key in _OPTIONS:
-            if owner == flag and enabled[path].get(key) not in (None, ""):
-                found[option] = enabled[path][key]
-    model_parallel = enabled.get(("smdistributed", "modelparallel"))
-    if model_parallel is not None:
-        found[MODEL_PARALLEL_PARAMETERS] = model_parallel.get("parameters", {})
+        if named.enabled is not None:
+            found[named.enabled] = True
+            for key, option in named.options.items():
+                if enabled[path].get(key) not in (None, ""):
+                    found[option] = enabled[path][key]
+        else:
+            # What names the mode: written even where the job gave no options.
+            for key, option in named.options.items():
+                found[option] = enabled[path].get(key, {})
     return found
 
 
@@ -130,11 +131,9 @@ def hyperparameter_at(loc: tuple[str | int, ...]) -> str:
     parts = tuple(str(part) for part in loc)
     for size in range(len(parts), 0, -1):
         path = parts[:size]
-        if flag_of(path):
+        if path in _FLAGGED:
             rest = parts[size:]
             return _option_name(path, rest[0]) if rest else _flag_name(path)
-    if parts[:2] == ("smdistributed", "modelparallel"):
-        return MODEL_PARALLEL_PARAMETERS
     return ""
 
 
@@ -171,13 +170,22 @@ def _enabled_paths(
     return found
 
 
+def _under_enabled(path: tuple[str, ...], found: Mapping[str, Any]) -> bool:
+    """Whether the mode at ``path`` runs under a mode already found enabled."""
+    under = modes.by_name(".".join(path)).runs_under
+    return under is not None and (tuple(under.split(".")) in _enabled_paths(found))
+
+
 def _flag_name(path: tuple[str, ...]) -> str:
-    return flag_of(path) or MODEL_PARALLEL_PARAMETERS
+    """The hyperparameter that names the mode at ``path``: its flag, or for a mode without
+    one, its first option's."""
+    named = _FLAGGED.get(path)
+    if named is None:
+        return ""
+    return named.enabled or next(iter(named.options.values()), "")
 
 
 def _option_name(path: tuple[str, ...], key: str) -> str:
-    flag = flag_of(path)
-    for option, owner, option_key in _OPTIONS:
-        if owner == flag and option_key == key:
-            return option
-    return _flag_name(path)
+    named = _FLAGGED.get(path)
+    option = None if named is None else named.options.get(key)
+    return option or _flag_name(path)

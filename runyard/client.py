@@ -21,6 +21,7 @@ import httpx
 
 from contract.archive import ArchiveError, check_archive, make_tarball
 from contract.ports import SERVICE_PORT
+from contract.protocol import JOBS_PATH, Endpoint, instance_path
 from runyard import variables
 
 DEFAULT_PORT = SERVICE_PORT
@@ -139,14 +140,14 @@ class Client:
 
     def create_job(self, spec: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         params = {"dry_run": "true"} if dry_run else {}
-        return self._json("POST", "/v1/training-jobs", json=spec, params=params)
+        return self._json("POST", JOBS_PATH, json=spec, params=params)
 
     def get_job(self, name: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/training-jobs/{name}")
+        return self._json("GET", f"{JOBS_PATH}/{name}")
 
     def clone_spec(self, name: str) -> dict[str, Any]:
         """The job's spec as it would be submitted again (what the server chose left out)."""
-        return self._json("GET", f"/v1/training-jobs/{name}/clone")
+        return self._json("GET", f"{JOBS_PATH}/{name}/clone")
 
     def list_jobs(
         self,
@@ -169,12 +170,12 @@ class Client:
             "cursor": cursor,
         }
         given: list[tuple[str, Any]] = [(k, v) for k, v in params.items() if v is not None]
-        return self._json("GET", "/v1/training-jobs", params=[*given, *(("tag", t) for t in tags)])
+        return self._json("GET", JOBS_PATH, params=[*given, *(("tag", t) for t in tags)])
 
     def delete_job(self, name: str, *, remove_artifacts: bool = False) -> dict[str, Any]:
         """Delete an ended job; its artifacts too with ``remove_artifacts``."""
         params = {"artifacts": "remove" if remove_artifacts else "keep"}
-        return self._json("DELETE", f"/v1/training-jobs/{name}", params=params)
+        return self._json("DELETE", f"{JOBS_PATH}/{name}", params=params)
 
     def download_model(
         self,
@@ -189,7 +190,7 @@ class Client:
         no partial file); its size."""
         partial = target.with_name(f".{target.name}.partial")
         try:
-            with self._http.stream("GET", f"/v1/training-jobs/{name}/{what}") as response:
+            with self._http.stream("GET", f"{JOBS_PATH}/{name}/{what}") as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _error(response)
@@ -206,11 +207,11 @@ class Client:
         return target.stat().st_size
 
     def stop_job(self, name: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/training-jobs/{name}/stop")
+        return self._json("POST", f"{JOBS_PATH}/{name}/stop")
 
     def interrupt(self, name: str, host: str, message: str) -> dict[str, Any]:
         """Send a spot interruption notice for one instance of a spot job."""
-        path = f"/v1/training-jobs/{name}/instances/{host}/interruption"
+        path = instance_path(name, host, Endpoint.INTERRUPTION)
         return self._json("POST", path, json={"message": message})
 
     def wait(self, name: str, *, poll: float = 1.0, timeout: float | None = None) -> dict[str, Any]:
@@ -253,7 +254,7 @@ class Client:
         }
         page = self._json(
             "GET",
-            f"/v1/training-jobs/{name}/metrics",
+            f"{JOBS_PATH}/{name}/metrics",
             params={k: v for k, v in params.items() if v is not None},
         )
         series: list[dict[str, Any]] = page["metrics"]
@@ -268,7 +269,7 @@ class Client:
             params = {"host": host, "cursor": cursor, "limit": 5000}
             page = self._json(
                 "GET",
-                f"/v1/training-jobs/{name}/logs",
+                f"{JOBS_PATH}/{name}/logs",
                 params={k: v for k, v in params.items() if v is not None},
             )
             yield from page["events"]
@@ -288,7 +289,7 @@ class Client:
             try:
                 with self._http.stream(
                     "GET",
-                    f"/v1/training-jobs/{name}/logs",
+                    f"{JOBS_PATH}/{name}/logs",
                     params=params,
                     headers=headers,
                     timeout=None,

@@ -29,6 +29,8 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.tensor import DTensor
 
 from libraries.modelparallel import state as smp_state
+from libraries.modelparallel.model import distributed_model
+from libraries.modelparallel.optimizer import distributed_optimizer
 
 # The file in a checkpoint folder that names its newest tag, as SageMaker's library has.
 NEWEST = "newest"
@@ -119,7 +121,8 @@ def resume_from_checkpoint(
     """Loads the newest checkpoint under ``path`` (or ``tag``'s) into the wrapped model and
     optimizer; returns its ``user_content``."""
     state = smp_state.current()
-    if state.model is None:
+    model = distributed_model(state)
+    if model is None:
         raise RuntimeError(
             "smp.resume_from_checkpoint: wrap the model in smp.DistributedModel first"
         )
@@ -127,13 +130,12 @@ def resume_from_checkpoint(
     if not partial:
         # A full checkpoint holds the model alone: the optimizer starts afresh.
         whole = torch.load(Path(path) / tag, weights_only=False)
-        state.model.load_state_dict(whole, strict=strict)
+        model.load_state_dict(whole, strict=strict)
         return torch.load(Path(path) / f"{FULL_USER_CONTENT}{tag}", weights_only=False)
     folder = Path(path) / tag
-    optimizer = state.optimizer if load_optimizer else None
-    states = _states(state.model, optimizer)
+    optimizer = distributed_optimizer(state) if load_optimizer else None
+    states = _states(model, optimizer)
     dcp_load(states, checkpoint_id=str(folder))
-    model = state.model
     module = model.own_module
     if model.pipeline is not None or model.shares is not None:
         # The model's own load: a stage's parameters, or shares taken from split ones.

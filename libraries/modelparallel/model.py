@@ -46,8 +46,8 @@ from libraries.modelparallel import (
 )
 from libraries.modelparallel import state as smp_state
 from libraries.modelparallel.activations import offloaded
+from libraries.modelparallel.calls import ModelCall
 from libraries.modelparallel.pipeline import (
-    ModelCall,
     Pipeline,
     Probed,
     Released,
@@ -363,6 +363,15 @@ class DistributedModel(nn.Module):
                 yield
         finally:
             self._microbatch_scale = 1.0
+
+
+def distributed_model(state: smp_state.State) -> DistributedModel | None:
+    """The model the script wrapped, as its class (the state holds it as ``wrapped``'s
+    protocol, for the modules below this one)."""
+    model = state.model
+    if model is None or isinstance(model, DistributedModel):
+        return model
+    raise TypeError(f"the state's model is a {type(model).__name__}, not an smp.DistributedModel")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from libraries.modelparallel import state as smp_state
+from libraries.modelparallel.model import distributed_model
 
 
 class LossScale:
@@ -72,8 +73,9 @@ class DistributedOptimizer:
         # (SageMaker's fp16 optimizer's ``overflow``; always False without fp16).
         self.overflow = False
         state.optimizer = self
-        if state.model is not None and state.model.pipeline is not None:
-            self.keep_only(state.model.pipeline.module, state.model.stand_ins)
+        model = distributed_model(state)
+        if model is not None and model.pipeline is not None:
+            self.keep_only(model.pipeline.module, model.stand_ins)
 
     def keep_only(
         self, stage: torch.nn.Module, stand_ins: Mapping[int, torch.nn.Parameter]
@@ -146,7 +148,7 @@ class DistributedOptimizer:
         hold the same gradients and are not summed; a parameter tied across stages counts
         on the first stage that holds it."""
         state = smp_state.current()
-        model = state.model
+        model = distributed_model(state)
         shares: set[int] = set()
         elsewhere: set[int] = set()
         if model is not None and model.shares is not None:
@@ -210,8 +212,19 @@ class DistributedOptimizer:
     def _model(self) -> torch.nn.Module | None:
         """The module whose parameter names key the state (this rank's stage under a
         pipeline); None: the optimizer's own layout, with no model."""
-        model = smp_state.current().model
+        model = distributed_model(smp_state.current())
         return None if model is None else model.own_module
+
+
+def distributed_optimizer(state: smp_state.State) -> DistributedOptimizer | None:
+    """The optimizer the script wrapped, as its class (the state holds it as ``wrapped``'s
+    protocol, for the modules below this one)."""
+    optimizer = state.optimizer
+    if optimizer is None or isinstance(optimizer, DistributedOptimizer):
+        return optimizer
+    raise TypeError(
+        f"the state's optimizer is a {type(optimizer).__name__}, not an smp.DistributedOptimizer"
+    )
 
 
 def _combined(total: torch.Tensor, norm: torch.Tensor, norm_type: float) -> torch.Tensor:

@@ -27,7 +27,6 @@ import functools
 import inspect
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,16 +40,11 @@ from torch.distributed.pipelining.microbatch import _CustomReducer
 
 from libraries.modelparallel import state as smp_state
 from libraries.modelparallel.activations import offloaded
+from libraries.modelparallel.calls import ModelCall
 from libraries.modelparallel.precision import autocast
 from libraries.modelparallel.splits import split_points
 from libraries.modelparallel.stage_outputs import Returned, without_cache
 from libraries.modelparallel.ties import Tie, ties_of
-
-
-@dataclass
-class ModelCall:
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
 
 
 class Probed(Exception):

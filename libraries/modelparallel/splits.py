@@ -31,16 +31,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from contract.modelparallel import Parameters
+from libraries.modelparallel.calls import ModelCall
 from libraries.modelparallel.stage_outputs import without_cache
-
-if TYPE_CHECKING:
-    from libraries.modelparallel.pipeline import ModelCall
 
 # Containers whose items of one class are blocks: each a unit whole.
 STACKS = (nn.ModuleList, nn.Sequential)

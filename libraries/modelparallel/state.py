@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,10 +20,7 @@ from contract import modelparallel, variables
 from contract.problems import Problem
 from libraries.dataparallel import process_group
 from libraries.modelparallel.topology import Topology
-
-if TYPE_CHECKING:
-    from libraries.modelparallel.model import DistributedModel
-    from libraries.modelparallel.optimizer import DistributedOptimizer
+from libraries.modelparallel.wrapped import WrappedModel, WrappedOptimizer
 
 # Where the job puts its parameters for the script, as SageMaker's SDK does.
 PARAMETERS_VARIABLE = variables.sm_hp(modelparallel.HYPERPARAMETER)
@@ -58,8 +55,9 @@ class State:
     # This rank alone, as the tensor-parallel group where there is no tensor parallelism
     # (``smp.get_tp_process_group()``): made when first asked for.
     alone: dist.ProcessGroup | None = None
-    model: DistributedModel | None = None
-    optimizer: DistributedOptimizer | None = None
+    # The script's ``smp.DistributedModel`` and ``smp.DistributedOptimizer``.
+    model: WrappedModel | None = None
+    optimizer: WrappedOptimizer | None = None
     # Modules the script put on a stage (``smp.partition``, ``set_partition``).
     partitions: dict[int, int] = field(default_factory=dict)
     # Modules the script marked for tensor parallelism (``smp.tensor_parallelism``,

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from libraries.modelparallel import state as smp_state
+from libraries.modelparallel.model import distributed_model
 from libraries.modelparallel.pipeline import Probed
 
 
@@ -74,14 +75,15 @@ def step(
         }
         if state.topology.pp_size > 1:
             return _outputs(_pipelined(func, bound, parts, state))
-        if state.model is None:
+        model = distributed_model(state)
+        if model is None:
             raise RuntimeError("an smp.step function runs a model: wrap it in smp.DistributedModel")
-        state.model.partitioned_now()
+        model.partitioned_now()
         results = []
-        with state.model.stepping():
+        with model.stepping():
             for index in range(count):
                 bound.arguments.update({name: values[index] for name, values in parts.items()})
-                with state.model.microbatch(index, count):
+                with model.microbatch(index, count):
                     results.append(func(*bound.args, **bound.kwargs))
         return _outputs(results)
 
@@ -95,7 +97,7 @@ def _pipelined(
     state: smp_state.State,
 ) -> list[Any]:
     """One step through the pipeline stages (``libraries.modelparallel.pipeline``)."""
-    model = state.model
+    model = distributed_model(state)
     if model is None:
         raise RuntimeError("an smp.step function runs a model: wrap it in smp.DistributedModel")
     count = state.parameters.microbatches

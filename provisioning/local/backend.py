@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from contract import storage, variables
+from contract import agent_hosts, storage, variables
+from contract.agent_hosts import AgentHost
 from contract.hosts import RENDEZVOUS_PORT
 from contract.images import BUILTIN, Catalog
 from contract.instance_config import Isolation
@@ -69,7 +70,6 @@ from provisioning.local import (
     stand_ins,
 )
 from provisioning.local.images import ImageStore
-from runtime.launch.local_agent import write_hosts_file
 from runtime.linux import mounts
 
 log = logging.getLogger(__name__)
@@ -712,17 +712,15 @@ class LocalBackend(Backend[LocalPlan]):
         job_dir = Path(plan.job_dir)
         if plan.network is None and not (job_dir / HOSTS_FILE).exists():
             # What the launch agent needs to run a command "on" each instance for mpirun.
-            write_hosts_file(
+            agent_hosts.write(
                 job_dir / HOSTS_FILE,
                 {
-                    instance.host: {
-                        "base": instance.base_dir,
-                        "cwd": str(Paths(Path(instance.base_dir)).code),
-                        "env": {
-                            k: v for k, v in instance.env.items() if k not in variables.PRIVATE
-                        },
-                        "cpus": instance.cpus,
-                    }
+                    instance.host: AgentHost(
+                        base=instance.base_dir,
+                        cwd=str(Paths(Path(instance.base_dir)).code),
+                        env={k: v for k, v in instance.env.items() if k not in variables.PRIVATE},
+                        cpus=instance.cpus,
+                    )
                     for instance in plan.instances
                 },
             )

@@ -12,9 +12,9 @@ parameter_server  TensorFlow: TF_CONFIG and a ps task per instance; PyTorch: a R
 tf_multi_worker   multi_worker_mirrored_strategy: TF_CONFIG, the entry point once per
                   instance (``tf_config``)
 
-Each gets two environments: the one its own processes run with (mpirun, Runyard's
-helpers), without the job's variables, and the script's, with them: a job's variables
-reach its script and nothing else.
+Each plans from one ``LaunchContext``, which holds two environments: the one its own
+processes run with (mpirun, Runyard's helpers), without the job's variables, and the
+script's, with them: a job's variables reach its script and nothing else.
 """
 
 from __future__ import annotations
@@ -22,37 +22,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contract.instance_config import InstanceConfig
-from contract.modes import Launcher, Mode
+from contract.modes import Launcher
 from runtime.instance.layers import PythonEnvironment
 from runtime.launch import mpi, parameter_servers, tf_config, torch_distributed
+from runtime.launch.context import LaunchContext
 from runtime.launch.workers import Launch, WorkerSpec
 
-# (config, mode, entry point argv, the launcher's variables, the script's, GPUs, the
-# job's Python environment)
-Plan = Callable[
-    [
-        InstanceConfig,
-        Mode | None,
-        list[str],
-        dict[str, str],
-        dict[str, str],
-        int,
-        PythonEnvironment,
-    ],
-    Launch,
-]
+Plan = Callable[[LaunchContext], Launch]
 
 
-def _script(
-    config: InstanceConfig,
-    _mode: Mode | None,
-    entry: list[str],
-    _env: dict[str, str],
-    script_env: dict[str, str],
-    _gpus: int,
-    _python: PythonEnvironment,
-) -> Launch:
-    return Launch([WorkerSpec(entry, script_env, config.paths.code)])
+def _script(context: LaunchContext) -> Launch:
+    return Launch([WorkerSpec(context.entry, context.script_env, context.code)])
 
 
 LAUNCHERS: dict[Launcher, Plan] = {
@@ -80,12 +60,13 @@ def plan(
     mode = config.mode
     # A mode this runtime has no launcher for is refused at submission; run the script.
     launcher = mode.launcher if mode is not None and mode.launcher else Launcher.SCRIPT
-    return LAUNCHERS[launcher](
-        config,
-        mode,
-        entry,
-        env,
-        env if script_env is None else script_env,
-        num_gpus,
-        python or PythonEnvironment.current(),
+    context = LaunchContext(
+        config=config,
+        mode=mode,
+        entry=entry,
+        env=env,
+        script_env=env if script_env is None else script_env,
+        gpus=num_gpus,
+        python=python or PythonEnvironment.current(),
     )
+    return LAUNCHERS[launcher](context)

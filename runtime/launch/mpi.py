@@ -25,6 +25,7 @@ from contract import mpi_options, variables
 from contract.instance_config import InstanceConfig
 from contract.modes import Mode, processes_per_host
 from runtime.instance.layers import PythonEnvironment
+from runtime.launch.context import LaunchContext
 from runtime.launch.workers import GroupResult, Launch, WorkerSpec
 from runtime.linux import procfs
 
@@ -74,15 +75,8 @@ def find_mpirun(python: PythonEnvironment) -> str:
     return found
 
 
-def plan(
-    config: InstanceConfig,
-    mode: Mode | None,
-    entry: list[str],
-    env: dict[str, str],
-    script_env: dict[str, str],
-    gpus: int,
-    python: PythonEnvironment,
-) -> Launch:
+def plan(context: LaunchContext) -> Launch:
+    config, mode, python = context.config, context.mode, context.python
     if not config.is_master:
         return Launch(waits_for_mpi=True)
     options = mode.launch_options(config.distribution) if mode is not None else {}
@@ -91,8 +85,8 @@ def plan(
         custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
     except mpi_options.MpiOptionError as exc:
         raise MpiSetupError(f"custom_mpi_options: {exc}") from exc
-    env = rank_environment(config, mode, env, python)
-    script_env = rank_environment(config, mode, script_env, python)
+    env = rank_environment(config, mode, context.env, python)
+    script_env = rank_environment(config, mode, context.script_env, python)
     job = job_variables(config, env, script_env, custom)
     # A bare `-x NAME` forwards mpirun's own NAME, which mpirun lacks where the name is the
     # job's (Open MPI would warn that it is not set): the shim sets that one.
@@ -102,10 +96,9 @@ def plan(
         if not (argument.option == "-x" and argument.values[0] in job)
     ]
     env = {**env, **variables.carry_job_variables(job)}
-    argv = mpirun_command(
-        config, entry, env, python, per_host=processes_per_host(options, gpus), custom=custom
-    )
-    return Launch([WorkerSpec(argv, env, config.paths.code)])
+    per_host = processes_per_host(options, context.gpus)
+    argv = mpirun_command(config, context.entry, env, python, per_host=per_host, custom=custom)
+    return Launch([WorkerSpec(argv, env, context.code)])
 
 
 def rank_environment(

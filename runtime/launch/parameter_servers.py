@@ -14,61 +14,40 @@ variables, which are the script's alone.
 from __future__ import annotations
 
 from contract import variables
-from contract.instance_config import InstanceConfig
-from contract.modes import Mode
-from runtime.instance.layers import PythonEnvironment
 from runtime.launch import tf_config
+from runtime.launch.context import LaunchContext
 from runtime.launch.workers import Launch, WorkerSpec
 
 # Runyard's parameter server for PyTorch, a library the launcher starts by name only.
 SERVER_MODULE = "libraries.parameter_server"
 
 
-def plan(
-    config: InstanceConfig,
-    _mode: Mode | None,
-    entry: list[str],
-    env: dict[str, str],
-    script_env: dict[str, str],
-    gpus: int,
-    python: PythonEnvironment,
-) -> Launch:
-    if config.framework == "tensorflow":
-        return Launch(_tensorflow(config, entry, env, script_env, python.python))
-    return Launch(_pytorch(config, entry, env, script_env, max(gpus, 1), python.python))
+def plan(context: LaunchContext) -> Launch:
+    if context.config.framework == "tensorflow":
+        return Launch(_tensorflow(context))
+    return Launch(_pytorch(context, workers_per_host=max(context.gpus, 1)))
 
 
-def _tensorflow(
-    config: InstanceConfig,
-    entry: list[str],
-    env: dict[str, str],
-    script_env: dict[str, str],
-    python: str,
-) -> list[WorkerSpec]:
-    code = config.paths.code
+def _tensorflow(context: LaunchContext) -> list[WorkerSpec]:
+    config, code, python = context.config, context.code, context.python.python
     if len(config.hosts) == 1:
-        return [WorkerSpec(entry, script_env, code)]
-    ps_env = tf_config.environment(env, tf_config.parameter_server(config, ps_task=True))
+        return [WorkerSpec(context.entry, context.script_env, code)]
+    ps_env = tf_config.environment(context.env, tf_config.parameter_server(config, ps_task=True))
     script_config = tf_config.parameter_server(config, ps_task=False)
+    script_env = tf_config.environment(context.script_env, script_config)
     specs = [
         WorkerSpec([python, "-m", "runtime.launch.tensorflow_ps"], ps_env, code, auxiliary=True),
-        WorkerSpec(entry, tf_config.environment(script_env, script_config), code),
+        WorkerSpec(context.entry, script_env, code),
     ]
     if not config.is_master:
         [master] = script_config["cluster"]["master"]
         wait = [python, "-m", "runtime.launch.tensorflow_master", master]
-        specs.append(WorkerSpec(wait, env, code, afterwards=True))
+        specs.append(WorkerSpec(wait, context.env, code, afterwards=True))
     return specs
 
 
-def _pytorch(
-    config: InstanceConfig,
-    entry: list[str],
-    env: dict[str, str],
-    script_env: dict[str, str],
-    workers_per_host: int,
-    python: str,
-) -> list[WorkerSpec]:
+def _pytorch(context: LaunchContext, workers_per_host: int) -> list[WorkerSpec]:
+    config, env = context.config, context.env
     servers = len(config.hosts)
     group = {
         "MASTER_ADDR": config.master_addr,
@@ -85,10 +64,10 @@ def _pytorch(
         variables.PS_RANK: str(config.node_rank),
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
     }
-    common = {**script_env, **group}
+    common = {**context.script_env, **group}
     if workers_per_host > 1:
         common.setdefault("OMP_NUM_THREADS", "1")
-    specs = [WorkerSpec([python, "-m", SERVER_MODULE], server_env, config.paths.code)]
+    specs = [WorkerSpec([context.python.python, "-m", SERVER_MODULE], server_env, context.code)]
     for local_rank in range(workers_per_host):
         rank = servers + config.node_rank * workers_per_host + local_rank
         worker_env = {
@@ -97,5 +76,5 @@ def _pytorch(
             variables.PS_RANK: str(rank),
             "LOCAL_RANK": str(local_rank),
         }
-        specs.append(WorkerSpec(entry, worker_env, config.paths.code))
+        specs.append(WorkerSpec(context.entry, worker_env, context.code))
     return specs

@@ -20,8 +20,7 @@ from typing import Any
 
 from contract import variables
 from contract.instance_config import InstanceConfig
-from contract.modes import Mode
-from runtime.instance.layers import PythonEnvironment
+from runtime.launch.context import LaunchContext
 from runtime.launch.workers import Launch, WorkerSpec
 
 TASK_PORT = 2222
@@ -82,14 +81,6 @@ def multi_worker_mirrored(config: InstanceConfig) -> dict[str, Any]:
     }
 
 
-def plan_multi_worker(
-    config: InstanceConfig,
-    _mode: Mode | None,
-    entry: list[str],
-    _env: dict[str, str],
-    script_env: dict[str, str],
-    _gpus: int,
-    _python: PythonEnvironment,
-) -> Launch:
-    tf_env = environment(script_env, multi_worker_mirrored(config))
-    return Launch([WorkerSpec(entry, tf_env, config.paths.code)])
+def plan_multi_worker(context: LaunchContext) -> Launch:
+    tf_env = environment(context.script_env, multi_worker_mirrored(context.config))
+    return Launch([WorkerSpec(context.entry, tf_env, context.code)])

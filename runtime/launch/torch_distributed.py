@@ -8,21 +8,13 @@ agent that starts them: every process it starts runs the script, with the job's 
 from __future__ import annotations
 
 from contract.instance_config import InstanceConfig
-from contract.modes import Mode
-from runtime.instance.layers import PythonEnvironment
+from runtime.launch.context import LaunchContext
 from runtime.launch.workers import Launch, WorkerSpec
 
 
-def plan(
-    config: InstanceConfig,
-    _mode: Mode | None,
-    entry: list[str],
-    _env: dict[str, str],
-    script_env: dict[str, str],
-    gpus: int,
-    _python: PythonEnvironment,
-) -> Launch:
-    return Launch(worker_specs(config, entry, script_env, max(gpus, 1)))
+def plan(context: LaunchContext) -> Launch:
+    nproc_per_node = max(context.gpus, 1)
+    return Launch(worker_specs(context.config, context.entry, context.script_env, nproc_per_node))
 
 
 def worker_specs(

@@ -114,6 +114,13 @@ def test_what_the_runtime_sends_the_service_reads_back(
     assert as_message(type(message), validated) == message
 
 
+def test_an_instance_path_is_its_route_filled_in_and_below_its_url() -> None:
+    path = protocol.instance_path("my job", "algo-1", Endpoint.INTERRUPTION)
+    assert path == "/v1/training-jobs/my%20job/instances/algo-1/interruption"
+    base = protocol.instance_url("http://service:8080/", "my job", "algo-1")
+    assert f"{base}/{Endpoint.INTERRUPTION}" == f"http://service:8080{path}"
+
+
 def test_every_message_has_a_validator_with_its_fields() -> None:
     for message, validator in VALIDATORS.items():
         names = {item.name for item in dataclasses.fields(message)}

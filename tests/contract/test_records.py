@@ -8,11 +8,13 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from contract import modes
+from contract import agent_hosts, modes, sagemaker_flags
+from contract.agent_hosts import AgentHost, AgentHostsError
 from contract.instance_config import ConfigError, RunyardConfig
 from provisioning.base import JobRef
 from runtime.launch import LAUNCHERS
@@ -39,6 +41,42 @@ def test_every_mode_has_its_options_in_the_api_schema(mode: modes.Mode) -> None:
     parsed = Distribution.model_validate(distribution)
     assert parsed.enabled_modes() == [mode.name]
     assert modes.enabled_mode(parsed.as_dict()) == mode
+
+
+# A value of each option a mode's SageMaker flags carry.
+OPTION_VALUES = {
+    "processes_per_host": 2,
+    "custom_mpi_options": "-x A=1",
+    "parameters": {"ddp": True},
+}
+
+
+def _enabling(*names: str) -> dict[str, Any]:
+    """A distribution that enables the modes ``names``, each with every option its
+    SageMaker flags carry."""
+    distribution: dict[str, Any] = {}
+    for name in names:
+        mode = modes.by_name(name)
+        carried = mode.sagemaker_flags.options if mode.sagemaker_flags else {}
+        *parents, last = mode.path
+        section = distribution
+        for parent in parents:
+            section = section.setdefault(parent, {})
+        section[last] = {"enabled": True, **{key: OPTION_VALUES[key] for key in carried}}
+    return distribution
+
+
+@pytest.mark.parametrize("mode", modes.MODES, ids=lambda mode: mode.name)
+def test_every_mode_reads_back_from_the_sagemaker_flags_its_record_names(mode: modes.Mode) -> None:
+    named = mode.sagemaker_flags
+    assert named is not None
+    assert set(named.options) <= set(mode.takes.keys if mode.takes else {})
+    # A mode the SDK names without a flag of its own is named beside the one it runs under.
+    assert named.enabled is not None or mode.runs_under is not None
+    distribution = _enabling(*filter(None, [mode.runs_under, mode.name]))
+    hyperparameters = sagemaker_flags.flags(distribution)
+    assert set(hyperparameters) >= {*filter(None, [named.enabled]), *named.options.values()}
+    assert sagemaker_flags.distribution(hyperparameters) == (distribution, [])
 
 
 def test_a_mode_without_the_mode_it_runs_under_is_a_problem_naming_that() -> None:
@@ -139,6 +177,35 @@ def _snapshot(**columns: object) -> JobSnapshot:
     }
     values.update(columns)
     return JobSnapshot(**values)  # type: ignore[arg-type]
+
+
+def test_the_agents_hosts_file_reads_back_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.json"
+    written = {
+        "algo-1": AgentHost(base="/jobs/j/algo-1", cwd="/jobs/j/algo-1/code", cpus=[0, 1]),
+        "algo-2": AgentHost(base="/jobs/j/algo-2", cwd="/jobs/j/algo-2/code", env={"A": "1"}),
+    }
+    agent_hosts.write(path, written)
+    assert agent_hosts.read(path) == written
+    assert set(json.loads(path.read_text())["algo-1"]) == {"base", "cwd", "env", "cpus"}
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ({"cwd": "/c"}, "algo-2.base"),
+        ({"base": "/b", "cwd": "/c", "env": {"A": 1}}, "algo-2.env"),
+        ({"base": "/b", "cwd": "/c", "cpus": [True]}, "algo-2.cpus"),
+        ({"base": "/b", "cwd": "/c", "gpus": [0]}, "algo-2.gpus"),
+    ],
+)
+def test_a_malformed_hosts_entry_is_refused_naming_its_key(
+    tmp_path: Path, entry: dict[str, object], key: str
+) -> None:
+    path = tmp_path / "hosts.json"
+    path.write_text(json.dumps({"algo-1": {"base": "/b", "cwd": "/c"}, "algo-2": entry}))
+    with pytest.raises(AgentHostsError, match=f"^{key}: "):
+        agent_hosts.read(path)
 
 
 def test_an_unprepared_spec_has_no_job_spec(tmp_path: Path) -> None:

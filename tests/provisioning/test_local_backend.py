@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 import runtime
+from contract import agent_hosts, variables
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
 from provisioning.local import processes
-from provisioning.local.backend import LocalBackend, LocalPlan, share_cpus
+from provisioning.local.backend import HOSTS_FILE, LocalBackend, LocalPlan, share_cpus
 from tests.instances import JOB_ID, launch_request
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
@@ -201,6 +202,27 @@ def test_apply_is_idempotent_and_teardown_leaves_nothing(tmp_path: Path) -> None
     assert processes.marked_processes(job.id) == []
     assert backend.describe(job) is None
     assert not (tmp_path / "jobs" / JOB_ID).exists()
+
+
+def test_the_hosts_file_gives_the_launch_agent_each_instance_without_its_token(
+    tmp_path: Path,
+) -> None:
+    backend, materialized, job = _fake_runtime(tmp_path, "")
+    backend.apply(materialized)
+    try:
+        path = tmp_path / "jobs" / JOB_ID / HOSTS_FILE
+        written = agent_hosts.read(path)
+        text = path.read_text()
+    finally:
+        backend.teardown(job)
+    planned = {instance.host: instance for instance in materialized.plan.instances}
+    assert list(written) == list(planned) == ["algo-1", "algo-2"]
+    for host, entry in written.items():
+        assert (entry.base, entry.cpus) == (planned[host].base_dir, planned[host].cpus)
+        assert entry.cwd == str(Path(entry.base) / "code")
+        assert entry.env[variables.BASE_DIR] == entry.base
+        assert not set(variables.PRIVATE) & set(entry.env)
+    assert "ryi_secret" not in text
 
 
 def test_teardown_reaches_an_unmarked_child_after_the_runtime_died(tmp_path: Path) -> None:

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from contract import variables
+from contract import agent_hosts, variables
+from contract.agent_hosts import AgentHost
 from contract.instance_config import load
 from provisioning.instance_files import instance_files
 from provisioning.local.backend import free_port
-from runtime.launch.local_agent import write_hosts_file
 from tests.instances import launch_request, start_runtime, write_instances
 
 MARKER = "for-the-script-only"
@@ -203,9 +203,9 @@ def test_an_mpi_job_gives_its_variables_to_the_ranks_only(tmp_path: Path, preloa
     # As the local backend writes it: the daemon runs in the instance's environment.
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
     instance_env = {**inherited, variables.BASE_DIR: str(base), variables.JOB_ID: job_id}
-    write_hosts_file(
+    agent_hosts.write(
         hosts,
-        {"algo-1": {"base": str(base), "cwd": str(load(base).paths.code), "env": instance_env}},
+        {"algo-1": AgentHost(base=str(base), cwd=str(load(base).paths.code), env=instance_env)},
     )
     others = _check(_run(base, job_id), preload, scripts=2)
     # mpirun, its daemon and its launch agent were all looked at, and none had them.

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from contract import variables
+from contract import agent_hosts, variables
+from contract.agent_hosts import AgentHost
 from provisioning.instance_files import instance_files
 from runtime.launch import handover
-from runtime.launch.local_agent import write_hosts_file
 from tests.instances import launch_request, start_runtime
 
 AGENT = [sys.executable, "-m", "runtime.launch.local_agent"]
@@ -24,9 +24,7 @@ def _hosts_file(tmp_path: Path) -> tuple[Path, Path]:
     """A hosts file naming algo-2, whose directory its runtime has not filled yet."""
     base = tmp_path / "algo-2"
     hosts = tmp_path / "hosts.json"
-    write_hosts_file(
-        hosts, {"algo-2": {"base": str(base), "cwd": str(base / "code"), "env": {}, "cpus": []}}
-    )
+    agent_hosts.write(hosts, {"algo-2": AgentHost(base=str(base), cwd=str(base / "code"))})
     return hosts, base
 
 
@@ -87,15 +85,14 @@ def test_a_daemon_that_cannot_be_started_is_runyards_failure_not_the_scripts(
             (job / host / relative).parent.mkdir(parents=True, exist_ok=True)
             (job / host / relative).write_text(content)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNYARD_")}
-    write_hosts_file(
+    agent_hosts.write(
         hosts,
         {
-            host: {
-                "base": str(job / host),
-                "cwd": str(job / host / "code"),
-                "env": {**env, variables.BASE_DIR: str(job / host)},
-                "cpus": [],
-            }
+            host: AgentHost(
+                base=str(job / host),
+                cwd=str(job / host / "code"),
+                env={**env, variables.BASE_DIR: str(job / host)},
+            )
             for host in request.hosts
         },
     )

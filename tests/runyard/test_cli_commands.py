@@ -279,6 +279,18 @@ def test_an_unknown_job_name_gets_the_closest_known_one(
     assert far.stderr == "error: no training job named 'resnet-sweep' (HTTP 404)\n"
 
 
+def test_interrupt_reaches_the_instance_route_the_contract_defines(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    submit_for_instances(api, settings, source_dir)
+    refused = _run(runyard, "interrupt", "job-1", code=1)
+    assert refused.stderr == (
+        "error: training job 'job-1' does not run on spot instances (HTTP 409)\n"
+    )
+    unknown_host = _run(runyard, "interrupt", "job-1", "--host", "algo-9", code=1)
+    assert "training job 'job-1' has no host 'algo-9' (HTTP 404)" in unknown_host.stderr
+
+
 def test_following_a_waiting_job_says_what_it_waits_for(
     api: TestClient,
     settings: Settings,

@@ -11,8 +11,8 @@ from torch import nn
 
 from contract.modelparallel import Parameters, problems
 from libraries.modelparallel.activations import Offloader
+from libraries.modelparallel.calls import ModelCall
 from libraries.modelparallel.delayed import allocate, delay_param_initialization, initialise
-from libraries.modelparallel.pipeline import ModelCall
 from libraries.modelparallel.splits import split_points
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from contract.modelparallel import Parameters
-from libraries.modelparallel.pipeline import ModelCall
+from libraries.modelparallel.calls import ModelCall
 from libraries.modelparallel.splits import (
     Measured,
     PartitionError,

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from libraries.modelparallel.pipeline import ModelCall, split
+from libraries.modelparallel.calls import ModelCall
+from libraries.modelparallel.pipeline import split
 
 # torch's pipeline() copies the first stage's argument structure with LeafSpecs, which
 # torch itself now warns about.

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from contract.modelparallel import Parameters
-from libraries.modelparallel.pipeline import ModelCall, split
+from libraries.modelparallel.calls import ModelCall
+from libraries.modelparallel.pipeline import split
 from libraries.modelparallel.projections import by_rank, in_model_order
 from libraries.modelparallel.splits import split_points
 from libraries.modelparallel.tensor import TensorParallelError, planned
