@@ -1,9 +1,10 @@
-"""Failure reasons begin with a code, as SageMaker's do (``AlgorithmError: ...``); these
-codes say whose the failure was, for the reconciler to restart or not. A reason is at
-most MAX_REASON characters (SageMaker's FailureReason), and what explains a failure comes
-last: the exception ends a traceback, and an exception that carries another's traceback (a
-DataLoader worker's, a subprocess's) ends with the cause. A text too long therefore keeps
-its first line and its end, never only its start."""
+"""Failure reasons begin with a code, as SageMaker's do (``AlgorithmError: ...``): text
+for people, which the reconciler never parses (a failure's cause travels beside it as a
+type, ``contract.failure_causes``). A reason is at most MAX_REASON characters (SageMaker's
+FailureReason), and what explains a failure comes last: the exception ends a traceback,
+and an exception that carries another's traceback (a DataLoader worker's, a
+subprocess's) ends with the cause. A text too long therefore keeps its first line and its
+end, never only its start."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from collections.abc import Sequence
 
 from contract.limits import MAX_REASON
 
-# The instance failed (its machine or its network), not the script: the job is restarted
-# as after any infrastructure failure.
+# The code of a reason that says an instance failed (its machine or its network), not the
+# script.
 INSTANCE_LOST = "InstanceLost"
 # Python 3.11's markers under a frame's code ("    ~~~^^^", a syntax error's "    ^"): no
 # use without the line above in a fixed-width font, so the first lines to go when a text is
@@ -25,10 +26,6 @@ _FIRST_LINE_SHARE = 4
 
 def instance_lost(message: str) -> str:
     return f"{INSTANCE_LOST}: {message}"
-
-
-def is_instance_lost(reason: str | None) -> bool:
-    return bool(reason) and str(reason).startswith(f"{INSTANCE_LOST}:")
 
 
 def fit(text: str, limit: int = MAX_REASON) -> str:

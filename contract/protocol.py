@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import quote
 
+from contract.failure_causes import FailureCause
 from contract.limits import MAX_LINE, MAX_LOG_BATCH
 from contract.phases import Phase
 
@@ -73,6 +74,9 @@ class StatusReport:
     failure_reason: str | None = None
     model_uri: str | None = field(default=None, metadata={"max_length": 2048})
     attempt: int | None = field(default=None, metadata=_ATTEMPT)
+    # Why a Failed instance failed. Absent from runtimes that predate it: the service then
+    # reads the cause as the reconciler did before (``failure_causes.untyped_cause``).
+    failure_cause: FailureCause | None = None
 
 
 @dataclass(frozen=True)

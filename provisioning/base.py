@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlparse
 import yaml
 from pydantic import BaseModel
 
+from contract.failure_causes import FailureCause
 from contract.images import Catalog
 from contract.instance_config import Isolation
 from contract.problems import Problem
@@ -184,9 +185,10 @@ class InstanceStatus:
     # scheduled pod pulling its image): nothing is known to be wrong, and the start
     # timeout, which bounds the wait for capacity, does not count it.
     starting: bool = False
-    # An EXITED instance that ended for what the job itself asks for (an image that cannot
-    # be pulled or parsed, a missing Secret): a restart would only end the same way.
-    job_caused: bool = False
+    # Why an instance that is neither RUNNING nor PENDING ended, as the backend reads its
+    # own signals (each backend's table of them); None where it has none to go by, which
+    # the reconciler takes for a lost instance.
+    cause: FailureCause | None = None
 
 
 @dataclass(frozen=True)

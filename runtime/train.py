@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from types import FrameType
 
 from contract import archive, file_confinement, hyperparameters, storage, untrusted, variables
+from contract.failure_causes import FailureCause, script_exit_cause
 from contract.failures import fit, instance_lost
 from contract.images import StoredImage
 from contract.instance_config import ConfigError, InstanceConfig, Isolation, load
@@ -154,7 +155,11 @@ class Trainer:
             try:
                 self.config = self._become_host()
             except (OSError, ConfigError) as exc:
-                return self.fail(1, f"InternalServerError: the instance's namespaces: {exc}")
+                return self.fail(
+                    1,
+                    f"InternalServerError: the instance's namespaces: {exc}",
+                    FailureCause.PLATFORM_ERROR,
+                )
         config = self.config
         paths = config.paths
         self._collect_instance_metrics()
@@ -174,7 +179,7 @@ class Trainer:
             channels.ChannelError,
             image_wait.ImageUnavailable,
         ) as exc:
-            return self.fail(1, f"ClientError: {exc}")
+            return self.fail(1, f"ClientError: {exc}", FailureCause.JOB_CONFIGURATION)
         if self.stop.is_set():
             return self._stopped()
         self.report(Phase.TRAINING)
@@ -182,22 +187,26 @@ class Trainer:
             launch_plan = self._plan()
             agent_key = self._prepare_agent()
         except InstallError as exc:
-            return self.fail(1, f"InstallError: {exc}")
+            return self.fail(1, f"InstallError: {exc}", FailureCause.JOB_CONFIGURATION)
         except LayerError as exc:
-            return self.fail(1, f"InternalServerError: the job's environment: {exc}")
+            return self.fail(
+                1, f"InternalServerError: the job's environment: {exc}", FailureCause.PLATFORM_ERROR
+            )
         except (EntryPointError, MpiSetupError, container.ContainerSetupError) as exc:
-            return self.fail(1, f"ClientError: {exc}")
+            return self.fail(1, f"ClientError: {exc}", FailureCause.JOB_CONFIGURATION)
         except remote_agent.AgentError as exc:
-            return self.fail(1, f"InternalServerError: {exc}")
+            return self.fail(1, f"InternalServerError: {exc}", FailureCause.PLATFORM_ERROR)
         try:
             self.confinement = self._hand_over()
         except OSError as exc:
-            return self.fail(1, f"InternalServerError: the job's user: {exc}")
+            return self.fail(
+                1, f"InternalServerError: the job's user: {exc}", FailureCause.PLATFORM_ERROR
+            )
         # Ranks run on every instance (under MPI, started from the first): each uploads.
         try:
             self.checkpoint_sync = checkpoints.start_sync(config, self.say)
         except storage.StorageError as exc:
-            return self.fail(1, f"ClientError: {exc}")
+            return self.fail(1, f"ClientError: {exc}", FailureCause.JOB_CONFIGURATION)
         self._watch_for_spot_notice()
         try:
             with self._job_network(), self._watching_peers():
@@ -206,10 +215,11 @@ class Trainer:
                 else:
                     result = self._run_scripts(launch_plan)
         except remote_agent.AgentError as exc:
-            return self.fail(1, f"InternalServerError: {exc}")
+            return self.fail(1, f"InternalServerError: {exc}", FailureCause.PLATFORM_ERROR)
         self._end_checkpoint_sync()
         if self.lost is not None:
-            return self.fail(1, instance_lost(f"{config.current_host} {self.lost}"))
+            reason = instance_lost(f"{config.current_host} {self.lost}")
+            return self.fail(1, reason, FailureCause.INSTANCE_LOST)
         # A stop that came once the scripts had succeeded stops nothing: their work is done
         # (under mpirun, the first instance's result may end the job, and remove this one,
         # before this instance has seen its daemon go).
@@ -217,31 +227,39 @@ class Trainer:
             return self._stopped()
         if self.inputs is not None and (input_error := self.inputs.error()) is not None:
             # A channel could not deliver all its data: the script's result cannot stand.
-            return self.fail(1, f"ClientError: {input_error}")
+            return self.fail(1, f"ClientError: {input_error}", FailureCause.JOB_CONFIGURATION)
         if lost_daemons := handover.lost(paths.base):
             # An instance went while mpirun ran: its ranks' work is gone, whatever the
             # exit status says.
             reason = instance_lost(f"mpirun lost an instance's daemon: {lost_daemons[0]}")
-            return self.fail(result.exit_code or 1, reason)
+            return self.fail(result.exit_code or 1, reason, FailureCause.INSTANCE_LOST)
         if result.exit_code != 0:
             if agent_failures := handover.failures(paths.base):
                 # mpirun could not start its daemon on an instance: not the script's doing.
                 reason = (
                     f"InternalServerError: mpirun could not start its daemon: {agent_failures[0]}"
                 )
-                return self.fail(result.exit_code, reason)
-            return self.fail(result.exit_code, self._reason(result))
+                return self.fail(result.exit_code, reason, FailureCause.PLATFORM_ERROR)
+            return self.fail(result.exit_code, *self._reason(result))
         model_uri = None
         if config.is_master:
             self.report(Phase.UPLOADING)
             try:
                 model_uri = self._upload_model()
             except (OSError, storage.StorageError) as exc:
-                return self.fail(1, f"UploadError: could not store the model: {exc}")
+                return self.fail(
+                    1,
+                    f"UploadError: could not store the model: {exc}",
+                    FailureCause.JOB_CONFIGURATION,
+                )
             try:
                 self._upload_output_data()
             except (OSError, storage.StorageError) as exc:
-                return self.fail(1, f"UploadError: could not store the output data: {exc}")
+                return self.fail(
+                    1,
+                    f"UploadError: could not store the output data: {exc}",
+                    FailureCause.JOB_CONFIGURATION,
+                )
         # Through nothing the script may have planted there (output/ is its user's); the
         # marker is SageMaker's courtesy, and a job that made room for none still succeeded.
         try:
@@ -580,18 +598,21 @@ class Trainer:
         with remote_agent.serving(config, agent_key, env, self.say, start=start):
             return mpi.wait_for_daemon(config, self.stop, self.say)
 
-    def _reason(self, result: GroupResult) -> str:
+    def _reason(self, result: GroupResult) -> tuple[str, FailureCause]:
+        """Why the scripts failed, and whose fault that was."""
         config = self.config
         if config.container_image:
             engine = Path(config.container_engine[0]).name if config.container_engine else ""
             refused = container.engine_failure(engine, result.exit_code, result.stderr_tail)
             if refused is not None:
-                return refused
+                # The engine could not start the job's image (not found, not pulled).
+                return refused, FailureCause.JOB_CONFIGURATION
         if self.confinement is not None:
             refused = confine.refusal(result.exit_code, result.stderr_tail)
             if refused is not None:
-                return refused
-        return failure.reason(result.exit_code, result.stderr_tail, config.paths.failure)
+                return refused, FailureCause.PLATFORM_ERROR
+        reason = failure.reason(result.exit_code, result.stderr_tail, config.paths.failure)
+        return reason, script_exit_cause(result.exit_code)
 
     def _upload_model(self) -> str:
         config = self.config
@@ -625,7 +646,7 @@ class Trainer:
         except (OSError, storage.StorageError) as exc:
             self.say(f"Could not store the output data: {exc}")
 
-    def fail(self, exit_code: int, reason: str) -> int:
+    def fail(self, exit_code: int, reason: str, cause: FailureCause) -> int:
         self._end_checkpoint_sync()
         reason = fit(reason)
         paths = self.config.paths
@@ -635,7 +656,7 @@ class Trainer:
         self._keep_output_data()
         self.say(f"Failed: {reason}")
         self._finish_logs()
-        self.report(Phase.FAILED, exit_code=exit_code, failure_reason=reason)
+        self.report(Phase.FAILED, exit_code=exit_code, failure_reason=reason, failure_cause=cause)
         return exit_code or 1
 
     def _stopped(self) -> int:
@@ -771,7 +792,11 @@ def main() -> int:
         return trainer.run()
     except Exception as exc:  # a runtime bug must still end as a reported failure
         traceback.print_exc()
-        return trainer.fail(1, f"InternalServerError: the Runyard runtime failed: {exc!r}")
+        return trainer.fail(
+            1,
+            f"InternalServerError: the Runyard runtime failed: {exc!r}",
+            FailureCause.PLATFORM_ERROR,
+        )
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
 """Whether a failed attempt of a job is restarted or ends the job: policy as data.
 
-A failure is an application's (the script failed: its instance reported it) or the
-infrastructure's (an instance vanished, or was stopped from outside Runyard). The job's
+A failure has a cause (``contract.failure_causes``), whose fault is the job's (its script
+failed, ran out of memory, asked for what cannot be had) or the infrastructure's (an
+instance vanished or was stopped from outside Runyard, Runyard itself failed). The job's
 ``retry_rules`` are tried in order and the first that matches decides; with none
-matching, infrastructure failures are restarted and application failures are not,
-unless the job allows retries and gives no rules at all (then every failure is
-retryable). Each kind has its own budget: ``max_retry_attempts`` for the application's,
-the server's ``max_infrastructure_restarts`` for the infrastructure's.
+matching, a transient failure (the instance's, not the job's nor Runyard's) is restarted,
+and any other is not, unless the job allows retries and gives no rules at all (then every
+failure is retryable). Each fault has its own budget: ``max_retry_attempts`` for the
+job's, the server's ``max_infrastructure_restarts`` for the infrastructure's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.failure_causes import FailureCause, Fault
 from contract.failures import fit
 from contract.limits import MAX_REASON
 from service.jobs.record import JobRecord
@@ -22,9 +24,14 @@ from service.kit import patterns
 
 @dataclass(frozen=True)
 class Failure:
-    infrastructure: bool
+    cause: FailureCause
+    # What people read (and the job's rules match).
     reason: str
     exit_code: int | None = None
+
+    @property
+    def infrastructure(self) -> bool:
+        return self.cause.fault == Fault.INFRASTRUCTURE
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ def decide(
     rule = next((rule for rule in spec.retry_rules if matches(rule, failure)), None)
     if rule is not None:
         wanted = rule.action == "retry"
-    elif failure.infrastructure:
+    elif failure.cause.transient:
         wanted = True
     else:
         wanted = spec.max_retry_attempts > 0 and not spec.retry_rules

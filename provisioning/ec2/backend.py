@@ -42,7 +42,7 @@ from provisioning.base import (
     own_settings,
 )
 from provisioning.catalog import InstanceCatalog
-from provisioning.ec2 import userdata
+from provisioning.ec2 import failure_causes, userdata
 from provisioning.ec2.plan import (
     ATTEMPT_TAG,
     HOST_TAG,
@@ -242,7 +242,14 @@ class Ec2Backend(Backend[Ec2Plan]):
         if state == InstanceState.EXITED:
             tail = self._console(instance).splitlines()[-LAST_OUTPUT_LINES:]
             last_output = "\n".join(tail)
-        return InstanceStatus(host, state, last_output=last_output, reason=_reason(instance))
+        ended = state in (InstanceState.EXITED, InstanceState.UNKNOWN)
+        return InstanceStatus(
+            host,
+            state,
+            last_output=last_output,
+            reason=_reason(instance),
+            cause=failure_causes.ended_cause(instance) if ended else None,
+        )
 
     def console(self, job: JobRef) -> dict[str, str]:
         return {

@@ -3,9 +3,9 @@
 ``materialize`` builds the manifests (``manifests``) and is what a dry run shows;
 ``apply`` creates them root first, adopting any that an earlier attempt created. Status comes
 from pod phases through one table; a pod that waits for a node carries the scheduler's own
-words as its reason. Teardown deletes every object by name (the owner references let the
-cluster's garbage collector do the same should Runyard die halfway) and waits until none
-is left.
+words as its reason, and one that ended its cause as well (``failure_causes``' tables).
+Teardown deletes every object by name (the owner references let the cluster's garbage
+collector do the same should Runyard die halfway) and waits until none is left.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from contract.failure_causes import FailureCause
 from contract.hosts import RENDEZVOUS_PORT, host_number
 from contract.problems import Problem
 from contract.spec import JobSpec
@@ -41,7 +42,7 @@ from provisioning.base import (
     unshared_file_uris,
 )
 from provisioning.catalog import InstanceCatalog
-from provisioning.kubernetes import manifests
+from provisioning.kubernetes import failure_causes, manifests
 from provisioning.kubernetes.settings import KubernetesSettings
 
 if TYPE_CHECKING:
@@ -59,15 +60,6 @@ POD_STATES: dict[str, InstanceState] = {
 }
 # Waiting reasons that are the normal course of starting a container, not news.
 _ROUTINE_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
-# Waiting reasons of a container that will never start as the pod stands, though the pod
-# stays Pending: the instance has ended, with that reason.
-_FAILED_WAITING = frozenset(
-    {
-        "InvalidImageName",  # the image reference cannot be parsed
-        "ErrImageNeverPull",  # imagePullPolicy Never, and the node lacks the image
-        "CreateContainerConfigError",  # a missing Secret or key, an impossible securityContext
-    }
-)
 # A pod's console is the end of its log: this many lines, fetched with a cap on bytes (the
 # kubelet cuts after tailing, so a cap alone would keep the log's start), then CONSOLE_BYTES
 # of it kept.
@@ -242,7 +234,9 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             pod = pods.get(host)
             if pod is None:
                 reason = f"pod {manifests.pod_name(base, host)} is gone"
-                statuses[host] = InstanceStatus(host, InstanceState.UNKNOWN, reason=reason)
+                statuses[host] = InstanceStatus(
+                    host, InstanceState.UNKNOWN, reason=reason, cause=FailureCause.INSTANCE_LOST
+                )
             else:
                 statuses[host] = self._status(host, pod)
         return statuses
@@ -274,13 +268,19 @@ class KubernetesBackend(Backend[KubernetesPlan]):
             exit_code=exit_code,
             last_output=self._log_tail(pod.metadata.name),
             reason=": ".join(why),
+            cause=failure_causes.ended_cause(
+                pod.status.reason, terminated.reason if terminated is not None else None
+            ),
         )
 
     def _pending_status(self, host: str, pod: Any) -> InstanceStatus:
         waiting = _waiting(pod)
-        if waiting is not None and waiting.reason in _FAILED_WAITING:
+        if waiting is not None and waiting.reason in failure_causes.WAITING_CAUSES:
+            # The container will never start as the pod stands, though the pod stays
+            # Pending: the instance has ended, with that reason.
             reason = ": ".join(part for part in (waiting.reason, waiting.message) if part)
-            return InstanceStatus(host, InstanceState.EXITED, reason=reason, job_caused=True)
+            cause = failure_causes.WAITING_CAUSES[waiting.reason]
+            return InstanceStatus(host, InstanceState.EXITED, reason=reason, cause=cause)
         # Scheduled and only starting: pulling the image, mounting volumes. A pull that
         # fails (ErrImagePull, ImagePullBackOff) is news, and counts as waiting again.
         starting = _scheduled(pod) and (waiting is None or waiting.reason in _ROUTINE_WAITING)

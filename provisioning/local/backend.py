@@ -64,6 +64,7 @@ from provisioning.local import (
     addresses,
     containers,
     egress,
+    failure_causes,
     network,
     processes,
     ssh_keys,
@@ -815,15 +816,19 @@ class LocalBackend(Backend[LocalPlan]):
         for instance in plan.instances:
             leader = self._leader(job_dir, instance.host)
             if leader is None:
-                statuses[instance.host] = InstanceStatus(instance.host, InstanceState.UNKNOWN)
+                statuses[instance.host] = InstanceStatus(
+                    instance.host, InstanceState.UNKNOWN, cause=failure_causes.ended_cause(None)
+                )
             elif processes.is_alive(leader):
                 statuses[instance.host] = InstanceStatus(instance.host, InstanceState.RUNNING)
             else:
+                exit_code = processes.child_exit_code(leader.pid)
                 statuses[instance.host] = InstanceStatus(
                     instance.host,
                     InstanceState.EXITED,
-                    exit_code=processes.child_exit_code(leader.pid),
+                    exit_code=exit_code,
                     last_output=_tail(job_dir / f"{instance.host}.console.log"),
+                    cause=failure_causes.ended_cause(exit_code),
                 )
         return statuses
 

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from contract import untrusted
+from contract.failure_causes import OUT_OF_MEMORY_EXIT
 from contract.failures import MARKERS, fit, fit_lines, last_within, left_out
 from contract.limits import MAX_REASON
 from runtime.reporting import rank_output, torchrun_summary
 from runtime.reporting.tracebacks import FRAME, HEADING, RULE, Traceback, last_traceback
 
-OUT_OF_MEMORY_EXIT = 137
 # How much of output/failure is read: all of it up to this size; past it, its first line
 # and this many bytes of its end, which hold far more than a reason keeps of a text
 # (``fit``: the first line and the last lines).

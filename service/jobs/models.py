@@ -276,6 +276,8 @@ class JobInstance(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None] = mapped_column(Integer)
     failure_reason: Mapped[str | None] = mapped_column(String(1024))
+    # Why it failed, a contract.failure_causes.FailureCause's value; None unless Failed.
+    failure_cause: Mapped[str | None] = mapped_column(String(32))
     model_uri: Mapped[str | None] = mapped_column(Text)
     # As SageMaker's TrainingStartTime and TrainingEndTime, for this host (the runtime's
     # clock): its first report, and its result (after the model's upload).

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract import protocol, variables
+from contract.failure_causes import untyped_cause
 from contract.hosts import host_names
 from contract.limits import MAX_REASON
 from contract.phases import FINAL_PHASES, Phase
@@ -271,10 +272,21 @@ def record_report(
         row.training_ended_at = report.time
         row.exit_code = report.exit_code
         row.failure_reason = report.failure_reason
+        row.failure_cause = _cause(report)
     if report.model_uri:
         row.model_uri = report.model_uri
     session.flush()
     enqueue_reconcile(session, settings, job.id)
+
+
+def _cause(report: protocol.StatusReport) -> str | None:
+    """Why a Failed instance failed, as its runtime said, or as the reconciler read the
+    reasons of runtimes that predate saying it; None for any other result."""
+    if report.phase != Phase.FAILED:
+        return None
+    if report.failure_cause is not None:
+        return report.failure_cause.value
+    return untyped_cause(report.failure_reason, report.exit_code).value
 
 
 def notice_interruption(

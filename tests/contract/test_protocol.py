@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 
 from contract import protocol
+from contract.failure_causes import FailureCause
 from contract.limits import MAX_LOG_BATCH
 from contract.phases import Phase
 from contract.protocol import (
@@ -52,6 +53,13 @@ MESSAGES = [
         failure_reason="AlgorithmError: out of memory",
         model_uri="s3://bucket/jobs/a/model.tar.gz",
         attempt=2,
+    ),
+    StatusReport(
+        Phase.FAILED,
+        NOW,
+        exit_code=137,
+        failure_reason="OutOfMemory: the script was killed with SIGKILL (exit code 137)",
+        failure_cause=FailureCause.OUT_OF_MEMORY,
     ),
     LogBatch(
         7, [(1_764_333_015.25, "stdout", "epoch 1 loss=0.5"), (1_764_333_016.0, "runtime", "")]
@@ -141,6 +149,11 @@ def test_every_message_has_a_validator_with_its_fields() -> None:
             "attempt",
         ),
         (StatusReportBody, {"phase": "Dancing", "time": NOW.isoformat()}, "phase"),
+        (
+            StatusReportBody,
+            {"phase": "Failed", "time": NOW.isoformat(), "failure_cause": "Gremlins"},
+            "failure_cause",
+        ),
         (LogBatchBody, {"first_seq": 0, "rows": []}, "first_seq"),
         (
             LogBatchBody,

@@ -27,6 +27,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from pydantic import ValidationError
 
+from contract.failure_causes import FailureCause
 from contract.images import Catalog
 from contract.spec import JobSpec
 from provisioning import registry
@@ -769,6 +770,9 @@ def test_describe_maps_ec2_states(ec2: Any, settings: Ec2Settings) -> None:
     stopped = statuses["algo-2"]
     assert stopped.state == InstanceState.EXITED
     assert stopped.reason == "Client.UserInitiatedShutdown: User initiated shutdown"
+    # Stopped from outside Runyard, as EC2's code for the state says.
+    assert stopped.cause == FailureCause.INSTANCE_STOPPED
+    assert statuses["algo-1"].cause is None
     # An ended instance's last console lines explain it (moto's console is a fixed sample).
     console = ec2.get_console_output(InstanceId=second["InstanceId"])["Output"]
     assert "Linux version" in console

@@ -21,6 +21,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from contract import storage, variables
+from contract.failure_causes import FailureCause
 from contract.hosts import host_names
 from provisioning.base import (
     CONSOLE_BYTES,
@@ -462,6 +463,9 @@ def test_pod_phases_map_to_instance_states(cluster: KubeServer) -> None:
     assert statuses["algo-2"].state == InstanceState.EXITED
     assert statuses["algo-2"].exit_code == 3
     assert statuses["algo-2"].reason == "Error"
+    # Its runtime ended without its result: lost, as the backend reads it.
+    assert statuses["algo-2"].cause == FailureCause.INSTANCE_LOST
+    assert statuses["algo-1"].cause is None
     set_pod_status(api, _pod(cluster, job, "algo-1"), {"phase": "Unknown"})
     statuses = backend.describe(job)
     assert statuses is not None
@@ -531,6 +535,33 @@ def test_a_container_that_can_never_start_ends_the_instance(
     assert statuses["algo-1"].state == InstanceState.EXITED
     assert statuses["algo-1"].exit_code is None
     assert statuses["algo-1"].reason == f"{reason}: {message}"
+    assert statuses["algo-1"].cause == FailureCause.JOB_CONFIGURATION
+    backend.teardown(request.job)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "cause"),
+    [
+        (exited(137, reason="OOMKilled"), "OOMKilled", FailureCause.OUT_OF_MEMORY),
+        (
+            {**exited(137), "reason": "Evicted", "message": "The node was low on memory."},
+            "Error: Evicted: The node was low on memory.",
+            FailureCause.INSTANCE_LOST,
+        ),
+        (exited(128, reason="StartError"), "StartError", FailureCause.JOB_CONFIGURATION),
+    ],
+)
+def test_an_ended_pod_has_the_cause_its_reasons_give(
+    cluster: KubeServer, status: dict[str, Any], reason: str, cause: FailureCause
+) -> None:
+    backend = _backend(cluster.url)
+    request = _request(instance_count=1)
+    backend.submit(request)
+    set_pod_status(cluster.api(), _pod(cluster, request.job, "algo-1"), status)
+    statuses = backend.describe(request.job)
+    assert statuses is not None
+    assert statuses["algo-1"].state == InstanceState.EXITED
+    assert (statuses["algo-1"].reason, statuses["algo-1"].cause) == (reason, cause)
     backend.teardown(request.job)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import runtime
 from contract import agent_hosts, variables
+from contract.failure_causes import FailureCause
 from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Materialized
 from provisioning.local import processes
 from provisioning.local.backend import HOSTS_FILE, LocalBackend, LocalPlan, share_cpus
@@ -270,6 +271,24 @@ def test_exited_instance_is_reported_with_its_code_and_last_words(tmp_path: Path
     status = (backend.describe(job) or {})["algo-1"]
     assert status.exit_code == 7
     assert "dying now" in status.last_output
+    # A runtime reports before it exits: one that exited without a word was lost.
+    assert status.cause == FailureCause.INSTANCE_LOST
+    backend.teardown(job)
+
+
+def test_an_instance_told_to_end_from_outside_reads_as_stopped(tmp_path: Path) -> None:
+    backend, materialized, job = _fake_runtime(
+        tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n"
+    )
+    backend.apply(materialized)
+
+    def exited() -> bool:
+        statuses = backend.describe(job) or {}
+        return all(s.state == InstanceState.EXITED for s in statuses.values())
+
+    _wait_for(exited)
+    status = (backend.describe(job) or {})["algo-1"]
+    assert (status.exit_code, status.cause) == (143, FailureCause.INSTANCE_STOPPED)
     backend.teardown(job)
 
 

@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, select, text
 
 from service.jobs import repository
-from service.jobs.models import JobWritePlace, MetricRollup, TrainingJob
+from service.jobs.models import JobInstance, JobWritePlace, MetricRollup, TrainingJob
 from service.kit.db import get_engine, session_scope
 from service.kit.migrate import upgrade
 from service.models import Base
@@ -290,3 +290,44 @@ def test_jobs_stored_before_places_were_recorded_keep_the_places_they_wrote(
         ("j1", "default", "s3://ckpt/a/b"),
         ("j2", "default", "s3://models/y/job-j2"),
     ]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_instances_that_failed_before_causes_were_stored_get_the_one_their_reason_gave(
+    engine: str, tmp_path: Path
+) -> None:
+    """A job that lost an instance just before the upgrade still restarts after it."""
+    with _database_at(engine, tmp_path, "0023") as url:
+        with get_engine(url).begin() as connection:
+            _insert_job(connection, "j1", {}, "InProgress")
+            for host, phase, code, reason in (
+                ("algo-1", "Failed", 1, "InstanceLost: algo-1 lost its peers"),
+                ("algo-2", "Failed", 137, "OutOfMemory: killed"),
+                ("algo-3", "Failed", 3, "AlgorithmError: exit 3, also InstanceLost: no"),
+                ("algo-4", "Completed", 0, None),
+            ):
+                connection.execute(
+                    text(
+                        "INSERT INTO job_instances (job_id, host, phase, message, exit_code, "
+                        "failure_reason, reported_at) VALUES ('j1', :host, :phase, '', :code, "
+                        ":reason, :at)"
+                    ),
+                    {
+                        "host": host,
+                        "phase": phase,
+                        "code": code,
+                        "reason": reason,
+                        "at": datetime(2026, 6, 1),
+                    },
+                )
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            causes = dict(
+                session.execute(select(JobInstance.host, JobInstance.failure_cause)).all()
+            )
+    assert causes == {
+        "algo-1": "InstanceLost",
+        "algo-2": "OutOfMemory",
+        "algo-3": "ScriptError",
+        "algo-4": None,
+    }

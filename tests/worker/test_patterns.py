@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from contract.failure_causes import FailureCause
 from service.jobs.spec_parts import MetricDefinition, RetryRule
 from service.kit import patterns
 from worker.retry_policy import Failure, matches
@@ -30,7 +31,7 @@ def test_a_pattern_that_would_backtrack_runs_in_linear_time() -> None:
 def test_a_retry_rule_with_a_runaway_pattern_does_not_match() -> None:
     rule = RetryRule(on_failure_reasons=[RUNAWAY], action="retry")
     started = time.monotonic()
-    assert not matches(rule, Failure(infrastructure=False, reason=LINE))
+    assert not matches(rule, Failure(FailureCause.SCRIPT_ERROR, reason=LINE))
     assert time.monotonic() - started < 0.5
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from contract.failure_causes import FailureCause
 from contract.protocol import InterruptionNotice
 from provisioning.base import Backend, InstanceState, InstanceStatus
 from service.jobs import billing, lookup
@@ -549,7 +550,10 @@ def test_an_instance_that_cannot_start_as_the_job_asks_is_not_restarted(
     reconciler.reconcile(job_id(settings, name))
     # As a pod whose image reference cannot be parsed reads on Kubernetes.
     ended = InstanceStatus(
-        "algo-1", InstanceState.EXITED, reason="InvalidImageName: bad", job_caused=True
+        "algo-1",
+        InstanceState.EXITED,
+        reason="InvalidImageName: bad",
+        cause=FailureCause.JOB_CONFIGURATION,
     )
     backend.describe = lambda _job: {"algo-1": ended}  # type: ignore[method-assign]
     reconciler.reconcile(job_id(settings, name))
@@ -579,3 +583,73 @@ def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_an_instance_that_reports_itself_lost_is_restarted_by_the_cause_it_names(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = submit(settings, source_dir)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(job_id(settings, name))
+    # The cause decides, not the words: these are the script's own.
+    report(
+        settings,
+        name,
+        "algo-1",
+        "Failed",
+        exit_code=1,
+        failure_reason="my peers went quiet",
+        failure_cause=FailureCause.INSTANCE_LOST,
+        attempt=0,
+    )
+    reconciler.reconcile(job_id(settings, name))
+    job = job_state(settings, name)
+    assert (job["status"], job["restarts"], job["infrastructure_restarts"]) == ("InProgress", 0, 1)
+    assert backend.launches == [0, 1]
+    report(settings, name, "algo-1", "Completed", exit_code=0, attempt=1)
+    reconciler.reconcile(job_id(settings, name))
+    assert job_state(settings, name)["status"] == "Completed"
+
+
+def test_a_script_that_says_instance_lost_is_still_the_scripts_failure(
+    settings: Settings, source_dir: Path
+) -> None:
+    name = submit(settings, source_dir)
+    backend, build = _backend(settings)
+    reconciler = Reconciler(settings, build)
+    reconciler.reconcile(job_id(settings, name))
+    # The script wrote this to output/failure itself; its runtime named the cause.
+    said = "InstanceLost: not really, the script wrote this"
+    report(
+        settings,
+        name,
+        "algo-1",
+        "Failed",
+        exit_code=1,
+        failure_reason=said,
+        failure_cause=FailureCause.SCRIPT_ERROR,
+        attempt=0,
+    )
+    reconciler.reconcile(job_id(settings, name))
+    job = job_state(settings, name)
+    assert (job["status"], job["reason"], job["infrastructure_restarts"]) == ("Failed", said, 0)
+    assert backend.launches == [0]
+
+
+@pytest.mark.parametrize(
+    ("reason", "exit_code", "cause"),
+    [
+        ("InstanceLost: algo-1 lost its peers", 1, FailureCause.INSTANCE_LOST),
+        ("OutOfMemory: the script was killed with SIGKILL", 137, FailureCause.OUT_OF_MEMORY),
+        ("AlgorithmError: exit 3", 3, FailureCause.SCRIPT_ERROR),
+    ],
+)
+def test_a_report_from_a_runtime_that_names_no_cause_is_stored_with_the_one_its_reason_gave(
+    settings: Settings, source_dir: Path, reason: str, exit_code: int, cause: FailureCause
+) -> None:
+    name = submit(settings, source_dir)
+    report(settings, name, "algo-1", "Failed", exit_code=exit_code, failure_reason=reason)
+    with session_scope(settings.database_url) as session:
+        [row] = lookup.get(session, name, SERVER_ADMIN).instances
+        assert (row.failure_reason, row.failure_cause) == (reason, cause.value)

@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
+from contract.failure_causes import FailureCause
 from contract.limits import MAX_REASON
 from service.jobs.record import JobRecord
 from worker.retry_policy import Failure, backoff_seconds, decide
 
-OOM = Failure(infrastructure=False, reason="AlgorithmError: out of memory", exit_code=137)
-CRASH = Failure(infrastructure=False, reason="AlgorithmError: exit 3", exit_code=3)
-LOST = Failure(infrastructure=True, reason="InstanceLost: algo-2 ended")
+OOM = Failure(FailureCause.OUT_OF_MEMORY, reason="AlgorithmError: out of memory", exit_code=137)
+CRASH = Failure(FailureCause.SCRIPT_ERROR, reason="AlgorithmError: exit 3", exit_code=3)
+LOST = Failure(FailureCause.INSTANCE_LOST, reason="InstanceLost: algo-2 ended")
 
 
 def _spec(**fields: Any) -> JobRecord:
@@ -87,7 +88,7 @@ def test_back_off_doubles_up_to_its_cap() -> None:
 
 
 def test_a_long_reason_is_cut_to_keep_why_it_was_not_retried() -> None:
-    long = Failure(infrastructure=False, reason="AlgorithmError: " + "x" * 2000, exit_code=3)
+    long = Failure(FailureCause.SCRIPT_ERROR, reason="AlgorithmError: " + "x" * 2000, exit_code=3)
     verdict = decide(
         long, _spec(), restarts=0, infrastructure_restarts=0, max_infrastructure_restarts=2
     )
@@ -108,7 +109,7 @@ def test_a_long_reason_is_cut_to_keep_why_it_was_not_retried() -> None:
 def test_a_traceback_cut_for_why_it_was_not_retried_keeps_its_exception() -> None:
     frames = [f'  File "/opt/ml/code/train.py", line {n}, in step{n}' for n in range(60)]
     text = "\n".join(["Traceback (most recent call last):", *frames, "ValueError: bad shard 7"])
-    failure = Failure(infrastructure=False, reason=text, exit_code=1)
+    failure = Failure(FailureCause.SCRIPT_ERROR, reason=text, exit_code=1)
     spent = decide(
         failure,
         _spec(max_retry_attempts=1),
@@ -119,3 +120,52 @@ def test_a_traceback_cut_for_why_it_was_not_retried_keeps_its_exception() -> Non
     assert len(spent.reason) <= MAX_REASON
     assert spent.reason.startswith("Traceback (most recent call last):")
     assert "ValueError: bad shard 7 (no retries left" in spent.reason
+
+
+# Restarted with no rule to say otherwise: the instance's failures, never the job's nor
+# Runyard's own (which a new attempt would only repeat).
+RESTARTED_WITHOUT_RULES = {
+    FailureCause.INSTANCE_LOST,
+    FailureCause.INSTANCE_STOPPED,
+    FailureCause.SPOT_INTERRUPTION,
+    FailureCause.INSUFFICIENT_CAPACITY,
+}
+
+
+@pytest.mark.parametrize("cause", list(FailureCause))
+def test_without_rules_or_retries_a_failure_is_restarted_by_its_cause(cause: FailureCause) -> None:
+    # The reason's words decide nothing: every failure here reads as a lost instance.
+    failure = Failure(cause, reason="InstanceLost: algo-1 ended", exit_code=1)
+    assert _retries(failure, _spec()) is (cause in RESTARTED_WITHOUT_RULES)
+
+
+def test_a_pod_killed_for_its_memory_is_the_jobs_failure_whatever_its_reason_says() -> None:
+    oom_killed = Failure(
+        FailureCause.OUT_OF_MEMORY,
+        reason="InstanceLost: algo-2 ended without reporting a result (exit code 137) (OOMKilled)",
+        exit_code=137,
+    )
+    assert not _retries(oom_killed, _spec())
+    # Retried only as the job allows, within its own budget.
+    assert _retries(oom_killed, _spec(max_retry_attempts=1), restarts=0, infra=2)
+    assert not _retries(oom_killed, _spec(max_retry_attempts=1), restarts=1, infra=0)
+
+
+def test_runyards_own_failure_spends_the_infrastructure_budget_not_the_jobs() -> None:
+    platform = Failure(FailureCause.PLATFORM_ERROR, reason="InternalServerError: no namespaces")
+    spec = _spec(max_retry_attempts=1)  # retries allowed, no rules: every failure retryable
+    assert _retries(platform, spec, restarts=1, infra=0)
+    verdict = decide(
+        platform, spec, restarts=0, infrastructure_restarts=2, max_infrastructure_restarts=2
+    )
+    assert not verdict.retry
+    assert verdict.reason == (
+        "InternalServerError: no namespaces (not restarted: the job was already restarted 2 "
+        "times after infrastructure failures)"
+    )
+
+
+def test_a_failure_is_the_infrastructures_as_its_cause_says() -> None:
+    assert LOST.infrastructure
+    assert not OOM.infrastructure
+    assert Failure(FailureCause.PLATFORM_ERROR, reason="x").infrastructure

@@ -3,8 +3,9 @@
 Each start of the instances is an attempt. A restart first records why (so a crash halfway
 resumes the restart instead of deciding anew), then tears every instance down and bills the
 attempt, waits out its back-off, and begins the next attempt, which resumes from the job's
-latest checkpoint. Application failures are retried by the job's rules, infrastructure
-failures (a lost instance) up to the server's budget, spot interruptions within max_wait.
+latest checkpoint. Failures that are the job's fault (``Failure.cause``) are retried by the
+job's rules, the infrastructure's (a lost instance) up to the server's budget, spot
+interruptions within max_wait.
 """
 
 from __future__ import annotations

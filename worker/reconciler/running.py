@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from contract.failures import instance_lost, is_instance_lost
+from contract.failure_causes import FailureCause
+from contract.failures import instance_lost
 from contract.phases import FINAL_PHASES, Phase
 from provisioning.base import InstanceState, InstanceStatus
 from service.jobs import lifecycle
@@ -108,12 +109,12 @@ def first_failure(
                 if status and status.last_output
                 else ""
             )
+            # As the backend read its signals (killed for using more memory than the
+            # instance has, unable to start as the job asks, its node gone); lost where it
+            # could tell nothing.
+            cause = (status.cause if status is not None else None) or FailureCause.INSTANCE_LOST
             return Failure(
-                # Killed for using more memory than the instance has, or unable to start
-                # as the job asks: the job's doing, and a restart would only do it again.
-                infrastructure=not (
-                    status is not None and (status.job_caused or "OOMKilled" in status.reason)
-                ),
+                cause=cause,
                 reason=instance_lost(f"{host} ended without reporting a result{code}{why}{last}"),
                 exit_code=exit_code,
             )
@@ -128,13 +129,15 @@ def first_failure(
     first = failed[0]
     if first.phase == Phase.STOPPED:
         return Failure(
-            infrastructure=True,
+            cause=FailureCause.INSTANCE_STOPPED,
             reason=f"InstanceStopped: {first.host} was stopped from outside Runyard",
         )
     reason = first.failure_reason or f"{first.host} failed with exit code {first.exit_code}"
-    # An instance may report itself lost (its network gone): not its script's failure.
-    lost = is_instance_lost(first.failure_reason)
-    return Failure(infrastructure=lost, reason=reason, exit_code=first.exit_code)
+    # An instance may report itself lost (its network gone): not its script's failure. A
+    # report stored before reports named a cause was given one as the database moved on;
+    # none at all reads as the script's.
+    cause = first.failure_cause or FailureCause.SCRIPT_ERROR
+    return Failure(cause=cause, reason=reason, exit_code=first.exit_code)
 
 
 def _out_of_time(step: Pass, snapshot: JobSnapshot, reports: dict[str, Report]) -> bool:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm.exc import StaleDataError
 
 from contract import modes
+from contract.failure_causes import FailureCause
 from contract.hosts import host_names
 from contract.phases import Phase
 from provisioning.base import Backend, JobRef
@@ -57,6 +58,8 @@ class Report:
     training_reported_at: datetime | None
     uploading_reported_at: datetime | None
     reported_at: datetime
+    # Why a Failed instance failed, as its runtime said.
+    failure_cause: FailureCause | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,14 @@ def snapshot_of(job: TrainingJob) -> JobSnapshot:
 
 
 def report_of(row: JobInstance) -> Report:
-    return _from_row(Report, row, phase=Phase(row.phase))
+    return _from_row(Report, row, phase=Phase(row.phase), failure_cause=_cause(row.failure_cause))
+
+
+def _cause(stored: str | None) -> FailureCause | None:
+    try:
+        return FailureCause(stored) if stored else None
+    except ValueError:
+        return None  # a cause this release does not know (a newer service's): none given
 
 
 _Snapshot = TypeVar("_Snapshot", JobSnapshot, Report)
