@@ -222,6 +222,7 @@ def _log_as_configured(settings: Settings) -> None:
 def run_worker(settings: Settings, concurrency: int = 4) -> None:
     from celery.signals import celeryd_after_setup
 
+    from service.tuning import tasks as tuning_tasks
     from worker.celery_app import create_celery
     from worker.metrics import serve_metrics
 
@@ -230,7 +231,9 @@ def run_worker(settings: Settings, concurrency: int = 4) -> None:
     celeryd_after_setup.connect(lambda **_: _say_what_instances_lack(settings), weak=False)
     if settings.worker_metrics_port:
         serve_metrics(settings.worker_metrics_port)
-    app = create_celery(settings)
+    # The tuner submits trials through the training service, which the worker's own
+    # tasks never import: its task is registered here, where the parts are composed.
+    app = create_celery(settings, more_tasks=[tuning_tasks.register])
     app.worker_main(
         [
             "worker",

@@ -36,6 +36,7 @@ from service.training.instance_routes import router as instance_router
 from service.training.offer import router as instance_types_router
 from service.training.routes import router as jobs_router
 from service.training.submissions import Submissions
+from service.tuning.routes import router as tuning_router
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ ROUTERS = (
     me_router,
     capacity_router,
     instance_types_router,
+    tuning_router,
 )
 
 

@@ -5,6 +5,7 @@ from service.grants.models import ProjectGrant
 from service.jobs.models import JobInstance, JobLease, JobTransition, JobWritePlace, TrainingJob
 from service.kit.db import Base
 from service.logs.models import LogEvent
+from service.tuning.models import TuningJob, TuningTrial
 
 __all__ = [
     "ApiToken",
@@ -18,4 +19,6 @@ __all__ = [
     "Project",
     "ProjectGrant",
     "TrainingJob",
+    "TuningJob",
+    "TuningTrial",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from celery import Celery
 
 from service.kit.broker import connection_config
@@ -15,7 +17,12 @@ from worker.tasks import register
 # the longest is a teardown, teardown_grace plus KILL_WAIT_SECONDS.
 
 
-def create_celery(settings: Settings) -> Celery:
+# A registration of more tasks on the app: the composition root's (``runyard.server``),
+# for tasks built on parts of the service the worker's own code does not import.
+Registration = Callable[[Celery, Settings], None]
+
+
+def create_celery(settings: Settings, more_tasks: Sequence[Registration] = ()) -> Celery:
     pool.watch_pools()
     app = Celery("runyard", set_as_current=False)
     app.conf.update(
@@ -52,4 +59,6 @@ def create_celery(settings: Settings) -> Celery:
         },
     )
     register(app, settings)
+    for registration in more_tasks:
+        registration(app, settings)
     return app

@@ -19,12 +19,14 @@ from service.kit.enqueue import (
     RECONCILE_ONE_TASK,
     RECONCILE_TASK,
     SENT_AT_HEADER,
+    send_tuning,
     sent_now,
 )
 from service.metrics import retention
 from service.observability import instruments
 from service.settings import Settings
 from service.sources import retention as source_retention
+from service.tuning import repository as tuning_repository
 from worker.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,14 @@ def register(app: Celery, settings: Settings) -> None:
                 waiting_every=settings.waiting_sweep_seconds,
                 heads=SWEEP_HEADS_OF_LINE,
                 batch=SWEEP_WAITING_SPOT,
+            )
+            tuning_job_ids = tuning_repository.live_ids(session)
+        # Each live tuning job's tuner takes in its trials' ends and asks for more.
+        for start in range(0, len(tuning_job_ids), BATCH_MOST):
+            send_tuning(
+                settings,
+                tuning_job_ids[start : start + BATCH_MOST],
+                expires=settings.reconcile_interval * 5,
             )
         for start in range(0, len(job_ids), BATCH_MOST):
             # Redundant once the next sweep has sent its own.

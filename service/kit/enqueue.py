@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 # name), and the one-job task that servers sent before triggers were batched.
 RECONCILE_TASK = "runyard.reconcile_jobs"
 RECONCILE_ONE_TASK = "runyard.reconcile_job"
+# The task that drives the tuning jobs it names (service.tuning.tasks, which the worker's
+# process registers); the sweep sends it for every live tuning job too.
+TUNE_TASK = "runyard.tune"
 # The most job ids one message names, and how long the first waits for others: a few
 # milliseconds against jobs that run for minutes.
 BATCH_MOST = 16
@@ -47,6 +50,30 @@ _senders_lock = threading.Lock()
 
 def enqueue_reconcile(session: Session, settings: Settings, job_id: str) -> None:
     after_commit(session, lambda: _post(settings, job_id))
+
+
+def enqueue_tuning(session: Session, settings: Settings, tuning_job_id: str) -> None:
+    """A pass of the tuner over the tuning job, once the transaction commits. Sent at
+    once, not batched: a tuning job is created or stopped far more rarely than a job's
+    instances report, and the sweep drives every live tuning job anyway."""
+    after_commit(session, lambda: send_tuning(settings, [tuning_job_id]))
+
+
+def send_tuning(
+    settings: Settings, tuning_job_ids: Sequence[str], expires: float | None = None
+) -> None:
+    """``expires``: seconds after which the pass is worthless (the sweep's, once the next
+    sweep has sent its own)."""
+    try:
+        _sender(settings).send_task(
+            TUNE_TASK,
+            args=[list(tuning_job_ids)],
+            retry=False,
+            headers=sent_now(),
+            expires=expires,
+        )
+    except Exception:  # the sweep will drive them; a trigger must never fail a request
+        log.warning("could not enqueue %s; the sweep will retry", TUNE_TASK, exc_info=True)
 
 
 # An outbox's thread ends after this long with nothing to send (a process may talk to many

@@ -31,6 +31,7 @@ from service.sagemaker import (
     sts,
     tags,
     training,
+    tuning,
 )
 from service.sagemaker.errors import AwsError
 from service.sagemaker.training import Operation
@@ -71,7 +72,8 @@ class Service:
 
 
 SAGEMAKER = Service(
-    shapes.SAGEMAKER, {**training.OPERATIONS, **tags.OPERATIONS, **search.OPERATIONS}
+    shapes.SAGEMAKER,
+    {**training.OPERATIONS, **tuning.OPERATIONS, **tags.OPERATIONS, **search.OPERATIONS},
 )
 LOGS = Service(shapes.LOGS, cloudwatch_logs.OPERATIONS)
 CLOUDWATCH = Service(

@@ -1,0 +1,397 @@
+"""CreateHyperParameterTuningJob's request as Runyard's tuning-job spec, and a tuning job
+and its trials as DescribeHyperParameterTuningJob's and the listings' answers.
+
+The training job definition is read as CreateTrainingJob's request is
+(``service.sagemaker.translate``), its StaticHyperParameters as the hyperparameters. As
+there, what would change what runs and Runyard cannot do is refused naming the member:
+several definitions, warm start, Hyperband, early stopping, completion criteria and
+Autotune are not offered yet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from contract import hyperparameters, images
+from service.kit.errors import SpecError
+from service.sagemaker import translate
+from service.sagemaker.errors import AwsError, validation
+from service.tuning import progress
+from service.tuning.models import TuningJob, TuningTrial
+from service.tuning.schemas import TuningJobCreate, stored
+from service.tuning.trials import wire_value
+
+CONFIG = "HyperParameterTuningJobConfig"
+DEFINITION = "TrainingJobDefinition"
+_REFUSED = {
+    "TrainingJobDefinitions": "several training job definitions are not supported yet; "
+    "give one TrainingJobDefinition",
+    "WarmStartConfig": "warm start is not supported yet",
+    "Autotune": "Autotune is not supported",
+}
+_REFUSED_CONFIG = {
+    "StrategyConfig": "strategy configuration (for Hyperband) is not supported yet",
+    "TuningJobCompletionCriteria": "completion criteria are not supported yet",
+}
+_REFUSED_DEFINITION = {
+    "HyperParameterTuningResourceConfig": "give a ResourceConfig: instance configurations "
+    "to choose among are not supported",
+}
+# The members of a definition that are the tuning job's, not its training jobs'.
+_TUNING_MEMBERS = ("DefinitionName", "TuningObjective", "HyperParameterRanges")
+_RANGE_KINDS = {
+    "continuous": "ContinuousParameterRanges",
+    "integer": "IntegerParameterRanges",
+    "categorical": "CategoricalParameterRanges",
+}
+
+
+def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJobCreate:
+    """The Runyard spec of a CreateHyperParameterTuningJob request (already checked
+    against the service model)."""
+    _refuse(request, _REFUSED, "")
+    config = request[CONFIG]
+    _refuse(config, _REFUSED_CONFIG, f"{CONFIG}.")
+    definition = request.get(DEFINITION)
+    if definition is None:
+        raise validation(f"{DEFINITION}: required")
+    _refuse(definition, _REFUSED_DEFINITION, f"{DEFINITION}.")
+    if config["Strategy"] == "Hyperband":
+        raise validation(
+            f"{CONFIG}.Strategy: Hyperband is not supported yet (Bayesian, Random or Grid)"
+        )
+    if config.get("TrainingJobEarlyStoppingType", "Off") != "Off":
+        raise validation(
+            f"{CONFIG}.TrainingJobEarlyStoppingType: early stopping is not supported yet (Off)"
+        )
+    objective = config.get("HyperParameterTuningJobObjective") or definition.get("TuningObjective")
+    if objective is None:
+        raise validation(f"{CONFIG}.HyperParameterTuningJobObjective: required")
+    ranges = config.get("ParameterRanges") or definition.get("HyperParameterRanges") or {}
+    if ranges.get("AutoParameters"):
+        raise validation(f"{CONFIG}.ParameterRanges.AutoParameters: not supported")
+    limits = config["ResourceLimits"]
+    if "MaxRuntimeInSeconds" in limits:
+        raise validation(
+            f"{CONFIG}.ResourceLimits.MaxRuntimeInSeconds: a tuning job's own runtime "
+            "limit is not supported yet"
+        )
+    fields: dict[str, Any] = {
+        "name": request["HyperParameterTuningJobName"],
+        "strategy": config["Strategy"],
+        "objective": {"type": objective["Type"], "metric_name": objective["MetricName"]},
+        "resource_limits": {
+            "max_number_of_training_jobs": limits.get("MaxNumberOfTrainingJobs"),
+            "max_parallel_training_jobs": limits["MaxParallelTrainingJobs"],
+        },
+        "parameter_ranges": _ranges(ranges),
+        "random_seed": config.get("RandomSeed"),
+        "training_job": _training_job(request, definition, catalog),
+    }
+    try:
+        return TuningJobCreate.model_validate(fields)
+    except ValidationError as exc:
+        raise validation(
+            "; ".join(
+                f"{member_of(tuple(error['loc']))}: {error['msg']}" for error in exc.errors()[:5]
+            )
+        ) from None
+
+
+def _refuse(given: Mapping[str, Any], refused: Mapping[str, str], path: str) -> None:
+    for member, why in refused.items():
+        if given.get(member) not in (None, {}, []):
+            raise validation(f"{path}{member}: {why}")
+
+
+def _training_job(
+    request: Mapping[str, Any], definition: Mapping[str, Any], catalog: images.Catalog
+) -> dict[str, Any]:
+    training = {k: v for k, v in definition.items() if k not in _TUNING_MEMBERS}
+    training["HyperParameters"] = training.pop("StaticHyperParameters", None) or {}
+    # A name to check it by; each trial gets its own.
+    training["TrainingJobName"] = request["HyperParameterTuningJobName"]
+    try:
+        spec = translate.job_spec(training, catalog)
+    except AwsError as exc:  # naming CreateTrainingJob's members: the definition's
+        raise validation(f"{DEFINITION}.{exc.message}") from None
+    fields = spec.model_dump(exclude_unset=True)
+    fields.pop("name", None)
+    return fields
+
+
+def _ranges(ranges: Mapping[str, Any]) -> dict[str, Any]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for kind, member in _RANGE_KINDS.items():
+        found[kind] = []
+        for index, item in enumerate(ranges.get(member) or []):
+            where = f"{CONFIG}.ParameterRanges.{member}.{index + 1}"
+            if kind == "categorical":
+                values = [hyperparameters.decode({"v": v})["v"] for v in item["Values"]]
+                found[kind].append({"name": item["Name"], "values": values})
+                continue
+            read = int if kind == "integer" else float
+            bounds = {}
+            for bound in ("MinValue", "MaxValue"):
+                try:
+                    bounds[bound] = read(item[bound])
+                except ValueError:
+                    raise validation(f"{where}.{bound}: not {_a_number(kind)}") from None
+            found[kind].append(
+                {
+                    "name": item["Name"],
+                    "min_value": bounds["MinValue"],
+                    "max_value": bounds["MaxValue"],
+                    "scaling_type": item.get("ScalingType", "Auto"),
+                }
+            )
+    return found
+
+
+def _a_number(kind: str) -> str:
+    return "an integer" if kind == "integer" else "a number"
+
+
+_MEMBER_OF_FIELD = {
+    "name": "HyperParameterTuningJobName",
+    "strategy": f"{CONFIG}.Strategy",
+    "random_seed": f"{CONFIG}.RandomSeed",
+    "early_stopping_type": f"{CONFIG}.TrainingJobEarlyStoppingType",
+}
+_MEMBER_OF_PART = {
+    "objective": (
+        f"{CONFIG}.HyperParameterTuningJobObjective",
+        {"type": "Type", "metric_name": "MetricName"},
+    ),
+    "resource_limits": (
+        f"{CONFIG}.ResourceLimits",
+        {
+            "max_number_of_training_jobs": "MaxNumberOfTrainingJobs",
+            "max_parallel_training_jobs": "MaxParallelTrainingJobs",
+        },
+    ),
+}
+_RANGE_MEMBERS = {
+    "name": "Name",
+    "min_value": "MinValue",
+    "max_value": "MaxValue",
+    "scaling_type": "ScalingType",
+    "values": "Values",
+}
+
+
+def member_of(loc: tuple[str | int, ...]) -> str:
+    """The request member a tuning spec's location came from."""
+    if not loc:
+        return "request"
+    head, rest = str(loc[0]), loc[1:]
+    if head == "training_job":
+        inner = translate.member_of(rest)
+        inner = inner.replace("HyperParameters", "StaticHyperParameters", 1)
+        return f"{DEFINITION}.{inner}"
+    if head in _MEMBER_OF_PART and rest:
+        member, parts = _MEMBER_OF_PART[head]
+        return f"{member}.{parts.get(str(rest[0]), str(rest[0]))}"
+    if head == "parameter_ranges":
+        found = f"{CONFIG}.ParameterRanges"
+        if rest:
+            found += f".{_RANGE_KINDS.get(str(rest[0]), str(rest[0]))}"
+        if len(rest) > 1 and isinstance(rest[1], int):
+            found += f".{rest[1] + 1}"
+        if len(rest) > 2:
+            found += f".{_RANGE_MEMBERS.get(str(rest[2]), str(rest[2]))}"
+        return found
+    return _MEMBER_OF_FIELD.get(head, head)
+
+
+def spec_error(exc: SpecError) -> Exception:
+    """A refusal of the tuning job's spec, naming the request's member."""
+    return validation(f"{member_of(exc.loc)}: {exc.field_message}")
+
+
+# -- the other direction ------------------------------------------------------------------
+
+
+def arn(tuning: TuningJob, region: str) -> str:
+    account = translate.account_id(tuning.project)
+    return f"arn:aws:sagemaker:{region}:{account}:hyper-parameter-tuning-job/{tuning.name}"
+
+
+def region_of(tuning: TuningJob, region: str) -> str:
+    return (tuning.sagemaker_request or {}).get("region") or region
+
+
+def described(tuning: TuningJob, region: str) -> dict[str, Any]:
+    """DescribeHyperParameterTuningJob's answer."""
+    spec = stored(tuning.spec)
+    region = region_of(tuning, region)
+    request = (tuning.sagemaker_request or {}).get("request") or {}
+    answer: dict[str, Any] = {
+        **_summary_members(tuning, spec, region),
+        CONFIG: request.get(CONFIG) or _config(spec),
+        DEFINITION: request.get(DEFINITION) or _definition(tuning, spec),
+    }
+    best = progress.best(tuning.trials, spec.objective.type)
+    if best is not None:
+        answer["BestTrainingJob"] = trial_summary(tuning, spec, best, region)
+    if tuning.failure_reason:
+        answer["FailureReason"] = tuning.failure_reason
+    return answer
+
+
+def summary(tuning: TuningJob, region: str) -> dict[str, Any]:
+    """ListHyperParameterTuningJobs' summary of a tuning job."""
+    spec = stored(tuning.spec)
+    region = region_of(tuning, region)
+    return {
+        **_summary_members(tuning, spec, region),
+        "Strategy": tuning.strategy,
+        "ResourceLimits": _limits(spec),
+    }
+
+
+def _summary_members(tuning: TuningJob, spec: TuningJobCreate, region: str) -> dict[str, Any]:
+    trials = tuning.trials
+    jobs = progress.training_job_counts(trials)
+    objectives = progress.objective_counts(trials)
+    answer: dict[str, Any] = {
+        "HyperParameterTuningJobName": tuning.name,
+        "HyperParameterTuningJobArn": arn(tuning, region),
+        "HyperParameterTuningJobStatus": tuning.status,
+        "CreationTime": tuning.created_at,
+        "LastModifiedTime": tuning.updated_at,
+        "TrainingJobStatusCounters": {
+            "Completed": jobs.completed,
+            "InProgress": jobs.in_progress,
+            # Runyard retries a trial's job by the job's own rules, not the tuner's.
+            "RetryableError": 0,
+            "NonRetryableError": jobs.failed,
+            "Stopped": jobs.stopped,
+        },
+        "ObjectiveStatusCounters": {
+            "Succeeded": objectives.succeeded,
+            "Pending": objectives.pending,
+            "Failed": objectives.failed,
+        },
+    }
+    if tuning.ended_at is not None:
+        answer["HyperParameterTuningEndTime"] = tuning.ended_at
+    return answer
+
+
+def trial_summary(
+    tuning: TuningJob,
+    spec: TuningJobCreate,
+    trial: TuningTrial,
+    region: str,
+    times: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A trial as HyperParameterTrainingJobSummary (BestTrainingJob, and the listing of
+    a tuning job's training jobs); ``times``: its training job's start and end."""
+    answer: dict[str, Any] = {
+        "TrainingJobName": trial.name,
+        "TrainingJobArn": translate.arn(_Named(trial.name, tuning.project), region),
+        "TuningJobName": tuning.name,
+        "CreationTime": trial.created_at,
+        "TrainingJobStatus": trial.status,
+        "TunedHyperParameters": {
+            key: wire_value(tuning, key, value) for key, value in trial.parameters.items()
+        },
+        "ObjectiveStatus": trial.objective_status,
+    }
+    for member in ("TrainingStartTime", "TrainingEndTime"):
+        if times and times.get(member) is not None:
+            answer[member] = times[member]
+    if trial.failure_reason:
+        answer["FailureReason"] = trial.failure_reason
+    if trial.objective is not None and math.isfinite(trial.objective):
+        answer["FinalHyperParameterTuningJobObjectiveMetric"] = {
+            "Type": spec.objective.type,
+            "MetricName": spec.objective.metric_name,
+            "Value": trial.objective,
+        }
+    return answer
+
+
+class _Named:
+    def __init__(self, name: str, project: str) -> None:
+        self.name = name
+        self.project = project
+
+
+def _limits(spec: TuningJobCreate) -> dict[str, Any]:
+    return {
+        "MaxNumberOfTrainingJobs": spec.max_trials,
+        "MaxParallelTrainingJobs": spec.resource_limits.max_parallel_training_jobs,
+    }
+
+
+def _config(spec: TuningJobCreate) -> dict[str, Any]:
+    """The configuration of a tuning job created through Runyard's own API, as
+    SageMaker's request would have given it."""
+    ranges = spec.parameter_ranges
+    return {
+        "Strategy": spec.strategy,
+        "HyperParameterTuningJobObjective": {
+            "Type": spec.objective.type,
+            "MetricName": spec.objective.metric_name,
+        },
+        "ResourceLimits": _limits(spec),
+        "ParameterRanges": {
+            "ContinuousParameterRanges": [
+                {
+                    "Name": item.name,
+                    "MinValue": str(item.min_value),
+                    "MaxValue": str(item.max_value),
+                    "ScalingType": item.scaling_type,
+                }
+                for item in ranges.continuous
+            ],
+            "IntegerParameterRanges": [
+                {
+                    "Name": item.name,
+                    "MinValue": str(item.min_value),
+                    "MaxValue": str(item.max_value),
+                    "ScalingType": item.scaling_type,
+                }
+                for item in ranges.integer
+            ],
+            "CategoricalParameterRanges": [
+                {"Name": item.name, "Values": [hyperparameters.encode(v) for v in item.values]}
+                for item in ranges.categorical
+            ],
+        },
+        "TrainingJobEarlyStoppingType": spec.early_stopping_type,
+        "RandomSeed": spec.random_seed,
+    }
+
+
+def _definition(tuning: TuningJob, spec: TuningJobCreate) -> dict[str, Any]:
+    """The training job definition of a tuning job created through Runyard's own API."""
+    job = spec.training_job
+    definition: dict[str, Any] = {
+        "StaticHyperParameters": {
+            key: hyperparameters.encode(value) for key, value in job.hyperparameters.items()
+        },
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [
+                {"Name": m.name, "Regex": m.regex} for m in job.metric_definitions
+            ],
+        },
+        "RoleArn": f"arn:aws:iam::{translate.account_id(tuning.project)}:role/{translate.JOB_ROLE}",
+        "OutputDataConfig": {"S3OutputPath": job.output_path or ""},
+        "ResourceConfig": {
+            "InstanceType": job.instance_type,
+            "InstanceCount": job.instance_count,
+            "VolumeSizeInGB": job.volume_size,
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": job.max_run},
+    }
+    if job.image_uri:
+        definition["AlgorithmSpecification"]["TrainingImage"] = job.image_uri
+    return definition

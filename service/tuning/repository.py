@@ -1,0 +1,119 @@
+"""Data access for tuning jobs. Functions flush at most; the caller owns the transaction."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy import Row, select
+from sqlalchemy.orm import Session, selectinload
+
+from service.jobs.models import JobFinalMetric, TrainingJob
+from service.kit import keyset
+from service.kit.errors import SpecError
+from service.tuning.models import TuningJob, TuningTrial
+
+LIVE = ("InProgress", "Stopping")
+TERMINAL = frozenset({"Completed", "Failed", "Stopped"})
+
+
+def get(session: Session, name: str, project: str, *, to_change: bool = False) -> TuningJob | None:
+    """The tuning job of that name in ``project``, its trials loaded. ``to_change``:
+    locked until the transaction ends (on PostgreSQL; SQLite's writer holds the whole
+    database), so no tuner writes it between this read and the caller's write."""
+    query = (
+        select(TuningJob)
+        .where(TuningJob.project == project, TuningJob.name == name)
+        .options(selectinload(TuningJob.trials))
+    )
+    if to_change:
+        query = query.with_for_update()
+    return session.scalars(query).one_or_none()
+
+
+def get_by_id(session: Session, tuning_job_id: str, *, to_change: bool = False) -> TuningJob | None:
+    query = (
+        select(TuningJob)
+        .where(TuningJob.id == tuning_job_id)
+        .options(selectinload(TuningJob.trials))
+    )
+    if to_change:
+        query = query.with_for_update()
+    return session.scalars(query).one_or_none()
+
+
+def live_ids(session: Session) -> list[str]:
+    """The tuning jobs a tuner still has work for."""
+    return list(session.scalars(select(TuningJob.id).where(TuningJob.status.in_(LIVE))))
+
+
+def trial_jobs(session: Session, trials: Sequence[TuningTrial]) -> dict[str, Row[Any]]:
+    """The status, failure reason and end of each trial's training job, by its id."""
+    ids = [trial.training_job_id for trial in trials if trial.training_job_id]
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(
+            TrainingJob.id,
+            TrainingJob.status,
+            TrainingJob.failure_reason,
+            TrainingJob.ended_at,
+        ).where(TrainingJob.id.in_(ids))
+    )
+    return {row.id: cast(Row[Any], row) for row in rows}
+
+
+def final_values(session: Session, job_ids: Sequence[str], metric: str) -> dict[str, float]:
+    """The final value of ``metric`` of each job that has one."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(JobFinalMetric.job_id, JobFinalMetric.value).where(
+            JobFinalMetric.job_id.in_(job_ids), JobFinalMetric.name == metric
+        )
+    )
+    return {row.job_id: row.value for row in rows}
+
+
+_KEYS = (keyset.Key(TuningJob.created_at, descending=True), keyset.Key(TuningJob.id, True))
+SUMMARY_COLUMNS = (
+    TuningJob.id,
+    TuningJob.name,
+    TuningJob.project,
+    TuningJob.strategy,
+    TuningJob.status,
+    TuningJob.created_at,
+    TuningJob.ended_at,
+)
+
+
+def page(
+    session: Session, project: str, *, limit: int, cursor: str | None, status: str | None = None
+) -> tuple[list[Row[Any]], str | None]:
+    """A page of the project's tuning jobs, newest first, and the cursor of the next."""
+    query = select(*SUMMARY_COLUMNS).where(TuningJob.project == project)
+    if status is not None:
+        query = query.where(TuningJob.status == status)
+    if cursor is not None:
+        query = query.where(keyset.after(_KEYS, _read_cursor(cursor)))
+    rows: list[Row[Any]] = list(
+        session.execute(query.order_by(*keyset.ordering(_KEYS)).limit(limit + 1))
+    )
+    if len(rows) <= limit:
+        return rows, None
+    last = rows[limit - 1]
+    place = keyset.to_json([last.created_at, last.id])
+    return rows[:limit], base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+
+
+def _read_cursor(cursor: str) -> list[Any]:
+    place = None
+    with contextlib.suppress(ValueError, TypeError, binascii.Error):
+        place = keyset.from_json(_KEYS, json.loads(base64.urlsafe_b64decode(cursor.encode())))
+    if place is None:
+        raise SpecError(("cursor",), "not a cursor this server gave", source="query")
+    return place

@@ -1,0 +1,345 @@
+"""Request and response bodies of the tuning-jobs API, one schema per direction.
+
+Field names follow SageMaker's CreateHyperParameterTuningJob in snake case; the trials'
+training job is a training job's own spec (``JobCreate``) without a name, which each
+trial gets from the tuning job (``<tuning job>-<number>-<hash>``, as SageMaker names them).
+Every rule that needs no server configuration is checked here, naming the field; what the
+server's configuration decides about the training job is checked when the tuning job is
+created (``service.tuning.service``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.jobs.schemas import JobCreate
+from service.jobs.spec_parts import Strict, invalid
+
+NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"
+MAX_NAME = 32
+_NAME = re.compile(NAME_PATTERN)
+NAME_RULE = (
+    "must be 1 to 32 letters, digits and hyphens, starting and ending with a letter or digit"
+)
+# SageMaker's limits: 30 ranges of each kind, 30 values a categorical range; a grid of at
+# most this many points (all its trials are known when the tuning job is created).
+MAX_RANGES = 30
+MAX_CATEGORICAL_VALUES = 30
+MAX_GRID_POINTS = 10_000
+# The most trials a tuning job may ask for, and run at once, as SageMaker's quotas.
+MAX_TRAINING_JOBS = 500
+MAX_PARALLEL_TRAINING_JOBS = 100
+
+Strategy = Literal["Bayesian", "Random", "Grid"]
+ObjectiveType = Literal["Minimize", "Maximize"]
+Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
+Status = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
+ParameterValue = str | int | float | bool
+
+
+def tuning_job_name(value: str) -> str:
+    if len(value) > MAX_NAME or not _NAME.fullmatch(value):
+        raise ValueError(NAME_RULE)
+    return value
+
+
+class Objective(Strict):
+    type: ObjectiveType = Field(description="Whether lower or higher values are better.")
+    metric_name: str = Field(
+        min_length=1,
+        max_length=255,
+        description="A metric the training job's `metric_definitions` define; its final "
+        "value is the trial's objective.",
+    )
+
+
+class ResourceLimits(Strict):
+    max_number_of_training_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TRAINING_JOBS,
+        description="How many trials in all (required but for Grid, whose grid decides).",
+    )
+    max_parallel_training_jobs: int = Field(
+        ge=1, le=MAX_PARALLEL_TRAINING_JOBS, description="How many trials run at once at most."
+    )
+
+
+class _Range(Strict):
+    name: str = Field(min_length=1, max_length=256, description="The hyperparameter tuned.")
+
+
+class ContinuousRange(_Range):
+    min_value: float
+    max_value: float
+    scaling_type: Scaling = "Auto"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if not (math.isfinite(self.min_value) and math.isfinite(self.max_value)):
+            raise invalid("ContinuousRange", ("min_value",), "bounds must be finite numbers")
+        if self.min_value >= self.max_value:
+            raise invalid("ContinuousRange", ("max_value",), "must be above min_value")
+        if self.scaling_type == "Logarithmic" and self.min_value <= 0:
+            raise invalid(
+                "ContinuousRange", ("min_value",), "must be above 0 for Logarithmic scaling"
+            )
+        if self.scaling_type == "ReverseLogarithmic" and not (
+            self.min_value >= 0 and self.max_value < 1
+        ):
+            raise invalid(
+                "ContinuousRange",
+                ("scaling_type",),
+                "ReverseLogarithmic scaling needs 0 <= min_value and max_value < 1",
+            )
+        return self
+
+
+class IntegerRange(_Range):
+    min_value: int
+    max_value: int
+    scaling_type: Literal["Auto", "Linear", "Logarithmic"] = Field(
+        default="Auto",
+        description="ReverseLogarithmic is for continuous ranges only, as in SageMaker.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.min_value > self.max_value:
+            raise invalid("IntegerRange", ("max_value",), "must not be below min_value")
+        if self.scaling_type == "Logarithmic" and self.min_value <= 0:
+            raise invalid("IntegerRange", ("min_value",), "must be above 0 for Logarithmic scaling")
+        return self
+
+    @property
+    def size(self) -> int:
+        return self.max_value - self.min_value + 1
+
+
+class CategoricalRange(_Range):
+    values: list[ParameterValue] = Field(min_length=1, max_length=MAX_CATEGORICAL_VALUES)
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, values: list[ParameterValue]) -> list[ParameterValue]:
+        for value in values:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("values must be finite numbers, text or booleans")
+        if len({(type(v), v) for v in values}) != len(values):
+            raise ValueError("a value is given twice")
+        return values
+
+
+class ParameterRanges(Strict):
+    continuous: list[ContinuousRange] = Field(default_factory=list, max_length=MAX_RANGES)
+    integer: list[IntegerRange] = Field(default_factory=list, max_length=MAX_RANGES)
+    categorical: list[CategoricalRange] = Field(default_factory=list, max_length=MAX_RANGES)
+
+    @model_validator(mode="after")
+    def _named_once(self) -> Self:
+        seen: set[str] = set()
+        kinds: dict[str, Sequence[_Range]] = {
+            "continuous": self.continuous,
+            "integer": self.integer,
+            "categorical": self.categorical,
+        }
+        for kind, items in kinds.items():
+            for index, item in enumerate(items):
+                if item.name in seen:
+                    raise invalid(
+                        "ParameterRanges",
+                        (kind, index, "name"),
+                        f"hyperparameter {item.name!r} has a range already",
+                    )
+                seen.add(item.name)
+        if not seen:
+            raise invalid("ParameterRanges", (), "give at least one range to tune")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return [item.name for item in (*self.continuous, *self.integer, *self.categorical)]
+
+
+class TuningJobCreate(Strict):
+    """A tuning job as a client creates it."""
+
+    name: str = Field(
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME},
+        description="Unique in the project; each trial's training job is named after it.",
+    )
+    strategy: Strategy = Field(
+        description="Random, Bayesian (Optuna's TPE) or Grid (every combination of the "
+        "categorical and integer ranges, in an order the seed shuffles)."
+    )
+    objective: Objective
+    resource_limits: ResourceLimits
+    parameter_ranges: ParameterRanges
+    random_seed: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="The same seed asks the same parameters of the same results; without "
+        "one, the server picks one and shows it.",
+    )
+    early_stopping_type: Literal["Off"] = Field(
+        default="Off", description="Auto (early stopping of trials) is not offered yet."
+    )
+    training_job: JobCreate = Field(
+        description="Each trial's training job, without a name: its hyperparameters are "
+        "the static ones, each trial adds the tuned ones."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_rule(cls, value: str) -> str:
+        return tuning_job_name(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        title = "TuningJobCreate"
+        template = self.training_job
+        for field in ("name", "base_job_name"):
+            if getattr(template, field) is not None:
+                raise invalid(
+                    title,
+                    ("training_job", field),
+                    "each trial is named after the tuning job: give no name",
+                )
+        defined = [m.name for m in template.metric_definitions]
+        if self.objective.metric_name not in defined:
+            raise invalid(
+                title,
+                ("objective", "metric_name"),
+                f"{self.objective.metric_name!r} is not one of the training job's "
+                f"metric_definitions ({', '.join(map(repr, defined)) or 'none'})",
+            )
+        for name in self.parameter_ranges.names:
+            if name in template.hyperparameters:
+                raise invalid(
+                    title,
+                    ("training_job", "hyperparameters", name),
+                    "is tuned: give it as a range, not as a static hyperparameter",
+                )
+        self._check_strategy(title)
+        return self
+
+    def _check_strategy(self, title: str) -> None:
+        limits = self.resource_limits
+        if self.strategy != "Grid":
+            if limits.max_number_of_training_jobs is None:
+                raise invalid(
+                    title,
+                    ("resource_limits", "max_number_of_training_jobs"),
+                    f"required for the {self.strategy} strategy",
+                )
+            return
+        ranges = self.parameter_ranges
+        if ranges.continuous:
+            raise invalid(
+                title,
+                ("parameter_ranges", "continuous"),
+                "the Grid strategy takes categorical and integer ranges only",
+            )
+        for index, item in enumerate(ranges.integer):
+            if item.scaling_type == "Logarithmic":
+                raise invalid(
+                    title,
+                    ("parameter_ranges", "integer", index, "scaling_type"),
+                    "the Grid strategy tries every value: Linear or Auto only",
+                )
+        if grid_size(ranges) > MAX_GRID_POINTS:
+            raise invalid(
+                title,
+                ("parameter_ranges",),
+                f"the grid has {grid_size(ranges)} points, over the {MAX_GRID_POINTS} allowed",
+            )
+
+    @property
+    def max_trials(self) -> int:
+        """How many trials the tuning job runs in all."""
+        most = self.resource_limits.max_number_of_training_jobs
+        if self.strategy == "Grid":
+            size = grid_size(self.parameter_ranges)
+            return size if most is None else min(most, size)
+        return most or 0  # never None but for Grid (checked above)
+
+
+def grid_size(ranges: ParameterRanges) -> int:
+    size = 1
+    for integer in ranges.integer:
+        size *= integer.size
+    for categorical in ranges.categorical:
+        size *= len(categorical.values)
+    return size
+
+
+def stored(spec: dict[str, Any]) -> TuningJobCreate:
+    """A stored tuning job's spec (checked when it was created)."""
+    return TuningJobCreate.model_validate(spec)
+
+
+class _FromRow(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class TrialPublic(_FromRow):
+    number: int
+    # The trial's training job.
+    name: str
+    status: str
+    parameters: dict[str, Any]
+    objective: float | None
+    # Pending, Succeeded or Failed (the training job ended without the objective metric).
+    objective_status: str
+    failure_reason: str | None
+    created_at: datetime
+    ended_at: datetime | None
+
+
+class TrainingJobCounts(BaseModel):
+    """The trials' training jobs by status, as SageMaker's TrainingJobStatusCounters."""
+
+    completed: int = 0
+    in_progress: int = 0
+    failed: int = 0
+    stopped: int = 0
+
+
+class ObjectiveCounts(BaseModel):
+    """The trials by their objective, as SageMaker's ObjectiveStatusCounters."""
+
+    succeeded: int = 0
+    pending: int = 0
+    failed: int = 0
+
+
+class TuningJobSummary(_FromRow):
+    name: str
+    project: str
+    strategy: str
+    status: str
+    created_at: datetime
+    ended_at: datetime | None
+
+
+class TuningJobPublic(TuningJobSummary):
+    id: str
+    failure_reason: str | None
+    updated_at: datetime
+    spec: TuningJobCreate
+    training_job_counts: TrainingJobCounts
+    objective_counts: ObjectiveCounts
+    best_trial: TrialPublic | None
+    trials: list[TrialPublic]
+
+
+class TuningJobsPage(BaseModel):
+    items: list[TuningJobSummary]
+    next_cursor: str | None

@@ -1,0 +1,163 @@
+"""The search: each trial's parameters asked of one of Optuna's samplers (Random, TPE for
+Bayesian, Grid), whose study is rebuilt from the trials the database holds every time it is
+asked. Nothing of the search lives in a process, so a tuner that restarts asks exactly
+what it would have asked.
+
+A trial's parameters depend on the tuning job's seed, the trial's number and what the
+earlier trials found: the Random and Bayesian samplers are seeded per trial (seed and
+number), the Grid sampler with the seed alone (it shuffles the grid once, then trial n
+takes its n-th point). Scaling types map onto Optuna's distributions: Linear (and Auto,
+which Runyard reads as Linear) on the range, Logarithmic on its logarithm, and
+ReverseLogarithmic on the logarithm of 1 - x, so that values near 1 are tried as finely as
+Logarithmic tries values near 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from service.tuning.schemas import (
+    CategoricalRange,
+    ContinuousRange,
+    IntegerRange,
+    ParameterValue,
+    TuningJobCreate,
+)
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+    from optuna.samplers import BaseSampler
+
+TrialState = Literal["running", "complete", "failed"]
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A trial asked before, as the search is told of it."""
+
+    parameters: dict[str, Any]
+    state: TrialState
+    objective: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A new trial's parameters (as the script gets them) and the sampler's notes on it."""
+
+    parameters: dict[str, ParameterValue]
+    notes: dict[str, Any]
+
+
+def ask(spec: TuningJobCreate, seed: int, earlier: Sequence[Earlier]) -> Asked:
+    """The parameters of trial ``len(earlier) + 1``, after ``earlier`` (every trial
+    asked so far, in order)."""
+    import optuna
+    from optuna.trial import TrialState as OptunaState
+    from optuna.trial import create_trial
+
+    states = {
+        "running": OptunaState.RUNNING,
+        "complete": OptunaState.COMPLETE,
+        "failed": OptunaState.FAIL,
+    }
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = SearchSpace(spec)
+    direction: Literal["minimize", "maximize"] = (
+        "minimize" if spec.objective.type == "Minimize" else "maximize"
+    )
+    study = optuna.create_study(
+        direction=direction, sampler=_sampler(spec, seed, number=len(earlier) + 1)
+    )
+    for trial in earlier:
+        study.add_trial(
+            create_trial(
+                state=states[trial.state],
+                params=space.internal(trial.parameters),
+                distributions=space.distributions,
+                value=trial.objective if trial.state == "complete" else None,
+                system_attrs=trial.notes,
+            )
+        )
+    asked = study.ask(space.distributions)
+    notes = study.trials[-1].system_attrs
+    return Asked(parameters=space.external(asked.params), notes=dict(notes))
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """A seed of trial ``number``'s own, from the tuning job's."""
+    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _sampler(spec: TuningJobCreate, seed: int, number: int) -> BaseSampler:
+    from optuna.samplers import GridSampler, RandomSampler, TPESampler
+
+    if spec.strategy == "Grid":
+        ranges = spec.parameter_ranges
+        grid: dict[str, list[Any]] = {
+            item.name: list(range(item.min_value, item.max_value + 1)) for item in ranges.integer
+        }
+        grid.update({item.name: list(item.values) for item in ranges.categorical})
+        return GridSampler(grid, seed=seed)
+    if spec.strategy == "Bayesian":
+        return TPESampler(seed=trial_seed(seed, number))
+    return RandomSampler(seed=trial_seed(seed, number))
+
+
+class SearchSpace:
+    """The tuning job's ranges as Optuna's distributions, and values both ways."""
+
+    def __init__(self, spec: TuningJobCreate) -> None:
+        ranges = spec.parameter_ranges
+        self._continuous = {item.name: item for item in ranges.continuous}
+        self.distributions: dict[str, BaseDistribution] = {
+            **{item.name: _continuous(item) for item in ranges.continuous},
+            **{item.name: _integer(item) for item in ranges.integer},
+            **{item.name: _categorical(item) for item in ranges.categorical},
+        }
+
+    def internal(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        """A trial's parameters as the distributions hold them."""
+        found = {}
+        for name, distribution in self.distributions.items():
+            value = parameters[name]
+            item = self._continuous.get(name)
+            if item is not None and item.scaling_type == "ReverseLogarithmic":
+                low, high = distribution.low, distribution.high  # type: ignore[attr-defined]
+                value = min(max(1.0 - value, low), high)  # within float rounding of it
+            found[name] = value
+        return found
+
+    def external(self, internal: dict[str, Any]) -> dict[str, ParameterValue]:
+        """Values as the distributions hold them, as the script gets them."""
+        found: dict[str, ParameterValue] = {}
+        for name, value in internal.items():
+            item = self._continuous.get(name)
+            if item is not None and item.scaling_type == "ReverseLogarithmic":
+                value = min(max(1.0 - value, item.min_value), item.max_value)
+            found[name] = value
+        return found
+
+
+def _continuous(item: ContinuousRange) -> BaseDistribution:
+    from optuna.distributions import FloatDistribution
+
+    if item.scaling_type == "ReverseLogarithmic":
+        return FloatDistribution(1.0 - item.max_value, 1.0 - item.min_value, log=True)
+    return FloatDistribution(item.min_value, item.max_value, log=item.scaling_type == "Logarithmic")
+
+
+def _integer(item: IntegerRange) -> BaseDistribution:
+    from optuna.distributions import IntDistribution
+
+    return IntDistribution(item.min_value, item.max_value, log=item.scaling_type == "Logarithmic")
+
+
+def _categorical(item: CategoricalRange) -> BaseDistribution:
+    from optuna.distributions import CategoricalDistribution
+
+    return CategoricalDistribution(item.values)

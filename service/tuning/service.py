@@ -1,0 +1,155 @@
+"""Tuning jobs: creating, describing, listing and stopping them.
+
+Routes (REST and SageMaker's wire) call these; these flush; the request commits. The
+trials are the tuner's (``service.tuning.tuner``), which each of these wakes after the
+commit: a stop only marks the tuning job Stopping, and the tuner stops its trials.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.auth.access import Principal, Role
+from service.kit.db import utcnow
+from service.kit.enqueue import enqueue_tuning
+from service.kit.errors import Conflict, NotFound, SpecError
+from service.settings import Settings
+from service.training.preparation import prepare
+from service.tuning import progress, repository
+from service.tuning.models import TuningJob
+from service.tuning.schemas import (
+    TrialPublic,
+    TuningJobCreate,
+    TuningJobPublic,
+    stored,
+)
+from service.tuning.trials import first_values, trial_name, trial_spec
+
+
+def create(
+    session: Session,
+    settings: Settings,
+    spec: TuningJobCreate,
+    project: str,
+    *,
+    sagemaker_request: dict[str, Any] | None = None,
+) -> TuningJob:
+    """Store a tuning job, its trials' training job checked as a submission would be
+    (instance type, backend, source, places), and wake the tuner after the commit."""
+    tuning_id = uuid.uuid4().hex
+    _check_training_job(settings, spec, project, tuning_id)
+    seed = spec.random_seed if spec.random_seed is not None else secrets.randbelow(2**31)
+    kept = spec.model_dump(mode="json", exclude_unset=True)
+    kept["random_seed"] = seed
+    now = utcnow()
+    tuning = TuningJob(
+        id=tuning_id,
+        name=spec.name,
+        project=project,
+        spec=kept,
+        strategy=spec.strategy,
+        status="InProgress",
+        sagemaker_request=sagemaker_request,
+        created_at=now,
+        updated_at=now,
+        trials_asked=0,
+        version=1,
+    )
+    session.add(tuning)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"a tuning job named {spec.name!r} already exists") from exc
+    enqueue_tuning(session, settings, tuning.id)
+    return tuning
+
+
+def _check_training_job(
+    settings: Settings, spec: TuningJobCreate, project: str, tuning_id: str
+) -> None:
+    """Refuse now what would refuse every trial: checked on the first trial's spec."""
+    name = trial_name(spec.name, tuning_id, 1)
+    try:
+        prepare(settings, trial_spec(spec, name, first_values(spec)), project)
+    except SpecError as exc:
+        where = exc.loc if exc.loc[:1] == ("training_job",) else ("training_job", *exc.loc)
+        raise SpecError(where, exc.field_message) from None
+
+
+def get(
+    session: Session,
+    name: str,
+    viewer: Principal,
+    project: str | None = None,
+    *,
+    to_change: bool = False,
+) -> TuningJob:
+    """The tuning job of that name in the caller's project (a server administrator may
+    name another); a project the caller cannot see holds none."""
+    project = project or viewer.project
+    tuning = (
+        repository.get(session, name, project, to_change=to_change)
+        if viewer.sees(project)
+        else None
+    )
+    if tuning is None:
+        raise NotFound(f"no tuning job named {name!r}")
+    return tuning
+
+
+def page(
+    session: Session,
+    viewer: Principal,
+    project: str | None,
+    *,
+    limit: int,
+    cursor: str | None,
+    status: str | None = None,
+) -> tuple[list[Row[Any]], str | None]:
+    return repository.page(
+        session, viewer.project_in_sight(project), limit=limit, cursor=cursor, status=status
+    )
+
+
+def stop(
+    session: Session, settings: Settings, name: str, user: Principal, project: str | None = None
+) -> TuningJob:
+    """Mark the tuning job Stopping; the tuner then stops its running trials and asks for
+    no more, and once they have ended the tuning job is Stopped."""
+    tuning = get(session, name, user, project, to_change=True)
+    user.require(Role.MEMBER, tuning.project, "stopping a tuning job")
+    if tuning.status in repository.TERMINAL:
+        raise Conflict(f"tuning job {name!r} has already ended ({tuning.status})")
+    if tuning.status == "InProgress":
+        tuning.status = "Stopping"
+        session.flush()
+        enqueue_tuning(session, settings, tuning.id)
+    return tuning
+
+
+def public(tuning: TuningJob) -> TuningJobPublic:
+    spec = stored(tuning.spec)
+    trials = [TrialPublic.model_validate(trial) for trial in tuning.trials]
+    best = progress.best(tuning.trials, spec.objective.type)
+    return TuningJobPublic(
+        id=tuning.id,
+        name=tuning.name,
+        project=tuning.project,
+        strategy=tuning.strategy,
+        status=tuning.status,
+        failure_reason=tuning.failure_reason,
+        created_at=tuning.created_at,
+        updated_at=tuning.updated_at,
+        ended_at=tuning.ended_at,
+        spec=spec,
+        training_job_counts=progress.training_job_counts(tuning.trials),
+        objective_counts=progress.objective_counts(tuning.trials),
+        best_trial=TrialPublic.model_validate(best) if best is not None else None,
+        trials=trials,
+    )

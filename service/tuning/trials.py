@@ -1,0 +1,81 @@
+"""A trial as a training job: its name and its spec, from the tuning job's."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import ValidationError
+
+from contract import hyperparameters
+from service.jobs.schemas import JobCreate
+from service.kit.errors import SpecError
+from service.tuning.models import TuningJob
+from service.tuning.schemas import TuningJobCreate
+
+# The training job statuses of a trial still running (the rest have ended).
+LIVE = frozenset({"InProgress", "Stopping"})
+
+
+def trial_name(tuning_job_name: str, tuning_job_id: str, number: int) -> str:
+    """``<tuning job>-<number>-<hash>``, as SageMaker names a tuning job's training jobs:
+    the same trial of the same tuning job always has the same name, so a tuner that asks
+    again for a trial it already submitted finds the name taken."""
+    digest = hashlib.sha256(f"{tuning_job_id}:{number}".encode()).hexdigest()[:8]
+    return f"{tuning_job_name}-{number:03d}-{digest}"
+
+
+def trial_spec(spec: TuningJobCreate, name: str, parameters: dict[str, Any]) -> JobCreate:
+    """The training job of a trial: the tuning job's, named, with the tuned values among
+    its hyperparameters. A value the job's rules refuse is said of its training job."""
+    fields = spec.training_job.model_dump(exclude_unset=True)
+    fields["name"] = name
+    fields["hyperparameters"] = {**spec.training_job.hyperparameters, **parameters}
+    try:
+        return JobCreate.model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise SpecError(("training_job", *error["loc"]), error["msg"]) from None
+
+
+def first_values(spec: TuningJobCreate) -> dict[str, Any]:
+    """A value of each range (its lowest, its first): a trial to check the training job
+    with before any trial is asked for."""
+    ranges = spec.parameter_ranges
+    return {
+        **{item.name: item.min_value for item in ranges.continuous},
+        **{item.name: item.min_value for item in ranges.integer},
+        **{item.name: item.values[0] for item in ranges.categorical},
+    }
+
+
+def trial_request(
+    tuning: TuningJob, name: str, parameters: dict[str, Any]
+) -> dict[str, Any] | None:
+    """For a tuning job created over SageMaker's wire, the CreateTrainingJob request its
+    trial's training job shows (DescribeTrainingJob), as SageMaker makes it from the
+    training job definition."""
+    kept = tuning.sagemaker_request
+    if not kept:
+        return None
+    definition = dict(kept["request"].get("TrainingJobDefinition") or {})
+    static = definition.pop("StaticHyperParameters", None) or {}
+    for member in ("DefinitionName", "TuningObjective", "HyperParameterRanges"):
+        definition.pop(member, None)
+    tuned = {key: wire_value(tuning, key, value) for key, value in parameters.items()}
+    request = {**definition, "TrainingJobName": name, "HyperParameters": {**static, **tuned}}
+    return {"request": request, "region": kept["region"]}
+
+
+def wire_value(tuning: TuningJob, name: str, value: Any) -> str:
+    """A tuned value as SageMaker's wire writes it: a categorical value as the request
+    gave it (JSON-encoded by the SDK's framework estimators, plain by others), any other
+    as JSON."""
+    kept = tuning.sagemaker_request or {}
+    ranges = (kept.get("request") or {}).get("HyperParameterTuningJobConfig", {})
+    for item in ranges.get("ParameterRanges", {}).get("CategoricalParameterRanges", []):
+        if item.get("Name") == name:
+            for given in item.get("Values", []):
+                if hyperparameters.decode({name: given})[name] == value:
+                    return str(given)
+    return hyperparameters.encode(value)

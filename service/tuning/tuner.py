@@ -1,0 +1,254 @@
+"""The tuner: one pass over a tuning job brings it a step closer to its end.
+
+A pass is level-triggered and idempotent, so a duplicate, a lost message or a worker that
+dies half-way costs nothing (the sweep sends a pass for every live tuning job):
+
+1. it takes in what the trials' training jobs say: a trial whose job has ended gets its
+   status and the final value of the objective metric, read from the job's metrics;
+2. a tuning job being stopped has its running trials stopped, and is Stopped once none
+   runs; one that has asked for all its trials is Completed once none runs (Failed if
+   none reported the objective);
+3. while fewer than MaxParallelTrainingJobs trials run and trials are left to ask for,
+   it asks the search for the next trial's parameters and submits its training job
+   through the same service as the REST API (projects, capacity and the line apply), one
+   trial per transaction: the trial's row and its training job commit together, the
+   tuning job's version checked, so a trial is never submitted twice, whichever tuner
+   died or ran at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from contract.limits import MAX_REASON
+from service.auth.access import Principal, Role
+from service.kit.db import session_scope, utcnow
+from service.kit.errors import Conflict, NotFound, ResourceLimitExceeded, RunyardError
+from service.settings import Settings
+from service.training import service as training
+from service.tuning import progress, repository, search
+from service.tuning.models import TuningJob, TuningTrial
+from service.tuning.schemas import TuningJobCreate, stored
+from service.tuning.trials import LIVE, trial_name, trial_request, trial_spec
+
+log = logging.getLogger(__name__)
+
+
+def advance(settings: Settings, tuning_job_id: str) -> None:
+    """One pass over the tuning job (see the module's docstring)."""
+    try:
+        to_stop = _take_in(settings, tuning_job_id)
+        for name, project in to_stop:
+            _stop_trial(settings, name, project)
+        while _ask_one(settings, tuning_job_id):
+            pass
+    except StaleDataError:
+        # Another pass wrote the tuning job meanwhile: it has done this one's work, or
+        # the next pass does it.
+        log.info("tuning job %s changed during a pass; the next pass goes on", tuning_job_id)
+
+
+def _take_in(settings: Settings, tuning_job_id: str) -> list[tuple[str, str]]:
+    """Steps 1 and 2; the trials to stop (their names and project)."""
+    with session_scope(settings.database_url) as session:
+        tuning = repository.get_by_id(session, tuning_job_id, to_change=True)
+        if tuning is None or tuning.status in repository.TERMINAL:
+            return []
+        spec = stored(tuning.spec)
+        _observe(session, tuning, spec)
+        live = [trial for trial in tuning.trials if trial.status in LIVE]
+        if tuning.status == "Stopping":
+            if not live:
+                _end(tuning, "Stopped")
+            return [(t.name, tuning.project) for t in live if t.status != "Stopping"]
+        if tuning.trials_asked >= spec.max_trials and not live:
+            _end_of_trials(tuning, spec)
+        session.flush()
+        return []
+
+
+def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None:
+    """Each running trial as its training job is now."""
+    running = [trial for trial in tuning.trials if trial.status in LIVE]
+    jobs = repository.trial_jobs(session, running)
+    ended = [
+        job_id
+        for job_id, row in jobs.items()
+        if row.status not in LIVE  # a job's status is one of SageMaker's
+    ]
+    values = repository.final_values(session, ended, spec.objective.metric_name)
+    for trial in running:
+        row = jobs.get(trial.training_job_id or "")
+        if row is None:  # deleted, which only an ended job can be
+            _trial_ended(trial, "Failed", None, "its training job was deleted")
+        elif row.status != trial.status:
+            if row.status in LIVE:
+                trial.status = row.status
+            else:
+                _trial_ended(trial, row.status, values.get(row.id), row.failure_reason)
+                trial.ended_at = row.ended_at or trial.ended_at
+
+
+def _trial_ended(
+    trial: TuningTrial, status: str, objective: float | None, failure_reason: str | None
+) -> None:
+    trial.status = status
+    trial.ended_at = utcnow()
+    trial.failure_reason = failure_reason
+    # A trial stopped (by a person, or its max_run) still counts with what it reported.
+    if status in ("Completed", "Stopped") and objective is not None:
+        trial.objective = objective
+        trial.objective_status = "Succeeded"
+    else:
+        trial.objective_status = "Failed"
+
+
+def _end_of_trials(tuning: TuningJob, spec: TuningJobCreate) -> None:
+    if progress.best(tuning.trials, spec.objective.type) is not None:
+        _end(tuning, "Completed")
+        return
+    _end(
+        tuning,
+        "Failed",
+        f"none of the {len(tuning.trials)} training jobs reported the objective metric "
+        f"{spec.objective.metric_name!r}",
+    )
+
+
+def _end(tuning: TuningJob, status: str, reason: str | None = None) -> None:
+    tuning.status = status
+    tuning.failure_reason = reason[:MAX_REASON] if reason else None
+    tuning.ended_at = utcnow()
+    log.info("tuning job %s %s", tuning.name, status.lower())
+
+
+def _stop_trial(settings: Settings, name: str, project: str) -> None:
+    """Stop one trial's training job, in a transaction of its own."""
+    tuner = Principal(kind="user", name="tuner", project=project, role=Role.MEMBER)
+    try:
+        with session_scope(settings.database_url) as session:
+            training.stop(session, settings, name, tuner, project)
+    except (Conflict, NotFound):
+        pass  # it ended (or is gone) meanwhile: the next pass takes that in
+
+
+class _Refused(Exception):
+    """A trial's training job the service refused: recorded as a failed trial."""
+
+    def __init__(self, number: int, name: str, asked: search.Asked, reason: str) -> None:
+        super().__init__(reason)
+        self.number = number
+        self.name = name
+        self.asked = asked
+        self.reason = reason
+
+
+def _ask_one(settings: Settings, tuning_job_id: str) -> bool:
+    """Step 3, once: whether a trial was asked for (and another may be)."""
+    try:
+        with session_scope(settings.database_url) as session:
+            return _ask_and_submit(session, settings, tuning_job_id)
+    except ResourceLimitExceeded as exc:
+        # The server refuses jobs over its capacity rather than queueing them: the trial
+        # is not asked for now, and the next pass tries again.
+        log.info("tuning job %s waits for capacity: %s", tuning_job_id, exc.message)
+        return False
+    except _Refused as refused:
+        with session_scope(settings.database_url) as session:
+            return _record_refused(session, tuning_job_id, refused)
+
+
+def _ask_and_submit(session: Session, settings: Settings, tuning_job_id: str) -> bool:
+    tuning = repository.get_by_id(session, tuning_job_id, to_change=True)
+    if tuning is None or tuning.status != "InProgress":
+        return False
+    spec = stored(tuning.spec)
+    if not _room(tuning, spec):
+        return False
+    number = tuning.trials_asked + 1
+    asked = _ask(tuning, spec)
+    trial = TuningTrial(
+        number=number,
+        name=trial_name(tuning.name, tuning.id, number),
+        parameters=asked.parameters,
+        strategy_notes=asked.notes,
+        status="InProgress",
+        objective_status="Pending",
+        created_at=utcnow(),
+    )
+    tuning.trials.append(trial)
+    tuning.trials_asked = number
+    # The trial is recorded (and the tuning job's version checked) before its job is
+    # submitted; both commit together or not at all.
+    session.flush()
+    try:
+        job = training.submit(
+            session,
+            settings,
+            trial_spec(spec, trial.name, asked.parameters),
+            tuning.project,
+            sagemaker_request=trial_request(tuning, trial.name, asked.parameters),
+        )
+    except ResourceLimitExceeded:
+        raise
+    except RunyardError as exc:
+        raise _Refused(number, trial.name, asked, exc.message) from exc
+    trial.training_job_id = job.id
+    log.info("tuning job %s: trial %d is training job %s", tuning.name, number, trial.name)
+    return True
+
+
+def _room(tuning: TuningJob, spec: TuningJobCreate) -> bool:
+    running = sum(1 for trial in tuning.trials if trial.status in LIVE)
+    return (
+        tuning.trials_asked < spec.max_trials
+        and running < spec.resource_limits.max_parallel_training_jobs
+    )
+
+
+def _ask(tuning: TuningJob, spec: TuningJobCreate) -> search.Asked:
+    earlier = [
+        search.Earlier(
+            parameters=trial.parameters,
+            state=(
+                "running"
+                if trial.status in LIVE
+                else "complete"
+                if trial.objective_status == "Succeeded"
+                else "failed"
+            ),
+            objective=trial.objective,
+            notes=trial.strategy_notes,
+        )
+        for trial in tuning.trials
+    ]
+    seed = spec.random_seed if spec.random_seed is not None else 0
+    return search.ask(spec, seed, earlier)
+
+
+def _record_refused(session: Session, tuning_job_id: str, refused: _Refused) -> bool:
+    """The refused trial, failed, so that it counts and the search goes on past it."""
+    tuning = repository.get_by_id(session, tuning_job_id, to_change=True)
+    if tuning is None or tuning.trials_asked != refused.number - 1:
+        return False  # another pass went on meanwhile
+    now = utcnow()
+    tuning.trials.append(
+        TuningTrial(
+            number=refused.number,
+            name=refused.name,
+            parameters=refused.asked.parameters,
+            strategy_notes=refused.asked.notes,
+            status="Failed",
+            objective_status="Failed",
+            failure_reason=refused.reason[:MAX_REASON],
+            created_at=now,
+            ended_at=now,
+        )
+    )
+    tuning.trials_asked = refused.number
+    session.flush()
+    log.warning("tuning job %s: trial %d refused: %s", tuning.name, refused.number, refused.reason)
+    return True
