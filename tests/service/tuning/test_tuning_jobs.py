@@ -118,7 +118,7 @@ def test_a_tuner_that_dies_while_submitting_a_trial_submits_it_once_after_it_res
     submit = tuner.training.submit
 
     def dies_after_storing(*args: Any, **kwargs: Any) -> Any:
-        job = submit(*args, **kwargs)  # stored in the pass's transaction...
+        submit(*args, **kwargs)  # stored in the pass's transaction...
         asked.append(dict(args[2].hyperparameters))
         raise SystemExit("worker killed")  # ...which never commits
 
