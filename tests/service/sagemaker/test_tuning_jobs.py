@@ -1,0 +1,325 @@
+"""boto3's own sagemaker client against Runyard's tuning jobs: create, describe, list,
+list the trials, stop, the errors SageMaker gives, and every answer checked against
+botocore's output shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+from tests.service.sagemaker.live import REGION, check_answer
+from tests.service.sagemaker.test_training_jobs import IMAGE, ROLE
+from tests.service.tuning.tuning import advance, end_job, training_jobs
+
+
+def tuning_request(source: Path, name: str = "tune-1", **config: Any) -> dict[str, Any]:
+    """CreateHyperParameterTuningJob as the SageMaker SDK v2's HyperparameterTuner sends it
+    for a PyTorch estimator."""
+    tuning_config: dict[str, Any] = {
+        "Strategy": "Random",
+        "ResourceLimits": {"MaxNumberOfTrainingJobs": 3, "MaxParallelTrainingJobs": 2},
+        "TrainingJobEarlyStoppingType": "Off",
+        "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "loss"},
+        "ParameterRanges": {
+            "ContinuousParameterRanges": [
+                {"Name": "lr", "MinValue": "0.001", "MaxValue": "0.1", "ScalingType": "Logarithmic"}
+            ],
+            "CategoricalParameterRanges": [{"Name": "optimizer", "Values": ['"adam"', '"sgd"']}],
+            "IntegerParameterRanges": [
+                {"Name": "layers", "MinValue": "1", "MaxValue": "4", "ScalingType": "Auto"}
+            ],
+        },
+        "RandomSeed": 7,
+    }
+    tuning_config.update(config)
+    return {
+        "HyperParameterTuningJobName": name,
+        "HyperParameterTuningJobConfig": tuning_config,
+        "TrainingJobDefinition": {
+            "StaticHyperParameters": {
+                "sagemaker_program": json.dumps("train.py"),
+                "sagemaker_submit_directory": json.dumps(source.as_uri()),
+                "sagemaker_container_log_level": "20",
+                "_tuning_objective_metric": json.dumps("loss"),
+                "epochs": "3",
+            },
+            "AlgorithmSpecification": {
+                "TrainingImage": IMAGE,
+                "TrainingInputMode": "File",
+                "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+            },
+            "RoleArn": ROLE,
+            "OutputDataConfig": {"S3OutputPath": (source.parent / "out").as_uri()},
+            "ResourceConfig": {
+                "InstanceType": "ml.m5.large",
+                "InstanceCount": 1,
+                "VolumeSizeInGB": 30,
+            },
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        },
+    }
+
+
+def error_of(call: Any, **params: Any) -> tuple[str, str]:
+    with pytest.raises(ClientError) as caught:
+        call(**params)
+    error = caught.value.response["Error"]
+    return error["Code"], error["Message"]
+
+
+def test_the_sdks_request_creates_a_tuning_job_whose_trials_show_as_sagemaker_shows_them(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    created = sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir))
+    check_answer(sm, "CreateHyperParameterTuningJob", created)
+    assert created["HyperParameterTuningJobArn"].startswith(f"arn:aws:sagemaker:{REGION}:")
+    assert created["HyperParameterTuningJobArn"].endswith(":hyper-parameter-tuning-job/tune-1")
+
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["HyperParameterTuningJobStatus"] == "InProgress"
+    assert described["HyperParameterTuningJobConfig"]["RandomSeed"] == 7
+    assert described["TrainingJobDefinition"]["RoleArn"] == ROLE
+    assert "BestTrainingJob" not in described
+
+    advance(settings)
+    trials = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-1"
+    )
+    check_answer(sm, "ListTrainingJobsForHyperParameterTuningJob", trials)
+    summaries = trials["TrainingJobSummaries"]
+    assert len(summaries) == 2
+    for summary in summaries:
+        tuned = summary["TunedHyperParameters"]
+        assert set(tuned) == {"lr", "optimizer", "layers"}
+        # As the request's values were written: the SDK's JSON strings stay so.
+        assert tuned["optimizer"] in ('"adam"', '"sgd"')
+        assert 0.001 <= float(tuned["lr"]) <= 0.1
+        assert tuned["layers"] in ("1", "2", "3", "4")
+        assert (summary["TrainingJobStatus"], summary["ObjectiveStatus"]) == (
+            "InProgress",
+            "Pending",
+        )
+        # The trial's own training job, as DescribeTrainingJob shows it.
+        job = sm.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+        check_answer(sm, "DescribeTrainingJob", job)
+        assert job["HyperParameters"]["epochs"] == "3"
+        assert job["HyperParameters"]["optimizer"] == tuned["optimizer"]
+        assert job["RoleArn"] == ROLE
+    job_hyperparameters = {j["name"]: j["hyperparameters"] for j in training_jobs(settings)}
+    first = summaries[0]["TrainingJobName"]
+    # The script gets the values decoded, as every SageMaker hyperparameter.
+    assert job_hyperparameters[first]["optimizer"] in ("adam", "sgd")
+    assert job_hyperparameters[first]["epochs"] == 3
+
+    end_job(settings, first, loss=0.125)
+    end_job(settings, summaries[1]["TrainingJobName"], status="Failed")
+    advance(settings)
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["TrainingJobStatusCounters"] == {
+        "Completed": 1,
+        "InProgress": 1,
+        "RetryableError": 0,
+        "NonRetryableError": 1,
+        "Stopped": 0,
+    }
+    assert described["ObjectiveStatusCounters"] == {"Succeeded": 1, "Pending": 1, "Failed": 1}
+    best = described["BestTrainingJob"]
+    assert best["TrainingJobName"] == first
+    assert best["FinalHyperParameterTuningJobObjectiveMetric"] == {
+        "Type": "Minimize",
+        "MetricName": "loss",
+        "Value": 0.125,
+    }
+
+    by_objective = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-1", SortBy="FinalObjectiveMetricValue"
+    )["TrainingJobSummaries"]
+    assert by_objective[0]["TrainingJobName"] == first
+    failed = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-1", StatusEquals="Failed"
+    )["TrainingJobSummaries"]
+    assert [(s["TrainingJobStatus"], s["ObjectiveStatus"]) for s in failed] == [
+        ("Failed", "Failed")
+    ]
+    assert failed[0]["FailureReason"] == "AlgorithmError: the script failed"
+
+    for summary in sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-1"
+    )["TrainingJobSummaries"]:
+        if summary["TrainingJobStatus"] == "InProgress":
+            end_job(settings, summary["TrainingJobName"], loss=0.5)
+    advance(settings)
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    assert described["HyperParameterTuningJobStatus"] == "Completed"
+    assert "HyperParameterTuningEndTime" in described
+
+
+def test_a_page_of_trials_and_of_tuning_jobs_at_a_time(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    for name in ("tune-a", "tune-b", "tune-c"):
+        sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir, name))
+    listed = sm.list_hyper_parameter_tuning_jobs(MaxResults=2, SortBy="Name")
+    check_answer(sm, "ListHyperParameterTuningJobs", listed)
+    names = [s["HyperParameterTuningJobName"] for s in listed["HyperParameterTuningJobSummaries"]]
+    assert names == ["tune-a", "tune-b"]
+    rest = sm.list_hyper_parameter_tuning_jobs(
+        MaxResults=2, SortBy="Name", NextToken=listed["NextToken"]
+    )
+    assert [s["HyperParameterTuningJobName"] for s in rest["HyperParameterTuningJobSummaries"]] == [
+        "tune-c"
+    ]
+    assert "NextToken" not in rest
+    summary = listed["HyperParameterTuningJobSummaries"][0]
+    assert summary["Strategy"] == "Random"
+    assert summary["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 3, "MaxParallelTrainingJobs": 2}
+    newest = sm.list_hyper_parameter_tuning_jobs(SortOrder="Descending", NameContains="TUNE-C")
+    assert [
+        s["HyperParameterTuningJobName"] for s in newest["HyperParameterTuningJobSummaries"]
+    ] == ["tune-c"]
+
+    advance(settings, "tune-a")
+    page = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-a", MaxResults=1
+    )
+    following = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="tune-a", MaxResults=1, NextToken=page["NextToken"]
+    )
+    assert "NextToken" not in following
+    shown = [s["TrainingJobName"] for s in page["TrainingJobSummaries"]]
+    shown += [s["TrainingJobName"] for s in following["TrainingJobSummaries"]]
+    assert sorted(shown) == sorted(j["name"] for j in training_jobs(settings))
+    code, message = error_of(
+        sm.list_training_jobs_for_hyper_parameter_tuning_job,
+        HyperParameterTuningJobName="tune-b",
+        NextToken=page["NextToken"],
+    )
+    assert (code, message) == (
+        "ValidationException",
+        "NextToken: not a token this server gave for this listing",
+    )
+
+
+def test_stop_stops_the_trials_and_ends_the_tuning_job_stopped(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir))
+    advance(settings)
+    stopped = sm.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    assert set(stopped) == {"ResponseMetadata"}  # the operation answers nothing else
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    assert described["HyperParameterTuningJobStatus"] == "Stopping"
+    advance(settings)
+    advance(settings)
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    assert described["HyperParameterTuningJobStatus"] == "Stopped"
+    assert described["TrainingJobStatusCounters"]["Stopped"] == 2
+    code, message = error_of(
+        sm.stop_hyper_parameter_tuning_job, HyperParameterTuningJobName="tune-1"
+    )
+    assert (code, message) == (
+        "ValidationException",
+        "The request was rejected because the tuning job is in status Stopped.",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"Strategy": "Hyperband"},
+            "HyperParameterTuningJobConfig.Strategy: Hyperband is not supported yet "
+            "(Bayesian, Random or Grid)",
+        ),
+        (
+            {"TrainingJobEarlyStoppingType": "Auto"},
+            "HyperParameterTuningJobConfig.TrainingJobEarlyStoppingType: early stopping is "
+            "not supported yet (Off)",
+        ),
+        (
+            {"HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "acc"}},
+            "HyperParameterTuningJobConfig.HyperParameterTuningJobObjective.MetricName: "
+            "'acc' is not one of the training job's metric_definitions ('loss')",
+        ),
+        (
+            {
+                "ParameterRanges": {
+                    "ContinuousParameterRanges": [
+                        {"Name": "lr", "MinValue": "small", "MaxValue": "0.1"}
+                    ]
+                }
+            },
+            "HyperParameterTuningJobConfig.ParameterRanges.ContinuousParameterRanges.1.MinValue: "
+            "not a number",
+        ),
+        (
+            {
+                "ParameterRanges": {
+                    "IntegerParameterRanges": [{"Name": "epochs", "MinValue": "1", "MaxValue": "3"}]
+                }
+            },
+            "TrainingJobDefinition.StaticHyperParameters.epochs: is tuned: give it as a "
+            "range, not as a static hyperparameter",
+        ),
+    ],
+)
+def test_what_runyard_cannot_run_is_refused_naming_the_member(
+    sm: Any, source_dir: Path, change: dict[str, Any], message: str
+) -> None:
+    code, said = error_of(
+        sm.create_hyper_parameter_tuning_job, **tuning_request(source_dir, **change)
+    )
+    assert (code, said) == ("ValidationException", message)
+    assert sm.list_hyper_parameter_tuning_jobs()["HyperParameterTuningJobSummaries"] == []
+
+
+def test_a_training_job_definition_the_server_cannot_run_is_refused_naming_its_member(
+    sm: Any, source_dir: Path
+) -> None:
+    request = tuning_request(source_dir)
+    request["TrainingJobDefinition"]["ResourceConfig"]["InstanceType"] = "ml.p4d.24xlarge"
+    code, message = error_of(sm.create_hyper_parameter_tuning_job, **request)
+    assert code == "ValidationException"
+    assert message.startswith(
+        "TrainingJobDefinition.ResourceConfig.InstanceType: no backend on this server runs "
+        "ml.p4d.24xlarge"
+    ), message
+
+
+def test_names_in_use_and_unknown_names_answer_as_sagemaker(sm: Any, source_dir: Path) -> None:
+    sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir))
+    code, message = error_of(sm.create_hyper_parameter_tuning_job, **tuning_request(source_dir))
+    assert code == "ResourceInUse"
+    assert "a tuning job named tune-1 already exists" in message
+    code, message = error_of(
+        sm.describe_hyper_parameter_tuning_job, HyperParameterTuningJobName="nope"
+    )
+    assert (code, message) == ("ValidationException", "Requested resource not found.")
+
+
+def test_a_tuning_job_created_over_rest_describes_over_the_wire(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    from tests.service.tuning.tuning import tuning_spec
+
+    spec = tuning_spec(source_dir)
+    spec["training_job"]["instance_type"] = "ml.m5.large"
+    assert api.post("/v1/tuning-jobs", json=spec).status_code == 201
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    config = described["HyperParameterTuningJobConfig"]
+    assert config["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 2}
+    assert config["ParameterRanges"]["CategoricalParameterRanges"] == [
+        {"Name": "optimizer", "Values": ['"adam"', '"sgd"']}
+    ]
+    definition = described["TrainingJobDefinition"]
+    assert definition["StaticHyperParameters"] == {"epochs": "2"}
+    assert definition["ResourceConfig"]["InstanceType"] == "ml.m5.large"
