@@ -23,8 +23,10 @@ from service.tuning import service
 from service.tuning.models import TuningJob
 from service.tuning.repository import TERMINAL
 from service.tuning.schemas import stored
+from service.tuning.trials import TRIALS_REQUEST
 
 NAME = "HyperParameterTuningJobName"
+DEFINITION = tuning_translate.DEFINITION
 DEFAULT_PAGE = 10
 
 
@@ -38,7 +40,10 @@ def create_tuning_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             call.settings,
             spec,
             principal.project,
-            sagemaker_request=translate.recording(params, call.region),
+            sagemaker_request={
+                **translate.recording(params, call.region),
+                TRIALS_REQUEST: tuning_translate.training_request(params[DEFINITION]),
+            },
         )
     except SpecError as exc:
         raise tuning_translate.spec_error(exc) from None

@@ -37,10 +37,12 @@ _REFUSED_CONFIG = {
     "StrategyConfig": "strategy configuration (for Hyperband) is not supported yet",
     "TuningJobCompletionCriteria": "completion criteria are not supported yet",
 }
-_REFUSED_DEFINITION = {
-    "HyperParameterTuningResourceConfig": "give a ResourceConfig: instance configurations "
-    "to choose among are not supported",
+_REFUSED_RESOURCES = {
+    "InstanceConfigs": "instance configurations to choose among are not supported yet; "
+    "give InstanceType and InstanceCount",
+    "AllocationStrategy": "instance configurations to choose among are not supported yet",
 }
+RESOURCES = "HyperParameterTuningResourceConfig"
 # The members of a definition that are the tuning job's, not its training jobs'.
 _TUNING_MEMBERS = ("DefinitionName", "TuningObjective", "HyperParameterRanges")
 _RANGE_KINDS = {
@@ -59,7 +61,7 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
     definition = request.get(DEFINITION)
     if definition is None:
         raise validation(f"{DEFINITION}: required")
-    _refuse(definition, _REFUSED_DEFINITION, f"{DEFINITION}.")
+    _refuse(definition.get(RESOURCES) or {}, _REFUSED_RESOURCES, f"{DEFINITION}.{RESOURCES}.")
     if config["Strategy"] == "Hyperband":
         raise validation(
             f"{CONFIG}.Strategy: Hyperband is not supported yet (Bayesian, Random or Grid)"
@@ -111,8 +113,7 @@ def _refuse(given: Mapping[str, Any], refused: Mapping[str, str], path: str) -> 
 def _training_job(
     request: Mapping[str, Any], definition: Mapping[str, Any], catalog: images.Catalog
 ) -> dict[str, Any]:
-    training = {k: v for k, v in definition.items() if k not in _TUNING_MEMBERS}
-    training["HyperParameters"] = training.pop("StaticHyperParameters", None) or {}
+    training = training_request(definition)
     # A name to check it by; each trial gets its own.
     training["TrainingJobName"] = request["HyperParameterTuningJobName"]
     try:
@@ -122,6 +123,18 @@ def _training_job(
     fields = spec.model_dump(exclude_unset=True)
     fields.pop("name", None)
     return fields
+
+
+def training_request(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """A training job definition as the CreateTrainingJob request of its trials, less
+    their name: the SDK's tuner gives the instances as HyperParameterTuningResourceConfig
+    (with no configurations to choose among), a training job as ResourceConfig."""
+    training = {k: v for k, v in definition.items() if k not in _TUNING_MEMBERS}
+    training["HyperParameters"] = training.pop("StaticHyperParameters", None) or {}
+    resources = training.pop(RESOURCES, None)
+    if resources and "ResourceConfig" not in training:
+        training["ResourceConfig"] = resources
+    return training
 
 
 def _ranges(ranges: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,9 @@ from service.kit.errors import SpecError
 from service.tuning.models import TuningJob
 from service.tuning.schemas import TuningJobCreate
 
+# Where a tuning job created over SageMaker's wire keeps its trials' CreateTrainingJob
+# request (without a name), beside its own request and region.
+TRIALS_REQUEST = "trials_request"
 # The training job statuses of a trial still running (the rest have ended).
 LIVE = frozenset({"InProgress", "Stopping"})
 
@@ -53,17 +56,18 @@ def trial_request(
     tuning: TuningJob, name: str, parameters: dict[str, Any]
 ) -> dict[str, Any] | None:
     """For a tuning job created over SageMaker's wire, the CreateTrainingJob request its
-    trial's training job shows (DescribeTrainingJob), as SageMaker makes it from the
-    training job definition."""
+    trial's training job shows (DescribeTrainingJob): the trials' request the wire made
+    of the training job definition (``TRIALS_REQUEST``), named, with the tuned values."""
     kept = tuning.sagemaker_request
-    if not kept:
+    if not kept or TRIALS_REQUEST not in kept:
         return None
-    definition = dict(kept["request"].get("TrainingJobDefinition") or {})
-    static = definition.pop("StaticHyperParameters", None) or {}
-    for member in ("DefinitionName", "TuningObjective", "HyperParameterRanges"):
-        definition.pop(member, None)
+    template = kept[TRIALS_REQUEST]
     tuned = {key: wire_value(tuning, key, value) for key, value in parameters.items()}
-    request = {**definition, "TrainingJobName": name, "HyperParameters": {**static, **tuned}}
+    request = {
+        **template,
+        "TrainingJobName": name,
+        "HyperParameters": {**template.get("HyperParameters", {}), **tuned},
+    }
     return {"request": request, "region": kept["region"]}
 
 

@@ -56,7 +56,7 @@ def tuning_request(source: Path, name: str = "tune-1", **config: Any) -> dict[st
             },
             "RoleArn": ROLE,
             "OutputDataConfig": {"S3OutputPath": (source.parent / "out").as_uri()},
-            "ResourceConfig": {
+            "HyperParameterTuningResourceConfig": {
                 "InstanceType": "ml.m5.large",
                 "InstanceCount": 1,
                 "VolumeSizeInGB": 30,
@@ -112,6 +112,7 @@ def test_the_sdks_request_creates_a_tuning_job_whose_trials_show_as_sagemaker_sh
         assert job["HyperParameters"]["epochs"] == "3"
         assert job["HyperParameters"]["optimizer"] == tuned["optimizer"]
         assert job["RoleArn"] == ROLE
+        assert job["ResourceConfig"]["InstanceType"] == "ml.m5.large"
     job_hyperparameters = {j["name"]: j["hyperparameters"] for j in training_jobs(settings)}
     first = summaries[0]["TrainingJobName"]
     # The script gets the values decoded, as every SageMaker hyperparameter.
@@ -285,7 +286,9 @@ def test_a_training_job_definition_the_server_cannot_run_is_refused_naming_its_m
     sm: Any, source_dir: Path
 ) -> None:
     request = tuning_request(source_dir)
-    request["TrainingJobDefinition"]["ResourceConfig"]["InstanceType"] = "ml.p4d.24xlarge"
+    request["TrainingJobDefinition"]["HyperParameterTuningResourceConfig"]["InstanceType"] = (
+        "ml.p4d.24xlarge"
+    )
     code, message = error_of(sm.create_hyper_parameter_tuning_job, **request)
     assert code == "ValidationException"
     assert message.startswith(
