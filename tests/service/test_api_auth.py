@@ -46,8 +46,9 @@ def test_every_route_but_health_and_docs_is_protected() -> None:
     # (mint, list, revoke), projects (create, list) and their granted places (list, grant,
     # revoke), me, capacity, a job's place in line, model and output data downloads, the
     # caller's AWS credentials, a job's log download and its spec to clone, the instance
-    # types the server offers, and deleting an ended job.
-    assert len(routes) == 30, routes
+    # types the server offers, deleting an ended job, and tuning jobs (create, list,
+    # describe, stop).
+    assert len(routes) == 34, routes
 
 
 @pytest.mark.parametrize(
