@@ -104,7 +104,7 @@ def list_training_jobs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         .order_by(*keyset.ordering(keys))
     )
     if "NextToken" in params:
-        window = window.where(keyset.after(keys, _read_token(params["NextToken"], sort_by, keys)))
+        window = window.where(keyset.after(keys, keyset_place(params["NextToken"], sort_by, keys)))
     if tested:
         rows, last = scan.page_of_window(
             call.session,
@@ -122,7 +122,7 @@ def list_training_jobs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     }
     if last is not None:
         place = [getattr(last, column.key) for column in (*_ORDERS[sort_by], TrainingJob.id)]
-        answer["NextToken"] = _token(place, sort_by)
+        answer["NextToken"] = keyset_token(place, sort_by)
     return answer
 
 
@@ -156,18 +156,22 @@ def _filters(params: dict[str, Any], sort_by: str) -> tuple[list[Any], list[Any]
         tested.append(TrainingJob.name.ilike(f"%{text}%", escape="\\"))
     for member, column, after in _TIME_RANGES:
         if member in params:
-            when = _time(params[member])
+            when = request_time(params[member])
             in_index = column is TrainingJob.created_at and sort_by == "CreationTime"
             (sought if in_index else tested).append(column > when if after else column < when)
     return sought, tested
 
 
-def _token(place: list[Any], sort_by: str) -> str:
+def keyset_token(place: list[Any], sort_by: str) -> str:
+    """A listing's NextToken when paged by keys: the order it was given for and the last
+    row's keys (``place``, as the order's columns hold them)."""
     raw = json.dumps([sort_by, keyset.to_json(place)]).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _read_token(token: str, sort_by: str, keys: list[keyset.Key]) -> list[Any]:
+def keyset_place(token: str, sort_by: str, keys: list[keyset.Key]) -> list[Any]:
+    """The keys a ``keyset_token`` holds; refused unless this server gave it for a listing
+    in ``sort_by``'s order."""
     place = None
     try:
         kept_sort, kept_place = json.loads(base64.urlsafe_b64decode(token.encode()))
@@ -180,7 +184,8 @@ def _read_token(token: str, sort_by: str, keys: list[keyset.Key]) -> list[Any]:
     return place
 
 
-def _time(epoch_seconds: float) -> datetime:
+def request_time(epoch_seconds: float) -> datetime:
+    """A time a request gives in seconds since the epoch; refused where out of range."""
     try:
         return datetime.fromtimestamp(epoch_seconds, UTC)
     except (OverflowError, OSError, ValueError):

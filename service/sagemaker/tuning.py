@@ -3,10 +3,6 @@ project."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -16,9 +12,9 @@ from service.auth.access import Role
 from service.jobs.models import TrainingJob
 from service.kit import keyset
 from service.kit.errors import Conflict, NotFound, SpecError
-from service.sagemaker import translate, tuning_translate
+from service.sagemaker import page_tokens, translate, tuning_translate
 from service.sagemaker.errors import AwsError, not_found, validation
-from service.sagemaker.training import Call, Operation
+from service.sagemaker.training import Call, Operation, keyset_place, keyset_token, request_time
 from service.tuning import service
 from service.tuning.models import TuningJob
 from service.tuning.repository import TERMINAL
@@ -102,10 +98,10 @@ def list_tuning_jobs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         query = query.where(TuningJob.name.ilike(f"%{params['NameContains'].lower()}%"))
     for member, column, after in _TIME_RANGES:
         if member in params:
-            when = _time(params[member])
+            when = request_time(params[member])
             query = query.where(column > when if after else column < when)
     if "NextToken" in params:
-        query = query.where(keyset.after(keys, _read_token(params["NextToken"], sort_by, keys)))
+        query = query.where(keyset.after(keys, keyset_place(params["NextToken"], sort_by, keys)))
     found = list(call.session.scalars(query.limit(limit + 1)))
     answer: dict[str, Any] = {
         "HyperParameterTuningJobSummaries": [
@@ -114,8 +110,8 @@ def list_tuning_jobs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     }
     if len(found) > limit:
         last = found[limit - 1]
-        place = keyset.to_json([getattr(last, _ORDERS[sort_by].key), last.id])
-        answer["NextToken"] = _token([sort_by, place])
+        place = [getattr(last, _ORDERS[sort_by].key), last.id]
+        answer["NextToken"] = keyset_token(place, sort_by)
     return answer
 
 
@@ -145,7 +141,9 @@ def list_training_jobs_for_tuning_job(call: Call, params: dict[str, Any]) -> dic
             "Status": lambda t: (t.status, t.number),
         }[sort_by]
         trials.sort(key=key, reverse=descending)
-    start = _read_offset(params["NextToken"], params) if "NextToken" in params else 0
+    digest = page_tokens.digest(params, _NOT_IN_TOKEN)
+    refusal = validation("NextToken: not a token this server gave for this listing")
+    start = page_tokens.offset_in(params, digest, refusal)
     limit = params.get("MaxResults", DEFAULT_PAGE)
     page = trials[start : start + limit]
     times = _times(call, [trial.training_job_id for trial in page if trial.training_job_id])
@@ -158,7 +156,7 @@ def list_training_jobs_for_tuning_job(call: Call, params: dict[str, Any]) -> dic
         ]
     }
     if start + limit < len(trials):
-        answer["NextToken"] = _token([*_listing_of(params), start + limit])
+        answer["NextToken"] = page_tokens.token(start + limit, digest)
     return answer
 
 
@@ -179,55 +177,8 @@ def _times(call: Call, job_ids: list[str]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _listing_of(params: dict[str, Any]) -> list[Any]:
-    """What a token of the trials' listing is good for: the same listing."""
-    return [
-        params[NAME],
-        params.get("StatusEquals"),
-        params.get("SortBy", "Name"),
-        params.get("SortOrder", "Ascending"),
-    ]
-
-
-def _read_offset(token: str, params: dict[str, Any]) -> int:
-    kept = _decoded(token)
-    if (
-        isinstance(kept, list)
-        and len(kept) == 5
-        and kept[:4] == _listing_of(params)
-        and isinstance(kept[4], int)
-        and kept[4] >= 0
-    ):
-        return kept[4]
-    raise validation("NextToken: not a token this server gave for this listing")
-
-
-def _token(value: list[Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode()
-
-
-def _decoded(token: str) -> Any:
-    try:
-        return json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, TypeError, binascii.Error):
-        return None
-
-
-def _read_token(token: str, sort_by: str, keys: list[keyset.Key]) -> list[Any]:
-    kept = _decoded(token)
-    place = None
-    if isinstance(kept, list) and len(kept) == 2 and kept[0] == sort_by:
-        place = keyset.from_json(keys, kept[1])
-    if place is None:
-        raise validation("NextToken: not a token this server gave for this listing (same SortBy)")
-    return place
-
-
-def _time(epoch_seconds: float) -> datetime:
-    try:
-        return datetime.fromtimestamp(epoch_seconds, UTC)
-    except (OverflowError, OSError, ValueError):
-        raise validation("A time is out of range.") from None
+# What a token of the trials' listing is good for: the same listing, whatever its page size.
+_NOT_IN_TOKEN = ("NextToken", "MaxResults")
 
 
 def _tuning(call: Call, name: str) -> TuningJob:
