@@ -10,13 +10,16 @@ rather than skips when it is down, so a green run always means both databases pa
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -83,6 +86,55 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _MAKING = pytest.StashKey[threading.Thread]()
+
+
+def require(missing: str | None) -> None:
+    """What a test needs of the machine, ``missing`` saying what it lacks (None: nothing):
+    under CI, which installs and starts everything (``.ci/run``), the test fails; elsewhere
+    it is skipped with the reason, so that ``make test-fast`` passes on a machine with
+    Python alone."""
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI has everything the tests need, but: {missing}")
+    pytest.skip(missing)
+
+
+@functools.cache
+def _redis_missing() -> str | None:
+    address = urlsplit(REDIS_URL)
+    host, port = address.hostname or "127.0.0.1", address.port or 6379
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        return f"no Redis server answers at {host}:{port} (RUNYARD_TEST_REDIS_URL): {exc}"
+    return None
+
+
+def _nft_missing() -> str | None:
+    from provisioning.local import egress
+
+    return egress.unavailable()
+
+
+def _sshd_missing() -> str | None:
+    from provisioning.local import ssh_keys
+
+    return ssh_keys.unavailable()
+
+
+# The markers that say what a test needs of the machine, by how to tell what it lacks.
+_NEEDS: dict[str, Callable[[], str | None]] = {
+    "redis": _redis_missing,
+    "nftables": _nft_missing,
+    "sshd": _sshd_missing,
+}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, missing in _NEEDS.items():
+        if item.get_closest_marker(marker) is not None:
+            require(missing())
 
 
 @pytest.fixture(autouse=True)

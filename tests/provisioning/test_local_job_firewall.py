@@ -55,10 +55,13 @@ while True:
     connection.close()
 """
 
-pytestmark = pytest.mark.skipif(
-    not Path(PYTHON).exists() or network.unavailable() is not None,
-    reason=f"needs {PYTHON} and namespaces: {network.unavailable()}",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not Path(PYTHON).exists() or network.unavailable() is not None,
+        reason=f"needs {PYTHON} and namespaces: {network.unavailable()}",
+    ),
+    pytest.mark.nftables,
+]
 
 
 @dataclass(frozen=True)

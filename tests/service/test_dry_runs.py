@@ -114,6 +114,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.nftables
 @pytest.mark.usefixtures("source_dir")
 def test_a_dry_run_with_no_free_subnet_plans_the_network_and_the_launch_fails(
     tmp_path: Path, request: pytest.FixtureRequest

@@ -54,6 +54,7 @@ def _messages(settings: Settings, wanted: int) -> list[tuple[str, list[Any]]]:
     return found
 
 
+@pytest.mark.redis
 def test_triggers_that_come_together_go_in_one_message(
     on_redis: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -74,6 +75,7 @@ def test_triggers_that_come_together_go_in_one_message(
     ]
 
 
+@pytest.mark.redis
 def test_a_lone_trigger_goes_alone_without_waiting_for_a_full_batch(on_redis: Settings) -> None:
     with session_scope(on_redis.database_url) as session:
         enqueue.enqueue_reconcile(session, on_redis, "a" * 32)
@@ -159,6 +161,7 @@ def _queued_on_redis(on_redis: Settings) -> Settings:
     )
 
 
+@pytest.mark.redis
 def test_a_job_that_must_wait_is_stored_waiting_and_wakes_when_capacity_frees(
     on_redis: Settings, source_dir: Path
 ) -> None:
