@@ -25,6 +25,8 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Where the service keeps its jobs, and below it each instance's routes.
 JOBS_PATH = "/v1/training-jobs"
 INSTANCE_PATH = "/{name}/instances/{host}"
+# Where it keeps its hyperparameter tuning jobs.
+TUNING_JOBS_PATH = "/v1/tuning-jobs"
 
 
 class Endpoint(StrEnum):

@@ -24,12 +24,20 @@ from pydantic_core import ValidationError
 from rich.text import Text
 
 from contract.layout import IMAGE_BASE_DIR
-from runyard import cloning, detached, job_commands, refusals, terminal, variables
+from runyard import (
+    cloning,
+    detached,
+    job_commands,
+    refusals,
+    spec_files,
+    terminal,
+    tuning_commands,
+    variables,
+)
 from runyard.client import (
     DEFAULT_PORT,
     PROJECT_VARIABLE,
     Client,
-    Progress,
     RunyardError,
     discover,
     runyard_home,
@@ -296,16 +304,6 @@ def _pairs(
     return result
 
 
-def _load_spec_file(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunyardError(f"cannot read spec file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise RunyardError(f"spec file {path} must hold a mapping of job fields")
-    return data
-
-
 # The flags that make a job's spec, shared by submit and clone.
 _SPEC_FLAGS = [
     click.option("--name", help="Job name (unique). Default: <base-job-name>-<timestamp>."),
@@ -464,16 +462,13 @@ def submit(
 
     In a spec file, `source_dir` and local paths in `inputs` are relative to the file.
     """
-    spec = _load_spec_file(spec_file) if spec_file else {}
+    spec = spec_files.load_spec_file(spec_file) if spec_file else {}
     here = spec_file.parent if spec_file else Path.cwd()
     if "source_dir" in spec:
         from_file = here / str(spec.pop("source_dir"))
         if flags.get("source_uri") is None:  # else the flag's stored code wins
             source_dir = source_dir or from_file
-    if isinstance(spec.get("inputs"), dict):
-        spec["inputs"] = {
-            name: _channel_uris(value, here) for name, value in spec["inputs"].items()
-        }
+    spec_files.inputs_relative_to(spec, here)
     _submit_spec(
         spec,
         source_dir,
@@ -540,7 +535,7 @@ def _submit_spec(
                 source_dir,
                 entry_point=spec.get("entry_point"),
                 dry_run=dry_run,
-                progress=_upload_progress(source_dir),
+                progress=spec_files.upload_progress(source_dir),
             )
         if "source_uri" not in spec and "image_uri" not in spec:
             # (A container image brings its own program: the server says which need code.)
@@ -649,34 +644,6 @@ def _override(spec: dict[str, Any], flags: dict[str, Any]) -> None:
         for key in _NAMING:
             spec.pop(key, None)
     spec.update(flags)
-
-
-# Smaller uploads take no time worth watching.
-PROGRESS_FROM_BYTES = 1 << 20
-
-
-def _upload_progress(source_dir: Path) -> Progress:
-    """A progress bar on stderr for a large upload: moving on a terminal, one line
-    elsewhere (a CI log)."""
-
-    @contextlib.contextmanager
-    def bar(size: int) -> Iterator[Callable[[int], object]]:
-        if size < PROGRESS_FROM_BYTES:
-            yield lambda _sent: None
-            return
-        label = f"Uploading {source_dir} ({size / (1 << 20):.1f} MiB)"
-        with click.progressbar(length=size, label=label, file=sys.stderr) as shown:
-            yield shown.update
-
-    return bar
-
-
-def _channel_uris(channel: Any, relative_to: Path) -> Any:
-    if isinstance(channel, str):
-        return as_uri(channel, relative_to)
-    if isinstance(channel, dict) and isinstance(channel.get("uri"), str):
-        return {**channel, "uri": as_uri(channel["uri"], relative_to)}
-    return channel
 
 
 def _follow(client: Client, name: str, show_logs: bool) -> int:
@@ -960,6 +927,8 @@ def _echo_aws_credentials(client: Client) -> None:
 
 
 main.add_command(images_group)
+main.add_command(tuning_commands.tune)
+main.add_command(tuning_commands.tuning_group)
 for _command in (job_commands.metrics, job_commands.download, job_commands.delete):
     main.add_command(_command)
 

@@ -21,7 +21,7 @@ import httpx
 
 from contract.archive import ArchiveError, check_archive, make_tarball
 from contract.ports import SERVICE_PORT
-from contract.protocol import JOBS_PATH, Endpoint, instance_path
+from contract.protocol import JOBS_PATH, TUNING_JOBS_PATH, Endpoint, instance_path
 from runyard import variables
 
 DEFAULT_PORT = SERVICE_PORT
@@ -223,6 +223,42 @@ class Client:
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise RunyardError(f"{name} is still {job['status']} after {timeout} s")
+            time.sleep(poll)
+
+    # -- tuning jobs ------------------------------------------------------------------
+
+    def create_tuning_job(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._json("POST", TUNING_JOBS_PATH, json=spec)
+
+    def get_tuning_job(self, name: str) -> dict[str, Any]:
+        """The tuning job with its counters, its best trial and every trial."""
+        return self._json("GET", f"{TUNING_JOBS_PATH}/{name}")
+
+    def list_tuning_jobs(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of tuning jobs, newest first: ``{"items": [...], "next_cursor": ...}``."""
+        params = {"status": status, "limit": limit, "cursor": cursor}
+        return self._json(
+            "GET", TUNING_JOBS_PATH, params={k: v for k, v in params.items() if v is not None}
+        )
+
+    def stop_tuning_job(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"{TUNING_JOBS_PATH}/{name}/stop")
+
+    def wait_tuning_job(
+        self,
+        name: str,
+        *,
+        poll: float = 2.0,
+        seen: Callable[[dict[str, Any]], object] = lambda _tuning: None,
+    ) -> dict[str, Any]:
+        """Block until the tuning job ends; ``seen`` hears of each description read."""
+        while True:
+            tuning = self.get_tuning_job(name)
+            seen(tuning)
+            if tuning["status"] in ("Completed", "Failed", "Stopped"):
+                return tuning
             time.sleep(poll)
 
     # -- metrics ----------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from contract.protocol import TUNING_JOBS_PATH
 from service.auth.access import Role
 from service.auth.deps import CurrentUser
 from service.jobs.params import ProjectName
@@ -22,7 +23,7 @@ from service.tuning.schemas import (
     TuningJobSummary,
 )
 
-router = APIRouter(prefix="/v1/tuning-jobs", tags=["tuning jobs"])
+router = APIRouter(prefix=TUNING_JOBS_PATH, tags=["tuning jobs"])
 
 TuningJobName = Annotated[str, Path(max_length=MAX_NAME, pattern=NAME_PATTERN)]
 

@@ -207,9 +207,14 @@ def test_help_on_every_command() -> None:
         "interrupt",
         "token",
         "url",
+        "tune",
+        "tuning",
+        "tuning list",
+        "tuning describe",
+        "tuning stop",
     ]
     for command in [None, *commands]:
-        args = [sys.executable, "-m", "runyard", *([command] if command else []), "--help"]
+        args = [sys.executable, "-m", "runyard", *(command.split() if command else []), "--help"]
         result = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, command
         assert "Usage:" in result.stdout, command
