@@ -510,7 +510,8 @@ def test_a_later_attempts_console_is_kept_when_its_runtime_never_reported(
 def test_a_spot_launch_without_capacity_waits_and_tries_again(
     settings: Settings, source_dir: Path, spot: bool
 ) -> None:
-    settings = settings.model_copy(update={"spot_capacity_retry_seconds": 0.3})
+    # Long enough that a pass slowed by a busy machine does not reach the retry itself.
+    settings = settings.model_copy(update={"spot_capacity_retry_seconds": 2.0})
     budget = {"use_spot_instances": True, "max_run": 600, "max_wait": 3600} if spot else {}
     name = submit(settings, source_dir, **budget)
     backend, build = _backend(settings)
@@ -524,9 +525,9 @@ def test_a_spot_launch_without_capacity_waits_and_tries_again(
         return
     assert (job["status"], job["secondary"]) == ("InProgress", "Pending")
     assert job["pending_reason"] == (
-        "No spot capacity: InsufficientInstanceCapacity: none left; trying again in 0.3 s"
+        "No spot capacity: InsufficientInstanceCapacity: none left; trying again in 2 s"
     )
-    time.sleep(0.3)
+    time.sleep(2.0)
     reconciler.reconcile(job_id(settings, name))
     job = job_state(settings, name)
     assert (job["secondary"], job["attempt"], job["pending_reason"]) == (
