@@ -82,7 +82,9 @@ test: lint
 # only, with no server stacks, browsers, clusters (kmock), clouds (moto), images built
 # with pip, real launchers, multi-process training or podman (PostgreSQL and those are
 # `make test`'s, and `make test-<part>` runs a part's all). Four processes: the tests wait
-# on subprocesses and sockets often enough that two cores keep four busy.
+# on subprocesses and sockets often enough that two cores keep four busy. What needs a
+# missing tool skips saying so (fails under CI); tests/bare_machine.sh runs it as on a
+# machine with Python alone.
 FAST_SKIPS := e2e deploy tensorflow libraries service/console service/custom_resources \
     runyard/test_server_startup.py runyard/test_server_supervisor.py runyard/test_demo.py \
     runyard/test_server_detached.py service/observability/test_server_processes.py \
