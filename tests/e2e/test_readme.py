@@ -93,6 +93,8 @@ SKIPPED = {
 BLOCK_TIMEOUT = 280  # below the suite's per-test limit, so a hung block says which it was
 # The jobs the pages stop on purpose; every other job must complete.
 STOPPED_ON_PURPOSE = {"forever"}
+# A shell block's output redirected into a file of the checkout: `> ci.token`.
+_REDIRECTED = re.compile(r">\s*([\w.-]+)(?=\s|$)")
 _FILE_HEADER = re.compile(r"# ([\w./-]+\.ya?ml)\n")
 # Where the README's tour keeps what it makes (data, a spec file), out of the checkout.
 TOUR = "/tmp/runyard-tour"
@@ -315,21 +317,24 @@ def test_every_job_the_pages_made_ended_as_meant(reader: Reader) -> None:
 
 def test_the_tour_leaves_the_checkout_as_cloned(reader: Reader) -> None:
     """What the README's blocks make (data, spec files, the code a spec names) is in the
-    tour's directory; the checkout holds only what the other pages save there by name, and
-    their builds."""
-    saved_by_pages = {
-        match.group(1)
+    tour's directory; the checkout holds only what the other pages' blocks write there
+    (``runyard token ... > ci.token``, a YAML block's file) and their builds."""
+    written_by_pages = {
+        name
         for block in BLOCKS
-        if block.language == "yaml" and block.page != "README.md"
-        for match in [_FILE_HEADER.match(block.text)]
-        if match is not None
+        if block.page != "README.md"
+        for name in [
+            *_REDIRECTED.findall(block.text),
+            *_FILE_HEADER.findall(block.text if block.language == "yaml" else ""),
+        ]
     }
     made = {entry.name for entry in reader.checkout.iterdir()} - reader.cloned
-    assert [
+    left_by_the_readme = [
         name
         for name in sorted(made)
-        if name not in saved_by_pages and not name.endswith(_BUILD_OUTPUTS)
-    ] == []
+        if name not in written_by_pages and not name.endswith(_BUILD_OUTPUTS)
+    ]
+    assert left_by_the_readme == []
     assert (reader.tour / "data").is_dir()
     assert (reader.tour / "spec.yaml").is_file()
 
