@@ -64,16 +64,7 @@ def send_tuning(
 ) -> None:
     """``expires``: seconds after which the pass is worthless (the sweep's, once the next
     sweep has sent its own)."""
-    try:
-        _sender(settings).send_task(
-            TUNE_TASK,
-            args=[list(tuning_job_ids)],
-            retry=False,
-            headers=sent_now(),
-            expires=expires,
-        )
-    except Exception:  # the sweep will drive them; a trigger must never fail a request
-        log.warning("could not enqueue %s; the sweep will retry", TUNE_TASK, exc_info=True)
+    _send(settings, TUNE_TASK, tuning_job_ids, expires)
 
 
 # An outbox's thread ends after this long with nothing to send (a process may talk to many
@@ -130,15 +121,19 @@ def _post(settings: Settings, job_id: str) -> None:
 
 
 def send_reconcile(settings: Settings, job_ids: Sequence[str]) -> None:
+    _send(settings, RECONCILE_TASK, job_ids)
+
+
+def _send(settings: Settings, task: str, ids: Sequence[str], expires: float | None = None) -> None:
     try:
         _sender(settings).send_task(
-            RECONCILE_TASK, args=[list(job_ids)], retry=False, headers=sent_now()
+            task, args=[list(ids)], retry=False, headers=sent_now(), expires=expires
         )
-    except Exception:  # the sweep will pick the jobs up; a trigger must never fail a request
+    except Exception:  # the sweep drives them; a trigger must never fail a request
         log.warning(
             "could not enqueue %s for %s; the sweep will retry",
-            RECONCILE_TASK,
-            ", ".join(job_ids),
+            task,
+            ", ".join(ids),
             exc_info=True,
         )
 
