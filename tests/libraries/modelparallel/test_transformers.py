@@ -1,12 +1,12 @@
 """Runyard's model-parallel library on transformers models built from their library's
 default configurations, sizes shrunk (``use_cache`` on, ``ModelOutput``s, sdpa attention,
-embeddings tied where the family ties them): GPT-2 and Llama in every layout, Mistral,
-Qwen2, OPT and BART in pipeline stages and sharded (test_tensor_parallel_training splits
-every family by tensor parallelism). Driven as the seed's ``train_gpt_simple.py`` drives
-SageMaker's: keyword inputs, the loss computed inside the model and read from its
-``ModelOutput``, a dynamic loss scale, a test step without backward. Each run is real
-processes placed as mpirun places them, checked against one-process training on the
-global batch."""
+embeddings tied where the family ties them): GPT-2 and Llama in every layout; Mistral,
+Qwen2, OPT, BART, GPT-NeoX and BERT in pipeline stages and sharded
+(test_tensor_parallel_training splits every family by tensor parallelism). Driven as the
+seed's ``train_gpt_simple.py`` drives SageMaker's: keyword inputs, the loss computed
+inside the model and read from its ``ModelOutput``, a dynamic loss scale, a test step
+without backward. Each run is real processes placed as mpirun places them, checked
+against one-process training on the global batch."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tests.libraries.modelparallel.transformers_workload import (
 )
 
 # The fixture runs its jobs (2 to 8 processes each) before the first test.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(2400)
 
 # Adam turns the float noise of gradients that are zero in exact arithmetic (the bias of
 # attention keys: softmax ignores a constant per query) into steps of up to ~1e-5.
@@ -51,10 +51,14 @@ SCENARIOS = {
     "qwen2_interleaved": ("qwen2", ONE_INSTANCE),
     "opt_interleaved": ("opt", ONE_INSTANCE),
     "bart_simple": ("bart", ONE_INSTANCE),
+    "neox_interleaved": ("neox", ONE_INSTANCE),
+    "bert_simple": ("bert", ONE_INSTANCE),
     "mistral_sharded": ("mistral", ONE_INSTANCE),
     "qwen2_sharded": ("qwen2", ONE_INSTANCE),
     "opt_sharded": ("opt", ONE_INSTANCE),
     "bart_sharded": ("bart", ONE_INSTANCE),
+    "neox_sharded": ("neox", ONE_INSTANCE),
+    "bert_sharded": ("bert", ONE_INSTANCE),
     "llama_sharded_checkpointed": ("llama", ONE_INSTANCE),
     "gpt2_pipeline_checkpointed": ("gpt2", ONE_INSTANCE),
     "gpt2_sharded_checkpointed": ("gpt2", ONE_INSTANCE),
@@ -88,8 +92,12 @@ TIED = {
     "gpt2": ("transformer.wte.weight", "lm_head.weight"),
     "opt": ("model.decoder.embed_tokens.weight", "lm_head.weight"),
     "bart": ("model.shared.weight", "lm_head.weight"),
+    "bert": ("bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
 }
-UNTIED = {"llama": ("model.embed_tokens.weight", "lm_head.weight")}
+UNTIED = {
+    "llama": ("model.embed_tokens.weight", "lm_head.weight"),
+    "neox": ("gpt_neox.embed_in.weight", "lm_head.weight"),
+}
 
 
 def _jobs() -> list[tuple[str, ...]]:
@@ -115,12 +123,15 @@ def _jobs() -> list[tuple[str, ...]]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("transformers")
     for scenarios in _jobs():
+        layout = SCENARIOS[scenarios[0]][1]
         run_job(
             ["-m", "tests.libraries.modelparallel.transformers_worker", str(out), *scenarios],
-            SCENARIOS[scenarios[0]][1],
+            layout,
             style="open_mpi",
             compat=True,
-            timeout=240 * len(scenarios),
+            # A bound for a hung job, not a speed check: on a loaded 2-core machine an
+            # 8-process job's imports alone take minutes.
+            timeout=60 * max(len(layout.hosts), 4) * len(scenarios),
         )
     return out
 
@@ -157,6 +168,8 @@ PIPELINED = [
     "qwen2_interleaved",
     "opt_interleaved",
     "bart_simple",
+    "neox_interleaved",
+    "bert_simple",
     "gpt2_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline",
     "llama_tensor_parallel_pipeline_ddp",
@@ -248,7 +261,7 @@ def test_activation_checkpointing_recomputes_each_transformer_block(
         assert rank["block_forwards"] == 2 * 4 * 2 * STEPS
 
 
-@pytest.mark.parametrize("family", ["mistral", "qwen2", "opt", "bart"])
+@pytest.mark.parametrize("family", ["mistral", "qwen2", "opt", "bart", "neox", "bert"])
 def test_sharded_ranks_hold_half_the_model_and_step_on_their_own_rows(
     runs: Path, family: str
 ) -> None:

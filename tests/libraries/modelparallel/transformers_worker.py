@@ -40,13 +40,15 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     "qwen2_interleaved": ("qwen2", {"partitions": 2, "microbatches": 2}),
     "opt_interleaved": ("opt", {"partitions": 2, "microbatches": 2}),
     "bart_simple": ("bart", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
+    "neox_interleaved": ("neox", {"partitions": 2, "microbatches": 2}),
+    "bert_simple": ("bert", {"partitions": 2, "microbatches": 2, "pipeline": "simple"}),
     # ... and their states sharded over 2 ranks.
     **{
         f"{family}_sharded": (
             family,
             {"ddp": True, "microbatches": 2, "sharded_data_parallel_degree": 2},
         )
-        for family in ("mistral", "qwen2", "opt", "bart")
+        for family in ("mistral", "qwen2", "opt", "bart", "neox", "bert")
     },
     # Each transformer block recomputes its activations in the backward pass.
     "gpt2_sharded_checkpointed": (
