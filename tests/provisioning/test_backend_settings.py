@@ -122,7 +122,7 @@ def test_no_module_outside_a_backends_package_imports_its_internals() -> None:
         cache_dir=None,
     )  # fmt: skip
     packages = {plugin.build.__module__ for plugin in registry.PLUGINS.values()}
-    assert packages == {"provisioning.local", "provisioning.kubernetes", "provisioning.ec2"}
+    assert {"provisioning.local", "provisioning.kubernetes", "provisioning.ec2"} <= packages
     for package in sorted(packages):
         strangers = sorted(
             (importer, internal)
