@@ -13,10 +13,11 @@ import grimp
 import pytest
 from pydantic import ValidationError
 
-from provisioning import registry
+from provisioning import kubernetes, registry
+from provisioning.kubernetes.client import shared_client
 from provisioning.plugin import BackendPlugin
 from service import settings_docs
-from service.settings import CoreSettings, settings_class
+from service.settings import CoreSettings, Settings, settings_class
 from tests.provisioning import batch_backend
 from tests.provisioning.batch_backend import BatchBackend, BatchSettings
 
@@ -131,3 +132,15 @@ def test_no_module_outside_a_backends_package_imports_its_internals() -> None:
             if importer != package and not importer.startswith(f"{package}.")
         )
         assert strangers == [], package
+
+
+def test_the_controller_gets_its_client_of_the_cluster_from_the_shared_factory(
+    tmp_path: Path,
+) -> None:
+    """``runyard controller`` asks the Kubernetes backend's package for its client, which
+    reaches the cluster its settings name and is the one the backend itself uses."""
+    settings = Settings(home=tmp_path, kubernetes={"api_url": "http://127.0.0.1:1/"})
+    client = kubernetes.api_client(settings)
+    assert client.configuration.host == "http://127.0.0.1:1"
+    assert kubernetes.api_client(settings) is client
+    assert shared_client(settings.kubernetes.model_dump_json()) is client
