@@ -22,7 +22,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from provisioning.base import JobRef, LaunchRequest
-from provisioning.kubernetes.backend import KubernetesBackend, _shared_client
+from provisioning.kubernetes.backend import KubernetesBackend
+from provisioning.kubernetes.client import shared_client
 from provisioning.kubernetes.settings import KubernetesSettings
 from service.jobs.record import JobRecord
 from tests.kube import KubeServer
@@ -60,7 +61,7 @@ def main() -> None:
     try:
         settings = KubernetesSettings(api_url=server.url)
         backend = KubernetesBackend(
-            lambda: _shared_client(settings.model_dump_json()),
+            lambda: shared_client(settings.model_dump_json()),
             settings,
             artifact_root="file:///srv/artifacts",
             stop_grace=0,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 import yaml
@@ -107,7 +107,11 @@ class LaunchRequest:
 
 
 class ServerSettings(Protocol):
-    """What building a backend reads of the server's settings (the service's Settings)."""
+    """What building a backend reads of the server's settings (the service's Settings):
+    what every backend shares; each backend's own settings are ``backend_settings``."""
+
+    @property
+    def home(self) -> Path: ...
 
     @property
     def jobs_dir(self) -> Path: ...
@@ -125,31 +129,13 @@ class ServerSettings(Protocol):
     def teardown_grace_seconds(self) -> float: ...
 
     @property
-    def local_isolation(self) -> str: ...
-
-    @property
-    def local_network_pool(self) -> str: ...
-
-    @property
-    def peer_timeout_seconds(self) -> float: ...
-
-    @property
     def catalog(self) -> Catalog: ...
 
     @property
     def instance_catalog(self) -> InstanceCatalog: ...
 
     @property
-    def images_dir(self) -> Path: ...
-
-    @property
     def cache_dir(self) -> Path: ...
-
-    @property
-    def container_engine(self) -> str: ...
-
-    @property
-    def image_fallback(self) -> Literal["nearest", "refuse"]: ...
 
     def backend_settings(self, name: str) -> BaseModel | None:
         """The settings of the backend ``name`` (``RUNYARD_<NAME>__*``); None if it has none."""
@@ -287,6 +273,12 @@ class Backend(ABC, Generic[PlanT]):
         """What the server says as it starts of what this backend's instances lack here
         (a network of their own, a way out of it)."""
         return []
+
+    def shared_between_projects_because(self) -> str | None:
+        """Why jobs of different projects would share one machine here, where the
+        operator has not said they may (the server then takes such jobs only while it has
+        one project), or None. The default: wherever instances share one."""
+        return self.shared_because()
 
     def shared_because(self) -> str | None:
         """Why jobs' instances would share one machine (and so could read one another's

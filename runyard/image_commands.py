@@ -11,7 +11,7 @@ import sys
 import click
 
 from contract.images import Catalog, Image
-from provisioning.local.images import ImageBuildError, ImageStore
+from provisioning.local import ImageBuildError, ImageStore, image_store
 from runyard.output import table
 
 
@@ -19,7 +19,7 @@ def _store_and_catalog() -> tuple[ImageStore, Catalog]:
     from service.settings import get_settings
 
     settings = get_settings()
-    return ImageStore(settings.images_dir), settings.catalog
+    return image_store(settings), settings.catalog
 
 
 @click.group("images")

@@ -3,16 +3,23 @@
 Unset URLs fall back to the embedded defaults, all inside ``RUNYARD_HOME``: a SQLite
 database, a SQLite-backed Celery broker and a ``file://`` artifact store. That is what lets
 ``runyard server`` run on a laptop with no other servers.
+
+The class is composed: the server's own fields (``CoreSettings``), and one field per
+registered backend that has settings, named as the backend and holding its model
+(``RUNYARD_<NAME>__<FIELD>``, or ``RUNYARD_<NAME>`` as one JSON object). The server knows
+no backend's settings by name: a backend's package declares them in its record
+(``provisioning.registry``), and ``docs/configuration.md`` (``settings_docs``) and the
+checks of the chart's values follow.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -23,20 +30,27 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidatorFunctionWrapHandler,
+    create_model,
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from contract import storage
 from contract.images import PYTHON, VERSION, Catalog, Image
 from contract.limits import MAX_LOG_BATCH_BODY
 from contract.ports import SERVICE_PORT
+from provisioning import registry
 from provisioning.catalog import InstanceCatalog
 from provisioning.catalog_settings import InstanceTypeDefinition, entry_problems
-from provisioning.ec2.settings import Ec2Settings
-from provisioning.kubernetes.settings import DNS_LABEL, KubernetesSettings
-from provisioning.local import addresses
+from provisioning.kubernetes import DNS_LABEL
+from provisioning.plugin import BackendPlugin
 
 _PLACEHOLDER_SECRETS = {"changeme", "change-me", "secret", "runyard", "password"}
 # Why no job's AWS credentials are shorter: service.training.instance_credentials.
@@ -139,10 +153,15 @@ class ControllerSettings(BaseModel):
     )
 
 
-class Settings(BaseSettings):
+class CoreSettings(BaseSettings):
+    """The server's own settings, those of no backend (``Settings`` adds the backends')."""
+
     model_config = SettingsConfigDict(
         env_prefix="RUNYARD_", env_nested_delimiter="__", extra="ignore"
     )
+    # Fields the server had before a backend took them into its own settings -> (the
+    # backend, its field): set by ``settings_class`` from the records.
+    former_fields: ClassVar[Mapping[str, tuple[str, str]]] = {}
 
     home: Path = Field(
         default_factory=lambda: Path.home() / ".runyard",
@@ -271,51 +290,11 @@ class Settings(BaseSettings):
         "of objects (their fields below); one with a built-in type's name replaces it. A "
         "type runs where `RUNYARD_BACKENDS` sends it.",
     )
-    kubernetes: KubernetesSettings = Field(
-        default_factory=KubernetesSettings,
-        description="The Kubernetes backend's settings: one JSON object, or one variable "
-        "per field.",
-    )
-    ec2: Ec2Settings = Field(
-        default_factory=Ec2Settings,
-        description="The EC2 backend's settings: one JSON object, or one variable per field.",
-    )
     controller: ControllerSettings = Field(
         default_factory=ControllerSettings,
+        title="The TrainingJob controller",
         description="The TrainingJob controller's settings: one JSON object, or one "
         "variable per field.",
-    )
-    local_isolation: Literal["auto", "namespaces", "shared"] = Field(
-        default="auto",
-        description="How the local backend keeps a job's instances apart: `auto` gives each "
-        "its own Linux namespaces (host name, address, `/opt/ml`, processes) where the "
-        "worker may make them (root, with util-linux and iproute2), and lets them share the "
-        "machine elsewhere; `namespaces` refuses jobs where it cannot; `shared` never uses "
-        "namespaces.",
-    )
-    local_network_pool: str = Field(
-        default=str(addresses.DEFAULT_POOL),
-        min_length=1,
-        max_length=40,
-        description="The IPv4 addresses the local backend's job networks take (with "
-        "namespaces), a /16 to a /22 written as address/length: each job with a way out "
-        "has a /24 of it that no route of the machine takes, every closed one its first "
-        "/24. Set it where the default is in use on the machine's networks; a /16 gives "
-        "255 jobs with a way out at once, a /22 three.",
-    )
-    local_shared_projects: Literal["one", "many"] = Field(
-        default="one",
-        description="Local instances that share the machine (no namespaces) can read one "
-        "another's files and the server's: `one` takes such jobs only while the server has "
-        "one project, `many` takes them from every project (the operator trusts them all).",
-    )
-    peer_timeout_seconds: float = Field(
-        default=60.0,
-        ge=0,
-        description="A local instance with namespaces that reached its peers and then none "
-        "of them for this many seconds has lost the job's network: the job restarts, as "
-        "after any infrastructure failure, instead of hanging in a collective until "
-        "`max_run`. `0`: never.",
     )
     instance_metrics_seconds: float = Field(
         default=10.0,
@@ -354,29 +333,6 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Images jobs may name besides the catalog's own, as a JSON list of "
         "objects (their fields below); one with a catalog image's name replaces it.",
-    )
-    container_engine: str = Field(
-        default="auto",
-        min_length=1,
-        max_length=500,
-        description="What runs a job's own container image on the local backend: `auto` "
-        "(podman, else a Docker whose daemon answers), or the engine's command with its "
-        "options.",
-    )
-    image_store: Path | None = Field(
-        default=None,
-        description="Where the local backend builds catalog images (a disk with room for a "
-        "few GB each). Unset: `RUNYARD_HOME/images`.",
-    )
-    image_fallback: Literal["nearest", "refuse"] = Field(
-        default="nearest",
-        description="What the local backend does with a job that names a framework version "
-        'SageMaker has images of (`framework_version="1.12"`, or the image\'s name) where '
-        "the package index has no build of that framework version for the image's Python "
-        "(pip's answer, asked at the job's first launch and remembered for a day): "
-        "`nearest` runs it on the nearest image of the catalog, saying so in the job's log "
-        "and its describe; `refuse` refuses it (at submission once pip has answered, else "
-        "when it is launched).",
     )
     image_aliases: dict[str, str] = Field(
         default_factory=dict,
@@ -563,13 +519,6 @@ class Settings(BaseSettings):
             raise ValueError("must be at least 1 second, or 0 for never")
         return value
 
-    @field_validator("local_network_pool")
-    @classmethod
-    def _check_local_network_pool(cls, value: str) -> str:
-        if (why := addresses.pool_problem(value.strip())) is not None:
-            raise ValueError(f"RUNYARD_LOCAL_NETWORK_POOL: {why}")
-        return value.strip()
-
     @field_validator("admin_token")
     @classmethod
     def _check_admin_token(cls, value: SecretStr | None) -> SecretStr | None:
@@ -602,7 +551,7 @@ class Settings(BaseSettings):
         return definitions
 
     @model_validator(mode="after")
-    def _check_instance_type_names(self) -> Settings:
+    def _check_instance_type_names(self) -> CoreSettings:
         # A misspelt type would silently mean "unlimited", or a type no backend runs.
         known = self.instance_catalog
         _check_type_names(self.backends, "RUNYARD_BACKENDS", known)
@@ -678,7 +627,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _fill_embedded_defaults(self) -> Settings:
+    def _fill_embedded_defaults(self) -> CoreSettings:
         self.home = self.home.expanduser().resolve()
         if not self.database_url:
             self.database_url = f"sqlite:///{self.home / 'runyard.db'}"
@@ -703,7 +652,7 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _check_images(self) -> Settings:
+    def _check_images(self) -> CoreSettings:
         try:
             self._catalog = Catalog.with_extra((d.image() for d in self.images), self.image_aliases)
         except ValueError as exc:
@@ -717,15 +666,48 @@ class Settings(BaseSettings):
     def backend_settings(self, name: str) -> BaseModel | None:
         """The settings of backend ``name``: the field of that name, whose model its record
         in ``provisioning.registry`` names (RUNYARD_<NAME>__<FIELD>); None if it has none."""
-        if name not in type(self).model_fields:
+        if name not in type(self).model_fields or name in CoreSettings.model_fields:
             return None
         value = getattr(self, name)
         return value if isinstance(value, BaseModel) else None
 
-    @property
-    def images_dir(self) -> Path:
-        """Where the local backend builds catalog images."""
-        return self.image_store or self.home / "images"
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The former names come after the variables of today: a field set both ways takes
+        # its new name's value (``_move_former_fields``).
+        return (
+            init_settings,
+            env_settings,
+            _FormerVariables(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _move_former_fields(cls, data: Any) -> Any:
+        """A former field's value (``local_isolation``, from its variable or a keyword)
+        into the backend's settings (``local.isolation``), unless that is set there."""
+        if not isinstance(data, dict) or not cls.former_fields:
+            return data
+        data = dict(data)
+        for former, (backend, name) in cls.former_fields.items():
+            if former not in data:
+                continue
+            value = data.pop(former)
+            own = data.get(backend, {})
+            if isinstance(own, BaseModel):
+                own = own.model_dump(exclude_unset=True)
+            if isinstance(own, dict):
+                data[backend] = {name: value, **own}
+        return data
 
     @property
     def cache_dir(self) -> Path:
@@ -763,6 +745,69 @@ def _write_private(path: Path, text: str) -> None:
         return
     with os.fdopen(fd, "w") as handle:
         handle.write(text + "\n")
+
+
+class _FormerVariables(PydanticBaseSettingsSource):
+    """The variables of the fields a backend took into its own settings, read under their
+    former names (``RUNYARD_LOCAL_ISOLATION``), which ``_move_former_fields`` moves."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # none is a field of the settings any more
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = str(self.config.get("env_prefix") or "")
+        # Read as pydantic-settings reads the others: whatever the variable's case.
+        environ = {name.upper(): value for name, value in os.environ.items()}
+        former_fields: Mapping[str, object] = getattr(self.settings_cls, "former_fields", {})
+        return {
+            former: environ[(prefix + former).upper()]
+            for former in former_fields
+            if (prefix + former).upper() in environ
+        }
+
+
+def settings_class(plugins: Iterable[BackendPlugin]) -> type[CoreSettings]:
+    """The server's settings with those of ``plugins``: each backend's model a field of its
+    name, read from ``RUNYARD_<NAME>__<FIELD>`` or ``RUNYARD_<NAME>`` (JSON), and its
+    former fields read into it.
+
+    Built with ``create_model`` rather than written out because the registry, not this
+    module, knows which backends there are: a backend's package and its registry line
+    are all that a backend with settings takes."""
+    fields: dict[str, Any] = {}
+    former_fields: dict[str, tuple[str, str]] = {}
+    for plugin in plugins:
+        model = plugin.settings_model
+        if model is None:
+            continue
+        if not plugin.name.isidentifier() or plugin.name in CoreSettings.model_fields:
+            raise ValueError(f"backend {plugin.name!r}: its name cannot name its settings")
+        fields[plugin.name] = (model, _backend_field(plugin, model))
+        for former, name in plugin.former_fields.items():
+            if former in CoreSettings.model_fields or name not in model.model_fields:
+                raise ValueError(f"backend {plugin.name!r}: former field {former!r}: no {name}")
+            former_fields[former] = (plugin.name, name)
+    composed = create_model("Settings", __base__=CoreSettings, __module__=__name__, **fields)
+    composed.former_fields = former_fields
+    return composed
+
+
+def _backend_field(plugin: BackendPlugin, model: type[BaseModel]) -> Any:
+    return Field(
+        default_factory=model,
+        title=f"The {plugin.shown_as} backend",
+        description=f"The {plugin.shown_as} backend's settings: one JSON object, or one "
+        "variable per field.",
+    )
+
+
+if TYPE_CHECKING:
+    # To the type checker the server's settings are their core: a backend's own are read
+    # through ``backend_settings`` (``provisioning.base.own_settings``), typed by the
+    # model its record names, never as an attribute it would have to know of.
+    Settings = CoreSettings
+else:
+    Settings = settings_class(registry.PLUGINS.values())
 
 
 @lru_cache

@@ -1,11 +1,12 @@
 """The configuration page, ``docs/configuration.md``, written from the settings themselves.
 
 ``python -m service.settings_docs`` prints it (``make docs`` writes it): every field of
-``Settings`` and of the models nested in it, under the environment variable
-pydantic-settings reads it from, with its type, its default (a secret's never shown) and
-its description. The variables Runyard reads outside ``Settings`` are kept by hand in
-``OTHER_VARIABLES``; a test finds every ``RUNYARD_*`` name in the code and holds it to this
-page.
+``Settings`` and of the models nested in it (each backend's, as its record declares it),
+under the environment variable pydantic-settings reads it from, with its type, its default
+(a secret's never shown), its description and the former name it is still read under.
+A nested model's section is titled by its field's ``title``. The variables Runyard reads
+outside ``Settings`` are kept by hand in ``OTHER_VARIABLES``; a test finds every
+``RUNYARD_*`` name in the code and holds it to this page.
 """
 
 from __future__ import annotations
@@ -50,12 +51,6 @@ OTHER_VARIABLES: tuple[tuple[str, str, str], ...] = (
         "every one); the CLI's `--project` wins.",
     ),
 )
-# What a nested model's section is called, by its field.
-_TITLES = {
-    "kubernetes": "The Kubernetes backend",
-    "ec2": "The EC2 backend",
-    "controller": "The TrainingJob controller",
-}
 
 
 @dataclass(frozen=True)
@@ -65,6 +60,8 @@ class Setting:
     name: str
     path: tuple[str, ...]
     field: FieldInfo
+    # The variable it was read from before a backend took it into its own settings.
+    former: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,15 +96,24 @@ def sections(settings: type[BaseSettings] = Settings) -> Iterator[Section]:
     prefix, delimiter = _naming(settings)
     top = [Setting(prefix + name.upper(), (name,), f) for name, f in _items(settings)]
     yield Section("The server", "", tuple(top))
+    former_fields: dict[tuple[str, ...], str] = {
+        path: prefix + former.upper()
+        for former, path in getattr(settings, "former_fields", {}).items()
+    }
     for setting in top:
         model = _model_of(setting.field.annotation)
         if model is None or _is_list(setting.field.annotation):
             continue
         inner = tuple(
-            Setting(setting.name + delimiter + name.upper(), (*setting.path, name), f)
+            Setting(
+                setting.name + delimiter + name.upper(),
+                (*setting.path, name),
+                f,
+                former_fields.get((*setting.path, name), ""),
+            )
             for name, f in _items(model)
         )
-        title = _TITLES.get(setting.path[0], setting.path[0])
+        title = setting.field.title or setting.path[0]
         yield Section(f"{title}: `{setting.name}`", _describe(setting.field), inner)
     for setting in top:
         model = _model_of(setting.field.annotation)
@@ -123,6 +129,7 @@ def variables(settings: type[BaseSettings] = Settings) -> set[str]:
     for section in sections(settings):
         if not section.keys:
             names |= {setting.name for setting in section.settings}
+            names |= {setting.former for setting in section.settings if setting.former}
     return names
 
 
@@ -177,6 +184,11 @@ def _table(section: Section) -> str:
     for setting in section.settings:
         field = setting.field
         default, described = _default(setting.name, field), _describe(field)
+        if setting.former:
+            described += (
+                f" Also read from `{setting.former}`, its name before the backend had "
+                "settings of its own (where both are set, this one wins)."
+            )
         lines.append(f"| `{setting.name}` | {_type(field.annotation)} | {default} | {described} |")
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,8 @@
-"""The EC2 backend: one instance per host, through boto3."""
+"""The EC2 backend: one instance per host, through boto3.
+
+What the rest of Runyard may use of it is here: its record and its settings' model; its
+other modules are its own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from provisioning.base import Backend, ServerSettings, own_settings
 from provisioning.catalog import InstanceCatalog
 from provisioning.ec2.settings import Ec2Settings
 from provisioning.plugin import BackendPlugin
+
+__all__ = ["PLUGIN", "Ec2Settings"]
 
 
 def _build(settings: ServerSettings) -> Backend[Any]:
@@ -23,6 +29,7 @@ def _teardown_budget(settings: ServerSettings) -> float:
 
 PLUGIN = BackendPlugin(
     name="ec2",
+    title="EC2",
     instance_types=InstanceCatalog.cluster_types,
     build=_build,
     teardown_budget=_teardown_budget,

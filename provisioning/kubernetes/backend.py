@@ -43,6 +43,7 @@ from provisioning.base import (
 )
 from provisioning.catalog import InstanceCatalog
 from provisioning.kubernetes import failure_causes, manifests
+from provisioning.kubernetes.client import shared_client
 from provisioning.kubernetes.settings import KubernetesSettings
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class KubernetesBackend(Backend[KubernetesPlan]):
     def from_settings(cls, settings: ServerSettings) -> KubernetesBackend:
         own = own_settings(settings, cls.name, KubernetesSettings)
         return cls(
-            functools.partial(_shared_client, own.model_dump_json()),
+            functools.partial(shared_client, own.model_dump_json()),
             own,
             artifact_root=settings.artifact_root,
             stop_grace=settings.stop_grace_seconds,
@@ -466,32 +467,6 @@ class KubernetesBackend(Backend[KubernetesPlan]):
         from kubernetes import client
 
         return client.CustomObjectsApi(self._api_client())
-
-
-def api_client(settings: KubernetesSettings) -> ApiClient:
-    """A client of the cluster these settings reach (shared within the process)."""
-    return _shared_client(settings.model_dump_json())
-
-
-@functools.cache
-def _shared_client(settings_json: str) -> ApiClient:
-    """One API client per configuration and process: the reconciler builds a backend
-    on every pass, and each client holds a connection pool."""
-    from kubernetes import client, config
-
-    settings = KubernetesSettings.model_validate_json(settings_json)
-    if settings.api_url:
-        configuration = client.Configuration()
-        configuration.host = settings.api_url.rstrip("/")
-        return client.ApiClient(configuration)
-    if settings.kubeconfig or settings.context:
-        api: ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=settings.kubeconfig, context=settings.context
-        )
-        return api
-    configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return client.ApiClient(configuration)
 
 
 def _refused(action: str, manifest: dict[str, Any], exc: Any) -> KubernetesError:

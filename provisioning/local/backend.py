@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from contract import agent_hosts, storage, variables
@@ -58,6 +58,7 @@ from provisioning.base import (
     Materialized,
     ServerSettings,
     TeardownError,
+    own_settings,
 )
 from provisioning.instance_files import instance_files
 from provisioning.local import (
@@ -71,6 +72,7 @@ from provisioning.local import (
     stand_ins,
 )
 from provisioning.local.images import ImageStore
+from provisioning.local.settings import LocalSettings
 from runtime.linux import mounts
 
 log = logging.getLogger(__name__)
@@ -222,6 +224,7 @@ class LocalBackend(Backend[LocalPlan]):
         hidden: Sequence[Path] | None = None,
         image_fallback: stand_ins.Fallback = "nearest",
         network_pool: ipaddress.IPv4Network = addresses.DEFAULT_POOL,
+        shared_projects: Literal["one", "many"] = "one",
     ) -> None:
         self.jobs_dir = jobs_dir
         # What the job's processes must not see of this machine: the server's home (its
@@ -249,20 +252,25 @@ class LocalBackend(Backend[LocalPlan]):
         self.peer_timeout = peer_timeout
         # Where jobs' networks take their subnets (addresses).
         self.network_pool = network_pool
+        # Whether jobs of every project may share the machine ("many"), or only while the
+        # server has one project ("one").
+        self.shared_projects = shared_projects
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> LocalBackend:
+        own = own_settings(settings, cls.name, LocalSettings)
         return cls(
             settings.jobs_dir,
             teardown_grace=settings.teardown_grace_seconds,
-            isolation=settings.local_isolation,
-            peer_timeout=settings.peer_timeout_seconds or None,
+            isolation=own.isolation,
+            peer_timeout=own.peer_timeout_seconds or None,
             catalog=settings.catalog,
-            images=ImageStore(settings.images_dir),
+            images=ImageStore(own.images_dir(settings.home)),
             download_cache=settings.cache_dir / "pip",
-            container_engine=settings.container_engine,
-            image_fallback=settings.image_fallback,
-            network_pool=ipaddress.IPv4Network(settings.local_network_pool),
+            container_engine=own.container_engine,
+            image_fallback=own.image_fallback,
+            network_pool=ipaddress.IPv4Network(own.network_pool),
+            shared_projects=own.shared_projects,
         )
 
     def check(self, spec: JobSpec, service_url: str) -> list[Problem]:
@@ -321,6 +329,11 @@ class LocalBackend(Backend[LocalPlan]):
             self._make_network(materialized)
         self.start(materialized)
         return materialized
+
+    def shared_between_projects_because(self) -> str | None:
+        if self.shared_projects == "many":
+            return None
+        return self.shared_because()
 
     def shared_because(self) -> str | None:
         # Where namespaces are asked for and cannot be used, ``check`` refuses the job.

@@ -27,9 +27,9 @@ def identity() -> str:
 
 def serve(settings: Settings, stop: threading.Event) -> None:
     """Elect, then while leading run passes (``lead``), until ``stop``."""
-    from provisioning.kubernetes.backend import api_client
+    from provisioning.kubernetes import api_client
 
-    client = api_client(settings.kubernetes)
+    client = api_client(settings)
     controller = Controller(settings, client)
     config = settings.controller
     election.run(

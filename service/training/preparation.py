@@ -196,8 +196,7 @@ def prepare(
     if located.enable_network_isolation and (why := built.network_isolation_problem()):
         refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
     refuse(built.check(located, settings.public_url))
-    if settings.local_shared_projects == "one":
-        refuse(_shared_machine_problems(built, reads))
+    refuse(_shared_machine_problems(built, reads))
     return PreparedJob(name=name, backend=backend, spec=record, written=written)
 
 
@@ -232,7 +231,7 @@ def _shared_machine_problems(backend: Backend[Any], reads: PreparationReads) -> 
     """Instances that share a machine can read any other job's files and the server's:
     the server takes such jobs only while it serves one project, unless its operator says
     every project may (RUNYARD_LOCAL_SHARED_PROJECTS=many)."""
-    why = backend.shared_because()
+    why = backend.shared_between_projects_because()
     if why is None:
         return []
     projects = reads.project_count()

@@ -34,7 +34,8 @@ from provisioning.base import (
 from provisioning.catalog import InstanceCatalog
 from provisioning.catalog_settings import InstanceTypeDefinition
 from provisioning.kubernetes import manifests
-from provisioning.kubernetes.backend import KubernetesBackend, KubernetesError, _shared_client
+from provisioning.kubernetes.backend import KubernetesBackend, KubernetesError
+from provisioning.kubernetes.client import shared_client
 from provisioning.kubernetes.settings import KubernetesSettings
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError, refuse
@@ -89,7 +90,7 @@ def _backend(
 ) -> KubernetesBackend:
     configured = KubernetesSettings.model_validate({"api_url": url, **settings})
     return KubernetesBackend(
-        lambda: _shared_client(configured.model_dump_json()),
+        lambda: shared_client(configured.model_dump_json()),
         configured,
         artifact_root=artifact_root,
         stop_grace=stop_grace,

@@ -251,14 +251,14 @@ def test_a_version_pip_has_no_build_of_is_refused_where_the_operator_says(
     """With RUNYARD_IMAGE_FALLBACK=refuse, once pip has said (at an earlier job's launch)
     that the index has no torch 1.12.1 for this Python, a job naming it is refused at
     submission; another SageMaker version, not asked about yet, is taken."""
-    from provisioning.local.images import ImageStore
+    from provisioning.local import image_store
     from tests.wheels import offline
 
     for name, value in offline(tmp_path / "no-wheels").items():
         monkeypatch.setenv(name, value)  # the server's pip: an index without torch
     settings = make_settings(tmp_path / "home", database_url, image_fallback="refuse")
     python = settings.catalog.python
-    answer = ImageStore(settings.images_dir).index.offers("torch==1.12.1", python, sys.executable)
+    answer = image_store(settings).index.offers("torch==1.12.1", python, sys.executable)
     assert answer.offered is False
     with TestClient(create_app(settings)) as api:
         api.headers["Authorization"] = f"Bearer {prepare(settings)}"

@@ -478,7 +478,10 @@ def test_network_isolation_is_refused_where_it_cannot_be_had(
     why: str,
 ) -> None:
     settings = settings.model_copy(
-        update={"backends": backends, "local_isolation": local_isolation}
+        update={
+            "backends": backends,
+            "local": settings.local.model_copy(update={"isolation": local_isolation}),
+        }
     )
     instance_type = next(iter(reversed(backends)))
     spec = JobCreate.model_validate(

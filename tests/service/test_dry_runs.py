@@ -24,7 +24,7 @@ from provisioning.base import (
     LaunchRequest,
     Materialized,
 )
-from provisioning.local.images import ImageStore
+from provisioning.local import image_store
 from provisioning.plugin import BackendPlugin
 from runyard.server import prepare
 from service.app import create_app
@@ -71,7 +71,7 @@ def test_a_dry_run_asks_pip_nothing_and_shows_the_image_as_named(
         f"{DECIDED_AT_LAUNCH}: whether this server's package index has torch==1.12.1 for "
         f"Python {python} (pip is asked); where it has not, the job is refused then"
     )
-    assert ImageStore(settings.images_dir).index.remembered("torch==1.12.1", python) is None
+    assert image_store(settings).index.remembered("torch==1.12.1", python) is None
 
 
 # The API and the worker in a network namespace of their own (the test's), whose machine

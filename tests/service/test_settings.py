@@ -114,9 +114,9 @@ def test_a_root_path_is_a_path_prefix_or_nothing(tmp_path: Path, prefix: str) ->
 def test_the_local_network_pool_is_an_ipv4_network_of_16_to_22_bits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert Settings(home=tmp_path).local_network_pool == "10.213.0.0/16"
+    assert Settings(home=tmp_path).local.network_pool == "10.213.0.0/16"
     monkeypatch.setenv("RUNYARD_LOCAL_NETWORK_POOL", " 172.30.8.0/22 ")
-    assert Settings(home=tmp_path).local_network_pool == "172.30.8.0/22"
+    assert Settings(home=tmp_path).local.network_pool == "172.30.8.0/22"
     for wrong, why in [
         ("10.213.0.0/24", "is a /24; the pool is a /16 to a /22"),
         ("10.0.0.0/8", "is a /8"),
@@ -128,3 +128,54 @@ def test_the_local_network_pool_is_an_ipv4_network_of_16_to_22_bits(
         monkeypatch.setenv("RUNYARD_LOCAL_NETWORK_POOL", wrong)
         with pytest.raises(ValidationError, match=f"RUNYARD_LOCAL_NETWORK_POOL: .*{why}"):
             Settings(home=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field", "read"),
+    [
+        ("RUNYARD_LOCAL_ISOLATION", "shared", "isolation", "shared"),
+        ("RUNYARD_LOCAL_NETWORK_POOL", "172.30.8.0/22", "network_pool", "172.30.8.0/22"),
+        ("RUNYARD_LOCAL_SHARED_PROJECTS", "many", "shared_projects", "many"),
+        ("RUNYARD_PEER_TIMEOUT_SECONDS", "5", "peer_timeout_seconds", 5.0),
+        ("RUNYARD_CONTAINER_ENGINE", "podman --runtime runc", "container_engine", None),
+        ("RUNYARD_IMAGE_STORE", "/srv/images", "image_store", Path("/srv/images")),
+        ("RUNYARD_IMAGE_FALLBACK", "refuse", "image_fallback", "refuse"),
+    ],
+)
+def test_the_local_backends_settings_are_still_read_under_their_former_names(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    field: str,
+    read: object,
+) -> None:
+    """They were the server's own (RUNYARD_LOCAL_ISOLATION); now they are the local
+    backend's (RUNYARD_LOCAL__ISOLATION), and the former names still say the same."""
+    expected = value if read is None else read
+    default = getattr(Settings(home=tmp_path).local, field)
+    assert default != expected
+    monkeypatch.setenv(variable, value)
+    assert getattr(Settings(home=tmp_path).local, field) == expected
+    # A keyword of the former name too, as code and tests wrote them.
+    monkeypatch.delenv(variable)
+    former = variable.removeprefix("RUNYARD_").lower()
+    assert getattr(Settings(home=tmp_path, **{former: value}).local, field) == expected
+
+
+def test_a_local_setting_under_its_new_name_wins_over_its_former_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNYARD_LOCAL_ISOLATION", "shared")
+    monkeypatch.setenv("RUNYARD_LOCAL_SHARED_PROJECTS", "many")
+    monkeypatch.setenv("RUNYARD_LOCAL__ISOLATION", "namespaces")
+    local = Settings(home=tmp_path).local
+    assert (local.isolation, local.shared_projects) == ("namespaces", "many")
+    monkeypatch.delenv("RUNYARD_LOCAL__ISOLATION")
+    monkeypatch.setenv("RUNYARD_LOCAL", '{"isolation": "auto"}')
+    local = Settings(home=tmp_path).local
+    assert (local.isolation, local.shared_projects) == ("auto", "many")
+    # A former name's bad value names the setting as the new one does.
+    monkeypatch.setenv("RUNYARD_LOCAL_NETWORK_POOL", "10.0.0.0/8")
+    with pytest.raises(ValidationError, match=r"local.network_pool[\s\S]*is a /8"):
+        Settings(home=tmp_path)
