@@ -51,6 +51,13 @@ def live_ids(session: Session) -> list[str]:
     return list(session.scalars(select(TuningJob.id).where(TuningJob.status.in_(LIVE))))
 
 
+def tuning_job_of(session: Session, training_job_id: str) -> str | None:
+    """The id of the tuning job whose trial that training job is, if any."""
+    return session.scalar(
+        select(TuningTrial.tuning_job_id).where(TuningTrial.training_job_id == training_job_id)
+    )
+
+
 def trial_jobs(session: Session, trials: Sequence[TuningTrial]) -> dict[str, Row[Any]]:
     """The status, failure reason and end of each trial's training job, by its id."""
     ids = [trial.training_job_id for trial in trials if trial.training_job_id]
