@@ -110,9 +110,8 @@ def tuning_list(status: str | None, limit: int, cursor: str | None, output: str)
         if output == "json":
             terminal.print_json(page)  # {"items": [...], "next_cursor": ...}
             return
-        # A summary holds no counters: each tuning job of the page is described for them.
-        described = [client.get_tuning_job(item["name"]) for item in page["items"]]
-    terminal.print_lines(tuning_table(described))
+    # A summary holds the counters and the best trial: the page is the one request.
+    terminal.print_lines(tuning_table(page["items"]))
     if page["next_cursor"]:
         same = ["--status", status] if status else []
         again = shlex.join(["runyard", "tuning", "list", *same, "--cursor", page["next_cursor"]])

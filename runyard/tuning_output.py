@@ -3,7 +3,6 @@ trials best first, and the progress lines `runyard tune --wait` prints."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from runyard.output import table, when
@@ -11,19 +10,8 @@ from runyard.output import table, when
 
 def trials_total(tuning: dict[str, Any]) -> int:
     """How many trials the tuning job runs in all: its limit, or for a Grid without one
-    every point of the grid."""
-    spec = tuning["spec"]
-    most: int | None = spec["resource_limits"].get("max_number_of_training_jobs")
-    if spec["strategy"] != "Grid":
-        return most or 0
-    ranges = spec["parameter_ranges"]
-    points = math.prod(
-        [
-            *(item["max_value"] - item["min_value"] + 1 for item in ranges.get("integer", [])),
-            *(len(item["values"]) for item in ranges.get("categorical", [])),
-        ]
-    )
-    return points if most is None else min(most, points)
+    every point of the grid (the server says which)."""
+    return int(tuning["max_trials"])
 
 
 def trials_ended(tuning: dict[str, Any]) -> int:
@@ -37,7 +25,8 @@ def best_objective(tuning: dict[str, Any]) -> str:
 
 
 def tuning_table(tunings: list[dict[str, Any]]) -> list[str]:
-    """A row per tuning job (each as described, for its counters and best trial)."""
+    """A row per tuning job, as listed or described (both hold its counters and best
+    trial)."""
     if not tunings:
         return ["no tuning jobs"]
     rows = [

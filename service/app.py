@@ -36,6 +36,7 @@ from service.training.instance_routes import router as instance_router
 from service.training.offer import router as instance_types_router
 from service.training.routes import router as jobs_router
 from service.training.submissions import Submissions
+from service.tuning import wake as tuning_wake
 from service.tuning.routes import router as tuning_router
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Signed with SigV4, not a bearer token: it checks its callers itself.
     app.include_router(sagemaker_router)
     console.install(app)
+    # A trial the API stops while it waits in line ends here: its tuner hears of it.
+    tuning_wake.listen(app.state.settings)
     # Source bundles stream to disk, up to their own limit; every other body is JSON.
     app.add_middleware(
         BodyLimit,

@@ -19,7 +19,17 @@ VENDOR_DIR = STATIC_DIR / "vendor"
 STATIC_PATH = "/console/static"
 # Every path this module adds to the app: all open, since none holds data.
 PATHS = frozenset(
-    {"/", "/sign-in", "/jobs/{name}", "/submit", "/capacity", "/compare", STATIC_PATH}
+    {
+        "/",
+        "/sign-in",
+        "/jobs/{name}",
+        "/submit",
+        "/capacity",
+        "/compare",
+        "/tuning-jobs",
+        "/tuning-jobs/{name}",
+        STATIC_PATH,
+    }
 )
 
 # No other site may show a page of the console in a frame, where a click meant for it
@@ -74,6 +84,16 @@ def submit_page(request: Request) -> HTMLResponse:
 @router.get("/compare")
 def compare_page(request: Request) -> HTMLResponse:
     return _page(request, "compare.html", "Compare jobs", nav="jobs")
+
+
+@router.get("/tuning-jobs")
+def tuning_jobs_page(request: Request) -> HTMLResponse:
+    return _page(request, "tuning_jobs.html", "Tuning jobs", nav="tuning")
+
+
+@router.get("/tuning-jobs/{name}")
+def tuning_job_page(request: Request, name: str) -> HTMLResponse:
+    return _page(request, "tuning_job.html", name, nav="tuning", tuning=name)
 
 
 @router.get("/capacity")

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from service.jobs import endings
 from service.jobs.models import JobTransition, TrainingJob
-from service.jobs.states import Secondary, Stage, Status
+from service.jobs.states import TERMINAL, Secondary, Stage, Status
 from service.kit.db import utcnow
 from service.kit.text import without_nul
 
@@ -214,6 +215,8 @@ def _transition(
             message=without_nul(message),
         )
     )
+    if status in TERMINAL:
+        endings.announce(job)
     return True
 
 

@@ -124,6 +124,16 @@ def on_every_engine(hook: Callable[[Engine], None]) -> None:
         hook(engine)
 
 
+_DATABASE_URL = "runyard_database_url"
+
+
+def database_url_of(session: Session) -> str | None:
+    """The database URL ``session`` was made for (as ``get_sessionmaker`` was given it),
+    or None for a session made otherwise."""
+    url = session.info.get(_DATABASE_URL)
+    return url if isinstance(url, str) else None
+
+
 def get_engine(url: str) -> Engine:
     return _registered(url).engine
 
@@ -148,11 +158,13 @@ def _registered(url: str) -> _Registered:
                 if engine.dialect.name == "sqlite"
                 else readonly.execution_options(isolation_level="AUTOCOMMIT")
             )
+            # Each session knows the URL it was made for (``database_url_of``).
+            info = {_DATABASE_URL: url}
             entry = _engines[url] = _Registered(
                 engine,
-                sessionmaker(bind=engine, expire_on_commit=False),
-                sessionmaker(bind=readonly, expire_on_commit=False),
-                sessionmaker(bind=autocommit, expire_on_commit=False),
+                sessionmaker(bind=engine, expire_on_commit=False, info=info),
+                sessionmaker(bind=readonly, expire_on_commit=False, info=info),
+                sessionmaker(bind=autocommit, expire_on_commit=False, info=info),
             )
         return entry
 

@@ -1,16 +1,34 @@
 """Where a tuning job stands, read from its trials: their counts by status and by
-objective, and the best trial so far."""
+objective, and the best trial so far.
+
+Each function reads only a trial's number, status and objective, so it takes the trials'
+rows as the tuner loads them or the few columns a listing loads of many tuning jobs.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
-from service.tuning.models import TuningTrial
 from service.tuning.schemas import ObjectiveCounts, TrainingJobCounts
 from service.tuning.trials import LIVE
 
 
-def training_job_counts(trials: Sequence[TuningTrial]) -> TrainingJobCounts:
+class TrialState(Protocol):
+    @property
+    def number(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def objective(self) -> float | None: ...
+    @property
+    def objective_status(self) -> str: ...
+
+
+Trial = TypeVar("Trial", bound=TrialState)
+
+
+def training_job_counts(trials: Sequence[TrialState]) -> TrainingJobCounts:
     counts = TrainingJobCounts()
     for trial in trials:
         if trial.status in LIVE:
@@ -24,7 +42,7 @@ def training_job_counts(trials: Sequence[TuningTrial]) -> TrainingJobCounts:
     return counts
 
 
-def objective_counts(trials: Sequence[TuningTrial]) -> ObjectiveCounts:
+def objective_counts(trials: Sequence[TrialState]) -> ObjectiveCounts:
     counts = ObjectiveCounts()
     for trial in trials:
         if trial.objective_status == "Succeeded":
@@ -36,7 +54,7 @@ def objective_counts(trials: Sequence[TuningTrial]) -> ObjectiveCounts:
     return counts
 
 
-def best(trials: Sequence[TuningTrial], objective_type: str) -> TuningTrial | None:
+def best(trials: Sequence[Trial], objective_type: str) -> Trial | None:
     """The trial with the best objective; of equal ones, the first."""
     scored = [t for t in trials if t.objective_status == "Succeeded" and t.objective is not None]
     if not scored:

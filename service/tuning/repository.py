@@ -51,6 +51,13 @@ def live_ids(session: Session) -> list[str]:
     return list(session.scalars(select(TuningJob.id).where(TuningJob.status.in_(LIVE))))
 
 
+def tuning_job_of(session: Session, training_job_id: str) -> str | None:
+    """The id of the tuning job whose trial that training job is, if any."""
+    return session.scalar(
+        select(TuningTrial.tuning_job_id).where(TuningTrial.training_job_id == training_job_id)
+    )
+
+
 def trial_jobs(session: Session, trials: Sequence[TuningTrial]) -> dict[str, Row[Any]]:
     """The status, failure reason and end of each trial's training job, by its id."""
     ids = [trial.training_job_id for trial in trials if trial.training_job_id]
@@ -88,6 +95,8 @@ SUMMARY_COLUMNS = (
     TuningJob.status,
     TuningJob.created_at,
     TuningJob.ended_at,
+    # For the objective and the number of trials in all.
+    TuningJob.spec,
 )
 
 
@@ -108,6 +117,29 @@ def page(
     last = rows[limit - 1]
     place = keyset.to_json([last.created_at, last.id])
     return rows[:limit], base64.urlsafe_b64encode(json.dumps(place).encode()).decode()
+
+
+def trial_states(session: Session, tuning_job_ids: Sequence[str]) -> dict[str, list[Row[Any]]]:
+    """The number, name, status and objective of each trial of the tuning jobs named, by
+    tuning job: one query for a page of tuning jobs, rather than one per tuning job."""
+    found: dict[str, list[Row[Any]]] = {tuning_job_id: [] for tuning_job_id in tuning_job_ids}
+    if not tuning_job_ids:
+        return found
+    rows = session.execute(
+        select(
+            TuningTrial.tuning_job_id,
+            TuningTrial.number,
+            TuningTrial.name,
+            TuningTrial.status,
+            TuningTrial.objective,
+            TuningTrial.objective_status,
+        )
+        .where(TuningTrial.tuning_job_id.in_(tuning_job_ids))
+        .order_by(TuningTrial.tuning_job_id, TuningTrial.number)
+    )
+    for row in rows:
+        found[row.tuning_job_id].append(cast(Row[Any], row))
+    return found
 
 
 def _read_cursor(cursor: str) -> list[Any]:

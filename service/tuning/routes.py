@@ -20,7 +20,6 @@ from service.tuning.schemas import (
     TuningJobCreate,
     TuningJobPublic,
     TuningJobsPage,
-    TuningJobSummary,
 )
 
 router = APIRouter(prefix=TUNING_JOBS_PATH, tags=["tuning jobs"])
@@ -54,14 +53,9 @@ def list_tuning_jobs(
     cursor: Annotated[str | None, Query(max_length=512)] = None,
     project: ProjectName = None,
 ) -> TuningJobsPage:
-    """The project's tuning jobs, newest first; pass ``next_cursor`` back as ``cursor``
-    for the next page."""
-    rows, next_cursor = service.page(
-        session, user, project, limit=limit, cursor=cursor, status=status
-    )
-    return TuningJobsPage(
-        items=[TuningJobSummary.model_validate(row) for row in rows], next_cursor=next_cursor
-    )
+    """The project's tuning jobs, newest first, each with its counters and best trial;
+    pass ``next_cursor`` back as ``cursor`` for the next page."""
+    return service.page(session, user, project, limit=limit, cursor=cursor, status=status)
 
 
 @router.get("/{name}", response_model=TuningJobPublic, responses=replies(401, 404, 422))

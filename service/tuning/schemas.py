@@ -289,13 +289,18 @@ class _FromRow(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class TrialPublic(_FromRow):
+class TrialSummary(_FromRow):
+    """A trial as a listing of tuning jobs shows their best."""
+
     number: int
     # The trial's training job.
     name: str
     status: str
-    parameters: dict[str, Any]
     objective: float | None
+
+
+class TrialPublic(TrialSummary):
+    parameters: dict[str, Any]
     # Pending, Succeeded or Failed (the training job ended without the objective metric).
     objective_status: str
     failure_reason: str | None
@@ -320,13 +325,23 @@ class ObjectiveCounts(BaseModel):
     failed: int = 0
 
 
-class TuningJobSummary(_FromRow):
+class TuningJobSummary(BaseModel):
+    """A tuning job as a listing shows it: with what a table of tuning jobs needs (its
+    objective, its counters, its best trial), so that no row needs a request of its own."""
+
     name: str
     project: str
     strategy: str
     status: str
     created_at: datetime
     ended_at: datetime | None
+    objective: Objective
+    max_trials: int = Field(
+        description="How many trials it runs in all: its limit, or a Grid's every point."
+    )
+    training_job_counts: TrainingJobCounts
+    objective_counts: ObjectiveCounts
+    best_trial: TrialSummary | None
 
 
 class TuningJobPublic(TuningJobSummary):
@@ -334,8 +349,6 @@ class TuningJobPublic(TuningJobSummary):
     failure_reason: str | None
     updated_at: datetime
     spec: TuningJobCreate
-    training_job_counts: TrainingJobCounts
-    objective_counts: ObjectiveCounts
     best_trial: TrialPublic | None
     trials: list[TrialPublic]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Row
@@ -25,8 +26,11 @@ from service.tuning import progress, repository
 from service.tuning.models import TuningJob
 from service.tuning.schemas import (
     TrialPublic,
+    TrialSummary,
     TuningJobCreate,
     TuningJobPublic,
+    TuningJobsPage,
+    TuningJobSummary,
     stored,
 )
 from service.tuning.trials import first_values, trial_name, trial_spec
@@ -111,9 +115,33 @@ def page(
     limit: int,
     cursor: str | None,
     status: str | None = None,
-) -> tuple[list[Row[Any]], str | None]:
-    return repository.page(
+) -> TuningJobsPage:
+    """A page of tuning jobs, each with its counters and best trial: two queries, whatever
+    the page's size."""
+    rows, next_cursor = repository.page(
         session, viewer.project_in_sight(project), limit=limit, cursor=cursor, status=status
+    )
+    trials = repository.trial_states(session, [row.id for row in rows])
+    items = [_summary(row, stored(row.spec), trials[row.id]) for row in rows]
+    return TuningJobsPage(items=items, next_cursor=next_cursor)
+
+
+def _summary(
+    tuning: Row[Any] | TuningJob, spec: TuningJobCreate, trials: Sequence[progress.TrialState]
+) -> TuningJobSummary:
+    best = progress.best(trials, spec.objective.type)
+    return TuningJobSummary(
+        name=tuning.name,
+        project=tuning.project,
+        strategy=tuning.strategy,
+        status=tuning.status,
+        created_at=tuning.created_at,
+        ended_at=tuning.ended_at,
+        objective=spec.objective,
+        max_trials=spec.max_trials,
+        training_job_counts=progress.training_job_counts(trials),
+        objective_counts=progress.objective_counts(trials),
+        best_trial=TrialSummary.model_validate(best) if best is not None else None,
     )
 
 
@@ -135,21 +163,15 @@ def stop(
 
 def public(tuning: TuningJob) -> TuningJobPublic:
     spec = stored(tuning.spec)
-    trials = [TrialPublic.model_validate(trial) for trial in tuning.trials]
     best = progress.best(tuning.trials, spec.objective.type)
+    summary = dict(_summary(tuning, spec, tuning.trials))
+    # The best trial in full, as every trial is.
+    summary["best_trial"] = TrialPublic.model_validate(best) if best is not None else None
     return TuningJobPublic(
+        **summary,
         id=tuning.id,
-        name=tuning.name,
-        project=tuning.project,
-        strategy=tuning.strategy,
-        status=tuning.status,
         failure_reason=tuning.failure_reason,
-        created_at=tuning.created_at,
         updated_at=tuning.updated_at,
-        ended_at=tuning.ended_at,
         spec=spec,
-        training_job_counts=progress.training_job_counts(tuning.trials),
-        objective_counts=progress.objective_counts(tuning.trials),
-        best_trial=TrialPublic.model_validate(best) if best is not None else None,
-        trials=trials,
+        trials=[TrialPublic.model_validate(trial) for trial in tuning.trials],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,6 +27,10 @@ def trial_name(tuning_job_name: str, tuning_job_id: str, number: int) -> str:
     again for a trial it already submitted finds the name taken."""
     digest = hashlib.sha256(f"{tuning_job_id}:{number}".encode()).hexdigest()[:8]
     return f"{tuning_job_name}-{number:03d}-{digest}"
+
+
+# Every trial's name ends so (its number, then its hash); most jobs' names do not.
+TRIAL_NAME_END = re.compile(r"-[0-9]{3,}-[0-9a-f]{8}$")
 
 
 def trial_spec(spec: TuningJobCreate, name: str, parameters: dict[str, Any]) -> JobCreate:

@@ -167,6 +167,35 @@ def test_list_and_describe_show_the_counters_and_the_trials_best_first(
     assert described == api.get("/v1/tuning-jobs/tune-1").json()
 
 
+def test_list_makes_one_request_a_page_whatever_its_number_of_tuning_jobs(
+    api: TestClient,
+    settings: Settings,
+    source_dir: Path,
+    runyard: CliRunner,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("tune-1", "tune-2", "tune-3"):
+        assert api.post("/v1/tuning-jobs", json=tuning_spec(source_dir, name=name)).is_success
+        advance(settings, name)
+    end_job(settings, describe(api, "tune-2")["trials"][0]["name"], loss=0.125)
+    advance(settings, "tune-2")
+    asked: list[tuple[str, str]] = []
+    request = api.request
+
+    def counted(method: str, url: str, **kwargs: Any) -> Any:
+        asked.append((method, str(url)))
+        return request(method, url, **kwargs)
+
+    monkeypatch.setattr(api, "request", counted)
+    listed = _run(runyard, "tuning", "list", "--limit", "2").stdout.splitlines()
+    assert asked == [("GET", "/v1/tuning-jobs")]
+    assert [line.split()[:4] for line in listed[1:3]] == [
+        ["tune-3", "InProgress", "0/4", "-"],
+        ["tune-2", "InProgress", "1/4", "0.125"],
+    ]
+    assert listed[3].startswith("more: runyard tuning list --cursor ")
+
+
 def test_stop_stops_the_tuning_job_and_waits_for_its_trials(
     api: TestClient,
     settings: Settings,

@@ -77,20 +77,44 @@ Runyard.charts = (() => {
     return Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / window.devicePixelRatio);
   }
 
+  // Whole trials, for a tuning job's objective over its trials.
+  const TRIAL_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500];
+
+  // The x axes a chart may have: its axis, the legend's name for it, and a value of it as
+  // the legend reads it.
+  const X_AXES = {
+    time: {
+      axis: { label: "Time (local)", incrs: TIME_STEPS, space: 70,
+              values: (u, splits, axisIndex, space, step) => splits.map((v) => clock(v, step)) },
+      label: "Time",
+      reading: (value) => new Date(value * 1000).toLocaleTimeString(),
+    },
+    elapsed: {
+      axis: { label: "Time since the first value", incrs: TIME_STEPS, space: 60,
+              values: (u, splits) => splits.map((v) => Runyard.duration(v) || "0s") },
+      label: "Elapsed",
+      reading: (value) => Runyard.duration(value) || "0s",
+    },
+    trial: {
+      axis: { label: "Trial", incrs: TRIAL_STEPS, space: 40,
+              values: (u, splits) => splits.map((v) => String(v)) },
+      label: "Trial",
+      reading: (value) => `trial ${value}`,
+    },
+  };
+
   // uPlot's options for one chart. ``x``: "time" (seconds since the epoch, shown as the
-  // local clock) or "elapsed" (seconds since a start); ``lines``: the series' names; ``unit``
-  // and ``axis``: what the y values are measured in, and the y axis's title.
+  // local clock), "elapsed" (seconds since a start) or "trial" (a tuning job's trial
+  // numbers); ``lines``: the series' names; ``unit`` and ``axis``: what the y values are
+  // measured in, and the y axis's title.
   function options({ width, x = "time", lines, unit = "", axis = "" }) {
     const yTicks = (u, splits, axisIndex, space, step) =>
       splits.map((v) => withUnit(number(v, decimalsFor(step)), unit));
-    const xAxis = x === "time"
-      ? { label: "Time (local)", incrs: TIME_STEPS, space: 70,
-          values: (u, splits, axisIndex, space, step) => splits.map((v) => clock(v, step)) }
-      : { label: "Time since the first value", incrs: TIME_STEPS, space: 60,
-          values: (u, splits) => splits.map((v) => Runyard.duration(v) || "0s") };
+    const xKind = X_AXES[x];
+    const xAxis = xKind.axis;
     const xValue = (u, value, seriesIndex, index) => {
       if (index === null || index === undefined) return "latest";
-      return x === "time" ? new Date(value * 1000).toLocaleTimeString() : Runyard.duration(value) || "0s";
+      return xKind.reading(value);
     };
     return {
       width: Math.max(width || 0, MIN_WIDTH),
@@ -101,7 +125,7 @@ Runyard.charts = (() => {
         { label: axis, values: yTicks, size: fitTicks },
       ],
       series: [
-        { label: x === "time" ? "Time" : "Elapsed", value: xValue },
+        { label: xKind.label, value: xValue },
         ...lines.map((name, i) => ({
           label: name,
           stroke: COLORS[i % COLORS.length],

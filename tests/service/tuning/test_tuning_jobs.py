@@ -247,6 +247,58 @@ def test_the_tuning_jobs_of_a_project_are_listed_newest_first_a_page_at_a_time(
     assert api.get("/v1/tuning-jobs", params={"status": "Completed"}).json()["items"] == []
 
 
+def test_a_listed_tuning_job_holds_its_counters_and_best_trial_as_described(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    create(api, source_dir)
+    maximize = {"type": "Maximize", "metric_name": "loss"}
+    grid = {"categorical": [{"name": "optimizer", "values": ["adam", "sgd", "rmsprop"]}]}
+    create(
+        api,
+        source_dir,
+        name="tune-2",
+        strategy="Grid",
+        objective=maximize,
+        parameter_ranges=grid,
+        resource_limits={"max_parallel_training_jobs": 3},
+    )
+    for name in ("tune-1", "tune-2"):
+        advance(settings, name)
+    first, second = trial_names(api)
+    end_job(settings, first, loss=0.5)
+    end_job(settings, second, loss=0.25)
+    losses = iter([0.5, 0.75, 0.25])
+    for trial in describe(api, "tune-2")["trials"]:
+        end_job(settings, trial["name"], loss=next(losses))
+    for name in ("tune-1", "tune-2"):
+        advance(settings, name)
+
+    listed = {item["name"]: item for item in api.get("/v1/tuning-jobs").json()["items"]}
+    for name in ("tune-1", "tune-2"):
+        described = describe(api, name)
+        item = listed[name]
+        for key in ("status", "objective", "max_trials", "training_job_counts"):
+            assert item[key] == described[key], key
+        assert item["objective_counts"] == described["objective_counts"]
+        best = described["best_trial"]
+        assert item["best_trial"] == {key: best[key] for key in item["best_trial"]}
+    tune_1, tune_2 = listed["tune-1"], listed["tune-2"]
+    assert tune_1["max_trials"] == 4
+    assert tune_1["training_job_counts"] == {
+        "completed": 2,
+        "in_progress": 2,
+        "failed": 0,
+        "stopped": 0,
+    }
+    assert tune_1["objective_counts"] == {"succeeded": 2, "pending": 2, "failed": 0}
+    assert (tune_1["best_trial"]["name"], tune_1["best_trial"]["objective"]) == (second, 0.25)
+    # A Grid without a limit runs every point; Maximize takes the highest.
+    assert (tune_2["status"], tune_2["max_trials"]) == ("Completed", 3)
+    assert tune_2["objective"] == maximize
+    assert tune_2["best_trial"]["objective"] == 0.75
+    assert set(tune_2["best_trial"]) == {"number", "name", "status", "objective"}
+
+
 def test_a_name_in_use_is_refused(api: TestClient, source_dir: Path) -> None:
     create(api, source_dir)
     again = api.post("/v1/tuning-jobs", json=tuning_spec(source_dir))

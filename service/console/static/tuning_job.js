@@ -1,0 +1,170 @@
+// A tuning job: where it stands, a chart of its objective over its trials, and its trials'
+// table, best first by the objective (its heading turns the order around; # sorts by
+// number), the best trial marked. Refreshed every few seconds until it ends.
+"use strict";
+
+(async () => {
+  await Runyard.signedIn();
+  const { el } = Runyard;
+  const root = document.getElementById("tuning-job");
+  const name = root.dataset.tuning;
+  const project = new URLSearchParams(window.location.search).get("project") || "";
+  const path = `v1/tuning-jobs/${encodeURIComponent(name)}`;
+  const problem = document.getElementById("tuning-error");
+  const hasCharts = root.dataset.charts === "yes" && typeof window.uPlot === "function";
+  const chart = { plot: document.getElementById("objective-plot") };
+  const sortable = [...document.querySelectorAll("#trials th[data-sort]")];
+  let tuning = null;
+  // The trials' order: by "objective" (best first unless turned around) or by "number".
+  let sort = { column: "objective", bestFirst: true, descending: false };
+
+  const maximize = () => tuning.objective.type === "Maximize";
+
+  function fact(term, ...value) {
+    return [el("dt", { text: term }), el("dd", {}, ...value)];
+  }
+
+  function renderFacts() {
+    const spec = tuning.spec;
+    const jobs = tuning.training_job_counts;
+    const best = tuning.best_trial;
+    const facts = [
+      ...fact("Status", el("span", { class: `status status-${tuning.status}`, text: tuning.status })),
+      ...fact("Project", tuning.project),
+      ...fact("Strategy", `${tuning.strategy} (seed ${spec.random_seed})`),
+      ...fact("Objective", Runyard.tuning.objective(tuning)),
+      ...fact("Trials", `${tuning.trials.length} started, ${Runyard.tuning.ended(tuning)} ended of `
+        + `${tuning.max_trials}, at most ${spec.resource_limits.max_parallel_training_jobs} at once`),
+      ...fact("Training jobs", `${jobs.completed} completed, ${jobs.in_progress} in progress, `
+        + `${jobs.failed} failed, ${jobs.stopped} stopped`),
+      ...fact("Best trial", best
+        ? el("span", {}, el("a", { href: Runyard.jobUrl(best.name, tuning.project), text: best.name }),
+          ` (${tuning.objective.metric_name} ${Runyard.tuning.value(best.objective)})`)
+        : "none yet"),
+      ...fact("Created", el("time", { datetime: tuning.created_at, text: Runyard.when(tuning.created_at) })),
+      ...fact(Runyard.TERMINAL.has(tuning.status) ? "Ran for" : "Running for",
+        Runyard.elapsed(tuning.created_at, tuning.ended_at)),
+    ];
+    document.getElementById("tuning-facts").replaceChildren(...facts);
+    const failure = document.getElementById("tuning-failure");
+    failure.hidden = !tuning.failure_reason;
+    failure.querySelector("pre").textContent = tuning.failure_reason || "";
+  }
+
+  // -- the chart: each trial's objective by its number, and the best up to it --------------
+
+  function renderChart() {
+    const metric = tuning.objective.metric_name;
+    const trials = [...tuning.trials].sort((a, b) => a.number - b.number);
+    const numbers = trials.map((t) => t.number);
+    const values = trials.map((t) => (t.objective_status === "Succeeded" ? t.objective : null));
+    let best = null;
+    const bestSoFar = values.map((value) => {
+      if (value !== null && (best === null || (maximize() ? value > best : value < best))) best = value;
+      return best;
+    });
+    const scored = values.filter((v) => v !== null).length;
+    document.getElementById("objective-caption").textContent = `${metric} (${tuning.objective.type})`;
+    const label = `Chart of the objective ${metric} over ${trials.length} trials, ${scored} with a value`
+      + (best === null ? "" : `: best ${Runyard.tuning.value(best)}`);
+    chart.plot.setAttribute("aria-label", label);
+    if (!hasCharts) {
+      chart.plot.textContent = label;
+      return;
+    }
+    Runyard.charts.draw(chart, { x: "trial", lines: [metric, "best so far"], axis: metric },
+      [numbers, values, bestSoFar]);
+  }
+
+  // -- the trials' table ---------------------------------------------------------------------
+
+  // Best first: lower for Minimize, higher for Maximize; trials without a value always after,
+  // by number.
+  function ordered() {
+    const byNumber = (a, b) => a.number - b.number;
+    if (sort.column === "number") {
+      const trials = [...tuning.trials].sort(byNumber);
+      return sort.descending ? trials.reverse() : trials;
+    }
+    const better = maximize() ? -1 : 1;
+    const direction = sort.bestFirst ? better : -better;
+    return [...tuning.trials].sort((a, b) => {
+      const av = a.objective_status === "Succeeded" ? a.objective : null;
+      const bv = b.objective_status === "Succeeded" ? b.objective : null;
+      if (av === null || bv === null) return (av === null) - (bv === null) || byNumber(a, b);
+      return direction * (av - bv) || byNumber(a, b);
+    });
+  }
+
+  function parameters(values) {
+    return Object.entries(values).map(([key, value]) =>
+      `${key}=${typeof value === "number" ? Runyard.tuning.value(value) : value}`).join(" ");
+  }
+
+  function row(trial) {
+    const best = tuning.best_trial && tuning.best_trial.number === trial.number;
+    const objective = el("td", { class: "objective" }, Runyard.tuning.value(trial.objective));
+    if (best) objective.append(" ", el("span", { class: "badge best-badge", text: "best" }));
+    return el("tr", { class: best ? "best" : null, "data-trial": trial.number },
+      el("td", { text: trial.number }),
+      el("td", {}, el("a", { href: Runyard.jobUrl(trial.name, tuning.project), text: trial.name })),
+      el("td", {}, el("span", { class: `status status-${trial.status}`, text: trial.status })),
+      objective,
+      el("td", {}, el("code", { text: parameters(trial.parameters) })),
+      el("td", { text: Runyard.elapsed(trial.created_at, trial.ended_at) }));
+  }
+
+  function showSort() {
+    // Best first reads as ascending for Minimize, descending for Maximize.
+    const descending = sort.column === "objective" ? sort.bestFirst === maximize() : sort.descending;
+    for (const th of sortable) {
+      const mark = th.querySelector(".sort-mark");
+      if (th.dataset.sort === sort.column) {
+        th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+        mark.textContent = descending ? "▼" : "▲";
+      } else {
+        th.removeAttribute("aria-sort");
+        mark.textContent = "⇅";
+      }
+    }
+  }
+
+  function renderTrials() {
+    document.getElementById("objective-heading").textContent =
+      `${tuning.objective.metric_name} (${sort.column === "objective" && !sort.bestFirst ? "worst" : "best"} first)`;
+    document.querySelector("#trials tbody").replaceChildren(...ordered().map(row));
+    document.getElementById("trials-empty").textContent = tuning.trials.length
+      ? "" : "No trials yet: the tuner asks for the first ones in a moment.";
+    showSort();
+  }
+
+  for (const th of sortable) {
+    th.querySelector("button").addEventListener("click", () => {
+      const column = th.dataset.sort;
+      if (column === "objective") {
+        sort = { column, bestFirst: sort.column === column ? !sort.bestFirst : true, descending: false };
+      } else {
+        sort = { column, bestFirst: true, descending: sort.column === column ? !sort.descending : false };
+      }
+      if (tuning) renderTrials();
+    });
+  }
+
+  let stop = null;
+  async function refresh() {
+    try {
+      tuning = await Runyard.api("GET", path, { query: { project } });
+    } catch (e) {
+      problem.textContent = e.status === 404
+        ? `No tuning job named ${name} that you can see.` : Runyard.describeError(e);
+      return;
+    }
+    problem.textContent = "";
+    document.getElementById("tuning-body").hidden = false;
+    renderFacts();
+    renderTrials();
+    renderChart();
+    if (Runyard.TERMINAL.has(tuning.status) && stop) stop();
+  }
+  stop = Runyard.every(3, refresh);
+})();
