@@ -25,6 +25,12 @@ SCENARIOS: dict[str, tuple[str, dict[str, object]]] = {
     "gpt2": ("gpt2", {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2}),
     # An encoder-decoder, its decoder's cross-attention split too.
     "bart": ("bart", {"tensor_parallel_degree": 2, "microbatches": 2}),
+    # The other families' blocks (grouped key/value heads: one of Mistral's and Qwen2's
+    # two on each rank; NeoX's fused query-key-value; BERT's encoder).
+    **{
+        family: (family, {"tensor_parallel_degree": 2, "microbatches": 2})
+        for family in ("mistral", "qwen2", "neox", "bert")
+    },
     # tp x dp: two groups of 2 over 2 instances, a sample per microbatch and rank.
     "opt_ddp": ("opt", {"tensor_parallel_degree": 2, "ddp": True, "microbatches": 2}),
     # The groups' ranks fed one batch each.

@@ -26,13 +26,17 @@ from tests.libraries.modelparallel.tensor_parallel_training import (
 from tests.libraries.modelparallel.transformers_workload import FAMILIES
 
 # The fixture runs 4 jobs of 2 to 4 processes (the scenarios of one layout share one).
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(2400)
 
 ONE_INSTANCE = Layout.blocks(instances=1, per_instance=2)
 TWO_INSTANCES = Layout.blocks(instances=2, per_instance=2)
 LAYOUTS = {
     "gpt2": ONE_INSTANCE,
     "bart": ONE_INSTANCE,
+    "mistral": ONE_INSTANCE,
+    "qwen2": ONE_INSTANCE,
+    "neox": ONE_INSTANCE,
+    "bert": ONE_INSTANCE,
     "opt_ddp": TWO_INSTANCES,
     "llama_prescaled_ddp": TWO_INSTANCES,
     "llama_pipeline": Layout.blocks(instances=1, per_instance=4),
