@@ -59,6 +59,9 @@ def made(args: argparse.Namespace) -> nn.Module:
             n_head=8,
             n_positions=args.sequence,
             vocab_size=args.vocabulary,
+            # GPT-2's one special token, moved into the shrunk vocabulary as its last.
+            bos_token_id=args.vocabulary - 1,
+            eos_token_id=args.vocabulary - 1,
         )
     else:
         config = transformers.LlamaConfig(
