@@ -80,8 +80,9 @@ test: lint
 
 # The units, for a newcomer's edit-and-check loop (under four minutes here): on SQLite
 # only, with no server stacks, browsers, clusters (kmock), clouds (moto), images built
-# with pip, real launchers, multi-process training or podman (PostgreSQL and those are
-# `make test`'s, and `make test-<part>` runs a part's all). Four processes: the tests wait
+# with pip, real launchers and runtimes, multi-process training, thousands of jobs made
+# to bound a request's reads, or podman (PostgreSQL and those are `make test`'s, and
+# `make test-<part>` runs a part's all). Four processes: the tests wait
 # on subprocesses and sockets often enough that two cores keep four busy. What needs a
 # missing tool skips saying so (fails under CI); tests/bare_machine.sh runs it as on a
 # machine with Python alone.
@@ -91,7 +92,10 @@ FAST_SKIPS := e2e deploy tensorflow libraries service/console service/custom_res
     service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py \
     provisioning/test_local_image_builds.py provisioning/test_local_stand_ins.py \
     provisioning/test_ec2_backend.py provisioning/test_kubernetes_backend.py \
-    contract/test_storage_s3.py service/test_storage_s3_service.py
+    contract/test_storage_s3.py service/test_storage_s3_service.py \
+    runtime/test_train_process.py runtime/test_script_exit.py runtime/test_run_script.py \
+    service/test_pages_plan.py service/sagemaker/test_bounded_reads.py \
+    service/sagemaker/test_log_group_bounded.py
 FAST_WORKERS ?= 4
 test-fast: install
 	$(BIN)/pytest --numprocesses=$(FAST_WORKERS) --dist=loadfile \
