@@ -134,6 +134,40 @@ const Runyard = (() => {
            ApiError, me: () => me };
 })();
 
+// A list the API pages by cursor, with its filters' form and previous/next buttons:
+// `before` holds the cursors of the pages before this one, `cursor` this page's own and
+// `next` the one the API gave for the next page. A change of the filters starts again
+// from the first page (`restarted` runs first); `shown()` sets the buttons once a page
+// is shown (or could not be).
+Runyard.cursorPages = ({ filters, previous, next, refresh, restarted = () => {} }) => {
+  const pages = { before: [], cursor: null, next: null };
+  pages.shown = () => {
+    previous.disabled = pages.before.length === 0;
+    next.disabled = !pages.next;
+  };
+  function restart() {
+    restarted();
+    pages.before = [];
+    pages.cursor = null;
+    refresh();
+  }
+  filters.addEventListener("input", restart);
+  filters.addEventListener("submit", (event) => {
+    event.preventDefault();
+    restart();
+  });
+  next.addEventListener("click", () => {
+    pages.before.push(pages.cursor);
+    pages.cursor = pages.next;
+    refresh();
+  });
+  previous.addEventListener("click", () => {
+    pages.cursor = pages.before.pop() ?? null;
+    refresh();
+  });
+  return pages;
+};
+
 // The statuses a job ends in: nothing about it changes after one.
 Runyard.TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
 

@@ -6,12 +6,6 @@
   const body = document.querySelector("#jobs tbody");
   const state = document.getElementById("jobs-status");
   const filters = document.getElementById("filters");
-  const previous = document.getElementById("previous-page");
-  const next = document.getElementById("next-page");
-  // The cursors of the pages before this one, and this page's own.
-  let cursors = [];
-  let cursor = null;
-  let nextCursor = null;
   const pageSize = 25;
   // Jobs picked for comparison, kept across refreshes and pages.
   const MAX_COMPARED = 4;
@@ -102,14 +96,15 @@
   // How many jobs the page shows, and which of the list they are: the API pages by cursor
   // and does not count the whole list, so past one page the count is the page's.
   function showCount(shown) {
-    const first = pageSize * cursors.length + 1;
+    const before = pages.before.length;
+    const first = pageSize * before + 1;
     const last = first + shown - 1;
     const jobs = `${shown} ${shown === 1 ? "job" : "jobs"}`;
     let text;
-    if (!shown) text = cursors.length ? "No more jobs." : "0 jobs";
-    else if (!cursors.length && !nextCursor) text = jobs;
-    else text = `${jobs} on page ${cursors.length + 1} (${shown === 1 ? first : `${first}–${last}`})`
-      + (nextCursor ? "; more on the next page" : "");
+    if (!shown) text = before ? "No more jobs." : "0 jobs";
+    else if (!before && !pages.next) text = jobs;
+    else text = `${jobs} on page ${before + 1} (${shown === 1 ? first : `${first}–${last}`})`
+      + (pages.next ? "; more on the next page" : "");
     const count = document.getElementById("jobs-count");
     // Rewritten only when it changes: the list refreshes every few seconds.
     if (count.textContent !== text) count.textContent = text;
@@ -132,41 +127,26 @@
           tag: form.get("tag").trim(),
           sort: form.get("sort"),
           project: me.server_admin ? form.get("project").trim() : "",
-          cursor,
+          cursor: pages.cursor,
           limit: pageSize,
         },
       });
       body.replaceChildren(...page.items.map(row));
-      nextCursor = page.next_cursor;
+      pages.next = page.next_cursor;
       showCount(page.items.length);
       state.textContent = page.items.length ? "" : "No jobs match.";
     } catch (e) {
       state.textContent = `Could not load jobs: ${Runyard.describeError(e)}`;
     }
-    previous.disabled = cursors.length === 0;
-    next.disabled = !nextCursor;
+    pages.shown();
   }
 
-  function restart() {
-    showSort();
-    cursors = [];
-    cursor = null;
-    refresh();
-  }
-
-  filters.addEventListener("input", restart);
-  filters.addEventListener("submit", (event) => {
-    event.preventDefault();
-    restart();
-  });
-  next.addEventListener("click", () => {
-    cursors.push(cursor);
-    cursor = nextCursor;
-    refresh();
-  });
-  previous.addEventListener("click", () => {
-    cursor = cursors.pop() ?? null;
-    refresh();
+  const pages = Runyard.cursorPages({
+    filters,
+    previous: document.getElementById("previous-page"),
+    next: document.getElementById("next-page"),
+    refresh,
+    restarted: showSort,
   });
   compare.addEventListener("click", () => {
     const jobs = [...picked].map((k) => JSON.parse(k));

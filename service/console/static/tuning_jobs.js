@@ -8,12 +8,7 @@
   const body = document.querySelector("#tuning-jobs tbody");
   const state = document.getElementById("tuning-jobs-status");
   const filters = document.getElementById("tuning-filters");
-  const previous = document.getElementById("previous-page");
-  const next = document.getElementById("next-page");
   const pageSize = 25;
-  let cursors = [];
-  let cursor = null;
-  let nextCursor = null;
 
   if (me.server_admin) {
     document.getElementById("tuning-project-label").hidden = false;
@@ -46,39 +41,24 @@
         query: {
           status: form.get("status"),
           project: me.server_admin ? form.get("project").trim() : "",
-          cursor,
+          cursor: pages.cursor,
           limit: pageSize,
         },
       });
       body.replaceChildren(...page.items.map(row));
-      nextCursor = page.next_cursor;
+      pages.next = page.next_cursor;
       state.textContent = page.items.length ? "" : "No tuning jobs match.";
     } catch (e) {
       state.textContent = `Could not load tuning jobs: ${Runyard.describeError(e)}`;
     }
-    previous.disabled = cursors.length === 0;
-    next.disabled = !nextCursor;
+    pages.shown();
   }
 
-  function restart() {
-    cursors = [];
-    cursor = null;
-    refresh();
-  }
-
-  filters.addEventListener("input", restart);
-  filters.addEventListener("submit", (event) => {
-    event.preventDefault();
-    restart();
-  });
-  next.addEventListener("click", () => {
-    cursors.push(cursor);
-    cursor = nextCursor;
-    refresh();
-  });
-  previous.addEventListener("click", () => {
-    cursor = cursors.pop() ?? null;
-    refresh();
+  const pages = Runyard.cursorPages({
+    filters,
+    previous: document.getElementById("previous-page"),
+    next: document.getElementById("next-page"),
+    refresh,
   });
   Runyard.every(3, refresh);
 })();
