@@ -88,6 +88,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _MAKING = pytest.StashKey[threading.Thread]()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test that needs a heavy environment waits for it here, before its own time bound
+    starts (pytest-timeout's, which counts the fixtures): on a loaded machine making one
+    takes longer than a test may (seen: a v3 SDK test timed out at 300 s on the lock of an
+    environment another run was still making, with its job never started). Making takes
+    at most ``venvs.BUILD_TIMEOUT``; a failure is left to the test, which says why."""
+    for prefix, makes in _HEAVY.items():
+        if item.nodeid.startswith(prefix):
+            for make in makes:
+                with contextlib.suppress(Exception, pytest.fail.Exception):
+                    make()
+    return (yield)
+
+
 def require(missing: str | None) -> None:
     """What a test needs of the machine, ``missing`` saying what it lacks (None: nothing):
     under CI, which installs and starts everything (``.ci/run``), the test fails; elsewhere
