@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests import postgres, venvs
+from tests import postgres, timeouts, venvs
 from tests.e2e.sdk_venvs import sdk_python
 from tests.tensorflow.environment import tf_python
 
@@ -100,7 +100,26 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             for make in makes:
                 with contextlib.suppress(Exception, pytest.fail.Exception):
                     make()
+    _stretch_time_bound(item)
     return (yield)
+
+
+def _stretch_time_bound(item: pytest.Item) -> None:
+    """The test's time bound (its own, or the suite's), stretched for how busy the machine
+    is as it starts (``tests.timeouts``): the bound is there to end a hang."""
+    factor = timeouts.busy_factor()
+    if factor <= 1.0:
+        return
+    marker = item.get_closest_marker("timeout")
+    bound = marker.args[0] if marker is not None and marker.args else None
+    if marker is not None and bound is None:
+        bound = marker.kwargs.get("timeout")
+    if bound is None:
+        bound = float(item.config.getini("timeout") or 0)
+    if bound and float(bound) > 0:
+        # First among its markers, so that pytest-timeout, which starts the bound after
+        # this hook, finds it before the module's or the suite's.
+        item.add_marker(pytest.mark.timeout(float(bound) * factor), append=False)
 
 
 def require(missing: str | None) -> None:

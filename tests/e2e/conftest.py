@@ -25,6 +25,7 @@ from provisioning.local.backend import free_port
 from runyard.client import Client, admin_token, wait_until_up
 from tests import postgres
 from tests.conftest import POSTGRES_ADMIN_URL, RABBITMQ_URL, REDIS_URL
+from tests.timeouts import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -174,7 +175,7 @@ class Stack:
     def wait_until_ended(self, client: Client, name: str, timeout: float = 120) -> dict[str, Any]:
         """The job once it has ended, and once its instances are removed: a job reads as
         ended first, and its instances go after (worker.reconciler.ending)."""
-        job = self.wait_for(client, name, lambda job: job["status"] in TERMINAL, timeout)
+        job = self.wait_for(client, name, lambda job: job["status"] in TERMINAL, scaled(timeout))
         self.wait_until_removed(job)
         return job
 

@@ -41,6 +41,7 @@ from provisioning.local import processes
 from provisioning.local.backend import free_port
 from runyard.client import Client, admin_token, wait_until_up
 from tests.e2e.conftest import REPO
+from tests.timeouts import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -175,7 +176,7 @@ class Reader:
             )
             self.shells.append(process.pid)
             try:
-                status = process.wait(BLOCK_TIMEOUT)
+                status = process.wait(scaled(BLOCK_TIMEOUT))
             except subprocess.TimeoutExpired:
                 status = -1
         return status, log.read_text(errors="replace")

@@ -21,6 +21,7 @@ from tests.aws import MotoServer
 from tests.e2e.conftest import EXAMPLES, Stack
 from tests.e2e.sdk_venvs import sdk_python
 from tests.service.sagemaker.live import check_answer
+from tests.timeouts import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -89,13 +90,14 @@ def sdk_environment(stack: Stack, s3: MotoServer) -> dict[str, str]:
 def run_sdk(stack: Stack, s3: MotoServer, generation: str, script: str, *args: str) -> str:
     """Runs one of the scripts beside this file under the SDK's own interpreter; returns
     what it printed."""
+    bound = scaled(FIT_TIMEOUT)
     try:
         done = subprocess.run(
             [str(sdk_python(generation)), str(HERE / script), *args],
             env=sdk_environment(stack, s3),
             capture_output=True,
             text=True,
-            timeout=FIT_TIMEOUT,
+            timeout=bound,
         )
     except subprocess.TimeoutExpired as exc:
         # Before the test's own timeout, so that what the server did is said.
@@ -103,7 +105,7 @@ def run_sdk(stack: Stack, s3: MotoServer, generation: str, script: str, *args: s
             part.decode(errors="replace") if isinstance(part, bytes) else part or ""
             for part in (exc.stdout, exc.stderr)
         )
-        pytest.fail(f"{script} ran {FIT_TIMEOUT} s\n{printed[-4000:]}\n{stack.diagnostics()}")
+        pytest.fail(f"{script} ran {bound:.0f} s\n{printed[-4000:]}\n{stack.diagnostics()}")
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{stack.diagnostics()}"
     return output

@@ -24,6 +24,7 @@ from tests.e2e.test_sagemaker_sdk import (  # noqa: F401 - the module's fixtures
     sdk_environment,
     sdk_stack,
 )
+from tests.timeouts import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +47,7 @@ def test_training_job_analytics_reads_the_losses_the_job_printed(
         env=environment,
         capture_output=True,
         text=True,
-        timeout=FIT_TIMEOUT,
+        timeout=scaled(FIT_TIMEOUT),
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{sdk_stack.diagnostics()}"

@@ -40,6 +40,7 @@ import pytest
 from tests.aws import MotoServer
 from tests.e2e.conftest import REPO, Stack
 from tests.e2e.sdk_venvs import sdk_python
+from tests.timeouts import scaled
 from tests.venvs import BUILD
 
 pytestmark = pytest.mark.e2e
@@ -268,6 +269,7 @@ def test_the_sdks_own_training_test_passes(
         "--tb=short",
         node,
     ]
+    bound = scaled(RUN_TIMEOUT)
     try:
         done = subprocess.run(
             command,
@@ -275,7 +277,7 @@ def test_the_sdks_own_training_test_passes(
             env=sdk_environment(suite_stack, aws),
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT,
+            timeout=bound,
         )
         printed = done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
@@ -283,7 +285,7 @@ def test_the_sdks_own_training_test_passes(
             part.decode(errors="replace") if isinstance(part, bytes) else part or ""
             for part in (exc.stdout, exc.stderr)
         )
-        pytest.fail(f"{node} ran {RUN_TIMEOUT} s\n{printed[-6000:]}\n{suite_stack.diagnostics()}")
+        pytest.fail(f"{node} ran {bound:.0f} s\n{printed[-6000:]}\n{suite_stack.diagnostics()}")
     result, said = outcome(report) if report.exists() else ("none", "no report")
     assert result == "passed", (
         f"{node}: {result}: {said[-3000:]}\n--- the SDK's pytest ---\n{printed[-6000:]}\n"
