@@ -89,12 +89,13 @@ test: lint
 FAST_SKIPS := e2e deploy tensorflow libraries service/console service/custom_resources \
     runyard/test_server_startup.py runyard/test_server_supervisor.py runyard/test_demo.py \
     runyard/test_server_detached.py service/observability/test_server_processes.py \
-    service/test_api_workers.py runtime/test_failure_ranks.py runtime/test_layers.py \
-    provisioning/test_local_image_builds.py provisioning/test_local_stand_ins.py \
-    provisioning/test_ec2_backend.py provisioning/test_kubernetes_backend.py \
-    contract/test_storage_s3.py service/test_storage_s3_service.py \
-    runtime/test_train_process.py runtime/test_script_exit.py runtime/test_run_script.py \
-    service/test_pages_plan.py service/sagemaker/test_bounded_reads.py \
+    service/test_api_workers.py runtime/reporting/test_failure_ranks.py \
+    runtime/instance/test_layers.py provisioning/test_local_image_builds.py \
+    provisioning/test_local_stand_ins.py provisioning/test_ec2_backend.py \
+    provisioning/test_kubernetes_backend.py contract/test_storage_s3.py \
+    service/sources/test_storage_s3_service.py runtime/test_train_process.py \
+    runtime/launch/test_script_exit.py runtime/launch/test_run_script.py \
+    service/jobs/test_pages_plan.py service/sagemaker/test_bounded_reads.py \
     service/sagemaker/test_log_group_bounded.py
 FAST_WORKERS ?= 4
 test-fast: install

@@ -6,7 +6,7 @@ is denied another project's prefix. The server's keys reach no instance.
 The instances share the machine's network here: with namespaces a job's network reaches
 its own instances and nothing else (as under SageMaker's network isolation), so only the
 runtime, not the script, could reach S3. The relay's side in an instance's own network is
-tested in ``tests/runtime/test_credentials_relay.py``."""
+tested in ``tests/runtime/instance/test_credentials_relay.py``."""
 
 from __future__ import annotations
 

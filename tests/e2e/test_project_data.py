@@ -7,8 +7,8 @@ job is submitted; have its job's credentials reach alpha's prefix; and remove al
 model by deleting its own job. Each is refused, and what beta was granted works.
 
 moto's STS does not enforce session policies: the policy the service builds for beta's S3
-job is evaluated with moto's own IAM evaluator, as ``tests/service/test_instance_credentials.py``
-does."""
+job is evaluated with moto's own IAM evaluator, as
+``tests/service/training/test_instance_credentials.py`` does."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ def test_an_entrypoint_job_needs_no_script_or_source() -> None:
     ("fields", "loc", "words"),
     [
         # Without an entry point, whether the job needs one depends on its image (a custom
-        # container brings its own program): the service says so (tests/service/test_api_images.py).
+        # container brings its own program): the service says so
+        # (tests/service/training/test_api_images.py).
         ({"entry_point": "train.py"}, ("source_uri",), "Field required"),
         ({"container_arguments": ["-c", "true"]}, ("container_arguments",), "container_entrypoint"),
         (

@@ -15,15 +15,15 @@ from fastapi.testclient import TestClient
 from service.logs.pages import PAGE_BYTES
 from service.settings import Settings
 from tests.conftest import InstanceHeaders, log_line, submit_for_instances
-from tests.service.sagemaker.conftest import credentials
-from tests.service.sagemaker.live import check_answer, client
-from tests.service.test_log_pages_bounded import (
+from tests.service.logs.test_log_pages_bounded import (
     LINES,
     PER_PAGE,
     long_line,
     page_bytes,
     ship_long_lines,
 )
+from tests.service.sagemaker.conftest import credentials
+from tests.service.sagemaker.live import check_answer, client
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 

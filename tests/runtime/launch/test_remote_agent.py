@@ -39,7 +39,7 @@ from tests.instances import launch_request, start_runtime, write_networked_insta
 ADDRESSES = {"algo-1": "127.0.0.1", "algo-2": "127.0.0.2"}
 TOKEN = "job-token-for-tests"
 AGENT = [sys.executable, "-m", "runtime.launch.remote_agent"]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scripts"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "scripts"
 
 
 @dataclass

@@ -72,7 +72,7 @@ def _prepare(config: InstanceConfig) -> dict[str, Any]:
         capture_output=True,
         text=True,
         check=False,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)

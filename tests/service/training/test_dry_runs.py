@@ -126,7 +126,7 @@ def test_a_dry_run_with_no_free_subnet_plans_the_network_and_the_launch_fails(
          f"sqlite:///{database}"],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
         timeout=300,
         check=False,
     )  # fmt: skip

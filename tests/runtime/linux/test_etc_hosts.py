@@ -140,7 +140,7 @@ def test_inside_an_instance_every_address_resolves_to_a_name_and_back(tmp_path: 
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -199,7 +199,7 @@ def test_an_instance_asks_the_resolvers_it_is_given_and_the_machine_keeps_its_ow
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -16,7 +16,7 @@ from contract import mpi_options
 from contract.instance_config import InstanceConfig
 from runtime.launch import plan
 from tests.conftest import job_spec
-from tests.runtime.test_launch_plans import _configs
+from tests.runtime.launch.test_launch_plans import _configs
 
 # (options, the word the refusal must name)
 HOSTILE = [

@@ -86,5 +86,5 @@ def test_a_stop_ends_with_the_event_its_reason_names(reason: str | None) -> None
 
 
 def test_the_docs_print_the_table_itself() -> None:
-    page = Path(__file__).parents[2] / "docs" / "job-lifecycle.md"
+    page = Path(__file__).parents[3] / "docs" / "job-lifecycle.md"
     assert page.read_text() == lifecycle.markdown(), "docs/job-lifecycle.md is stale: run make docs"

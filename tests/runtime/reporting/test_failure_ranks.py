@@ -24,7 +24,7 @@ from runtime.reporting import torchrun_summary
 from runtime.reporting.failure import reason
 
 CAPTURED = Path(__file__).parent / "stderr"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _captured(name: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Request bodies are bounded while they arrive, before anyone is authenticated: a body
 over the limit is refused without being read whole (a request without credentials at all
-is refused before its body is read: tests/service/test_anonymous.py); the source upload
+is refused before its body is read: tests/service/auth/test_anonymous.py); the source upload
 has its own, larger limit; everything else works as before."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from starlette.types import Message
 from service.app import create_app
 from service.auth import sessions
 from service.settings import Settings
+from tests.service.kit.test_body_limit import CountedBody, MiB
 from tests.service.sagemaker.live import serving
-from tests.service.test_body_limit import CountedBody, MiB
 from tests.timeouts import REQUEST_TIMEOUT
 
 JSON = {"Content-Type": "application/json"}
