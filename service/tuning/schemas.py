@@ -94,7 +94,9 @@ class HyperbandConfig(Strict):
     @model_validator(mode="after")
     def _bounds(self) -> Self:
         if self.max_resource is not None and self.min_resource > self.max_resource:
-            raise invalid("HyperbandConfig", ("max_resource",), "must not be below min_resource")
+            raise invalid(
+                "HyperbandConfig", ("max_resource",), "must be at least the minimum resource"
+            )
         return self
 
 
@@ -330,7 +332,7 @@ class TuningJobCreate(Strict):
             raise invalid(
                 title,
                 loc,
-                f"{high} (from the static hyperparameters) is below min_resource {low}",
+                f"{high} (from the static hyperparameters) is below the minimum resource {low}",
             )
 
     def _epochs(self) -> int | None:

@@ -191,7 +191,7 @@ def test_hyperband_stops_a_trial_at_max_resource_read_from_the_epochs(
         (
             hyperband(min_resource=5, max_resource=3),
             ["strategy_config", "hyperband_strategy_config", "max_resource"],
-            "must not be below min_resource",
+            "must be at least the minimum resource",
         ),
         (
             hyperband(min_resource=0),
@@ -206,7 +206,7 @@ def test_hyperband_stops_a_trial_at_max_resource_read_from_the_epochs(
         (
             hyperband(min_resource=3),  # the epochs (2) are below it
             ["strategy_config", "hyperband_strategy_config", "max_resource"],
-            "2 (from the static hyperparameters) is below min_resource 3",
+            "2 (from the static hyperparameters) is below the minimum resource 3",
         ),
         (
             {"strategy_config": {"hyperband_strategy_config": {"max_resource": 3}}},
