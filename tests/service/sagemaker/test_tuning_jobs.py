@@ -343,6 +343,18 @@ def test_a_tuning_job_created_over_rest_describes_over_the_wire(
     assert definition["StaticHyperParameters"] == {"epochs": "2"}
     assert definition["ResourceConfig"]["InstanceType"] == "ml.m5.large"
 
+    # Hyperband's resources, MaxResource read from the static epochs, as a request's.
+    spec.update(name="tune-2", strategy="Hyperband")
+    spec["strategy_config"] = {"hyperband_strategy_config": {"min_resource": 1}}
+    assert api.post("/v1/tuning-jobs", json=spec).status_code == 201
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-2")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    config = described["HyperParameterTuningJobConfig"]
+    assert (config["Strategy"], config["TrainingJobEarlyStoppingType"]) == ("Hyperband", "Off")
+    assert config["StrategyConfig"] == {
+        "HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 2}
+    }
+
 
 def trial_summaries(sm: Any, name: str = "tune-1") -> list[dict[str, Any]]:
     answer = sm.list_training_jobs_for_hyper_parameter_tuning_job(
