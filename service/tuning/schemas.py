@@ -399,6 +399,7 @@ class TrialPublic(TrialSummary):
     parameters: dict[str, Any]
     # Pending, Succeeded or Failed (the training job ended without the objective metric).
     objective_status: str
+    # Why its training job failed, or why the tuner stopped it early.
     failure_reason: str | None
     created_at: datetime
     ended_at: datetime | None

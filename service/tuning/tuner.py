@@ -10,7 +10,8 @@ dies half-way costs nothing (the sweep sends a pass for every live tuning job):
    none reported the objective); with early stopping (or Hyperband) the running trials'
    objective points are read and the losing trials stopped (``service.tuning.stopping``),
    the reason noted on the trial first, so that a pass that dies before stopping one
-   leaves the next pass to stop it;
+   leaves the next pass to stop it. New points are judged by the sweep's next pass
+   (every ``reconcile_interval``, 2 s by default), so metric ingestion wakes no tuner;
 3. while fewer than MaxParallelTrainingJobs trials run and trials are left to ask for,
    it asks the search for the next trial's parameters and submits its training job
    through the same service as the REST API (projects, capacity and the line apply), one
