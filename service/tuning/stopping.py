@@ -153,10 +153,12 @@ def hyperband(
             )
         )
     stops, notes = [], {}
+    # Read once, not copied: a trial's own notes change only as it is judged.
+    frozen_trials = study.get_trials(deepcopy=False)
     for index, trial in enumerate(ordered):
         if not trial.running or not trial.values:
             continue
-        frozen = study.trials[index]
+        frozen = frozen_trials[index]
         step = len(trial.values)
         if step >= max_resource:
             stops.append(Stop(trial.number, MAX_RESOURCE_REASON.format(step=step)))
