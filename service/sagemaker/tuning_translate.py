@@ -4,8 +4,9 @@ and its trials as DescribeHyperParameterTuningJob's and the listings' answers.
 The training job definition is read as CreateTrainingJob's request is
 (``service.sagemaker.translate``), its StaticHyperParameters as the hyperparameters. As
 there, what would change what runs and Runyard cannot do is refused naming the member:
-several definitions, warm start, Hyperband, early stopping, completion criteria and
-Autotune are not offered yet.
+several definitions, warm start, completion criteria and Autotune are not offered yet.
+TrainingJobEarlyStoppingType Auto and the Hyperband strategy (its StrategyConfig's
+HyperbandStrategyConfig) are read into the spec, whose rules name the member.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ _REFUSED = {
     "Autotune": "Autotune is not supported",
 }
 _REFUSED_CONFIG = {
-    "StrategyConfig": "strategy configuration (for Hyperband) is not supported yet",
     "TuningJobCompletionCriteria": "completion criteria are not supported yet",
 }
 _REFUSED_RESOURCES = {
@@ -62,14 +62,6 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
     if definition is None:
         raise validation(f"{DEFINITION}: required")
     _refuse(definition.get(RESOURCES) or {}, _REFUSED_RESOURCES, f"{DEFINITION}.{RESOURCES}.")
-    if config["Strategy"] == "Hyperband":
-        raise validation(
-            f"{CONFIG}.Strategy: Hyperband is not supported yet (Bayesian, Random or Grid)"
-        )
-    if config.get("TrainingJobEarlyStoppingType", "Off") != "Off":
-        raise validation(
-            f"{CONFIG}.TrainingJobEarlyStoppingType: early stopping is not supported yet (Off)"
-        )
     objective = config.get("HyperParameterTuningJobObjective") or definition.get("TuningObjective")
     if objective is None:
         raise validation(f"{CONFIG}.HyperParameterTuningJobObjective: required")
@@ -92,8 +84,12 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
         },
         "parameter_ranges": _ranges(ranges),
         "random_seed": config.get("RandomSeed"),
+        "early_stopping_type": config.get("TrainingJobEarlyStoppingType", "Off"),
         "training_job": _training_job(request, definition, catalog),
     }
+    hyperband = (config.get("StrategyConfig") or {}).get("HyperbandStrategyConfig")
+    if hyperband is not None:
+        fields["strategy_config"] = {"hyperband_strategy_config": _hyperband(hyperband)}
     try:
         return TuningJobCreate.model_validate(fields)
     except ValidationError as exc:
@@ -102,6 +98,15 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
                 f"{member_of(tuple(error['loc']))}: {error['msg']}" for error in exc.errors()[:5]
             )
         ) from None
+
+
+def _hyperband(given: Mapping[str, Any]) -> dict[str, Any]:
+    """HyperbandStrategyConfig as the spec's (a StrategyConfig without it is none)."""
+    return {
+        field: given[member]
+        for member, field in (("MinResource", "min_resource"), ("MaxResource", "max_resource"))
+        if member in given
+    }
 
 
 def _refuse(given: Mapping[str, Any], refused: Mapping[str, str], path: str) -> None:
@@ -175,6 +180,7 @@ _MEMBER_OF_FIELD = {
     "random_seed": f"{CONFIG}.RandomSeed",
     "early_stopping_type": f"{CONFIG}.TrainingJobEarlyStoppingType",
 }
+_HYPERBAND = f"{CONFIG}.StrategyConfig.HyperbandStrategyConfig"
 _MEMBER_OF_PART = {
     "objective": (
         f"{CONFIG}.HyperParameterTuningJobObjective",
@@ -188,6 +194,7 @@ _MEMBER_OF_PART = {
         },
     ),
 }
+_HYPERBAND_MEMBERS = {"min_resource": "MinResource", "max_resource": "MaxResource"}
 _RANGE_MEMBERS = {
     "name": "Name",
     "min_value": "MinValue",
@@ -209,6 +216,10 @@ def member_of(loc: tuple[str | int, ...]) -> str:
     if head in _MEMBER_OF_PART and rest:
         member, parts = _MEMBER_OF_PART[head]
         return f"{member}.{parts.get(str(rest[0]), str(rest[0]))}"
+    if head == "strategy_config":
+        if len(rest) > 1:
+            return f"{_HYPERBAND}.{_HYPERBAND_MEMBERS.get(str(rest[1]), str(rest[1]))}"
+        return _HYPERBAND if rest else f"{CONFIG}.StrategyConfig"
     if head == "parameter_ranges":
         found = f"{CONFIG}.ParameterRanges"
         if rest:
@@ -380,6 +391,16 @@ def _config(spec: TuningJobCreate) -> dict[str, Any]:
         },
         "TrainingJobEarlyStoppingType": spec.early_stopping_type,
         "RandomSeed": spec.random_seed,
+        **_strategy_config_of(spec),
+    }
+
+
+def _strategy_config_of(spec: TuningJobCreate) -> dict[str, Any]:
+    if spec.strategy != "Hyperband":
+        return {}
+    low, high = spec.hyperband_resources
+    return {
+        "StrategyConfig": {"HyperbandStrategyConfig": {"MinResource": low, "MaxResource": high}}
     }
 
 

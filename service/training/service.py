@@ -175,8 +175,16 @@ def _wait_in_line(session: Session, settings: Settings, jobs: list[TrainingJob])
 
 
 def stop(
-    session: Session, settings: Settings, name: str, user: Principal, project: str | None = None
+    session: Session,
+    settings: Settings,
+    name: str,
+    user: Principal,
+    project: str | None = None,
+    *,
+    reason: str = "Stopping at the user's request",
 ) -> TrainingJob:
+    """Stop the job; ``reason``: its stop's message (a tuner stopping a trial early says
+    why)."""
     # The job is read locked, so the reconciler cannot write it between our read and our
     # write (on PostgreSQL; SQLite's writer holds the whole database); should the version
     # check still find it changed, read again and decide again.
@@ -189,7 +197,7 @@ def stop(
             raise Conflict(f"training job {name!r} has already ended ({job.status})")
         if job.status == Status.STOPPING:
             break
-        lifecycle.apply(job, Event.STOP_REQUESTED, "Stopping at the user's request")
+        lifecycle.apply(job, Event.STOP_REQUESTED, reason)
         in_line = _never_launched(job)
         try:
             if in_line:

@@ -9,10 +9,11 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.jobs.models import JobFinalMetric, TrainingJob
+from contract.hosts import host_names
+from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
 from service.kit import keyset
 from service.kit.errors import SpecError
 from service.tuning.models import TuningJob, TuningTrial
@@ -84,6 +85,67 @@ def final_values(session: Session, job_ids: Sequence[str], metric: str) -> dict[
         )
     )
     return {row.job_id: row.value for row in rows}
+
+
+# A trial's steps are its objective's points on its first host, as SageMaker counts epochs.
+FIRST_HOST = host_names(1)[0]
+
+
+def objective_curves(
+    session: Session, job_ids: Sequence[str], metric: str
+) -> dict[str, list[float]]:
+    """Each job's values of ``metric`` on its first host, in the order its lines came
+    (its value at step 1 first): one query for all the jobs."""
+    found: dict[str, list[float]] = {job_id: [] for job_id in job_ids}
+    if not job_ids:
+        return found
+    rows = session.execute(
+        select(MetricPoint.job_id, MetricPoint.value)
+        .where(
+            MetricPoint.job_id.in_(job_ids),
+            MetricPoint.name == metric,
+            MetricPoint.host == FIRST_HOST,
+        )
+        .order_by(MetricPoint.job_id, MetricPoint.seq)
+    )
+    for row in rows:
+        found[row.job_id].append(row.value)
+    return found
+
+
+def running_averages(
+    session: Session, job_ids: Sequence[str], metric: str, steps: Sequence[int]
+) -> dict[str, dict[int, float]]:
+    """Each job's running average of ``metric`` on its first host up to each of
+    ``steps`` it reached, by step: one query, which reads back only those averages, not
+    every point of every job."""
+    found: dict[str, dict[int, float]] = {job_id: {} for job_id in job_ids}
+    if not job_ids or not steps:
+        return found
+    by_job, in_order = MetricPoint.job_id, (MetricPoint.seq, MetricPoint.id)
+    numbered = (
+        select(
+            MetricPoint.job_id,
+            func.row_number().over(partition_by=by_job, order_by=in_order).label("step"),
+            func.avg(MetricPoint.value)
+            .over(partition_by=by_job, order_by=in_order, rows=(None, 0))
+            .label("average"),
+        )
+        .where(
+            MetricPoint.job_id.in_(job_ids),
+            MetricPoint.name == metric,
+            MetricPoint.host == FIRST_HOST,
+        )
+        .subquery()
+    )
+    rows = session.execute(
+        select(numbered.c.job_id, numbered.c.step, numbered.c.average).where(
+            numbered.c.step.in_(sorted(set(steps)))
+        )
+    )
+    for row in rows:
+        found[row.job_id][int(row.step)] = float(row.average)
+    return found
 
 
 _KEYS = (keyset.Key(TuningJob.created_at, descending=True), keyset.Key(TuningJob.id, True))

@@ -35,8 +35,13 @@ MAX_GRID_POINTS = 10_000
 # The most trials a tuning job may ask for, and run at once, as SageMaker's quotas.
 MAX_TRAINING_JOBS = 500
 MAX_PARALLEL_TRAINING_JOBS = 100
+# Hyperband's resources are steps (a trial's objective points): at most SageMaker's 20,000
+# epochs. Without MaxResource, SageMaker reads it from the first of these static
+# hyperparameters the training job has.
+MAX_RESOURCE = 20_000
+EPOCH_HYPERPARAMETERS = ("epochs", "numepochs", "n-epochs", "n_epochs", "num_epochs")
 
-Strategy = Literal["Bayesian", "Random", "Grid"]
+Strategy = Literal["Bayesian", "Random", "Grid", "Hyperband"]
 ObjectiveType = Literal["Minimize", "Maximize"]
 Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
 Status = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
@@ -68,6 +73,36 @@ class ResourceLimits(Strict):
     )
     max_parallel_training_jobs: int = Field(
         ge=1, le=MAX_PARALLEL_TRAINING_JOBS, description="How many trials run at once at most."
+    )
+
+
+class HyperbandConfig(Strict):
+    min_resource: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_RESOURCE,
+        description="Steps (objective points) a trial reports before Hyperband may stop it.",
+    )
+    max_resource: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RESOURCE,
+        description="Steps after which a trial is stopped; without it, the training job's "
+        f"static hyperparameter {' / '.join(EPOCH_HYPERPARAMETERS)} (the first it has).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.max_resource is not None and self.min_resource > self.max_resource:
+            raise invalid(
+                "HyperbandConfig", ("max_resource",), "must be at least the minimum resource"
+            )
+        return self
+
+
+class StrategyConfig(Strict):
+    hyperband_strategy_config: HyperbandConfig = Field(
+        description="For the Hyperband strategy, and only for it."
     )
 
 
@@ -175,8 +210,12 @@ class TuningJobCreate(Strict):
         description="Unique in the project; each trial's training job is named after it.",
     )
     strategy: Strategy = Field(
-        description="Random, Bayesian (Optuna's TPE) or Grid (every combination of the "
-        "categorical and integer ranges, in an order the seed shuffles)."
+        description="Random, Bayesian (Optuna's TPE), Grid (every combination of the "
+        "categorical and integer ranges, in an order the seed shuffles) or Hyperband "
+        "(random parameters, trials stopped by Optuna's HyperbandPruner)."
+    )
+    strategy_config: StrategyConfig | None = Field(
+        default=None, description="Hyperband's resources; for the Hyperband strategy only."
     )
     objective: Objective
     resource_limits: ResourceLimits
@@ -188,8 +227,11 @@ class TuningJobCreate(Strict):
         description="The same seed asks the same parameters of the same results; without "
         "one, the server picks one and shows it.",
     )
-    early_stopping_type: Literal["Off"] = Field(
-        default="Off", description="Auto (early stopping of trials) is not offered yet."
+    early_stopping_type: Literal["Off", "Auto"] = Field(
+        default="Off",
+        description="Auto: a running trial whose best objective so far is worse than the "
+        "median of the completed trials' running averages at the same step is stopped "
+        "(SageMaker's median stopping rule). Not with Hyperband, which stops trials itself.",
     )
     training_job: JobCreate = Field(
         description="Each trial's training job, without a name: its hyperparameters are "
@@ -231,6 +273,7 @@ class TuningJobCreate(Strict):
         return self
 
     def _check_strategy(self, title: str) -> None:
+        self._check_hyperband(title)
         limits = self.resource_limits
         if self.strategy != "Grid":
             if limits.max_number_of_training_jobs is None:
@@ -260,6 +303,59 @@ class TuningJobCreate(Strict):
                 ("parameter_ranges",),
                 f"the grid has {grid_size(ranges)} points, over the {MAX_GRID_POINTS} allowed",
             )
+
+    def _check_hyperband(self, title: str) -> None:
+        if self.strategy != "Hyperband":
+            if self.strategy_config is not None:
+                raise invalid(
+                    title, ("strategy_config",), "only for the Hyperband strategy: give none"
+                )
+            return
+        # Hyperband stops trials itself (SageMaker: TrainingJobEarlyStoppingType must be
+        # Off with Hyperband).
+        if self.early_stopping_type != "Off":
+            raise invalid(
+                title, ("early_stopping_type",), "must be Off with Hyperband, which stops trials"
+            )
+        given = self.strategy_config.hyperband_strategy_config if self.strategy_config else None
+        loc = ("strategy_config", "hyperband_strategy_config", "max_resource")
+        if (given is None or given.max_resource is None) and self._epochs() is None:
+            raise invalid(
+                title,
+                loc,
+                "required: give it, or one of the static hyperparameters "
+                f"{', '.join(EPOCH_HYPERPARAMETERS)} as a whole number from 1 to "
+                f"{MAX_RESOURCE}",
+            )
+        low, high = self.hyperband_resources
+        if low > high:
+            raise invalid(
+                title,
+                loc,
+                f"{high} (from the static hyperparameters) is below the minimum resource {low}",
+            )
+
+    def _epochs(self) -> int | None:
+        """The training job's epochs, read as SageMaker infers MaxResource."""
+        statics = self.training_job.hyperparameters
+        for key in EPOCH_HYPERPARAMETERS:
+            if key in statics:
+                value = statics[key]
+                try:
+                    epochs = int(str(value))
+                except ValueError:
+                    return None
+                return epochs if 1 <= epochs <= MAX_RESOURCE else None
+        return None
+
+    @property
+    def hyperband_resources(self) -> tuple[int, int]:
+        """Hyperband's (min, max) resource, in steps: what is given, else MaxResource
+        inferred from the static hyperparameters (checked when the spec was made)."""
+        given = self.strategy_config.hyperband_strategy_config if self.strategy_config else None
+        low = given.min_resource if given else 1
+        high = given.max_resource if given and given.max_resource else self._epochs()
+        return low, high or low
 
     @property
     def max_trials(self) -> int:
@@ -303,6 +399,7 @@ class TrialPublic(TrialSummary):
     parameters: dict[str, Any]
     # Pending, Succeeded or Failed (the training job ended without the objective metric).
     objective_status: str
+    # Why its training job failed, or why the tuner stopped it early.
     failure_reason: str | None
     created_at: datetime
     ended_at: datetime | None

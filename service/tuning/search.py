@@ -1,7 +1,8 @@
 """The search: each trial's parameters asked of one of Optuna's samplers (Random, TPE for
-Bayesian, Grid), whose study is rebuilt from the trials the database holds every time it is
-asked. Nothing of the search lives in a process, so a tuner that restarts asks exactly
-what it would have asked.
+Bayesian, Grid; Random for Hyperband, as Hyperband's paper samples, its trials then
+stopped by ``service.tuning.stopping``), whose study is rebuilt from the trials the
+database holds every time it is asked. Nothing of the search lives in a process, so a
+tuner that restarts asks exactly what it would have asked.
 
 A trial's parameters depend on the tuning job's seed, the trial's number and what the
 earlier trials found: the Random and Bayesian samplers are seeded per trial (seed and

@@ -7,7 +7,11 @@ dies half-way costs nothing (the sweep sends a pass for every live tuning job):
    status and the final value of the objective metric, read from the job's metrics;
 2. a tuning job being stopped has its running trials stopped, and is Stopped once none
    runs; one that has asked for all its trials is Completed once none runs (Failed if
-   none reported the objective);
+   none reported the objective); with early stopping (or Hyperband) the running trials'
+   objective points are read and the losing trials stopped (``service.tuning.stopping``),
+   the reason noted on the trial first, so that a pass that dies before stopping one
+   leaves the next pass to stop it. New points are judged by the sweep's next pass
+   (every ``reconcile_interval``, 2 s by default), so metric ingestion wakes no tuner;
 3. while fewer than MaxParallelTrainingJobs trials run and trials are left to ask for,
    it asks the search for the next trial's parameters and submits its training job
    through the same service as the REST API (projects, capacity and the line apply), one
@@ -29,20 +33,26 @@ from service.kit.db import session_scope, utcnow
 from service.kit.errors import Conflict, NotFound, ResourceLimitExceeded, RunyardError
 from service.settings import Settings
 from service.training import service as training
-from service.tuning import progress, repository, search
+from service.tuning import progress, repository, search, stopping
 from service.tuning.models import TuningJob, TuningTrial
 from service.tuning.schemas import TuningJobCreate, stored
 from service.tuning.trials import LIVE, trial_name, trial_request, trial_spec
 
 log = logging.getLogger(__name__)
 
+# Where a trial's notes keep why it was stopped early, once the tuner decided it.
+STOPPED_EARLY = "runyard:stopped_early"
+# A trial to stop: its training job's name, its project, and the stop's message.
+_ToStop = tuple[str, str, str]
+_USER_STOP = "Stopping: its tuning job is stopping at the user's request"
+
 
 def advance(settings: Settings, tuning_job_id: str) -> None:
     """One pass over the tuning job (see the module's docstring)."""
     try:
         to_stop = _take_in(settings, tuning_job_id)
-        for name, project in to_stop:
-            _stop_trial(settings, name, project)
+        for name, project, reason in to_stop:
+            _stop_trial(settings, name, project, reason)
         while _ask_one(settings, tuning_job_id):
             pass
     except StaleDataError:
@@ -51,7 +61,7 @@ def advance(settings: Settings, tuning_job_id: str) -> None:
         log.info("tuning job %s changed during a pass; the next pass goes on", tuning_job_id)
 
 
-def _take_in(settings: Settings, tuning_job_id: str) -> list[tuple[str, str]]:
+def _take_in(settings: Settings, tuning_job_id: str) -> list[_ToStop]:
     """Steps 1 and 2; the trials to stop (their names and project)."""
     with session_scope(settings.database_url) as session:
         tuning = repository.get_by_id(session, tuning_job_id, to_change=True)
@@ -63,11 +73,12 @@ def _take_in(settings: Settings, tuning_job_id: str) -> list[tuple[str, str]]:
         if tuning.status == "Stopping":
             if not live:
                 _end(tuning, "Stopped")
-            return [(t.name, tuning.project) for t in live if t.status != "Stopping"]
+            return [(t.name, tuning.project, _USER_STOP) for t in live if t.status != "Stopping"]
         if tuning.trials_asked >= spec.max_trials and not live:
             _end_of_trials(tuning, spec)
+        to_stop = _early_stops(session, tuning, spec)
         session.flush()
-        return []
+        return to_stop
 
 
 def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None:
@@ -92,13 +103,76 @@ def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None
                 trial.ended_at = row.ended_at or trial.ended_at
 
 
+def _early_stops(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> list[_ToStop]:
+    """The running trials the median rule or Hyperband stops, their reasons noted on them;
+    with those noted by an earlier pass that are still running (its stop was lost)."""
+    if spec.early_stopping_type != "Auto" and spec.strategy != "Hyperband":
+        return []
+    running = [t for t in tuning.trials if t.status == "InProgress" and t.training_job_id]
+    noted = [t for t in running if STOPPED_EARLY in t.strategy_notes]
+    undecided = [t for t in running if STOPPED_EARLY not in t.strategy_notes]
+    stops = _decide(session, tuning, spec, undecided) if undecided else []
+    by_number = {trial.number: trial for trial in undecided}
+    for stop in stops:
+        trial = by_number[stop.number]
+        trial.strategy_notes = {**trial.strategy_notes, STOPPED_EARLY: stop.reason}
+        noted.append(trial)
+        log.info("tuning job %s: trial %d stops early", tuning.name, trial.number)
+    return [(t.name, tuning.project, t.strategy_notes[STOPPED_EARLY]) for t in noted]
+
+
+def _decide(
+    session: Session, tuning: TuningJob, spec: TuningJobCreate, running: list[TuningTrial]
+) -> list[stopping.Stop]:
+    metric = spec.objective.metric_name
+    curves = repository.objective_curves(
+        session, [t.training_job_id for t in running if t.training_job_id], metric
+    )
+    values = {t.number: curves[t.training_job_id or ""] for t in running}
+    if spec.strategy == "Hyperband":
+        low, high = spec.hyperband_resources
+        decided = stopping.hyperband(
+            spec.objective.type,
+            spec.random_seed or 0,
+            low,
+            high,
+            [
+                stopping.Trial(
+                    t.number,
+                    running=t.number in values,
+                    values=values.get(t.number, ()),
+                    notes=t.strategy_notes,
+                )
+                for t in tuning.trials
+            ],
+        )
+        for trial in tuning.trials:
+            if trial.number in decided.notes:
+                trial.strategy_notes = {**trial.strategy_notes, **decided.notes[trial.number]}
+        return decided.stops
+    completed = [t for t in tuning.trials if t.status == "Completed" and t.training_job_id]
+    steps = sorted({len(found) for found in values.values() if found})
+    averages = repository.running_averages(
+        session, [t.training_job_id for t in completed if t.training_job_id], metric, steps
+    )
+    return stopping.median_rule(
+        spec.objective.type,
+        values,
+        {t.number: averages[t.training_job_id or ""] for t in completed},
+    )
+
+
 def _trial_ended(
     trial: TuningTrial, status: str, objective: float | None, failure_reason: str | None
 ) -> None:
     trial.status = status
     trial.ended_at = utcnow()
-    trial.failure_reason = failure_reason
-    # A trial stopped (by a person, or its max_run) still counts with what it reported.
+    # A trial stopped early says why, where SageMaker's summary of a trial has room for it.
+    if status == "Stopped" and STOPPED_EARLY in trial.strategy_notes:
+        failure_reason = trial.strategy_notes[STOPPED_EARLY]
+    trial.failure_reason = failure_reason[:MAX_REASON] if failure_reason else None
+    # A trial stopped (by a person, its max_run, or early) still counts with what it
+    # reported last, as SageMaker counts an early-stopped training job's.
     if status in ("Completed", "Stopped") and objective is not None:
         trial.objective = objective
         trial.objective_status = "Succeeded"
@@ -125,12 +199,12 @@ def _end(tuning: TuningJob, status: str, reason: str | None = None) -> None:
     log.info("tuning job %s %s", tuning.name, status.lower())
 
 
-def _stop_trial(settings: Settings, name: str, project: str) -> None:
+def _stop_trial(settings: Settings, name: str, project: str, reason: str) -> None:
     """Stop one trial's training job, in a transaction of its own."""
     tuner = Principal(kind="user", name="tuner", project=project, role=Role.MEMBER)
     try:
         with session_scope(settings.database_url) as session:
-            training.stop(session, settings, name, tuner, project)
+            training.stop(session, settings, name, tuner, project, reason=reason)
     except (Conflict, NotFound):
         pass  # it ended (or is gone) meanwhile: the next pass takes that in
 

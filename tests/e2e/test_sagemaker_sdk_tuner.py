@@ -1,7 +1,9 @@
 """The SageMaker Python SDK v2's own HyperparameterTuner runs unchanged against Runyard:
 ``fit()`` creates the tuning job, Runyard's tuner runs its trials as training jobs (never
 more than ``max_parallel_jobs`` at once), ``wait()`` sees it complete, and
-``best_training_job()`` names the trial with the lowest loss its script printed.
+``best_training_job()`` names the trial with the lowest loss its script printed. With
+``early_stopping_type="Auto"`` it is accepted and echoed; ``strategy="Hyperband"`` with a
+``strategy_config`` stops every trial before it ends, each counting its last loss.
 
 The SDK runs in a virtual environment of its own (``tests/e2e/sdk_venvs.py``), as in
 ``test_sagemaker_sdk.py``, whose server and S3 this module sets up the same way."""
@@ -33,6 +35,8 @@ def test_the_sdks_tuner_fits_waits_and_names_the_best_training_job(
     output = run_sdk(sdk_stack, s3, "v2", "tune_v2.py", str(HERE / "tune_job"), BUCKET)
     result = result_of(output)
     assert result["status"] == "Completed"
+    # Early stopping on: with fewer than 3 trials completed, the median rule stops none.
+    assert result["config"]["TrainingJobEarlyStoppingType"] == "Auto"
     assert result["counters"]["Completed"] == 3
     trials = result["trials"]
     assert len(trials) == 3
@@ -54,3 +58,28 @@ def test_the_sdks_tuner_fits_waits_and_names_the_best_training_job(
     )
     assert min(spans[0][1], spans[1][1]) <= spans[2][0]
     assert {job["spec"]["hyperparameters"]["epochs"] for job in jobs} == {2}
+
+
+def test_the_sdks_hyperband_tuner_stops_each_trial_at_max_resource_or_as_a_rungs_loser(
+    sdk_stack: Stack,  # noqa: F811
+    s3: MotoServer,  # noqa: F811
+) -> None:
+    output = run_sdk(sdk_stack, s3, "v2", "tune_v2.py", str(HERE / "tune_job"), BUCKET, "hyperband")
+    result = result_of(output)
+    assert result["status"] == "Completed"
+    assert result["config"]["Strategy"] == "Hyperband"
+    assert result["config"]["StrategyConfig"] == {
+        "HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 2}
+    }
+    assert result["counters"]["Stopped"] == 3
+    for trial in result["trials"]:
+        assert (trial["status"], trial["objective_status"]) == ("Stopped", "Succeeded")
+        # At MaxResource (2 steps), or before it as a loser of its bracket's first rung.
+        assert trial["reason"] == (
+            "Stopped by Hyperband: it reached MaxResource (2 steps)"
+        ) or trial["reason"].startswith("Stopped early by Hyperband: at step 1, "), trial
+        # Stopped before it ended its six epochs: the last loss it reported counts.
+        losses = [(trial["shift"] - 0.3) ** 2 + 0.1 / epoch for epoch in range(1, 7)]
+        assert any(trial["loss"] == pytest.approx(loss, abs=1e-5) for loss in losses)
+    best = min(result["trials"], key=lambda trial: trial["loss"])
+    assert result["best"] == best["name"]

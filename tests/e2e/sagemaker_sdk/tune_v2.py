@@ -1,10 +1,13 @@
 """Runs inside a virtual environment with the SageMaker Python SDK v2 (not Runyard's):
 tunes a PyTorch estimator with the SDK's own HyperparameterTuner, as a notebook does.
 
-    python tune_v2.py SOURCE_DIR BUCKET
+    python tune_v2.py SOURCE_DIR BUCKET [hyperband]
 
 Prints one line ``result {...}``: the tuning job's status, its best training job, and
 each trial's name, tuned ``shift`` and final loss, as the SDK's calls return them.
+Without ``hyperband``: a Random search with early stopping (``Auto``); with it, the
+Hyperband strategy with MaxResource 2, each trial slowed down so that it is stopped
+there.
 """
 
 import json
@@ -12,9 +15,15 @@ import sys
 
 import sagemaker
 from sagemaker.pytorch import PyTorch
-from sagemaker.tuner import ContinuousParameter, HyperparameterTuner
+from sagemaker.tuner import (
+    ContinuousParameter,
+    HyperbandStrategyConfig,
+    HyperparameterTuner,
+    StrategyConfig,
+)
 
 source_dir, bucket = sys.argv[1:3]
+hyperband = sys.argv[3:] == ["hyperband"]
 session = sagemaker.Session(default_bucket=bucket)
 estimator = PyTorch(
     entry_point="train.py",
@@ -30,7 +39,8 @@ estimator = PyTorch(
     ),
     instance_type="ml.m5.large",
     instance_count=1,
-    hyperparameters={"epochs": 2},
+    # Hyperband's trials print 6 epochs, 2 seconds apart: stopped at MaxResource (2).
+    hyperparameters={"epochs": 6, "sleep": 2} if hyperband else {"epochs": 2},
     sagemaker_session=session,
     disable_profiler=True,
 )
@@ -42,8 +52,17 @@ tuner = HyperparameterTuner(
     objective_type="Minimize",
     max_jobs=3,
     max_parallel_jobs=2,
-    strategy="Random",
     random_seed=5,
+    **(
+        {
+            "strategy": "Hyperband",
+            "strategy_config": StrategyConfig(
+                HyperbandStrategyConfig(max_resource=2, min_resource=1)
+            ),
+        }
+        if hyperband
+        else {"strategy": "Random", "early_stopping_type": "Auto"}
+    ),
 )
 tuner.fit()
 tuner.wait()
@@ -58,6 +77,7 @@ print(
         {
             "name": tuner.latest_tuning_job.name,
             "status": described["HyperParameterTuningJobStatus"],
+            "config": described["HyperParameterTuningJobConfig"],
             "counters": described["TrainingJobStatusCounters"],
             "best": best,
             "best_loss": described["BestTrainingJob"][
@@ -67,6 +87,8 @@ print(
                 {
                     "name": trial["TrainingJobName"],
                     "status": trial["TrainingJobStatus"],
+                    "objective_status": trial["ObjectiveStatus"],
+                    "reason": trial.get("FailureReason"),
                     "shift": float(trial["TunedHyperParameters"]["shift"]),
                     "loss": trial["FinalHyperParameterTuningJobObjectiveMetric"]["Value"],
                 }

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from service.settings import Settings
 from tests.service.sagemaker.live import REGION, check_answer
 from tests.service.sagemaker.test_training_jobs import IMAGE, ROLE
-from tests.service.tuning.tuning import advance, end_job, training_jobs
+from tests.service.tuning.tuning import advance, end_job, report, training_jobs
 
 
 def tuning_request(source: Path, name: str = "tune-1", **config: Any) -> dict[str, Any]:
@@ -236,14 +236,30 @@ def test_stop_stops_the_trials_and_ends_the_tuning_job_stopped(
     ("change", "message"),
     [
         (
-            {"Strategy": "Hyperband"},
-            "HyperParameterTuningJobConfig.Strategy: Hyperband is not supported yet "
-            "(Bayesian, Random or Grid)",
+            {"Strategy": "Hyperband", "TrainingJobEarlyStoppingType": "Auto"},
+            "HyperParameterTuningJobConfig.TrainingJobEarlyStoppingType: must be Off with "
+            "Hyperband, which stops trials",
         ),
         (
-            {"TrainingJobEarlyStoppingType": "Auto"},
-            "HyperParameterTuningJobConfig.TrainingJobEarlyStoppingType: early stopping is "
-            "not supported yet (Off)",
+            {"StrategyConfig": {"HyperbandStrategyConfig": {"MaxResource": 3}}},
+            "HyperParameterTuningJobConfig.StrategyConfig: only for the Hyperband strategy: "
+            "give none",
+        ),
+        (
+            {
+                "Strategy": "Hyperband",
+                "StrategyConfig": {"HyperbandStrategyConfig": {"MinResource": 4, "MaxResource": 3}},
+            },
+            "HyperParameterTuningJobConfig.StrategyConfig.HyperbandStrategyConfig.MaxResource: "
+            "must be at least the minimum resource",
+        ),
+        (
+            {
+                "Strategy": "Hyperband",
+                "StrategyConfig": {"HyperbandStrategyConfig": {"MinResource": 4}},
+            },
+            "HyperParameterTuningJobConfig.StrategyConfig.HyperbandStrategyConfig.MaxResource: "
+            "3 (from the static hyperparameters) is below the minimum resource 4",
         ),
         (
             {"HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "acc"}},
@@ -326,3 +342,75 @@ def test_a_tuning_job_created_over_rest_describes_over_the_wire(
     definition = described["TrainingJobDefinition"]
     assert definition["StaticHyperParameters"] == {"epochs": "2"}
     assert definition["ResourceConfig"]["InstanceType"] == "ml.m5.large"
+
+    # Hyperband's resources, MaxResource read from the static epochs, as a request's.
+    spec.update(name="tune-2", strategy="Hyperband")
+    spec["strategy_config"] = {"hyperband_strategy_config": {"min_resource": 1}}
+    assert api.post("/v1/tuning-jobs", json=spec).status_code == 201
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-2")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    config = described["HyperParameterTuningJobConfig"]
+    assert (config["Strategy"], config["TrainingJobEarlyStoppingType"]) == ("Hyperband", "Off")
+    assert config["StrategyConfig"] == {
+        "HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 2}
+    }
+
+
+def trial_summaries(sm: Any, name: str = "tune-1") -> list[dict[str, Any]]:
+    answer = sm.list_training_jobs_for_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=name, SortBy="CreationTime"
+    )
+    check_answer(sm, "ListTrainingJobsForHyperParameterTuningJob", answer)
+    return list(answer["TrainingJobSummaries"])
+
+
+def test_a_trial_stopped_early_shows_stopped_with_its_last_objective_as_sagemaker_shows_it(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    limits = {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 3}
+    request = tuning_request(source_dir, ResourceLimits=limits, TrainingJobEarlyStoppingType="Auto")
+    sm.create_hyper_parameter_tuning_job(**request)
+    advance(settings)
+    for summary in trial_summaries(sm):
+        report(settings, summary["TrainingJobName"], [0.1, 0.1, 0.1, 2.0])
+        end_job(settings, summary["TrainingJobName"])
+    advance(settings)
+    last = trial_summaries(sm)[3]["TrainingJobName"]
+    report(settings, last, [0.5, 0.4, 0.3])  # over the median running average, 0.1
+    advance(settings)
+    advance(settings)
+
+    summary = trial_summaries(sm)[3]
+    assert (summary["TrainingJobStatus"], summary["ObjectiveStatus"]) == ("Stopped", "Succeeded")
+    assert "median stopping rule" in summary["FailureReason"]
+    assert summary["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] == 0.3
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["HyperParameterTuningJobStatus"] == "Completed"
+    assert described["HyperParameterTuningJobConfig"]["TrainingJobEarlyStoppingType"] == "Auto"
+    assert described["TrainingJobStatusCounters"]["Stopped"] == 1
+    assert described["ObjectiveStatusCounters"] == {"Succeeded": 4, "Pending": 0, "Failed": 0}
+    # Its last value (0.3) beats the others' final 2.0.
+    assert described["BestTrainingJob"]["TrainingJobName"] == last
+    job = sm.describe_training_job(TrainingJobName=last)
+    assert job["TrainingJobStatus"] == "Stopped"
+
+
+def test_hyperband_over_the_wire_stops_a_trial_at_max_resource(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    config = {"HyperbandStrategyConfig": {"MinResource": 1, "MaxResource": 2}}
+    sm.create_hyper_parameter_tuning_job(
+        **tuning_request(source_dir, Strategy="Hyperband", StrategyConfig=config)
+    )
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["HyperParameterTuningJobConfig"]["StrategyConfig"] == config
+    advance(settings)
+    first = trial_summaries(sm)[0]["TrainingJobName"]
+    report(settings, first, [0.5, 0.4])
+    advance(settings)
+    advance(settings)
+    summary = trial_summaries(sm)[0]
+    assert (summary["TrainingJobStatus"], summary["ObjectiveStatus"]) == ("Stopped", "Succeeded")
+    assert summary["FailureReason"] == "Stopped by Hyperband: it reached MaxResource (2 steps)"

@@ -361,7 +361,7 @@ def _range(**fields: Any) -> dict[str, Any]:
             ["resource_limits", "max_number_of_training_jobs"],
             "required for the Random strategy",
         ),
-        ({"strategy": "Hyperband"}, ["strategy"], "Input should be"),
+        ({"strategy": "Annealing"}, ["strategy"], "Input should be"),
         (
             {"parameter_ranges": {"categorical": [{"name": "epochs", "values": [1, 2]}]}},
             ["training_job", "hyperparameters", "epochs"],

@@ -3,15 +3,17 @@ run the tuner's passes, and end trials' training jobs as their instances would."
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from service.jobs.models import JobFinalMetric, TrainingJob
+from service.jobs.models import JobFinalMetric, MetricPoint, TrainingJob
 from service.jobs.states import Stage
 from service.kit.db import session_scope, utcnow
+from service.metrics import service as metrics
 from service.settings import Settings
 from service.tuning import tuner
 from service.tuning.models import TuningJob
@@ -94,3 +96,33 @@ def training_jobs(settings: Settings) -> list[dict[str, Any]]:
             {"name": job.name, "status": job.status, "hyperparameters": job.record.hyperparameters}
             for job in rows
         ]
+
+
+def report(
+    settings: Settings, name: str, losses: list[float], host: str = "algo-1", metric: str = "loss"
+) -> None:
+    """The trial's training job logs these values of its loss after those it logged, one a
+    line, stored as metric ingestion stores them (the latest is its final value)."""
+    with session_scope(settings.database_url) as session:
+        job = session.scalars(select(TrainingJob).where(TrainingJob.name == name)).one()
+        stored = session.scalars(
+            select(MetricPoint.seq)
+            .where(MetricPoint.job_id == job.id, MetricPoint.host == host)
+            .order_by(MetricPoint.seq.desc())
+        ).first()
+        seq = (stored or 0) + 1
+        now = utcnow()
+        metrics.store(
+            session,
+            [
+                metrics.Point(
+                    job.id,
+                    metric,
+                    host,
+                    seq + index * 2,
+                    now + timedelta(milliseconds=index),
+                    value,
+                )
+                for index, value in enumerate(losses)
+            ],
+        )
