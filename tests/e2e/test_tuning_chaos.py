@@ -1,6 +1,7 @@
-"""The worker killed (SIGKILL) while a tuning job's trials run, more than once, then
-started again: the tuning job still completes, each of its trials submitted exactly once,
-never more than its parallel limit at once, and every trial's objective taken in.
+"""The worker killed (SIGKILL) four times while a tuning job's trials run (some as a
+trial ends, when its end wakes the tuner), each time started again a second later: the
+tuning job still completes, each of its trials submitted exactly once, never more than
+its parallel limit at once, and every trial's objective taken in.
 
 The tuner's state is in the database only (``service.tuning.tuner``): whatever pass the
 killed worker was in the middle of is lost with its transaction, the broker redelivers
@@ -9,6 +10,7 @@ what it had not acknowledged, and the sweep sends a pass for every live tuning j
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -57,25 +59,27 @@ def _spec(client: Client, source: Path) -> dict[str, Any]:
     }
 
 
-def _wait_tuning(
-    stack: Stack,
-    client: Client,
-    condition: Callable[[dict[str, Any]], bool],
-    what: str,
-    timeout: float = 240,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        tuning = client.get_tuning_job("chaos")
-        if condition(tuning):
-            return tuning
+def _wait(stack: Stack, client: Client, condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 240
+    while not condition():
         if time.monotonic() > deadline:
+            tuning = client.get_tuning_job("chaos")
             trials = [(t["name"], t["status"]) for t in tuning["trials"]]
             pytest.fail(
                 f"tuning job {tuning['status']}, waiting for {what}; trials {trials}\n"
                 f"{stack.diagnostics()}"
             )
-        time.sleep(0.2)
+        time.sleep(0.05)
+
+
+def _asked_and_running(client: Client, asked: int) -> bool:
+    trials = client.get_tuning_job("chaos")["trials"]
+    return len(trials) >= asked and any(t["status"] == "InProgress" for t in trials)
+
+
+def _completed(client: Client) -> int:
+    """How many training jobs have completed (before the tuner may have taken it in)."""
+    return len(client.list_jobs(status="Completed", limit=100)["items"])
 
 
 def _all_job_names(client: Client) -> list[str]:
@@ -106,23 +110,28 @@ def test_a_tuning_job_outlives_its_worker_killed_while_trials_run(
     (source / "train.py").write_text(SCRIPT)
     with stack.client() as client:
         client.create_tuning_job(_spec(client, source))
-        # Killed while the first trials run, again mid-way, and again near the end.
-        for asked in (1, 3, 5):
-            _wait_tuning(
-                stack,
-                client,
-                lambda tuning, asked=asked: (  # type: ignore[misc]
-                    len(tuning["trials"]) >= asked
-                    and any(t["status"] == "InProgress" for t in tuning["trials"])
-                ),
-                f"trial {asked} to run",
-            )
+        # Killed while the first trials run; as soon as a trial's job is seen ended (as
+        # its end wakes the tuner), and a moment after a later one's (as the pass runs,
+        # or just after); and while the last trials run.
+        kills: list[tuple[str, Callable[[], bool], float]] = [
+            ("trial 1 to run", lambda: _asked_and_running(client, 1), 0.0),
+            ("a trial to end", lambda: _completed(client) >= 1, 0.0),
+            ("3 trials to end", lambda: _completed(client) >= 3, random.uniform(0.0, 0.5)),
+            ("trial 5 to run", lambda: _asked_and_running(client, 5), 0.0),
+        ]
+        for what, condition, delay in kills:
+            _wait(stack, client, condition, what)
+            time.sleep(delay)
             stack.kill("worker")  # SIGKILL: its passes and acknowledgements are lost
             time.sleep(1)
             stack.start("worker")
-        tuning = _wait_tuning(
-            stack, client, lambda tuning: tuning["status"] != "InProgress", "its end", 300
+        _wait(
+            stack,
+            client,
+            lambda: client.get_tuning_job("chaos")["status"] != "InProgress",
+            "its end",
         )
+        tuning = client.get_tuning_job("chaos")
         trials = tuning["trials"]
         jobs = [client.get_job(trial["name"]) for trial in trials]
         names = _all_job_names(client)
