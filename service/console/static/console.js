@@ -168,6 +168,21 @@ Runyard.cursorPages = ({ filters, previous, next, refresh, restarted = () => {} 
   return pages;
 };
 
+// Whether the user confirms an action that cannot be undone (a stop, say), asked in the
+// page's dialog (templates/confirm.html): resolves true for its OK button, false for
+// Cancel or Escape.
+Runyard.confirmAction = (title, text, ok) => {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = ok;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+  });
+};
+
 // The statuses a job ends in: nothing about it changes after one.
 Runyard.TERMINAL = new Set(["Completed", "Failed", "Stopped"]);
 

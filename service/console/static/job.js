@@ -160,18 +160,6 @@
 
   // -- stop and interrupt ----------------------------------------------------------------
 
-  const dialog = document.getElementById("confirm");
-  function confirmAction(title, text, ok) {
-    document.getElementById("confirm-title").textContent = title;
-    document.getElementById("confirm-text").textContent = text;
-    document.getElementById("confirm-ok").textContent = ok;
-    dialog.returnValue = "";
-    dialog.showModal();
-    return new Promise((resolve) => {
-      dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
-    });
-  }
-
   async function act(what, path, json) {
     const result = document.getElementById("action-result");
     try {
@@ -184,13 +172,13 @@
   }
 
   document.getElementById("stop").addEventListener("click", async () => {
-    if (await confirmAction(`Stop ${name}?`, "Its instances get a stop signal and the job ends as Stopped.", "Stop job")) {
+    if (await Runyard.confirmAction(`Stop ${name}?`, "Its instances get a stop signal and the job ends as Stopped.", "Stop job")) {
       await act("Stop", `${jobPath}/stop`);
     }
   });
   document.getElementById("interrupt").addEventListener("click", async () => {
     const host = document.getElementById("interrupt-host").value;
-    if (await confirmAction(`Interrupt ${host} of ${name}?`,
+    if (await Runyard.confirmAction(`Interrupt ${host} of ${name}?`,
         "A spot interruption rehearsal: the scripts get SIGTERM, then the job waits for capacity and resumes.",
         "Interrupt")) {
       await act("Interruption", `${jobPath}/instances/${encodeURIComponent(host)}/interruption`,

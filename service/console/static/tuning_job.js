@@ -1,10 +1,12 @@
 // A tuning job: where it stands, a chart of its objective over its trials, and its trials'
 // table, best first by the objective (its heading turns the order around; # sorts by
-// number), the best trial marked. Refreshed every few seconds until it ends.
+// number), the best trial marked; while it runs, a Stop button (asking first). Refreshed
+// every few seconds until it ends.
 "use strict";
 
 (async () => {
-  await Runyard.signedIn();
+  const me = await Runyard.signedIn();
+  const canAct = me.server_admin || me.role !== "viewer";
   const { el } = Runyard;
   const root = document.getElementById("tuning-job");
   const name = root.dataset.tuning;
@@ -150,7 +152,30 @@
     });
   }
 
-  let stop = null;
+  // Only while it runs: a tuning job being stopped already is, and an ended one cannot be.
+  function renderActions() {
+    document.getElementById("tuning-actions").hidden = tuning.status !== "InProgress";
+    document.getElementById("stop-tuning").disabled = !canAct;
+    document.getElementById("tuning-actions-note").textContent = canAct
+      ? "" : "Viewers cannot stop tuning jobs.";
+  }
+
+  document.getElementById("stop-tuning").addEventListener("click", async () => {
+    const asked = await Runyard.confirmAction(`Stop ${name}?`,
+      "No more trials are started, its running trials are stopped, and it ends as Stopped.",
+      "Stop tuning job");
+    if (!asked) return;
+    const result = document.getElementById("tuning-action-result");
+    try {
+      await Runyard.api("POST", `${path}/stop`, { query: { project } });
+      result.textContent = "Stop requested.";
+    } catch (e) {
+      result.textContent = `Stop failed: ${Runyard.describeError(e)}`;
+    }
+    await refresh();
+  });
+
+  let stopPolling = null;
   async function refresh() {
     try {
       tuning = await Runyard.api("GET", path, { query: { project } });
@@ -164,7 +189,8 @@
     renderFacts();
     renderTrials();
     renderChart();
-    if (Runyard.TERMINAL.has(tuning.status) && stop) stop();
+    renderActions();
+    if (Runyard.TERMINAL.has(tuning.status) && stopPolling) stopPolling();
   }
-  stop = Runyard.every(3, refresh);
+  stopPolling = Runyard.every(3, refresh);
 })();

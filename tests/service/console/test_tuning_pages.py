@@ -131,3 +131,51 @@ def test_a_maximized_objectives_trials_are_highest_first(
     expect(page.locator("#trials tbody tr.best td").first).to_have_text("3")
     chart = page.get_by_role("img", name=re.compile("Chart of the objective loss"))
     expect(chart).to_have_attribute("aria-label", re.compile(r"best 0\.75$"))
+
+
+def test_stop_asks_first_then_the_tuning_job_is_stopping_then_stopped(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    created = _tuning_job(server, "tune-stop", "Minimize")  # its fourth trial runs
+    sign_in("alpha member")
+    page.goto(server.url + "tuning-jobs/tune-stop")
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    stop.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Stop tune-stop?")
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    assert _status(server, "tune-stop") == "InProgress"
+
+    stop.click()
+    dialog.get_by_role("button", name="Stop tuning job").click()
+    expect(page.get_by_role("status")).to_have_text("Stop requested.")
+    assert _status(server, "tune-stop") == "Stopping"
+    facts = page.get_by_label("Tuning job", exact=True)
+    expect(facts).to_contain_text(re.compile(r"Status\s*Stopping"))
+    expect(stop).to_be_hidden()  # it is being stopped already
+
+    # The tuner stops the running trial; once its training job has ended, it is Stopped.
+    tuner.advance(server.settings, created["id"])
+    running = server.call("admin", "GET", "v1/tuning-jobs/tune-stop?project=alpha")["trials"][3]
+    assert server.call("admin", "GET", f"v1/training-jobs/{running['name']}?project=alpha")[
+        "status"
+    ] in ("Stopping", "Stopped")
+    end_job(server.settings, running["name"], "Stopped")
+    tuner.advance(server.settings, created["id"])
+    expect(facts).to_contain_text(re.compile(r"Status\s*Stopped"))
+    expect(stop).to_be_hidden()
+
+
+def test_a_viewer_cannot_stop_a_tuning_job(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    _tuning_job(server, "tune-viewed", "Minimize")
+    sign_in("alpha viewer")
+    page.goto(server.url + "tuning-jobs/tune-viewed")
+    expect(page.get_by_text("Viewers cannot stop tuning jobs.")).to_be_visible()
+    expect(page.get_by_role("button", name="Stop", exact=True)).to_be_disabled()
+
+
+def _status(server: ConsoleServer, name: str) -> str:
+    return str(server.call("admin", "GET", f"v1/tuning-jobs/{name}?project=alpha")["status"])
