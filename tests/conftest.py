@@ -62,6 +62,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start making the heavy environments the chosen tests need, in the background: on a
     new checkout that takes minutes, which the tests before them fill."""
+    if session.config.option.collectonly:
+        return  # nothing will run
     chosen = {item.nodeid for item in session.items}
     makers = [
         make
