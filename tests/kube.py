@@ -247,7 +247,9 @@ class KubeServer:
         """The job's pods as ``kubectl get pods`` and its events would show them, for a
         failing test's message."""
         lines = []
-        for (resource, _namespace, name), obj in sorted(self.emulator.objects.items()):
+        for (resource, _namespace, name), obj in sorted(
+            self.emulator.objects.items(), key=lambda item: (item[0][0].plural, *item[0][1:])
+        ):
             labels = obj.get("metadata", {}).get("labels", {}) or {}
             if resource.plural != "pods" or labels.get("runyard.io/job-id") != job_id:
                 continue

@@ -33,6 +33,7 @@ from tests.kube import (
     starting,
     unschedulable,
 )
+from tests.timeouts import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -85,7 +86,7 @@ class Pods:
         """Until the job's ``count`` pods exist; then each is scheduled at once (its image
         being pulled), as a cluster with room does within moments, so that no start
         timeout runs while the test plays the kubelet."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while (
             len(pods := [n for k, n in self.kube.objects_of(self.job["id"]) if k == "pods"]) < count
         ):
@@ -370,7 +371,7 @@ def test_a_refused_launch_fails_the_job_with_the_clusters_words(
 
 def _resource_job(stack: Stack, client: Client, name: str, timeout: float = 30) -> dict[str, Any]:
     """The job the controller submitted for the resource ``name``, once it exists."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         try:
             return client.get_job(name)
