@@ -10,11 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import uvicorn
 from botocore.config import Config
 from botocore.validate import ParamValidator
 from starlette.types import ASGIApp
+
+from tests.aws import shared_session
 
 REGION = "eu-west-1"
 # One attempt per call: an error a test provokes reaches it once, not after retries.
@@ -45,12 +46,14 @@ def serving(app: ASGIApp) -> Iterator[str]:
 
 
 def client(service: str, url: str, credentials: dict[str, str], config: Config = NO_RETRIES) -> Any:
-    session = boto3.session.Session(
+    return shared_session().client(
+        service,
+        endpoint_url=url,
+        config=config,
+        region_name=REGION,
         aws_access_key_id=credentials["access_key_id"],
         aws_secret_access_key=credentials["secret_access_key"],
-        region_name=REGION,
     )
-    return session.client(service, endpoint_url=url, config=config)
 
 
 def check_answer(client: Any, operation: str, answer: dict[str, Any]) -> None:
