@@ -78,7 +78,7 @@ TEST_WORKERS ?= 2
 test: lint
 	$(BIN)/pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=25
 
-# The units, for a newcomer's edit-and-check loop (under four minutes here): on SQLite
+# The units, for a newcomer's edit-and-check loop (about five minutes here): on SQLite
 # only, with no server stacks, browsers, clusters (kmock), clouds (moto), images built
 # with pip, real launchers and runtimes, multi-process training, thousands of jobs made
 # to bound a request's reads, or podman (PostgreSQL and those are `make test`'s, and
