@@ -51,6 +51,17 @@ def create(api: TestClient, source_dir: Path, **overrides: Any) -> dict[str, Any
     return dict(answer.json())
 
 
+def refused(api: TestClient, spec: dict[str, Any], loc: list[Any], message: str) -> None:
+    """Creating the tuning job ``spec`` is refused with one error naming ``loc``, and
+    nothing is created."""
+    answer = api.post("/v1/tuning-jobs", json=spec)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", *loc]
+    assert message in error["msg"]
+    assert api.get("/v1/tuning-jobs").json()["items"] == []
+
+
 def advance(settings: Settings, name: str = "tune-1", project: str = "default") -> None:
     """One pass of the tuner, as the worker's task runs it."""
     with session_scope(settings.database_url, readonly=True) as session:
