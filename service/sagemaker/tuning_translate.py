@@ -5,6 +5,8 @@ The training job definition is read as CreateTrainingJob's request is
 (``service.sagemaker.translate``), its StaticHyperParameters as the hyperparameters. As
 there, what would change what runs and Runyard cannot do is refused naming the member:
 several definitions, warm start, completion criteria and Autotune are not offered yet.
+The definition's RetryStrategy is each trial's training job's, which restarts that same job
+(as SageMaker does); ResourceLimits.MaxRuntimeInSeconds is the tuning job's own limit.
 TrainingJobEarlyStoppingType Auto and the Hyperband strategy (its StrategyConfig's
 HyperbandStrategyConfig) are read into the spec, whose rules name the member.
 """
@@ -69,11 +71,6 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
     if ranges.get("AutoParameters"):
         raise validation(f"{CONFIG}.ParameterRanges.AutoParameters: not supported")
     limits = config["ResourceLimits"]
-    if "MaxRuntimeInSeconds" in limits:
-        raise validation(
-            f"{CONFIG}.ResourceLimits.MaxRuntimeInSeconds: a tuning job's own runtime "
-            "limit is not supported yet"
-        )
     fields: dict[str, Any] = {
         "name": request["HyperParameterTuningJobName"],
         "strategy": config["Strategy"],
@@ -81,6 +78,7 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
         "resource_limits": {
             "max_number_of_training_jobs": limits.get("MaxNumberOfTrainingJobs"),
             "max_parallel_training_jobs": limits["MaxParallelTrainingJobs"],
+            "max_runtime_in_seconds": limits.get("MaxRuntimeInSeconds"),
         },
         "parameter_ranges": _ranges(ranges),
         "random_seed": config.get("RandomSeed"),
@@ -191,6 +189,7 @@ _MEMBER_OF_PART = {
         {
             "max_number_of_training_jobs": "MaxNumberOfTrainingJobs",
             "max_parallel_training_jobs": "MaxParallelTrainingJobs",
+            "max_runtime_in_seconds": "MaxRuntimeInSeconds",
         },
     ),
 }
@@ -348,10 +347,14 @@ class _Named:
 
 
 def _limits(spec: TuningJobCreate) -> dict[str, Any]:
-    return {
+    limits = {
         "MaxNumberOfTrainingJobs": spec.max_trials,
         "MaxParallelTrainingJobs": spec.resource_limits.max_parallel_training_jobs,
     }
+    runtime = spec.resource_limits.max_runtime_in_seconds
+    if runtime is not None:
+        limits["MaxRuntimeInSeconds"] = runtime
+    return limits
 
 
 def _config(spec: TuningJobCreate) -> dict[str, Any]:
@@ -426,6 +429,8 @@ def _definition(tuning: TuningJob, spec: TuningJobCreate) -> dict[str, Any]:
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": job.max_run},
     }
+    if job.max_retry_attempts:
+        definition["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
     if job.image_uri:
         definition["AlgorithmSpecification"]["TrainingImage"] = job.image_uri
     return definition

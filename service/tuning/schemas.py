@@ -35,6 +35,9 @@ MAX_GRID_POINTS = 10_000
 # The most trials a tuning job may ask for, and run at once, as SageMaker's quotas.
 MAX_TRAINING_JOBS = 500
 MAX_PARALLEL_TRAINING_JOBS = 100
+# The range SageMaker allows a tuning job's own runtime: 2 minutes to half a year.
+MIN_TUNING_RUNTIME = 120
+MAX_TUNING_RUNTIME = 15_768_000
 # Hyperband's resources are steps (a trial's objective points): at most SageMaker's 20,000
 # epochs. Without MaxResource, SageMaker reads it from the first of these static
 # hyperparameters the training job has.
@@ -73,6 +76,14 @@ class ResourceLimits(Strict):
     )
     max_parallel_training_jobs: int = Field(
         ge=1, le=MAX_PARALLEL_TRAINING_JOBS, description="How many trials run at once at most."
+    )
+    max_runtime_in_seconds: int | None = Field(
+        default=None,
+        ge=MIN_TUNING_RUNTIME,
+        le=MAX_TUNING_RUNTIME,
+        description="How long the tuning job may run, from its creation: then it asks for "
+        "no more trials, stops those running and ends Stopped, saying why. Empty: no limit "
+        "but its trials'.",
     )
 
 

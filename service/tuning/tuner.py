@@ -6,12 +6,14 @@ dies half-way costs nothing (the sweep sends a pass for every live tuning job):
 1. it takes in what the trials' training jobs say: a trial whose job has ended gets its
    status and the final value of the objective metric, read from the job's metrics;
 2. a tuning job being stopped has its running trials stopped, and is Stopped once none
-   runs; one that has asked for all its trials is Completed once none runs (Failed if
-   none reported the objective); with early stopping (or Hyperband) the running trials'
-   objective points are read and the losing trials stopped (``service.tuning.stopping``),
-   the reason noted on the trial first, so that a pass that dies before stopping one
-   leaves the next pass to stop it. New points are judged by the sweep's next pass
-   (every ``reconcile_interval``, 2 s by default), so metric ingestion wakes no tuner;
+   runs; one that has run its ``max_runtime_in_seconds`` (from its stored creation time)
+   is stopped so too, the reason kept as its failure reason; one that has asked for all
+   its trials is Completed once none runs (Failed if none reported the objective); with
+   early stopping (or Hyperband) the running trials' objective points are read and the
+   losing trials stopped (``service.tuning.stopping``), the reason noted on the trial
+   first, so that a pass that dies before stopping one leaves the next pass to stop it.
+   New points are judged by the sweep's next pass (every ``reconcile_interval``, 2 s by
+   default), so metric ingestion wakes no tuner;
 3. while fewer than MaxParallelTrainingJobs trials run and trials are left to ask for,
    it asks the search for the next trial's parameters and submits its training job
    through the same service as the REST API (projects, capacity and the line apply), one
@@ -23,6 +25,7 @@ dies half-way costs nothing (the sweep sends a pass for every live tuning job):
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -45,6 +48,7 @@ STOPPED_EARLY = "runyard:stopped_early"
 # A trial to stop: its training job's name, its project, and the stop's message.
 _ToStop = tuple[str, str, str]
 _USER_STOP = "Stopping: its tuning job is stopping at the user's request"
+_RUNTIME_STOP = "Stopping: its tuning job reached its maximum runtime"
 
 
 def advance(settings: Settings, tuning_job_id: str) -> None:
@@ -70,15 +74,40 @@ def _take_in(settings: Settings, tuning_job_id: str) -> list[_ToStop]:
         spec = stored(tuning.spec)
         _observe(session, tuning, spec)
         live = [trial for trial in tuning.trials if trial.status in LIVE]
+        done = tuning.trials_asked >= spec.max_trials and not live
+        if tuning.status == "InProgress" and not done and _out_of_time(tuning, spec):
+            _run_out(tuning, spec)
         if tuning.status == "Stopping":
+            # A stop for want of time keeps its reason from Stopping to Stopped; a
+            # person's stop has none.
             if not live:
-                _end(tuning, "Stopped")
-            return [(t.name, tuning.project, _USER_STOP) for t in live if t.status != "Stopping"]
-        if tuning.trials_asked >= spec.max_trials and not live:
+                _end(tuning, "Stopped", tuning.failure_reason)
+            why = _RUNTIME_STOP if tuning.failure_reason else _USER_STOP
+            return [(t.name, tuning.project, why) for t in live if t.status != "Stopping"]
+        if done:
             _end_of_trials(tuning, spec)
         to_stop = _early_stops(session, tuning, spec)
         session.flush()
         return to_stop
+
+
+def _out_of_time(tuning: TuningJob, spec: TuningJobCreate) -> bool:
+    """Whether the tuning job has run its max_runtime_in_seconds, by the stored creation
+    time: every pass (the sweep's too) judges the same, whichever process runs it."""
+    limit = spec.resource_limits.max_runtime_in_seconds
+    return limit is not None and utcnow() - tuning.created_at >= timedelta(seconds=limit)
+
+
+def _run_out(tuning: TuningJob, spec: TuningJobCreate) -> None:
+    """Stop the tuning job as a stop would (no more trials, the running ones stopped), with
+    why; ``_take_in`` goes on as for any tuning job being stopped."""
+    tuning.status = "Stopping"
+    tuning.failure_reason = (
+        f"The tuning job reached its maximum runtime "
+        f"({spec.resource_limits.max_runtime_in_seconds} seconds): no more training jobs "
+        "were started and those running were stopped"
+    )[:MAX_REASON]
+    log.info("tuning job %s reached its maximum runtime; stopping", tuning.name)
 
 
 def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None:

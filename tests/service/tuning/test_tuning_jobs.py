@@ -324,6 +324,14 @@ def _range(**fields: Any) -> dict[str, Any]:
     return {"continuous": [{"name": "lr", "min_value": 0.1, "max_value": 1.0, **fields}]}
 
 
+_LIMITS = {"max_number_of_training_jobs": 4, "max_parallel_training_jobs": 2}
+
+
+def _training() -> dict[str, Any]:
+    """The trials' training job of ``tuning_spec``, as the REST API takes it."""
+    return dict(tuning_spec(Path("/src"))["training_job"])
+
+
 @pytest.mark.parametrize(
     ("overrides", "loc", "message"),
     [
@@ -363,6 +371,21 @@ def _range(**fields: Any) -> dict[str, Any]:
             "required for the Random strategy",
         ),
         ({"strategy": "Annealing"}, ["strategy"], "Input should be"),
+        (
+            {"resource_limits": {**_LIMITS, "max_runtime_in_seconds": 119}},
+            ["resource_limits", "max_runtime_in_seconds"],
+            "Input should be greater than or equal to 120",
+        ),
+        (
+            {"resource_limits": {**_LIMITS, "max_runtime_in_seconds": 15_768_001}},
+            ["resource_limits", "max_runtime_in_seconds"],
+            "Input should be less than or equal to 15768000",
+        ),
+        (
+            {"training_job": {**_training(), "max_retry_attempts": 31}},
+            ["training_job", "max_retry_attempts"],
+            "Input should be less than or equal to 30",
+        ),
         (
             {"parameter_ranges": {"categorical": [{"name": "epochs", "values": [1, 2]}]}},
             ["training_job", "hyperparameters", "epochs"],
