@@ -53,6 +53,8 @@ tuner = HyperparameterTuner(
     max_jobs=3,
     max_parallel_jobs=2,
     random_seed=5,
+    # The SDK names a tuning job to the minute: each test's has a base of its own.
+    base_tuning_job_name="hyperband" if hyperband else "median-rule",
     **(
         {
             "strategy": "Hyperband",
