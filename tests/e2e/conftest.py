@@ -44,6 +44,18 @@ def _without_banner(lines: list[str]) -> list[str]:
 _TIMESTAMPED = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
+def _process_line(pid: int) -> str:
+    """A process as ps would show it, with the kernel function it sleeps in."""
+    proc = Path("/proc") / str(pid)
+    try:
+        argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        wchan = (proc / "wchan").read_text()
+    except OSError:
+        return f"{pid}: gone"
+    return f"{pid} ppid={stat[1]} state={stat[0]} wchan={wchan}: {argv[:300]}"
+
+
 def log_lines(client: Client, name: str) -> list[str]:
     """What a job's instances printed, in order (its other events left out)."""
     return [str(event["message"]) for event in client.logs(name) if "message" in event]
@@ -141,6 +153,23 @@ class Stack:
             parts += ["--- job ---"]
             parts += [f"[{e['host']}] {e['stream']}: {e['message']}" for e in events[-40:]]
         return "\n".join([*parts, self.diagnostics()])
+
+    def unfinished(self) -> str:
+        """Every job of the stack that has not ended, explained, with what each of its
+        processes is doing: where a test gave up on a job that never ended."""
+        parts = []
+        with self.client() as client:
+            for item in client.list_jobs(limit=100)["items"]:
+                if item["status"] in TERMINAL:
+                    continue
+                with Client(self.url, client.token, project=item["project"]) as scoped:
+                    job = scoped.get_job(item["name"])
+                    events = None
+                    with contextlib.suppress(Exception):
+                        events = [e for e in scoped.logs(job["name"]) if "message" in e]
+                parts += [self.explain(job, events), "--- its processes ---"]
+                parts += [_process_line(pid) for pid in processes.marked_processes(job["id"])]
+        return "\n".join(parts) or "every job of the stack has ended"
 
     def diagnostics(self) -> str:
         return "\n".join(

@@ -339,7 +339,7 @@ def test_beat_reaps_what_is_left_of_an_ended_job(
             "spec": {"containers": [{"name": "runtime", "image": "runyard/runtime:0.1.0"}]},
         },
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while pods.left():
         assert time.monotonic() < deadline, f"not reaped: {pods.left()}"
         time.sleep(0.2)
@@ -415,7 +415,7 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
             pods.wait_created(2)
             pods.all_running(training=True)
             kube_stack.wait_for(client, job["name"], _secondary(client, "Training"))
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + scaled(30)
             while (
                 custom.get_namespaced_custom_object(*address, "tj-e2e")
                 .get("status", {})
@@ -425,7 +425,7 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
                 assert time.monotonic() < deadline, kube_stack.log_tail("controller")
                 time.sleep(0.2)
             custom.delete_namespaced_custom_object(*address, "tj-e2e")
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + scaled(60)
             while any(
                 item["metadata"]["name"] == "tj-e2e"
                 for item in custom.list_namespaced_custom_object(*address)["items"]

@@ -105,7 +105,8 @@ def run_sdk(stack: Stack, s3: MotoServer, generation: str, script: str, *args: s
             part.decode(errors="replace") if isinstance(part, bytes) else part or ""
             for part in (exc.stdout, exc.stderr)
         )
-        pytest.fail(f"{script} ran {bound:.0f} s\n{printed[-4000:]}\n{stack.diagnostics()}")
+        # The unfinished jobs last: what a report that keeps only the tail shows.
+        pytest.fail(f"{script} ran {bound:.0f} s\n{printed[-4000:]}\n{stack.unfinished()}")
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{output}\n{stack.diagnostics()}"
     return output

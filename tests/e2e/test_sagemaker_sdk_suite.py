@@ -285,7 +285,7 @@ def test_the_sdks_own_training_test_passes(
             part.decode(errors="replace") if isinstance(part, bytes) else part or ""
             for part in (exc.stdout, exc.stderr)
         )
-        pytest.fail(f"{node} ran {bound:.0f} s\n{printed[-6000:]}\n{suite_stack.diagnostics()}")
+        pytest.fail(f"{node} ran {bound:.0f} s\n{printed[-6000:]}\n{suite_stack.unfinished()}")
     result, said = outcome(report) if report.exists() else ("none", "no report")
     assert result == "passed", (
         f"{node}: {result}: {said[-3000:]}\n--- the SDK's pytest ---\n{printed[-6000:]}\n"
