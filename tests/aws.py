@@ -37,7 +37,7 @@ class MotoServer:
     log: Path
 
     def reset(self) -> None:
-        httpx.post(f"{self.url}/moto-api/reset", timeout=10).raise_for_status()
+        httpx.post(f"{self.url}/moto-api/reset", timeout=REQUEST_TIMEOUT).raise_for_status()
 
     def client_env(self) -> dict[str, str]:
         """The variables through which boto3 itself (in this process or a runtime started
