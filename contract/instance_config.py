@@ -3,22 +3,26 @@ config the runtime reads from them.
 
 Three are SageMaker's own (hyperparameters, resource and input-data config, in its key
 names, so scripts that read them directly keep working); ``runyard.json`` carries what
-only Runyard's runtime needs. Every backend writes them
-(``provisioning.instance_files``), by whatever means it has; the runtime reads them with
-``load``. The key names of each are defined here once.
+only Runyard's runtime needs: the job's description, the backend's placement of the
+instance and its sandbox, three records in one (``RunyardConfig``), written and read by
+``contract.json_records``. Every backend writes them (``provisioning.instance_files``),
+by whatever means it has; the runtime reads them with ``load``. The key names of each are
+defined here once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BeforeValidator, Field
 
 from contract import hyperparameters as hp
-from contract import modes, storage
+from contract import json_records, modes, storage
 from contract.images import BUILTIN
 from contract.layout import (
     HYPERPARAMETERS_FILE,
@@ -54,9 +58,21 @@ class Isolation(StrEnum):
     CONTAINER = "container"
 
 
+# What a field must be, where its type alone does not say it (contract.json_records).
+Port = Annotated[int, Field(gt=0, lt=65536, strict=True, description="a TCP port number")]
+Count = Annotated[int, Field(ge=0, strict=True, description="a whole number")]
+Seconds = Annotated[float, Field(ge=0, lt=1e9, description="a number of seconds")]
+Flag = Annotated[bool, Field(strict=True, description="true or false")]
+# "" reads as None: a file of an older server wrote an empty string for "none".
+OptionalText = Annotated[str | None, BeforeValidator(lambda value: value or None)]
+
+
 @dataclass(frozen=True, kw_only=True)
-class RunyardConfig:
-    """``runyard.json``: its keys are these fields, written in this order."""
+class JobDescription:
+    """What the job is, as each of its instances sees it whichever backend runs it: made
+    from the job's stored record (``provisioning.instance_files.describe``). A field of
+    the job that the runtime needs is added here, where the runtime reads it, and where
+    ``describe`` takes it from the record: nowhere else."""
 
     job_name: str
     job_id: str
@@ -66,53 +82,83 @@ class RunyardConfig:
     channels: dict[str, str] = field(default_factory=dict)
     output_path: str
     environment: dict[str, str] = field(default_factory=dict)
-    master_addr: str
-    master_port: int
     framework: str = "pytorch"
+    # Which start of the job this is (0 the first), sent with every report so the service
+    # can tell this attempt's words from a late one of an earlier attempt.
+    attempt: Count = 0
+    # The number of this attempt's first log line (lines of earlier attempts are stored).
+    first_log_seq: Count = 1
+    # Where checkpoints are kept across restarts; None when the job keeps none.
+    checkpoint_uri: OptionalText = None
+    # Where the script writes them on the instance, as the job gave it (a path under the
+    # image's base directory means the same place under this instance's).
+    checkpoint_local_path: OptionalText = None
+    # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
+    # ContainerArguments); empty for an entry-point job.
+    container_command: tuple[str, ...] = ()
+    # The image the job's processes run from (``contract.images``).
+    image: str = BUILTIN
+    # Where the job's file:// URIs may lead, held to when the runtime uses them
+    # (contract.file_confinement): read and written in ``file_roots``, only read in
+    # ``read_only_roots``; both empty: not checked here, unless ``confine_files`` (a
+    # project granted no local place: every file:// URI is refused).
+    file_roots: tuple[str, ...] = ()
+    read_only_roots: tuple[str, ...] = ()
+    confine_files: Flag = False
+    # The service gives the job AWS credentials of its own (short-lived, limited to its
+    # own S3 locations): the runtime asks for them and relays them to the job's processes
+    # as a container credentials endpoint. False: the instance's machine has its own (an
+    # instance profile, a pod's service account).
+    aws_credentials: Flag = False
+    # How often the runtime samples the instance's CPU, memory, disk and GPUs for the
+    # service (runtime.reporting.instance_metrics), in seconds; 0: never.
+    instance_metrics_seconds: Seconds = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where the instance is among the job's and how it reaches the others: what each
+    backend decides for the machines it gives, in its own package."""
+
+    master_addr: str
+    master_port: Port
     # How mpirun on the first instance reaches the others (argv prefix; empty if the
     # backend has none).
     launch_agent: tuple[str, ...] = ()
     # Where instances are separate machines: the port of the runtime's own launch agent
     # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
-    agent_port: int | None = None
+    agent_port: Port | None = None
     # Every instance of the job runs on this one machine (the local backend), under the
     # same hostname: Open MPI's shared-memory segments are named after the hostname and
     # each instance's local ranks, so two instances' ranks would map the same segment.
-    shared_machine: bool = False
-    # Which start of the job this is (0 the first), sent with every report so the service
-    # can tell this attempt's words from a late one of an earlier attempt.
-    attempt: int = 0
-    # The number of this attempt's first log line (lines of earlier attempts are stored).
-    first_log_seq: int = 1
-    # Where checkpoints are kept across restarts; None when the job keeps none.
-    checkpoint_uri: str | None = None
-    # Where the script writes them on the instance, as the job gave it (a path under the
-    # image's base directory means the same place under this instance's).
-    checkpoint_local_path: str | None = None
+    shared_machine: Flag = False
     # Where the runtime learns of a spot interruption itself ("ec2": the instance metadata
     # service); None where the service is told some other way.
-    spot_notice: str | None = None
+    spot_notice: OptionalText = None
     isolation: str = Isolation.MACHINE.value
-    # With namespaces: the instance's network namespace (a path), where the runtime puts
-    # the processes it starts for the job; the runtime itself keeps the machine's network,
-    # to report, fetch and store.
-    network_namespace: str | None = None
-    # With namespaces and a way out of the job's network: the /etc/resolv.conf the job's
-    # processes see, where the machine's own names a resolver on its loopback (which is
-    # the instance's own from inside); "" for the machine's own.
-    resolv_conf: str = ""
     # What the first instance says once in the job's log before anything else (why the
     # instances share the machine, say).
     notices: tuple[str, ...] = ()
     # Where instances have a network of their own: after how long without reaching any of
     # its peers an instance has lost the job's network (and the job restarts); None: never.
-    peer_timeout_seconds: float | None = None
-    # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
-    # ContainerArguments); empty for an entry-point job.
-    container_command: tuple[str, ...] = ()
-    # The image the job's processes run from (``contract.images``), and its interpreter:
-    # "" for the runtime's own, as in a training container.
-    image: str = BUILTIN
+    peer_timeout_seconds: Annotated[Seconds | None, BeforeValidator(lambda v: v or None)] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sandbox:
+    """What keeps the job's processes apart where the instances are not machines of their
+    own (the local backend's namespaces and containers on the server's machine). Every
+    default is "none": a backend that gives each instance a machine leaves it so."""
+
+    # The instance's network namespace (a path), where the runtime puts the processes it
+    # starts for the job; the runtime itself keeps the machine's network, to report,
+    # fetch and store.
+    network_namespace: OptionalText = None
+    # With a way out of the job's network: the /etc/resolv.conf the job's processes see,
+    # where the machine's own names a resolver on its loopback (which is the instance's
+    # own from inside); "" for the machine's own.
+    resolv_conf: str = ""
+    # The image's interpreter: "" for the runtime's own, as in a training container.
     image_python: str = ""
     # The local backend's image store and the image's digest there, for a catalog image:
     # the runtime waits for its build to end when it is being built ("" otherwise).
@@ -123,108 +169,59 @@ class RunyardConfig:
     job_layer: str = ""
     # The download cache the job's installs share with other jobs' (pip's); "" for pip's.
     download_cache: str = ""
-    # With namespaces: what the instance sees read-only besides the runtime's own
-    # environment (the server's, the image store).
+    # What the instance sees read-only besides the runtime's own environment (the
+    # server's, the image store).
     read_only_paths: tuple[str, ...] = ()
-    # With namespaces: what the job's processes must not see at all (the server's home,
-    # its database, logs and other jobs), each covered by an empty directory; the job's
-    # processes run as a user of their own (runtime.linux.confine).
+    # What the job's processes must not see at all (the server's home, its database, logs
+    # and other jobs), each covered by an empty directory; the job's processes run as a
+    # user of their own (runtime.linux.confine).
     hidden_paths: tuple[str, ...] = ()
-    # With namespaces: the backend left the job's SSH keys for this instance in
-    # ``contract.ssh.KEYS_DIR``; the runtime gives the instance an sshd of the job's user's
-    # own on port 22, as SageMaker's containers have one (``runtime.instance.ssh``).
-    ssh: bool = False
-    # Where the job's file:// URIs may lead, held to when the runtime uses them
-    # (contract.file_confinement): read and written in ``file_roots``, only read in
-    # ``read_only_roots``; both empty: not checked here, unless ``confine_files`` (a
-    # project granted no local place: every file:// URI is refused).
-    file_roots: tuple[str, ...] = ()
-    read_only_roots: tuple[str, ...] = ()
-    confine_files: bool = False
+    # The backend left the job's SSH keys for this instance in ``contract.ssh.KEYS_DIR``;
+    # the runtime gives the instance an sshd of the job's user's own on port 22, as
+    # SageMaker's containers have one (``runtime.instance.ssh``).
+    ssh: Flag = False
     # A custom container: the OCI image the job's processes run in, and the engine's
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
     container_engine: tuple[str, ...] = ()
-    # The service gives the job AWS credentials of its own (short-lived, limited to its
-    # own S3 locations): the runtime asks for them and relays them to the job's processes
-    # as a container credentials endpoint. False: the instance's machine has its own (an
-    # instance profile, a pod's service account).
-    aws_credentials: bool = False
-    # How often the runtime samples the instance's CPU, memory, disk and GPUs for the
-    # service (runtime.reporting.instance_metrics), in seconds; 0: never.
-    instance_metrics_seconds: float = 10.0
+
+
+# A machine of its own: nothing to keep apart.
+NO_SANDBOX = Sandbox()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunyardConfig(Sandbox, Placement, JobDescription):
+    """``runyard.json``: the job's description, the instance's placement and its sandbox,
+    in one flat object (each field once, under its own name), written and read by
+    ``contract.json_records``."""
+
+    @classmethod
+    def of(
+        cls, job: JobDescription, placement: Placement, sandbox: Sandbox = NO_SANDBOX
+    ) -> RunyardConfig:
+        return cls(**_fields_of(job), **_fields_of(placement), **_fields_of(sandbox))
 
     def to_json(self) -> str:
-        return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
+        return dump(json_records.dump(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunyardConfig:
-        return cls(**_runyard_fields(data))
+        return _load_runyard(cls, data)
 
 
-def _runyard_fields(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``runyard.json``'s values by field: leniently where a key may be absent (its field's
-    default), strictly where one is present."""
-    values = {}
-    for item in fields(RunyardConfig):
-        if item.name in data:
-            read = _READERS.get(item.name)
-            values[item.name] = (
-                data[item.name] if read is None else read(item.name, data[item.name])
-            )
-        elif item.default is MISSING and item.default_factory is MISSING:
-            raise ConfigError(f"instance config is missing {item.name!r}")
-    return values
+Config = TypeVar("Config", bound="RunyardConfig")
 
 
-def _optional_port(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise ConfigError(f"{name} must be a TCP port number, not {value!r}")
-    return value
+def _fields_of(part: object) -> dict[str, Any]:
+    return {item.name: getattr(part, item.name) for item in fields(part)}  # type: ignore[arg-type]
 
 
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name} must be a whole number, not {value!r}")
-    return value
-
-
-def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
-        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
-    return float(value)
-
-
-# How a present value is read, for the fields that are not taken as they are.
-_READERS: dict[str, Callable[[str, Any], Any]] = {
-    "distribution": lambda _name, value: dict(value),
-    "channels": lambda _name, value: dict(value),
-    "environment": lambda _name, value: dict(value),
-    "master_port": lambda _name, value: int(value),
-    "launch_agent": lambda _name, value: tuple(value),
-    "agent_port": _optional_port,
-    "shared_machine": lambda _name, value: value is True,
-    "attempt": _count,
-    "first_log_seq": _count,
-    "checkpoint_uri": lambda _name, value: value or None,
-    "checkpoint_local_path": lambda _name, value: value or None,
-    "spot_notice": lambda _name, value: value or None,
-    "network_namespace": lambda _name, value: value or None,
-    "notices": lambda _name, value: tuple(str(line) for line in value),
-    "container_command": lambda _name, value: tuple(str(part) for part in value),
-    "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
-    "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
-    "ssh": lambda _name, value: value is True,
-    "file_roots": lambda _name, value: tuple(str(path) for path in value),
-    "read_only_roots": lambda _name, value: tuple(str(path) for path in value),
-    "confine_files": lambda _name, value: value is True,
-    "container_engine": lambda _name, value: tuple(str(word) for word in value),
-    "aws_credentials": lambda _name, value: value is True,
-    "instance_metrics_seconds": _seconds,
-    "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
-}
+def _load_runyard(kind: type[Config], data: Mapping[str, Any]) -> Config:
+    try:
+        return json_records.load(kind, data, what="instance config")
+    except json_records.RecordError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def resource_config(
@@ -319,7 +316,7 @@ def load(base: Path) -> InstanceConfig:
     input_data = _read(paths.config / INPUT_DATA_CONFIG_FILE, default={})
     raw_hps = _read(paths.config / HYPERPARAMETERS_FILE, default={})
     user_hps, framework = hp.split_framework(hp.decode(raw_hps))
-    runyard_fields = _runyard_fields(runyard)
+    runyard_fields = _fields_of(RunyardConfig.from_json(runyard))
     user_hps = {**framework_hyperparameters(runyard_fields, paths), **user_hps}
     try:
         return InstanceConfig(

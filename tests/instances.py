@@ -13,6 +13,7 @@ from typing import Any
 
 from contract.hosts import host_names
 from contract.images import Image, StoredImage
+from contract.instance_config import Placement
 from provisioning.base import (
     InstanceState,
     InstanceStatus,
@@ -96,16 +97,15 @@ def _write(
     bases = {}
     for host in request.hosts:
         base = root / host
-        for relative, content in instance_files(
-            request,
-            host,
-            host_addresses=addresses,
-            master_port=master_port,
-            network_interface="lo",
-            launch_agent=launch_agent,
-            agent_port=agent_port,
+        placement = Placement(
             # These instances share this machine, whose /etc/hosts names no algo-N.
-            names_resolve=False,
+            master_addr=addresses[request.hosts[0]],
+            master_port=master_port,
+            launch_agent=tuple(launch_agent),
+            agent_port=agent_port,
+        )
+        for relative, content in instance_files(
+            request, host, placement, host_addresses=addresses, network_interface="lo"
         ).items():
             (base / relative).parent.mkdir(parents=True, exist_ok=True)
             (base / relative).write_text(content)

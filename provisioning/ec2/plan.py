@@ -18,6 +18,7 @@ from typing import Any
 from contract import variables
 from contract.hosts import RENDEZVOUS_PORT
 from contract.images import Catalog
+from contract.instance_config import Placement
 from contract.layout import IMAGE_BASE_DIR
 from contract.problems import Problem
 from contract.spec import JobSpec
@@ -239,17 +240,21 @@ class Planner:
         token, agent_key = secrets
         settings = self.settings
         python = f"{userdata.Layout().venv}/bin/python3"
-        files = instance_files(
-            request,
-            host,
-            # Names, not addresses: user-data makes them resolve (see userdata).
-            host_addresses={name: name for name in request.hosts},
+        placement = Placement(
+            master_addr=request.hosts[0],
             master_port=RENDEZVOUS_PORT,
-            network_interface=settings.network_interface,
-            launch_agent=[python, "-m", LAUNCH_AGENT_MODULE],
+            launch_agent=(python, "-m", LAUNCH_AGENT_MODULE),
             agent_port=settings.agent_port,
             # On spot, the runtime watches for EC2's two-minute interruption warning.
             spot_notice="ec2" if request.spec.use_spot_instances else None,
+        )
+        files = instance_files(
+            request,
+            host,
+            placement,
+            # Names, not addresses: user-data makes them resolve (see userdata).
+            host_addresses={name: name for name in request.hosts},
+            network_interface=settings.network_interface,
         )
         env = variables.instance_environment(
             base_dir=IMAGE_BASE_DIR,

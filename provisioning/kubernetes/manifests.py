@@ -23,6 +23,7 @@ from typing import Any
 
 from contract import storage, variables
 from contract.images import BUILTIN, Choice
+from contract.instance_config import Placement
 from contract.layout import CONFIG_DIR, IMAGE_BASE_DIR
 from provisioning.base import LaunchRequest, file_uri_path
 from provisioning.catalog import InstanceType
@@ -43,7 +44,7 @@ LABEL_JOB_NAME = "runyard.io/job-name"
 LABEL_HOST = "runyard.io/host"
 # The owner's uid exists only once the root ConfigMap does; apply() fills it in.
 OWNER_UID_PLACEHOLDER = "<uid of the job's ConfigMap>"
-LAUNCH_AGENT = ["python3", "-m", "runtime.launch.remote_agent"]
+LAUNCH_AGENT = ("python3", "-m", "runtime.launch.remote_agent")
 # A node the size of the instance type also runs the kubelet and daemon sets: pods ask for
 # this share of it, so one pod fits one node of that size.
 NODE_SHARE = 0.9
@@ -98,15 +99,15 @@ def build(
     hosts = request.hosts
     addresses = {host: host_address(host, base, settings) for host in hosts}
     labels = {LABEL_JOB_ID: request.job.id, LABEL_JOB_NAME: request.job.name}
+    placement = Placement(
+        master_addr=hosts[0],
+        master_port=master_port,
+        launch_agent=LAUNCH_AGENT,
+        agent_port=settings.agent_port,
+    )
     files = {
         host: instance_files(
-            request,
-            host,
-            host_addresses=addresses,
-            master_port=master_port,
-            network_interface="eth0",
-            launch_agent=LAUNCH_AGENT,
-            agent_port=settings.agent_port,
+            request, host, placement, host_addresses=addresses, network_interface="eth0"
         )
         for host in hosts
     }

@@ -41,7 +41,7 @@ from contract import agent_hosts, storage, variables
 from contract.agent_hosts import AgentHost
 from contract.hosts import RENDEZVOUS_PORT
 from contract.images import BUILTIN, Catalog
-from contract.instance_config import Isolation
+from contract.instance_config import NO_SANDBOX, Isolation, JobDescription, Placement, Sandbox
 from contract.layout import Paths, local_checkpoint_problem
 from contract.problems import Problem
 from contract.spec import JobSpec
@@ -60,7 +60,7 @@ from provisioning.base import (
     TeardownError,
     own_settings,
 )
-from provisioning.instance_files import instance_files
+from provisioning.instance_files import describe, instance_files
 from provisioning.local import (
     addresses,
     containers,
@@ -513,22 +513,29 @@ class LocalBackend(Backend[LocalPlan]):
         # all of it, as PID 1's end takes every process of its namespace along.
         leader = [unshare, "--uts", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
         leader.append("--")
+        placement = Placement(
+            master_addr=request.hosts[0],
+            master_port=RENDEZVOUS_PORT,
+            launch_agent=(self.python, "-m", "runtime.launch.remote_agent"),
+            agent_port=AGENT_PORT,
+            isolation=Isolation.NAMESPACES,
+            notices=(*notices, *job_network.notices, *self._cpu_notice(request)),
+            peer_timeout_seconds=self.peer_timeout,
+        )
+        sandbox = Sandbox(
+            hidden_paths=tuple(str(path) for path in self.hidden),
+            resolv_conf=job_network.resolv_conf,
+            ssh=ssh,
+        )
         instances = self._instances(
             request,
             job_dir,
             [*leader, self.python, "-m", "runtime.train"],
-            lambda host: {"network_namespace": net.port(host).namespace_path},
+            placement,
+            sandbox,
+            net=net,
             host_addresses=net.addresses,
-            master_port=RENDEZVOUS_PORT,
             network_interface=network.INTERFACE,
-            launch_agent=[self.python, "-m", "runtime.launch.remote_agent"],
-            agent_port=AGENT_PORT,
-            isolation=Isolation.NAMESPACES,
-            hidden_paths=[str(path) for path in self.hidden],
-            notices=(*notices, *job_network.notices, *self._cpu_notice(request)),
-            peer_timeout_seconds=self.peer_timeout,
-            resolv_conf=job_network.resolv_conf,
-            ssh=ssh,
         )
         return LocalPlan(
             request.job.id,
@@ -551,19 +558,25 @@ class LocalBackend(Backend[LocalPlan]):
         if not engine:
             raise LaunchError(why)
         net = job_network.network
+        placement = Placement(
+            master_addr=request.hosts[0],
+            master_port=RENDEZVOUS_PORT,
+            isolation=Isolation.CONTAINER,
+            notices=(*job_network.notices, *self._cpu_notice(request)),
+        )
+        sandbox = Sandbox(
+            container_image=request.spec.image.container or "",
+            container_engine=tuple(engine),
+        )
         instances = self._instances(
             request,
             job_dir,
             [self.python, "-m", "runtime.train"],
-            lambda host: {"network_namespace": net.port(host).namespace_path},
+            placement,
+            sandbox,
+            net=net,
             host_addresses=net.addresses,
-            master_port=RENDEZVOUS_PORT,
             network_interface=network.INTERFACE,
-            launch_agent=[],
-            isolation=Isolation.CONTAINER,
-            notices=(*job_network.notices, *self._cpu_notice(request)),
-            container_image=request.spec.image.container,
-            container_engine=list(engine),
         )
         return LocalPlan(
             request.job.id,
@@ -589,22 +602,25 @@ class LocalBackend(Backend[LocalPlan]):
             f"The instances of this job share this machine's host name and network: {why}",
             *self._cpu_notice(request),
         )
-        agent = [self.python, "-m", "runtime.launch.local_agent", str(job_dir / HOSTS_FILE)]
-        instances = self._instances(
-            request,
-            job_dir,
-            [self.python, "-m", "runtime.train"],
-            lambda _host: {},
-            host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+        agent = (self.python, "-m", "runtime.launch.local_agent", str(job_dir / HOSTS_FILE))
+        placement = Placement(
             # The machine's /etc/hosts, which the instances share, names no algo-N (and
             # is the machine's, not a job's, to change): MASTER_ADDR is loopback's address.
-            names_resolve=False,
+            master_addr=LOOPBACK,
             master_port=master_port,
-            network_interface="lo",
             launch_agent=agent,
             shared_machine=True,
             isolation=Isolation.SHARED,
             notices=notices,
+        )
+        instances = self._instances(
+            request,
+            job_dir,
+            [self.python, "-m", "runtime.train"],
+            placement,
+            NO_SANDBOX,
+            host_addresses=dict.fromkeys(request.hosts, LOOPBACK),
+            network_interface="lo",
         )
         return LocalPlan(
             request.job.id,
@@ -620,38 +636,60 @@ class LocalBackend(Backend[LocalPlan]):
         request: LaunchRequest,
         job_dir: Path,
         argv: list[str],
-        own: Callable[[str], dict[str, Any]],
-        **files: Any,
+        placement: Placement,
+        sandbox: Sandbox,
+        *,
+        host_addresses: dict[str, str],
+        network_interface: str,
+        net: network.JobNetwork | None = None,
     ) -> list[LocalInstance]:
-        """Every host's instance, with its share of the CPUs, the config ``files`` they all
-        have and what ``own`` gives each host alone."""
+        """Every host's instance, with its share of the CPUs, in ``sandbox`` with the job's
+        image and layers, and on the job's network ``net`` where it has one."""
         shares = share_cpus(self.cpus, len(request.hosts))
-        return [
-            self._instance(request, job_dir, host, cpus, argv, **files, **own(host))
-            for host, cpus in zip(request.hosts, shares, strict=True)
-        ]
+        job, sandbox = self._on_image(request, job_dir, sandbox)
+        instances = []
+        for host, cpus in zip(request.hosts, shares, strict=True):
+            own = sandbox
+            if net is not None:
+                own = replace(sandbox, network_namespace=net.port(host).namespace_path)
+            config = instance_files(
+                request,
+                host,
+                placement,
+                own,
+                host_addresses=host_addresses,
+                network_interface=network_interface,
+                job=job,
+            )
+            instances.append(self._instance(request, job_dir, host, cpus, argv, config))
+        return instances
 
-    def _image_files(self, request: LaunchRequest, job_dir: Path) -> dict[str, Any]:
-        """What the runtime needs of the job's image and layers: the image's interpreter
-        (the server's own for the built-in image) and its place in the store, while the
-        instances wait for its build; the job's layer; what the instances see read-only."""
-        files: dict[str, Any] = {
-            "job_layer": str(job_dir / JOB_LAYER),
-            "download_cache": str(self.download_cache),
-            "read_only_paths": _server_paths(self.images.root),
-        }
+    def _on_image(
+        self, request: LaunchRequest, job_dir: Path, sandbox: Sandbox
+    ) -> tuple[JobDescription, Sandbox]:
+        """The job and ``sandbox`` with what the runtime needs of the job's image and
+        layers: the image's interpreter (the server's own for the built-in image) and its
+        place in the store, while the instances wait for its build; the job's layer; what
+        the instances see read-only."""
+        job = describe(request)
+        sandbox = replace(
+            sandbox,
+            job_layer=str(job_dir / JOB_LAYER),
+            download_cache=str(self.download_cache),
+            read_only_paths=tuple(_server_paths(self.images.root)),
+        )
         name = request.spec.image.image
         image = self.catalog.get(name)
         if name == BUILTIN or image is None:
-            return files
+            return job, sandbox
         stored = self.images.stored(image)
-        return {
-            **files,
-            "image": image.name,
-            "image_python": str(stored.python),
-            "image_store": str(stored.root),
-            "image_digest": stored.digest,
-        }
+        sandbox = replace(
+            sandbox,
+            image_python=str(stored.python),
+            image_store=str(stored.root),
+            image_digest=stored.digest,
+        )
+        return replace(job, image=image.name), sandbox
 
     def _instance(
         self,
@@ -660,7 +698,7 @@ class LocalBackend(Backend[LocalPlan]):
         host: str,
         cpus: list[int],
         argv: list[str],
-        **files: Any,
+        config: dict[str, str],
     ) -> LocalInstance:
         base_dir = job_dir / host
         inherited = {key: self.environ[key] for key in INHERITED_ENV if key in self.environ}
@@ -676,7 +714,6 @@ class LocalBackend(Backend[LocalPlan]):
                 agent_key=request.agent_key,
             ),
         }
-        config = instance_files(request, host, **files, **self._image_files(request, job_dir))
         return LocalInstance(host, str(base_dir), argv, env, config, cpus)
 
     def _cpu_notice(self, request: LaunchRequest) -> tuple[str, ...]:

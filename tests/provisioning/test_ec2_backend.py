@@ -203,9 +203,20 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "environment": {
     "NCCL_DEBUG": "INFO"
   },
+  "framework": "pytorch",
+  "attempt": 0,
+  "first_log_seq": 1,
+  "checkpoint_uri": null,
+  "checkpoint_local_path": null,
+  "container_command": [],
+  "image": "builtin",
+  "file_roots": [],
+  "read_only_roots": [],
+  "confine_files": false,
+  "aws_credentials": false,
+  "instance_metrics_seconds": 10.0,
   "master_addr": "algo-1",
   "master_port": 7777,
-  "framework": "pytorch",
   "launch_agent": [
     "/opt/runyard/venv/bin/python3",
     "-m",
@@ -213,18 +224,12 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   ],
   "agent_port": 7077,
   "shared_machine": false,
-  "attempt": 0,
-  "first_log_seq": 1,
-  "checkpoint_uri": null,
-  "checkpoint_local_path": null,
   "spot_notice": null,
   "isolation": "machine",
-  "network_namespace": null,
-  "resolv_conf": "",
   "notices": [],
   "peer_timeout_seconds": null,
-  "container_command": [],
-  "image": "builtin",
+  "network_namespace": null,
+  "resolv_conf": "",
   "image_python": "",
   "image_store": "",
   "image_digest": "",
@@ -233,13 +238,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   "read_only_paths": [],
   "hidden_paths": [],
   "ssh": false,
-  "file_roots": [],
-  "read_only_roots": [],
-  "confine_files": false,
   "container_image": "",
-  "container_engine": [],
-  "aws_credentials": false,
-  "instance_metrics_seconds": 10.0
+  "container_engine": []
 }
 RUNYARD_EOF
 

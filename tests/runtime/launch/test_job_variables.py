@@ -18,7 +18,7 @@ import pytest
 
 from contract import agent_hosts, variables
 from contract.agent_hosts import AgentHost
-from contract.instance_config import load
+from contract.instance_config import Placement, load
 from provisioning.instance_files import instance_files
 from provisioning.local.backend import free_port
 from tests.instances import launch_request, start_runtime, write_instances
@@ -189,13 +189,15 @@ def test_an_mpi_job_gives_its_variables_to_the_ranks_only(tmp_path: Path, preloa
     job_id = uuid.uuid4().hex
     base = tmp_path / "job" / "algo-1"
     hosts = tmp_path / "job" / "hosts.json"
+    placement = Placement(
+        master_addr="algo-1", master_port=free_port(), launch_agent=(*AGENT, str(hosts))
+    )
     files = instance_files(
         request,
         "algo-1",
+        placement,
         host_addresses={"algo-1": "127.0.0.1"},
-        master_port=free_port(),
         network_interface="lo",
-        launch_agent=[*AGENT, str(hosts)],
     )
     for relative, content in files.items():
         (base / relative).parent.mkdir(parents=True, exist_ok=True)

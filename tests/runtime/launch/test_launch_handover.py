@@ -13,6 +13,7 @@ from pathlib import Path
 
 from contract import agent_hosts, variables
 from contract.agent_hosts import AgentHost
+from contract.instance_config import Placement
 from provisioning.instance_files import instance_files
 from runtime.launch import handover
 from tests.instances import launch_request, start_runtime
@@ -72,14 +73,18 @@ def test_a_daemon_that_cannot_be_started_is_runyards_failure_not_the_scripts(
     job = tmp_path / "job"
     hosts = job / "hosts.json"
     for host in request.hosts:
+        placement = Placement(
+            master_addr=request.hosts[0],
+            master_port=29455,
+            launch_agent=(*AGENT, str(hosts)),
+            shared_machine=True,
+        )
         files = instance_files(
             request,
             host,
+            placement,
             host_addresses=dict.fromkeys(request.hosts, "127.0.0.1"),
-            master_port=29455,
             network_interface="lo",
-            launch_agent=[*AGENT, str(hosts)],
-            shared_machine=True,
         )
         for relative, content in files.items():
             (job / host / relative).parent.mkdir(parents=True, exist_ok=True)
