@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
@@ -61,7 +61,7 @@ class Isolation(StrEnum):
 # What a field must be, where its type alone does not say it (contract.json_records).
 Port = Annotated[int, Field(gt=0, lt=65536, strict=True, description="a TCP port number")]
 Count = Annotated[int, Field(ge=0, strict=True, description="a whole number")]
-Seconds = Annotated[float, Field(ge=0, lt=1e9, description="a number of seconds")]
+Seconds = Annotated[float, Field(ge=0, lt=1e9, strict=True, description="a number of seconds")]
 Flag = Annotated[bool, Field(strict=True, description="true or false")]
 # "" reads as None: a file of an older server wrote an empty string for "none".
 OptionalText = Annotated[str | None, BeforeValidator(lambda value: value or None)]
@@ -207,21 +207,14 @@ class RunyardConfig(Sandbox, Placement, JobDescription):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunyardConfig:
-        return _load_runyard(cls, data)
-
-
-Config = TypeVar("Config", bound="RunyardConfig")
+        try:
+            return json_records.load(cls, data, what="instance config")
+        except json_records.RecordError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _fields_of(part: object) -> dict[str, Any]:
     return {item.name: getattr(part, item.name) for item in fields(part)}  # type: ignore[arg-type]
-
-
-def _load_runyard(kind: type[Config], data: Mapping[str, Any]) -> Config:
-    try:
-        return json_records.load(kind, data, what="instance config")
-    except json_records.RecordError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def resource_config(
