@@ -169,7 +169,7 @@ class Stack:
                         events = [e for e in scoped.logs(job["name"]) if "message" in e]
                 parts += [self.explain(job, events), "--- its processes ---"]
                 parts += [_process_line(pid) for pid in processes.marked_processes(job["id"])]
-        return "\n".join(parts) or "every job of the stack has ended"
+        return "\n".join(parts) or f"every job of the stack has ended\n{self.diagnostics()}"
 
     def diagnostics(self) -> str:
         return "\n".join(
