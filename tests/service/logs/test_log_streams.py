@@ -103,8 +103,10 @@ def test_two_hundred_streams_on_a_job_leave_the_api_to_everyone_else(
             streams = [asyncio.create_task(stream(n)) for n in range(STREAMS)]
             for _ in range(STREAMS):
                 await asyncio.wait_for(caught_up.acquire(), 60)
-            # All caught up: waiting, they hold no connection (the tails' reader holds one
-            # while it reads).
+            # All caught up: waiting, they hold no connection. The tails' reader holds one
+            # while it reads, and so may the streams' reads of their callers' credentials
+            # (each token's every 5 s, CATCH_UP_READS at once), which a slow machine's
+            # catch-up spreads into this window.
             await asyncio.sleep(2 * follow.FOLLOW_POLL_SECONDS)
             held = []
             for _ in range(10):
@@ -132,7 +134,7 @@ def test_two_hundred_streams_on_a_job_leave_the_api_to_everyone_else(
 
     seen, answers, held = asyncio.run(load())
     assert seen == {"before": STREAMS, "after": STREAMS, "end": STREAMS}
-    assert max(held) <= 1, held
+    assert max(held) <= 1 + follow.CATCH_UP_READS, held
     described, page, refused = answers
     assert described.status_code == 200, described.text
     assert page.status_code == 200, page.text
