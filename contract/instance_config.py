@@ -120,6 +120,9 @@ class Placement:
     """Where the instance is among the job's and how it reaches the others: what each
     backend decides for the machines it gives, in its own package."""
 
+    # algo-1's name where the job's processes can look the hosts' names up, as SageMaker's
+    # PyTorch container sets MASTER_ADDR; its address where they cannot (instances that
+    # share a machine and its /etc/hosts).
     master_addr: str
     master_port: Port
     # How mpirun on the first instance reaches the others (argv prefix; empty if the
