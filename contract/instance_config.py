@@ -4,25 +4,23 @@ config the runtime reads from them.
 Three are SageMaker's own (hyperparameters, resource and input-data config, in its key
 names, so scripts that read them directly keep working); ``runyard.json`` carries what
 only Runyard's runtime needs: the job's description, the backend's placement of the
-instance and its sandbox, three records in one (``RunyardConfig``), written and read by
-``contract.json_records``. Every backend writes them (``provisioning.instance_files``),
-by whatever means it has; the runtime reads them with ``load``. The key names of each are
-defined here once.
+instance and its sandbox, three records in one (``RunyardConfig``). Every backend writes
+them (``provisioning.instance_files``), by whatever means it has; the runtime reads them
+with ``load``, with the standard library alone (the training image has nothing else).
+The key names of each are defined here once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BeforeValidator, Field
+from typing import Any
 
 from contract import hyperparameters as hp
-from contract import json_records, modes, storage
+from contract import modes, storage
 from contract.images import BUILTIN
 from contract.layout import (
     HYPERPARAMETERS_FILE,
@@ -58,15 +56,6 @@ class Isolation(StrEnum):
     CONTAINER = "container"
 
 
-# What a field must be, where its type alone does not say it (contract.json_records).
-Port = Annotated[int, Field(gt=0, lt=65536, strict=True, description="a TCP port number")]
-Count = Annotated[int, Field(ge=0, strict=True, description="a whole number")]
-Seconds = Annotated[float, Field(ge=0, lt=1e9, strict=True, description="a number of seconds")]
-Flag = Annotated[bool, Field(strict=True, description="true or false")]
-# "" reads as None: a file of an older server wrote an empty string for "none".
-OptionalText = Annotated[str | None, BeforeValidator(lambda value: value or None)]
-
-
 @dataclass(frozen=True, kw_only=True)
 class JobDescription:
     """What the job is, as each of its instances sees it whichever backend runs it: made
@@ -85,14 +74,14 @@ class JobDescription:
     framework: str = "pytorch"
     # Which start of the job this is (0 the first), sent with every report so the service
     # can tell this attempt's words from a late one of an earlier attempt.
-    attempt: Count = 0
+    attempt: int = 0
     # The number of this attempt's first log line (lines of earlier attempts are stored).
-    first_log_seq: Count = 1
+    first_log_seq: int = 1
     # Where checkpoints are kept across restarts; None when the job keeps none.
-    checkpoint_uri: OptionalText = None
+    checkpoint_uri: str | None = None
     # Where the script writes them on the instance, as the job gave it (a path under the
     # image's base directory means the same place under this instance's).
-    checkpoint_local_path: OptionalText = None
+    checkpoint_local_path: str | None = None
     # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
     # ContainerArguments); empty for an entry-point job.
     container_command: tuple[str, ...] = ()
@@ -104,15 +93,15 @@ class JobDescription:
     # project granted no local place: every file:// URI is refused).
     file_roots: tuple[str, ...] = ()
     read_only_roots: tuple[str, ...] = ()
-    confine_files: Flag = False
+    confine_files: bool = False
     # The service gives the job AWS credentials of its own (short-lived, limited to its
     # own S3 locations): the runtime asks for them and relays them to the job's processes
     # as a container credentials endpoint. False: the instance's machine has its own (an
     # instance profile, a pod's service account).
-    aws_credentials: Flag = False
+    aws_credentials: bool = False
     # How often the runtime samples the instance's CPU, memory, disk and GPUs for the
     # service (runtime.reporting.instance_metrics), in seconds; 0: never.
-    instance_metrics_seconds: Seconds = 10.0
+    instance_metrics_seconds: float = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,27 +113,27 @@ class Placement:
     # PyTorch container sets MASTER_ADDR; its address where they cannot (instances that
     # share a machine and its /etc/hosts).
     master_addr: str
-    master_port: Port
+    master_port: int
     # How mpirun on the first instance reaches the others (argv prefix; empty if the
     # backend has none).
     launch_agent: tuple[str, ...] = ()
     # Where instances are separate machines: the port of the runtime's own launch agent
     # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
-    agent_port: Port | None = None
+    agent_port: int | None = None
     # Every instance of the job runs on this one machine (the local backend), under the
     # same hostname: Open MPI's shared-memory segments are named after the hostname and
     # each instance's local ranks, so two instances' ranks would map the same segment.
-    shared_machine: Flag = False
+    shared_machine: bool = False
     # Where the runtime learns of a spot interruption itself ("ec2": the instance metadata
     # service); None where the service is told some other way.
-    spot_notice: OptionalText = None
+    spot_notice: str | None = None
     isolation: str = Isolation.MACHINE.value
     # What the first instance says once in the job's log before anything else (why the
     # instances share the machine, say).
     notices: tuple[str, ...] = ()
     # Where instances have a network of their own: after how long without reaching any of
     # its peers an instance has lost the job's network (and the job restarts); None: never.
-    peer_timeout_seconds: Annotated[Seconds | None, BeforeValidator(lambda v: v or None)] = None
+    peer_timeout_seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +145,7 @@ class Sandbox:
     # The instance's network namespace (a path), where the runtime puts the processes it
     # starts for the job; the runtime itself keeps the machine's network, to report,
     # fetch and store.
-    network_namespace: OptionalText = None
+    network_namespace: str | None = None
     # With a way out of the job's network: the /etc/resolv.conf the job's processes see,
     # where the machine's own names a resolver on its loopback (which is the instance's
     # own from inside); "" for the machine's own.
@@ -182,7 +171,7 @@ class Sandbox:
     # The backend left the job's SSH keys for this instance in ``contract.ssh.KEYS_DIR``;
     # the runtime gives the instance an sshd of the job's user's own on port 22, as
     # SageMaker's containers have one (``runtime.instance.ssh``).
-    ssh: Flag = False
+    ssh: bool = False
     # A custom container: the OCI image the job's processes run in, and the engine's
     # command that runs it (``podman``); the runtime itself stays outside it.
     container_image: str = ""
@@ -196,8 +185,7 @@ NO_SANDBOX = Sandbox()
 @dataclass(frozen=True, kw_only=True)
 class RunyardConfig(Sandbox, Placement, JobDescription):
     """``runyard.json``: the job's description, the instance's placement and its sandbox,
-    in one flat object (each field once, under its own name), written and read by
-    ``contract.json_records``."""
+    in one flat object (each field once, under its own name)."""
 
     @classmethod
     def of(
@@ -206,18 +194,80 @@ class RunyardConfig(Sandbox, Placement, JobDescription):
         return cls(**_fields_of(job), **_fields_of(placement), **_fields_of(sandbox))
 
     def to_json(self) -> str:
-        return dump(json_records.dump(self))
+        return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunyardConfig:
-        try:
-            return json_records.load(cls, data, what="instance config")
-        except json_records.RecordError as exc:
-            raise ConfigError(str(exc)) from None
+        return cls(**_runyard_fields(data))
 
 
 def _fields_of(part: object) -> dict[str, Any]:
     return {item.name: getattr(part, item.name) for item in fields(part)}  # type: ignore[arg-type]
+
+
+def _runyard_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``runyard.json``'s values by field: leniently where a key may be absent (its field's
+    default), strictly where one is present."""
+    values = {}
+    for item in fields(RunyardConfig):
+        if item.name in data:
+            read = _READERS.get(item.name)
+            values[item.name] = (
+                data[item.name] if read is None else read(item.name, data[item.name])
+            )
+        elif item.default is MISSING and item.default_factory is MISSING:
+            raise ConfigError(f"instance config is missing {item.name!r}")
+    return values
+
+
+def _optional_port(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigError(f"{name} must be a TCP port number, not {value!r}")
+    return value
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be a whole number, not {value!r}")
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
+    return float(value)
+
+
+# How a present value is read, for the fields that are not taken as they are.
+_READERS: dict[str, Callable[[str, Any], Any]] = {
+    "distribution": lambda _name, value: dict(value),
+    "channels": lambda _name, value: dict(value),
+    "environment": lambda _name, value: dict(value),
+    "master_port": lambda _name, value: int(value),
+    "launch_agent": lambda _name, value: tuple(value),
+    "agent_port": _optional_port,
+    "shared_machine": lambda _name, value: value is True,
+    "attempt": _count,
+    "first_log_seq": _count,
+    "checkpoint_uri": lambda _name, value: value or None,
+    "checkpoint_local_path": lambda _name, value: value or None,
+    "spot_notice": lambda _name, value: value or None,
+    "network_namespace": lambda _name, value: value or None,
+    "notices": lambda _name, value: tuple(str(line) for line in value),
+    "container_command": lambda _name, value: tuple(str(part) for part in value),
+    "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
+    "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
+    "ssh": lambda _name, value: value is True,
+    "file_roots": lambda _name, value: tuple(str(path) for path in value),
+    "read_only_roots": lambda _name, value: tuple(str(path) for path in value),
+    "confine_files": lambda _name, value: value is True,
+    "container_engine": lambda _name, value: tuple(str(word) for word in value),
+    "aws_credentials": lambda _name, value: value is True,
+    "instance_metrics_seconds": _seconds,
+    "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
+}
 
 
 def resource_config(
@@ -312,7 +362,7 @@ def load(base: Path) -> InstanceConfig:
     input_data = _read(paths.config / INPUT_DATA_CONFIG_FILE, default={})
     raw_hps = _read(paths.config / HYPERPARAMETERS_FILE, default={})
     user_hps, framework = hp.split_framework(hp.decode(raw_hps))
-    runyard_fields = _fields_of(RunyardConfig.from_json(runyard))
+    runyard_fields = _runyard_fields(runyard)
     user_hps = {**framework_hyperparameters(runyard_fields, paths), **user_hps}
     try:
         return InstanceConfig(
