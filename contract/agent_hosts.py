@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from contract import json_records
 
 
 class AgentHostsError(ValueError):
@@ -31,11 +33,12 @@ class AgentHost:
     # key (``variables.PRIVATE``), since the instances' scripts can read this file.
     env: dict[str, str] = field(default_factory=dict)
     # The instance's share of the machine's CPUs; empty: the agent's own.
-    cpus: list[int] = field(default_factory=list)
+    cpus: list[Annotated[int, json_records.COUNT]] = field(default_factory=list)
 
 
 def write(path: Path, hosts: Mapping[str, AgentHost]) -> None:
-    path.write_text(json.dumps({host: asdict(entry) for host, entry in hosts.items()}, indent=2))
+    data = {host: json_records.to_data(entry) for host, entry in hosts.items()}
+    path.write_text(json.dumps(data, indent=2))
 
 
 def read(path: Path) -> dict[str, AgentHost]:
@@ -51,21 +54,8 @@ def read(path: Path) -> dict[str, AgentHost]:
 def _entry(host: str, data: Any) -> AgentHost:
     if not isinstance(data, dict):
         raise AgentHostsError(f"{host}: not a mapping")
-    known = {item.name for item in fields(AgentHost)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise AgentHostsError(f"{host}.{unknown[0]}: not a key of the hosts file")
-    for key in ("base", "cwd"):
-        if not isinstance(data.get(key), str):
-            raise AgentHostsError(f"{host}.{key}: must be a path, not {data.get(key)!r}")
-    env = data.get("env", {})
-    if not isinstance(env, dict) or not all(
-        isinstance(key, str) and isinstance(value, str) for key, value in env.items()
-    ):
-        raise AgentHostsError(f"{host}.env: must map names to strings")
-    cpus = data.get("cpus", [])
-    if not isinstance(cpus, list) or not all(
-        isinstance(cpu, int) and not isinstance(cpu, bool) and cpu >= 0 for cpu in cpus
-    ):
-        raise AgentHostsError(f"{host}.cpus: must be a list of CPU numbers, not {cpus!r}")
-    return AgentHost(base=data["base"], cwd=data["cwd"], env=dict(env), cpus=list(cpus))
+    # Every key known: the agent runs commands by it, so a misspelt one is refused.
+    try:
+        return json_records.read(AgentHost, data, known_keys_only=True)
+    except json_records.RecordError as exc:
+        raise AgentHostsError(f"{host}.{exc.key}: {exc.problem}") from exc

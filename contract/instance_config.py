@@ -13,14 +13,14 @@ The key names of each are defined here once.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from contract import hyperparameters as hp
-from contract import modes, storage
+from contract import json_records, modes, storage
 from contract.images import BUILTIN
 from contract.layout import (
     HYPERPARAMETERS_FILE,
@@ -74,9 +74,9 @@ class JobDescription:
     framework: str = "pytorch"
     # Which start of the job this is (0 the first), sent with every report so the service
     # can tell this attempt's words from a late one of an earlier attempt.
-    attempt: int = 0
+    attempt: Annotated[int, json_records.COUNT] = 0
     # The number of this attempt's first log line (lines of earlier attempts are stored).
-    first_log_seq: int = 1
+    first_log_seq: Annotated[int, json_records.COUNT] = 1
     # Where checkpoints are kept across restarts; None when the job keeps none.
     checkpoint_uri: str | None = None
     # Where the script writes them on the instance, as the job gave it (a path under the
@@ -101,7 +101,7 @@ class JobDescription:
     aws_credentials: bool = False
     # How often the runtime samples the instance's CPU, memory, disk and GPUs for the
     # service (runtime.reporting.instance_metrics), in seconds; 0: never.
-    instance_metrics_seconds: float = 10.0
+    instance_metrics_seconds: Annotated[float, json_records.SECONDS] = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,13 +113,13 @@ class Placement:
     # PyTorch container sets MASTER_ADDR; its address where they cannot (instances that
     # share a machine and its /etc/hosts).
     master_addr: str
-    master_port: int
+    master_port: Annotated[int, json_records.PORT]
     # How mpirun on the first instance reaches the others (argv prefix; empty if the
     # backend has none).
     launch_agent: tuple[str, ...] = ()
     # Where instances are separate machines: the port of the runtime's own launch agent
     # (runtime.launch.remote_agent), through which mpirun reaches them; None elsewhere.
-    agent_port: int | None = None
+    agent_port: Annotated[int | None, json_records.PORT] = None
     # Every instance of the job runs on this one machine (the local backend), under the
     # same hostname: Open MPI's shared-memory segments are named after the hostname and
     # each instance's local ranks, so two instances' ranks would map the same segment.
@@ -133,7 +133,7 @@ class Placement:
     notices: tuple[str, ...] = ()
     # Where instances have a network of their own: after how long without reaching any of
     # its peers an instance has lost the job's network (and the job restarts); None: never.
-    peer_timeout_seconds: float | None = None
+    peer_timeout_seconds: Annotated[float | None, json_records.SECONDS] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +194,7 @@ class RunyardConfig(Sandbox, Placement, JobDescription):
         return cls(**_fields_of(job), **_fields_of(placement), **_fields_of(sandbox))
 
     def to_json(self) -> str:
-        return dump({item.name: getattr(self, item.name) for item in fields(RunyardConfig)})
+        return dump(json_records.to_data(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunyardConfig:
@@ -207,68 +207,15 @@ def _fields_of(part: JobDescription | Placement | Sandbox) -> dict[str, Any]:
 
 
 def _runyard_fields(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``runyard.json``'s values by field: leniently where a key may be absent (its field's
-    default), strictly where one is present."""
-    values = {}
-    for item in fields(RunyardConfig):
-        if item.name in data:
-            read = _READERS.get(item.name)
-            values[item.name] = (
-                data[item.name] if read is None else read(item.name, data[item.name])
-            )
-        elif item.default is MISSING and item.default_factory is MISSING:
-            raise ConfigError(f"instance config is missing {item.name!r}")
-    return values
-
-
-def _optional_port(name: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-        raise ConfigError(f"{name} must be a TCP port number, not {value!r}")
-    return value
-
-
-def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{name} must be a whole number, not {value!r}")
-    return value
-
-
-def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
-        raise ConfigError(f"{name} must be a number of seconds, not {value!r}")
-    return float(value)
-
-
-# How a present value is read, for the fields that are not taken as they are.
-_READERS: dict[str, Callable[[str, Any], Any]] = {
-    "distribution": lambda _name, value: dict(value),
-    "channels": lambda _name, value: dict(value),
-    "environment": lambda _name, value: dict(value),
-    "master_port": lambda _name, value: int(value),
-    "launch_agent": lambda _name, value: tuple(value),
-    "agent_port": _optional_port,
-    "shared_machine": lambda _name, value: value is True,
-    "attempt": _count,
-    "first_log_seq": _count,
-    "checkpoint_uri": lambda _name, value: value or None,
-    "checkpoint_local_path": lambda _name, value: value or None,
-    "spot_notice": lambda _name, value: value or None,
-    "network_namespace": lambda _name, value: value or None,
-    "notices": lambda _name, value: tuple(str(line) for line in value),
-    "container_command": lambda _name, value: tuple(str(part) for part in value),
-    "read_only_paths": lambda _name, value: tuple(str(path) for path in value),
-    "hidden_paths": lambda _name, value: tuple(str(path) for path in value),
-    "ssh": lambda _name, value: value is True,
-    "file_roots": lambda _name, value: tuple(str(path) for path in value),
-    "read_only_roots": lambda _name, value: tuple(str(path) for path in value),
-    "confine_files": lambda _name, value: value is True,
-    "container_engine": lambda _name, value: tuple(str(word) for word in value),
-    "aws_credentials": lambda _name, value: value is True,
-    "instance_metrics_seconds": _seconds,
-    "peer_timeout_seconds": lambda _name, value: float(value) if value else None,
-}
+    """``runyard.json``'s values by field (``contract.json_records``: each field's
+    annotation says how it is read): a key it lacks is its field's default, one it has that
+    Runyard does not know is a newer server's and left alone."""
+    try:
+        return json_records.values(RunyardConfig, data)
+    except json_records.RecordError as exc:
+        if exc.missing:
+            raise ConfigError(f"instance config is missing {exc.key!r}") from exc
+        raise ConfigError(f"{RUNYARD_CONFIG_FILE}: {exc.key} {exc.problem}") from exc
 
 
 def resource_config(

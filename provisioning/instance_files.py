@@ -32,8 +32,9 @@ def describe(request: LaunchRequest) -> files.JobDescription:
         framework=spec.framework,
         attempt=request.job.attempt,
         first_log_seq=request.first_log_seq,
-        checkpoint_uri=spec.checkpoint_s3_uri,
-        checkpoint_local_path=spec.checkpoint_local_path,
+        # An empty one is none: the runtime tells the two apart only by None.
+        checkpoint_uri=spec.checkpoint_s3_uri or None,
+        checkpoint_local_path=spec.checkpoint_local_path or None,
         container_command=(*spec.container_entrypoint, *spec.container_arguments),
         image=spec.image.label,
         file_roots=request.file_roots,

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from contract import agent_hosts, storage, variables
+from contract import agent_hosts, json_records, storage, variables
 from contract.agent_hosts import AgentHost
 from contract.hosts import RENDEZVOUS_PORT
 from contract.images import BUILTIN, Catalog
@@ -997,11 +997,8 @@ class LocalBackend(Backend[LocalPlan]):
             data = json.loads((job_dir / "plan.json").read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
-        instances = [LocalInstance(**item) for item in data.pop("instances")]
-        net = data.pop("network", None)
-        if net is not None:
-            net = network.JobNetwork.from_dict(net)
-        return LocalPlan(**data, instances=instances, network=net)
+        # A plan written before a field existed reads with the field's default.
+        return json_records.read(LocalPlan, data)
 
 
 def _on_image(request: LaunchRequest, image: str) -> LaunchRequest:

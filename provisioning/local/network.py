@@ -35,7 +35,6 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from contract.hosts import host_number
 from contract.layout import IMAGE_BASE_DIR
@@ -98,28 +97,6 @@ class JobNetwork:
 
     def port(self, host: str) -> Port:
         return next(port for port in self.ports if port.host == host)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobNetwork:
-        """As ``asdict`` wrote it in a plan (one written before jobs had a way out lacks
-        the subnet and egress: closed; one written before the pool was a setting, the
-        pool: the default)."""
-        way_out = data.get("egress")
-        return cls(
-            data["bridge"],
-            [Port(**port) for port in data["ports"]],
-            data.get("subnet", str(CLOSED_SUBNET)),
-            Egress(
-                **{
-                    **way_out,
-                    "nameservers": tuple(way_out["nameservers"]),
-                    "api_addresses": tuple(way_out.get("api_addresses", ())),
-                }
-            )
-            if way_out
-            else None,
-            data.get("pool", str(DEFAULT_POOL)),
-        )
 
 
 def plan(

@@ -35,11 +35,11 @@ import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import NoReturn
 
-from contract import untrusted
+from contract import json_records, untrusted
 from runtime.linux.mounts import (
     MS_BIND,
     MS_NODEV,
@@ -102,21 +102,13 @@ class Confinement:
         fd, path = tempfile.mkstemp(prefix="env-", suffix=".json", dir=self.handover_dir or None)
         with os.fdopen(fd, "w") as handover:  # mkstemp: 0600, root's
             json.dump(dict(env), handover)
-        command = [python, "-I", "-m", __name__, json.dumps(asdict(self)), path, "--", *argv]
+        confinement = json.dumps(json_records.to_data(self))
+        command = [python, "-I", "-m", __name__, confinement, path, "--", *argv]
         return command, {"PATH": CONFINER_PATH}
 
     @classmethod
     def from_json(cls, text: str) -> Confinement:
-        data = json.loads(text)
-        return cls(
-            uid=int(data["uid"]),
-            private={str(k): str(v) for k, v in data.get("private", {}).items()},
-            handover_dir=str(data.get("handover_dir", "")),
-            **{
-                name: tuple(str(p) for p in data.get(name, ()))
-                for name in ("hidden", "read_only", "writable")
-            },
-        )
+        return json_records.read(cls, json.loads(text), known_keys_only=True)
 
 
 # System calls a job's process is refused (EPERM) where seccomp can be used: new

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -194,17 +195,19 @@ def test_the_agents_hosts_file_reads_back_what_was_written(tmp_path: Path) -> No
     ("entry", "key"),
     [
         ({"cwd": "/c"}, "algo-2.base"),
-        ({"base": "/b", "cwd": "/c", "env": {"A": 1}}, "algo-2.env"),
-        ({"base": "/b", "cwd": "/c", "cpus": [True]}, "algo-2.cpus"),
+        ({"base": "/b", "cwd": "/c", "env": {"A": 1}}, "algo-2.env.A"),
+        ({"base": "/b", "cwd": "/c", "cpus": [True]}, "algo-2.cpus[0]"),
+        ({"base": "/b", "cwd": "/c", "cpus": [-1]}, "algo-2.cpus[0]"),
+        ("/b", "algo-2"),
         ({"base": "/b", "cwd": "/c", "gpus": [0]}, "algo-2.gpus"),
     ],
 )
 def test_a_malformed_hosts_entry_is_refused_naming_its_key(
-    tmp_path: Path, entry: dict[str, object], key: str
+    tmp_path: Path, entry: object, key: str
 ) -> None:
     path = tmp_path / "hosts.json"
     path.write_text(json.dumps({"algo-1": {"base": "/b", "cwd": "/c"}, "algo-2": entry}))
-    with pytest.raises(AgentHostsError, match=f"^{key}: "):
+    with pytest.raises(AgentHostsError, match=f"^{re.escape(key)}: "):
         agent_hosts.read(path)
 
 
