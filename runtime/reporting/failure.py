@@ -121,7 +121,8 @@ def _algorithm_error(exit_code: int, stderr_tail: Sequence[str]) -> str:
 def _explanation(stderr_tail: Sequence[str]) -> tuple[Traceback | None, list[str]]:
     """The traceback that explains the failure, or else the lines that say most of it:
     that of the rank its launcher names as the first to fail, else that of the first rank
-    to print one, else the last untagged one."""
+    to print one (either passed over where it says only that a peer was lost), else the
+    last untagged one."""
     lines = list(stderr_tail)
     summary = torchrun_summary.find(lines)
     root = summary.root_cause if summary is not None else None
@@ -134,7 +135,7 @@ def _explanation(stderr_tail: Sequence[str]) -> tuple[Traceback | None, list[str
     traceback = (
         rank_output.traceback_of(ranked, named)
         or last_traceback(trusted.traceback if trusted else [])  # from its error file
-        or rank_output.first_failure(ranked)
+        or rank_output.first_cause(ranked)
         or last_traceback(root.traceback if root else [])
         or last_traceback(texts)  # a single process's, or ranks that tag nothing
     )

@@ -8,7 +8,10 @@ before each line. Under mpirun a script's traceback carries both: ``[1,3]<stderr
 [rank3]: Traceback ...``. Ranks that fail together interleave their tracebacks, and those
 that fail second fail because of the first (a peer's connection closed), so the reason is
 the traceback of the rank that failed first, alone: the one its launcher names (torchrun's
-root cause, mpirun's first process to exit), else the first to start printing one.
+root cause, mpirun's first process to exit), else the first to start printing one. A
+launcher names the first to exit, which on a busy machine can be a rank that failed
+because its peer did (the peer still tearing torch down): where the named rank's error is
+only that (``peer_lost``) and another rank's is not, the other's is the reason.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ _MPI_TAG = re.compile(r"\[\d+,(?:mpirank:)?(?P<rank>\d+)(?:,[\w.-]+)?\]<std(?:ou
 _TORCH_TAG = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 # mpirun's summary of the first rank to exit with an error: "Process name:
 # [prterun-algo-1-5@1,3]" (Open MPI 5) or "[[41234,1],3]" (Open MPI 4).
+# What gloo, NCCL and sockets say when a rank's peer has gone (gloo adds "This is
+# typically caused by a remote worker crashing").
+_PEER_LOST = re.compile(
+    r"Connection (?:closed|reset) by peer|remote process exited|communicator was aborted"
+    r"|Broken pipe",
+    re.IGNORECASE,
+)
 _MPIRUN_FIRST = re.compile(
     r"^\s*Process name:\s*\[(?:[^\]@]+@\d+,(?P<prrte>\d+)|\[\d+,\d+\],(?P<orte>\d+))\]"
 )
@@ -79,19 +89,27 @@ def mpirun_first_rank(lines: Iterable[RankLine]) -> int | None:
 
 def traceback_of(lines: Sequence[RankLine], ranks: Iterable[int | None]) -> Traceback | None:
     """The last traceback of the first of ``ranks`` (those a launcher names as the first
-    to fail, most trusted first) that printed one."""
+    to fail, most trusted first) that printed one; where that one only says a peer was
+    lost, the first rank's that says more, if any does."""
     for rank in ranks:
         if rank is not None and (traceback := last_traceback(lines_of(lines, rank))):
-            return traceback
+            return first_cause(lines) if peer_lost(traceback) else traceback
     return None
 
 
-def first_failure(lines: Sequence[RankLine]) -> Traceback | None:
-    """The last traceback of the first rank to start printing one; None where no rank's
-    lines hold one."""
+def peer_lost(traceback: Traceback) -> bool:
+    """Whether the error is only that a peer of the rank went away (its connection closed
+    or reset, its collective aborted): the effect of another rank's failure."""
+    return _PEER_LOST.search(traceback.exception) is not None
+
+
+def first_cause(lines: Sequence[RankLine]) -> Traceback | None:
+    """The last traceback of the first rank to print one that is not ``peer_lost``; else
+    the first rank's."""
     starts = (line.rank for line in lines if line.rank is not None and begins_traceback(line.text))
-    first = next(starts, None)
-    return None if first is None else last_traceback(lines_of(lines, first))
+    tracebacks = [last_traceback(lines_of(lines, rank)) for rank in dict.fromkeys(starts)]
+    found = [traceback for traceback in tracebacks if traceback is not None]
+    return next((each for each in found if not peer_lost(each)), found[0] if found else None)
 
 
 def lines_of(lines: Sequence[RankLine], rank: int) -> list[str]:

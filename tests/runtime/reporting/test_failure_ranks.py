@@ -140,9 +140,28 @@ def test_torchruns_root_cause_decides_only_when_it_failed_alone(tmp_path: Path) 
     assert summary is not None
     assert summary.root_cause is not None
     assert (summary.root_cause.rank, summary.root_cause_alone) == (0, True)
+    # Its error says only that its peer went away, the effect of rank 1's: rank 1's stays
+    # the reason.
+    assert _reason(lines, tmp_path) == _rank_one_divides()
+    # An error of its own (a timeout, here) is the reason.
+    lines = [line.replace("Connection closed by peer", "Timed out in recv from") for line in lines]
     text = _reason(lines, tmp_path)
     assert text.startswith("AlgorithmError: RuntimeError: [/__w/pytorch/pytorch/"), text
+    assert "Timed out in recv from" in text
     assert "dist.all_reduce(torch.ones(1))" in text
+
+
+def test_mpiruns_first_rank_to_exit_is_passed_over_where_it_only_lost_its_peer(
+    tmp_path: Path,
+) -> None:
+    # On a busy machine rank 0 can exit before rank 1 has torn torch down, and mpirun then
+    # names rank 0, whose error is that rank 1's connection closed.
+    lines = _captured("mpirun_zde_one")
+    named = [line for line in lines if "Process name:" in line]
+    assert named, lines
+    swapped = [line.replace(",1]", ",0]") if "Process name:" in line else line for line in lines]
+    assert swapped != lines
+    assert _reason(swapped, tmp_path) == _rank_one_divides()
 
 
 def test_torchruns_own_traceback_never_explains(tmp_path: Path) -> None:
