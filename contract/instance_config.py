@@ -70,6 +70,8 @@ class JobDescription:
     distribution: dict[str, Any] = field(default_factory=dict)
     channels: dict[str, str] = field(default_factory=dict)
     output_path: str
+    # "GZIP": the model is stored packed, "NONE": as its files (``storage.model_uri``).
+    output_compression: str = "GZIP"
     environment: dict[str, str] = field(default_factory=dict)
     framework: str = "pytorch"
     # Which start of the job this is (0 the first), sent with every report so the service

@@ -40,6 +40,8 @@ class JobSpec:
     instance_type: str
     # Where the model goes: the job's own, or the server's artifact root.
     output_path: str
+    # How (``storage.model_uri``): "GZIP", packed; "NONE", its files as they are.
+    output_compression: str = "GZIP"
     instance_count: int = 1
     volume_size: int = 30
     framework: str = "pytorch"

@@ -102,8 +102,12 @@ def join(uri: str, *parts: str) -> str:
     return joined
 
 
-def model_uri(output_path: str, job_name: str) -> str:
-    """Where a job's model is stored, laid out as SageMaker lays out a job's outputs."""
+def model_uri(output_path: str, job_name: str, compression: str = "GZIP") -> str:
+    """Where a job's model is stored, laid out as SageMaker lays out a job's outputs: its
+    ``model.tar.gz``, or with ``compression`` "NONE" the prefix its files are under (a
+    trailing slash, as SageMaker's S3ModelArtifacts then gives)."""
+    if compression == "NONE":
+        return join(output_path, job_name, "output", "model") + "/"
     return join(output_path, job_name, "output", "model.tar.gz")
 
 

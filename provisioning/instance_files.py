@@ -28,6 +28,7 @@ def describe(request: LaunchRequest) -> files.JobDescription:
         distribution=spec.distribution,
         channels={name: channel.uri for name, channel in sorted(spec.inputs.items())},
         output_path=spec.output_path,
+        output_compression=spec.output_compression,
         environment=dict(sorted(spec.environment.items())),
         framework=spec.framework,
         attempt=request.job.attempt,

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import stat
 import sys
@@ -616,10 +617,14 @@ class Trainer:
 
     def _upload_model(self) -> str:
         config = self.config
-        uri = storage.model_uri(config.output_path, config.job_name)
+        uri = storage.model_uri(config.output_path, config.job_name, config.output_compression)
         with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
-            tarball = archive.make_tarball(config.paths.model, Path(scratch) / "model.tar.gz")
-            storage.put_file(tarball, uri)
+            if config.output_compression == "NONE":
+                for left_out in store_files(config.paths.model, uri, Path(scratch)):
+                    self.say(f"Model: {left_out} is not a regular file, left out")
+            else:
+                tarball = archive.make_tarball(config.paths.model, Path(scratch) / "model.tar.gz")
+                storage.put_file(tarball, uri)
         self.say(f"Model stored at {uri}")
         return uri
 
@@ -771,6 +776,35 @@ def _shared_paths(config: InstanceConfig) -> list[Path]:
             continue
         chosen.append(path)
     return chosen
+
+
+def store_files(source: Path, uri: str, scratch: Path) -> list[PurePosixPath]:
+    """Each regular file below ``source`` stored at its own path below ``uri`` (a model
+    stored uncompressed); what is not one (a link, a FIFO) is left out, and returned.
+
+    ``source`` is the job's (its model directory, written by the job's user while this
+    root runtime reads it): nothing below it is followed, and a file's bytes are copied
+    only from what was opened as a regular file (``contract.untrusted``), into ``scratch``
+    first, where the job cannot change them while they are stored."""
+    left_out: list[PurePosixPath] = []
+    if not source.is_dir():
+        return left_out
+    copy = scratch / "file"
+    for entry in untrusted.walk(source):
+        if stat.S_ISDIR(entry.stat.st_mode):
+            continue
+        if not stat.S_ISREG(entry.stat.st_mode):
+            left_out.append(entry.relative)
+            continue
+        try:
+            fd, _opened = entry.open()
+        except (untrusted.Refused, FileNotFoundError):  # swapped or gone since listed
+            left_out.append(entry.relative)
+            continue
+        with os.fdopen(fd, "rb") as data, copy.open("wb") as kept:
+            shutil.copyfileobj(data, kept)
+        storage.put_file(copy, storage.join(uri, *entry.relative.parts))
+    return left_out
 
 
 def main() -> int:

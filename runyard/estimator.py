@@ -61,7 +61,6 @@ SAGEMAKER_ONLY = frozenset(
         "enable_infra_check",
         "container_entry_point",
         "container_arguments",
-        "disable_output_compression",
         "enable_remote_debug",
         "enable_session_tag_chaining",
         "training_plan",
@@ -113,6 +112,7 @@ class Estimator:
         py_version: str | None = None,
         input_mode: str | None = None,
         enable_network_isolation: bool = False,
+        disable_output_compression: bool = False,
         client: Client | None = None,
         **sagemaker_only: Any,
     ) -> None:
@@ -152,6 +152,8 @@ class Estimator:
             "progress_metric": progress_metric,
             # The instances reach each other and nothing else, as on SageMaker.
             "enable_network_isolation": enable_network_isolation or None,
+            # The model stored as its files, not packed in a model.tar.gz.
+            "output_compression": "NONE" if disable_output_compression else None,
         }
         self.client = client or Client()
         self.latest_training_job: TrainingJob | None = None
@@ -197,11 +199,14 @@ class Estimator:
         """The constructor's arguments that make a job's spec (``GET .../clone``): a
         framework class whose own arguments are not spec fields overrides this."""
         taken = inspect.signature(Estimator.__init__).parameters
-        return {
+        arguments = {
             key: value
             for key, value in submitted_as.items()
             if key in taken and key not in _NOT_CONSTRUCTED and value is not None
         }
+        if submitted_as.get("output_compression") == "NONE":  # the SDK's name for it
+            arguments["disable_output_compression"] = True
+        return arguments
 
     def enable_network_isolation(self) -> bool:
         """Whether the job's instances run without a network beyond each other, as the
@@ -274,12 +279,18 @@ class Estimator:
         return spec
 
     @property
-    def model_data(self) -> str | None:
-        """URI of the latest job's model.tar.gz, once it has completed."""
+    def model_data(self) -> str | dict[str, Any] | None:
+        """URI of the latest job's model.tar.gz once it has completed; where it was stored
+        uncompressed (disable_output_compression), the prefix of its files as the SDK's
+        ``model_data`` gives it, an S3DataSource of that prefix."""
         if self.latest_training_job is None:
             return None
-        artifacts: str | None = self.latest_training_job.latest().get("model_artifacts")
-        return artifacts
+        job = self.latest_training_job.latest()
+        artifacts: str | None = job.get("model_artifacts")
+        if artifacts is None or job["spec"].get("output_compression") != "NONE":
+            return artifacts
+        source = {"S3Uri": artifacts, "S3DataType": "S3Prefix", "CompressionType": "None"}
+        return {"S3DataSource": source}
 
     def _code(self) -> tuple[Path, str]:
         if self.source_dir is not None:

@@ -103,9 +103,15 @@ def stored_model(job: TrainingJob) -> tuple[str, int]:
     """Where the job's model is, and its size, for a download. Only the place the runtime
     is told to store it counts: the URI an instance reported is the instance's word, and
     serving whatever it named would let a job's script read any file through the API."""
-    expected = storage.model_uri(job.record.output_path, job.name)
+    record = job.record
+    expected = storage.model_uri(record.output_path, job.name, record.output_compression)
     if job.model_artifacts != expected:
         raise NotFound(f"training job {job.name!r} has no model stored")
+    if record.output_compression == "NONE":
+        raise Conflict(
+            f"training job {job.name!r} stored its model as files (output_compression "
+            f"NONE), not as a model.tar.gz: they are under {expected}"
+        )
     try:
         return expected, storage.size(expected)
     except storage.StorageError as exc:

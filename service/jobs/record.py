@@ -134,6 +134,13 @@ class JobFields(Strict):
         description="Where the model and output go (`s3://bucket/prefix`), under the job's "
         "name. Empty: the server's artifact root.",
     )
+    output_compression: Literal["GZIP", "NONE"] = Field(
+        default="GZIP",
+        description="How the model is stored: GZIP, /opt/ml/model packed as "
+        "`output/model.tar.gz`; NONE, its files as they are under `output/model/` "
+        "(SageMaker's OutputDataConfig.CompressionType, the SDK's "
+        "`disable_output_compression`).",
+    )
     max_run: int = Field(
         default=24 * 3600,
         ge=1,
@@ -256,6 +263,7 @@ class JobFields(Strict):
             source_uri=self.source_uri or "",
             instance_type=self.instance_type,
             output_path=output_path,
+            output_compression=self.output_compression,
             instance_count=self.instance_count,
             volume_size=self.volume_size,
             framework=self.framework,

@@ -126,8 +126,9 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
     if "MaxPendingTimeInSeconds" in stopping:
         raise validation("StoppingCondition.MaxPendingTimeInSeconds is not supported")
     output = request["OutputDataConfig"]
-    if output.get("CompressionType", "GZIP") != "GZIP":
-        raise validation("OutputDataConfig.CompressionType: only GZIP is supported")
+    compression = output.get("CompressionType", "GZIP")
+    if compression not in ("GZIP", "NONE"):
+        raise validation(f"OutputDataConfig.CompressionType: GZIP or NONE, not {compression!r}")
     checkpoint = request.get("CheckpointConfig") or {}
     fields: dict[str, Any] = {
         "name": request["TrainingJobName"],
@@ -141,6 +142,7 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
         "volume_size": resources.get("VolumeSizeInGB", 30),
         "inputs": _inputs(request.get("InputDataConfig") or [], algorithm),
         "output_path": output.get("S3OutputPath"),
+        "output_compression": compression,
         "max_run": stopping.get("MaxRuntimeInSeconds", 24 * 3600),
         "max_wait": stopping.get("MaxWaitTimeInSeconds"),
         "environment": dict(request.get("Environment") or {}),
@@ -234,6 +236,7 @@ _MEMBER_OF_FIELD = {
     "volume_size": "ResourceConfig.VolumeSizeInGB",
     "inputs": "InputDataConfig",
     "output_path": "OutputDataConfig.S3OutputPath",
+    "output_compression": "OutputDataConfig.CompressionType",
     "max_run": "StoppingCondition.MaxRuntimeInSeconds",
     "max_wait": "StoppingCondition.MaxWaitTimeInSeconds",
     "environment": "Environment",
@@ -292,7 +295,8 @@ def secondary_status(job: TrainingJob | Row[Any]) -> str:
 
 
 def expected_model(job: TrainingJob) -> str:
-    return storage.model_uri(job.record.output_path, job.name)
+    record = job.record
+    return storage.model_uri(record.output_path, job.name, record.output_compression)
 
 
 def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any]:

@@ -202,13 +202,14 @@ def place_in_line(
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/gzip": {}}, "description": "model.tar.gz"},
-        **replies(401, 404, 422),
+        **replies(401, 404, 409, 422),
     },
 )
 def download_model(
     name: JobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> StreamingResponse:
-    """The job's model (its model.tar.gz), as the artifact store holds it."""
+    """The job's model (its model.tar.gz), as the artifact store holds it; 409 for a job
+    whose model is stored as files (output_compression NONE), which says where."""
     uri, size = lookup.stored_model(lookup.get(session, name, user, project))
     return _tarball(uri, size, f"{name}-model.tar.gz")
 

@@ -200,6 +200,7 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
   },
   "channels": {},
   "output_path": "file:///srv/runyard/artifacts/output",
+  "output_compression": "GZIP",
   "environment": {
     "NCCL_DEBUG": "INFO"
   },

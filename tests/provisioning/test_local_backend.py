@@ -107,6 +107,7 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
         "distribution": {"torch_distributed": {"enabled": True}},
         "channels": {},
         "output_path": (tmp_path / "artifacts").as_uri(),
+        "output_compression": "GZIP",
         "environment": {"MY_FLAG": "1"},
         "master_addr": "127.0.0.1",
         "master_port": 29500,

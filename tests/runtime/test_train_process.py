@@ -60,6 +60,38 @@ def test_runs_the_script_and_stores_the_model(tmp_path: Path) -> None:
     assert (base / "output" / "success").exists()
 
 
+UNCOMPRESSED_MODEL_SCRIPT = """
+import os
+model = os.environ["SM_MODEL_DIR"]
+os.makedirs(os.path.join(model, "tokenizer"))
+with open(os.path.join(model, "weights.bin"), "wb") as f:
+    f.write(bytes(range(256)))
+with open(os.path.join(model, "tokenizer", "vocab.txt"), "w") as f:
+    f.write("a\\nb\\n")
+# A link a root runtime must not follow into the machine's files.
+os.symlink("/etc/shadow", os.path.join(model, "shadow"))
+"""
+
+
+def test_a_model_stored_uncompressed_is_its_files_under_output_model(tmp_path: Path) -> None:
+    # SageMaker's OutputDataConfig.CompressionType NONE (disable_output_compression).
+    source = _source(tmp_path, UNCOMPRESSED_MODEL_SCRIPT)
+    request = launch_request(source, output_compression="NONE")
+    base = write_instances(tmp_path / "job", request)["algo-1"]
+    process = start_runtime(base)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    uri = storage.model_uri(request.spec.output_path, "job-1", "NONE")
+    assert uri.endswith("/job-1/output/model/")
+    assert f"Model stored at {uri}" in output
+    assert "Model: shadow is not a regular file, left out" in output
+    stored = storage.local_path(uri)
+    files = sorted(str(path.relative_to(stored)) for path in stored.rglob("*") if path.is_file())
+    assert files == ["tokenizer/vocab.txt", "weights.bin"]
+    assert (stored / "weights.bin").read_bytes() == bytes(range(256))
+    assert not (stored.parent / "model.tar.gz").exists()
+
+
 def test_a_failing_script_fails_the_instance_with_its_reason(tmp_path: Path) -> None:
     source = _source(tmp_path, "raise SystemExit('config file missing')\n")
     base = write_instances(tmp_path / "job", launch_request(source))["algo-1"]

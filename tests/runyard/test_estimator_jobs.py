@@ -266,6 +266,24 @@ def test_network_isolation_reaches_the_job(
     assert PyTorch.attach(job["name"], client=client).enable_network_isolation() is True
 
 
+def test_disable_output_compression_reaches_the_job_and_an_attached_estimator(
+    api: TestClient, settings: Settings, client: InProcessClient, source_dir: Path
+) -> None:
+    assert _estimator(client, source_dir).spec["output_compression"] is None
+    estimator = _estimator(client, source_dir, disable_output_compression=True)
+    job = estimator.fit(wait=False, echo=lambda _line: None)
+    spec = api.get(f"/v1/training-jobs/{job['name']}").json()["spec"]
+    assert spec["output_compression"] == "NONE"
+    prefix = f"file:///models/{job['name']}/output/model/"
+    _end(settings, job["name"], "Completed", model_artifacts=prefix)
+    # As the SageMaker SDK's model_data gives an uncompressed model.
+    source = {"S3Uri": prefix, "S3DataType": "S3Prefix", "CompressionType": "None"}
+    assert estimator.model_data == {"S3DataSource": source}
+    attached = PyTorch.attach(job["name"], client=client)
+    assert attached.spec["output_compression"] == "NONE"
+    assert attached.model_data == {"S3DataSource": source}
+
+
 def test_a_framework_estimator_attaches_with_its_own_arguments(
     api: TestClient, client: InProcessClient, source_dir: Path
 ) -> None:

@@ -245,6 +245,26 @@ def test_a_bad_distribution_flag_is_named_as_the_sdk_wrote_it(
     assert api.get("/v1/training-jobs").json()["items"] == []
 
 
+def test_a_model_stored_uncompressed_is_named_by_its_prefix(
+    sm: Any, api: TestClient, source_dir: Path, settings: Settings
+) -> None:
+    # The SDK's disable_output_compression=True sends CompressionType NONE.
+    output = {"S3OutputPath": (source_dir.parent / "out").as_uri(), "CompressionType": "NONE"}
+    sm.create_training_job(**request(source_dir, OutputDataConfig=output))
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    check_answer(sm, "DescribeTrainingJob", described)
+    assert described["OutputDataConfig"]["CompressionType"] == "NONE"
+    prefix = described["ModelArtifacts"]["S3ModelArtifacts"]
+    assert prefix.endswith("/out/wire-1/output/model/")
+    assert api.get("/v1/training-jobs/wire-1").json()["spec"]["output_compression"] == "NONE"
+    # Once stored there, Runyard's download of a model.tar.gz says where the files are.
+    with session_scope(settings.database_url) as session:
+        session.execute(update(TrainingJob).values(model_artifacts=prefix))
+    refused = api.get("/v1/training-jobs/wire-1/model")
+    assert refused.status_code == 409, refused.text
+    assert prefix in refused.json()["detail"]
+
+
 def test_a_name_in_use_is_resource_in_use(sm: Any, source_dir: Path) -> None:
     sm.create_training_job(**request(source_dir))
     code, message = error_of(sm.create_training_job, **request(source_dir))
@@ -276,6 +296,10 @@ LONG = "x" * 2501
         ({"InputDataConfig": []}, "inputDataConfig"),
         ({"ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 0}}, "instanceCount"),
         ({"EnableManagedSpotTraining": "yes"}, "enableManagedSpotTraining"),
+        (
+            {"OutputDataConfig": {"S3OutputPath": "s3://b/o", "CompressionType": "ZSTD"}},
+            "OutputDataConfig.CompressionType",
+        ),
     ],
 )
 def test_every_limit_is_a_validation_exception_naming_the_member(
