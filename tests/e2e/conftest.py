@@ -22,7 +22,7 @@ import pytest
 
 from provisioning.local import processes
 from provisioning.local.backend import free_port
-from runyard.client import Client, admin_token, wait_until_up
+from runyard.client import Client, RunyardError, admin_token, wait_until_up
 from tests import postgres
 from tests.conftest import POSTGRES_ADMIN_URL, RABBITMQ_URL, REDIS_URL
 from tests.timeouts import scaled
@@ -190,7 +190,17 @@ class Stack:
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            job = client.get_job(name)
+            try:
+                job = client.get_job(name)
+            except RunyardError as exc:
+                # The server did not answer (it went away, or dropped the request): what
+                # its processes last logged says why, and whether it is still there.
+                ended = {
+                    key: process.returncode
+                    for key, process in self.processes.items()
+                    if process.poll() is not None
+                }
+                pytest.fail(f"{exc}\nended, with their codes: {ended}\n{self.diagnostics()}")
             if condition(job):
                 return job
             if time.monotonic() > deadline:
