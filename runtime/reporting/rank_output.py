@@ -26,8 +26,6 @@ from runtime.reporting.tracebacks import Traceback, begins_traceback, last_trace
 # mpirun launcher it is also the process's torch rank (runtime.launch.mpi_rank).
 _MPI_TAG = re.compile(r"\[\d+,(?:mpirank:)?(?P<rank>\d+)(?:,[\w.-]+)?\]<std(?:out|err)>:")
 _TORCH_TAG = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
-# mpirun's summary of the first rank to exit with an error: "Process name:
-# [prterun-algo-1-5@1,3]" (Open MPI 5) or "[[41234,1],3]" (Open MPI 4).
 # What gloo, NCCL and sockets say when a rank's peer has gone (gloo adds "This is
 # typically caused by a remote worker crashing").
 _PEER_LOST = re.compile(
@@ -35,6 +33,8 @@ _PEER_LOST = re.compile(
     r"|Broken pipe",
     re.IGNORECASE,
 )
+# mpirun's summary of the first rank to exit with an error: "Process name:
+# [prterun-algo-1-5@1,3]" (Open MPI 5) or "[[41234,1],3]" (Open MPI 4).
 _MPIRUN_FIRST = re.compile(
     r"^\s*Process name:\s*\[(?:[^\]@]+@\d+,(?P<prrte>\d+)|\[\d+,\d+\],(?P<orte>\d+))\]"
 )
