@@ -44,9 +44,10 @@ class Rule:
     description: str
 
 
-PORT = Rule(lambda value: value is None or 0 < value < 65536, "a TCP port number")
+# Each holds for a value its type admits (a None is never checked).
+PORT = Rule(lambda value: 0 < value < 65536, "a TCP port number")
 COUNT = Rule(lambda value: value >= 0, "a whole number")
-SECONDS = Rule(lambda value: value is None or 0 <= value < 1e9, "a number of seconds")
+SECONDS = Rule(lambda value: 0 <= value < 1e9, "a number of seconds")
 
 
 def to_data(record: Any) -> Any:
@@ -92,7 +93,7 @@ def _value(hint: Any, value: Any, key: str) -> Any:
         hint, *extras = typing.get_args(hint)
         rule = next((extra for extra in extras if isinstance(extra, Rule)), None)
     read_value = _typed(hint, value, key, rule)
-    if rule is not None and not rule.holds(read_value):
+    if rule is not None and read_value is not None and not rule.holds(read_value):
         raise RecordError(key, f"must be {rule.description}, not {value!r}")
     return read_value
 
