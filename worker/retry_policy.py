@@ -84,6 +84,8 @@ def _with_why(reason: str, why: str) -> str:
 
 
 def matches(rule: RetryRule, failure: Failure) -> bool:
+    if rule.on_failure_causes and failure.cause not in rule.on_failure_causes:
+        return False
     if rule.on_exit_codes and failure.exit_code not in rule.on_exit_codes:
         return False
     return not rule.on_failure_reasons or any(

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from contract import images, modes
+from contract.failure_causes import FailureCause
 from service.kit import patterns
 from service.kit.integers import Int32
 from service.kit.text import Loc
@@ -287,11 +288,18 @@ class ProgressMetric(Strict):
 
 
 class RetryRule(Strict):
-    """One rule of ``retry_rules``. A failure matches when its exit code is one of
-    ``on_exit_codes`` (when given) and its reason matches one of the regular expressions
-    ``on_failure_reasons`` (when given); a rule with neither matches every failure. The
-    first rule that matches decides."""
+    """One rule of ``retry_rules``. A failure matches when its cause is one of
+    ``on_failure_causes``, its exit code one of ``on_exit_codes`` and its reason matches
+    one of the regular expressions ``on_failure_reasons`` (each when given); a rule with
+    none of them matches every failure. The first rule that matches decides."""
 
+    on_failure_causes: list[FailureCause] = Field(
+        default_factory=list,
+        max_length=len(FailureCause),
+        description="Causes the rule matches, as the job's failure_cause names them ("
+        + ", ".join(cause.value for cause in FailureCause)
+        + "): a typed match, where a pattern would depend on a reason's words.",
+    )
     on_exit_codes: list[Int32] = Field(
         default_factory=list, max_length=64, description="Exit codes the rule matches."
     )

@@ -65,6 +65,19 @@ def _retries(failure: Failure, spec: JobRecord, restarts: int = 0, infra: int = 
             False,
         ),
         ([{"on_failure_reasons": ["^InstanceLost"], "action": "fail"}], LOST, False),
+        # By cause, whatever the reason's words.
+        ([{"on_failure_causes": ["InstanceLost"], "action": "fail"}], LOST, False),
+        ([{"on_failure_causes": ["OutOfMemory"], "action": "fail"}], OOM, False),
+        (
+            [{"on_failure_causes": ["OutOfMemory"], "action": "fail"}, {"action": "retry"}],
+            CRASH,
+            True,
+        ),
+        (
+            [{"on_failure_causes": ["ScriptError"], "on_exit_codes": [4], "action": "retry"}],
+            CRASH,
+            False,
+        ),
     ],
 )
 def test_rules(rules: list[dict[str, Any]], failure: Failure, retried: bool) -> None:

@@ -350,6 +350,11 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
         ["retry_rules", "0", "on_failure_reasons"],
     ),
     (
+        "retry rule cause",
+        {"retry_rules": [{"on_failure_causes": ["OutOfMemory", "OOMKilled"], "action": "fail"}]},
+        ["retry_rules", "0", "on_failure_causes", "1"],
+    ),
+    (
         "retry rule action",
         {"retry_rules": [{"on_exit_codes": [1], "action": "maybe"}]},
         ["retry_rules", "0", "action"],
