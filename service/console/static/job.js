@@ -40,9 +40,13 @@
       Runyard.elapsed(job.created_at, job.ended_at)));
     const download = `${Runyard.base}${jobPath}/model${
       job.project ? `?project=${encodeURIComponent(job.project)}` : ""}`;
+    // A model stored uncompressed (output_compression NONE) is a prefix of files, which
+    // no one download serves.
+    const packed = job.spec.output_compression !== "NONE";
     facts.push(...fact("Model artifact", job.model_artifacts
-      ? el("span", {}, el("code", { text: job.model_artifacts }), " ",
-          el("a", { href: download, download: "", text: "Download model" }))
+      ? el("span", {}, el("code", { text: job.model_artifacts }), " ", packed
+          ? el("a", { href: download, download: "", text: "Download model" })
+          : "(its files, stored uncompressed)")
       : Runyard.jobTables.noModel(job)));
     document.getElementById("status-facts").replaceChildren(...facts);
   }
