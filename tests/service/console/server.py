@@ -126,9 +126,12 @@ class ConsoleServer:
             )
 
     def stored_model(self, job: dict[str, Any], content: bytes) -> None:
-        """The model the job's runtime would have stored, and reported."""
-        uri = storage.join(job["spec"]["output_path"], job["name"], "output", "model.tar.gz")
+        """The model the job's runtime would have stored, and reported: its model.tar.gz,
+        or one file of its uncompressed model."""
+        spec = job["spec"]
+        uri = storage.model_uri(spec["output_path"], job["name"], spec["output_compression"])
         path = storage.local_path(uri)
+        path = path / "model.bin" if uri.endswith("/") else path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
         with session_scope(self.settings.database_url) as session:

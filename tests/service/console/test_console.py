@@ -124,6 +124,18 @@ def test_a_jobs_page_follows_its_logs_and_charts_its_metrics(
     assert Path(download.value.path()).read_bytes() == b"weights"
 
 
+def test_a_model_stored_uncompressed_is_named_not_offered_for_download(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    job = server.submit("unpacked", output_compression="NONE")
+    server.stored_model(job, b"weights")
+    sign_in("alpha viewer")
+    page.goto(server.url + "jobs/unpacked")
+    stored = page.get_by_role("definition").filter(has_text="stored uncompressed")
+    expect(stored.locator("code")).to_have_text(re.compile(r"/unpacked/output/model/$"))
+    expect(page.get_by_role("link", name="Download model")).to_have_count(0)
+
+
 def test_stop_asks_first(page: Page, server: ConsoleServer, sign_in: SignIn) -> None:
     server.submit("to-stop")
     sign_in("alpha member")
