@@ -20,6 +20,7 @@ from provisioning.base import REDACTED, InstanceState, JobRef, LaunchRequest, Ma
 from provisioning.local import processes
 from provisioning.local.backend import HOSTS_FILE, LocalBackend, LocalPlan, share_cpus
 from tests.instances import JOB_ID, launch_request
+from tests.timeouts import scaled
 
 ENVIRON = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "DATABASE_PASSWORD": "x"}
 
@@ -349,13 +350,21 @@ def test_pid_reuse_is_not_mistaken_for_the_instance() -> None:
 def test_a_child_still_exiting_at_teardown_is_reaped_not_dropped() -> None:
     # As when teardown finds an instance gone while its exit is still under way: /proc no
     # longer shows its job marker, and it is not yet a zombie.
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    # Its interpreter up before teardown comes (a loaded machine can take longer than the
+    # wait to start one), then a moment from its exit.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(0.3)"],
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    child.stdout.readline()
+    child.stdout.close()
     pid = child.pid
     processes.remember_child(child)
     del child
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        processes.forget_child(pid)
+        processes.forget_child(pid, timeout=scaled(processes.REAP_WAIT_SECONDS))
         gc.collect()
     # Only this child's: the collection may find what earlier tests of this process dropped.
     dropped = [w for w in caught if issubclass(w.category, ResourceWarning)]
