@@ -76,6 +76,9 @@ def scheme(uri: str) -> str:
     return found
 
 
+# Kept: a submission's rules ask for the paths of the same few URIs a dozen times, and
+# parsing each cost more than the rest of a rule. A URI refused is not kept.
+@functools.lru_cache(maxsize=4096)
 def local_path(uri: str) -> Path:
     """The absolute path a ``file://`` URI names (percent-escapes decoded as the bytes of
     a file name, so any name the file system holds round-trips)."""

@@ -25,6 +25,7 @@ from typing import Literal
 from contract import storage
 from contract.file_confinement import inside
 from service.auth.models import DEFAULT_PROJECT
+from service.kit import resolved_paths
 from service.sources.service import SOURCES_FOLDER
 
 Access = Literal["read-only", "read-write"]
@@ -59,7 +60,7 @@ def keys(uri: str) -> tuple[str, ...]:
             path = str(storage.local_path(uri))
             if "\x00" in path:
                 return ()
-            forms = (os.path.normpath(path), os.path.realpath(path))
+            forms = (os.path.normpath(path), resolved_paths.realpath(path))
             return tuple(dict.fromkeys("file://" + form for form in forms))
         storage.check_form(uri)
     except storage.StorageError:

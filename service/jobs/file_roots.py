@@ -22,6 +22,7 @@ from contract import storage
 from contract.file_confinement import inside
 from contract.problems import Problem
 from contract.spec import JobSpec
+from service.kit import resolved_paths
 
 
 def problems(spec: JobSpec, roots: Sequence[Path]) -> list[Problem]:
@@ -56,7 +57,7 @@ def _problem(uri: str, forms: set[str]) -> str | None:
     )
     if not _inside(os.path.normpath(path), forms):
         return outside
-    if not _inside(os.path.realpath(path), forms):
+    if not _inside(resolved_paths.realpath(path), forms):
         return f"{uri}: leads outside the directories this server lets jobs use, through a link"
     return None
 
@@ -69,7 +70,7 @@ def _forms(roots: Iterable[Path]) -> set[str]:
 
 def root_forms(root: Path) -> tuple[str, str]:
     """A root's path as written, then with its links resolved (a walk of the disk)."""
-    return os.path.normpath(root), os.path.realpath(root)
+    return os.path.normpath(root), resolved_paths.realpath(root)
 
 
 def _inside(path: str, roots: set[str]) -> bool:

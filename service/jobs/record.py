@@ -319,6 +319,14 @@ _parsed: LRUCache[str, tuple[Mapping[str, Any], JobRecord]] = LRUCache(_PARSED_J
 _parsed_lock = threading.Lock()
 
 
+def remember(job_id: str, spec: Mapping[str, Any], record: JobRecord) -> None:
+    """Keep ``record`` as job ``job_id``'s, stored as ``spec`` (its ``dump``): a job
+    accepted just now is read at once (its lifecycle, its capacity, the reply), and
+    parsing back what it was dumped from cost as much as the rest of storing it."""
+    with _parsed_lock:
+        _parsed[job_id] = (spec, record)
+
+
 def record_of(job_id: str, spec: Mapping[str, Any]) -> JobRecord:
     """The record of job ``job_id`` stored as ``spec``, parsed once for as long as its
     stored form is the same: a record is written once, when its job is accepted, but the

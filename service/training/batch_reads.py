@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from service.auth.models import Project
 from service.grants import service as grant_service
 from service.grants.service import DataAccess
+from service.kit import resolved_paths
 from service.kit.db import autocommit_reads
 from service.settings import Settings
 
@@ -53,5 +54,7 @@ class PreparationReads:
 
 @contextmanager
 def preparation_reads(settings: Settings) -> Iterator[PreparationReads]:
-    with autocommit_reads(settings.database_url) as session:
+    """The reads of one batch; inside it, each path the rules look at on disk is resolved
+    once for the batch (``service.kit.resolved_paths``)."""
+    with autocommit_reads(settings.database_url) as session, resolved_paths.resolved_once():
         yield PreparationReads(session, settings)

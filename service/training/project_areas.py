@@ -24,6 +24,7 @@ from service.auth.models import DEFAULT_PROJECT
 from service.grants.checks import written_at
 from service.grants.places import PROJECTS_FOLDER, output_root
 from service.jobs.file_roots import root_forms
+from service.kit import resolved_paths
 from service.sources.service import SOURCES_FOLDER
 
 # Fields a job only reads from: these may also name an uploaded source.
@@ -82,7 +83,7 @@ def _below(uri: str, root: str, tops: tuple[str, ...]) -> PurePosixPath | None:
             return None
         if storage.scheme(uri) == "file":
             path = storage.local_path(uri)
-            for form in (os.path.normpath(path), os.path.realpath(path)):
+            for form in (os.path.normpath(path), resolved_paths.realpath(path)):
                 for top in tops:
                     if inside(form, top):
                         return PurePosixPath(form).relative_to(top)

@@ -28,7 +28,7 @@ from provisioning.base import REDACTED, JobRef, LaunchError, LaunchRequest
 from service.auth.access import Principal, Role
 from service.capacity import service as capacity
 from service.grants import service as grants
-from service.jobs import lifecycle, lookup, repository
+from service.jobs import lifecycle, lookup, record, repository
 from service.jobs.lifecycle import Event
 from service.jobs.models import JobInstance, JobLease, TrainingJob
 from service.jobs.schemas import DryRun, JobCreate
@@ -137,10 +137,11 @@ def store_new(
 
 
 def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
+    stored = prepared.spec.dump()
     job = TrainingJob(
         id=uuid.uuid4().hex,
         name=prepared.name,
-        spec=prepared.spec.dump(),
+        spec=stored,
         backend=prepared.backend,
         project=project,
         priority=prepared.spec.priority,
@@ -153,6 +154,7 @@ def _new_job(prepared: PreparedJob, project: str) -> TrainingJob:
         instances=[],
         final_metrics=[],
     )
+    record.remember(job.id, stored, prepared.spec)
     lifecycle.submitted(job, "Preparing the instances")
     job.lease = JobLease()
     return job

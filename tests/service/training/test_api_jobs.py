@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from service.jobs.models import TrainingJob
+from service.jobs.record import JobRecord, record_of
 from service.jobs.states import STOPPED_BY_USER
 from service.kit.db import session_scope, utcnow
 from service.settings import Settings
@@ -355,3 +356,31 @@ def test_model_parallel_parameters_reach_the_script_as_mp_parameters(
     response = api.post("/v1/training-jobs", json=spec)
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["hyperparameters"] == sent
+
+
+def test_a_job_created_is_not_parsed_back_from_its_stored_record(
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its record is kept as it was built, and is what a parse of the stored form gives."""
+    spec = job_spec(
+        source_dir,
+        distribution={"torch_distributed": {"enabled": True}},
+        environment={"MY_FLAG": "1"},
+        hyperparameters={"epochs": 3},
+    )
+    parses: list[object] = []
+    load = JobRecord.load.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[JobRecord], stored: dict[str, Any]) -> JobRecord:
+        parses.append(stored)
+        return load(cls, stored)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(JobRecord, "load", classmethod(counted))
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text
+    assert parses == []
+    with session_scope(settings.database_url) as session:
+        stored = session.get(TrainingJob, response.json()["id"]).spec  # type: ignore[union-attr]
+    kept = record_of(response.json()["id"], stored)
+    assert parses == []
+    assert kept == load(JobRecord, stored)
