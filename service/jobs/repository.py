@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import (
+    JSON,
     Column,
     ColumnDefault,
     ColumnElement,
@@ -81,12 +82,13 @@ def insert_new(
     objects (its unit of work, and the transitions' ids read back, which no reply shows)
     cost a quarter of what a create cost the API. The objects stay outside the session,
     holding what was stored, as a flush leaves them: ready for the reply."""
-    session.execute(insert(_table(TrainingJob)), [_new_row(job) for job in jobs])
-    session.execute(
-        insert(_table(JobTransition)),
+    _insert(session, TrainingJob, [_new_row(job) for job in jobs])
+    _insert(
+        session,
+        JobTransition,
         [_new_row(step, job_id=job.id) for job in jobs for step in job.transitions],
     )
-    session.execute(insert(_table(JobLease)), [_new_row(job.lease, job_id=job.id) for job in jobs])
+    _insert(session, JobLease, [_new_row(job.lease, job_id=job.id) for job in jobs])
     places = [
         {"job_id": job.id, "project": job.project, "key": key}
         for job in jobs
@@ -94,6 +96,23 @@ def insert_new(
     ]
     if places:
         session.execute(insert(_table(JobWritePlace)), places)
+
+
+def _insert(session: Session, model: type[Base], rows: list[dict[str, Any]]) -> None:
+    """One INSERT of ``rows`` (each naming every column), the columns that are NULL in
+    every row and would be NULL by default left out: a new job's row is half empty, and
+    the driver converts each value sent, in Python, row by row. (A JSON column's None is
+    sent: it is stored as JSON's null, not as SQL's.)"""
+    table = _table(model)
+    empty = {
+        column.key
+        for column in table.columns
+        if column.server_default is None
+        and not isinstance(column.type, JSON)
+        and all(row.get(column.key) is None for row in rows)
+    }
+    sent = [{key: value for key, value in row.items() if key not in empty} for row in rows]
+    session.execute(insert(table), sent)
 
 
 def _new_row(row: Base, **values: Any) -> dict[str, Any]:

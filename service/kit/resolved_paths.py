@@ -23,10 +23,23 @@ def realpath(path: str | os.PathLike[str]) -> str:
     kept = _kept.get()
     if kept is None:
         return os.path.realpath(path)
-    key = os.fspath(path)
-    found = kept.get(key)
-    if found is None:
-        found = kept[key] = os.path.realpath(key)
+    return _resolved(os.fspath(path), kept)
+
+
+def _resolved(path: str, kept: dict[str, str]) -> str:
+    found = kept.get(path)
+    if found is not None:
+        return found
+    parent, name = os.path.split(path)
+    if parent and parent != path and name not in ("", ".", ".."):
+        # Each job's own paths (its output folder) are new, but their folders are not:
+        # the folder is resolved once, and only the last name is looked at (a link is
+        # then followed as realpath follows it).
+        below = os.path.join(_resolved(parent, kept), name)
+        found = os.path.realpath(below) if os.path.islink(below) else below
+    else:
+        found = os.path.realpath(path)
+    kept[path] = found
     return found
 
 
