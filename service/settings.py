@@ -153,6 +153,13 @@ class ControllerSettings(BaseModel):
     )
 
 
+# RUNYARD_BACKENDS' description; ``settings_class`` names the registered backends in it.
+_BACKENDS_DESCRIPTION = (
+    "Which backend ({backends}) runs each instance type, written `type=backend,...` or as a "
+    "JSON object; a job's backend is looked up here unless it names one."
+)
+
+
 class CoreSettings(BaseSettings):
     """The server's own settings, those of no backend (``Settings`` adds the backends')."""
 
@@ -280,9 +287,7 @@ class CoreSettings(BaseSettings):
 
     backends: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=lambda: {"local": "local", "local_gpu": "local"},
-        description="Which backend (`local`, `kubernetes` or `ec2`) runs each instance type, "
-        "written `type=backend,...` or as a JSON object; a job's backend is looked up here "
-        "unless it names one.",
+        description=_BACKENDS_DESCRIPTION.format(backends="a registered backend's name"),
     )
     instance_types: list[InstanceTypeDefinition] = Field(
         default_factory=list,
@@ -774,7 +779,18 @@ def settings_class(plugins: Iterable[BackendPlugin]) -> type[CoreSettings]:
     Built with ``create_model`` rather than written out because the registry, not this
     module, knows which backends there are: a backend's package and its registry line
     are all that a backend with settings takes."""
-    fields: dict[str, Any] = {}
+    plugins = list(plugins)
+    # Its description names the backends there are: the registry's, not a list kept here.
+    names = ", ".join(f"`{plugin.name}`" for plugin in plugins)
+    backends = CoreSettings.model_fields["backends"]
+    fields: dict[str, Any] = {
+        "backends": (
+            backends.rebuild_annotation(),
+            FieldInfo.merge_field_infos(
+                backends, description=_BACKENDS_DESCRIPTION.format(backends=f"one of {names}")
+            ),
+        )
+    }
     former_fields: dict[str, tuple[str, str]] = {}
     for plugin in plugins:
         model = plugin.settings_model

@@ -99,12 +99,18 @@ def job_for_instance(
     return job
 
 
+def model_uri(job: TrainingJob) -> str:
+    """Where the runtime is told to store the job's model (``storage.model_uri``)."""
+    record = job.record
+    return storage.model_uri(record.output_path, job.name, record.output_compression)
+
+
 def stored_model(job: TrainingJob) -> tuple[str, int]:
     """Where the job's model is, and its size, for a download. Only the place the runtime
     is told to store it counts: the URI an instance reported is the instance's word, and
     serving whatever it named would let a job's script read any file through the API."""
     record = job.record
-    expected = storage.model_uri(record.output_path, job.name, record.output_compression)
+    expected = model_uri(job)
     if job.model_artifacts != expected:
         raise NotFound(f"training job {job.name!r} has no model stored")
     if record.output_compression == "NONE":

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 from sqlalchemy import Row
 
-from contract import hyperparameters, images, sagemaker_flags, storage
+from contract import hyperparameters, images, sagemaker_flags
 from service.auth.access import Principal
-from service.jobs import billing, environment
+from service.jobs import billing, environment, lookup
 from service.jobs.models import TrainingJob
 from service.jobs.record import JobRecord
 from service.jobs.schemas import JobCreate
@@ -294,11 +294,6 @@ def secondary_status(job: TrainingJob | Row[Any]) -> str:
     return _SECONDARY.get(job.secondary_status, job.secondary_status)
 
 
-def expected_model(job: TrainingJob) -> str:
-    record = job.record
-    return storage.model_uri(record.output_path, job.name, record.output_compression)
-
-
 def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any]:
     """DescribeTrainingJob's answer for ``job``: what Runyard knows, in SageMaker's words,
     with the members of the request that Runyard records echoed back; its environment as
@@ -326,7 +321,7 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
     answer: dict[str, Any] = {
         **column_members(job),
         "TrainingJobArn": arn(job, region),
-        "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or expected_model(job)},
+        "ModelArtifacts": {"S3ModelArtifacts": job.model_artifacts or lookup.model_uri(job)},
         "HyperParameters": request.get("HyperParameters") or _hyperparameters(job, region),
         "AlgorithmSpecification": algorithm,
         "InputDataConfig": request.get("InputDataConfig") or _channels(spec),

@@ -64,6 +64,17 @@ def test_its_settings_are_on_the_configuration_page(registered: type[CoreSetting
     assert "RUNYARD_BATCH" not in settings_docs.page()
 
 
+def test_the_backends_setting_names_the_registered_backends(
+    registered: type[CoreSettings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    described = registered.model_fields["backends"].description or ""
+    assert "one of `local`, `kubernetes`, `ec2`, `batch`" in described
+    assert "`batch`" not in (Settings.model_fields["backends"].description or "")
+    # Still read as RUNYARD_BACKENDS is: `type=backend,...`, not JSON alone.
+    monkeypatch.setenv("RUNYARD_BACKENDS", "local=local,local_gpu=batch")
+    assert registered(home=tmp_path).backends == {"local": "local", "local_gpu": "batch"}
+
+
 _SERVER = """
 import sys
 
