@@ -192,7 +192,7 @@ def prepare(
     if spec.checkpoint_s3_uri is not None:
         _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
     # What only the backend knows: whether its instances could reach the code and data.
-    built = registry.build(backend, settings)
+    built = reads.backend(backend)
     if located.enable_network_isolation and (why := built.network_isolation_problem()):
         refuse([Problem(("enable_network_isolation",), f"cannot be honoured: {why}")])
     refuse(built.check(located, settings.public_url))

@@ -86,7 +86,9 @@ def _below(uri: str, root: str, tops: tuple[str, ...]) -> PurePosixPath | None:
             for form in (os.path.normpath(path), resolved_paths.realpath(path)):
                 for top in tops:
                     if inside(form, top):
-                        return PurePosixPath(form).relative_to(top)
+                        # The rest of the path below the root (a string cut, not
+                        # pathlib's relative_to: this runs for every URI of every job).
+                        return PurePosixPath(form[len(top) :].lstrip("/"))
             return None
     except storage.StorageError:
         return None  # malformed: the checks after this one say why
