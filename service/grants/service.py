@@ -100,15 +100,19 @@ def first_taken_each(
 ) -> list[str | None]:
     """For each ``(project, keys)``: the first key (in the column's order) of a place where
     a job of another project writes or wrote that shares anything with ``keys``, or None.
-    One statement for them all (a branch each, read off the index, LIMIT 1): the jobs a
-    batch of creates stores are checked in one round trip, not one each. Its text is
-    written here, with the same conditions as ``_sharing``: built as SQLAlchemy
-    expressions, a batch's statement (of a shape rarely seen twice) cost more to build
-    and compile than the queries it replaced."""
+    One statement for them all: the jobs a batch of creates stores are checked in one
+    round trip, not one each. Its text is written here, with the same conditions as
+    ``_sharing``: built as SQLAlchemy expressions, a batch's statement (of a shape rarely
+    seen twice) cost more to build and compile than the queries it replaced.
+
+    Each condition (the key and its ancestors named, the keys below it as one range) is
+    its own ``ORDER BY key LIMIT 1``, so that each is read off the key's index. Joined by
+    OR in one, PostgreSQL walked the whole index in key order to find the first match:
+    7 ms a create with 10,000 jobs' places stored, growing with every job."""
     branches: list[str] = []
     values: dict[str, str] = {}
     for index, (project, found) in enumerate(wanted):
-        conditions = []
+        firsts = []
         for number, key in enumerate(found):
             below = key if key.endswith("/") else key + "/"
             named = [key, *ancestors(key)]
@@ -117,16 +121,21 @@ def first_taken_each(
             values[f"lo{index}_{number}"] = below
             values[f"hi{index}_{number}"] = below[:-1] + "0"
             listed = ", ".join(f":{name}" for name in names)
-            conditions.append(
-                f"key IN ({listed}) OR (key >= :lo{index}_{number} AND key < :hi{index}_{number})"
-            )
-        if conditions:
+            for kind, condition in (
+                ("n", f"key IN ({listed})"),
+                ("r", f"key >= :lo{index}_{number} AND key < :hi{index}_{number}"),
+            ):
+                # Only numbers and parameter names go into the text; every value is bound.
+                firsts.append(
+                    f"SELECT key FROM (SELECT key FROM job_write_places "  # noqa: S608
+                    f"WHERE project != :p{index} AND {condition} ORDER BY key LIMIT 1) "
+                    f"AS {kind}{index}_{number}"
+                )
+        if firsts:
             values[f"p{index}"] = project
-            either = " OR ".join(f"({each})" for each in conditions)
-            # Only numbers and parameter names go into the text; every value is bound.
             branches.append(
-                f"SELECT * FROM (SELECT {index} AS job, key FROM job_write_places "  # noqa: S608
-                f"WHERE project != :p{index} AND ({either}) ORDER BY key LIMIT 1) AS b{index}"
+                f"SELECT * FROM (SELECT {index} AS job, key FROM "  # noqa: S608
+                f"({' UNION ALL '.join(firsts)}) AS c{index} ORDER BY key LIMIT 1) AS b{index}"
             )
     first: list[str | None] = [None for _ in wanted]
     if branches:
