@@ -8,6 +8,10 @@ import json
 from typing import Any
 
 FRAMEWORK_PREFIX = "sagemaker_"
+# What SageMaker adds to each training job of a tuning job: the objective's metric name.
+# The platform's, not the script's: SageMaker's training toolkit keeps it out of the
+# script's arguments, as it does the sagemaker_* parameters.
+TUNING_OBJECTIVE = "_tuning_objective_metric"
 
 
 def encode(value: Any) -> str:
@@ -28,10 +32,15 @@ def decode(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def split_framework(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(user hyperparameters, framework parameters): ``sagemaker_*`` keys are the latter."""
-    user = {k: v for k, v in values.items() if not k.startswith(FRAMEWORK_PREFIX)}
-    framework = {k: v for k, v in values.items() if k.startswith(FRAMEWORK_PREFIX)}
+    """(user hyperparameters, framework parameters): ``sagemaker_*`` keys and the tuning
+    objective are the latter."""
+    user = {k: v for k, v in values.items() if not _is_framework(k)}
+    framework = {k: v for k, v in values.items() if _is_framework(k)}
     return user, framework
+
+
+def _is_framework(key: str) -> bool:
+    return key.startswith(FRAMEWORK_PREFIX) or key == TUNING_OBJECTIVE
 
 
 def to_cli_args(values: dict[str, Any]) -> list[str]:

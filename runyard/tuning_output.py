@@ -82,8 +82,20 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         "Ranges:",
         *(f"  {line}" for line in table(["NAME", "KIND", "VALUES"], _range_rows(spec))),
         f"Best trial:       {best_trial_line(tuning)}",
-        "Trials (best first):",
     ]
+    warm = spec.get("warm_start_config")
+    if warm:
+        lines.append(
+            f"Warm start:       {warm['warm_start_type']} from "
+            f"{', '.join(warm['parent_tuning_jobs'])}"
+        )
+        overall = tuning.get("overall_best_trial")
+        if overall is not None:
+            lines.append(
+                f"Overall best:     {overall['name']} of {overall['tuning_job']} "
+                f"({objective['metric_name']} {overall['objective']:.6g})"
+            )
+    lines.append("Trials (best first):")
     if not tuning["trials"]:
         return [*lines, "  none yet"]
     rows = [

@@ -15,7 +15,7 @@ from service.kit.errors import Conflict, NotFound, SpecError
 from service.sagemaker import page_tokens, translate, tuning_translate
 from service.sagemaker.errors import AwsError, not_found, validation
 from service.sagemaker.training import Call, Operation, keyset_place, keyset_token, request_time
-from service.tuning import service
+from service.tuning import service, warm_start
 from service.tuning.models import TuningJob
 from service.tuning.repository import TERMINAL
 from service.tuning.schemas import stored
@@ -53,7 +53,9 @@ def create_tuning_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_tuning_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    return tuning_translate.described(_tuning(call, params[NAME]), call.region)
+    tuning = _tuning(call, params[NAME])
+    overall = warm_start.overall_best(call.session, tuning, stored(tuning.spec))
+    return tuning_translate.described(tuning, call.region, overall)
 
 
 def stop_tuning_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:

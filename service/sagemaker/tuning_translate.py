@@ -4,7 +4,7 @@ and its trials as DescribeHyperParameterTuningJob's and the listings' answers.
 The training job definition is read as CreateTrainingJob's request is
 (``service.sagemaker.translate``), its StaticHyperParameters as the hyperparameters. As
 there, what would change what runs and Runyard cannot do is refused naming the member:
-several definitions, warm start, completion criteria and Autotune are not offered yet.
+several definitions, completion criteria and Autotune are not offered yet.
 The definition's RetryStrategy is each trial's training job's, which restarts that same job
 (as SageMaker does); ResourceLimits.MaxRuntimeInSeconds is the tuning job's own limit.
 TrainingJobEarlyStoppingType Auto and the Hyperband strategy (its StrategyConfig's
@@ -26,14 +26,14 @@ from service.sagemaker.errors import AwsError, validation
 from service.tuning import progress
 from service.tuning.models import TuningJob, TuningTrial
 from service.tuning.schemas import TuningJobCreate, stored
-from service.tuning.trials import wire_value
+from service.tuning.trials import static_hyperparameters, wire_value, with_objective
 
 CONFIG = "HyperParameterTuningJobConfig"
 DEFINITION = "TrainingJobDefinition"
+WARM_START = "WarmStartConfig"
 _REFUSED = {
     "TrainingJobDefinitions": "several training job definitions are not supported yet; "
     "give one TrainingJobDefinition",
-    "WarmStartConfig": "warm start is not supported yet",
     "Autotune": "Autotune is not supported",
 }
 _REFUSED_CONFIG = {
@@ -45,6 +45,8 @@ _REFUSED_RESOURCES = {
     "AllocationStrategy": "instance configurations to choose among are not supported yet",
 }
 RESOURCES = "HyperParameterTuningResourceConfig"
+# What HyperParameterTuningResourceConfig and ResourceConfig have in common.
+_RESOURCE_MEMBERS = ("InstanceType", "InstanceCount", "VolumeSizeInGB", "VolumeKmsKeyId")
 # The members of a definition that are the tuning job's, not its training jobs'.
 _TUNING_MEMBERS = ("DefinitionName", "TuningObjective", "HyperParameterRanges")
 _RANGE_KINDS = {
@@ -85,6 +87,15 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
         "early_stopping_type": config.get("TrainingJobEarlyStoppingType", "Off"),
         "training_job": _training_job(request, definition, catalog),
     }
+    warm = request.get(WARM_START)
+    if warm:
+        fields["warm_start_config"] = {
+            "warm_start_type": warm["WarmStartType"],
+            "parent_tuning_jobs": [
+                parent["HyperParameterTuningJobName"]
+                for parent in warm["ParentHyperParameterTuningJobs"]
+            ],
+        }
     hyperband = (config.get("StrategyConfig") or {}).get("HyperbandStrategyConfig")
     if hyperband is not None:
         fields["strategy_config"] = {"hyperband_strategy_config": _hyperband(hyperband)}
@@ -215,6 +226,13 @@ def member_of(loc: tuple[str | int, ...]) -> str:
     if head in _MEMBER_OF_PART and rest:
         member, parts = _MEMBER_OF_PART[head]
         return f"{member}.{parts.get(str(rest[0]), str(rest[0]))}"
+    if head == "warm_start_config":
+        if rest and rest[0] == "parent_tuning_jobs":
+            found = f"{WARM_START}.ParentHyperParameterTuningJobs"
+            if len(rest) > 1 and isinstance(rest[1], int):
+                found += f".{rest[1] + 1}.HyperParameterTuningJobName"
+            return found
+        return f"{WARM_START}.WarmStartType" if rest else WARM_START
     if head == "strategy_config":
         if len(rest) > 1:
             return f"{_HYPERBAND}.{_HYPERBAND_MEMBERS.get(str(rest[1]), str(rest[1]))}"
@@ -248,22 +266,46 @@ def region_of(tuning: TuningJob, region: str) -> str:
     return (tuning.sagemaker_request or {}).get("region") or region
 
 
-def described(tuning: TuningJob, region: str) -> dict[str, Any]:
-    """DescribeHyperParameterTuningJob's answer."""
+def described(
+    tuning: TuningJob, region: str, overall_best: TuningTrial | None = None
+) -> dict[str, Any]:
+    """DescribeHyperParameterTuningJob's answer; ``overall_best``: a warm start's best
+    trial of its own and its parents' (``service.tuning.warm_start.overall_best``)."""
     spec = stored(tuning.spec)
     region = region_of(tuning, region)
     request = (tuning.sagemaker_request or {}).get("request") or {}
     answer: dict[str, Any] = {
         **_summary_members(tuning, spec, region),
         CONFIG: request.get(CONFIG) or _config(spec),
-        DEFINITION: request.get(DEFINITION) or _definition(tuning, spec),
+        DEFINITION: _echoed_definition(tuning, request)
+        if DEFINITION in request
+        else _definition(tuning, spec),
     }
     best = progress.best(tuning.trials, spec.objective.type)
     if best is not None:
         answer["BestTrainingJob"] = trial_summary(tuning, spec, best, region)
+    if spec.warm_start_config is not None:
+        answer[WARM_START] = request.get(WARM_START) or _warm_start(spec)
+    if overall_best is not None:
+        answer["OverallBestTrainingJob"] = trial_summary(
+            overall_best.tuning_job, spec, overall_best, region
+        )
     if tuning.failure_reason:
         answer["FailureReason"] = tuning.failure_reason
     return answer
+
+
+def _warm_start(spec: TuningJobCreate) -> dict[str, Any]:
+    """The warm start of a tuning job created through Runyard's own API, as SageMaker's
+    request would have given it."""
+    config = spec.warm_start_config
+    assert config is not None
+    return {
+        "ParentHyperParameterTuningJobs": [
+            {"HyperParameterTuningJobName": name} for name in config.parent_tuning_jobs
+        ],
+        "WarmStartType": config.warm_start_type,
+    }
 
 
 def summary(tuning: TuningJob, region: str) -> dict[str, Any]:
@@ -407,12 +449,29 @@ def _strategy_config_of(spec: TuningJobCreate) -> dict[str, Any]:
     }
 
 
+def _echoed_definition(tuning: TuningJob, request: dict[str, Any]) -> dict[str, Any]:
+    """The request's training job definition as SageMaker describes it, with what the
+    SDK's ``HyperparameterTuner.attach`` reads: the objective's metric name among the
+    static hyperparameters, which SageMaker adds, and the instances as ``ResourceConfig``
+    where the request gave them as ``HyperParameterTuningResourceConfig``."""
+    definition = request[DEFINITION]
+    statics = with_objective(tuning, definition.get("StaticHyperParameters") or {})
+    echoed = {**definition, "StaticHyperParameters": statics}
+    resources = definition.get(RESOURCES)
+    if resources and "ResourceConfig" not in definition:
+        echoed["ResourceConfig"] = {
+            member: resources[member] for member in _RESOURCE_MEMBERS if member in resources
+        }
+    return echoed
+
+
 def _definition(tuning: TuningJob, spec: TuningJobCreate) -> dict[str, Any]:
     """The training job definition of a tuning job created through Runyard's own API."""
     job = spec.training_job
     definition: dict[str, Any] = {
         "StaticHyperParameters": {
-            key: hyperparameters.encode(value) for key, value in job.hyperparameters.items()
+            key: hyperparameters.encode(value)
+            for key, value in static_hyperparameters(spec).items()
         },
         "AlgorithmSpecification": {
             "TrainingInputMode": "File",

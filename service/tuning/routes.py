@@ -41,7 +41,7 @@ def create_tuning_job(
     another): its trials are training jobs of that project, under its quotas."""
     project = user.project_in_sight(project)
     user.require(Role.MEMBER, project, "creating a tuning job")
-    return service.public(service.create(session, settings, spec, project))
+    return service.public(session, service.create(session, settings, spec, project))
 
 
 @router.get("", response_model=TuningJobsPage, responses=replies(401, 404, 422))
@@ -63,7 +63,7 @@ def describe_tuning_job(
     name: TuningJobName, session: ReadSessionDep, user: CurrentUser, project: ProjectName = None
 ) -> TuningJobPublic:
     """The tuning job, its trials (each a training job) and the best of them so far."""
-    return service.public(service.get(session, name, user, project))
+    return service.public(session, service.get(session, name, user, project))
 
 
 @router.post(
@@ -78,4 +78,4 @@ def stop_tuning_job(
 ) -> TuningJobPublic:
     """Stop the tuning job: no more trials are asked for, its running trials are
     stopped, and it is Stopped once they have ended."""
-    return service.public(service.stop(session, settings, name, user, project))
+    return service.public(session, service.stop(session, settings, name, user, project))

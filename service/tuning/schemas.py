@@ -48,6 +48,9 @@ Strategy = Literal["Bayesian", "Random", "Grid", "Hyperband"]
 ObjectiveType = Literal["Minimize", "Maximize"]
 Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
 Status = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
+WarmStartType = Literal["IdenticalDataAndAlgorithm", "TransferLearning"]
+# SageMaker's limit on a warm start's parent tuning jobs.
+MAX_PARENTS = 5
 ParameterValue = str | int | float | bool
 
 
@@ -115,6 +118,30 @@ class StrategyConfig(Strict):
     hyperband_strategy_config: HyperbandConfig = Field(
         description="For the Hyperband strategy, and only for it."
     )
+
+
+class WarmStartConfig(Strict):
+    warm_start_type: WarmStartType = Field(
+        description="IdenticalDataAndAlgorithm: the parents trained the same training "
+        "image and framework on the same input channels, and the overall best trial is "
+        "the best of theirs and this tuning job's; TransferLearning: other data or "
+        "another image, the parents' results only guide the search."
+    )
+    parent_tuning_jobs: list[str] = Field(
+        min_length=1,
+        max_length=MAX_PARENTS,
+        description="Ended tuning jobs of the project, with the same objective and as many "
+        "hyperparameters (static and tuned together), whose trials the search starts from.",
+    )
+
+    @field_validator("parent_tuning_jobs")
+    @classmethod
+    def _parents(cls, names: list[str]) -> list[str]:
+        for name in names:
+            tuning_job_name(name)
+        if len(set(names)) != len(names):
+            raise ValueError("a parent tuning job is named twice")
+        return names
 
 
 class _Range(Strict):
@@ -244,6 +271,12 @@ class TuningJobCreate(Strict):
         "median of the completed trials' running averages at the same step is stopped "
         "(SageMaker's median stopping rule). Not with Hyperband, which stops trials itself.",
     )
+    warm_start_config: WarmStartConfig | None = Field(
+        default=None,
+        description="Start the search from the trials of up to five ended tuning jobs "
+        "(their parameters and objectives are told to the search before its first "
+        "trial). Not with the Grid strategy, whose points are fixed.",
+    )
     training_job: JobCreate = Field(
         description="Each trial's training job, without a name: its hyperparameters are "
         "the static ones, each trial adds the tuned ones."
@@ -285,6 +318,13 @@ class TuningJobCreate(Strict):
 
     def _check_strategy(self, title: str) -> None:
         self._check_hyperband(title)
+        if self.warm_start_config is not None and self.strategy == "Grid":
+            raise invalid(
+                title,
+                ("warm_start_config",),
+                "the Grid strategy tries fixed points: warm start is for Random, Bayesian "
+                "and Hyperband",
+            )
         limits = self.resource_limits
         if self.strategy != "Grid":
             if limits.max_number_of_training_jobs is None:
@@ -416,6 +456,12 @@ class TrialPublic(TrialSummary):
     ended_at: datetime | None
 
 
+class OverallBestTrial(TrialPublic):
+    """A warm start's best trial of its own and its parents' (IdenticalDataAndAlgorithm)."""
+
+    tuning_job: str = Field(description="The tuning job that ran it: this one or a parent.")
+
+
 class TrainingJobCounts(BaseModel):
     """The trials' training jobs by status, as SageMaker's TrainingJobStatusCounters."""
 
@@ -458,6 +504,11 @@ class TuningJobPublic(TuningJobSummary):
     updated_at: datetime
     spec: TuningJobCreate
     best_trial: TrialPublic | None
+    overall_best_trial: OverallBestTrial | None = Field(
+        default=None,
+        description="With an IdenticalDataAndAlgorithm warm start: the best trial of this "
+        "tuning job and its parents.",
+    )
     trials: list[TrialPublic]
 
 

@@ -11,6 +11,11 @@ takes its n-th point). Scaling types map onto Optuna's distributions: Linear (an
 which Runyard reads as Linear) on the range, Logarithmic on its logarithm, and
 ReverseLogarithmic on the logarithm of 1 - x, so that values near 1 are tried as finely as
 Logarithmic tries values near 0.
+
+A warm start's parents' trials come first in the study, as completed trials (``prior``):
+each with the values it ran with, where every one of them falls in this tuning job's
+ranges (a parent's static value standing for a range it did not tune); the others are
+left out, since Optuna takes no trial outside its distributions.
 """
 
 from __future__ import annotations
@@ -53,9 +58,11 @@ class Asked:
     notes: dict[str, Any]
 
 
-def ask(spec: TuningJobCreate, seed: int, earlier: Sequence[Earlier]) -> Asked:
+def ask(
+    spec: TuningJobCreate, seed: int, earlier: Sequence[Earlier], prior: Sequence[Earlier] = ()
+) -> Asked:
     """The parameters of trial ``len(earlier) + 1``, after ``earlier`` (every trial
-    asked so far, in order)."""
+    asked so far, in order) and ``prior`` (a warm start's parents' completed trials)."""
     import optuna
     from optuna.trial import TrialState as OptunaState
     from optuna.trial import create_trial
@@ -73,6 +80,17 @@ def ask(spec: TuningJobCreate, seed: int, earlier: Sequence[Earlier]) -> Asked:
     study = optuna.create_study(
         direction=direction, sampler=_sampler(spec, seed, number=len(earlier) + 1)
     )
+    for trial in prior:
+        fitted = space.fitted(trial.parameters)
+        if fitted is not None and trial.objective is not None:
+            study.add_trial(
+                create_trial(
+                    state=OptunaState.COMPLETE,
+                    params=fitted,
+                    distributions=space.distributions,
+                    value=trial.objective,
+                )
+            )
     for trial in earlier:
         study.add_trial(
             create_trial(
@@ -133,6 +151,22 @@ class SearchSpace:
             found[name] = value
         return found
 
+    def fitted(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        """Another tuning job's values (its tuned ones, and its static ones as it gave
+        them) as the distributions hold them: None where one is missing, of another kind
+        or outside its range."""
+        found = {}
+        for name, distribution in self.distributions.items():
+            # A continuous range's own bounds: its distribution's are reversed for
+            # ReverseLogarithmic, which ``internal`` takes care of.
+            item = self._continuous.get(name)
+            bounds = (item.min_value, item.max_value) if item is not None else None
+            value = _as_kind(distribution, parameters.get(name), bounds)
+            if value is None:
+                return None
+            found[name] = value
+        return self.internal(found)
+
     def external(self, internal: dict[str, Any]) -> dict[str, ParameterValue]:
         """Values as the distributions hold them, as the script gets them."""
         found: dict[str, ParameterValue] = {}
@@ -142,6 +176,35 @@ class SearchSpace:
                 value = min(max(1.0 - value, item.min_value), item.max_value)
             found[name] = value
         return found
+
+
+def _as_kind(distribution: BaseDistribution, value: Any, bounds: tuple[float, float] | None) -> Any:
+    """``value`` as ``distribution`` takes it (a number given as text read as one, a
+    categorical value matched as given or as its text), or None where it is not one of
+    its values."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if isinstance(distribution, CategoricalDistribution):
+        choices = distribution.choices
+        if value in choices and any(type(c) is type(value) for c in choices):
+            return value
+        return next((choice for choice in choices if str(choice) == str(value)), None)
+    if value is None or isinstance(value, bool):
+        return None
+    low, high = bounds or (distribution.low, distribution.high)  # type: ignore[attr-defined]
+    try:
+        number: float = _whole(value) if isinstance(distribution, IntDistribution) else float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if low <= number <= high else None
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    return int(value)
 
 
 def _continuous(item: ContinuousRange) -> BaseDistribution:

@@ -22,9 +22,10 @@ from service.kit.enqueue import enqueue_tuning
 from service.kit.errors import Conflict, NotFound, SpecError
 from service.settings import Settings
 from service.training.preparation import prepare
-from service.tuning import progress, repository
-from service.tuning.models import TuningJob
+from service.tuning import progress, repository, warm_start
+from service.tuning.models import TuningJob, TuningTrial
 from service.tuning.schemas import (
+    OverallBestTrial,
     TrialPublic,
     TrialSummary,
     TuningJobCreate,
@@ -48,6 +49,7 @@ def create(
     (instance type, backend, source, places), and wake the tuner after the commit."""
     tuning_id = uuid.uuid4().hex
     _check_training_job(settings, spec, project, tuning_id)
+    warm_start.check(session, spec, project)
     seed = spec.random_seed if spec.random_seed is not None else secrets.randbelow(2**31)
     kept = spec.model_dump(mode="json", exclude_unset=True)
     kept["random_seed"] = seed
@@ -161,9 +163,10 @@ def stop(
     return tuning
 
 
-def public(tuning: TuningJob) -> TuningJobPublic:
+def public(session: Session, tuning: TuningJob) -> TuningJobPublic:
     spec = stored(tuning.spec)
     best = progress.best(tuning.trials, spec.objective.type)
+    overall = warm_start.overall_best(session, tuning, spec)
     summary = dict(_summary(tuning, spec, tuning.trials))
     # The best trial in full, as every trial is.
     summary["best_trial"] = TrialPublic.model_validate(best) if best is not None else None
@@ -173,5 +176,11 @@ def public(tuning: TuningJob) -> TuningJobPublic:
         failure_reason=tuning.failure_reason,
         updated_at=tuning.updated_at,
         spec=spec,
+        overall_best_trial=_overall_best(overall) if overall is not None else None,
         trials=[TrialPublic.model_validate(trial) for trial in tuning.trials],
     )
+
+
+def _overall_best(trial: TuningTrial) -> OverallBestTrial:
+    own = TrialPublic.model_validate(trial).model_dump()
+    return OverallBestTrial(**own, tuning_job=trial.tuning_job.name)

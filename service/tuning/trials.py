@@ -12,7 +12,7 @@ from contract import hyperparameters
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.tuning.models import TuningJob
-from service.tuning.schemas import TuningJobCreate
+from service.tuning.schemas import TuningJobCreate, stored
 
 # Where a tuning job created over SageMaker's wire keeps its trials' CreateTrainingJob
 # request (without a name), beside its own request and region.
@@ -33,12 +33,22 @@ def trial_name(tuning_job_name: str, tuning_job_id: str, number: int) -> str:
 TRIAL_NAME_END = re.compile(r"-[0-9]{3,}-[0-9a-f]{8}$")
 
 
+def static_hyperparameters(spec: TuningJobCreate) -> dict[str, Any]:
+    """Every trial's hyperparameters but the tuned ones: the training job's, and as
+    SageMaker adds to each, the objective's metric name (``_tuning_objective_metric``,
+    which the runtime keeps from the script's arguments, as SageMaker's toolkit does)."""
+    return {
+        hyperparameters.TUNING_OBJECTIVE: spec.objective.metric_name,
+        **spec.training_job.hyperparameters,
+    }
+
+
 def trial_spec(spec: TuningJobCreate, name: str, parameters: dict[str, Any]) -> JobCreate:
     """The training job of a trial: the tuning job's, named, with the tuned values among
     its hyperparameters. A value the job's rules refuse is said of its training job."""
     fields = spec.training_job.model_dump(exclude_unset=True)
     fields["name"] = name
-    fields["hyperparameters"] = {**spec.training_job.hyperparameters, **parameters}
+    fields["hyperparameters"] = {**static_hyperparameters(spec), **parameters}
     try:
         return JobCreate.model_validate(fields)
     except ValidationError as exc:
@@ -71,9 +81,20 @@ def trial_request(
     request = {
         **template,
         "TrainingJobName": name,
-        "HyperParameters": {**template.get("HyperParameters", {}), **tuned},
+        "HyperParameters": {
+            **with_objective(tuning, template.get("HyperParameters", {})),
+            **tuned,
+        },
     }
     return {"request": request, "region": kept["region"]}
+
+
+def with_objective(tuning: TuningJob, given: dict[str, str]) -> dict[str, str]:
+    """Static hyperparameters as SageMaker's wire writes them, with the objective's metric
+    name that SageMaker adds (JSON-encoded, as the framework estimators' others are)
+    where the request did not give it."""
+    metric = stored(tuning.spec).objective.metric_name
+    return {hyperparameters.TUNING_OBJECTIVE: hyperparameters.encode(metric), **given}
 
 
 def wire_value(tuning: TuningJob, name: str, value: Any) -> str:

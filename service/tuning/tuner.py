@@ -36,7 +36,7 @@ from service.kit.db import session_scope, utcnow
 from service.kit.errors import Conflict, NotFound, ResourceLimitExceeded, RunyardError
 from service.settings import Settings
 from service.training import service as training
-from service.tuning import progress, repository, search, stopping
+from service.tuning import progress, repository, search, stopping, warm_start
 from service.tuning.models import TuningJob, TuningTrial
 from service.tuning.schemas import TuningJobCreate, stored
 from service.tuning.trials import LIVE, trial_name, trial_request, trial_spec
@@ -272,7 +272,7 @@ def _ask_and_submit(session: Session, settings: Settings, tuning_job_id: str) ->
     if not _room(tuning, spec):
         return False
     number = tuning.trials_asked + 1
-    asked = _ask(tuning, spec)
+    asked = _ask(tuning, spec, warm_start.prior(session, tuning, spec))
     trial = TuningTrial(
         number=number,
         name=trial_name(tuning.name, tuning.id, number),
@@ -312,7 +312,7 @@ def _room(tuning: TuningJob, spec: TuningJobCreate) -> bool:
     )
 
 
-def _ask(tuning: TuningJob, spec: TuningJobCreate) -> search.Asked:
+def _ask(tuning: TuningJob, spec: TuningJobCreate, prior: list[search.Earlier]) -> search.Asked:
     earlier = [
         search.Earlier(
             parameters=trial.parameters,
@@ -329,7 +329,7 @@ def _ask(tuning: TuningJob, spec: TuningJobCreate) -> search.Asked:
         for trial in tuning.trials
     ]
     seed = spec.random_seed if spec.random_seed is not None else 0
-    return search.ask(spec, seed, earlier)
+    return search.ask(spec, seed, earlier, prior)
 
 
 def _record_refused(session: Session, tuning_job_id: str, refused: _Refused) -> bool:

@@ -30,6 +30,14 @@ def test_framework_parameters_are_kept_apart() -> None:
     assert framework == {"sagemaker_program": "train.py", "sagemaker_region": "x"}
 
 
+def test_the_tuning_objective_is_no_argument_of_the_script() -> None:
+    """SageMaker adds it to a tuning job's training jobs; its toolkit passes it not."""
+    user, framework = split_framework({"epochs": 3, "_tuning_objective_metric": "loss"})
+    assert user == {"epochs": 3}
+    assert framework == {"_tuning_objective_metric": "loss"}
+    assert to_cli_args(user) == ["--epochs", "3"]
+
+
 def test_cli_args_are_sorted_argv_pairs() -> None:
     args = to_cli_args(
         {

@@ -2,7 +2,10 @@
 ``fit()`` creates the tuning job, Runyard's tuner runs its trials as training jobs (never
 more than ``max_parallel_jobs`` at once), ``wait()`` sees it complete, and
 ``best_training_job()`` names the trial with the lowest loss its script printed. With
-``early_stopping_type="Auto"`` it is accepted and echoed; ``strategy="Hyperband"`` with a
+``early_stopping_type="Auto"`` it is accepted and echoed; its
+``identical_dataset_and_algorithm_tuner()`` runs a warm start whose overall best is the
+best of both, ``attach`` reads that warm start back, and ``analytics().dataframe()``
+tables the trials; ``strategy="Hyperband"`` with a
 ``strategy_config`` stops every trial before it ends, each counting its last loss.
 
 The SDK runs in a virtual environment of its own (``tests/e2e/sdk_venvs.py``), as in
@@ -58,6 +61,31 @@ def test_the_sdks_tuner_fits_waits_and_names_the_best_training_job(
     )
     assert min(spans[0][1], spans[1][1]) <= spans[2][0]
     assert {job["spec"]["hyperparameters"]["epochs"] for job in jobs} == {2}
+
+    warm = result["warm"]
+    assert warm["status"] == "Completed"
+    assert warm["warm_start"] == {
+        "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": result["name"]}],
+        "WarmStartType": "IdenticalDataAndAlgorithm",
+    }
+    assert (warm["attached_type"], warm["attached_parents"], warm["attached_max_jobs"]) == (
+        "IdenticalDataAndAlgorithm",
+        [result["name"]],
+        1,
+    )
+    # The best of the parent's three trials and the warm start's one.
+    if warm["overall_best_of"] == result["name"]:
+        assert warm["overall_best"] == best["name"]
+    else:
+        assert warm["overall_best"] == warm["best"]
+
+    analytics = result["analytics"]
+    assert {"TrainingJobName", "TrainingJobStatus", "FinalObjectiveValue", "shift"} <= set(
+        analytics["columns"]
+    )
+    assert sorted((row["name"], row["loss"]) for row in analytics["rows"]) == sorted(
+        (trial["name"], pytest.approx(trial["loss"])) for trial in trials
+    )
 
 
 def test_the_sdks_hyperband_tuner_stops_each_trial_at_max_resource_or_as_a_rungs_loser(

@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 from runyard import cli, client, tuning_commands
 from service.settings import Settings
 from tests.runyard.in_process import InProcessClient
-from tests.service.tuning.tuning import advance, describe, end_job, tuning_spec
+from tests.service.tuning.test_warm_start import ended_parent, warm
+from tests.service.tuning.tuning import advance, create, describe, end_job, tuning_spec
 
 
 @pytest.fixture
@@ -229,3 +230,13 @@ def test_a_refused_spec_names_the_field_of_the_file(
 
     no_file = _run(runyard, "tuning", "describe", "tune-9", code=1)
     assert no_file.stderr.startswith("error: ")
+
+
+def test_describe_shows_a_warm_start_and_its_overall_best(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner
+) -> None:
+    parent_trials = ended_parent(api, settings, source_dir)
+    create(api, source_dir, **warm(source_dir))
+    lines = _run(runyard, "tuning", "describe", "tune-2").stdout.splitlines()
+    assert "Warm start:       IdenticalDataAndAlgorithm from parent-1" in lines
+    assert f"Overall best:     {parent_trials[6]['name']} of parent-1 (loss 0.1)" in lines

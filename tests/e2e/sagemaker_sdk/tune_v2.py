@@ -5,9 +5,11 @@ tunes a PyTorch estimator with the SDK's own HyperparameterTuner, as a notebook 
 
 Prints one line ``result {...}``: the tuning job's status, its best training job, and
 each trial's name, tuned ``shift`` and final loss, as the SDK's calls return them.
-Without ``hyperband``: a Random search with early stopping (``Auto``); with it, the
-Hyperband strategy with MaxResource 2, each trial slowed down so that it is stopped
-there.
+Without ``hyperband``: a Random search with early stopping (``Auto``), then a warm start
+from it (``identical_dataset_and_algorithm_tuner``, one trial), that warm start attached
+(``HyperparameterTuner.attach``), and the first tuning job's ``analytics().dataframe()``;
+with it, the Hyperband strategy with MaxResource 2, each trial slowed down so that it is
+stopped there.
 """
 
 import json
@@ -21,6 +23,8 @@ from sagemaker.tuner import (
     HyperparameterTuner,
     StrategyConfig,
 )
+
+METRICS = [{"Name": "loss", "Regex": "loss=([0-9.]+)"}]
 
 source_dir, bucket = sys.argv[1:3]
 hyperband = sys.argv[3:] == ["hyperband"]
@@ -51,7 +55,7 @@ tuner = HyperparameterTuner(
     estimator,
     objective_metric_name="loss",
     hyperparameter_ranges={"shift": ContinuousParameter(0.0, 1.0)},
-    metric_definitions=[{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+    metric_definitions=METRICS,
     objective_type="Minimize",
     max_jobs=3,
     max_parallel_jobs=2,
@@ -76,30 +80,54 @@ described = tuner.describe()
 trials = session.sagemaker_client.list_training_jobs_for_hyper_parameter_tuning_job(
     HyperParameterTuningJobName=tuner.latest_tuning_job.name
 )["TrainingJobSummaries"]
-print(
-    "result "
-    + json.dumps(
+result = {
+    "name": tuner.latest_tuning_job.name,
+    "status": described["HyperParameterTuningJobStatus"],
+    "config": described["HyperParameterTuningJobConfig"],
+    "counters": described["TrainingJobStatusCounters"],
+    "best": best,
+    "best_loss": described["BestTrainingJob"]["FinalHyperParameterTuningJobObjectiveMetric"][
+        "Value"
+    ],
+    "trials": [
         {
-            "name": tuner.latest_tuning_job.name,
-            "status": described["HyperParameterTuningJobStatus"],
-            "config": described["HyperParameterTuningJobConfig"],
-            "counters": described["TrainingJobStatusCounters"],
-            "best": best,
-            "best_loss": described["BestTrainingJob"][
-                "FinalHyperParameterTuningJobObjectiveMetric"
-            ]["Value"],
-            "trials": [
-                {
-                    "name": trial["TrainingJobName"],
-                    "status": trial["TrainingJobStatus"],
-                    "objective_status": trial["ObjectiveStatus"],
-                    "reason": trial.get("FailureReason"),
-                    "shift": float(trial["TunedHyperParameters"]["shift"]),
-                    "loss": trial["FinalHyperParameterTuningJobObjectiveMetric"]["Value"],
-                }
-                for trial in trials
-            ],
+            "name": trial["TrainingJobName"],
+            "status": trial["TrainingJobStatus"],
+            "objective_status": trial["ObjectiveStatus"],
+            "reason": trial.get("FailureReason"),
+            "shift": float(trial["TunedHyperParameters"]["shift"]),
+            "loss": trial["FinalHyperParameterTuningJobObjectiveMetric"]["Value"],
         }
-    ),
-    flush=True,
-)
+        for trial in trials
+    ],
+}
+if not hyperband:
+    child = tuner.identical_dataset_and_algorithm_tuner()
+    child.base_tuning_job_name = "warm-start"
+    child.max_jobs = 1
+    # The SDK's warm start tuner does not copy the tuner's metric definitions (SageMaker
+    # would refuse the objective without them too): given again, as users do.
+    child.metric_definitions = METRICS
+    child.fit()
+    child.wait()
+    child_described = child.describe()
+    attached = HyperparameterTuner.attach(child.latest_tuning_job.name, sagemaker_session=session)
+    frame = tuner.analytics().dataframe()
+    result["warm"] = {
+        "status": child_described["HyperParameterTuningJobStatus"],
+        "warm_start": child_described["WarmStartConfig"],
+        "overall_best": child_described["OverallBestTrainingJob"]["TrainingJobName"],
+        "overall_best_of": child_described["OverallBestTrainingJob"]["TuningJobName"],
+        "best": child.best_training_job(),
+        "attached_type": attached.warm_start_config.type.value,
+        "attached_parents": sorted(attached.warm_start_config.parents),
+        "attached_max_jobs": attached.max_jobs,
+    }
+    result["analytics"] = {
+        "columns": sorted(frame.columns),
+        "rows": [
+            {"name": row["TrainingJobName"], "loss": row["FinalObjectiveValue"]}
+            for row in frame.to_dict("records")
+        ],
+    }
+print("result " + json.dumps(result, default=str), flush=True)

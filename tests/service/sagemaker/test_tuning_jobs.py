@@ -46,7 +46,6 @@ def tuning_request(source: Path, name: str = "tune-1", **config: Any) -> dict[st
                 "sagemaker_program": json.dumps("train.py"),
                 "sagemaker_submit_directory": json.dumps(source.as_uri()),
                 "sagemaker_container_log_level": "20",
-                "_tuning_objective_metric": json.dumps("loss"),
                 "epochs": "3",
             },
             "AlgorithmSpecification": {
@@ -86,6 +85,16 @@ def test_the_sdks_request_creates_a_tuning_job_whose_trials_show_as_sagemaker_sh
     assert described["HyperParameterTuningJobStatus"] == "InProgress"
     assert described["HyperParameterTuningJobConfig"]["RandomSeed"] == 7
     assert described["TrainingJobDefinition"]["RoleArn"] == ROLE
+    # SageMaker adds the objective's name to the static hyperparameters (the SDK's
+    # HyperparameterTuner.attach takes it out again) and to each trial's.
+    statics = described["TrainingJobDefinition"]["StaticHyperParameters"]
+    assert statics["_tuning_objective_metric"] == '"loss"'
+    # The instances as ResourceConfig too, as the SDK's attach reads them.
+    assert described["TrainingJobDefinition"]["ResourceConfig"] == {
+        "InstanceType": "ml.m5.large",
+        "InstanceCount": 1,
+        "VolumeSizeInGB": 30,
+    }
     assert "BestTrainingJob" not in described
 
     advance(settings)
@@ -110,6 +119,7 @@ def test_the_sdks_request_creates_a_tuning_job_whose_trials_show_as_sagemaker_sh
         job = sm.describe_training_job(TrainingJobName=summary["TrainingJobName"])
         check_answer(sm, "DescribeTrainingJob", job)
         assert job["HyperParameters"]["epochs"] == "3"
+        assert job["HyperParameters"]["_tuning_objective_metric"] == '"loss"'
         assert job["HyperParameters"]["optimizer"] == tuned["optimizer"]
         assert job["RoleArn"] == ROLE
         assert job["ResourceConfig"]["InstanceType"] == "ml.m5.large"
@@ -340,7 +350,10 @@ def test_a_tuning_job_created_over_rest_describes_over_the_wire(
         {"Name": "optimizer", "Values": ['"adam"', '"sgd"']}
     ]
     definition = described["TrainingJobDefinition"]
-    assert definition["StaticHyperParameters"] == {"epochs": "2"}
+    assert definition["StaticHyperParameters"] == {
+        "_tuning_objective_metric": '"loss"',
+        "epochs": "2",
+    }
     assert definition["ResourceConfig"]["InstanceType"] == "ml.m5.large"
 
     # Hyperband's resources, MaxResource read from the static epochs, as a request's.
@@ -414,3 +427,79 @@ def test_hyperband_over_the_wire_stops_a_trial_at_max_resource(
     summary = trial_summaries(sm)[0]
     assert (summary["TrainingJobStatus"], summary["ObjectiveStatus"]) == ("Stopped", "Succeeded")
     assert summary["FailureReason"] == "Stopped by Hyperband: it reached MaxResource (2 steps)"
+
+
+def _warm_start(kind: str, *parents: str) -> dict[str, Any]:
+    return {
+        "ParentHyperParameterTuningJobs": [{"HyperParameterTuningJobName": p} for p in parents],
+        "WarmStartType": kind,
+    }
+
+
+def test_a_warm_start_over_the_wire_names_the_overall_best_of_it_and_its_parents(
+    sm: Any, api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir))
+    advance(settings)
+    for summary, loss in zip(trial_summaries(sm), (0.4, 0.2), strict=True):
+        end_job(settings, summary["TrainingJobName"], loss=loss)
+    advance(settings)
+    (third,) = [s for s in trial_summaries(sm) if s["TrainingJobStatus"] == "InProgress"]
+    end_job(settings, third["TrainingJobName"], loss=0.3)
+    advance(settings)
+    best = min(
+        trial_summaries(sm), key=lambda s: s["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]
+    )
+
+    warm = _warm_start("IdenticalDataAndAlgorithm", "tune-1")
+    sm.create_hyper_parameter_tuning_job(
+        **tuning_request(source_dir, "tune-2"), WarmStartConfig=warm
+    )
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-2")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["WarmStartConfig"] == warm
+    assert "BestTrainingJob" not in described
+    overall = described["OverallBestTrainingJob"]
+    assert (overall["TuningJobName"], overall["TrainingJobName"]) == (
+        "tune-1",
+        best["TrainingJobName"],
+    )
+    assert overall["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] == 0.2
+
+    # Created over REST, described as SageMaker's request would have given it; with
+    # TransferLearning there is no overall best (its parents trained on other data).
+    from tests.service.tuning.tuning import tuning_spec
+
+    spec = tuning_spec(source_dir, name="tune-3")
+    spec["training_job"]["hyperparameters"] = {
+        "sagemaker_program": "train.py",
+        "sagemaker_container_log_level": 20,
+        "_tuning_objective_metric": "loss",
+        "epochs": 3,
+        "layers": 2,  # tuned by the parent: as many hyperparameters in all as it has
+        "batch": 32,
+    }
+    spec["warm_start_config"] = {
+        "warm_start_type": "TransferLearning",
+        "parent_tuning_jobs": ["tune-1"],
+    }
+    created = api.post("/v1/tuning-jobs", json=spec)
+    assert created.status_code == 201, created.text
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-3")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert described["WarmStartConfig"] == _warm_start("TransferLearning", "tune-1")
+    assert "OverallBestTrainingJob" not in described
+
+
+def test_a_warm_start_from_no_such_parent_is_refused_naming_the_member(
+    sm: Any, source_dir: Path
+) -> None:
+    request = tuning_request(source_dir, "tune-2")
+    warm = _warm_start("IdenticalDataAndAlgorithm", "tune-9")
+    code, said = error_of(sm.create_hyper_parameter_tuning_job, **request, WarmStartConfig=warm)
+    assert (code, said) == (
+        "ValidationException",
+        "WarmStartConfig.ParentHyperParameterTuningJobs.1.HyperParameterTuningJobName: no "
+        "tuning job named 'tune-9' in project 'default'",
+    )
+    assert sm.list_hyper_parameter_tuning_jobs()["HyperParameterTuningJobSummaries"] == []

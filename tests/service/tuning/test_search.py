@@ -4,6 +4,7 @@ samples its range as it says, and Grid tries every point once."""
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from typing import Any
 
@@ -149,3 +150,64 @@ def test_integer_scaling_gives_integers_within_the_range() -> None:
     values = [search.ask(tuning, seed, []).parameters["n"] for seed in range(200)]
     assert all(isinstance(v, int) and 1 <= v <= 1000 for v in values)
     assert statistics.median(values) < 100  # log-uniform: most values are small
+
+
+def test_a_warm_starts_parent_trials_lead_the_first_asks_toward_their_best() -> None:
+    """Bayesian search told 20 parent trials asks its first trials near their best
+    (lr about 0.01, few layers); without them, the same seeds ask across the ranges."""
+    chosen = random.Random(1)
+    prior = []
+    for _ in range(20):
+        parameters = {
+            "lr": 10 ** chosen.uniform(-4, 0),
+            "layers": chosen.randint(1, 8),
+            "optimizer": chosen.choice(["adam", "sgd"]),
+        }
+        prior.append(search.Earlier(parameters, "complete", loss(parameters)))
+
+    def near_best(asks: list[dict[str, Any]]) -> int:
+        return sum(1 for p in asks if abs(math.log10(p["lr"]) + 2) < 0.5 and p["layers"] <= 3)
+
+    tuning = spec("Bayesian")
+    warm = [search.ask(tuning, seed, [], prior).parameters for seed in range(20)]
+    cold = [search.ask(tuning, seed, []).parameters for seed in range(20)]
+    assert near_best(warm) >= 15
+    assert near_best(cold) <= 5
+
+
+def test_a_parents_values_count_only_where_they_fit_this_tuning_jobs_ranges() -> None:
+    space = search.SearchSpace(
+        spec(
+            continuous=[
+                {"name": "lr", "min_value": 0.001, "max_value": 0.1, "scaling_type": "Logarithmic"},
+                {
+                    "name": "momentum",
+                    "min_value": 0.5,
+                    "max_value": 0.99,
+                    "scaling_type": "ReverseLogarithmic",
+                },
+            ],
+            integer=[{"name": "layers", "min_value": 1, "max_value": 8}],
+            categorical=[{"name": "optimizer", "values": ["adam", "sgd"]}],
+        )
+    )
+    given = {"lr": 0.01, "momentum": 0.9, "layers": 2, "optimizer": "sgd"}
+    assert space.fitted(given) == {**given, "momentum": pytest.approx(0.1)}
+    # A static value of a parent, as its request wrote it, reads as the range's kind.
+    assert space.fitted({**given, "lr": "0.02", "layers": "3", "optimizer": "adam"}) == {
+        **given,
+        "lr": 0.02,
+        "momentum": pytest.approx(0.1),
+        "layers": 3,
+        "optimizer": "adam",
+    }
+    for other in (
+        {"lr": 0.5},  # outside the range
+        {"momentum": 0.2},  # below a reversed range
+        {"layers": 2.5},  # not a whole number
+        {"layers": True},
+        {"optimizer": "rmsprop"},
+        {"lr": "fast"},
+    ):
+        assert space.fitted({**given, **other}) is None, other
+    assert space.fitted({"lr": 0.01, "layers": 2, "optimizer": "sgd"}) is None  # one missing

@@ -52,8 +52,13 @@ def test_a_tuning_job_is_created_in_progress_and_asks_for_trials_when_the_tuner_
         assert 0.0001 <= trial["parameters"]["lr"] <= 0.1
         assert trial["parameters"]["optimizer"] in ("adam", "sgd")
         job = next(job for job in jobs if job["name"] == trial["name"])
-        # The static hyperparameters, and the trial's tuned ones.
-        assert job["hyperparameters"] == {"epochs": 2, **trial["parameters"]}
+        # The static hyperparameters, the objective's name as SageMaker adds it to every
+        # trial (the runtime keeps it from the script's arguments), the tuned ones.
+        assert job["hyperparameters"] == {
+            "epochs": 2,
+            "_tuning_objective_metric": "loss",
+            **trial["parameters"],
+        }
         assert job["status"] == "InProgress"
 
 
