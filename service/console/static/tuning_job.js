@@ -26,6 +26,26 @@
     return [el("dt", { text: term }), el("dd", {}, ...value)];
   }
 
+  // A warm start's parents (each a link to its page) and the best trial of them and this
+  // tuning job, which an IdenticalDataAndAlgorithm warm start has.
+  function warmStartFacts() {
+    const warm = tuning.spec.warm_start_config;
+    if (!warm) return [];
+    const parents = warm.parent_tuning_jobs.flatMap((name, index) => [
+      index ? ", " : "",
+      el("a", { href: Runyard.tuning.url(name, tuning.project), text: name }),
+    ]);
+    const facts = fact("Warm start", `${warm.warm_start_type} from `, ...parents);
+    const overall = tuning.overall_best_trial;
+    if (overall) {
+      facts.push(...fact("Overall best",
+        el("a", { href: Runyard.jobUrl(overall.name, tuning.project), text: overall.name }),
+        ` of ${overall.tuning_job} (${tuning.objective.metric_name} `
+          + `${Runyard.tuning.value(overall.objective)})`));
+    }
+    return facts;
+  }
+
   function renderFacts() {
     const spec = tuning.spec;
     const jobs = tuning.training_job_counts;
@@ -43,6 +63,7 @@
         ? el("span", {}, el("a", { href: Runyard.jobUrl(best.name, tuning.project), text: best.name }),
           ` (${tuning.objective.metric_name} ${Runyard.tuning.value(best.objective)})`)
         : "none yet"),
+      ...warmStartFacts(),
       ...fact("Created", el("time", { datetime: tuning.created_at, text: Runyard.when(tuning.created_at) })),
       ...fact(Runyard.TERMINAL.has(tuning.status) ? "Ran for" : "Running for",
         Runyard.elapsed(tuning.created_at, tuning.ended_at)),

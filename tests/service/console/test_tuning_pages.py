@@ -179,3 +179,31 @@ def test_a_viewer_cannot_stop_a_tuning_job(
 
 def _status(server: ConsoleServer, name: str) -> str:
     return str(server.call("admin", "GET", f"v1/tuning-jobs/{name}?project=alpha")["status"])
+
+
+def test_a_warm_start_shows_its_parents_and_the_overall_best_trial(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    parent = _tuning_job(server, "tune-parent", "Minimize")
+    described = server.call("admin", "GET", "v1/tuning-jobs/tune-parent?project=alpha")
+    (running,) = [t for t in described["trials"] if t["status"] == "InProgress"]
+    end_job(server.settings, running["name"], loss=0.6)
+    tuner.advance(server.settings, parent["id"])
+    spec = {
+        **parent["spec"],
+        "name": "tune-child",
+        "warm_start_config": {
+            "warm_start_type": "IdenticalDataAndAlgorithm",
+            "parent_tuning_jobs": ["tune-parent"],
+        },
+    }
+    server.call("admin", "POST", "v1/tuning-jobs", params={"project": "alpha"}, json=spec)
+    sign_in("alpha member")
+    page.goto(server.url + "tuning-jobs/tune-child")
+    facts = page.get_by_label("Tuning job", exact=True)
+    expect(facts).to_contain_text("Warm startIdenticalDataAndAlgorithm from tune-parent")
+    expect(facts).to_contain_text(
+        re.compile(r"Overall best\s*tune-parent-002-[0-9a-f]{8} of tune-parent \(loss 0\.25\)")
+    )
+    facts.get_by_role("link", name="tune-parent", exact=True).click()
+    expect(page.get_by_role("heading", name="Tuning job tune-parent")).to_be_visible()
