@@ -6,7 +6,8 @@ more than ``max_parallel_jobs`` at once), ``wait()`` sees it complete, and
 ``identical_dataset_and_algorithm_tuner()`` runs a warm start whose overall best is the
 best of both, ``attach`` reads that warm start back, and ``analytics().dataframe()``
 tables the trials; ``strategy="Hyperband"`` with a
-``strategy_config`` stops every trial before it ends, each counting its last loss.
+``strategy_config`` stops every trial before it ends, each counting its last loss;
+``"Bayesian"`` and ``"Grid"`` (every point once) run their trials and name the best.
 
 The SDK runs in a virtual environment of its own (``tests/e2e/sdk_venvs.py``), as in
 ``test_sagemaker_sdk.py``, whose server and S3 this module sets up the same way."""
@@ -111,3 +112,29 @@ def test_the_sdks_hyperband_tuner_stops_each_trial_at_max_resource_or_as_a_rungs
         assert any(trial["loss"] == pytest.approx(loss, abs=1e-5) for loss in losses)
     best = min(result["trials"], key=lambda trial: trial["loss"])
     assert result["best"] == best["name"]
+
+
+def test_the_sdks_bayesian_and_grid_tuners_run_their_trials_and_name_the_best(
+    sdk_stack: Stack,  # noqa: F811
+    s3: MotoServer,  # noqa: F811
+) -> None:
+    output = run_sdk(sdk_stack, s3, "v2", "tune_strategies_v2.py", str(HERE / "tune_job"), BUCKET)
+    result = result_of(output)
+
+    bayesian = result["bayesian"]
+    assert (bayesian["status"], bayesian["strategy"]) == ("Completed", "Bayesian")
+    assert len(bayesian["trials"]) == 2
+    for trial in bayesian["trials"]:
+        shift = float(trial["tuned"]["shift"])
+        assert 0.0 <= shift <= 1.0
+        assert trial["loss"] == pytest.approx((shift - 0.3) ** 2 + 0.1, abs=1e-5)
+    assert bayesian["best"] == min(bayesian["trials"], key=lambda t: t["loss"])["name"]
+
+    grid = result["grid"]
+    assert (grid["status"], grid["strategy"]) == ("Completed", "Grid")
+    # Every point of the grid once; the best is shift 0.3 after 2 epochs.
+    points = sorted((t["tuned"]["shift"], t["tuned"]["epochs"]) for t in grid["trials"])
+    assert points == [('"0.1"', "1"), ('"0.1"', "2"), ('"0.3"', "1"), ('"0.3"', "2")]
+    (best,) = [t for t in grid["trials"] if t["tuned"] == {"shift": '"0.3"', "epochs": "2"}]
+    assert grid["best"] == best["name"]
+    assert best["loss"] == pytest.approx(0.05, abs=1e-5)
