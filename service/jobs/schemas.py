@@ -82,6 +82,10 @@ class JobCreate(JobFields):
     @field_validator("tags", mode="before")
     @classmethod
     def _tags_as_written(cls, value: Any) -> Any:
+        return cls.tags_as_written(value)
+
+    @staticmethod
+    def tags_as_written(value: Any) -> Any:
         """Tags as a list of ``{key, value}``, as SageMaker writes them (``[{Key, Value}]``),
         or as a mapping of key to value (``tags: {team: vision}`` in a spec file)."""
         if isinstance(value, dict):

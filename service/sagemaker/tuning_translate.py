@@ -86,6 +86,7 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
         "random_seed": config.get("RandomSeed"),
         "early_stopping_type": config.get("TrainingJobEarlyStoppingType", "Off"),
         "training_job": _training_job(request, definition, catalog),
+        "tags": request.get("Tags") or [],
     }
     warm = request.get(WARM_START)
     if warm:
@@ -188,6 +189,7 @@ _MEMBER_OF_FIELD = {
     "strategy": f"{CONFIG}.Strategy",
     "random_seed": f"{CONFIG}.RandomSeed",
     "early_stopping_type": f"{CONFIG}.TrainingJobEarlyStoppingType",
+    "tags": "Tags",
 }
 _HYPERBAND = f"{CONFIG}.StrategyConfig.HyperbandStrategyConfig"
 _MEMBER_OF_PART = {

@@ -19,7 +19,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.jobs.schemas import JobCreate
-from service.jobs.spec_parts import Strict, invalid
+from service.jobs.spec_parts import MAX_TAGS, Strict, Tag, invalid
 
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"
 MAX_NAME = 32
@@ -281,6 +281,19 @@ class TuningJobCreate(Strict):
         description="Each trial's training job, without a name: its hyperparameters are "
         "the static ones, each trial adds the tuned ones."
     )
+    tags: list[Tag] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description="The tuning job's tags, each `{key, value}`: each trial's training job "
+        "gets them too, over its own of the same key (as SageMaker adds a tuning job's "
+        "tags to its training jobs).",
+    )
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags_as_written(cls, value: Any) -> Any:
+        # As a training job's are written: SageMaker's {Key, Value} or a mapping.
+        return JobCreate.tags_as_written(value)
 
     @field_validator("name")
     @classmethod
@@ -314,6 +327,13 @@ class TuningJobCreate(Strict):
                     "is tuned: give it as a range, not as a static hyperparameter",
                 )
         self._check_strategy(title)
+        if len(trial_tags(self)) > MAX_TAGS:
+            raise invalid(
+                title,
+                ("tags",),
+                f"with the training job's own, each trial's training job would have "
+                f"{len(trial_tags(self))} tags, over the {MAX_TAGS} a training job may have",
+            )
         return self
 
     def _check_strategy(self, title: str) -> None:
@@ -416,6 +436,13 @@ class TuningJobCreate(Strict):
             size = grid_size(self.parameter_ranges)
             return size if most is None else min(most, size)
         return most or 0  # never None but for Grid (checked above)
+
+
+def trial_tags(spec: TuningJobCreate) -> list[Tag]:
+    """Each trial's training job's tags: its own, and the tuning job's over them."""
+    merged = {tag.key: tag for tag in spec.training_job.tags}
+    merged.update({tag.key: tag for tag in spec.tags})
+    return list(merged.values())
 
 
 def grid_size(ranges: ParameterRanges) -> int:

@@ -12,7 +12,7 @@ from contract import hyperparameters
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.tuning.models import TuningJob
-from service.tuning.schemas import TuningJobCreate, stored
+from service.tuning.schemas import TuningJobCreate, stored, trial_tags
 
 # Where a tuning job created over SageMaker's wire keeps its trials' CreateTrainingJob
 # request (without a name), beside its own request and region.
@@ -49,6 +49,8 @@ def trial_spec(spec: TuningJobCreate, name: str, parameters: dict[str, Any]) -> 
     fields = spec.training_job.model_dump(exclude_unset=True)
     fields["name"] = name
     fields["hyperparameters"] = {**static_hyperparameters(spec), **parameters}
+    if spec.tags:
+        fields["tags"] = [tag.model_dump() for tag in trial_tags(spec)]
     try:
         return JobCreate.model_validate(fields)
     except ValidationError as exc:

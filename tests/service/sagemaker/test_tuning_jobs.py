@@ -503,3 +503,13 @@ def test_a_warm_start_from_no_such_parent_is_refused_naming_the_member(
         "tuning job named 'tune-9' in project 'default'",
     )
     assert sm.list_hyper_parameter_tuning_jobs()["HyperParameterTuningJobSummaries"] == []
+
+
+def test_a_tuning_jobs_tags_are_its_trials_training_jobs_tags(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    tags = [{"Key": "team", "Value": "vision"}]
+    sm.create_hyper_parameter_tuning_job(**tuning_request(source_dir), Tags=tags)
+    advance(settings)
+    for summary in trial_summaries(sm):
+        assert sm.list_tags(ResourceArn=summary["TrainingJobArn"])["Tags"] == tags

@@ -418,3 +418,35 @@ def test_a_training_job_the_server_cannot_run_is_refused_naming_its_field(
     spec["training_job"]["name"] = "mine"
     (error,) = api.post("/v1/tuning-jobs", json=spec).json()["detail"]
     assert error["loc"] == ["body", "training_job", "name"]
+
+
+def test_a_tuning_jobs_tags_are_each_trials_over_the_training_jobs_own(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    spec = tuning_spec(source_dir, tags={"team": "vision", "cost-center": "42"})
+    spec["training_job"]["tags"] = [
+        {"key": "team", "value": "nlp"},
+        {"key": "owner", "value": "ada"},
+    ]
+    answer = api.post("/v1/tuning-jobs", json=spec)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["spec"]["tags"] == [
+        {"key": "team", "value": "vision"},
+        {"key": "cost-center", "value": "42"},
+    ]
+    advance(settings)
+    for trial in describe(api)["trials"]:
+        tags = api.get(f"/v1/training-jobs/{trial['name']}").json()["spec"]["tags"]
+        assert {tag["key"]: tag["value"] for tag in tags} == {
+            "team": "vision",
+            "owner": "ada",
+            "cost-center": "42",
+        }
+
+
+def test_tags_that_would_give_a_trial_too_many_are_refused(
+    api: TestClient, source_dir: Path
+) -> None:
+    spec = tuning_spec(source_dir, tags={f"t{n}": "x" for n in range(30)})
+    spec["training_job"]["tags"] = [{"key": f"j{n}", "value": "y"} for n in range(30)]
+    refused(api, spec, ["tags"], "each trial's training job would have 60 tags, over the 50")
