@@ -47,11 +47,13 @@ docs: $(STAMP)
 	$(BIN)/python -m service.jobs.lifecycle > docs/job-lifecycle.md.new
 	mv docs/job-lifecycle.md.new docs/job-lifecycle.md
 
-# The TrainingJob CRD, generated from the REST API's request model (a test holds the chart's
-# copy to it).
+# The TrainingJob and HyperparameterTuningJob CRDs, generated from the REST API's request
+# models (a test holds the chart's copies to them).
 crd: $(STAMP)
-	$(BIN)/python -m service.custom_resources.crd > charts/runyard/crds/trainingjobs.yaml.new
-	mv charts/runyard/crds/trainingjobs.yaml.new charts/runyard/crds/trainingjobs.yaml
+	for plural in trainingjobs hyperparametertuningjobs; do \
+	  $(BIN)/python -m service.custom_resources.crd $$plural > charts/runyard/crds/$$plural.yaml.new && \
+	  mv charts/runyard/crds/$$plural.yaml.new charts/runyard/crds/$$plural.yaml || exit 1; \
+	done
 
 # The two images the chart runs, named as it names them: <IMAGE_REPOSITORY>/service and
 # <IMAGE_REPOSITORY>/runtime, tagged with the chart's appVersion (runyard/service:0.1.0 and

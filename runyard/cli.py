@@ -241,8 +241,9 @@ def beat() -> None:
 
 @main.command()
 def controller() -> None:
-    """Run the TrainingJob controller: the kubectl way in (see docs/kubernetes-resources.md).
-    Replicas elect one that acts; it stops on SIGTERM, giving its Lease up."""
+    """Run the controller of TrainingJob and HyperparameterTuningJob resources: the kubectl
+    way in (see docs/kubernetes-resources.md). Replicas elect one that acts; it stops on
+    SIGTERM, giving its Lease up."""
     import signal
     import threading
 

@@ -1,5 +1,5 @@
-"""TrainingJob resources (``runyard.dev/v1``): kubectl as a way in, beside HTTP and the
-console (docs/kubernetes-resources.md).
+"""TrainingJob and HyperparameterTuningJob resources (``runyard.dev/v1``): kubectl as a way
+in, beside HTTP and the console (docs/kubernetes-resources.md).
 
 Decisions: the database stays the source of truth and resources are one more way in (jobs
 submitted over REST or the console are not mirrored); a namespace maps to a project by the

@@ -25,12 +25,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from pydantic import ValidationError
-
 from provisioning import registry
 from provisioning.base import Backend, JobRef
-from service.auth.access import Principal, Role
-from service.custom_resources import crd, events, names, spelling, status
+from service.custom_resources import crd, events, names, resources, status
 from service.custom_resources.status import ResourceStatus
 from service.jobs import lookup
 from service.jobs.schemas import JobCreate, JobPublic
@@ -174,16 +171,7 @@ class Controller:
         return self._write_status(resource, after)
 
     def _write_status(self, resource: dict[str, Any], after: ResourceStatus) -> dict[str, Any]:
-        meta = resource["metadata"]
-        written = self.custom.patch_namespaced_custom_object_status(
-            names.GROUP,
-            names.VERSION,
-            meta["namespace"],
-            names.PLURAL,
-            meta["name"],
-            {"status": after.body()},
-        )
-        return cast(dict[str, Any], written)
+        return resources.write_status(self.custom, names.TRAINING_JOB, resource, after.body())
 
     # -- deleting --------------------------------------------------------------------------
 
@@ -217,60 +205,25 @@ class Controller:
             pass  # it ended (or began stopping) meanwhile
 
     def _set_finalizers(self, resource: dict[str, Any], finalizers: list[str]) -> dict[str, Any]:
-        meta = resource["metadata"]
-        # With the version read: a finalizer another controller added meanwhile is kept
-        # (the API server refuses this patch, and the next pass reads the resource again).
-        patch = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
-        patched = self.custom.patch_namespaced_custom_object(
-            names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"], patch
-        )
-        return cast(dict[str, Any], patched)
-
-
-def _principal(project: str) -> Principal:
-    """What the controller acts as: a member of the namespace's project, no more."""
-    return Principal(kind="user", name=names.COMPONENT, project=project, role=Role.MEMBER)
+        return resources.set_finalizers(self.custom, names.TRAINING_JOB, resource, finalizers)
 
 
 def _spec(resource: dict[str, Any]) -> JobCreate:
-    """The resource's spec as the REST API takes it (its fields in the API's snake_case):
-    named after the resource, tagged with its uid. A rule the CRD's schema cannot hold
-    refuses it as SpecError."""
-    spec = spelling.to_request(dict(resource.get("spec") or {}), crd.request_schema())
-    tags = [tag for tag in spec.get("tags", []) if tag.get("key") != names.RESOURCE_TAG]
-    tags.append({"key": names.RESOURCE_TAG, "value": resource["metadata"]["uid"]})
-    if "name" in spec or "baseJobName" in spec:
-        raise SpecError(("name",), "is the resource's metadata.name; leave it out of spec")
-    try:
-        return JobCreate.model_validate({**spec, "name": _name(resource), "tags": tags})
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = tuple(error["loc"])
-        if loc == ("name",):
-            raise SpecError(("metadata", "name"), error["msg"]) from None
-        raise SpecError(loc, error["msg"]) from None
+    return resources.request(resource, JobCreate, crd.request_schema(), ("name", "baseJobName"))
 
 
 def _in_resource(error: SpecError) -> str:
-    """What the server refused, at its place in the resource: ``spec.instanceType: ...``."""
-    if error.loc[:1] == ("metadata",):
-        return error.message
-    path = spelling.field_path(error.loc, crd.request_schema())
-    return f"spec.{path}: {error.field_message}" if path else f"spec: {error.field_message}"
+    return resources.in_resource(error, crd.request_schema())
 
 
 def _made_for(job: JobPublic, resource: dict[str, Any]) -> bool:
-    uid = resource["metadata"]["uid"]
-    return any(tag.key == names.RESOURCE_TAG and tag.value == uid for tag in job.spec.tags)
+    return resources.made_for(job.spec.tags, resource)
 
 
 def _status(resource: dict[str, Any]) -> ResourceStatus:
     return ResourceStatus.model_validate(resource.get("status") or {})
 
 
-def _finalizers(resource: dict[str, Any]) -> list[str]:
-    return list(resource["metadata"].get("finalizers") or [])
-
-
-def _name(resource: dict[str, Any]) -> str:
-    return str(resource["metadata"]["name"])
+_finalizers = resources.finalizers_of
+_name = resources.name_of
+_principal = resources.principal

@@ -10,6 +10,11 @@ are the model's own, which ``kubectl explain trainingjob.spec`` shows. What a sc
 cannot say is refused by the chart's ValidatingAdmissionPolicy (an instance type this
 server does not run) or by the controller (a source that is not there, a quota), in the
 resource's ``Accepted`` condition and a Warning Event that name the field.
+
+The HyperparameterTuningJob's is made the same way from the tuning API's request model
+(``TuningJobCreate``): its name is the resource's, and its training job takes no name and
+no image, as a TrainingJob's spec does not. ``python -m service.custom_resources.crd
+hyperparametertuningjobs`` prints it (``charts/runyard/crds/hyperparametertuningjobs.yaml``).
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from service.custom_resources import names, spelling
 from service.custom_resources.status import ResourceStatus
 from service.custom_resources.structural import structural
+from service.custom_resources.tuning_status import TuningResourceStatus
 from service.jobs.schemas import JobCreate
 from service.jobs.spec_parts import NAME_PATTERN
+from service.tuning import schemas as tuning
 
 # Fields of JobCreate a resource does not take.
 NOT_IN_SPEC = ("name", "base_job_name", "image")
@@ -42,6 +50,25 @@ _IMMUTABLE = {
     "message": "spec cannot change once the job is submitted: delete the resource and "
     "apply it again",
 }
+
+_TUNING_NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {tuning.MAX_NAME} && "
+    f"self.metadata.name.matches('{tuning.NAME_PATTERN}')",
+    "message": f"metadata.name must be a tuning job's name: {tuning.NAME_RULE}",
+}
+_IMMUTABLE_TUNING = {
+    "rule": "self == oldSelf",
+    "message": "spec cannot change once the tuning job is created: delete the resource and "
+    "apply it again",
+}
+_TUNING_COLUMNS = [
+    {"name": "Status", "type": "string", "jsonPath": ".status.status"},
+    {"name": "Strategy", "type": "string", "jsonPath": ".spec.strategy"},
+    {"name": "Ended", "type": "integer", "jsonPath": ".status.trialsEnded"},
+    {"name": "Trials", "type": "integer", "jsonPath": ".status.maxTrials"},
+    {"name": "Best", "type": "number", "jsonPath": ".status.bestTrial.objective"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
 
 _COLUMNS = [
     {"name": "Status", "type": "string", "jsonPath": ".status.status"},
@@ -65,48 +92,124 @@ def request_schema() -> Mapping[str, Any]:
 
 
 def spec_schema() -> dict[str, Any]:
-    schema = spelling.resource_schema(copy.deepcopy(dict(request_schema())))
-    schema["description"] = (
+    return _spec_schema(
+        request_schema(),
         "The job, as POST /v1/training-jobs takes it, its fields spelled in camelCase "
-        "(entry_point is entryPoint); its name is the resource's metadata.name."
+        "(entry_point is entryPoint); its name is the resource's metadata.name.",
+        _IMMUTABLE,
     )
-    schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), _IMMUTABLE]
-    return schema
 
 
 def status_schema() -> dict[str, Any]:
-    schema = structural(ResourceStatus.model_json_schema())
-    schema["description"] = "Written by Runyard's controller: the job as describe shows it."
+    return _status_schema(
+        ResourceStatus, "Written by Runyard's controller: the job as describe shows it."
+    )
+
+
+def _spec_schema(
+    request: Mapping[str, Any], description: str, immutable: dict[str, str]
+) -> dict[str, Any]:
+    schema = spelling.resource_schema(copy.deepcopy(dict(request)))
+    schema["description"] = description
+    schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), immutable]
     return schema
 
 
+def _status_schema(model: type[BaseModel], description: str) -> dict[str, Any]:
+    schema = structural(model.model_json_schema())
+    schema["description"] = description
+    return schema
+
+
+@functools.cache
+def tuning_request_schema() -> Mapping[str, Any]:
+    """A HyperparameterTuningJob's spec as the tuning API spells it: the structural schema
+    of its request model, less its name (the resource's) and its training job's name and
+    image. Shared: read it, never change it."""
+    schema = structural(tuning.TuningJobCreate.model_json_schema())
+    schema["properties"].pop("name")
+    schema["required"] = [field for field in schema.get("required", []) if field != "name"]
+    training = schema["properties"]["training_job"]["properties"]
+    for field in NOT_IN_SPEC:
+        training.pop(field)
+    return schema
+
+
+def tuning_spec_schema() -> dict[str, Any]:
+    return _spec_schema(
+        tuning_request_schema(),
+        "The tuning job, as POST /v1/tuning-jobs takes it, its fields spelled in camelCase "
+        "(parameter_ranges is parameterRanges, the training job's entry_point "
+        "trainingJob.entryPoint); its name is the resource's metadata.name.",
+        _IMMUTABLE_TUNING,
+    )
+
+
+def tuning_status_schema() -> dict[str, Any]:
+    return _status_schema(
+        TuningResourceStatus,
+        "Written by Runyard's controller: the tuning job as describe shows it.",
+    )
+
+
 def definition() -> dict[str, Any]:
+    """The TrainingJob CRD."""
+    return _definition(
+        names.TRAINING_JOB,
+        "A Runyard training job, submitted and followed with kubectl.",
+        spec_schema(),
+        status_schema(),
+        _NAME_RULE,
+        _COLUMNS,
+    )
+
+
+def tuning_definition() -> dict[str, Any]:
+    """The HyperparameterTuningJob CRD."""
+    return _definition(
+        names.TUNING_JOB,
+        "A Runyard hyperparameter tuning job, created and followed with kubectl.",
+        tuning_spec_schema(),
+        tuning_status_schema(),
+        _TUNING_NAME_RULE,
+        _TUNING_COLUMNS,
+    )
+
+
+def _definition(
+    kind: names.Kind,
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    name_rule: dict[str, str],
+    columns: list[dict[str, str]],
+) -> dict[str, Any]:
     root = {
         "type": "object",
-        "description": "A Runyard training job, submitted and followed with kubectl.",
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": spec_schema(),
-            "status": status_schema(),
+            "spec": spec,
+            "status": status,
         },
-        "x-kubernetes-validations": [_NAME_RULE],
+        "x-kubernetes-validations": [name_rule],
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": names.CRD_NAME},
+        "metadata": {"name": kind.crd_name},
         "spec": {
             "group": names.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": names.KIND,
-                "listKind": f"{names.KIND}List",
-                "plural": names.PLURAL,
-                "singular": names.SINGULAR,
-                "shortNames": list(names.SHORT_NAMES),
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.singular,
+                "shortNames": list(kind.short_names),
                 "categories": ["runyard"],
             },
             "versions": [
@@ -115,7 +218,7 @@ def definition() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": _COLUMNS,
+                    "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
@@ -123,10 +226,19 @@ def definition() -> dict[str, Any]:
     }
 
 
-def render() -> str:
-    header = "# Generated by `python -m service.custom_resources.crd` (make crd): do not edit.\n"
-    return header + yaml.safe_dump(definition(), sort_keys=False, width=100)
+DEFINITIONS = {
+    names.TRAINING_JOB.plural: definition,
+    names.TUNING_JOB.plural: tuning_definition,
+}
+
+
+def render(plural: str = names.PLURAL) -> str:
+    command = "python -m service.custom_resources.crd"
+    if plural != names.PLURAL:
+        command += f" {plural}"
+    header = f"# Generated by `{command}` (make crd): do not edit.\n"
+    return header + yaml.safe_dump(DEFINITIONS[plural](), sort_keys=False, width=100)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    sys.stdout.write(render(*sys.argv[1:2]))

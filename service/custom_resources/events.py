@@ -1,8 +1,9 @@
-"""Events (core/v1) on a TrainingJob resource: what ``kubectl describe`` lists.
+"""Events (core/v1) on a resource (a TrainingJob, a HyperparameterTuningJob): what
+``kubectl describe`` lists.
 
-Each of the job's transitions is posted once, under a name made from the resource's uid
-and the transition's place: a controller that restarts and posts it again is refused
-(409) by the API server instead of repeating it.
+Each of the job's transitions (each status of a tuning job) is posted once, under a name
+made from the resource's uid and the transition's place: a controller that restarts and
+posts it again is refused (409) by the API server instead of repeating it.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def post(
             "namespace": meta["namespace"],
         },
         "involvedObject": {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
+            "apiVersion": resource.get("apiVersion", names.API_VERSION),
+            "kind": resource.get("kind", names.KIND),
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta["uid"],

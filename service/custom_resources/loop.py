@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from service.custom_resources import election, watching
 from service.custom_resources.controller import Controller
+from service.custom_resources.tuning_controller import TuningController
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def serve(settings: Settings, stop: threading.Event) -> None:
     from provisioning.kubernetes import api_client
 
     client = api_client(settings)
-    controller = Controller(settings, client)
+    controller = Controllers(Controller(settings, client), TuningController(settings, client))
     config = settings.controller
     election.run(
         client,
@@ -43,14 +44,32 @@ def serve(settings: Settings, stop: threading.Event) -> None:
     )
 
 
+class Controllers:
+    """The TrainingJob controller and the HyperparameterTuningJob one, a pass of each."""
+
+    def __init__(self, training: Controller, tuning: TuningController) -> None:
+        self.settings = training.settings
+        self.training = training
+        self.tuning = tuning
+
+    def sync(self) -> None:
+        try:
+            self.training.sync()
+        finally:  # one kind's failure does not hold the other's resources back
+            self.tuning.sync()
+
+
 def lead(
-    controller: Controller, client: ApiClient, lost: threading.Event, stop: threading.Event
+    controller: Controller | Controllers,
+    client: ApiClient,
+    lost: threading.Event,
+    stop: threading.Event,
 ) -> None:
     """Passes, each as soon as a resource changes (a watch) and at least every
     ``resync_seconds``, until the lead is ``lost`` or the process told to ``stop``."""
     settings = controller.settings
     namespaces = sorted(settings.controller.namespaces)
-    log.info("leading: taking TrainingJobs from %s", namespaces)
+    log.info("leading: taking TrainingJobs and HyperparameterTuningJobs from %s", namespaces)
 
     def done() -> bool:
         return lost.is_set() or stop.is_set()
@@ -62,7 +81,7 @@ def lead(
             try:
                 controller.sync()
             except Exception:  # the next pass tries again; the API may be back by then
-                log.exception("a pass of the TrainingJob controller failed")
+                log.exception("a pass of the controller failed")
             # A lost lease is noticed within a pass: the lease outlasts its renewal
             # deadline by a third, longer than a pass by default.
             watching.wait(watches.changed, done, settings.controller.resync_seconds)

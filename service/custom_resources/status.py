@@ -29,11 +29,11 @@ _TRUE_IN = {
 }
 
 
-class _Camel(BaseModel):
+class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-class Condition(_Camel):
+class Condition(CamelModel):
     type: str
     status: str = Field(description="True, False or Unknown.")
     reason: str
@@ -41,19 +41,19 @@ class Condition(_Camel):
     last_transition_time: str
 
 
-class InstanceState(_Camel):
+class InstanceState(CamelModel):
     host: str
     phase: str
     exit_code: int | None = None
     message: str = ""
 
 
-class FinalMetric(_Camel):
+class FinalMetric(CamelModel):
     name: str
     value: float
 
 
-class ResourceStatus(_Camel):
+class ResourceStatus(CamelModel):
     """The resource's status subresource, written by the controller only."""
 
     job_id: str | None = Field(default=None, description="The job Runyard runs for it.")
@@ -106,10 +106,10 @@ def from_job(job: JobPublic, before: ResourceStatus, now: datetime) -> ResourceS
         ],
         model_artifacts=job.model_artifacts,
         final_metrics=[FinalMetric(name=m.name, value=m.value) for m in job.final_metrics],
-        start_time=_time(started),
-        completion_time=_time(ended),
-        duration=_duration(started, ended or now) if started is not None else None,
-        conditions=_conditions(job.status, before.conditions, now),
+        start_time=stamp(started),
+        completion_time=stamp(ended),
+        duration=duration_text(started, ended or now) if started is not None else None,
+        conditions=conditions_for(job.status, before.conditions, now),
         events_recorded=before.events_recorded,
     )
 
@@ -132,12 +132,14 @@ def set_condition(
         status=value,
         reason=reason,
         message=message,
-        last_transition_time=since or _time(now) or "",
+        last_transition_time=since or stamp(now) or "",
     )
     return [changed if c.type == kind else c for c in conditions] + ([] if found else [changed])
 
 
-def _conditions(status: str, before: list[Condition], now: datetime) -> list[Condition]:
+def conditions_for(status: str, before: list[Condition], now: datetime) -> list[Condition]:
+    """Accepted, and the one of Running, Completed, Failed and Stopped that ``status``
+    (a job's or a tuning job's: they share their statuses) makes True."""
     conditions = set_condition(before, "Accepted", True, "Submitted", "", now)
     holding = _TRUE_IN.get(Status(status))
     for kind in CONDITION_TYPES[1:]:
@@ -147,11 +149,12 @@ def _conditions(status: str, before: list[Condition], now: datetime) -> list[Con
     return conditions
 
 
-def _time(value: datetime | None) -> str | None:
+def stamp(value: datetime | None) -> str | None:
+    """A time as Kubernetes writes it in a status."""
     return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _duration(start: datetime, end: datetime) -> str:
+def duration_text(start: datetime, end: datetime) -> str:
     """As kubectl writes durations: 45s, 3m12s, 2h5m."""
     seconds = max(0, int((end - start).total_seconds()))
     hours, rest = divmod(seconds, 3600)

@@ -6,7 +6,9 @@ node says its type; no ``$ref`` (definitions are inlined); no ``anyOf`` with ``n
 (``nullable: true`` instead); no ``additionalProperties: false`` (unknown fields are
 pruned, and kubectl's strict field validation names them); ``exclusiveMinimum`` is a flag
 beside ``minimum``; a map of anything keeps its fields with
-``x-kubernetes-preserve-unknown-fields``. Defaults are left to the server, which applies
+``x-kubernetes-preserve-unknown-fields``, and so does a value that may be one of several
+scalar kinds (a categorical range's values: text, numbers or booleans), whose kind the
+model checks when the controller reads it. Defaults are left to the server, which applies
 its own at submission: the resource keeps what its author wrote.
 
 Anything the conversion does not know is refused (``UnsupportedSchema``), so a new kind of
@@ -50,8 +52,15 @@ def structural(schema: dict[str, Any]) -> dict[str, Any]:
     return _convert(schema, schema.get("$defs", {}), "")
 
 
+# The JSON kinds of a scalar, which a union may mix.
+_SCALARS = frozenset({"string", "integer", "number", "boolean"})
+
+
 def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str, Any]:
     node = _resolved(node, defs, where)
+    if _scalar_union(node):
+        kept = {key: node[key] for key in ("description",) if key in node}
+        return {**kept, "x-kubernetes-preserve-unknown-fields": True}
     node = _without_null(node, defs, where)
     out: dict[str, Any] = {}
     for key, value in node.items():
@@ -86,6 +95,17 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
     if "type" not in out and "x-kubernetes-preserve-unknown-fields" not in out:
         raise UnsupportedSchema(f"{where or '<root>'}: no type")
     return out
+
+
+def _scalar_union(node: dict[str, Any]) -> bool:
+    """Whether ``node`` is a union of scalar kinds only (no null: a structural schema
+    says that one with nullable)."""
+    branches = node.get("anyOf")
+    return (
+        branches is not None
+        and len(branches) > 1
+        and all(set(branch) == {"type"} and branch["type"] in _SCALARS for branch in branches)
+    )
 
 
 def _resolved(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""What wakes the controller between its passes: a watch on each namespace's TrainingJobs.
+"""What wakes the controller between its passes: a watch on each namespace's TrainingJobs
+and HyperparameterTuningJobs.
 
 A pass is level-triggered (``controller.Controller.sync``): it reads every resource and
 every job, so it needs no event's content, only to know that something changed. A watch
@@ -31,8 +32,8 @@ _NOTICE_DONE_SECONDS = 0.25
 
 
 class Watches:
-    """A watching thread per namespace, each setting ``changed`` when one of its
-    TrainingJobs is added, changed or deleted, until ``close``."""
+    """A watching thread per namespace and kind, each setting ``changed`` when one of its
+    resources is added, changed or deleted, until ``close``."""
 
     def __init__(self, api_client: ApiClient, namespaces: list[str]) -> None:
         from kubernetes import client
@@ -44,9 +45,13 @@ class Watches:
         self._open: set[Any] = set()
         self._threads = [
             threading.Thread(
-                target=self._watch, args=(namespace,), name=f"watch-{namespace}", daemon=True
+                target=self._watch,
+                args=(namespace, kind.plural),
+                name=f"watch-{namespace}-{kind.plural}",
+                daemon=True,
             )
             for namespace in namespaces
+            for kind in names.KINDS
         ]
         for thread in self._threads:
             thread.start()
@@ -61,23 +66,23 @@ class Watches:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def _watch(self, namespace: str) -> None:
+    def _watch(self, namespace: str, plural: str) -> None:
         while not self._closed.is_set():
             try:
-                self._follow(namespace)
+                self._follow(namespace, plural)
             except Exception as exc:  # the passes go on without it; the next may work
                 if self._closed.is_set():
                     return
-                log.info("watching TrainingJobs of %s: %s", namespace, exc)
+                log.info("watching %s of %s: %s", plural, namespace, exc)
                 self._closed.wait(RETRY_SECONDS)
 
-    def _follow(self, namespace: str) -> None:
+    def _follow(self, namespace: str, plural: str) -> None:
         # The events themselves are not read: any of them means a pass is due.
         response: Any = self._custom.list_namespaced_custom_object(
             names.GROUP,
             names.VERSION,
             namespace,
-            names.PLURAL,
+            plural,
             watch=True,
             timeout_seconds=WATCH_SECONDS,
             _preload_content=False,

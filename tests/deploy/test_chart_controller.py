@@ -41,6 +41,8 @@ ENABLED = {**EXTERNAL, "controller": {"enabled": True, "namespaces": {"team-a": 
 CONTROLLER_RULES = {
     ("runyard.dev", "trainingjobs"): {"get", "list", "watch", "patch"},
     ("runyard.dev", "trainingjobs/status"): {"patch"},
+    ("runyard.dev", "hyperparametertuningjobs"): {"get", "list", "watch", "patch"},
+    ("runyard.dev", "hyperparametertuningjobs/status"): {"patch"},
     ("", "events"): {"create"},
 }
 
@@ -88,9 +90,10 @@ def test_it_can_be_left_out(chart: helm.Chart) -> None:
 def test_every_object_is_valid_kubernetes(chart: helm.Chart, version: str) -> None:
     for obj in objects_of(chart, ENABLED):
         kubernetes_validate.validate(obj, version, strict=True)
-    crds = yaml.safe_load((CHART / "crds" / "trainingjobs.yaml").read_text())
-    kubernetes_validate.validate(crds, version, strict=True)
-    assert crds == crd.definition()
+    for plural, generated in crd.DEFINITIONS.items():
+        crds = yaml.safe_load((CHART / "crds" / f"{plural}.yaml").read_text())
+        kubernetes_validate.validate(crds, version, strict=True)
+        assert crds == generated()
 
 
 def test_the_controller_runs_with_its_namespaces(chart: helm.Chart) -> None:

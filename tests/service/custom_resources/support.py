@@ -25,6 +25,7 @@ class Cluster:
 
     def __init__(self, kube: KubeServer) -> None:
         kube.install(crd.definition())
+        kube.install(crd.tuning_definition())
         self.kube = kube
         self.namespace = f"t-{uuid.uuid4().hex[:10]}"
         self.api_client = kube.client()
@@ -57,36 +58,38 @@ class Cluster:
         values.pop("name")
         return self.apply_spec(name, {to_camel(key): value for key, value in values.items()})
 
-    def apply_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    def apply_spec(
+        self, name: str, spec: dict[str, Any], kind: names.Kind = names.TRAINING_JOB
+    ) -> dict[str, Any]:
         body = {
             "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
+            "kind": kind.kind,
             "metadata": {"name": name, "namespace": self.namespace},
             "spec": spec,
         }
         created: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            names.GROUP, names.VERSION, self.namespace, names.PLURAL, body
+            names.GROUP, names.VERSION, self.namespace, kind.plural, body
         )
         return created
 
-    def get(self, name: str) -> dict[str, Any]:
+    def get(self, name: str, kind: names.Kind = names.TRAINING_JOB) -> dict[str, Any]:
         found: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, self.namespace, names.PLURAL, name
+            names.GROUP, names.VERSION, self.namespace, kind.plural, name
         )
         return found
 
-    def exists(self, name: str) -> bool:
+    def exists(self, name: str, kind: names.Kind = names.TRAINING_JOB) -> bool:
         try:
-            self.get(name)
+            self.get(name, kind)
         except client.ApiException as exc:
             if exc.status == 404:
                 return False
             raise
         return True
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, kind: names.Kind = names.TRAINING_JOB) -> None:
         self.custom.delete_namespaced_custom_object(
-            names.GROUP, names.VERSION, self.namespace, names.PLURAL, name
+            names.GROUP, names.VERSION, self.namespace, kind.plural, name
         )
 
     def events(self, name: str) -> list[tuple[str, str, str]]:

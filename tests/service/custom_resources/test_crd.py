@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from service.custom_resources import crd, names, spelling
 from service.custom_resources.structural import UnsupportedSchema, structural
 from service.jobs.schemas import JobCreate
+from service.tuning.schemas import TuningJobCreate
 from tests.kube import admission_problems
 
 CHART = Path(__file__).parents[3] / "charts" / "runyard"
@@ -49,6 +50,12 @@ def _resource(**spec: Any) -> dict[str, Any]:
 
 def test_the_chart_holds_the_generated_crd() -> None:
     assert CHECKED_IN.read_text() == crd.render(), "regenerate it with `make crd`"
+
+
+def test_the_chart_holds_the_generated_tuning_crd() -> None:
+    plural = names.TUNING_JOB.plural
+    checked_in = CHART / "crds" / f"{plural}.yaml"
+    assert checked_in.read_text() == crd.render(plural), "regenerate it with `make crd`"
 
 
 @pytest.mark.parametrize("version", [OLDEST, kubernetes_validate.utils.latest_version()])
@@ -318,7 +325,10 @@ def test_references_are_inlined_and_nulls_made_nullable() -> None:
 @pytest.mark.parametrize(
     ("schema", "why"),
     [
-        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "a union of 2 kinds"),
+        (
+            {"anyOf": [{"type": "string"}, {"type": "object", "properties": {}}]},
+            "a union of 2 kinds",
+        ),
         ({"type": "object", "patternProperties": {"^a": {"type": "string"}}}, "patternProperties"),
         ({"$ref": "#/$defs/Missing"}, "is not to a definition"),
         ({"description": "anything at all"}, "no type"),
@@ -327,6 +337,19 @@ def test_references_are_inlined_and_nulls_made_nullable() -> None:
 def test_what_has_no_structural_form_is_refused(schema: dict[str, Any], why: str) -> None:
     with pytest.raises(UnsupportedSchema, match=why):
         structural(schema)
+
+
+def test_a_value_of_several_scalar_kinds_is_kept_for_the_model_to_judge() -> None:
+    """A categorical range's values may be text, numbers or booleans: the CRD keeps
+    whatever is written, and the controller's model refuses what is none of them."""
+    schema = {
+        "anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}],
+        "description": "A value.",
+    }
+    assert structural(schema) == {
+        "description": "A value.",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
 
 
 # -- what the docs and examples show -------------------------------------------------------
@@ -343,12 +366,21 @@ def _shown_resources() -> list[dict[str, Any]]:
 
 def test_the_resources_the_docs_and_examples_show_are_admitted_and_read_as_requests() -> None:
     resources = _shown_resources()
-    assert len(resources) >= 2
+    kinds = [resource["kind"] for resource in resources]
+    assert kinds.count(names.KIND) >= 2
+    assert kinds.count(names.TUNING_JOB.kind) >= 1
+    tuning_schema = crd.tuning_definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for resource in resources:
+        name = resource["metadata"]["name"]
+        if resource["kind"] == names.TUNING_JOB.kind:
+            assert admission_problems(tuning_schema, resource) == [], name
+            request = spelling.to_request(resource["spec"], crd.tuning_request_schema())
+            TuningJobCreate.model_validate({**request, "name": name})
+            continue
         assert resource["kind"] == names.KIND
-        assert admission_problems(_schema(), resource) == [], resource["metadata"]["name"]
+        assert admission_problems(_schema(), resource) == [], name
         request = spelling.to_request(resource["spec"], crd.request_schema())
-        JobCreate.model_validate({**request, "name": resource["metadata"]["name"]})
+        JobCreate.model_validate({**request, "name": name})
 
 
 def test_the_refusal_the_docs_show_is_the_schemas() -> None:
