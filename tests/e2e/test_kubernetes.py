@@ -390,6 +390,7 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
     # resource's job, the worker runs it on pods, and deleting the resource stops the job
     # and waits until the pods are gone before the resource goes.
     kube_server.install(crd.definition())
+    kube_server.install(crd.tuning_definition())  # as the chart installs both
     namespace = "team-e2e"
     controller = {"namespaces": {namespace: "default"}, "lease_namespace": namespace}
     kube_stack.start("controller", env={"RUNYARD_CONTROLLER": json.dumps(controller)})
