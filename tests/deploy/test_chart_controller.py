@@ -73,9 +73,12 @@ def test_by_default_it_takes_the_releases_namespace_into_the_default_project(
     cluster_role = one(objects, "ClusterRole")
     binding = one(objects, "RoleBinding", cluster_role["metadata"]["name"])
     assert binding["metadata"]["namespace"] == NAMESPACE
-    admission = one(objects, "ValidatingAdmissionPolicyBinding")
-    (selector,) = admission["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
-    assert selector["values"] == [NAMESPACE]
+    admissions = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert len(admissions) == 2  # one per kind
+    for admission in admissions:
+        match = admission["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        (selector,) = match
+        assert selector["values"] == [NAMESPACE]
 
 
 def test_it_can_be_left_out(chart: helm.Chart) -> None:
@@ -150,40 +153,63 @@ def test_an_instance_type_this_server_does_not_run_is_refused_at_admission(
     # A null takes a type out of the chart's default backends (Helm merges the maps).
     values = {**ENABLED, "instanceTypes": [gr6], "backends": {"ml.p4d.24xlarge": None}}
     objects = objects_of(chart, values)
-    policy = one(objects, "ValidatingAdmissionPolicy")
-    binding = one(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    # In the controller's namespaces only.
-    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
-    assert (selector["key"], selector["values"]) == ("kubernetes.io/metadata.name", ["team-a"])
-    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert (rule["apiGroups"], rule["resources"]) == (["runyard.dev"], ["trainingjobs"])
+    policies = {
+        tuple(p["spec"]["matchConstraints"]["resourceRules"][0]["resources"]): p
+        for p in objects
+        if p["kind"] == "ValidatingAdmissionPolicy"
+    }
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert set(policies) == {("trainingjobs",), ("hyperparametertuningjobs",)}
+    assert {b["spec"]["policyName"] for b in bindings} == {
+        p["metadata"]["name"] for p in policies.values()
+    }
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        # In the controller's namespaces only.
+        (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+        assert (selector["key"], selector["values"]) == ("kubernetes.io/metadata.name", ["team-a"])
+    for policy in policies.values():
+        (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+        assert rule["apiGroups"] == ["runyard.dev"]
 
-    def resource(instance_type: str) -> dict[str, Any]:
+    # A TrainingJob names its instance type in its spec; a HyperparameterTuningJob in its
+    # spec's training job.
+    def training(instance_type: str) -> dict[str, Any]:
         return {"metadata": {"name": "j"}, "spec": {"instanceType": instance_type}}
 
-    # Without the field, the CRD's rule refuses it, naming it as it is spelled now (and
-    # why, for a resource in the REST spelling): nothing for this policy to judge.
-    import celpy
+    def tuning(instance_type: str) -> dict[str, Any]:
+        return {"metadata": {"name": "t"}, "spec": {"trainingJob": {"instanceType": instance_type}}}
 
-    (validation,) = policy["spec"]["validations"]
-    environment = celpy.Environment()
-    program = environment.program(environment.compile(validation["expression"]))
-    assert bool(program.evaluate({"object": celpy.json_to_cel({"spec": {"instance_type": "x"}})}))
+    cases = [
+        (policies[("trainingjobs",)], training, "spec.instanceType", {"instance_type": "x"}),
+        (
+            policies[("hyperparametertuningjobs",)],
+            tuning,
+            "spec.trainingJob.instanceType",
+            {"trainingJob": {"instance_type": "x"}},
+        ),
+    ]
+    import celpy
 
     # Exactly what RUNYARD_BACKENDS sends to a backend: the built-in types but the one
     # taken out, and the one configured.
     runs = sorted(InstanceCatalog().cluster_types() - {"ml.p4d.24xlarge"} | {"ml.gr6.4xlarge"})
-    for admitted_type in runs:
-        assert _admits(policy, resource(admitted_type))[0], admitted_type
-    for refused in ("ml.p4d.24xlarge", "ml.p9.huge", "local"):
-        admitted, message = _admits(policy, resource(refused))
-        assert not admitted, refused
-        assert message == (
-            f"spec.instanceType: unknown instance type {refused}; this server runs: "
-            + ", ".join(runs)
-        )
+    for policy, resource, field, misspelled in cases:
+        # Without the field, the CRD's rule refuses it, naming it as it is spelled now
+        # (and why, for a resource in the REST spelling): nothing for this policy to judge.
+        (validation,) = policy["spec"]["validations"]
+        environment = celpy.Environment()
+        program = environment.program(environment.compile(validation["expression"]))
+        for spec in (misspelled, {}):
+            assert bool(program.evaluate({"object": celpy.json_to_cel({"spec": spec})})), spec
+        for admitted_type in runs:
+            assert _admits(policy, resource(admitted_type))[0], admitted_type
+        for refused in ("ml.p4d.24xlarge", "ml.p9.huge", "local"):
+            admitted, message = _admits(policy, resource(refused))
+            assert not admitted, refused
+            assert message == (
+                f"{field}: unknown instance type {refused}; this server runs: " + ", ".join(runs)
+            )
 
 
 def test_without_the_controller_there_is_no_admission_policy(chart: helm.Chart) -> None:

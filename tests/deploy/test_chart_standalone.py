@@ -673,6 +673,8 @@ DEFAULT_INSTALL = {
     ("RoleBinding", "ry-runyard-controller-lease"),
     ("ValidatingAdmissionPolicy", "ry-runyard-controller-ml-instance-types"),
     ("ValidatingAdmissionPolicyBinding", "ry-runyard-controller-ml-instance-types"),
+    ("ValidatingAdmissionPolicy", "ry-runyard-controller-ml-tuning-instance-types"),
+    ("ValidatingAdmissionPolicyBinding", "ry-runyard-controller-ml-tuning-instance-types"),
     ("NetworkPolicy", "ry-runyard-api"),
     ("NetworkPolicy", "ry-runyard-no-ingress"),
     ("NetworkPolicy", "ry-runyard-postgresql"),

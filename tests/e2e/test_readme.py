@@ -75,6 +75,10 @@ SKIPPED = {
     "kind: TrainingJob": "a resource for a Kubernetes cluster running the controller; "
     "tests/service/custom_resources applies such resources to a Kubernetes API server",
     "kubectl apply -f bert-1.yaml": "needs a Kubernetes cluster running the controller",
+    "kind: HyperparameterTuningJob": "a resource for a Kubernetes cluster running the "
+    "controller; tests/service/custom_resources/test_tuning_controller.py applies such "
+    "resources to a Kubernetes API server",
+    "kubectl apply -f lr-search.yaml": "needs a Kubernetes cluster running the controller",
     "kubectl apply -f runyard-s3.yaml": "needs a Kubernetes cluster",
     "sudo mount -t nfs4": "needs root and an EFS or NFS export (the EC2 backend's artifacts)",
     "aws ec2 authorize-security-group-ingress": "needs an AWS account (EC2 security groups)",
