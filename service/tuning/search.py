@@ -15,7 +15,9 @@ Logarithmic tries values near 0.
 A warm start's parents' trials come first in the study, as completed trials (``prior``):
 each with the values it ran with, where every one of them falls in this tuning job's
 ranges (a parent's static value standing for a range it did not tune); the others are
-left out, since Optuna takes no trial outside its distributions.
+left out, since Optuna takes no trial outside its distributions. The warm start's own
+trials are seeded as numbered after them, so that with its parent's seed it does not ask
+its parent's points again.
 """
 
 from __future__ import annotations
@@ -77,9 +79,11 @@ def ask(
     direction: Literal["minimize", "maximize"] = (
         "minimize" if spec.objective.type == "Minimize" else "maximize"
     )
-    study = optuna.create_study(
-        direction=direction, sampler=_sampler(spec, seed, number=len(earlier) + 1)
-    )
+    # Numbered after the prior trials: a warm start with its parent's seed would otherwise
+    # ask, trial by trial, what its parent asked (until Bayesian search has enough trials
+    # to model, it samples at random by the trial's seed).
+    number = len(prior) + len(earlier) + 1
+    study = optuna.create_study(direction=direction, sampler=_sampler(spec, seed, number=number))
     for trial in prior:
         fitted = space.fitted(trial.parameters)
         if fitted is not None and trial.objective is not None:

@@ -211,3 +211,17 @@ def test_a_parents_values_count_only_where_they_fit_this_tuning_jobs_ranges() ->
     ):
         assert space.fitted({**given, **other}) is None, other
     assert space.fitted({"lr": 0.01, "layers": 2, "optimizer": "sgd"}) is None  # one missing
+
+
+@pytest.mark.parametrize("strategy", ["Random", "Bayesian"])
+def test_a_warm_start_with_its_parents_seed_asks_other_points_than_its_parent(
+    strategy: str,
+) -> None:
+    tuning = spec(strategy)
+    parent = run(tuning, seed=7, trials=3)
+    prior = [search.Earlier(p, "complete", loss(p)) for p in parent]
+    earlier: list[search.Earlier] = []
+    for _ in range(3):
+        asked = search.ask(tuning, 7, earlier, prior).parameters
+        assert asked not in parent
+        earlier.append(search.Earlier(asked, "complete", loss(asked)))
