@@ -20,7 +20,7 @@ from service.custom_resources.tuning_controller import TuningController
 from service.settings import Settings
 from tests.kube import KubeServer
 from tests.service.custom_resources.support import Cluster
-from tests.service.tuning.tuning import advance, create, describe, end_job, tuning_spec
+from tests.service.tuning.tuning import advance, create, describe, end_job
 
 HPT = names.TUNING_JOB
 
@@ -172,4 +172,3 @@ def test_a_tuning_job_of_that_name_from_elsewhere_is_not_taken_over(
     TuningController(settings, cluster.api_client).sync()
     assert not cluster.exists("lr-search", HPT)
     assert describe(api, "lr-search")["status"] == "InProgress"
-    assert tuning_spec(source_dir)["name"] == "tune-1"  # the helper's own name was not used
