@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +30,7 @@ from contract.layout import (
     Paths,
     checkpoint_dir,
 )
-from contract.spec import Channel
+from contract.spec import Channel, JobSpec
 
 # SageMaker's name for the one group of instances a job has.
 GROUP_NAME = "homogeneousCluster"
@@ -58,36 +58,23 @@ class Isolation(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class JobDescription:
-    """What the job is, as each of its instances sees it whichever backend runs it: made
-    from the job's stored record (``provisioning.instance_files.describe``). A field of
-    the job that the runtime needs is added here, where the runtime reads it, and where
-    ``describe`` takes it from the record: nowhere else."""
+    """What the job is, as each of its instances sees it whichever backend runs it: the
+    job's own description as the server keeps it (``spec``, the stored record's
+    instance-facing part), and what the server decided for this start of it
+    (``provisioning.instance_files.describe``). A field of the job that the runtime needs
+    is a ``JobSpec`` field (and the record's, which it is copied from by name): it reaches
+    the instance with nothing added here."""
 
     job_name: str
     job_id: str
-    entry_point: str
-    source_uri: str
-    distribution: dict[str, Any] = field(default_factory=dict)
-    channels: dict[str, str] = field(default_factory=dict)
-    output_path: str
-    # "GZIP": the model is stored packed, "NONE": as its files (``storage.model_uri``).
-    output_compression: str = "GZIP"
-    environment: dict[str, str] = field(default_factory=dict)
-    framework: str = "pytorch"
+    spec: JobSpec
     # Which start of the job this is (0 the first), sent with every report so the service
     # can tell this attempt's words from a late one of an earlier attempt.
     attempt: Annotated[int, json_records.COUNT] = 0
     # The number of this attempt's first log line (lines of earlier attempts are stored).
     first_log_seq: Annotated[int, json_records.COUNT] = 1
-    # Where checkpoints are kept across restarts; None when the job keeps none.
-    checkpoint_uri: str | None = None
-    # Where the script writes them on the instance, as the job gave it (a path under the
-    # image's base directory means the same place under this instance's).
-    checkpoint_local_path: str | None = None
-    # A command to run instead of the entry point (SageMaker's ContainerEntrypoint, then
-    # ContainerArguments); empty for an entry-point job.
-    container_command: tuple[str, ...] = ()
-    # The image the job's processes run from (``contract.images``).
+    # The image the job's processes run from (``contract.images``), as the backend found
+    # it: the catalog's name for the spec's choice where they differ.
     image: str = BUILTIN
     # Where the job's file:// URIs may lead, held to when the runtime uses them
     # (contract.file_confinement): read and written in ``file_roots``, only read in
@@ -283,6 +270,9 @@ class InstanceConfig(RunyardConfig):
     network_interface: str
     resource_config: dict[str, Any]
     input_data_config: dict[str, Any]
+    # The script's own hyperparameters (the framework's ``sagemaker_`` ones are in
+    # ``framework_params``), as its arguments and SM_HPS give them; ``spec.hyperparameters``
+    # is the job's whole set, as it was submitted.
     hyperparameters: dict[str, Any]
     framework_params: dict[str, Any]
 
@@ -301,19 +291,24 @@ class InstanceConfig(RunyardConfig):
     @property
     def mode(self) -> modes.Mode | None:
         """The distribution mode that is enabled, if any."""
-        return modes.enabled_mode(self.distribution)
+        return modes.enabled_mode(self.spec.distribution)
 
 
 def load(base: Path) -> InstanceConfig:
     config_dir = Paths(base).config
-    runyard = _read(config_dir / RUNYARD_CONFIG_FILE)
-    paths = Paths(base, checkpoint_dir(base, runyard.get("checkpoint_local_path")))
+    runyard_fields = _runyard_fields(_read(config_dir / RUNYARD_CONFIG_FILE))
+    spec: JobSpec = runyard_fields["spec"]
+    paths = Paths(base, checkpoint_dir(base, spec.checkpoint_local_path))
     resource = _read(paths.config / RESOURCE_CONFIG_FILE)
     input_data = _read(paths.config / INPUT_DATA_CONFIG_FILE, default={})
-    raw_hps = _read(paths.config / HYPERPARAMETERS_FILE, default={})
-    user_hps, framework = hp.split_framework(hp.decode(raw_hps))
-    runyard_fields = _runyard_fields(runyard)
-    user_hps = {**framework_hyperparameters(runyard_fields, paths), **user_hps}
+    # The job's hyperparameters are written once, in SageMaker's file; the description
+    # gets them back from it (``instance_files.describe``).
+    job_hps = hp.decode(_read(paths.config / HYPERPARAMETERS_FILE, default={}))
+    spec = replace(spec, hyperparameters=job_hps)
+    runyard_fields["spec"] = spec
+    user_hps, framework = hp.split_framework(job_hps)
+    framework_hps = framework_hyperparameters(spec, runyard_fields["job_name"], paths)
+    user_hps = {**framework_hps, **user_hps}
     try:
         return InstanceConfig(
             **runyard_fields,
@@ -332,18 +327,17 @@ def load(base: Path) -> InstanceConfig:
         raise ConfigError(f"instance config is missing {exc.args[0]!r}") from exc
 
 
-def framework_hyperparameters(runyard: Mapping[str, Any], paths: Paths) -> dict[str, Any]:
+def framework_hyperparameters(spec: JobSpec, job_name: str, paths: Paths) -> dict[str, Any]:
     """What the SageMaker SDK's estimator for the job's framework adds to every job's
     hyperparameters, for a job submitted without it (the job's own win). TensorFlow's
     sends a ``model_dir``, which scripts pass straight to ``startswith`` or ``save``: the
     job's S3 output (``<output_path>/<job>/model``), or under mpirun, or where the output
     is not on S3, the instance's model directory (SM_MODEL_DIR, uploaded at the end)."""
-    if runyard.get("framework") != "tensorflow":
+    if spec.framework != "tensorflow":
         return {}
-    mode = modes.enabled_mode(runyard.get("distribution") or {})
-    output = str(runyard.get("output_path") or "")
-    if (mode is None or not mode.uses_mpi) and output.startswith("s3://"):
-        return {"model_dir": storage.join(output, str(runyard["job_name"]), "model")}
+    mode = modes.enabled_mode(spec.distribution)
+    if (mode is None or not mode.uses_mpi) and spec.output_path.startswith("s3://"):
+        return {"model_dir": storage.join(spec.output_path, job_name, "model")}
     return {"model_dir": str(paths.model)}
 
 

@@ -1,10 +1,13 @@
 """A job as its instances need it: what every backend launches and every instance config
 says, and nothing of how the API received it.
 
-The API validates its own request schema (``service.jobs.schemas.JobCreate``) and maps it
-onto a ``JobSpec`` once the job is accepted; the backends and the instance config see
-only this. Field names are the API's, so a problem found below the API (``Problem.loc``)
-names the field a user wrote.
+A ``JobSpec`` is the instance-facing part of the job's stored record
+(``service.jobs.record.JobFields``), field for field under the same names: the server
+copies it by name (``JobFields.job_spec_at``), the backends plan from it, and each
+instance gets it whole in ``runyard.json`` (``contract.instance_config.JobDescription``).
+A field of the job that a backend or an instance needs is added here and in the record,
+nowhere between. Field names are the API's, so a problem found below the API
+(``Problem.loc``) names the field a user wrote.
 """
 
 from __future__ import annotations
@@ -67,6 +70,17 @@ class JobSpec:
     @property
     def hosts(self) -> list[str]:
         return host_names(self.instance_count)
+
+    @property
+    def channel_uris(self) -> dict[str, str]:
+        """Each input channel's URI, by name in name order."""
+        return {name: channel.uri for name, channel in sorted(self.inputs.items())}
+
+    @property
+    def container_command(self) -> tuple[str, ...]:
+        """The command each instance runs instead of the entry point (SageMaker's
+        ContainerEntrypoint, then ContainerArguments); empty for an entry-point job."""
+        return (*self.container_entrypoint, *self.container_arguments)
 
     def storage_uris(self) -> dict[tuple[str | int, ...], str]:
         """Every URI the job reads or writes, by the field that gives it."""

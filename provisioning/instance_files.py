@@ -6,6 +6,8 @@ between backends (addresses, ports, the launch agent, a sandbox) each backend gi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from contract import instance_config as files
 from contract.layout import (
     CONFIG_DIR,
@@ -18,26 +20,17 @@ from provisioning.base import LaunchRequest
 
 
 def describe(request: LaunchRequest) -> files.JobDescription:
-    """The job as each of its instances sees it, from what the service launches."""
-    spec = request.spec
+    """The job as each of its instances sees it, from what the service launches. Its
+    hyperparameters travel once, in SageMaker's own file (``hyperparameters.json``), where
+    scripts read them; the instance puts them back in its ``spec`` (``instance_config.load``):
+    EC2's user-data and a ConfigMap have limits that a large set would reach twice as soon."""
     return files.JobDescription(
         job_name=request.job.name,
         job_id=request.job.id,
-        entry_point=spec.entry_point,
-        source_uri=spec.source_uri,
-        distribution=spec.distribution,
-        channels={name: channel.uri for name, channel in sorted(spec.inputs.items())},
-        output_path=spec.output_path,
-        output_compression=spec.output_compression,
-        environment=dict(sorted(spec.environment.items())),
-        framework=spec.framework,
+        spec=replace(request.spec, hyperparameters={}),
         attempt=request.job.attempt,
         first_log_seq=request.first_log_seq,
-        # An empty one is none: the runtime tells the two apart only by None.
-        checkpoint_uri=spec.checkpoint_s3_uri or None,
-        checkpoint_local_path=spec.checkpoint_local_path or None,
-        container_command=(*spec.container_entrypoint, *spec.container_arguments),
-        image=spec.image.label,
+        image=request.spec.image.label,
         file_roots=request.file_roots,
         read_only_roots=request.read_only_roots,
         confine_files=request.confine_files,

@@ -286,7 +286,9 @@ class Trainer:
             config.network_namespace,
             read_only=_shared_paths(config),
             # What the runtime and the job's installs reach over the machine's network.
-            machine_names=etc_hosts.url_hosts([*os.environ.values(), *config.environment.values()]),
+            machine_names=etc_hosts.url_hosts(
+                [*os.environ.values(), *config.spec.environment.values()]
+            ),
             resolv_conf=config.resolv_conf,
         )
         os.environ[variables.BASE_DIR] = IMAGE_BASE_DIR
@@ -404,14 +406,14 @@ class Trainer:
     def _fetch(self) -> None:
         config = self.config
         started = time.monotonic()
-        in_channel = channel_file(config.source_uri) if config.source_uri else None
-        if config.source_uri and in_channel is None:
-            self.say(f"Fetching code from {config.source_uri}")
+        in_channel = channel_file(config.spec.source_uri) if config.spec.source_uri else None
+        if config.spec.source_uri and in_channel is None:
+            self.say(f"Fetching code from {config.spec.source_uri}")
             self._fetch_code()
         self.inputs = channels.open_all(config, self.say)
         if in_channel is not None:
             # With network isolation the SageMaker SDK ships the code in a channel.
-            self.say(f"Unpacking code from {config.source_uri}")
+            self.say(f"Unpacking code from {config.spec.source_uri}")
             self._unpack_code(in_channel)
         checkpoints.restore(config, self.say)
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
@@ -419,7 +421,7 @@ class Trainer:
     def _fetch_code(self) -> None:
         """A directory (prefix) is copied as it is; a single object is a tarball."""
         config = self.config
-        uri = config.source_uri
+        uri = config.spec.source_uri
         if storage.is_dir(uri):
             storage.fetch(uri, config.paths.code)
         elif storage.scheme(uri) == "file" and storage.is_file(uri):
@@ -449,9 +451,11 @@ class Trainer:
             with os.fdopen(fd, "rb") as tarball:
                 archive.extract_open(tarball, Path(found.relative), config.paths.code)
         except untrusted.Refused as exc:
-            raise SetupError(f"source {config.source_uri}: refused: {CHANNELS_DIR}/{exc}") from exc
+            raise SetupError(
+                f"source {config.spec.source_uri}: refused: {CHANNELS_DIR}/{exc}"
+            ) from exc
         except FileNotFoundError as exc:
-            why = f"source {config.source_uri}: its channel brought no such file"
+            why = f"source {config.spec.source_uri}: its channel brought no such file"
             raise SetupError(why) from exc
 
     def _wait_for_image(self) -> bool:
@@ -480,9 +484,9 @@ class Trainer:
         # The runtime's own secrets stay out of pip's reach (and of the build backends it
         # runs from the job's code).
         install_env = {k: v for k, v in os.environ.items() if k not in variables.PRIVATE}
-        install_env.update(config.environment)
+        install_env.update(config.spec.environment)
         if config.download_cache and not {"PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"} & set(
-            config.environment
+            config.spec.environment
         ):
             install_env["PIP_CACHE_DIR"] = config.download_cache
         job = layers.job_layer(
@@ -531,13 +535,13 @@ class Trainer:
         self.login_environment = {name: env[name] for name in LOGIN_VARIABLES if name in env}
         script_env = script_environment(config, os.environ, num_gpus=gpus, num_cpus=cpus)
         script_env = _in_job_python(config, python, script_env)
-        if config.container_command:
+        if config.spec.container_command:
             argv = self._container_command()
         else:
             args = hyperparameters.to_cli_args(config.hyperparameters)
             as_module = install.is_package(config.paths.code)
             argv = command(
-                python.python, config.paths.code, config.entry_point, args, as_module=as_module
+                python.python, config.paths.code, config.spec.entry_point, args, as_module=as_module
             )
         return launch.plan(config, argv, env, script_env=script_env, num_gpus=gpus, python=python)
 
@@ -546,7 +550,7 @@ class Trainer:
         config = self.config
         base = Path(IMAGE_BASE_DIR)
         inside = dataclasses.replace(
-            config, paths=Paths(base, checkpoint_dir(base, config.checkpoint_local_path))
+            config, paths=Paths(base, checkpoint_dir(base, config.spec.checkpoint_local_path))
         )
         # Of the runtime's own variables, what reaches S3 with the job's credentials: the
         # relay listens in the instance's network, which the container joins.
@@ -567,7 +571,7 @@ class Trainer:
                 f"directory is {config.paths.base}: its instances share the machine "
                 "(RUNYARD_LOCAL_ISOLATION=namespaces gives each its own /opt/ml)"
             )
-        return list(config.container_command)
+        return list(config.spec.container_command)
 
     def _prepare_agent(self) -> bytes | None:
         """Under mpirun, the instance is ready for its daemon from now on (the launch
@@ -617,9 +621,11 @@ class Trainer:
 
     def _upload_model(self) -> str:
         config = self.config
-        uri = storage.model_uri(config.output_path, config.job_name, config.output_compression)
+        uri = storage.model_uri(
+            config.spec.output_path, config.job_name, config.spec.output_compression
+        )
         with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
-            if config.output_compression == "NONE":
+            if config.spec.output_compression == "NONE":
                 for left_out in store_files(config.paths.model, uri, Path(scratch)):
                     self.say(f"Model: {left_out} is not a regular file, left out")
             else:
@@ -635,7 +641,7 @@ class Trainer:
         folder = config.paths.output_data
         if not folder.is_dir() or not any(folder.iterdir()):
             return
-        uri = storage.output_data_uri(config.output_path, config.job_name)
+        uri = storage.output_data_uri(config.spec.output_path, config.job_name)
         with tempfile.TemporaryDirectory(dir=config.paths.base) as scratch:
             tarball = archive.make_tarball(folder, Path(scratch) / "output.tar.gz")
             storage.put_file(tarball, uri)

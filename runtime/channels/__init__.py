@@ -100,7 +100,7 @@ def open_all(
     on return, Pipe and FastFile ones serve until the returned Inputs is closed."""
     inputs = Inputs()
     try:
-        for name in sorted(config.channels):
+        for name in sorted(config.spec.channel_uris):
             try:
                 _open(config, name, inputs, say, mount, progress_interval)
             except (storage.StorageError, ChannelError) as exc:
@@ -159,7 +159,7 @@ def describe(config: InstanceConfig, name: str) -> Channel:
             raise ChannelError(f"channel {name}: unknown {key} {value!r}")
     return Channel(
         name=name,
-        uri=config.channels[name],
+        uri=config.spec.channel_uris[name],
         mode=mode,
         data_type=data_type,
         shard=shard_of(config, name),

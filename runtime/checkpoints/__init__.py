@@ -75,8 +75,8 @@ class Restored:
 def restore(config: InstanceConfig, say: Say) -> Restored | None:
     """Copy everything under the checkpoint URI into the local checkpoint directory,
     keeping relative paths. None when the job keeps no checkpoints."""
-    uri = config.checkpoint_uri
-    if uri is None:
+    uri = config.spec.checkpoint_s3_uri
+    if not uri:
         return None
     target = config.paths.checkpoints
     started = time.monotonic()
@@ -130,17 +130,15 @@ def _stored_objects(uri: str) -> list[tuple[str, int]]:
 def start_sync(config: InstanceConfig, say: Say) -> CheckpointSync | None:
     """The running sync of the job's checkpoint directory; None when it keeps none. A
     StorageError naming the directory if it cannot be watched."""
-    if config.checkpoint_uri is None:
+    uri = config.spec.checkpoint_s3_uri
+    if not uri:
         return None
-    sync = CheckpointSync(
-        config.paths.checkpoints, config.checkpoint_uri, say, scratch_dir=config.paths.base
-    )
+    sync = CheckpointSync(config.paths.checkpoints, uri, say, scratch_dir=config.paths.base)
     try:
         return sync.start()
     except OSError as exc:
         raise storage.StorageError(
-            f"storing checkpoints from {config.paths.checkpoints} at {config.checkpoint_uri}: "
-            f"{exc.strerror or exc}"
+            f"storing checkpoints from {config.paths.checkpoints} at {uri}: {exc.strerror or exc}"
         ) from exc
 
 

@@ -42,13 +42,15 @@ def training_env(config: InstanceConfig, *, num_gpus: int, num_cpus: int) -> dic
         "num_cpus": num_cpus,
         "hyperparameters": config.hyperparameters,
         "additional_framework_parameters": config.framework_params,
-        "channel_input_dirs": {name: str(paths.data / name) for name in sorted(config.channels)},
+        "channel_input_dirs": {
+            name: str(paths.data / name) for name in sorted(config.spec.channel_uris)
+        },
         "input_data_config": config.input_data_config,
         "resource_config": config.resource_config,
-        "distribution": config.distribution,
-        "user_entry_point": config.entry_point,
-        "module_name": PurePosixPath(config.entry_point).stem,
-        "module_dir": config.source_uri,
+        "distribution": config.spec.distribution,
+        "user_entry_point": config.spec.entry_point,
+        "module_name": PurePosixPath(config.spec.entry_point).stem,
+        "module_dir": config.spec.source_uri,
         "log_level": LOG_LEVEL,
         "base_dir": str(paths.base),
         "model_dir": str(paths.model),
@@ -66,7 +68,7 @@ def script_environment(
 ) -> dict[str, str]:
     """What the user's script runs with: ``inherited`` (the runtime's own, less its
     secrets), the job's own ``environment``, and the SageMaker contract over both."""
-    return _environment(config, inherited, config.environment, num_gpus, num_cpus)
+    return _environment(config, inherited, config.spec.environment, num_gpus, num_cpus)
 
 
 def launcher_environment(
@@ -89,7 +91,7 @@ def _environment(
     paths = config.paths
     env = {key: value for key, value in inherited.items() if key not in variables.PRIVATE}
     env.update(job)
-    channels = sorted(config.channels)
+    channels = sorted(config.spec.channel_uris)
     full = training_env(config, num_gpus=num_gpus, num_cpus=num_cpus)
     env.update(
         {
@@ -112,14 +114,14 @@ def _environment(
             variables.SM_NUM_CPUS: str(num_cpus),
             variables.SM_RESOURCE_CONFIG: json.dumps(config.resource_config),
             variables.SM_INPUT_DATA_CONFIG: json.dumps(config.input_data_config),
-            variables.SM_USER_ENTRY_POINT: config.entry_point,
+            variables.SM_USER_ENTRY_POINT: config.spec.entry_point,
             variables.SM_USER_ARGS: json.dumps(to_cli_args(config.hyperparameters)),
             variables.SM_FRAMEWORK_PARAMS: json.dumps(config.framework_params),
             variables.SM_TRAINING_ENV: json.dumps(full),
             variables.SM_LOG_LEVEL: str(LOG_LEVEL),
             variables.SM_NETWORK_INTERFACE_NAME: config.network_interface,
             variables.SM_MODULE_NAME: full["module_name"],
-            variables.SM_MODULE_DIR: config.source_uri,
+            variables.SM_MODULE_DIR: config.spec.source_uri,
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -139,14 +141,14 @@ def framework_environment(config: InstanceConfig, env: Mapping[str, str]) -> dic
     names the rendezvous: scripts call ``init_process_group(rank=hosts.index(
     current_host), world_size=len(hosts))`` with no init method and rely on it.
     TensorFlow's sets its logging and its S3 file system's variables."""
-    if config.framework == "pytorch":
+    if config.spec.framework == "pytorch":
         return {
             "MASTER_ADDR": config.master_addr,
             "MASTER_PORT": str(config.master_port),
             "NCCL_IB_DISABLE": "1",
             "NCCL_DEBUG": "WARN",
         }
-    if config.framework == "tensorflow":
+    if config.spec.framework == "tensorflow":
         found = {"TF_CPP_MIN_LOG_LEVEL": "1", "S3_USE_HTTPS": "1"}
         region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
         if region:

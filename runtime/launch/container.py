@@ -98,8 +98,8 @@ def run_arguments(
         checkpoints.mkdir(parents=True, exist_ok=True)
         argv += ["--volume", f"{checkpoints}:{checkpoints}"]
     command: list[str] = ["train"]
-    if config.container_command:
-        first, *rest = config.container_command
+    if config.spec.container_command:
+        first, *rest = config.spec.container_command
         argv += ["--entrypoint", json.dumps([first])]
         command = rest
     return [*argv, config.container_image, *command]
@@ -132,8 +132,8 @@ def container_environment(config: InstanceConfig, sm_env: dict[str, str]) -> dic
     """The container's variables: the job's own and the SM_* contract, and what SageMaker's
     toolkit reads to find the script, when the job names one."""
     env = {k: v for k, v in sm_env.items() if k not in variables.PRIVATE}
-    if config.entry_point:
-        env.setdefault("SAGEMAKER_PROGRAM", config.entry_point)
+    if config.spec.entry_point:
+        env.setdefault("SAGEMAKER_PROGRAM", config.spec.entry_point)
         env.setdefault("SAGEMAKER_SUBMIT_DIRECTORY", f"{IMAGE_BASE_DIR}/code")
     return env
 

@@ -79,7 +79,7 @@ def plan(context: LaunchContext) -> Launch:
     config, mode, python = context.config, context.mode, context.python
     if not config.is_master:
         return Launch(waits_for_mpi=True)
-    options = mode.launch_options(config.distribution) if mode is not None else {}
+    options = mode.launch_options(config.spec.distribution) if mode is not None else {}
     # Checked again here: a job stored before a rule changed runs under today's rules.
     try:
         custom = mpi_options.parse(str(options.get("custom_mpi_options", "")))
@@ -133,7 +133,7 @@ def job_variables(
     return {
         name: value
         for name, value in script_env.items()
-        if (name in config.environment or env.get(name) != value) and name not in given
+        if (name in config.spec.environment or env.get(name) != value) and name not in given
     }
 
 

@@ -23,7 +23,7 @@ SERVER_MODULE = "libraries.parameter_server"
 
 
 def plan(context: LaunchContext) -> Launch:
-    if context.config.framework == "tensorflow":
+    if context.config.spec.framework == "tensorflow":
         return Launch(_tensorflow(context))
     return Launch(_pytorch(context, workers_per_host=max(context.gpus, 1)))
 

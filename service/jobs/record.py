@@ -10,8 +10,9 @@ runs, so ``JobRecord.load`` checks the record's shape and none of the request's 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Self
 
 from cachetools import LRUCache
@@ -257,33 +258,38 @@ class JobFields(Strict):
 
     def job_spec_at(self, output_path: str) -> JobSpec:
         """The job as the backends and its instances would see it, writing its output
-        under ``output_path``."""
-        return JobSpec(
-            entry_point=self.entry_point or "",
-            source_uri=self.source_uri or "",
-            instance_type=self.instance_type,
-            output_path=output_path,
-            output_compression=self.output_compression,
-            instance_count=self.instance_count,
-            volume_size=self.volume_size,
-            framework=self.framework,
-            image_uri=self.image_uri,
-            hyperparameters=dict(self.hyperparameters),
-            distribution=self.distribution.as_dict(),
-            inputs={
-                name: ChannelSpec(**channel.model_dump()) for name, channel in self.inputs.items()
-            },
-            environment=dict(self.environment),
-            checkpoint_s3_uri=self.checkpoint_s3_uri,
-            checkpoint_local_path=self.checkpoint_local_path,
-            use_spot_instances=self.use_spot_instances,
-            container_entrypoint=tuple(self.container_entrypoint or ()),
-            container_arguments=tuple(self.container_arguments or ()),
-            enable_network_isolation=self.enable_network_isolation,
-            image=images.Choice(self.image.name, self.image.container, self.image.note)
-            if self.image is not None
-            else images.Choice(),
-        )
+        under ``output_path``: each ``JobSpec`` field is this record's field of the same
+        name, taken as it is unless ``_AS_CONTRACT`` says how (a plain field added to both
+        needs nothing here)."""
+        values = {name: getattr(self, name) for name in _SPEC_FIELDS}
+        for name, convert in _AS_CONTRACT.items():
+            values[name] = convert(values[name])
+        values["output_path"] = output_path
+        return JobSpec(**values)
+
+
+def _image(choice: ImageChoice | None) -> images.Choice:
+    if choice is None:
+        return images.Choice()
+    return images.Choice(choice.name, choice.container, choice.note)
+
+
+# The record's fields whose contract form is not the record's own value: pydantic models
+# become the contract's dataclasses, lists tuples, and an empty entry point or source "".
+_AS_CONTRACT: dict[str, Callable[[Any], Any]] = {
+    "entry_point": lambda value: value or "",
+    "source_uri": lambda value: value or "",
+    "hyperparameters": dict,
+    "environment": dict,
+    "distribution": Distribution.as_dict,
+    "inputs": lambda inputs: {
+        name: ChannelSpec(**channel.model_dump()) for name, channel in inputs.items()
+    },
+    "container_entrypoint": lambda words: tuple(words or ()),
+    "container_arguments": lambda words: tuple(words or ()),
+    "image": _image,
+}
+_SPEC_FIELDS = tuple(item.name for item in dataclasses.fields(JobSpec))
 
 
 class JobRecord(JobFields):

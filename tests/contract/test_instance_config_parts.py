@@ -13,12 +13,12 @@ from contract.instance_config import (
     RunyardConfig,
     Sandbox,
 )
+from contract.spec import JobSpec
 
 
 def test_runyard_json_is_made_of_the_jobs_description_its_placement_and_its_sandbox() -> None:
-    job = JobDescription(
-        job_name="job-1", job_id="0" * 32, entry_point="t.py", source_uri="s", output_path="o"
-    )
+    spec = JobSpec(entry_point="t.py", source_uri="s", instance_type="local", output_path="o")
+    job = JobDescription(job_name="job-1", job_id="0" * 32, spec=spec)
     placement = Placement(master_addr="algo-1", master_port=7777, agent_port=7077)
     config = RunyardConfig.of(job, placement, Sandbox(ssh=True))
     parts = (JobDescription, Placement, Sandbox)

@@ -16,7 +16,9 @@ from pydantic import ValidationError
 
 from contract import agent_hosts, modes, sagemaker_flags
 from contract.agent_hosts import AgentHost, AgentHostsError
+from contract.images import Choice
 from contract.instance_config import ConfigError, RunyardConfig
+from contract.spec import Channel, JobSpec
 from provisioning.base import JobRef
 from runtime.launch import LAUNCHERS
 from service.jobs.record import JobRecord
@@ -115,20 +117,25 @@ def test_runyard_json_reads_back_what_was_written() -> None:
     written = RunyardConfig(
         job_name="job-1",
         job_id="0" * 32,
-        entry_point="train.py",
-        source_uri="file:///src",
-        distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
-        channels={"train": "file:///data"},
-        output_path="file:///out",
-        environment={"A": "1"},
+        spec=JobSpec(
+            entry_point="train.py",
+            source_uri="file:///src",
+            instance_type="ml.m5.xlarge",
+            output_path="file:///out",
+            distribution={"mpi": {"enabled": True, "processes_per_host": 2}},
+            inputs={"train": Channel("file:///data", input_mode="FastFile")},
+            environment={"A": "1"},
+            checkpoint_s3_uri="s3://b/ckpt",
+            checkpoint_local_path="/opt/ml/checkpoints",
+            container_entrypoint=("bash",),
+            image=Choice("pytorch-2.13", note="py3.11"),
+        ),
         master_addr="10.0.0.1",
         master_port=29500,
         launch_agent=("python3", "-m", "runtime.launch.remote_agent"),
         agent_port=7077,
         attempt=2,
         first_log_seq=41,
-        checkpoint_uri="s3://b/ckpt",
-        checkpoint_local_path="/opt/ml/checkpoints",
         spot_notice="ec2",
         instance_metrics_seconds=2.5,
     )
@@ -141,6 +148,12 @@ def test_runyard_json_reads_back_what_was_written() -> None:
         RunyardConfig.from_json({**data, "instance_metrics_seconds": -1})
     with pytest.raises(ConfigError, match="agent_port must be a TCP port"):
         RunyardConfig.from_json({**data, "agent_port": 70000})
+    # The job's own description is read as strictly, each value named by its path.
+    inputs = {"train": {**data["spec"]["inputs"]["train"], "uri": 7}}
+    with pytest.raises(ConfigError, match=r"spec\.inputs\.train\.uri must be a string"):
+        RunyardConfig.from_json({**data, "spec": {**data["spec"], "inputs": inputs}})
+    with pytest.raises(ConfigError, match="'spec'"):
+        RunyardConfig.from_json({key: value for key, value in data.items() if key != "spec"})
 
 
 def _snapshot(**columns: object) -> JobSnapshot:

@@ -191,25 +191,40 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
 {
   "job_name": "bert-1",
   "job_id": "ffffffffffffffffffffffffffffffff",
-  "entry_point": "train.py",
-  "source_uri": "file:///srv/runyard/artifacts/sources/abc.tar.gz",
-  "distribution": {
-    "torch_distributed": {
-      "enabled": true
+  "spec": {
+    "entry_point": "train.py",
+    "source_uri": "file:///srv/runyard/artifacts/sources/abc.tar.gz",
+    "instance_type": "ml.p4d.24xlarge",
+    "output_path": "file:///srv/runyard/artifacts/output",
+    "output_compression": "GZIP",
+    "instance_count": 2,
+    "volume_size": 200,
+    "framework": "pytorch",
+    "image_uri": null,
+    "hyperparameters": {},
+    "distribution": {
+      "torch_distributed": {
+        "enabled": true
+      }
+    },
+    "inputs": {},
+    "environment": {
+      "NCCL_DEBUG": "INFO"
+    },
+    "checkpoint_s3_uri": null,
+    "checkpoint_local_path": null,
+    "use_spot_instances": false,
+    "container_entrypoint": [],
+    "container_arguments": [],
+    "enable_network_isolation": false,
+    "image": {
+      "image": "builtin",
+      "container": null,
+      "note": null
     }
   },
-  "channels": {},
-  "output_path": "file:///srv/runyard/artifacts/output",
-  "output_compression": "GZIP",
-  "environment": {
-    "NCCL_DEBUG": "INFO"
-  },
-  "framework": "pytorch",
   "attempt": 0,
   "first_log_seq": 1,
-  "checkpoint_uri": null,
-  "checkpoint_local_path": null,
-  "container_command": [],
   "image": "builtin",
   "file_roots": [],
   "read_only_roots": [],

@@ -481,7 +481,7 @@ def test_restore_of_nothing_yet_starts_fresh(tmp_path: Path, log: Log) -> None:
     restored = restore(config, log)
     assert restored is not None
     assert (restored.files, restored.bytes) == (0, 0)
-    assert log.has(f"No checkpoints under {config.checkpoint_uri} yet: starting fresh")
+    assert log.has(f"No checkpoints under {config.spec.checkpoint_s3_uri} yet: starting fresh")
     assert stored(config.paths.checkpoints) == {}
 
 

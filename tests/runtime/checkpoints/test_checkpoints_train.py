@@ -111,7 +111,8 @@ def test_a_checkpoint_uri_that_cannot_be_read_fails_the_job_before_training(
     base = write_instances(tmp_path / "job", request)["algo-1"]
     config_file = base / "input" / "config" / "runyard.json"
     config = json.loads(config_file.read_text())
-    config_file.write_text(json.dumps({**config, "checkpoint_uri": "gs://bucket/ckpt"}))
+    spec = {**config["spec"], "checkpoint_s3_uri": "gs://bucket/ckpt"}
+    config_file.write_text(json.dumps({**config, "spec": spec}))
 
     process = start_runtime(base)
     output, _ = process.communicate(timeout=60)

@@ -245,7 +245,11 @@ def test_limits_are_the_instances_own_within_what_podman_may_give(tmp_path: Path
 
 
 def test_a_container_entrypoint_replaces_train(tmp_path: Path) -> None:
-    config = _config(tmp_path, container_command=("/bin/bash", "-c", "echo hi"))
+    config = _config(tmp_path)
+    spec = dataclasses.replace(
+        config.spec, container_entrypoint=("/bin/bash",), container_arguments=("-c", "echo hi")
+    )
+    config = dataclasses.replace(config, spec=spec)
     argv = container.run_arguments(config, tmp_path / "env")
     assert argv[argv.index("--entrypoint") + 1] == '["/bin/bash"]'
     assert argv[-3:] == [IMAGE, "-c", "echo hi"]

@@ -21,7 +21,7 @@ from contract.hosts import host_names
 from contract.hyperparameters import to_cli_args
 from contract.layout import CONFIG_DIR
 from contract.limits import MAX_ARG_STRLEN, MAX_HYPERPARAMETER_BYTES, hyperparameter_bytes
-from contract.spec import Channel
+from contract.spec import Channel, JobSpec
 from runtime.instance.environment import script_environment
 from service.jobs.schemas import hyperparameters_too_large
 from tests.conftest import job_spec
@@ -66,10 +66,13 @@ def _start_script(base: Path, hyperparameters: dict[str, Any]) -> None:
     runyard = files.RunyardConfig(
         job_name="j" * 63,
         job_id="0" * 32,
-        entry_point="e" * 253 + ".py",
-        source_uri="file:///" + "s" * 1016,
-        channels={name: channel.uri for name, channel in inputs.items()},
-        output_path="file:///" + "o" * 1016,
+        spec=JobSpec(
+            entry_point="e" * 253 + ".py",
+            source_uri="file:///" + "s" * 1016,
+            instance_type="ml.m5.xlarge",
+            output_path="file:///" + "o" * 1016,
+            inputs=inputs,
+        ),
         master_addr=addresses[hosts[0]],
         master_port=29500,
     )

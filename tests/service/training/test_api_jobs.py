@@ -180,7 +180,7 @@ def test_dry_run_masks_the_servers_credentials_and_the_jobs_own(
         response.json()["plan"]["instances"][0]["files"]["input/config/runyard.json"]
     )
     assert runyard["aws_credentials"] is True
-    assert runyard["environment"] == {
+    assert runyard["spec"]["environment"] == {
         "DB_PASSWORD": "<redacted>",
         "MY_FLAG": "on",
         "WANDB_API_KEY": "<redacted>",
