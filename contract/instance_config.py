@@ -23,6 +23,7 @@ from contract import hyperparameters as hp
 from contract import json_records, modes, storage
 from contract.images import BUILTIN
 from contract.layout import (
+    DEFAULT_TENSORBOARD_PATH,
     HYPERPARAMETERS_FILE,
     INPUT_DATA_CONFIG_FILE,
     RESOURCE_CONFIG_FILE,
@@ -245,6 +246,15 @@ def input_data_config(inputs: Mapping[str, Channel]) -> dict[str, dict[str, Any]
             entry["ContentType"] = channel.content_type
         config[name] = entry
     return config
+
+
+def tensorboard_config(spec: JobSpec) -> dict[str, str]:
+    """``tensorboardoutputconfig.json``: SageMaker's TensorBoardOutputConfig, the local
+    path as the script sees it."""
+    return {
+        "LocalPath": spec.tensorboard_local_path or DEFAULT_TENSORBOARD_PATH,
+        "S3OutputPath": spec.tensorboard_s3_output_path or "",
+    }
 
 
 def hyperparameters_file(values: Mapping[str, Any]) -> dict[str, str]:

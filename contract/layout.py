@@ -19,6 +19,9 @@ HYPERPARAMETERS_FILE = "hyperparameters.json"
 RESOURCE_CONFIG_FILE = "resourceconfig.json"
 INPUT_DATA_CONFIG_FILE = "inputdataconfig.json"
 RUNYARD_CONFIG_FILE = "runyard.json"
+# Written only for a job with TensorBoard output, as SageMaker writes it (its
+# TensorBoardOutputConfig's keys): what SageMaker Debugger's hooks read.
+TENSORBOARD_CONFIG_FILE = "tensorboardoutputconfig.json"
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,34 @@ def local_checkpoint_problem(local_path: str | None) -> str | None:
         f"on the local backend checkpoints stay in the instance, in a directory right below "
         f"{IMAGE_BASE_DIR} (as {IMAGE_BASE_DIR}/checkpoints), not {local_path}"
     )
+
+
+# Where a job's TensorBoard data is written when its TensorBoardOutputConfig names no
+# LocalPath, as on SageMaker.
+DEFAULT_TENSORBOARD_PATH = f"{IMAGE_BASE_DIR}/output/tensorboard"
+
+
+def tensorboard_relative(local_path: str | None) -> PurePosixPath:
+    """The TensorBoard directory below the instance's base directory (``local_path`` as
+    ``tensorboard_path_problem`` allows it, or the default)."""
+    return PurePosixPath(local_path or DEFAULT_TENSORBOARD_PATH).relative_to(IMAGE_BASE_DIR)
+
+
+def tensorboard_path_problem(local_path: str) -> str | None:
+    """Why ``local_path`` cannot hold a job's TensorBoard data, if it cannot. It must be a
+    directory below /opt/ml, of the job's own: the runtime, which is root, stores what is
+    there, reached from the instance's base directory without following a link (on a
+    machine shared with others, a path of the machine's would be theirs). Not in input/,
+    which is the runtime's, nor in a hidden directory of Runyard's."""
+    path = PurePosixPath(local_path)
+    if not path.is_absolute() or ".." in path.parts or "\\" in local_path:
+        return "must be an absolute path without '..'"
+    if not path.is_relative_to(IMAGE_BASE_DIR) or path == PurePosixPath(IMAGE_BASE_DIR):
+        return f"must be a directory below {IMAGE_BASE_DIR} (as {DEFAULT_TENSORBOARD_PATH})"
+    first = path.relative_to(IMAGE_BASE_DIR).parts[0]
+    if first == "input" or first.startswith("."):
+        return f"must not be in {IMAGE_BASE_DIR}/{first}, which is not the job's"
+    return None
 
 
 def checkpoint_dir(base: Path, local_path: str | None) -> Path | None:

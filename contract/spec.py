@@ -15,9 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract import storage
 from contract.hosts import host_names
 from contract.images import Choice
 from contract.layout import channel_file
+
+# The fields a job writes through, and the folders below each URI that it writes in
+# ("{job}" is the job's name): its outputs below output_path/<job>, as SageMaker lays
+# them out, its checkpoints at the URI itself, its TensorBoard data below
+# <uri>/<job>/tensorboard-output (where the SageMaker SDK looks for it).
+WRITTEN: dict[str, tuple[str, ...]] = {
+    "output_path": ("{job}",),
+    "checkpoint_s3_uri": (),
+    "tensorboard_s3_output_path": ("{job}", "tensorboard-output"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,10 @@ class JobSpec:
     environment: dict[str, str] = field(default_factory=dict)
     checkpoint_s3_uri: str | None = None
     checkpoint_local_path: str | None = None
+    # SageMaker's TensorBoardOutputConfig: what the script writes below the local path is
+    # stored below the URI (``written_at``) while it runs and when it ends.
+    tensorboard_s3_output_path: str | None = None
+    tensorboard_local_path: str | None = None
     use_spot_instances: bool = False
     # SageMaker's AlgorithmSpecification.ContainerEntrypoint and ContainerArguments: run
     # this command on each instance instead of the entry point.
@@ -89,6 +104,40 @@ class JobSpec:
             uris[("source_uri",)] = self.source_uri
         if self.checkpoint_s3_uri:
             uris[("checkpoint_s3_uri",)] = self.checkpoint_s3_uri
+        if self.tensorboard_s3_output_path:
+            uris[("tensorboard_s3_output_path",)] = self.tensorboard_s3_output_path
         for name, channel in sorted(self.inputs.items()):
             uris[("inputs", name, "uri")] = channel.uri
         return uris
+
+    def storage_uses(self, job_name: str) -> list[StorageUse]:
+        """How the job uses each of its URIs: read as given, or written below (``WRITTEN``)."""
+        return [
+            StorageUse(loc, uri, self.written_at(str(loc[0]), job_name), writing=True)
+            if loc[0] in WRITTEN
+            else StorageUse(loc, uri, uri, writing=False)
+            for loc, uri in self.storage_uris().items()
+        ]
+
+    def written_at(self, field_name: str, job_name: str) -> str:
+        """Where job ``job_name`` writes through ``field_name`` (one of ``WRITTEN``); the
+        URI as given where it is malformed (for other checks to name)."""
+        uri = getattr(self, field_name) or ""
+        below = [part.format(job=job_name) for part in WRITTEN[field_name]]
+        if not below:
+            return uri
+        try:
+            return storage.join(uri, *below)
+        except storage.StorageError:
+            return uri
+
+
+@dataclass(frozen=True)
+class StorageUse:
+    """One of a job's URIs (``given`` in field ``loc``) and where the job reads or writes
+    through it (``used``: its output folder below ``output_path``, say)."""
+
+    loc: tuple[str | int, ...]
+    given: str
+    used: str
+    writing: bool

@@ -15,6 +15,7 @@ from contract.layout import (
     INPUT_DATA_CONFIG_FILE,
     RESOURCE_CONFIG_FILE,
     RUNYARD_CONFIG_FILE,
+    TENSORBOARD_CONFIG_FILE,
 )
 from provisioning.base import LaunchRequest
 
@@ -62,7 +63,7 @@ def instance_files(
         network_interface=network_interface,
         host_addresses=host_addresses,
     )
-    return {
+    written = {
         f"{CONFIG_DIR}/{HYPERPARAMETERS_FILE}": files.dump(
             files.hyperparameters_file(spec.hyperparameters)
         ),
@@ -70,3 +71,8 @@ def instance_files(
         f"{CONFIG_DIR}/{INPUT_DATA_CONFIG_FILE}": files.dump(files.input_data_config(spec.inputs)),
         f"{CONFIG_DIR}/{RUNYARD_CONFIG_FILE}": runyard.to_json(),
     }
+    if spec.tensorboard_s3_output_path:
+        written[f"{CONFIG_DIR}/{TENSORBOARD_CONFIG_FILE}"] = files.dump(
+            files.tensorboard_config(spec)
+        )
+    return written

@@ -40,6 +40,7 @@ from contract.layout import (
 from contract.phases import FINAL_PHASES, Phase
 from contract.protocol import Endpoint, InterruptionNotice, Stream
 from runtime import channels, checkpoints, launch
+from runtime.checkpoints import tensorboard
 from runtime.instance import (
     credentials_relay,
     image_wait,
@@ -111,6 +112,7 @@ class Trainer:
         # Set by the SIGTERM handler and nothing else: a flag is all a handler may touch.
         self.stop = threading.Event()
         self.checkpoint_sync: checkpoints.CheckpointSync | None = None
+        self.tensorboard_sync: checkpoints.CheckpointSync | None = None
         self.spot_watch: spot.SpotNoticeWatcher | None = None
         self.metrics: instance_metrics.Collector | None = None
         # How the job's processes are started where they run as a user of their own.
@@ -206,7 +208,9 @@ class Trainer:
         # Ranks run on every instance (under MPI, started from the first): each uploads.
         try:
             self.checkpoint_sync = checkpoints.start_sync(config, self.say)
+            self.tensorboard_sync = tensorboard.start_sync(config, self.say)
         except storage.StorageError as exc:
+            self._end_syncs()
             return self.fail(1, f"ClientError: {exc}", FailureCause.JOB_CONFIGURATION)
         self._watch_for_spot_notice()
         try:
@@ -217,7 +221,7 @@ class Trainer:
                     result = self._run_scripts(launch_plan)
         except remote_agent.AgentError as exc:
             return self.fail(1, f"InternalServerError: {exc}", FailureCause.PLATFORM_ERROR)
-        self._end_checkpoint_sync()
+        self._end_syncs()
         if self.lost is not None:
             reason = instance_lost(f"{config.current_host} {self.lost}")
             return self.fail(1, reason, FailureCause.INSTANCE_LOST)
@@ -416,6 +420,10 @@ class Trainer:
             self.say(f"Unpacking code from {config.spec.source_uri}")
             self._unpack_code(in_channel)
         checkpoints.restore(config, self.say)
+        try:
+            tensorboard.prepare(config)
+        except OSError as exc:
+            raise SetupError(f"tensorboard_local_path: {exc}") from exc
         self.say(f"Code and data in place after {time.monotonic() - started:.1f} s")
 
     def _fetch_code(self) -> None:
@@ -658,7 +666,7 @@ class Trainer:
             self.say(f"Could not store the output data: {exc}")
 
     def fail(self, exit_code: int, reason: str, cause: FailureCause) -> int:
-        self._end_checkpoint_sync()
+        self._end_syncs()
         reason = fit(reason)
         paths = self.config.paths
         if failure.read_failure_file(paths.failure) is None:
@@ -688,16 +696,18 @@ class Trainer:
         self.report(Phase.STOPPED, model_uri=model_uri)
         return 0
 
-    def _end_checkpoint_sync(self) -> None:
+    def _end_syncs(self) -> None:
         # However the script ended, and before the final report: what it wrote last is
-        # stored too (the final sync logs how many files that took).
-        sync, self.checkpoint_sync = self.checkpoint_sync, None
-        if sync is None:
-            return
-        try:
-            sync.stop()
-        except Exception as exc:  # stop() means never to raise; the script's result stands
-            self.say(f"The final checkpoint sync failed: {exc!r}")
+        # stored too (each final sync logs how many files that took).
+        syncs = (self.checkpoint_sync, self.tensorboard_sync)
+        self.checkpoint_sync = self.tensorboard_sync = None
+        for sync in syncs:
+            if sync is None:
+                continue
+            try:
+                sync.stop()
+            except Exception as exc:  # stop() means never to raise; the result stands
+                self.say(f"The final {sync.what} sync failed: {exc!r}")
 
     def _watch_for_spot_notice(self) -> None:
         """On an EC2 spot instance, tell the service of the two-minute warning: it gives

@@ -175,8 +175,15 @@ class CheckpointSync:
         watcher: Watcher | None = None,
         retry_delays: Sequence[float] = RETRY_DELAYS,
         scratch_dir: Path | None = None,
+        what: str = "checkpoint",
+        shown: Path | None = None,
     ) -> None:
         self.root = root
+        # What the files are, in the sync's words ("checkpoint"), and where the job knows
+        # the directory (``root`` may be a descriptor's path, /proc/self/fd/N).
+        self.what = what
+        self.What = what[:1].upper() + what[1:]
+        self.shown = shown or root
         self.uri = uri
         self.say = say
         self.retry_delays = tuple(retry_delays)
@@ -205,7 +212,7 @@ class CheckpointSync:
         if self._watcher is None:
             self._watcher = default_watcher(self.root)
         self.say(
-            f"Uploading checkpoints from {self.root} to {self.uri} as they are written "
+            f"Uploading {self.what}s from {self.shown} to {self.uri} as they are written "
             f"({self._watcher.description})"
         )
         self._thread = threading.Thread(target=self._run, name="checkpoint-sync", daemon=True)
@@ -233,7 +240,7 @@ class CheckpointSync:
         shutil.rmtree(self._scratch, ignore_errors=True)
         failed = len(self.failed) - failed_before
         self.say(
-            f"Final checkpoint sync stored {len(final)} file(s), "
+            f"Final {self.what} sync stored {len(final)} file(s), "
             f"{_human(sum(upload.size for upload in final))}, in "
             f"{time.monotonic() - started:.1f} s"
             + (f"; {failed} could not be stored" if failed else "")
@@ -241,7 +248,7 @@ class CheckpointSync:
         lags = [upload.lag for upload in self.uploads if not upload.final]
         if lags:
             self.say(
-                f"Checkpoint uploads while training: {len(lags)}, seconds from written to "
+                f"{self.What} uploads while training: {len(lags)}, seconds from written to "
                 f"stored: median {statistics.median(lags):.2f}, max {max(lags):.2f}"
             )
         return len(final)
@@ -259,7 +266,7 @@ class CheckpointSync:
                     self._fall_back(exc)
         except Exception as exc:  # a bug must not end the uploads silently
             self.say(
-                f"Checkpoint uploads stopped: {exc!r}; what is left is stored after the script"
+                f"{self.What} uploads stopped: {exc!r}; what is left is stored after the script"
             )
 
     def _upload_batch(self) -> None:
@@ -283,7 +290,7 @@ class CheckpointSync:
         self._watcher = PollingWatcher(
             self.root, reason=f"inotify stopped working: {exc}", announced=stored
         )
-        self.say(f"Checkpoint uploads go on by {self._watcher.description}")
+        self.say(f"{self.What} uploads go on by {self._watcher.description}")
 
     def _drain_watcher(self) -> list[Path]:
         assert self._watcher is not None
@@ -308,7 +315,7 @@ class CheckpointSync:
             named = [f"{relative} ({what})" for relative, what in skipped.items()]
             more = len(named) - NAMED_SKIPS
             self.say(
-                "Final checkpoint sync passed over what is not a regular file, never "
+                f"Final {self.what} sync passed over what is not a regular file, never "
                 "following nor reading it: "
                 + ", ".join(named[:NAMED_SKIPS])
                 + (f" and {more} more" if more > 0 else "")
@@ -318,7 +325,7 @@ class CheckpointSync:
     def _pass_over(self, relative: str, why: str) -> None:
         if relative not in self._passed_over:
             self._passed_over.add(relative)
-            self.say(f"Checkpoint {relative} not stored: {why} (never followed nor read)")
+            self.say(f"{self.What} {relative} not stored: {why} (never followed nor read)")
 
     def _store_one(self, path: Path, ready: Ready | None, *, final: bool) -> Upload | None:
         """Store one file; whatever goes wrong is that file's failure, not the sync's."""
@@ -348,7 +355,7 @@ class CheckpointSync:
                 # Gone (a temporary name renamed away) or being written: its close or
                 # rename brings it back while the script runs. After it, say why.
                 if final and str(exc) != "gone":
-                    self.say(f"Checkpoint {relative} not stored: {exc}")
+                    self.say(f"{self.What} {relative} not stored: {exc}")
                 return None
             except OSError as exc:
                 self._failed(uri, f"cannot read {path}: {exc.strerror or exc}")
@@ -363,7 +370,7 @@ class CheckpointSync:
         self._stored[relative] = key
         self.uploads.append(upload)
         self.say(
-            f"Checkpoint {relative} stored at {uri} ({_human(upload.size)}, "
+            f"{self.What} {relative} stored at {uri} ({_human(upload.size)}, "
             f"{upload.lag:.2f} s after it was written)"
         )
         return upload
@@ -389,7 +396,7 @@ class CheckpointSync:
             if delay is None:
                 break
             self.say(
-                f"Storing checkpoint {relative} at {uri} failed "
+                f"Storing {self.what} {relative} at {uri} failed "
                 f"(attempt {attempt} of {attempts}: {error}); retrying in {delay:g} s"
             )
             if patient:
@@ -401,7 +408,7 @@ class CheckpointSync:
 
     def _failed(self, uri: str, error: str) -> None:
         self.failed.append(uri)
-        self.say(f"Could not store checkpoint at {uri}: {error}")
+        self.say(f"Could not store {self.what} at {uri}: {error}")
 
     def _relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()

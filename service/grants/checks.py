@@ -15,16 +15,11 @@ from contract.problems import Problem
 from contract.spec import JobSpec
 from service.grants.places import MAX_PLACE_KEY, Place, ProjectPlaces, keys, overlap
 
-# The fields a job writes through (the output path: below it, in a folder of its name).
-WRITTEN = ("output_path", "checkpoint_s3_uri")
-
 
 def written_uris(spec: JobSpec, job_name: str) -> list[str]:
-    """Where the job writes: its output folder, and its checkpoints."""
-    found = [written_at(spec.output_path, job_name)]
-    if spec.checkpoint_s3_uri:
-        found.append(spec.checkpoint_s3_uri)
-    return found
+    """Where the job writes: its output folder, its checkpoints, its TensorBoard data
+    (``contract.spec.WRITTEN``)."""
+    return [use.used for use in spec.storage_uses(job_name) if use.writing]
 
 
 def written_at(output_path: str, job_name: str) -> str:
@@ -39,14 +34,12 @@ def problems(
     spec: JobSpec, job_name: str, places: ProjectPlaces, others_writable: Sequence[Place]
 ) -> list[Problem]:
     """The first of the job's URIs its project may not use so, as a problem."""
-    for loc, uri in spec.storage_uris().items():
-        writing = loc[0] in WRITTEN
-        used = written_at(uri, job_name) if loc == ("output_path",) else uri
-        why = _refusal(used, places, writing=writing)
-        if why is None and writing:
-            why = _others(used, places.project, others_writable)
+    for use in spec.storage_uses(job_name):
+        why = _refusal(use.used, places, writing=use.writing)
+        if why is None and use.writing:
+            why = _others(use.used, places.project, others_writable)
         if why is not None:
-            return [Problem(loc, f"{uri}: {why}")]
+            return [Problem(use.loc, f"{use.given}: {why}")]
     return []
 
 

@@ -186,6 +186,23 @@ class JobFields(Strict):
         description="Where the script writes checkpoints on each instance (an absolute "
         "path; SM_CHECKPOINT_DIR). Empty: /opt/ml/checkpoints.",
     )
+    # SageMaker's TensorBoardOutputConfig (S3OutputPath, LocalPath).
+    tensorboard_s3_output_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="Where the script's TensorBoard data is stored (s3:// or file://), below "
+        "`<uri>/<job name>/tensorboard-output`: copied from each instance while it runs and "
+        "when it ends (SageMaker's TensorBoardOutputConfig.S3OutputPath).",
+    )
+    tensorboard_local_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="Where the script writes TensorBoard data on each instance, a directory "
+        "below /opt/ml. Empty: /opt/ml/output/tensorboard (SageMaker's "
+        "TensorBoardOutputConfig.LocalPath).",
+    )
     # Restarts after an application failure that a rule says to retry; infrastructure
     # failures (a lost instance, a spot interruption) are retried apart from these.
     max_retry_attempts: int = Field(

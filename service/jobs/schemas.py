@@ -211,6 +211,18 @@ class JobCreate(JobFields):
             raise ValueError(f"must be a directory of its own, not {value}")
         return str(path)
 
+    @field_validator("tensorboard_local_path")
+    @classmethod
+    def _tensorboard_path_is_the_jobs(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if (why := layout.tensorboard_path_problem(value)) is not None:
+            raise ValueError(why)
+        # Declared before this field: absent from info.data only where it was refused.
+        if info.data.get("tensorboard_s3_output_path", "") is None:
+            raise ValueError("needs tensorboard_s3_output_path, where its data is stored")
+        return value
+
     @field_validator("progress_metric")
     @classmethod
     def _progress_metric_is_defined(

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy import Row
 
 from contract import hyperparameters, images, sagemaker_flags
+from contract.layout import DEFAULT_TENSORBOARD_PATH
 from service.auth.access import Principal
 from service.jobs import billing, environment, lookup
 from service.jobs.models import TrainingJob
@@ -44,7 +45,6 @@ RECORDED = (
 )
 # Members that would change what runs, which Runyard cannot do: refused, with why.
 _REFUSED = {
-    "TensorBoardOutputConfig": "TensorBoard output upload is not supported",
     "RemoteDebugConfig": "remote debugging is not supported",
     "SessionChainingConfig": "session chaining is not supported",
     "ServerlessJobConfig": "serverless jobs are not supported",
@@ -130,6 +130,7 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
     if compression not in ("GZIP", "NONE"):
         raise validation(f"OutputDataConfig.CompressionType: GZIP or NONE, not {compression!r}")
     checkpoint = request.get("CheckpointConfig") or {}
+    tensorboard = request.get("TensorBoardOutputConfig") or {}
     fields: dict[str, Any] = {
         "name": request["TrainingJobName"],
         "entry_point": program,
@@ -153,6 +154,8 @@ def job_spec(request: Mapping[str, Any], catalog: images.Catalog) -> JobCreate:
         ],
         "checkpoint_s3_uri": checkpoint.get("S3Uri"),
         "checkpoint_local_path": checkpoint.get("LocalPath"),
+        "tensorboard_s3_output_path": tensorboard.get("S3OutputPath"),
+        "tensorboard_local_path": tensorboard.get("LocalPath"),
         "use_spot_instances": bool(request.get("EnableManagedSpotTraining")),
         "max_retry_attempts": (request.get("RetryStrategy") or {}).get("MaximumRetryAttempts", 0),
         "container_entrypoint": entrypoint or None,
@@ -244,6 +247,8 @@ _MEMBER_OF_FIELD = {
     "metric_definitions": "AlgorithmSpecification.MetricDefinitions",
     "checkpoint_s3_uri": "CheckpointConfig.S3Uri",
     "checkpoint_local_path": "CheckpointConfig.LocalPath",
+    "tensorboard_s3_output_path": "TensorBoardOutputConfig.S3OutputPath",
+    "tensorboard_local_path": "TensorBoardOutputConfig.LocalPath",
     "use_spot_instances": "EnableManagedSpotTraining",
     "max_retry_attempts": "RetryStrategy.MaximumRetryAttempts",
     "container_entrypoint": "AlgorithmSpecification.ContainerEntrypoint",
@@ -346,6 +351,11 @@ def described(job: TrainingJob, region: str, caller: Principal) -> dict[str, Any
         answer["CheckpointConfig"] = {"S3Uri": spec.checkpoint_s3_uri}
         if spec.checkpoint_local_path:
             answer["CheckpointConfig"]["LocalPath"] = spec.checkpoint_local_path
+    if spec.tensorboard_s3_output_path:
+        answer["TensorBoardOutputConfig"] = {
+            "S3OutputPath": spec.tensorboard_s3_output_path,
+            "LocalPath": spec.tensorboard_local_path or DEFAULT_TENSORBOARD_PATH,
+        }
     for member in RECORDED:
         if member in request:
             answer[member] = request[member]

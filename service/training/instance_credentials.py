@@ -144,11 +144,9 @@ def locations(spec: JobSpec, job_name: str) -> tuple[list[Location], list[Locati
 
 
 def _named(spec: JobSpec, job_name: str) -> tuple[list[str], list[str]]:
-    read = [spec.source_uri, *(channel.uri for channel in spec.inputs.values())]
-    written = [spec.checkpoint_s3_uri or ""]
-    if spec.output_path.startswith("s3://"):
-        written.append(storage.join(spec.output_path, job_name))
-    return read, written
+    uses = spec.storage_uses(job_name)
+    read = [use.used for use in uses if not use.writing]
+    return read, [use.used for use in uses if use.writing]
 
 
 def _granted(

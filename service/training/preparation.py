@@ -33,7 +33,7 @@ from provisioning.base import Backend
 from service.capacity import service as capacity
 from service.grants import checks as grant_checks
 from service.grants import service as grant_service
-from service.grants.checks import written_at, written_uris
+from service.grants.checks import written_uris
 from service.grants.places import keys, output_root, overlap
 from service.jobs import file_roots
 from service.jobs.record import JobRecord
@@ -188,9 +188,9 @@ def prepare(
     if not source_checked:
         _check_source(spec, settings.max_source_bytes)
     _check_inputs(spec)
-    _check_output_path(("output_path",), output_path)
-    if spec.checkpoint_s3_uri is not None:
-        _check_output_path(("checkpoint_s3_uri",), spec.checkpoint_s3_uri)
+    for use in located.storage_uses(name):
+        if use.writing:
+            _check_output_path(use.loc, use.given)
     # What only the backend knows: whether its instances could reach the code and data.
     built = reads.backend(backend)
     if located.enable_network_isolation and (why := built.network_isolation_problem()):
@@ -215,14 +215,14 @@ def places_taken(
 def _taken_problem(spec: JobSpec, name: str, project: str, key: str) -> Problem:
     """The field through which the job would write where another project's job writes
     or wrote (that job is not named: it is another project's)."""
-    loc: tuple[str, ...] = ("output_path",)
-    checkpoints = spec.checkpoint_s3_uri
-    if checkpoints and any(overlap([key], [mine]) for mine in keys(checkpoints)):
-        loc = ("checkpoint_s3_uri",)
-    uri = written_at(spec.output_path, name) if loc == ("output_path",) else checkpoints
+    written = [use for use in spec.storage_uses(name) if use.writing]
+    use = next(
+        (use for use in written if any(overlap([key], [mine]) for mine in keys(use.used))),
+        written[0],  # the output folder, which every job writes
+    )
     return Problem(
-        loc,
-        f"{uri}: a job of another project writes or wrote there; a job of project "
+        use.loc,
+        f"{use.used}: a job of another project writes or wrote there; a job of project "
         f"{project!r} writes only where no other project's jobs do",
     )
 
@@ -413,7 +413,7 @@ def _check_inputs(spec: JobCreate) -> None:
             raise SpecError(("inputs", name, "uri"), str(exc)) from exc
 
 
-def _check_output_path(loc: tuple[str, ...], uri: str) -> None:
+def _check_output_path(loc: tuple[str | int, ...], uri: str) -> None:
     """Outputs (the model, checkpoints) must be storable there: a directory, or one that
     can be made; for S3, a bucket this server can list (writing is only known when the
     first object is written)."""

@@ -21,14 +21,10 @@ from contract.file_confinement import inside
 from contract.problems import Problem
 from contract.spec import JobSpec
 from service.auth.models import DEFAULT_PROJECT
-from service.grants.checks import written_at
 from service.grants.places import PROJECTS_FOLDER, output_root
 from service.jobs.file_roots import root_forms
 from service.kit import resolved_paths
 from service.sources.service import SOURCES_FOLDER
-
-# Fields a job only reads from: these may also name an uploaded source.
-_READ_ONLY = ("source_uri", "inputs")
 
 
 def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> list[Problem]:
@@ -36,16 +32,14 @@ def problems(spec: JobSpec, job_name: str, artifact_root: str, project: str) -> 
     Its outputs go below ``output_path/<job name>``: that is where it writes."""
     own = output_root(artifact_root, project)
     tops = _root_forms(artifact_root)
-    for loc, uri in spec.storage_uris().items():
-        below = _below(
-            written_at(uri, job_name) if loc == ("output_path",) else uri, artifact_root, tops
-        )
-        if below is None or _allowed(below, project, reading=loc[0] in _READ_ONLY):
+    for use in spec.storage_uses(job_name):
+        below = _below(use.used, artifact_root, tops)
+        if below is None or _allowed(below, project, reading=not use.writing):
             continue
         return [
             Problem(
-                loc,
-                f"{uri}: inside the artifact root, a job of project {project!r} may use "
+                use.loc,
+                f"{use.given}: inside the artifact root, a job of project {project!r} may use "
                 f"only {own} (and read uploaded sources)",
             )
         ]

@@ -147,6 +147,15 @@ def test_pytorch_estimator_fit_trains_with_torch_distributed_on_two_instances(
     assert result["attached_model_data"] == result["model_data"]
     assert result["attached_instance_count"] == 2
     assert model_stored(s3, result["model_data"])
+    # The SDK's TensorBoardOutputConfig: each rank's file, where the SDK says they are.
+    tensorboard = result["tensorboard"]
+    assert tensorboard == f"s3://{BUCKET}/tensorboard/{result['name']}/tensorboard-output"
+    prefix = tensorboard.removeprefix(f"s3://{BUCKET}/")
+    listed = s3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/")
+    assert sorted(item["Key"] for item in listed.get("Contents", [])) == [
+        f"{prefix}/rank-0.txt",
+        f"{prefix}/rank-1.txt",
+    ]
     with sdk_stack.client() as client:
         job = client.get_job(result["name"])
     assert job["spec"]["distribution"]["torch_distributed"] == {"enabled": True}

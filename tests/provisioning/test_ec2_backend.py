@@ -213,6 +213,8 @@ cat > /opt/ml/input/config/runyard.json <<'RUNYARD_EOF'
     },
     "checkpoint_s3_uri": null,
     "checkpoint_local_path": null,
+    "tensorboard_s3_output_path": null,
+    "tensorboard_local_path": null,
     "use_spot_instances": false,
     "container_entrypoint": [],
     "container_arguments": [],

@@ -121,6 +121,8 @@ def test_dry_run_is_the_exact_plan(tmp_path: Path) -> None:
             "environment": {"MY_FLAG": "1"},
             "checkpoint_s3_uri": None,
             "checkpoint_local_path": None,
+            "tensorboard_s3_output_path": None,
+            "tensorboard_local_path": None,
             "use_spot_instances": False,
             "container_entrypoint": [],
             "container_arguments": [],

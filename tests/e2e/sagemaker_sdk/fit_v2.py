@@ -10,6 +10,7 @@ import json
 import sys
 
 import sagemaker
+from sagemaker.debugger import TensorBoardOutputConfig
 from sagemaker.estimator import Estimator
 from sagemaker.pytorch import PyTorch
 
@@ -36,6 +37,7 @@ estimator = PyTorch(
     hyperparameters={"epochs": 2, "learning-rate": 0.05},
     sagemaker_session=session,
     disable_profiler=True,
+    tensorboard_output_config=TensorBoardOutputConfig(s3_output_path=f"s3://{bucket}/tensorboard"),
 )
 estimator.fit(logs=True)
 attached = Estimator.attach(estimator.latest_training_job.name, sagemaker_session=session)
@@ -47,6 +49,7 @@ print(
             "model_data": estimator.model_data,
             "attached_model_data": attached.model_data,
             "attached_instance_count": attached.instance_count,
+            "tensorboard": estimator.latest_job_tensorboard_artifacts_path(),
             "status": session.describe_training_job(estimator.latest_training_job.name)[
                 "TrainingJobStatus"
             ],

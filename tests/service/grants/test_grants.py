@@ -242,6 +242,9 @@ def test_a_job_uses_only_its_projects_places(
     assert "project 'beta'" in msg
     loc, _ = _refusal(submit(checkpoint_s3_uri=(places.alpha_out / "ckpt").as_uri()))
     assert loc == ["body", "checkpoint_s3_uri"]
+    # TensorBoard data is written below <uri>/<job>/tensorboard-output: in alpha's place.
+    loc, _ = _refusal(submit(tensorboard_s3_output_path=places.alpha_out.as_uri()))
+    assert loc == ["body", "tensorboard_s3_output_path"]
     loc, msg = _refusal(submit(output_path=places.beta_data.as_uri()))
     assert (loc, "may only read there" in msg) == (["body", "output_path"], True)
     loc, _ = _refusal(submit(source_uri=places.alpha_data.as_uri()))
@@ -278,6 +281,7 @@ def test_the_default_project_reaches_what_it_did_but_no_other_projects_writing_p
         {"output_path": places.beta_out.as_uri()},
         {"output_path": places.root.as_uri(), "name": "beta-out"},  # its folder would be it
         {"checkpoint_s3_uri": (places.alpha_out / "ckpt").as_uri()},
+        {"tensorboard_s3_output_path": places.beta_out.as_uri()},
     ):
         loc, msg = _refusal(api.post("/v1/training-jobs", json=job_spec(source_dir, **fields)))
         assert loc[1] in fields, (loc, fields)

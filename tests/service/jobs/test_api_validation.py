@@ -318,6 +318,22 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ),
     ("relative checkpoint path", {"checkpoint_local_path": "ckpt"}, ["checkpoint_local_path"]),
     (
+        # The runtime stores what is there as root: only a directory of the job's own.
+        "TensorBoard path of the machine's",
+        {"tensorboard_s3_output_path": "s3://b/tb", "tensorboard_local_path": "/var/log"},
+        ["tensorboard_local_path"],
+    ),
+    (
+        "TensorBoard path in the runtime's input",
+        {"tensorboard_s3_output_path": "s3://b/tb", "tensorboard_local_path": "/opt/ml/input/tb"},
+        ["tensorboard_local_path"],
+    ),
+    (
+        "TensorBoard path without where it is stored",
+        {"tensorboard_local_path": "/opt/ml/output/tensorboard"},
+        ["tensorboard_local_path"],
+    ),
+    (
         "checkpoint path is the base dir",
         {"checkpoint_local_path": "/opt/ml"},
         ["checkpoint_local_path"],

@@ -265,6 +265,31 @@ def test_a_model_stored_uncompressed_is_named_by_its_prefix(
     assert prefix in refused.json()["detail"]
 
 
+def test_tensorboard_output_is_the_jobs_and_echoed_as_sagemaker_describes_it(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    stored = (source_dir.parent / "tensorboard").as_uri()
+    sm.create_training_job(**request(source_dir, TensorBoardOutputConfig={"S3OutputPath": stored}))
+    described = sm.describe_training_job(TrainingJobName="wire-1")
+    check_answer(sm, "DescribeTrainingJob", described)
+    # The local path SageMaker defaults to, as its describe gives it.
+    assert described["TensorBoardOutputConfig"] == {
+        "S3OutputPath": stored,
+        "LocalPath": "/opt/ml/output/tensorboard",
+    }
+    spec = api.get("/v1/training-jobs/wire-1").json()["spec"]
+    assert spec["tensorboard_s3_output_path"] == stored
+    # A local path that is not the job's own is named as the SDK wrote it.
+    config = {"S3OutputPath": stored, "LocalPath": "/etc/tensorboard"}
+    code, message = error_of(
+        sm.create_training_job,
+        **request(source_dir, TrainingJobName="wire-2", TensorBoardOutputConfig=config),
+    )
+    assert code == "ValidationException"
+    assert "TensorBoardOutputConfig.LocalPath" in message, message
+    assert "below /opt/ml" in message, message
+
+
 def test_a_name_in_use_is_resource_in_use(sm: Any, source_dir: Path) -> None:
     sm.create_training_job(**request(source_dir))
     code, message = error_of(sm.create_training_job, **request(source_dir))
@@ -352,7 +377,7 @@ def test_more_than_forty_metric_definitions_and_twenty_channels_are_refused(
             },
             "TrainingImage",
         ),
-        ({"TensorBoardOutputConfig": {"S3OutputPath": "s3://b/tb"}}, "TensorBoardOutputConfig"),
+        ({"RemoteDebugConfig": {"EnableRemoteDebug": True}}, "RemoteDebugConfig"),
         ({"StoppingCondition": {"MaxPendingTimeInSeconds": 7200}}, "MaxPendingTimeInSeconds"),
         ({"HyperParameters": {"epochs": "1"}}, "sagemaker_program"),
         (

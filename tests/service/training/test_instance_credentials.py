@@ -61,6 +61,7 @@ def test_the_policy_reads_code_and_channels_and_writes_only_the_jobs_output() ->
     spec = _spec(
         inputs={"train": Channel("s3://data/team-a/train/"), "local": Channel("file:///d")},
         checkpoint_s3_uri="s3://out/team-a/checkpoints/job-1",
+        tensorboard_s3_output_path="s3://out/team-a/tensorboard",
     )
     actions = _actions(session_policy(spec, "job-1"))
     written = [
@@ -68,6 +69,9 @@ def test_the_policy_reads_code_and_channels_and_writes_only_the_jobs_output() ->
         "arn:aws:s3:::out/team-a/checkpoints/job-1/*",
         "arn:aws:s3:::out/team-a/job-1",
         "arn:aws:s3:::out/team-a/job-1/*",
+        # Only the job's own folder below the TensorBoard URI, as below its output path.
+        "arn:aws:s3:::out/team-a/tensorboard/job-1/tensorboard-output",
+        "arn:aws:s3:::out/team-a/tensorboard/job-1/tensorboard-output/*",
     ]
     assert actions["s3:PutObject"] == written
     assert actions["s3:DeleteObject"] == written
@@ -89,6 +93,8 @@ def test_the_policy_reads_code_and_channels_and_writes_only_the_jobs_output() ->
             "team-a/checkpoints/job-1/*",
             "team-a/job-1",
             "team-a/job-1/*",
+            "team-a/tensorboard/job-1/tensorboard-output",
+            "team-a/tensorboard/job-1/tensorboard-output/*",
         ],
     }
 
