@@ -23,7 +23,7 @@ import yaml
 from pydantic_core import ValidationError
 from rich.text import Text
 
-from contract.layout import IMAGE_BASE_DIR
+from contract.layout import DEFAULT_TENSORBOARD_PATH, IMAGE_BASE_DIR
 from runyard import (
     cloning,
     detached,
@@ -382,6 +382,14 @@ _SPEC_FLAGS = [
     click.option(
         "--checkpoint-local-path",
         help=f"Where the script writes them (default {IMAGE_BASE_DIR}/checkpoints).",
+    ),
+    click.option(
+        "--tensorboard-s3-output-path",
+        help="Where the script's TensorBoard data is stored, below <uri>/<job>/tensorboard-output.",
+    ),
+    click.option(
+        "--tensorboard-local-path",
+        help=f"Where the script writes it (default {DEFAULT_TENSORBOARD_PATH}).",
     ),
     click.option(
         "--use-spot-instances",

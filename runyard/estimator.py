@@ -47,7 +47,6 @@ SAGEMAKER_ONLY = frozenset(
         "encrypt_inter_container_traffic",
         "rules",
         "debugger_hook_config",
-        "tensorboard_output_config",
         "enable_sagemaker_metrics",
         "profiler_config",
         "disable_profiler",
@@ -113,6 +112,7 @@ class Estimator:
         input_mode: str | None = None,
         enable_network_isolation: bool = False,
         disable_output_compression: bool = False,
+        tensorboard_output_config: Any = None,
         client: Client | None = None,
         **sagemaker_only: Any,
     ) -> None:
@@ -154,6 +154,7 @@ class Estimator:
             "enable_network_isolation": enable_network_isolation or None,
             # The model stored as its files, not packed in a model.tar.gz.
             "output_compression": "NONE" if disable_output_compression else None,
+            **_tensorboard(tensorboard_output_config),
         }
         self.client = client or Client()
         self.latest_training_job: TrainingJob | None = None
@@ -206,7 +207,20 @@ class Estimator:
         }
         if submitted_as.get("output_compression") == "NONE":  # the SDK's name for it
             arguments["disable_output_compression"] = True
+        if submitted_as.get("tensorboard_s3_output_path"):
+            arguments["tensorboard_output_config"] = {
+                "s3_output_path": submitted_as["tensorboard_s3_output_path"],
+                "container_local_output_path": submitted_as.get("tensorboard_local_path"),
+            }
         return arguments
+
+    def latest_job_tensorboard_artifacts_path(self) -> str | None:
+        """Where the latest job's TensorBoard data is stored (``<s3_output_path>/<job
+        name>/tensorboard-output``), as the SDK's method says it; None without one."""
+        stored = self.spec.get("tensorboard_s3_output_path")
+        if self.latest_training_job is None or not stored:
+            return None
+        return f"{stored.rstrip('/')}/{self.latest_training_job.name}/tensorboard-output"
 
     def enable_network_isolation(self) -> bool:
         """Whether the job's instances run without a network beyond each other, as the
@@ -325,3 +339,19 @@ def _lowercase_keys(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Estimator", "JobFailedError", "TrainingJob"]
+
+
+def _tensorboard(config: Any) -> dict[str, str | None]:
+    """The job's fields of a ``tensorboard_output_config``: the SageMaker SDK's
+    ``TensorBoardOutputConfig`` (or a mapping of its two arguments' names)."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        s3_output_path = config.get("s3_output_path")
+        local_path = config.get("container_local_output_path")
+    else:
+        s3_output_path = getattr(config, "s3_output_path", None)
+        local_path = getattr(config, "container_local_output_path", None)
+    if not s3_output_path:
+        raise ValueError("tensorboard_output_config needs an s3_output_path")
+    return {"tensorboard_s3_output_path": s3_output_path, "tensorboard_local_path": local_path}

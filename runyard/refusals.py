@@ -27,6 +27,8 @@ FLAG_OF_FIELD = {
     "backend": "--backend",
     "checkpoint_s3_uri": "--checkpoint-s3-uri",
     "checkpoint_local_path": "--checkpoint-local-path",
+    "tensorboard_s3_output_path": "--tensorboard-s3-output-path",
+    "tensorboard_local_path": "--tensorboard-local-path",
     "use_spot_instances": "--use-spot-instances",
     "max_wait": "--max-wait",
     "max_retry_attempts": "--max-retry-attempts",

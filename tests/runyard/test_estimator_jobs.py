@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -282,6 +283,30 @@ def test_disable_output_compression_reaches_the_job_and_an_attached_estimator(
     attached = PyTorch.attach(job["name"], client=client)
     assert attached.spec["output_compression"] == "NONE"
     assert attached.model_data == {"S3DataSource": source}
+
+
+def test_tensorboard_output_config_reaches_the_job_and_an_attached_estimator(
+    api: TestClient, client: InProcessClient, source_dir: Path
+) -> None:
+    # As the SageMaker SDK's TensorBoardOutputConfig: an object with these two attributes.
+    stored = (source_dir.parent / "tb").as_uri()
+    config = SimpleNamespace(s3_output_path=stored, container_local_output_path="/opt/ml/output/tb")
+    estimator = _estimator(client, source_dir, tensorboard_output_config=config)
+    assert estimator.latest_job_tensorboard_artifacts_path() is None  # no job yet
+    job = estimator.fit(wait=False, echo=lambda _line: None)
+    spec = api.get(f"/v1/training-jobs/{job['name']}").json()["spec"]
+    assert (spec["tensorboard_s3_output_path"], spec["tensorboard_local_path"]) == (
+        stored,
+        "/opt/ml/output/tb",
+    )
+    expected = f"{stored}/{job['name']}/tensorboard-output"
+    assert estimator.latest_job_tensorboard_artifacts_path() == expected
+    api.post(f"/v1/training-jobs/{job['name']}/stop")
+    attached = PyTorch.attach(job["name"], client=client)
+    assert attached.spec["tensorboard_local_path"] == "/opt/ml/output/tb"
+    assert attached.latest_job_tensorboard_artifacts_path() == expected
+    with pytest.raises(ValueError, match="s3_output_path"):
+        _estimator(client, source_dir, tensorboard_output_config={"s3_output_path": ""})
 
 
 def test_a_framework_estimator_attaches_with_its_own_arguments(
