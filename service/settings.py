@@ -195,7 +195,8 @@ class CoreSettings(BaseSettings):
     file_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         description="Directories that a job's `file://` URIs (`source_uri`, input channels, "
-        "`output_path`, `checkpoint_s3_uri`) may name besides the artifact root, written "
+        "`output_path`, `checkpoint_s3_uri`, `tensorboard_s3_output_path`) may name besides "
+        "the artifact root, written "
         "`/data:/scratch` or as a JSON list; the artifact root, when it is `file://`, is "
         "always one. A URI outside them once `..`, percent-escapes and symbolic links are "
         "resolved is refused with a 422 that names the field, whether or not the path "
