@@ -22,6 +22,9 @@ def _record(**changes: object) -> JobRecord:
         "source_uri": "s3://code/src.tar.gz",
         "instance_type": "ml.m5.xlarge",
         "instance_count": 2,
+        "volume_size": 100,
+        "framework": "tensorflow",
+        "image_uri": "tensorflow-2.20",
         "output_path": "s3://out",
         "hyperparameters": {"epochs": 3, "lr": "0.1"},
         "distribution": {"mpi": {"enabled": True, "processes_per_host": 2}},
@@ -29,6 +32,8 @@ def _record(**changes: object) -> JobRecord:
         "environment": {"A": "1"},
         "checkpoint_s3_uri": "s3://ckpt/job-1",
         "checkpoint_local_path": "/opt/ml/checkpoints",
+        "tensorboard_s3_output_path": "s3://tb/runs",
+        "tensorboard_local_path": "/opt/ml/output/tb",
         "use_spot_instances": True,
         "max_wait": 90000,
         "enable_network_isolation": True,
@@ -47,6 +52,16 @@ def test_every_field_of_the_instances_description_is_the_records_of_that_name() 
 def test_the_copy_has_the_records_values_in_the_contracts_types() -> None:
     record = _record()
     spec = record.job_spec()
+    # Every field differs from its default here (but those the record fills in for a
+    # container job, below): a field added since is in this test's record too, so the
+    # round trip below checks its type.
+    defaults = JobSpec(entry_point="", source_uri="", instance_type="", output_path="")
+    same = [
+        item.name
+        for item in dataclasses.fields(JobSpec)
+        if getattr(spec, item.name) == getattr(defaults, item.name)
+    ]
+    assert same == ["container_entrypoint", "container_arguments"]
     # Read back from JSON by the spec's own annotations: a value of the wrong type (a
     # pydantic model, a list for a tuple) would not come back equal.
     assert json_records.read(JobSpec, json.loads(json.dumps(json_records.to_data(spec)))) == spec
