@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +37,8 @@ from tests.kube import (
 from tests.timeouts import scaled
 
 pytestmark = pytest.mark.e2e
+
+HERE = Path(__file__).parent
 
 INSTANCE_TYPE = "ml.g5.xlarge"
 # How long a job's pods may wait unscheduled: what the unschedulable test waits out, and
@@ -436,5 +439,104 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
             # Gone only once its job had ended and the job's pods were deleted.
             assert client.get_job(job["name"])["status"] == "Stopped"
             assert pods.left() == []
+    finally:
+        kube_stack.kill("controller")
+
+
+def _status_of(custom: Any, address: tuple[str, ...], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = custom.get_namespaced_custom_object(*address, name)
+    return dict(found.get("status") or {})
+
+
+@pytest.fixture(scope="module")
+def local_trials_stack(
+    tmp_path_factory: pytest.TempPathFactory, kube_server: KubeServer
+) -> Iterator[Stack]:
+    """A server whose controller takes resources from the cluster and whose jobs run on
+    the local backend, as real runtimes that report to it: a tuning job's trials end
+    without the test playing their pods."""
+    home = tmp_path_factory.mktemp("runyard-kubernetes-tuning")
+    stack = Stack(home, f"sqlite:///{home / 'runyard.db'}", f"sqla+sqlite:///{home / 'broker.db'}")
+    stack.env["RUNYARD_KUBERNETES"] = json.dumps({"api_url": kube_server.url})
+    stack.up()
+    yield stack
+    assert stack.down() == []
+
+
+def test_a_tuning_resource_runs_its_trials_and_names_the_best(
+    local_trials_stack: Stack, kube_server: KubeServer
+) -> None:
+    # A HyperparameterTuningJob taken by the real controller process: the tuning job it
+    # makes runs its trials (on the local backend, as real runtimes), and the resource's
+    # status follows it to Completed with the best trial named.
+    kube_stack = local_trials_stack
+    kube_server.install(crd.definition())
+    kube_server.install(crd.tuning_definition())
+    namespace = "team-tuning"
+    controller = {"namespaces": {namespace: "default"}, "lease_namespace": namespace}
+    kube_stack.start("controller", env={"RUNYARD_CONTROLLER": json.dumps(controller)})
+    custom = client_module.CustomObjectsApi(kube_server.client())
+    kind = names.TUNING_JOB
+    address = (names.GROUP, names.VERSION, namespace, kind.plural)
+    try:
+        with kube_stack.client() as client:
+            training_job = {
+                "sourceUri": client.upload_source(HERE / "sagemaker_sdk" / "tune_job"),
+                "entryPoint": "train.py",
+                "instanceType": "local",
+                "hyperparameters": {"epochs": 2},
+                "metricDefinitions": [{"name": "loss", "regex": "loss=([0-9.]+)"}],
+            }
+            resource = {
+                "apiVersion": names.API_VERSION,
+                "kind": kind.kind,
+                "metadata": {"name": "hpt-e2e", "namespace": namespace},
+                "spec": {
+                    "strategy": "Random",
+                    "randomSeed": 7,
+                    "objective": {"type": "Minimize", "metricName": "loss"},
+                    "resourceLimits": {
+                        "maxNumberOfTrainingJobs": 3,
+                        "maxParallelTrainingJobs": 2,
+                    },
+                    "parameterRanges": {
+                        "continuous": [{"name": "shift", "minValue": 0.0, "maxValue": 1.0}]
+                    },
+                    "trainingJob": training_job,
+                },
+            }
+            custom.create_namespaced_custom_object(*address, resource)
+            deadline = time.monotonic() + scaled(180)
+            while (status := _status_of(custom, address, "hpt-e2e")).get("status") != "Completed":
+                assert status.get("status") not in ("Failed", "Stopped"), status
+                if time.monotonic() > deadline:
+                    tuning = client.get_tuning_job("hpt-e2e")
+                    pytest.fail(
+                        f"{status}\n{tuning['status']} {tuning['trials']}\n"
+                        f"{kube_stack.log_tail('controller')}\n{kube_stack.log_tail('worker')}"
+                    )
+                time.sleep(0.5)
+            tuning = client.get_tuning_job("hpt-e2e")
+            trials = tuning["trials"]
+            assert len(trials) == 3
+            assert {trial["status"] for trial in trials} == {"Completed"}
+            # The best is the trial of the lowest loss, as the resource names it.
+            best = min(trials, key=lambda trial: trial["objective"])
+            assert status["bestTrial"]["name"] == best["name"] == tuning["best_trial"]["name"]
+            assert (status["trialsStarted"], status["trialsEnded"]) == (3, 3)
+            assert status["trainingJobs"]["completed"] == 3
+            # Its trials carry the resource's uid, as every job the controller makes does.
+            uid = custom.get_namespaced_custom_object(*address, "hpt-e2e")["metadata"]["uid"]
+            job = client.get_job(best["name"])
+            assert {"key": names.RESOURCE_TAG, "value": uid} in job["spec"]["tags"]
+            # Deleting an ended one removes it at once: nothing of it is left running.
+            custom.delete_namespaced_custom_object(*address, "hpt-e2e")
+            deadline = time.monotonic() + scaled(30)
+            while any(
+                item["metadata"]["name"] == "hpt-e2e"
+                for item in custom.list_namespaced_custom_object(*address)["items"]
+            ):
+                assert time.monotonic() < deadline, kube_stack.log_tail("controller")
+                time.sleep(0.2)
     finally:
         kube_stack.kill("controller")
