@@ -58,5 +58,7 @@ def _problem(loc: tuple[str, ...], message: str) -> str:
         # The rest of the location still matters: -i's channel, -H's key.
         rest = ".".join(loc[1:])
         where = f"{flag} ({rest})" if rest else flag
-    # The server's refusal of an instance type already suggests one it runs.
-    return f"{where}: {message}"
+    # pydantic's "Value error, " heads the server's own rules' messages: the rule is
+    # what the command line says. The server's refusal of an instance type already
+    # suggests one it runs.
+    return f"{where}: {message.removeprefix('Value error, ')}"

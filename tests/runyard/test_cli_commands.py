@@ -259,6 +259,25 @@ def test_refusals_name_the_flag_and_a_mistyped_type_gets_a_suggestion(
     assert "(did you mean local?)" in typo.stderr
     missing = _run(runyard, "submit", "--source-uri", uri, "-t", "local", code=1)
     assert missing.stderr == "error: --entry-point: Field required (HTTP 422)\n"
+    relative = _run(
+        runyard,
+        "submit",
+        "--source-uri",
+        uri,
+        "-e",
+        "x.py",
+        "-t",
+        "local",
+        "--tensorboard-s3-output-path",
+        uri,
+        "--tensorboard-local-path",
+        "/tmp/tb",
+        code=1,
+    )
+    assert relative.stderr == (
+        "error: --tensorboard-local-path: must be a directory below /opt/ml "
+        "(as /opt/ml/output/tensorboard) (HTTP 422)\n"
+    )
     # A SageMaker type close to the typo is not suggested: this server does not run it.
     unrunnable = _run(
         runyard, "submit", "--source-uri", uri, "-e", "x.py", "-t", "ml.m5.xlarg", code=1
