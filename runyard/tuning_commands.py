@@ -31,27 +31,26 @@ POLL_SECONDS = 2.0
 def tune(spec_file: Path, name: str | None, wait: bool) -> None:
     """Create a hyperparameter tuning job from a YAML/JSON SPEC_FILE of the tuning-jobs
     API's fields (name, strategy, objective, resource_limits, parameter_ranges,
-    random_seed, training_job).
+    random_seed, training_job; or training_job_definitions instead of objective,
+    parameter_ranges and training_job).
 
-    In the spec file, the training job's `source_dir` and local paths in its `inputs` are
-    relative to the file; `source_dir` is packed and uploaded as `runyard submit` does.
+    In the spec file, each training job's `source_dir` and local paths in its `inputs`
+    are relative to the file; `source_dir` is packed and uploaded as `runyard submit`
+    does.
     """
     spec = spec_files.load_spec_file(spec_file, holding="tuning-job fields")
     if name is not None:
         spec["name"] = name
-    training = spec.get("training_job")
-    source_dir = None
-    if isinstance(training, dict):
-        if "source_dir" in training:
-            source_dir = spec_file.parent / str(training.pop("source_dir"))
-        spec_files.inputs_relative_to(training, spec_file.parent)
     with Client() as client:
-        if source_dir is not None and isinstance(training, dict):
-            training["source_uri"] = client.upload_source(
-                source_dir,
-                entry_point=training.get("entry_point"),
-                progress=spec_files.upload_progress(source_dir),
-            )
+        for training in _training_jobs(spec):
+            spec_files.inputs_relative_to(training, spec_file.parent)
+            if "source_dir" in training:
+                source_dir = spec_file.parent / str(training.pop("source_dir"))
+                training["source_uri"] = client.upload_source(
+                    source_dir,
+                    entry_point=training.get("entry_point"),
+                    progress=spec_files.upload_progress(source_dir),
+                )
         try:
             tuning = client.create_tuning_job(spec)
         except RunyardError as exc:
@@ -60,6 +59,16 @@ def tune(spec_file: Path, name: str | None, wait: bool) -> None:
         click.echo(f"Created tuning job {tuning['name']}")
         if wait:
             sys.exit(_follow(client, tuning["name"]))
+
+
+def _training_jobs(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The spec's training jobs: its one, or each definition's (what is not a mapping is
+    left for the server to refuse, naming it)."""
+    found = [spec.get("training_job")]
+    several = spec.get("training_job_definitions")
+    if isinstance(several, list):
+        found += [d.get("training_job") for d in several if isinstance(d, dict)]
+    return [training for training in found if isinstance(training, dict)]
 
 
 def _follow(client: Client, name: str) -> int:

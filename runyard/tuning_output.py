@@ -42,9 +42,43 @@ def tuning_table(tunings: list[dict[str, Any]]) -> list[str]:
     return table(["NAME", "STATUS", "TRIALS", "BEST", "CREATED"], rows)
 
 
+def definitions(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training jobs a tuning job tunes, as ``training_job_definitions`` gives them
+    (its one training job as a definition named None)."""
+    several = spec.get("training_job_definitions")
+    if several:
+        return list(several)
+    return [
+        {
+            "definition_name": None,
+            "objective": spec["objective"],
+            "parameter_ranges": spec["parameter_ranges"],
+        }
+    ]
+
+
+def metric_of(spec: dict[str, Any], definition: str | None) -> str:
+    """The objective metric of a trial that ran ``definition``."""
+    for found in definitions(spec):
+        if found["definition_name"] == definition:
+            return str(found["objective"]["metric_name"])
+    return "objective"
+
+
+def objective_words(spec: dict[str, Any]) -> str:
+    """ "Minimize loss", or with several definitions each one's metric."""
+    found = definitions(spec)
+    kind = found[0]["objective"]["type"]
+    if len(found) == 1 and found[0]["definition_name"] is None:
+        return f"{kind} {found[0]['objective']['metric_name']}"
+    return f"{kind} " + ", ".join(
+        f"{d['objective']['metric_name']} ({d['definition_name']})" for d in found
+    )
+
+
 def by_objective(tuning: dict[str, Any]) -> list[dict[str, Any]]:
     """The trials best first by the objective; those without one after, by number."""
-    maximize = tuning["spec"]["objective"]["type"] == "Maximize"
+    maximize = definitions(tuning["spec"])[0]["objective"]["type"] == "Maximize"
 
     def key(trial: dict[str, Any]) -> tuple[bool, float, int]:
         value = trial["objective"]
@@ -57,7 +91,7 @@ def by_objective(tuning: dict[str, Any]) -> list[dict[str, Any]]:
 
 def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
     spec = tuning["spec"]
-    objective = spec["objective"]
+    several = bool(spec.get("training_job_definitions"))
     limits = spec["resource_limits"]
     jobs = tuning["training_job_counts"]
     objectives = tuning["objective_counts"]
@@ -66,7 +100,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         f"Project:          {tuning['project']}",
         f"Status:           {tuning['status']}",
         f"Strategy:         {spec['strategy']} (seed {spec.get('random_seed')})",
-        f"Objective:        {objective['type']} {objective['metric_name']}",
+        f"Objective:        {objective_words(spec)}",
         f"Trials:           {len(tuning['trials'])} started, {trials_ended(tuning)} ended, "
         f"{trials_total(tuning)} in all, {limits['max_parallel_training_jobs']} at once",
         f"Created:          {when(tuning['created_at'])}",
@@ -80,7 +114,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         f"Objectives:       {objectives['succeeded']} succeeded, {objectives['pending']} "
         f"pending, {objectives['failed']} failed",
         "Ranges:",
-        *(f"  {line}" for line in table(["NAME", "KIND", "VALUES"], _range_rows(spec))),
+        *(f"  {line}" for line in _ranges_table(spec)),
         f"Best trial:       {best_trial_line(tuning)}",
     ]
     warm = spec.get("warm_start_config")
@@ -93,7 +127,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         if overall is not None:
             lines.append(
                 f"Overall best:     {overall['name']} of {overall['tuning_job']} "
-                f"({objective['metric_name']} {overall['objective']:.6g})"
+                f"({metric_of(spec, overall.get('definition'))} {overall['objective']:.6g})"
             )
     lines.append("Trials (best first):")
     if not tuning["trials"]:
@@ -102,13 +136,22 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         [
             str(trial["number"]),
             trial["name"],
+            *([trial.get("definition") or "-"] if several else []),
             trial["status"],
             "-" if trial["objective"] is None else f"{trial['objective']:.6g}",
             _parameters(trial["parameters"]),
         ]
         for trial in by_objective(tuning)
     ]
-    header = ["#", "TRAINING JOB", "STATUS", objective["metric_name"].upper(), "PARAMETERS"]
+    metric = "OBJECTIVE" if several else metric_of(spec, None).upper()
+    header = [
+        "#",
+        "TRAINING JOB",
+        *(["DEFINITION"] if several else []),
+        "STATUS",
+        metric,
+        "PARAMETERS",
+    ]
     return [*lines, *(f"  {line}" for line in table(header, rows))]
 
 
@@ -116,7 +159,7 @@ def best_trial_line(tuning: dict[str, Any]) -> str:
     best = tuning.get("best_trial")
     if best is None:
         return "none yet"
-    metric = tuning["spec"]["objective"]["metric_name"]
+    metric = metric_of(tuning["spec"], best.get("definition"))
     return f"{best['name']} ({metric} {best_objective(tuning)}; {_parameters(best['parameters'])})"
 
 
@@ -129,8 +172,18 @@ def progress_line(tuning: dict[str, Any]) -> str:
     )
 
 
-def _range_rows(spec: dict[str, Any]) -> list[list[str]]:
-    ranges = spec["parameter_ranges"]
+def _ranges_table(spec: dict[str, Any]) -> list[str]:
+    """The ranges, with several definitions each one's under its name."""
+    found = definitions(spec)
+    if len(found) == 1 and found[0]["definition_name"] is None:
+        return table(["NAME", "KIND", "VALUES"], _range_rows(found[0]["parameter_ranges"]))
+    rows = [
+        [d["definition_name"], *row] for d in found for row in _range_rows(d["parameter_ranges"])
+    ]
+    return table(["DEFINITION", "NAME", "KIND", "VALUES"], rows)
+
+
+def _range_rows(ranges: dict[str, Any]) -> list[list[str]]:
     rows = [
         [
             item["name"],

@@ -213,7 +213,8 @@ def _said(tuning: TuningJobPublic) -> str:
     best = tuning.best_trial
     if tuning.status == "Completed" and best is not None:
         return (
-            f"best trial {best.name} ({tuning.objective.metric_name} {best.objective:.6g}) of "
+            f"best trial {best.name} ({tuning.spec.metric_of(best.definition)} "
+            f"{best.objective:.6g}) of "
             f"{len(tuning.trials)}"
         )
     return f"{tuning.status}: {tuning.strategy} search, {tuning.max_trials} trials in all"

@@ -61,7 +61,7 @@ def from_tuning_job(
         project=tuning.project,
         status=tuning.status,
         failure_reason=tuning.failure_reason,
-        objective=f"{tuning.objective.type} {tuning.objective.metric_name}",
+        objective=tuning.spec.objective_words,
         trials_started=len(tuning.trials),
         trials_ended=counts.completed + counts.failed + counts.stopped,
         max_trials=tuning.max_trials,

@@ -19,10 +19,8 @@ from service.tuning import service, warm_start
 from service.tuning.models import TuningJob
 from service.tuning.repository import TERMINAL
 from service.tuning.schemas import stored
-from service.tuning.trials import TRIALS_REQUEST
 
 NAME = "HyperParameterTuningJobName"
-DEFINITION = tuning_translate.DEFINITION
 DEFAULT_PAGE = 10
 
 
@@ -38,7 +36,7 @@ def create_tuning_job(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             principal.project,
             sagemaker_request={
                 **translate.recording(params, call.region),
-                TRIALS_REQUEST: tuning_translate.training_request(params[DEFINITION]),
+                **tuning_translate.trials_requests(params),
             },
         )
     except SpecError as exc:

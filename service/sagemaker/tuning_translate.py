@@ -1,10 +1,11 @@
 """CreateHyperParameterTuningJob's request as Runyard's tuning-job spec, and a tuning job
 and its trials as DescribeHyperParameterTuningJob's and the listings' answers.
 
-The training job definition is read as CreateTrainingJob's request is
+The training job definition (or each of several, TrainingJobDefinitions, with its own
+TuningObjective and HyperParameterRanges) is read as CreateTrainingJob's request is
 (``service.sagemaker.translate``), its StaticHyperParameters as the hyperparameters. As
 there, what would change what runs and Runyard cannot do is refused naming the member:
-several definitions, completion criteria and Autotune are not offered yet.
+completion criteria, instance configurations and Autotune are not offered yet.
 The definition's RetryStrategy is each trial's training job's, which restarts that same job
 (as SageMaker does); ResourceLimits.MaxRuntimeInSeconds is the tuning job's own limit.
 TrainingJobEarlyStoppingType Auto and the Hyperband strategy (its StrategyConfig's
@@ -25,16 +26,33 @@ from service.sagemaker import translate
 from service.sagemaker.errors import AwsError, validation
 from service.tuning import progress
 from service.tuning.models import TuningJob, TuningTrial
-from service.tuning.schemas import TuningJobCreate, stored
-from service.tuning.trials import static_hyperparameters, wire_value, with_objective
+from service.tuning.schemas import (
+    Definition,
+    Objective,
+    ParameterRanges,
+    TuningJobCreate,
+    stored,
+)
+from service.tuning.trials import (
+    TRIALS_REQUEST,
+    TRIALS_REQUESTS,
+    static_hyperparameters,
+    wire_value,
+    with_objective,
+)
 
 CONFIG = "HyperParameterTuningJobConfig"
 DEFINITION = "TrainingJobDefinition"
+DEFINITIONS = "TrainingJobDefinitions"
 WARM_START = "WarmStartConfig"
 _REFUSED = {
-    "TrainingJobDefinitions": "several training job definitions are not supported yet; "
-    "give one TrainingJobDefinition",
     "Autotune": "Autotune is not supported",
+}
+# What the tuning job's configuration gives for its one TrainingJobDefinition, and each of
+# several TrainingJobDefinitions gives for itself.
+_PER_DEFINITION = {
+    "HyperParameterTuningJobObjective": "TuningObjective",
+    "ParameterRanges": "HyperParameterRanges",
 }
 _REFUSED_CONFIG = {
     "TuningJobCompletionCriteria": "completion criteria are not supported yet",
@@ -62,31 +80,19 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
     _refuse(request, _REFUSED, "")
     config = request[CONFIG]
     _refuse(config, _REFUSED_CONFIG, f"{CONFIG}.")
-    definition = request.get(DEFINITION)
-    if definition is None:
-        raise validation(f"{DEFINITION}: required")
-    _refuse(definition.get(RESOURCES) or {}, _REFUSED_RESOURCES, f"{DEFINITION}.{RESOURCES}.")
-    objective = config.get("HyperParameterTuningJobObjective") or definition.get("TuningObjective")
-    if objective is None:
-        raise validation(f"{CONFIG}.HyperParameterTuningJobObjective: required")
-    ranges = config.get("ParameterRanges") or definition.get("HyperParameterRanges") or {}
-    if ranges.get("AutoParameters"):
-        raise validation(f"{CONFIG}.ParameterRanges.AutoParameters: not supported")
     limits = config["ResourceLimits"]
     fields: dict[str, Any] = {
         "name": request["HyperParameterTuningJobName"],
         "strategy": config["Strategy"],
-        "objective": {"type": objective["Type"], "metric_name": objective["MetricName"]},
         "resource_limits": {
             "max_number_of_training_jobs": limits.get("MaxNumberOfTrainingJobs"),
             "max_parallel_training_jobs": limits["MaxParallelTrainingJobs"],
             "max_runtime_in_seconds": limits.get("MaxRuntimeInSeconds"),
         },
-        "parameter_ranges": _ranges(ranges),
         "random_seed": config.get("RandomSeed"),
         "early_stopping_type": config.get("TrainingJobEarlyStoppingType", "Off"),
-        "training_job": _training_job(request, definition, catalog),
         "tags": request.get("Tags") or [],
+        **_definitions(request, catalog),
     }
     warm = request.get(WARM_START)
     if warm:
@@ -110,6 +116,60 @@ def tuning_spec(request: Mapping[str, Any], catalog: images.Catalog) -> TuningJo
         ) from None
 
 
+def _definitions(request: Mapping[str, Any], catalog: images.Catalog) -> dict[str, Any]:
+    """The spec's training job (its objective and ranges from the tuning job's
+    configuration, or from the definition), or its several training job definitions."""
+    config = request[CONFIG]
+    several = request.get(DEFINITIONS)
+    one = request.get(DEFINITION)
+    if several and one:
+        raise validation(f"{DEFINITIONS}: give {DEFINITION} or {DEFINITIONS}, not both")
+    if several:
+        for member, own in _PER_DEFINITION.items():
+            if config.get(member):
+                raise validation(
+                    f"{CONFIG}.{member}: with {DEFINITIONS}, each definition gives its {own}"
+                )
+        return {
+            "training_job_definitions": [
+                _one_of_several(request, index, definition, catalog)
+                for index, definition in enumerate(several)
+            ]
+        }
+    if one is None:
+        raise validation(f"{DEFINITION}: required")
+    objective = config.get("HyperParameterTuningJobObjective") or one.get("TuningObjective")
+    if objective is None:
+        raise validation(f"{CONFIG}.HyperParameterTuningJobObjective: required")
+    ranges = config.get("ParameterRanges") or one.get("HyperParameterRanges") or {}
+    return {
+        "objective": _objective(objective),
+        "parameter_ranges": _ranges(ranges, f"{CONFIG}.ParameterRanges"),
+        "training_job": _training_job(request, one, DEFINITION, catalog),
+    }
+
+
+def _one_of_several(
+    request: Mapping[str, Any], index: int, definition: Mapping[str, Any], catalog: images.Catalog
+) -> dict[str, Any]:
+    where = f"{DEFINITIONS}.{index + 1}"
+    for member in ("DefinitionName", "TuningObjective"):
+        if member not in definition:
+            raise validation(f"{where}.{member}: required")
+    return {
+        "definition_name": definition["DefinitionName"],
+        "objective": _objective(definition["TuningObjective"]),
+        "parameter_ranges": _ranges(
+            definition.get("HyperParameterRanges") or {}, f"{where}.HyperParameterRanges"
+        ),
+        "training_job": _training_job(request, definition, where, catalog),
+    }
+
+
+def _objective(given: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": given["Type"], "metric_name": given["MetricName"]}
+
+
 def _hyperband(given: Mapping[str, Any]) -> dict[str, Any]:
     """HyperbandStrategyConfig as the spec's (a StrategyConfig without it is none)."""
     return {
@@ -126,18 +186,32 @@ def _refuse(given: Mapping[str, Any], refused: Mapping[str, str], path: str) -> 
 
 
 def _training_job(
-    request: Mapping[str, Any], definition: Mapping[str, Any], catalog: images.Catalog
+    request: Mapping[str, Any], definition: Mapping[str, Any], where: str, catalog: images.Catalog
 ) -> dict[str, Any]:
+    _refuse(definition.get(RESOURCES) or {}, _REFUSED_RESOURCES, f"{where}.{RESOURCES}.")
     training = training_request(definition)
     # A name to check it by; each trial gets its own.
     training["TrainingJobName"] = request["HyperParameterTuningJobName"]
     try:
         spec = translate.job_spec(training, catalog)
     except AwsError as exc:  # naming CreateTrainingJob's members: the definition's
-        raise validation(f"{DEFINITION}.{exc.message}") from None
+        raise validation(f"{where}.{exc.message}") from None
     fields = spec.model_dump(exclude_unset=True)
     fields.pop("name", None)
     return fields
+
+
+def trials_requests(request: Mapping[str, Any]) -> dict[str, Any]:
+    """What a tuning job keeps of its request for its trials' descriptions: the
+    CreateTrainingJob request of its definition, or of each of its definitions by name."""
+    several = request.get(DEFINITIONS)
+    if several:
+        return {
+            TRIALS_REQUESTS: {
+                definition["DefinitionName"]: training_request(definition) for definition in several
+            }
+        }
+    return {TRIALS_REQUEST: training_request(request[DEFINITION])}
 
 
 def training_request(definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -152,12 +226,14 @@ def training_request(definition: Mapping[str, Any]) -> dict[str, Any]:
     return training
 
 
-def _ranges(ranges: Mapping[str, Any]) -> dict[str, Any]:
+def _ranges(ranges: Mapping[str, Any], place: str) -> dict[str, Any]:
+    if ranges.get("AutoParameters"):
+        raise validation(f"{place}.AutoParameters: not supported")
     found: dict[str, list[dict[str, Any]]] = {}
     for kind, member in _RANGE_KINDS.items():
         found[kind] = []
         for index, item in enumerate(ranges.get(member) or []):
-            where = f"{CONFIG}.ParameterRanges.{member}.{index + 1}"
+            where = f"{place}.{member}.{index + 1}"
             if kind == "categorical":
                 values = [hyperparameters.decode({"v": v})["v"] for v in item["Values"]]
                 found[kind].append({"name": item["Name"], "values": values})
@@ -222,9 +298,9 @@ def member_of(loc: tuple[str | int, ...]) -> str:
         return "request"
     head, rest = str(loc[0]), loc[1:]
     if head == "training_job":
-        inner = translate.member_of(rest)
-        inner = inner.replace("HyperParameters", "StaticHyperParameters", 1)
-        return f"{DEFINITION}.{inner}"
+        return _training_member(DEFINITION, rest)
+    if head == "training_job_definitions":
+        return _member_of_definition(rest)
     if head in _MEMBER_OF_PART and rest:
         member, parts = _MEMBER_OF_PART[head]
         return f"{member}.{parts.get(str(rest[0]), str(rest[0]))}"
@@ -240,15 +316,45 @@ def member_of(loc: tuple[str | int, ...]) -> str:
             return f"{_HYPERBAND}.{_HYPERBAND_MEMBERS.get(str(rest[1]), str(rest[1]))}"
         return _HYPERBAND if rest else f"{CONFIG}.StrategyConfig"
     if head == "parameter_ranges":
-        found = f"{CONFIG}.ParameterRanges"
-        if rest:
-            found += f".{_RANGE_KINDS.get(str(rest[0]), str(rest[0]))}"
-        if len(rest) > 1 and isinstance(rest[1], int):
-            found += f".{rest[1] + 1}"
-        if len(rest) > 2:
-            found += f".{_RANGE_MEMBERS.get(str(rest[2]), str(rest[2]))}"
-        return found
+        return _range_member(f"{CONFIG}.ParameterRanges", rest)
     return _MEMBER_OF_FIELD.get(head, head)
+
+
+def _training_member(place: str, rest: tuple[str | int, ...]) -> str:
+    inner = translate.member_of(rest)
+    inner = inner.replace("HyperParameters", "StaticHyperParameters", 1)
+    return f"{place}.{inner}"
+
+
+def _member_of_definition(loc: tuple[str | int, ...]) -> str:
+    """A location in one of ``training_job_definitions``, as TrainingJobDefinitions.N's."""
+    if not loc or not isinstance(loc[0], int):
+        return DEFINITIONS
+    place = f"{DEFINITIONS}.{loc[0] + 1}"
+    rest = loc[1:]
+    if not rest:
+        return place
+    head, inner = str(rest[0]), rest[1:]
+    if head == "training_job":
+        return _training_member(place, inner)
+    if head == "parameter_ranges":
+        return _range_member(f"{place}.HyperParameterRanges", inner)
+    if head == "objective":
+        parts = _MEMBER_OF_PART["objective"][1]
+        found = f"{place}.TuningObjective"
+        return f"{found}.{parts.get(str(inner[0]), str(inner[0]))}" if inner else found
+    return f"{place}.DefinitionName" if head == "definition_name" else f"{place}.{head}"
+
+
+def _range_member(place: str, rest: tuple[str | int, ...]) -> str:
+    found = place
+    if rest:
+        found += f".{_RANGE_KINDS.get(str(rest[0]), str(rest[0]))}"
+    if len(rest) > 1 and isinstance(rest[1], int):
+        found += f".{rest[1] + 1}"
+    if len(rest) > 2:
+        found += f".{_RANGE_MEMBERS.get(str(rest[2]), str(rest[2]))}"
+    return found
 
 
 def spec_error(exc: SpecError) -> Exception:
@@ -279,11 +385,9 @@ def described(
     answer: dict[str, Any] = {
         **_summary_members(tuning, spec, region),
         CONFIG: request.get(CONFIG) or _config(spec),
-        DEFINITION: _echoed_definition(tuning, request)
-        if DEFINITION in request
-        else _definition(tuning, spec),
+        **_described_definitions(tuning, spec, request),
     }
-    best = progress.best(tuning.trials, spec.objective.type)
+    best = progress.best(tuning.trials, spec.objective_type)
     if best is not None:
         answer["BestTrainingJob"] = trial_summary(tuning, spec, best, region)
     if spec.warm_start_config is not None:
@@ -295,6 +399,31 @@ def described(
     if tuning.failure_reason:
         answer["FailureReason"] = tuning.failure_reason
     return answer
+
+
+def _described_definitions(
+    tuning: TuningJob, spec: TuningJobCreate, request: Mapping[str, Any]
+) -> dict[str, Any]:
+    """TrainingJobDefinition, or TrainingJobDefinitions with several: as the request gave
+    them, or as SageMaker's request would have for a tuning job made through Runyard's
+    own API."""
+    if spec.training_job_definitions is None:
+        one = request.get(DEFINITION)
+        definition = spec.definitions[0]
+        return {
+            DEFINITION: _echoed_definition(tuning, one, None)
+            if one
+            else _definition(tuning, definition)
+        }
+    given = {item.get("DefinitionName"): item for item in request.get(DEFINITIONS) or []}
+    return {
+        DEFINITIONS: [
+            _echoed_definition(tuning, given[d.name], d.name)
+            if d.name in given
+            else _definition(tuning, d)
+            for d in spec.definitions
+        ]
+    }
 
 
 def _warm_start(spec: TuningJobCreate) -> dict[str, Any]:
@@ -366,19 +495,23 @@ def trial_summary(
         "CreationTime": trial.created_at,
         "TrainingJobStatus": trial.status,
         "TunedHyperParameters": {
-            key: wire_value(tuning, key, value) for key, value in trial.parameters.items()
+            key: wire_value(tuning, key, value, trial.definition)
+            for key, value in trial.parameters.items()
         },
         "ObjectiveStatus": trial.objective_status,
     }
+    if trial.definition is not None:
+        answer["TrainingJobDefinitionName"] = trial.definition
     for member in ("TrainingStartTime", "TrainingEndTime"):
         if times and times.get(member) is not None:
             answer[member] = times[member]
     if trial.failure_reason:
         answer["FailureReason"] = trial.failure_reason
     if trial.objective is not None and math.isfinite(trial.objective):
+        objective = spec.definition(trial.definition).objective
         answer["FinalHyperParameterTuningJobObjectiveMetric"] = {
-            "Type": spec.objective.type,
-            "MetricName": spec.objective.metric_name,
+            "Type": objective.type,
+            "MetricName": objective.metric_name,
             "Value": trial.objective,
         }
     return answer
@@ -403,42 +536,50 @@ def _limits(spec: TuningJobCreate) -> dict[str, Any]:
 
 def _config(spec: TuningJobCreate) -> dict[str, Any]:
     """The configuration of a tuning job created through Runyard's own API, as
-    SageMaker's request would have given it."""
-    ranges = spec.parameter_ranges
-    return {
+    SageMaker's request would have given it (with several definitions, each has its
+    objective and ranges)."""
+    config: dict[str, Any] = {
         "Strategy": spec.strategy,
-        "HyperParameterTuningJobObjective": {
-            "Type": spec.objective.type,
-            "MetricName": spec.objective.metric_name,
-        },
         "ResourceLimits": _limits(spec),
-        "ParameterRanges": {
-            "ContinuousParameterRanges": [
-                {
-                    "Name": item.name,
-                    "MinValue": str(item.min_value),
-                    "MaxValue": str(item.max_value),
-                    "ScalingType": item.scaling_type,
-                }
-                for item in ranges.continuous
-            ],
-            "IntegerParameterRanges": [
-                {
-                    "Name": item.name,
-                    "MinValue": str(item.min_value),
-                    "MaxValue": str(item.max_value),
-                    "ScalingType": item.scaling_type,
-                }
-                for item in ranges.integer
-            ],
-            "CategoricalParameterRanges": [
-                {"Name": item.name, "Values": [hyperparameters.encode(v) for v in item.values]}
-                for item in ranges.categorical
-            ],
-        },
         "TrainingJobEarlyStoppingType": spec.early_stopping_type,
         "RandomSeed": spec.random_seed,
         **_strategy_config_of(spec),
+    }
+    if spec.training_job_definitions is None:
+        definition = spec.definitions[0]
+        config["HyperParameterTuningJobObjective"] = _wire_objective(definition.objective)
+        config["ParameterRanges"] = _wire_ranges(definition.parameter_ranges)
+    return config
+
+
+def _wire_objective(objective: Objective) -> dict[str, Any]:
+    return {"Type": objective.type, "MetricName": objective.metric_name}
+
+
+def _wire_ranges(ranges: ParameterRanges) -> dict[str, Any]:
+    return {
+        "ContinuousParameterRanges": [
+            {
+                "Name": item.name,
+                "MinValue": str(item.min_value),
+                "MaxValue": str(item.max_value),
+                "ScalingType": item.scaling_type,
+            }
+            for item in ranges.continuous
+        ],
+        "IntegerParameterRanges": [
+            {
+                "Name": item.name,
+                "MinValue": str(item.min_value),
+                "MaxValue": str(item.max_value),
+                "ScalingType": item.scaling_type,
+            }
+            for item in ranges.integer
+        ],
+        "CategoricalParameterRanges": [
+            {"Name": item.name, "Values": [hyperparameters.encode(v) for v in item.values]}
+            for item in ranges.categorical
+        ],
     }
 
 
@@ -451,13 +592,15 @@ def _strategy_config_of(spec: TuningJobCreate) -> dict[str, Any]:
     }
 
 
-def _echoed_definition(tuning: TuningJob, request: dict[str, Any]) -> dict[str, Any]:
-    """The request's training job definition as SageMaker describes it, with what the
-    SDK's ``HyperparameterTuner.attach`` reads: the objective's metric name among the
-    static hyperparameters, which SageMaker adds, and the instances as ``ResourceConfig``
-    where the request gave them as ``HyperParameterTuningResourceConfig``."""
-    definition = request[DEFINITION]
-    statics = with_objective(tuning, definition.get("StaticHyperParameters") or {})
+def _echoed_definition(
+    tuning: TuningJob, definition: Mapping[str, Any], name: str | None
+) -> dict[str, Any]:
+    """A training job definition as the request gave it, as SageMaker describes it, with
+    what the SDK's ``HyperparameterTuner.attach`` reads: the objective's metric name among
+    the static hyperparameters, which SageMaker adds, and the instances as
+    ``ResourceConfig`` where the request gave them as
+    ``HyperParameterTuningResourceConfig``."""
+    statics = with_objective(tuning, definition.get("StaticHyperParameters") or {}, name)
     echoed = {**definition, "StaticHyperParameters": statics}
     resources = definition.get(RESOURCES)
     if resources and "ResourceConfig" not in definition:
@@ -467,13 +610,13 @@ def _echoed_definition(tuning: TuningJob, request: dict[str, Any]) -> dict[str, 
     return echoed
 
 
-def _definition(tuning: TuningJob, spec: TuningJobCreate) -> dict[str, Any]:
-    """The training job definition of a tuning job created through Runyard's own API."""
-    job = spec.training_job
+def _definition(tuning: TuningJob, of: Definition) -> dict[str, Any]:
+    """A training job definition of a tuning job created through Runyard's own API; one
+    of several names itself and gives its objective and ranges."""
+    job = of.training_job
     definition: dict[str, Any] = {
         "StaticHyperParameters": {
-            key: hyperparameters.encode(value)
-            for key, value in static_hyperparameters(spec).items()
+            key: hyperparameters.encode(value) for key, value in static_hyperparameters(of).items()
         },
         "AlgorithmSpecification": {
             "TrainingInputMode": "File",
@@ -490,6 +633,10 @@ def _definition(tuning: TuningJob, spec: TuningJobCreate) -> dict[str, Any]:
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": job.max_run},
     }
+    if of.name is not None:
+        definition["DefinitionName"] = of.name
+        definition["TuningObjective"] = _wire_objective(of.objective)
+        definition["HyperParameterRanges"] = _wire_ranges(of.parameter_ranges)
     if job.max_retry_attempts:
         definition["RetryStrategy"] = {"MaximumRetryAttempts": job.max_retry_attempts}
     if job.image_uri:

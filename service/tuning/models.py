@@ -77,6 +77,9 @@ class TuningTrial(Base):
     # 1 for the first trial; in the training job's name (<tuning job>-001-<hash>).
     number: Mapped[int] = mapped_column(Integer)
     name: Mapped[str] = mapped_column(String(63))
+    # Of a tuning job of several training job definitions, the one this trial ran
+    # (None for a tuning job of one training job).
+    definition: Mapped[str | None] = mapped_column(String(64))
     # The tuned hyperparameters' values, as the script gets them.
     parameters: Mapped[dict[str, Any]] = mapped_column(JSON)
     # What the search strategy noted on the trial when it asked (Optuna's system

@@ -192,6 +192,7 @@ def trial_states(session: Session, tuning_job_ids: Sequence[str]) -> dict[str, l
             TuningTrial.tuning_job_id,
             TuningTrial.number,
             TuningTrial.name,
+            TuningTrial.definition,
             TuningTrial.status,
             TuningTrial.objective,
             TuningTrial.objective_status,

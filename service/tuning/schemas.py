@@ -3,6 +3,10 @@
 Field names follow SageMaker's CreateHyperParameterTuningJob in snake case; the trials'
 training job is a training job's own spec (``JobCreate``) without a name, which each
 trial gets from the tuning job (``<tuning job>-<number>-<hash>``, as SageMaker names them).
+A tuning job tunes one training job (``training_job``, its ``objective`` and
+``parameter_ranges``) or several (``training_job_definitions``, each with its own objective
+metric and ranges, as SageMaker's TrainingJobDefinitions): every reader takes them as
+``TuningJobCreate.definitions``, the same for both forms.
 Every rule that needs no server configuration is checked here, naming the field; what the
 server's configuration decides about the training job is checked when the tuning job is
 created (``service.tuning.service``).
@@ -13,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Self
 
@@ -51,6 +56,14 @@ Status = Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"]
 WarmStartType = Literal["IdenticalDataAndAlgorithm", "TransferLearning"]
 # SageMaker's limit on a warm start's parent tuning jobs.
 MAX_PARENTS = 5
+# SageMaker's limits on TrainingJobDefinitions: at most 10, each named so.
+MAX_DEFINITIONS = 10
+DEFINITION_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+MAX_DEFINITION_NAME = 64
+# What the strategies with several definitions are (Grid's points and Hyperband's
+# resources are of one training job's ranges and epochs, and a warm start's parents of
+# one too).
+STRATEGIES_OF_SEVERAL = ("Random", "Bayesian")
 ParameterValue = str | int | float | bool
 
 
@@ -240,6 +253,41 @@ class ParameterRanges(Strict):
         return [item.name for item in (*self.continuous, *self.integer, *self.categorical)]
 
 
+class TrainingJobDefinition(Strict):
+    """One of several training jobs a tuning job tunes, as SageMaker's
+    TrainingJobDefinitions: each trial is one of them, with its ranges' values."""
+
+    definition_name: str = Field(
+        pattern=DEFINITION_NAME_PATTERN,
+        max_length=MAX_DEFINITION_NAME,
+        description="Unique in the tuning job; each trial names the definition it ran.",
+    )
+    objective: Objective = Field(
+        description="Its objective metric; every definition's objective has the same type."
+    )
+    parameter_ranges: ParameterRanges
+    training_job: JobCreate = Field(
+        description="Its trials' training job, without a name: its hyperparameters are the "
+        "static ones, each trial adds the tuned ones."
+    )
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A training job the tuning job tunes, whichever form the spec gave it in: ``name``
+    None for the one ``training_job``; ``loc`` where the spec holds it."""
+
+    name: str | None
+    objective: Objective
+    parameter_ranges: ParameterRanges
+    training_job: JobCreate
+    loc: tuple[str | int, ...]
+
+    @property
+    def training_job_loc(self) -> tuple[str | int, ...]:
+        return (*self.loc, "training_job")
+
+
 class TuningJobCreate(Strict):
     """A tuning job as a client creates it."""
 
@@ -255,9 +303,13 @@ class TuningJobCreate(Strict):
     strategy_config: StrategyConfig | None = Field(
         default=None, description="Hyperband's resources; for the Hyperband strategy only."
     )
-    objective: Objective
+    objective: Objective | None = Field(
+        default=None, description="The training job's objective (with `training_job`)."
+    )
     resource_limits: ResourceLimits
-    parameter_ranges: ParameterRanges
+    parameter_ranges: ParameterRanges | None = Field(
+        default=None, description="The training job's ranges (with `training_job`)."
+    )
     random_seed: int | None = Field(
         default=None,
         ge=0,
@@ -277,9 +329,21 @@ class TuningJobCreate(Strict):
         "(their parameters and objectives are told to the search before its first "
         "trial). Not with the Grid strategy, whose points are fixed.",
     )
-    training_job: JobCreate = Field(
+    training_job: JobCreate | None = Field(
+        default=None,
         description="Each trial's training job, without a name: its hyperparameters are "
-        "the static ones, each trial adds the tuned ones."
+        "the static ones, each trial adds the tuned ones. With `objective` and "
+        "`parameter_ranges`; or give `training_job_definitions` instead of the three.",
+    )
+    training_job_definitions: list[TrainingJobDefinition] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_DEFINITIONS,
+        description="Several training jobs to tune at once (SageMaker's "
+        "TrainingJobDefinitions), each with its objective metric and ranges: the search "
+        "picks a definition and its values for each trial, and the best trial is the best "
+        "of all. Instead of `training_job`, `objective` and `parameter_ranges`; for the "
+        f"{' and '.join(STRATEGIES_OF_SEVERAL)} strategies, without warm start.",
     )
     tags: list[Tag] = Field(
         default_factory=list,
@@ -303,38 +367,137 @@ class TuningJobCreate(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         title = "TuningJobCreate"
-        template = self.training_job
+        self._check_form(title)
+        for definition in self.definitions:
+            self._check_definition(title, definition)
+        self._check_strategy(title)
+        return self
+
+    def _check_form(self, title: str) -> None:
+        """One training job (its objective and ranges) or several definitions, not both."""
+        single = ("training_job", "objective", "parameter_ranges")
+        if self.training_job_definitions is None:
+            for field in single:
+                if getattr(self, field) is None:
+                    raise invalid(
+                        title, (field,), "required (or give training_job_definitions instead)"
+                    )
+            return
+        for field in single:
+            if getattr(self, field) is not None:
+                raise invalid(
+                    title,
+                    (field,),
+                    "give it in each of training_job_definitions instead: not with them",
+                )
+        names = [d.definition_name for d in self.training_job_definitions]
+        first = self.training_job_definitions[0].objective.type
+        for index, definition in enumerate(self.training_job_definitions):
+            if names.index(definition.definition_name) != index:
+                raise invalid(
+                    title,
+                    ("training_job_definitions", index, "definition_name"),
+                    f"{definition.definition_name!r} names another definition already",
+                )
+            if definition.objective.type != first:
+                raise invalid(
+                    title,
+                    ("training_job_definitions", index, "objective", "type"),
+                    f"must be {first}, as the first definition's: the best trial is the "
+                    "best of all",
+                )
+        if self.strategy not in STRATEGIES_OF_SEVERAL:
+            raise invalid(
+                title,
+                ("strategy",),
+                f"the {self.strategy} strategy tunes one training job: with "
+                f"training_job_definitions, {' or '.join(STRATEGIES_OF_SEVERAL)}",
+            )
+        if self.warm_start_config is not None:
+            raise invalid(
+                title,
+                ("warm_start_config",),
+                "a warm start is for one training job: not with training_job_definitions",
+            )
+
+    def _check_definition(self, title: str, definition: Definition) -> None:
+        template = definition.training_job
+        where = definition.training_job_loc
         for field in ("name", "base_job_name"):
             if getattr(template, field) is not None:
                 raise invalid(
                     title,
-                    ("training_job", field),
+                    (*where, field),
                     "each trial is named after the tuning job: give no name",
                 )
         defined = [m.name for m in template.metric_definitions]
-        if self.objective.metric_name not in defined:
+        if definition.objective.metric_name not in defined:
             raise invalid(
                 title,
-                ("objective", "metric_name"),
-                f"{self.objective.metric_name!r} is not one of the training job's "
+                (*definition.loc, "objective", "metric_name"),
+                f"{definition.objective.metric_name!r} is not one of the training job's "
                 f"metric_definitions ({', '.join(map(repr, defined)) or 'none'})",
             )
-        for name in self.parameter_ranges.names:
+        for name in definition.parameter_ranges.names:
             if name in template.hyperparameters:
                 raise invalid(
                     title,
-                    ("training_job", "hyperparameters", name),
+                    (*where, "hyperparameters", name),
                     "is tuned: give it as a range, not as a static hyperparameter",
                 )
-        self._check_strategy(title)
-        if len(trial_tags(self)) > MAX_TAGS:
+        count = len(trial_tags(self, definition))
+        if count > MAX_TAGS:
             raise invalid(
                 title,
                 ("tags",),
                 f"with the training job's own, each trial's training job would have "
-                f"{len(trial_tags(self))} tags, over the {MAX_TAGS} a training job may have",
+                f"{count} tags, over the {MAX_TAGS} a training job may have",
             )
-        return self
+
+    @property
+    def definitions(self) -> list[Definition]:
+        """The training jobs tuned: the one of ``training_job``, or each of
+        ``training_job_definitions`` (the form is checked when the spec is made)."""
+        if self.training_job_definitions is None:
+            assert self.training_job is not None
+            assert self.objective is not None
+            assert self.parameter_ranges is not None
+            return [Definition(None, self.objective, self.parameter_ranges, self.training_job, ())]
+        return [
+            Definition(
+                item.definition_name,
+                item.objective,
+                item.parameter_ranges,
+                item.training_job,
+                ("training_job_definitions", index),
+            )
+            for index, item in enumerate(self.training_job_definitions)
+        ]
+
+    @property
+    def objective_words(self) -> str:
+        """The objective as a line says it: "Minimize loss", or with several definitions
+        each one's metric ("Minimize loss (mlp), val_loss (cnn)")."""
+        if self.training_job_definitions is None:
+            return f"{self.objective_type} {self.definitions[0].objective.metric_name}"
+        metrics = ", ".join(f"{d.objective.metric_name} ({d.name})" for d in self.definitions)
+        return f"{self.objective_type} {metrics}"
+
+    def metric_of(self, definition: str | None) -> str:
+        """The objective metric of a trial that ran ``definition``."""
+        return self.definition(definition).objective.metric_name
+
+    def definition(self, name: str | None) -> Definition:
+        """The definition a trial ran (None: the one training job)."""
+        for found in self.definitions:
+            if found.name == name:
+                return found
+        raise KeyError(name)
+
+    @property
+    def objective_type(self) -> ObjectiveType:
+        """Whether lower or higher objectives are better: every definition's (checked)."""
+        return self.definitions[0].objective.type
 
     def _check_strategy(self, title: str) -> None:
         self._check_hyperband(title)
@@ -354,7 +517,7 @@ class TuningJobCreate(Strict):
                     f"required for the {self.strategy} strategy",
                 )
             return
-        ranges = self.parameter_ranges
+        ranges = self.definitions[0].parameter_ranges
         if ranges.continuous:
             raise invalid(
                 title,
@@ -408,7 +571,7 @@ class TuningJobCreate(Strict):
 
     def _epochs(self) -> int | None:
         """The training job's epochs, read as SageMaker infers MaxResource."""
-        statics = self.training_job.hyperparameters
+        statics = self.definitions[0].training_job.hyperparameters
         for key in EPOCH_HYPERPARAMETERS:
             if key in statics:
                 value = statics[key]
@@ -433,14 +596,14 @@ class TuningJobCreate(Strict):
         """How many trials the tuning job runs in all."""
         most = self.resource_limits.max_number_of_training_jobs
         if self.strategy == "Grid":
-            size = grid_size(self.parameter_ranges)
+            size = grid_size(self.definitions[0].parameter_ranges)
             return size if most is None else min(most, size)
         return most or 0  # never None but for Grid (checked above)
 
 
-def trial_tags(spec: TuningJobCreate) -> list[Tag]:
+def trial_tags(spec: TuningJobCreate, definition: Definition) -> list[Tag]:
     """Each trial's training job's tags: its own, and the tuning job's over them."""
-    merged = {tag.key: tag for tag in spec.training_job.tags}
+    merged = {tag.key: tag for tag in definition.training_job.tags}
     merged.update({tag.key: tag for tag in spec.tags})
     return list(merged.values())
 
@@ -469,6 +632,8 @@ class TrialSummary(_FromRow):
     number: int
     # The trial's training job.
     name: str
+    # The training job definition it ran, with several (None with one training job).
+    definition: str | None = None
     status: str
     objective: float | None
 
@@ -516,7 +681,13 @@ class TuningJobSummary(BaseModel):
     status: str
     created_at: datetime
     ended_at: datetime | None
-    objective: Objective
+    objective: Objective | None = Field(
+        description="The objective of its one training job; None with several "
+        "training_job_definitions, each of which has its own (in its spec)."
+    )
+    objective_type: ObjectiveType = Field(
+        description="Whether lower or higher objectives are better, of every definition."
+    )
     max_trials: int = Field(
         description="How many trials it runs in all: its limit, or a Grid's every point."
     )

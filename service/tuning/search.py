@@ -18,6 +18,12 @@ ranges (a parent's static value standing for a range it did not tune); the other
 left out, since Optuna takes no trial outside its distributions. The warm start's own
 trials are seeded as numbered after them, so that with its parent's seed it does not ask
 its parent's points again.
+
+With several training job definitions, the space is conditional, as Optuna's
+define-by-run trials allow: a trial first picks its definition (a categorical parameter),
+then the values of that definition's ranges, each named after its definition so that two
+definitions' ranges of one hyperparameter stay apart. TPE models each parameter from the
+trials that have it, so each definition's ranges learn from that definition's trials.
 """
 
 from __future__ import annotations
@@ -31,13 +37,20 @@ from service.tuning.schemas import (
     CategoricalRange,
     ContinuousRange,
     IntegerRange,
+    ParameterRanges,
     ParameterValue,
     TuningJobCreate,
 )
 
 if TYPE_CHECKING:
+    from optuna import Study
     from optuna.distributions import BaseDistribution
     from optuna.samplers import BaseSampler
+    from optuna.trial import Trial
+
+# The parameter that picks a trial's definition, with several. The ranges' parameters are
+# named "<definition>:<hyperparameter>", so this name, without a colon, is none of theirs.
+DEFINITION = "definition"
 
 TrialState = Literal["running", "complete", "failed"]
 
@@ -50,14 +63,18 @@ class Earlier:
     state: TrialState
     objective: float | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    # The training job definition it ran, with several.
+    definition: str | None = None
 
 
 @dataclass(frozen=True)
 class Asked:
-    """A new trial's parameters (as the script gets them) and the sampler's notes on it."""
+    """A new trial's parameters (as the script gets them) and the sampler's notes on it;
+    with several training job definitions, the one it runs."""
 
     parameters: dict[str, ParameterValue]
     notes: dict[str, Any]
+    definition: str | None = None
 
 
 def ask(
@@ -65,25 +82,16 @@ def ask(
 ) -> Asked:
     """The parameters of trial ``len(earlier) + 1``, after ``earlier`` (every trial
     asked so far, in order) and ``prior`` (a warm start's parents' completed trials)."""
-    import optuna
     from optuna.trial import TrialState as OptunaState
     from optuna.trial import create_trial
 
-    states = {
-        "running": OptunaState.RUNNING,
-        "complete": OptunaState.COMPLETE,
-        "failed": OptunaState.FAIL,
-    }
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space = SearchSpace(spec)
-    direction: Literal["minimize", "maximize"] = (
-        "minimize" if spec.objective.type == "Minimize" else "maximize"
-    )
     # Numbered after the prior trials: a warm start with its parent's seed would otherwise
     # ask, trial by trial, what its parent asked (until Bayesian search has enough trials
     # to model, it samples at random by the trial's seed).
-    number = len(prior) + len(earlier) + 1
-    study = optuna.create_study(direction=direction, sampler=_sampler(spec, seed, number=number))
+    study = _study(spec, seed, number=len(prior) + len(earlier) + 1)
+    if spec.training_job_definitions is not None:
+        return _ask_among_definitions(spec, study, earlier)
+    space = SearchSpace(spec.definitions[0].parameter_ranges)
     for trial in prior:
         fitted = space.fitted(trial.parameters)
         if fitted is not None and trial.objective is not None:
@@ -96,18 +104,92 @@ def ask(
                 )
             )
     for trial in earlier:
-        study.add_trial(
-            create_trial(
-                state=states[trial.state],
-                params=space.internal(trial.parameters),
-                distributions=space.distributions,
-                value=trial.objective if trial.state == "complete" else None,
-                system_attrs=trial.notes,
-            )
-        )
+        _tell(study, trial, space.internal(trial.parameters), space.distributions)
     asked = study.ask(space.distributions)
     notes = study.trials[-1].system_attrs
     return Asked(parameters=space.external(asked.params), notes=dict(notes))
+
+
+def _ask_among_definitions(
+    spec: TuningJobCreate, study: Study, earlier: Sequence[Earlier]
+) -> Asked:
+    """A trial of several definitions: its definition first, then that one's values."""
+    from optuna.distributions import CategoricalDistribution
+
+    spaces = {d.name: SearchSpace(d.parameter_ranges) for d in spec.definitions}
+    pick = CategoricalDistribution(list(spaces))
+    for trial in earlier:
+        space = spaces[trial.definition]
+        params = {DEFINITION: trial.definition, **space.internal(trial.parameters)}
+        distributions = {DEFINITION: pick, **space.distributions}
+        _tell(
+            study,
+            trial,
+            _own(trial.definition, params),
+            _own(trial.definition, distributions),
+        )
+    asked = study.ask()
+    name = asked.suggest_categorical(DEFINITION, pick.choices)
+    assert isinstance(name, str)
+    space = spaces[name]
+    internal = {
+        key: _suggest(asked, f"{name}:{key}", distribution)
+        for key, distribution in space.distributions.items()
+    }
+    notes = study.trials[-1].system_attrs
+    return Asked(parameters=space.external(internal), notes=dict(notes), definition=name)
+
+
+def _own(definition: str | None, values: dict[str, Any]) -> dict[str, Any]:
+    """A definition's parameters as the study names them (the pick keeps its own name)."""
+    return {key if key == DEFINITION else f"{definition}:{key}": v for key, v in values.items()}
+
+
+def _suggest(trial: Trial, name: str, distribution: BaseDistribution) -> Any:
+    """One value of ``distribution``, through Optuna's public suggest calls."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    if isinstance(distribution, FloatDistribution):
+        return trial.suggest_float(name, distribution.low, distribution.high, log=distribution.log)
+    if isinstance(distribution, IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, log=distribution.log)
+    return trial.suggest_categorical(name, distribution.choices)  # type: ignore[attr-defined]
+
+
+def _study(spec: TuningJobCreate, seed: int, number: int) -> Study:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    direction: Literal["minimize", "maximize"] = (
+        "minimize" if spec.objective_type == "Minimize" else "maximize"
+    )
+    return optuna.create_study(direction=direction, sampler=_sampler(spec, seed, number=number))
+
+
+def _tell(
+    study: Study,
+    trial: Earlier,
+    params: dict[str, Any],
+    distributions: dict[str, BaseDistribution],
+) -> None:
+    """An earlier trial, as the study takes it."""
+    from optuna.trial import TrialState as OptunaState
+    from optuna.trial import create_trial
+
+    states = {
+        "running": OptunaState.RUNNING,
+        "complete": OptunaState.COMPLETE,
+        "failed": OptunaState.FAIL,
+    }
+    study.add_trial(
+        create_trial(
+            state=states[trial.state],
+            params=params,
+            distributions=distributions,
+            value=trial.objective if trial.state == "complete" else None,
+            system_attrs=trial.notes,
+        )
+    )
 
 
 def trial_seed(seed: int, number: int) -> int:
@@ -120,7 +202,7 @@ def _sampler(spec: TuningJobCreate, seed: int, number: int) -> BaseSampler:
     from optuna.samplers import GridSampler, RandomSampler, TPESampler
 
     if spec.strategy == "Grid":
-        ranges = spec.parameter_ranges
+        ranges = spec.definitions[0].parameter_ranges
         grid: dict[str, list[Any]] = {
             item.name: list(range(item.min_value, item.max_value + 1)) for item in ranges.integer
         }
@@ -132,10 +214,9 @@ def _sampler(spec: TuningJobCreate, seed: int, number: int) -> BaseSampler:
 
 
 class SearchSpace:
-    """The tuning job's ranges as Optuna's distributions, and values both ways."""
+    """A training job's ranges as Optuna's distributions, and values both ways."""
 
-    def __init__(self, spec: TuningJobCreate) -> None:
-        ranges = spec.parameter_ranges
+    def __init__(self, ranges: ParameterRanges) -> None:
         self._continuous = {item.name: item for item in ranges.continuous}
         self.distributions: dict[str, BaseDistribution] = {
             **{item.name: _continuous(item) for item in ranges.continuous},

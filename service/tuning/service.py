@@ -79,13 +79,17 @@ def create(
 def _check_training_job(
     settings: Settings, spec: TuningJobCreate, project: str, tuning_id: str
 ) -> None:
-    """Refuse now what would refuse every trial: checked on the first trial's spec."""
+    """Refuse now what would refuse every trial of a definition: each checked on a trial's
+    spec of its first values."""
     name = trial_name(spec.name, tuning_id, 1)
-    try:
-        prepare(settings, trial_spec(spec, name, first_values(spec)), project)
-    except SpecError as exc:
-        where = exc.loc if exc.loc[:1] == ("training_job",) else ("training_job", *exc.loc)
-        raise SpecError(where, exc.field_message) from None
+    for definition in spec.definitions:
+        values = first_values(definition.parameter_ranges)
+        where = definition.training_job_loc
+        try:
+            prepare(settings, trial_spec(spec, definition, name, values), project)
+        except SpecError as exc:
+            loc = exc.loc if exc.loc[: len(where)] == where else (*where, *exc.loc)
+            raise SpecError(loc, exc.field_message) from None
 
 
 def get(
@@ -131,7 +135,7 @@ def page(
 def _summary(
     tuning: Row[Any] | TuningJob, spec: TuningJobCreate, trials: Sequence[progress.TrialState]
 ) -> TuningJobSummary:
-    best = progress.best(trials, spec.objective.type)
+    best = progress.best(trials, spec.objective_type)
     return TuningJobSummary(
         name=tuning.name,
         project=tuning.project,
@@ -140,6 +144,7 @@ def _summary(
         created_at=tuning.created_at,
         ended_at=tuning.ended_at,
         objective=spec.objective,
+        objective_type=spec.objective_type,
         max_trials=spec.max_trials,
         training_job_counts=progress.training_job_counts(trials),
         objective_counts=progress.objective_counts(trials),
@@ -165,7 +170,7 @@ def stop(
 
 def public(session: Session, tuning: TuningJob) -> TuningJobPublic:
     spec = stored(tuning.spec)
-    best = progress.best(tuning.trials, spec.objective.type)
+    best = progress.best(tuning.trials, spec.objective_type)
     overall = warm_start.overall_best(session, tuning, spec)
     summary = dict(_summary(tuning, spec, tuning.trials))
     # The best trial in full, as every trial is.

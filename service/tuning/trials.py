@@ -12,11 +12,13 @@ from contract import hyperparameters
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.tuning.models import TuningJob
-from service.tuning.schemas import TuningJobCreate, stored, trial_tags
+from service.tuning.schemas import Definition, ParameterRanges, TuningJobCreate, stored, trial_tags
 
 # Where a tuning job created over SageMaker's wire keeps its trials' CreateTrainingJob
-# request (without a name), beside its own request and region.
+# request (without a name), beside its own request and region: of its one
+# TrainingJobDefinition, or of each of its TrainingJobDefinitions by name.
 TRIALS_REQUEST = "trials_request"
+TRIALS_REQUESTS = "trials_requests"
 # The training job statuses of a trial still running (the rest have ended).
 LIVE = frozenset({"InProgress", "Stopping"})
 
@@ -33,35 +35,36 @@ def trial_name(tuning_job_name: str, tuning_job_id: str, number: int) -> str:
 TRIAL_NAME_END = re.compile(r"-[0-9]{3,}-[0-9a-f]{8}$")
 
 
-def static_hyperparameters(spec: TuningJobCreate) -> dict[str, Any]:
+def static_hyperparameters(definition: Definition) -> dict[str, Any]:
     """Every trial's hyperparameters but the tuned ones: the training job's, and as
     SageMaker adds to each, the objective's metric name (``_tuning_objective_metric``,
     which the runtime keeps from the script's arguments, as SageMaker's toolkit does)."""
     return {
-        hyperparameters.TUNING_OBJECTIVE: spec.objective.metric_name,
-        **spec.training_job.hyperparameters,
+        hyperparameters.TUNING_OBJECTIVE: definition.objective.metric_name,
+        **definition.training_job.hyperparameters,
     }
 
 
-def trial_spec(spec: TuningJobCreate, name: str, parameters: dict[str, Any]) -> JobCreate:
-    """The training job of a trial: the tuning job's, named, with the tuned values among
+def trial_spec(
+    spec: TuningJobCreate, definition: Definition, name: str, parameters: dict[str, Any]
+) -> JobCreate:
+    """The training job of a trial: its definition's, named, with the tuned values among
     its hyperparameters. A value the job's rules refuse is said of its training job."""
-    fields = spec.training_job.model_dump(exclude_unset=True)
+    fields = definition.training_job.model_dump(exclude_unset=True)
     fields["name"] = name
-    fields["hyperparameters"] = {**static_hyperparameters(spec), **parameters}
+    fields["hyperparameters"] = {**static_hyperparameters(definition), **parameters}
     if spec.tags:
-        fields["tags"] = [tag.model_dump() for tag in trial_tags(spec)]
+        fields["tags"] = [tag.model_dump() for tag in trial_tags(spec, definition)]
     try:
         return JobCreate.model_validate(fields)
     except ValidationError as exc:
         error = exc.errors()[0]
-        raise SpecError(("training_job", *error["loc"]), error["msg"]) from None
+        raise SpecError((*definition.training_job_loc, *error["loc"]), error["msg"]) from None
 
 
-def first_values(spec: TuningJobCreate) -> dict[str, Any]:
+def first_values(ranges: ParameterRanges) -> dict[str, Any]:
     """A value of each range (its lowest, its first): a trial to check the training job
     with before any trial is asked for."""
-    ranges = spec.parameter_ranges
     return {
         **{item.name: item.min_value for item in ranges.continuous},
         **{item.name: item.min_value for item in ranges.integer},
@@ -70,44 +73,64 @@ def first_values(spec: TuningJobCreate) -> dict[str, Any]:
 
 
 def trial_request(
-    tuning: TuningJob, name: str, parameters: dict[str, Any]
+    tuning: TuningJob, name: str, parameters: dict[str, Any], definition: str | None = None
 ) -> dict[str, Any] | None:
     """For a tuning job created over SageMaker's wire, the CreateTrainingJob request its
     trial's training job shows (DescribeTrainingJob): the trials' request the wire made
-    of the training job definition (``TRIALS_REQUEST``), named, with the tuned values."""
+    of the trial's training job definition (``TRIALS_REQUEST`` or, of several,
+    ``TRIALS_REQUESTS``), named, with the tuned values."""
     kept = tuning.sagemaker_request
-    if not kept or TRIALS_REQUEST not in kept:
+    if not kept:
         return None
-    template = kept[TRIALS_REQUEST]
-    tuned = {key: wire_value(tuning, key, value) for key, value in parameters.items()}
+    if definition is None:
+        template = kept.get(TRIALS_REQUEST)
+    else:
+        template = (kept.get(TRIALS_REQUESTS) or {}).get(definition)
+    if template is None:
+        return None
+    tuned = {key: wire_value(tuning, key, value, definition) for key, value in parameters.items()}
     request = {
         **template,
         "TrainingJobName": name,
         "HyperParameters": {
-            **with_objective(tuning, template.get("HyperParameters", {})),
+            **with_objective(tuning, template.get("HyperParameters", {}), definition),
             **tuned,
         },
     }
     return {"request": request, "region": kept["region"]}
 
 
-def with_objective(tuning: TuningJob, given: dict[str, str]) -> dict[str, str]:
+def with_objective(
+    tuning: TuningJob, given: dict[str, str], definition: str | None = None
+) -> dict[str, str]:
     """Static hyperparameters as SageMaker's wire writes them, with the objective's metric
     name that SageMaker adds (JSON-encoded, as the framework estimators' others are)
     where the request did not give it."""
-    metric = stored(tuning.spec).objective.metric_name
+    metric = stored(tuning.spec).definition(definition).objective.metric_name
     return {hyperparameters.TUNING_OBJECTIVE: hyperparameters.encode(metric), **given}
 
 
-def wire_value(tuning: TuningJob, name: str, value: Any) -> str:
+def wire_value(tuning: TuningJob, name: str, value: Any, definition: str | None = None) -> str:
     """A tuned value as SageMaker's wire writes it: a categorical value as the request
     gave it (JSON-encoded by the SDK's framework estimators, plain by others), any other
     as JSON."""
-    kept = tuning.sagemaker_request or {}
-    ranges = (kept.get("request") or {}).get("HyperParameterTuningJobConfig", {})
-    for item in ranges.get("ParameterRanges", {}).get("CategoricalParameterRanges", []):
+    for item in _wire_ranges(tuning, definition).get("CategoricalParameterRanges", []):
         if item.get("Name") == name:
             for given in item.get("Values", []):
                 if hyperparameters.decode({name: given})[name] == value:
                     return str(given)
     return hyperparameters.encode(value)
+
+
+def _wire_ranges(tuning: TuningJob, definition: str | None) -> dict[str, Any]:
+    """The ranges of a trial's definition as the wire's request gave them ({} for a tuning
+    job made through Runyard's own API)."""
+    request = (tuning.sagemaker_request or {}).get("request") or {}
+    if definition is None:
+        config = request.get("HyperParameterTuningJobConfig") or {}
+        one = request.get("TrainingJobDefinition") or {}
+        return config.get("ParameterRanges") or one.get("HyperParameterRanges") or {}
+    for given in request.get("TrainingJobDefinitions") or []:
+        if given.get("DefinitionName") == definition:
+            return given.get("HyperParameterRanges") or {}
+    return {}

@@ -25,6 +25,7 @@ dies half-way costs nothing (the sweep sends a pass for every live tuning job):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
@@ -38,7 +39,7 @@ from service.settings import Settings
 from service.training import service as training
 from service.tuning import progress, repository, search, stopping, warm_start
 from service.tuning.models import TuningJob, TuningTrial
-from service.tuning.schemas import TuningJobCreate, stored
+from service.tuning.schemas import Definition, TuningJobCreate, stored
 from service.tuning.trials import LIVE, trial_name, trial_request, trial_spec
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None
         for job_id, row in jobs.items()
         if row.status not in LIVE  # a job's status is one of SageMaker's
     ]
-    values = repository.final_values(session, ended, spec.objective.metric_name)
+    values = _final_values(session, spec, running, set(ended))
     for trial in running:
         row = jobs.get(trial.training_job_id or "")
         if row is None:  # deleted, which only an ended job can be
@@ -130,6 +131,24 @@ def _observe(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> None
             else:
                 _trial_ended(trial, row.status, values.get(row.id), row.failure_reason)
                 trial.ended_at = row.ended_at or trial.ended_at
+
+
+def _final_values(
+    session: Session, spec: TuningJobCreate, trials: list[TuningTrial], ended: set[str]
+) -> dict[str, float]:
+    """The ended trials' final objectives by training job, each read as its definition's
+    objective metric."""
+    values: dict[str, float] = {}
+    for definition in spec.definitions:
+        job_ids = [
+            t.training_job_id
+            for t in trials
+            if t.definition == definition.name and t.training_job_id in ended
+        ]
+        if job_ids:
+            metric = definition.objective.metric_name
+            values.update(repository.final_values(session, job_ids, metric))
+    return values
 
 
 def _early_stops(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> list[_ToStop]:
@@ -153,42 +172,78 @@ def _early_stops(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> 
 def _decide(
     session: Session, tuning: TuningJob, spec: TuningJobCreate, running: list[TuningTrial]
 ) -> list[stopping.Stop]:
-    metric = spec.objective.metric_name
-    curves = repository.objective_curves(
-        session, [t.training_job_id for t in running if t.training_job_id], metric
-    )
-    values = {t.number: curves[t.training_job_id or ""] for t in running}
     if spec.strategy == "Hyperband":
-        low, high = spec.hyperband_resources
-        decided = stopping.hyperband(
-            spec.objective.type,
-            spec.random_seed or 0,
-            low,
-            high,
-            [
-                stopping.Trial(
-                    t.number,
-                    running=t.number in values,
-                    values=values.get(t.number, ()),
-                    notes=t.strategy_notes,
-                )
-                for t in tuning.trials
-            ],
-        )
-        for trial in tuning.trials:
-            if trial.number in decided.notes:
-                trial.strategy_notes = {**trial.strategy_notes, **decided.notes[trial.number]}
-        return decided.stops
-    completed = [t for t in tuning.trials if t.status == "Completed" and t.training_job_id]
+        return _hyperband(session, tuning, spec, running)
+    # The median rule compares a trial with the completed trials of its own definition
+    # (definitions may have other metrics).
+    stops: list[stopping.Stop] = []
+    for definition in spec.definitions:
+        own = [t for t in running if t.definition == definition.name]
+        if own:
+            stops += _median_rule(session, tuning, definition, own)
+    return stops
+
+
+def _hyperband(
+    session: Session, tuning: TuningJob, spec: TuningJobCreate, running: list[TuningTrial]
+) -> list[stopping.Stop]:
+    """Hyperband's stops, of a tuning job of one training job (as the spec requires)."""
+    values = _curves(session, spec.definitions[0], running)
+    low, high = spec.hyperband_resources
+    decided = stopping.hyperband(
+        spec.objective_type,
+        spec.random_seed or 0,
+        low,
+        high,
+        [
+            stopping.Trial(
+                t.number,
+                running=t.number in values,
+                values=values.get(t.number, ()),
+                notes=t.strategy_notes,
+            )
+            for t in tuning.trials
+        ],
+    )
+    for trial in tuning.trials:
+        if trial.number in decided.notes:
+            trial.strategy_notes = {**trial.strategy_notes, **decided.notes[trial.number]}
+    return decided.stops
+
+
+def _median_rule(
+    session: Session, tuning: TuningJob, definition: Definition, running: list[TuningTrial]
+) -> list[stopping.Stop]:
+    values = _curves(session, definition, running)
+    completed = [
+        t
+        for t in tuning.trials
+        if t.status == "Completed" and t.training_job_id and t.definition == definition.name
+    ]
     steps = sorted({len(found) for found in values.values() if found})
     averages = repository.running_averages(
-        session, [t.training_job_id for t in completed if t.training_job_id], metric, steps
+        session,
+        [t.training_job_id for t in completed if t.training_job_id],
+        definition.objective.metric_name,
+        steps,
     )
     return stopping.median_rule(
-        spec.objective.type,
+        definition.objective.type,
         values,
         {t.number: averages[t.training_job_id or ""] for t in completed},
     )
+
+
+def _curves(
+    session: Session, definition: Definition, running: list[TuningTrial]
+) -> dict[int, Sequence[float]]:
+    """The running trials' objective points so far, by trial number."""
+    curves = repository.objective_curves(
+        session,
+        [t.training_job_id for t in running if t.training_job_id],
+        definition.objective.metric_name,
+    )
+    return {t.number: curves[t.training_job_id or ""] for t in running}
 
 
 def _trial_ended(
@@ -210,14 +265,15 @@ def _trial_ended(
 
 
 def _end_of_trials(tuning: TuningJob, spec: TuningJobCreate) -> None:
-    if progress.best(tuning.trials, spec.objective.type) is not None:
+    if progress.best(tuning.trials, spec.objective_type) is not None:
         _end(tuning, "Completed")
         return
+    metrics = sorted({d.objective.metric_name for d in spec.definitions})
     _end(
         tuning,
         "Failed",
         f"none of the {len(tuning.trials)} training jobs reported the objective metric "
-        f"{spec.objective.metric_name!r}",
+        f"{' or '.join(map(repr, metrics))}",
     )
 
 
@@ -276,6 +332,7 @@ def _ask_and_submit(session: Session, settings: Settings, tuning_job_id: str) ->
     trial = TuningTrial(
         number=number,
         name=trial_name(tuning.name, tuning.id, number),
+        definition=asked.definition,
         parameters=asked.parameters,
         strategy_notes=asked.notes,
         status="InProgress",
@@ -291,9 +348,9 @@ def _ask_and_submit(session: Session, settings: Settings, tuning_job_id: str) ->
         job = training.submit(
             session,
             settings,
-            trial_spec(spec, trial.name, asked.parameters),
+            trial_spec(spec, spec.definition(asked.definition), trial.name, asked.parameters),
             tuning.project,
-            sagemaker_request=trial_request(tuning, trial.name, asked.parameters),
+            sagemaker_request=trial_request(tuning, trial.name, asked.parameters, asked.definition),
         )
     except ResourceLimitExceeded:
         raise
@@ -325,6 +382,7 @@ def _ask(tuning: TuningJob, spec: TuningJobCreate, prior: list[search.Earlier]) 
             ),
             objective=trial.objective,
             notes=trial.strategy_notes,
+            definition=trial.definition,
         )
         for trial in tuning.trials
     ]
@@ -342,6 +400,7 @@ def _record_refused(session: Session, tuning_job_id: str, refused: _Refused) -> 
         TuningTrial(
             number=refused.number,
             name=refused.name,
+            definition=refused.asked.definition,
             parameters=refused.asked.parameters,
             strategy_notes=refused.asked.notes,
             status="Failed",

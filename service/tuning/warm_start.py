@@ -20,7 +20,7 @@ from contract import hyperparameters
 from service.kit.errors import SpecError
 from service.tuning import repository
 from service.tuning.models import TuningJob, TuningTrial
-from service.tuning.schemas import TuningJobCreate, stored
+from service.tuning.schemas import Definition, TuningJobCreate, stored
 from service.tuning.search import Earlier
 
 # What IdenticalDataAndAlgorithm keeps from its parents' training job: the algorithm
@@ -42,12 +42,21 @@ def check(session: Session, spec: TuningJobCreate, project: str) -> None:
             raise SpecError(
                 loc, f"tuning job {name!r} is {parent.status}: a parent must have ended"
             )
-        problem = _differs(stored(parent.spec), spec)
+        kept = stored(parent.spec)
+        if kept.training_job_definitions is not None:
+            raise SpecError(
+                loc,
+                f"tuning job {name!r} tuned several training job definitions: a warm "
+                "start's parents tune one training job, as it does",
+            )
+        problem = _differs(kept, spec)
         if problem is not None:
             raise SpecError(loc, f"tuning job {name!r} {problem}")
 
 
-def _differs(parent: TuningJobCreate, child: TuningJobCreate) -> str | None:
+def _differs(parent_spec: TuningJobCreate, child_spec: TuningJobCreate) -> str | None:
+    # Both tune one training job (the child's spec and ``check`` make sure).
+    parent, child = parent_spec.definitions[0], child_spec.definitions[0]
     if parent.objective != child.objective:
         return (
             f"has another objective ({parent.objective.type} {parent.objective.metric_name!r}): "
@@ -63,7 +72,7 @@ def _differs(parent: TuningJobCreate, child: TuningJobCreate) -> str | None:
     for name, kind in child_kinds.items():
         if parent_kinds.get(name, kind) != kind:
             return f"tunes {name!r} as a {parent_kinds[name]} range, and this one as {kind}"
-    config = child.warm_start_config
+    config = child_spec.warm_start_config
     if config is None or config.warm_start_type != "IdenticalDataAndAlgorithm":
         return None
     for field in _ALGORITHM:
@@ -80,14 +89,14 @@ def _differs(parent: TuningJobCreate, child: TuningJobCreate) -> str | None:
     return None
 
 
-def _hyperparameter_count(spec: TuningJobCreate) -> int:
+def _hyperparameter_count(definition: Definition) -> int:
     # Not the objective's name, which every trial gets whether the request gave it or not.
-    statics = set(spec.training_job.hyperparameters) - {hyperparameters.TUNING_OBJECTIVE}
-    return len(statics | set(spec.parameter_ranges.names))
+    statics = set(definition.training_job.hyperparameters) - {hyperparameters.TUNING_OBJECTIVE}
+    return len(statics | set(definition.parameter_ranges.names))
 
 
-def _range_kinds(spec: TuningJobCreate) -> dict[str, str]:
-    ranges = spec.parameter_ranges
+def _range_kinds(definition: Definition) -> dict[str, str]:
+    ranges = definition.parameter_ranges
     return {
         **{item.name: "continuous" for item in ranges.continuous},
         **{item.name: "integer" for item in ranges.integer},
@@ -95,8 +104,8 @@ def _range_kinds(spec: TuningJobCreate) -> dict[str, str]:
     }
 
 
-def _channels(spec: TuningJobCreate) -> dict[str, str]:
-    return {name: channel.uri for name, channel in spec.training_job.inputs.items()}
+def _channels(definition: Definition) -> dict[str, str]:
+    return {name: channel.uri for name, channel in definition.training_job.inputs.items()}
 
 
 def parents(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> list[TuningJob]:
@@ -125,7 +134,9 @@ def prior(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> list[Ea
 
 
 def _scored(parent: TuningJob) -> Iterator[tuple[dict[str, object], TuningTrial]]:
-    statics = hyperparameters.decode(stored(parent.spec).training_job.hyperparameters)
+    # A parent of one training job (checked when the warm start was created).
+    definition = stored(parent.spec).definitions[0]
+    statics = hyperparameters.decode(definition.training_job.hyperparameters)
     for trial in parent.trials:
         if trial.objective_status == "Succeeded" and trial.objective is not None:
             yield statics, trial
@@ -147,5 +158,5 @@ def overall_best(session: Session, tuning: TuningJob, spec: TuningJobCreate) -> 
     scored = [t for t in ordered if t.objective_status == "Succeeded" and t.objective is not None]
     if not scored:
         return None
-    sign = 1.0 if spec.objective.type == "Minimize" else -1.0
+    sign = 1.0 if spec.objective_type == "Minimize" else -1.0
     return min(scored, key=lambda t: sign * (t.objective or 0.0))

@@ -7,7 +7,9 @@ more than ``max_parallel_jobs`` at once), ``wait()`` sees it complete, and
 best of both, ``attach`` reads that warm start back, and ``analytics().dataframe()``
 tables the trials; ``strategy="Hyperband"`` with a
 ``strategy_config`` stops every trial before it ends, each counting its last loss;
-``"Bayesian"`` and ``"Grid"`` (every point once) run their trials and name the best.
+``"Bayesian"`` and ``"Grid"`` (every point once) run their trials and name the best;
+``HyperparameterTuner.create`` over two estimators runs each definition's trials with its
+own ranges and metric, and ``attach``, ``best_estimator()`` and ``analytics()`` read them.
 
 The SDK runs in a virtual environment of its own (``tests/e2e/sdk_venvs.py``), as in
 ``test_sagemaker_sdk.py``, whose server and S3 this module sets up the same way."""
@@ -138,3 +140,42 @@ def test_the_sdks_bayesian_and_grid_tuners_run_their_trials_and_name_the_best(
     (best,) = [t for t in grid["trials"] if t["tuned"] == {"shift": '"0.3"', "epochs": "2"}]
     assert grid["best"] == best["name"]
     assert best["loss"] == pytest.approx(0.05, abs=1e-5)
+
+
+def test_the_sdks_tuner_of_several_estimators_runs_each_definitions_trials(
+    sdk_stack: Stack,  # noqa: F811
+    s3: MotoServer,  # noqa: F811
+) -> None:
+    output = run_sdk(sdk_stack, s3, "v2", "tune_definitions_v2.py", str(HERE / "tune_job"), BUCKET)
+    result = result_of(output)
+    assert result["status"] == "Completed"
+    assert sorted(result["definitions"]) == ["narrow", "wide"]
+    trials = result["trials"]
+    assert len(trials) == 4
+    # Seed 5's four asks take both definitions.
+    assert {trial["definition"] for trial in trials} == {"narrow", "wide"}
+    for trial in trials:
+        tuned, shift = trial["tuned"], float(trial["tuned"]["shift"])
+        if trial["definition"] == "narrow":
+            # Its range, its static epochs (1), its metric.
+            assert set(tuned) == {"shift"}
+            assert 0.2 <= shift <= 0.4
+            assert trial["metric"] == "loss"
+            assert trial["loss"] == pytest.approx((shift - 0.3) ** 2 + 0.1, abs=1e-5)
+        else:
+            assert trial["definition"] == "wide"
+            assert set(tuned) == {"shift", "epochs"}
+            assert 0.0 <= shift <= 1.0
+            assert trial["metric"] == "wide_loss"
+            epochs = int(tuned["epochs"])
+            assert trial["loss"] == pytest.approx((shift - 0.3) ** 2 + 0.1 / epochs, abs=1e-5)
+    best = min(trials, key=lambda trial: trial["loss"])
+    assert (result["best"], result["best_definition"]) == (best["name"], best["definition"])
+    assert result["best_estimator_job"] == best["name"]
+    assert result["attached"] == {
+        "estimators": ["narrow", "wide"],
+        "metrics": {"narrow": "loss", "wide": "wide_loss"},
+        "ranges": {"narrow": ["shift"], "wide": ["epochs", "shift"]},
+    }
+    assert "TrainingJobDefinitionName" in result["analytics"]["columns"]
+    assert result["analytics"]["definitions"] == sorted(t["definition"] for t in trials)

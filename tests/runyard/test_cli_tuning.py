@@ -240,3 +240,40 @@ def test_describe_shows_a_warm_start_and_its_overall_best(
     lines = _run(runyard, "tuning", "describe", "tune-2").stdout.splitlines()
     assert "Warm start:       IdenticalDataAndAlgorithm from parent-1" in lines
     assert f"Overall best:     {parent_trials[6]['name']} of parent-1 (loss 0.1)" in lines
+
+
+def test_a_spec_file_of_several_definitions_uploads_each_and_describe_names_them(
+    api: TestClient, settings: Settings, source_dir: Path, runyard: CliRunner, tmp_path: Path
+) -> None:
+    from tests.service.tuning.test_definitions import two_definitions
+
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    spec = two_definitions(source_dir)
+    for definition in spec["training_job_definitions"]:
+        training = definition["training_job"]
+        del training["source_uri"]
+        training["source_dir"] = str(Path("..") / source_dir.name)
+    path = folder / "tune.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    _run(runyard, "tune", str(path))
+    created = describe(api)
+    for definition in created["spec"]["training_job_definitions"]:
+        assert definition["training_job"]["source_uri"]  # each packed and uploaded
+    advance(settings)
+    tree = next(t for t in describe(api)["trials"] if t["definition"] == "tree")
+    end_job(settings, tree["name"], loss=0.125, metric="error")
+    advance(settings)
+
+    lines = _run(runyard, "tuning", "describe", "tune-1").stdout.splitlines()
+    assert "Objective:        Minimize loss (mlp), error (tree)" in lines
+    ranges = lines.index("Ranges:")
+    assert lines[ranges + 1].split() == ["DEFINITION", "NAME", "KIND", "VALUES"]
+    assert lines[ranges + 2].split()[:3] == ["mlp", "lr", "continuous"]
+    depth = next(line.split()[:3] for line in lines[ranges:] if "depth" in line)
+    assert depth == ["tree", "depth", "integer"]
+    best = next(line for line in lines if line.startswith("Best trial:"))
+    assert best.startswith(f"Best trial:       {tree['name']} (error 0.125; ")
+    table = lines[lines.index("Trials (best first):") + 1 :]
+    assert table[0].split()[:5] == ["#", "TRAINING", "JOB", "DEFINITION", "STATUS"]
+    assert table[1].split()[2:5] == ["tree", "Completed", "0.125"]

@@ -1,4 +1,5 @@
-// What the tuning pages share: a tuning job's address, its objective in words, how many
+// What the tuning pages share: a tuning job's address, its objective in words (and a
+// trial's metric, with several training job definitions), how many
 // of its trials have ended, and a value as the trials' table shows it.
 "use strict";
 
@@ -9,8 +10,21 @@ Runyard.tuning = (() => {
     return `${Runyard.base}tuning-jobs/${encodeURIComponent(name)}${query}`;
   }
 
+  // "Minimize loss"; with several training job definitions, each one's metric.
   function objective(tuning) {
-    return `${tuning.objective.type} ${tuning.objective.metric_name}`;
+    if (tuning.objective) return `${tuning.objective.type} ${tuning.objective.metric_name}`;
+    const several = (tuning.spec && tuning.spec.training_job_definitions) || [];
+    const metrics = several.map((d) => `${d.objective.metric_name} (${d.definition_name})`);
+    // A listing's row has no spec: each definition's metric is on the tuning job's page.
+    return `${tuning.objective_type} ${metrics.join(", ") || "(each definition's metric)"}`;
+  }
+
+  // The objective metric of a trial that ran `definition` (null: the one training job).
+  function metricOf(tuning, definition) {
+    if (tuning.objective) return tuning.objective.metric_name;
+    const several = tuning.spec.training_job_definitions || [];
+    const found = several.find((d) => d.definition_name === definition);
+    return found ? found.objective.metric_name : "objective";
   }
 
   function ended(tuning) {
@@ -23,5 +37,5 @@ Runyard.tuning = (() => {
     return number === null || number === undefined ? "–" : String(Number(number.toPrecision(6)));
   }
 
-  return { url, objective, ended, value };
+  return { url, objective, metricOf, ended, value };
 })();

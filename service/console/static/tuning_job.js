@@ -20,7 +20,9 @@
   // The trials' order: by "objective" (best first unless turned around) or by "number".
   let sort = { column: "objective", bestFirst: true, descending: false };
 
-  const maximize = () => tuning.objective.type === "Maximize";
+  const maximize = () => tuning.objective_type === "Maximize";
+  // With one training job, its metric; with several definitions, each has its own.
+  const metric = () => (tuning.objective ? tuning.objective.metric_name : "objective");
 
   function fact(term, ...value) {
     return [el("dt", { text: term }), el("dd", {}, ...value)];
@@ -40,7 +42,7 @@
     if (overall) {
       facts.push(...fact("Overall best",
         el("a", { href: Runyard.jobUrl(overall.name, tuning.project), text: overall.name }),
-        ` of ${overall.tuning_job} (${tuning.objective.metric_name} `
+        ` of ${overall.tuning_job} (${Runyard.tuning.metricOf(tuning, overall.definition)} `
           + `${Runyard.tuning.value(overall.objective)})`));
     }
     return facts;
@@ -61,7 +63,7 @@
         + `${jobs.failed} failed, ${jobs.stopped} stopped`),
       ...fact("Best trial", best
         ? el("span", {}, el("a", { href: Runyard.jobUrl(best.name, tuning.project), text: best.name }),
-          ` (${tuning.objective.metric_name} ${Runyard.tuning.value(best.objective)})`)
+          ` (${Runyard.tuning.metricOf(tuning, best.definition)} ${Runyard.tuning.value(best.objective)})`)
         : "none yet"),
       ...warmStartFacts(),
       ...fact("Created", el("time", { datetime: tuning.created_at, text: Runyard.when(tuning.created_at) })),
@@ -77,7 +79,7 @@
   // -- the chart: each trial's objective by its number, and the best up to it --------------
 
   function renderChart() {
-    const metric = tuning.objective.metric_name;
+    const shown = metric();
     const trials = [...tuning.trials].sort((a, b) => a.number - b.number);
     const numbers = trials.map((t) => t.number);
     const values = trials.map((t) => (t.objective_status === "Succeeded" ? t.objective : null));
@@ -87,15 +89,15 @@
       return best;
     });
     const scored = values.filter((v) => v !== null).length;
-    document.getElementById("objective-caption").textContent = `${metric} (${tuning.objective.type})`;
-    const label = `Chart of the objective ${metric} over ${trials.length} trials, ${scored} with a value`
+    document.getElementById("objective-caption").textContent = `${shown} (${tuning.objective_type})`;
+    const label = `Chart of the objective ${shown} over ${trials.length} trials, ${scored} with a value`
       + (best === null ? "" : `: best ${Runyard.tuning.value(best)}`);
     chart.plot.setAttribute("aria-label", label);
     if (!hasCharts) {
       chart.plot.textContent = label;
       return;
     }
-    Runyard.charts.draw(chart, { x: "trial", lines: [metric, "best so far"], axis: metric },
+    Runyard.charts.draw(chart, { x: "trial", lines: [shown, "best so far"], axis: shown },
       [numbers, values, bestSoFar]);
   }
 
@@ -130,7 +132,8 @@
     if (best) objective.append(" ", el("span", { class: "badge best-badge", text: "best" }));
     return el("tr", { class: best ? "best" : null, "data-trial": trial.number },
       el("td", { text: trial.number }),
-      el("td", {}, el("a", { href: Runyard.jobUrl(trial.name, tuning.project), text: trial.name })),
+      el("td", {}, el("a", { href: Runyard.jobUrl(trial.name, tuning.project), text: trial.name }),
+        ...(trial.definition ? [" ", el("span", { class: "muted", text: trial.definition })] : [])),
       el("td", {}, el("span", { class: `status status-${trial.status}`, text: trial.status })),
       objective,
       el("td", {}, el("code", { text: parameters(trial.parameters) })),
@@ -154,7 +157,7 @@
 
   function renderTrials() {
     document.getElementById("objective-heading").textContent =
-      `${tuning.objective.metric_name} (${sort.column === "objective" && !sort.bestFirst ? "worst" : "best"} first)`;
+      `${metric()} (${sort.column === "objective" && !sort.bestFirst ? "worst" : "best"} first)`;
     document.querySelector("#trials tbody").replaceChildren(...ordered().map(row));
     document.getElementById("trials-empty").textContent = tuning.trials.length
       ? "" : "No trials yet: the tuner asks for the first ones in a moment.";

@@ -207,3 +207,57 @@ def test_a_warm_start_shows_its_parents_and_the_overall_best_trial(
     )
     facts.get_by_role("link", name="tune-parent", exact=True).click()
     expect(page.get_by_role("heading", name="Tuning job tune-parent")).to_be_visible()
+
+
+def test_several_definitions_show_each_trials_definition_and_the_best_ones_metric(
+    page: Page, server: ConsoleServer, sign_in: SignIn
+) -> None:
+    def training(metric: str) -> dict[str, Any]:
+        return {
+            "entry_point": "train.py",
+            "source_uri": server.source.as_uri(),
+            "instance_type": "local",
+            "instance_count": 1,
+            "metric_definitions": [{"name": metric, "regex": r"loss=([0-9.]+)"}],
+        }
+
+    ranges = {"integer": [{"name": "depth", "min_value": 1, "max_value": 9}]}
+    spec = {
+        "name": "tune-two",
+        "strategy": "Random",
+        "resource_limits": {"max_number_of_training_jobs": 4, "max_parallel_training_jobs": 4},
+        "random_seed": 7,
+        "training_job_definitions": [
+            {
+                "definition_name": "small",
+                "objective": {"type": "Minimize", "metric_name": "loss"},
+                "parameter_ranges": ranges,
+                "training_job": training("loss"),
+            },
+            {
+                "definition_name": "large",
+                "objective": {"type": "Minimize", "metric_name": "error"},
+                "parameter_ranges": ranges,
+                "training_job": training("error"),
+            },
+        ],
+    }
+    created = server.call("admin", "POST", "v1/tuning-jobs", params={"project": "alpha"}, json=spec)
+    tuner.advance(server.settings, created["id"])
+    described = server.call("admin", "GET", "v1/tuning-jobs/tune-two?project=alpha")
+    trials = described["trials"]
+    best = trials[0]
+    metric = "loss" if best["definition"] == "small" else "error"
+    end_job(server.settings, best["name"], loss=0.125, metric=metric)
+    tuner.advance(server.settings, created["id"])
+
+    sign_in("alpha member")
+    page.goto(server.url + "tuning-jobs/tune-two")
+    facts = page.get_by_label("Tuning job", exact=True)
+    expect(facts).to_contain_text("Minimize loss (small), error (large)")
+    expect(facts).to_contain_text(re.compile(rf"Best trial\s*{best['name']} \({metric} 0\.125\)"))
+    for trial in trials:
+        row = page.locator(f"#trials tbody tr[data-trial='{trial['number']}']")
+        expect(row.locator("td").nth(1)).to_have_text(f"{trial['name']} {trial['definition']}")
+    chart = page.get_by_role("img", name=re.compile("Chart of the objective"))
+    expect(chart).to_have_attribute("aria-label", re.compile(r"best 0\.125$"))

@@ -172,3 +172,44 @@ def test_a_tuning_job_of_that_name_from_elsewhere_is_not_taken_over(
     TuningController(settings, cluster.api_client).sync()
     assert not cluster.exists("lr-search", HPT)
     assert describe(api, "lr-search")["status"] == "InProgress"
+
+
+def test_a_resource_of_several_definitions_shows_each_ones_metric_and_the_best(
+    api: TestClient, settings: Settings, cluster: Cluster, source_dir: Path
+) -> None:
+    one = resource_spec(source_dir)
+    definitions = [
+        {
+            "definitionName": name,
+            "objective": {"type": "Minimize", "metricName": metric},
+            "parameterRanges": one["parameterRanges"],
+            "trainingJob": {
+                **one["trainingJob"],
+                "metricDefinitions": [{"name": metric, "regex": "loss=([0-9.]+)"}],
+            },
+        }
+        for name, metric in (("small", "loss"), ("large", "error"))
+    ]
+    spec = {
+        key: value
+        for key, value in one.items()
+        if key not in ("objective", "parameterRanges", "trainingJob")
+    }
+    spec["trainingJobDefinitions"] = definitions
+    controller = TuningController(settings, cluster.api_client)
+    cluster.apply_spec("two-defs", spec, HPT)
+    controller.sync()
+    resource = cluster.get("two-defs", HPT)
+    assert _conditions(resource)["Accepted"] == "True", resource["status"]
+    assert resource["status"]["objective"] == "Minimize loss (small), error (large)"
+
+    advance(settings, "two-defs")
+    trials = describe(api, "two-defs")["trials"]
+    for trial in trials:
+        metric = "loss" if trial["definition"] == "small" else "error"
+        end_job(settings, trial["name"], loss=0.3 if trial["number"] == 1 else 0.6, metric=metric)
+    advance(settings, "two-defs")
+    controller.sync()
+    best = trials[0]
+    metric = "loss" if best["definition"] == "small" else "error"
+    assert cluster.events("two-defs")[-1][2] == f"best trial {best['name']} ({metric} 0.3) of 2"

@@ -513,3 +513,161 @@ def test_a_tuning_jobs_tags_are_its_trials_training_jobs_tags(
     advance(settings)
     for summary in trial_summaries(sm):
         assert sm.list_tags(ResourceArn=summary["TrainingJobArn"])["Tags"] == tags
+
+
+def several_definitions(source: Path) -> dict[str, Any]:
+    """CreateHyperParameterTuningJob as the SDK's ``HyperparameterTuner.create`` sends it
+    for two estimators: no objective or ranges in the configuration, each definition
+    named with its own."""
+    request = tuning_request(source)
+    config = request["HyperParameterTuningJobConfig"]
+    objective = config.pop("HyperParameterTuningJobObjective")
+    ranges = config.pop("ParameterRanges")
+    one = request.pop("TrainingJobDefinition")
+    other = json.loads(json.dumps(one))
+    other["StaticHyperParameters"]["epochs"] = "5"
+    other["AlgorithmSpecification"]["MetricDefinitions"] = [
+        {"Name": "error", "Regex": "error=([0-9.]+)"}
+    ]
+    request["TrainingJobDefinitions"] = [
+        {
+            **one,
+            "DefinitionName": "mlp",
+            "TuningObjective": objective,
+            "HyperParameterRanges": ranges,
+        },
+        {
+            **other,
+            "DefinitionName": "tree",
+            "TuningObjective": {"Type": "Minimize", "MetricName": "error"},
+            "HyperParameterRanges": {
+                "IntegerParameterRanges": [{"Name": "depth", "MinValue": "2", "MaxValue": "9"}],
+                "CategoricalParameterRanges": [{"Name": "kind", "Values": ['"gini"', '"entropy"']}],
+                "ContinuousParameterRanges": [],
+            },
+        },
+    ]
+    config["ResourceLimits"] = {"MaxNumberOfTrainingJobs": 6, "MaxParallelTrainingJobs": 6}
+    return request
+
+
+def test_several_training_job_definitions_each_run_their_trials_and_name_them(
+    sm: Any, settings: Settings, source_dir: Path
+) -> None:
+    sm.create_hyper_parameter_tuning_job(**several_definitions(source_dir))
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert "TrainingJobDefinition" not in described
+    echoed = {d["DefinitionName"]: d for d in described["TrainingJobDefinitions"]}
+    # As the SDK's attach reads each: its objective's name among its statics, its
+    # instances as ResourceConfig.
+    assert echoed["tree"]["StaticHyperParameters"]["_tuning_objective_metric"] == '"error"'
+    assert echoed["mlp"]["StaticHyperParameters"]["_tuning_objective_metric"] == '"loss"'
+    assert echoed["tree"]["ResourceConfig"]["InstanceType"] == "ml.m5.large"
+
+    advance(settings)
+    summaries = trial_summaries(sm)
+    assert len(summaries) == 6
+    assert {s["TrainingJobDefinitionName"] for s in summaries} == {"mlp", "tree"}
+    jobs = {job["name"]: job for job in training_jobs(settings)}
+    for summary in summaries:
+        tuned = summary["TunedHyperParameters"]
+        job = sm.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+        check_answer(sm, "DescribeTrainingJob", job)
+        if summary["TrainingJobDefinitionName"] == "tree":
+            assert set(tuned) == {"depth", "kind"}
+            assert tuned["kind"] in ('"gini"', '"entropy"')  # as the request wrote it
+            assert job["HyperParameters"]["epochs"] == "5"
+            assert job["HyperParameters"]["_tuning_objective_metric"] == '"error"'
+            assert job["AlgorithmSpecification"]["MetricDefinitions"][0]["Name"] == "error"
+        else:
+            assert set(tuned) == {"lr", "optimizer", "layers"}
+            assert job["HyperParameters"]["epochs"] == "3"
+        assert jobs[summary["TrainingJobName"]]["hyperparameters"]["epochs"] in (3, 5, "3", "5")
+
+    tree = next(s for s in summaries if s["TrainingJobDefinitionName"] == "tree")
+    report(settings, tree["TrainingJobName"], [0.3], metric="error")
+    end_job(settings, tree["TrainingJobName"])
+    advance(settings)
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    best = described["BestTrainingJob"]
+    assert (best["TrainingJobName"], best["TrainingJobDefinitionName"]) == (
+        tree["TrainingJobName"],
+        "tree",
+    )
+    assert best["FinalHyperParameterTuningJobObjectiveMetric"] == {
+        "Type": "Minimize",
+        "MetricName": "error",
+        "Value": 0.3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda r: r["HyperParameterTuningJobConfig"].update(
+                HyperParameterTuningJobObjective={"Type": "Minimize", "MetricName": "loss"}
+            ),
+            "HyperParameterTuningJobConfig.HyperParameterTuningJobObjective: with "
+            "TrainingJobDefinitions, each definition gives its TuningObjective",
+        ),
+        (
+            lambda r: r["TrainingJobDefinitions"][1]["TuningObjective"].update(MetricName="loss"),
+            "TrainingJobDefinitions.2.TuningObjective.MetricName: 'loss' is not one of the "
+            "training job's metric_definitions ('error')",
+        ),
+        (
+            lambda r: r["TrainingJobDefinitions"][1]["HyperParameterRanges"][
+                "IntegerParameterRanges"
+            ][0].update(MinValue="two"),
+            "TrainingJobDefinitions.2.HyperParameterRanges.IntegerParameterRanges.1.MinValue: "
+            "not an integer",
+        ),
+        (
+            lambda r: r["TrainingJobDefinitions"][0]["HyperParameterTuningResourceConfig"].update(
+                InstanceType="ml.p4d.24xlarge"
+            ),
+            "TrainingJobDefinitions.1.ResourceConfig.InstanceType: no backend on this server "
+            "runs ml.p4d.24xlarge",
+        ),
+        (
+            lambda r: r["HyperParameterTuningJobConfig"].update(Strategy="Grid"),
+            "HyperParameterTuningJobConfig.Strategy: the Grid strategy tunes one training job",
+        ),
+        (
+            lambda r: r.update(TrainingJobDefinition=r["TrainingJobDefinitions"][0]),
+            "TrainingJobDefinitions: give TrainingJobDefinition or TrainingJobDefinitions, "
+            "not both",
+        ),
+    ],
+)
+def test_several_definitions_that_break_a_rule_are_refused_naming_the_member(
+    sm: Any, source_dir: Path, change: Any, message: str
+) -> None:
+    request = several_definitions(source_dir)
+    change(request)
+    code, said = error_of(sm.create_hyper_parameter_tuning_job, **request)
+    assert code == "ValidationException"
+    assert said.startswith(message), said
+    assert sm.list_hyper_parameter_tuning_jobs()["HyperParameterTuningJobSummaries"] == []
+
+
+def test_several_definitions_created_over_rest_describe_over_the_wire(
+    sm: Any, api: TestClient, source_dir: Path
+) -> None:
+    from tests.service.tuning.test_definitions import two_definitions
+
+    spec = two_definitions(source_dir)
+    assert api.post("/v1/tuning-jobs", json=spec).status_code == 201, spec
+    described = sm.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="tune-1")
+    check_answer(sm, "DescribeHyperParameterTuningJob", described)
+    assert "ParameterRanges" not in described["HyperParameterTuningJobConfig"]
+    tree = described["TrainingJobDefinitions"][1]
+    assert tree["DefinitionName"] == "tree"
+    assert tree["TuningObjective"] == {"Type": "Minimize", "MetricName": "error"}
+    assert tree["HyperParameterRanges"]["IntegerParameterRanges"] == [
+        {"Name": "depth", "MinValue": "2", "MaxValue": "9", "ScalingType": "Auto"}
+    ]
+    assert tree["StaticHyperParameters"]["_tuning_objective_metric"] == '"error"'

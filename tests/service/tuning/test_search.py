@@ -190,6 +190,8 @@ def test_a_parents_values_count_only_where_they_fit_this_tuning_jobs_ranges() ->
             integer=[{"name": "layers", "min_value": 1, "max_value": 8}],
             categorical=[{"name": "optimizer", "values": ["adam", "sgd"]}],
         )
+        .definitions[0]
+        .parameter_ranges
     )
     given = {"lr": 0.01, "momentum": 0.9, "layers": 2, "optimizer": "sgd"}
     assert space.fitted(given) == {**given, "momentum": pytest.approx(0.1)}

@@ -302,7 +302,8 @@ def test_a_listed_tuning_job_holds_its_counters_and_best_trial_as_described(
     assert (tune_2["status"], tune_2["max_trials"]) == ("Completed", 3)
     assert tune_2["objective"] == maximize
     assert tune_2["best_trial"]["objective"] == 0.75
-    assert set(tune_2["best_trial"]) == {"number", "name", "status", "objective"}
+    assert set(tune_2["best_trial"]) == {"number", "name", "definition", "status", "objective"}
+    assert tune_2["best_trial"]["definition"] is None
 
 
 def test_a_name_in_use_is_refused(api: TestClient, source_dir: Path) -> None:

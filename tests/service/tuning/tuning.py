@@ -79,10 +79,14 @@ def describe(api: TestClient, name: str = "tune-1") -> dict[str, Any]:
 
 
 def end_job(
-    settings: Settings, name: str, status: str = "Completed", loss: float | None = None
+    settings: Settings,
+    name: str,
+    status: str = "Completed",
+    loss: float | None = None,
+    metric: str = "loss",
 ) -> None:
     """End a trial's training job as the reconciler would, with the final value of its
-    loss metric (as extracted from its log)."""
+    loss metric (or of ``metric``; as extracted from its log)."""
     with session_scope(settings.database_url) as session:
         job = session.scalars(select(TrainingJob).where(TrainingJob.name == name)).one()
         now = utcnow()
@@ -93,7 +97,7 @@ def end_job(
             job.failure_reason = "AlgorithmError: the script failed"
         if loss is not None:
             session.add(
-                JobFinalMetric(job_id=job.id, name="loss", value=loss, time=now, host="algo-1")
+                JobFinalMetric(job_id=job.id, name=metric, value=loss, time=now, host="algo-1")
             )
 
 
