@@ -150,6 +150,8 @@ def test_the_sdks_tuner_of_several_estimators_runs_each_definitions_trials(
     result = result_of(output)
     assert result["status"] == "Completed"
     assert sorted(result["definitions"]) == ["narrow", "wide"]
+    # Each definition's own input channel, from the inputs given by estimator.
+    assert result["channels"] == {"narrow": ["training"], "wide": ["training"]}
     trials = result["trials"]
     assert len(trials) == 4
     # Seed 5's four asks take both definitions.
@@ -174,8 +176,10 @@ def test_the_sdks_tuner_of_several_estimators_runs_each_definitions_trials(
     assert result["best_estimator_job"] == best["name"]
     assert result["attached"] == {
         "estimators": ["narrow", "wide"],
+        "classes": ["PyTorch"],
         "metrics": {"narrow": "loss", "wide": "wide_loss"},
         "ranges": {"narrow": ["shift"], "wide": ["epochs", "shift"]},
     }
     assert "TrainingJobDefinitionName" in result["analytics"]["columns"]
     assert result["analytics"]["definitions"] == sorted(t["definition"] for t in trials)
+    assert result["analytics"]["ranges_as_given"] is True

@@ -45,13 +45,14 @@ def estimator(**hyperparameters):
 
 # "narrow" searches shift near its best for one epoch; "wide" searches all of it with
 # its epochs, and reads its objective under a metric name of its own.
+ranges = {
+    "narrow": {"shift": ContinuousParameter(0.2, 0.4)},
+    "wide": {"shift": ContinuousParameter(0.0, 1.0), "epochs": IntegerParameter(1, 2)},
+}
 tuner = HyperparameterTuner.create(
     estimator_dict={"narrow": estimator(epochs=1), "wide": estimator()},
     objective_metric_name_dict={"narrow": "loss", "wide": "wide_loss"},
-    hyperparameter_ranges_dict={
-        "narrow": {"shift": ContinuousParameter(0.2, 0.4)},
-        "wide": {"shift": ContinuousParameter(0.0, 1.0), "epochs": IntegerParameter(1, 2)},
-    },
+    hyperparameter_ranges_dict=ranges,
     metric_definitions_dict={
         "narrow": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
         "wide": [{"Name": "wide_loss", "Regex": "loss=([0-9.]+)"}],
@@ -63,20 +64,31 @@ tuner = HyperparameterTuner.create(
     random_seed=5,
     base_tuning_job_name="definitions",
 )
-# The SDK asks for include_cls_metadata by estimator name with several estimators.
-tuner.fit(include_cls_metadata={})
+# Each estimator's inputs, and (as the SDK asks with several estimators) include_cls_metadata
+# by estimator name, as the SDK's own multi-algorithm test gives them.
+data = session.upload_data(path=source_dir, key_prefix="tune-definitions-data")
+tuner.fit(inputs={"narrow": data, "wide": data}, include_cls_metadata={})
 tuner.wait()
 name = tuner.latest_tuning_job.name
 described = tuner.describe()
 trials = session.sagemaker_client.list_training_jobs_for_hyper_parameter_tuning_job(
     HyperParameterTuningJobName=name
 )["TrainingJobSummaries"]
-attached = HyperparameterTuner.attach(name, sagemaker_session=session)
+attached = HyperparameterTuner.attach(
+    name,
+    sagemaker_session=session,
+    estimator_cls={"narrow": "sagemaker.pytorch.PyTorch", "wide": "sagemaker.pytorch.PyTorch"},
+)
 best_estimator = tuner.best_estimator()
-frame = tuner.analytics().dataframe()
+analytics = tuner.analytics()
+frame = analytics.dataframe()
 result = {
     "status": described["HyperParameterTuningJobStatus"],
     "definitions": [d["DefinitionName"] for d in described["TrainingJobDefinitions"]],
+    "channels": {
+        d["DefinitionName"]: [c["ChannelName"] for c in d.get("InputDataConfig", [])]
+        for d in described["TrainingJobDefinitions"]
+    },
     "best": tuner.best_training_job(),
     "best_definition": described["BestTrainingJob"]["TrainingJobDefinitionName"],
     "best_estimator_job": best_estimator.latest_training_job.name,
@@ -92,6 +104,7 @@ result = {
     ],
     "attached": {
         "estimators": sorted(attached.estimator_dict),
+        "classes": sorted({type(e).__name__ for e in attached.estimator_dict.values()}),
         "metrics": attached.objective_metric_name_dict,
         "ranges": {
             key: sorted(item["Name"] for kind in ranges.values() for item in kind)
@@ -101,6 +114,13 @@ result = {
     "analytics": {
         "columns": list(frame.columns),
         "definitions": sorted(frame["TrainingJobDefinitionName"]),
+        # As the SDK's own multi-algorithm test checks them: each definition's ranges as
+        # the tuner's ranges write them.
+        "ranges_as_given": analytics.tuning_ranges
+        == {
+            name: {key: value.as_tuning_range(key) for key, value in given.items()}
+            for name, given in ranges.items()
+        },
     },
 }
 print("result " + json.dumps(result), flush=True)
