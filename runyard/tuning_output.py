@@ -66,7 +66,8 @@ def metric_of(spec: dict[str, Any], definition: str | None) -> str:
 
 
 def objective_words(spec: dict[str, Any]) -> str:
-    """ "Minimize loss", or with several definitions each one's metric."""
+    """The objective in words: "Minimize loss", or with several definitions each one's
+    metric ("Minimize loss (mlp), error (tree)")."""
     found = definitions(spec)
     kind = found[0]["objective"]["type"]
     if len(found) == 1 and found[0]["definition_name"] is None:

@@ -252,3 +252,31 @@ def test_a_definitions_training_job_the_server_refuses_is_named_by_its_place(
         "instance_type",
     ]
     assert api.get("/v1/tuning-jobs").json()["items"] == []
+
+
+def test_a_warm_start_from_a_tuning_job_of_several_definitions_is_refused_naming_it(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    parent = two_definitions(source_dir, name="parent-1")
+    assert api.post("/v1/tuning-jobs", json=parent).status_code == 201
+    advance(settings, "parent-1")
+    for trial in describe(api, "parent-1")["trials"]:
+        metric = "loss" if trial["definition"] == "mlp" else "error"
+        end_job(settings, trial["name"], loss=0.5, metric=metric)
+    advance(settings, "parent-1")
+    assert describe(api, "parent-1")["status"] == "Completed"
+
+    child = tuning_spec(
+        source_dir,
+        name="tune-2",
+        warm_start_config={
+            "warm_start_type": "TransferLearning",
+            "parent_tuning_jobs": ["parent-1"],
+        },
+    )
+    answer = api.post("/v1/tuning-jobs", json=child)
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", "warm_start_config", "parent_tuning_jobs", 0]
+    assert "tuned several training job definitions" in error["msg"]
+    assert [t["name"] for t in api.get("/v1/tuning-jobs").json()["items"]] == ["parent-1"]
