@@ -4,6 +4,14 @@ one that only sends and the one that also consumes.
 The embedded broker is kombu's SQLAlchemy transport, polled often enough to start jobs
 fast. kombu hands every transport option to ``create_engine``, so the polling interval
 cannot be passed as an option; a subclass carries it instead.
+
+Its channel is kombu's, made safe for several processes. The API, the worker and beat
+each create the broker's tables and the queue's row the first time they use the queue,
+and they start together. kombu guards the threads of one process with a lock, not
+processes: the one that loses the race gets the database's refusal, "UNIQUE constraint
+failed: kombu_queue.name" or "table kombu_queue already exists". A worker that gets it
+while its consumer starts dies of it, since Celery calls it unrecoverable, and every job
+then waits for a worker that is gone. The loser now reads what the winner made.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from typing import Any
 
 from kombu.transport import sqlalchemy as kombu_sqlalchemy
 from sqlalchemy import Boolean, DateTime, column, create_engine, delete, table
+from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from service.settings import Settings
 
@@ -48,9 +57,37 @@ def connection_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+class SharedSqlaChannel(kombu_sqlalchemy.Channel):
+    """kombu's channel, for a broker database that other processes create at the same
+    time (see the module's docstring)."""
+
+    def _open(self) -> Any:
+        try:
+            return super()._open()  # type: ignore[no-untyped-call]
+        except DatabaseError:
+            # Another process created the tables between kombu's check and its CREATE
+            # (SQLite says so as an OperationalError, PostgreSQL as a ProgrammingError or
+            # an IntegrityError of its catalog): they are there now, and kombu cached
+            # nothing of the failed attempt, so the next one checks again.
+            return super()._open()  # type: ignore[no-untyped-call]
+
+    def _get_or_create(self, queue: str) -> Any:
+        try:
+            return super()._get_or_create(queue)  # type: ignore[no-untyped-call]
+        except IntegrityError:
+            # Another process inserted the queue's row between kombu's read and insert.
+            self.session.rollback()
+            found = self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).first()
+            if found is None:
+                raise
+            return found
+
+
 def polling_transport(interval: float) -> type[kombu_sqlalchemy.Transport]:
     return type(
-        "PollingSqlaTransport", (kombu_sqlalchemy.Transport,), {"polling_interval": interval}
+        "PollingSqlaTransport",
+        (kombu_sqlalchemy.Transport,),
+        {"polling_interval": interval, "Channel": SharedSqlaChannel},
     )
 
 
