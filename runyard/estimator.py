@@ -338,9 +338,6 @@ def _lowercase_keys(item: Mapping[str, Any]) -> dict[str, Any]:
     return {key.lower(): value for key, value in item.items()}
 
 
-__all__ = ["Estimator", "JobFailedError", "TrainingJob"]
-
-
 def _tensorboard(config: Any) -> dict[str, str | None]:
     """The job's fields of a ``tensorboard_output_config``: the SageMaker SDK's
     ``TensorBoardOutputConfig`` (or a mapping of its two arguments' names)."""
@@ -355,3 +352,6 @@ def _tensorboard(config: Any) -> dict[str, str | None]:
     if not s3_output_path:
         raise ValueError("tensorboard_output_config needs an s3_output_path")
     return {"tensorboard_s3_output_path": s3_output_path, "tensorboard_local_path": local_path}
+
+
+__all__ = ["Estimator", "JobFailedError", "TrainingJob"]

@@ -411,16 +411,14 @@ def _described_definitions(
         one = request.get(DEFINITION)
         definition = spec.definitions[0]
         return {
-            DEFINITION: _echoed_definition(tuning, one, None)
+            DEFINITION: _echoed_definition(one, definition)
             if one
             else _definition(tuning, definition)
         }
     given = {item.get("DefinitionName"): item for item in request.get(DEFINITIONS) or []}
     return {
         DEFINITIONS: [
-            _echoed_definition(tuning, given[d.name], d.name)
-            if d.name in given
-            else _definition(tuning, d)
+            _echoed_definition(given[d.name], d) if d.name in given else _definition(tuning, d)
             for d in spec.definitions
         ]
     }
@@ -592,15 +590,14 @@ def _strategy_config_of(spec: TuningJobCreate) -> dict[str, Any]:
     }
 
 
-def _echoed_definition(
-    tuning: TuningJob, definition: Mapping[str, Any], name: str | None
-) -> dict[str, Any]:
+def _echoed_definition(definition: Mapping[str, Any], of: Definition) -> dict[str, Any]:
     """A training job definition as the request gave it, as SageMaker describes it, with
     what the SDK's ``HyperparameterTuner.attach`` reads: the objective's metric name among
     the static hyperparameters, which SageMaker adds, and the instances as
     ``ResourceConfig`` where the request gave them as
     ``HyperParameterTuningResourceConfig``."""
-    statics = with_objective(tuning, definition.get("StaticHyperParameters") or {}, name)
+    metric = of.objective.metric_name
+    statics = with_objective(definition.get("StaticHyperParameters") or {}, metric)
     echoed = {**definition, "StaticHyperParameters": statics}
     resources = definition.get(RESOURCES)
     if resources and "ResourceConfig" not in definition:

@@ -12,7 +12,7 @@ from contract import hyperparameters
 from service.jobs.schemas import JobCreate
 from service.kit.errors import SpecError
 from service.tuning.models import TuningJob
-from service.tuning.schemas import Definition, ParameterRanges, TuningJobCreate, stored, trial_tags
+from service.tuning.schemas import Definition, ParameterRanges, TuningJobCreate, trial_tags
 
 # Where a tuning job created over SageMaker's wire keeps its trials' CreateTrainingJob
 # request (without a name), beside its own request and region: of its one
@@ -73,7 +73,7 @@ def first_values(ranges: ParameterRanges) -> dict[str, Any]:
 
 
 def trial_request(
-    tuning: TuningJob, name: str, parameters: dict[str, Any], definition: str | None = None
+    tuning: TuningJob, name: str, parameters: dict[str, Any], definition: Definition
 ) -> dict[str, Any] | None:
     """For a tuning job created over SageMaker's wire, the CreateTrainingJob request its
     trial's training job shows (DescribeTrainingJob): the trials' request the wire made
@@ -82,31 +82,28 @@ def trial_request(
     kept = tuning.sagemaker_request
     if not kept:
         return None
-    if definition is None:
+    if definition.name is None:
         template = kept.get(TRIALS_REQUEST)
     else:
-        template = (kept.get(TRIALS_REQUESTS) or {}).get(definition)
+        template = (kept.get(TRIALS_REQUESTS) or {}).get(definition.name)
     if template is None:
         return None
-    tuned = {key: wire_value(tuning, key, value, definition) for key, value in parameters.items()}
+    tuned = {
+        key: wire_value(tuning, key, value, definition.name) for key, value in parameters.items()
+    }
+    metric = definition.objective.metric_name
     request = {
         **template,
         "TrainingJobName": name,
-        "HyperParameters": {
-            **with_objective(tuning, template.get("HyperParameters", {}), definition),
-            **tuned,
-        },
+        "HyperParameters": {**with_objective(template.get("HyperParameters", {}), metric), **tuned},
     }
     return {"request": request, "region": kept["region"]}
 
 
-def with_objective(
-    tuning: TuningJob, given: dict[str, str], definition: str | None = None
-) -> dict[str, str]:
+def with_objective(given: dict[str, str], metric: str) -> dict[str, str]:
     """Static hyperparameters as SageMaker's wire writes them, with the objective's metric
     name that SageMaker adds (JSON-encoded, as the framework estimators' others are)
     where the request did not give it."""
-    metric = stored(tuning.spec).definition(definition).objective.metric_name
     return {hyperparameters.TUNING_OBJECTIVE: hyperparameters.encode(metric), **given}
 
 

@@ -350,7 +350,9 @@ def _ask_and_submit(session: Session, settings: Settings, tuning_job_id: str) ->
             settings,
             trial_spec(spec, spec.definition(asked.definition), trial.name, asked.parameters),
             tuning.project,
-            sagemaker_request=trial_request(tuning, trial.name, asked.parameters, asked.definition),
+            sagemaker_request=trial_request(
+                tuning, trial.name, asked.parameters, spec.definition(asked.definition)
+            ),
         )
     except ResourceLimitExceeded:
         raise

@@ -429,18 +429,25 @@ def test_a_trainingjob_resource_runs_on_pods_and_deleting_it_leaves_none(
                 assert time.monotonic() < deadline, kube_stack.log_tail("controller")
                 time.sleep(0.2)
             custom.delete_namespaced_custom_object(*address, "tj-e2e")
-            deadline = time.monotonic() + scaled(60)
-            while any(
-                item["metadata"]["name"] == "tj-e2e"
-                for item in custom.list_namespaced_custom_object(*address)["items"]
-            ):
-                assert time.monotonic() < deadline, kube_stack.log_tail("controller")
-                time.sleep(0.2)
+            _wait_gone(custom, address, "tj-e2e", scaled(60), kube_stack)
             # Gone only once its job had ended and the job's pods were deleted.
             assert client.get_job(job["name"])["status"] == "Stopped"
             assert pods.left() == []
     finally:
         kube_stack.kill("controller")
+
+
+def _wait_gone(
+    custom: Any, address: tuple[str, ...], name: str, seconds: float, stack: Stack
+) -> None:
+    """Until the resource ``name`` is no longer listed (its finalizer released)."""
+    deadline = time.monotonic() + seconds
+    while any(
+        item["metadata"]["name"] == name
+        for item in custom.list_namespaced_custom_object(*address)["items"]
+    ):
+        assert time.monotonic() < deadline, stack.log_tail("controller")
+        time.sleep(0.2)
 
 
 def _status_of(custom: Any, address: tuple[str, ...], name: str) -> dict[str, Any]:
@@ -531,12 +538,6 @@ def test_a_tuning_resource_runs_its_trials_and_names_the_best(
             assert {"key": names.RESOURCE_TAG, "value": uid} in job["spec"]["tags"]
             # Deleting an ended one removes it at once: nothing of it is left running.
             custom.delete_namespaced_custom_object(*address, "hpt-e2e")
-            deadline = time.monotonic() + scaled(30)
-            while any(
-                item["metadata"]["name"] == "hpt-e2e"
-                for item in custom.list_namespaced_custom_object(*address)["items"]
-            ):
-                assert time.monotonic() < deadline, kube_stack.log_tail("controller")
-                time.sleep(0.2)
+            _wait_gone(custom, address, "hpt-e2e", scaled(30), kube_stack)
     finally:
         kube_stack.kill("controller")

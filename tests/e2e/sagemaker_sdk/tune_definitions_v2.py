@@ -39,7 +39,6 @@ def estimator(**hyperparameters):
         instance_count=1,
         hyperparameters=hyperparameters,
         sagemaker_session=session,
-        disable_profiler=True,
     )
 
 
