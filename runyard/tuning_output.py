@@ -42,44 +42,28 @@ def tuning_table(tunings: list[dict[str, Any]]) -> list[str]:
     return table(["NAME", "STATUS", "TRIALS", "BEST", "CREATED"], rows)
 
 
-def definitions(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The training jobs a tuning job tunes, as ``training_job_definitions`` gives them
-    (its one training job as a definition named None)."""
-    several = spec.get("training_job_definitions")
-    if several:
-        return list(several)
-    return [
-        {
-            "definition_name": None,
-            "objective": spec["objective"],
-            "parameter_ranges": spec["parameter_ranges"],
-        }
-    ]
-
-
-def metric_of(spec: dict[str, Any], definition: str | None) -> str:
-    """The objective metric of a trial that ran ``definition``."""
-    for found in definitions(spec):
-        if found["definition_name"] == definition:
-            return str(found["objective"]["metric_name"])
+def metric_of(tuning: dict[str, Any], definition: str | None) -> str:
+    """The objective metric of a trial that ran ``definition`` (None: the one training
+    job), from the tuning job's ``objectives``."""
+    for found in tuning["objectives"]:
+        if found["definition"] == definition:
+            return str(found["metric_name"])
     return "objective"
 
 
-def objective_words(spec: dict[str, Any]) -> str:
+def objective_words(tuning: dict[str, Any]) -> str:
     """The objective in words: "Minimize loss", or with several definitions each one's
     metric ("Minimize loss (mlp), error (tree)")."""
-    found = definitions(spec)
-    kind = found[0]["objective"]["type"]
-    if len(found) == 1 and found[0]["definition_name"] is None:
-        return f"{kind} {found[0]['objective']['metric_name']}"
-    return f"{kind} " + ", ".join(
-        f"{d['objective']['metric_name']} ({d['definition_name']})" for d in found
-    )
+    found = tuning["objectives"]
+    if len(found) == 1 and found[0]["definition"] is None:
+        return f"{tuning['objective_type']} {found[0]['metric_name']}"
+    metrics = ", ".join(f"{item['metric_name']} ({item['definition']})" for item in found)
+    return f"{tuning['objective_type']} {metrics}"
 
 
 def by_objective(tuning: dict[str, Any]) -> list[dict[str, Any]]:
     """The trials best first by the objective; those without one after, by number."""
-    maximize = definitions(tuning["spec"])[0]["objective"]["type"] == "Maximize"
+    maximize = tuning["objective_type"] == "Maximize"
 
     def key(trial: dict[str, Any]) -> tuple[bool, float, int]:
         value = trial["objective"]
@@ -101,7 +85,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         f"Project:          {tuning['project']}",
         f"Status:           {tuning['status']}",
         f"Strategy:         {spec['strategy']} (seed {spec.get('random_seed')})",
-        f"Objective:        {objective_words(spec)}",
+        f"Objective:        {objective_words(tuning)}",
         f"Trials:           {len(tuning['trials'])} started, {trials_ended(tuning)} ended, "
         f"{trials_total(tuning)} in all, {limits['max_parallel_training_jobs']} at once",
         f"Created:          {when(tuning['created_at'])}",
@@ -128,7 +112,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         if overall is not None:
             lines.append(
                 f"Overall best:     {overall['name']} of {overall['tuning_job']} "
-                f"({metric_of(spec, overall.get('definition'))} {overall['objective']:.6g})"
+                f"({metric_of(tuning, overall.get('definition'))} {overall['objective']:.6g})"
             )
     lines.append("Trials (best first):")
     if not tuning["trials"]:
@@ -144,7 +128,7 @@ def describe_tuning_lines(tuning: dict[str, Any]) -> list[str]:
         ]
         for trial in by_objective(tuning)
     ]
-    metric = "OBJECTIVE" if several else metric_of(spec, None).upper()
+    metric = "OBJECTIVE" if several else metric_of(tuning, None).upper()
     header = [
         "#",
         "TRAINING JOB",
@@ -160,7 +144,7 @@ def best_trial_line(tuning: dict[str, Any]) -> str:
     best = tuning.get("best_trial")
     if best is None:
         return "none yet"
-    metric = metric_of(tuning["spec"], best.get("definition"))
+    metric = metric_of(tuning, best.get("definition"))
     return f"{best['name']} ({metric} {best_objective(tuning)}; {_parameters(best['parameters'])})"
 
 
@@ -175,11 +159,11 @@ def progress_line(tuning: dict[str, Any]) -> str:
 
 def _ranges_table(spec: dict[str, Any]) -> list[str]:
     """The ranges, with several definitions each one's under its name."""
-    found = definitions(spec)
-    if len(found) == 1 and found[0]["definition_name"] is None:
-        return table(["NAME", "KIND", "VALUES"], _range_rows(found[0]["parameter_ranges"]))
+    several = spec.get("training_job_definitions")
+    if not several:
+        return table(["NAME", "KIND", "VALUES"], _range_rows(spec["parameter_ranges"]))
     rows = [
-        [d["definition_name"], *row] for d in found for row in _range_rows(d["parameter_ranges"])
+        [d["definition_name"], *row] for d in several for row in _range_rows(d["parameter_ranges"])
     ]
     return table(["DEFINITION", "NAME", "KIND", "VALUES"], rows)
 

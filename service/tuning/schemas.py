@@ -654,6 +654,14 @@ class OverallBestTrial(TrialPublic):
     tuning_job: str = Field(description="The tuning job that ran it: this one or a parent.")
 
 
+class DefinitionObjective(BaseModel):
+    """A training job definition's objective, as a summary shows it."""
+
+    definition: str | None = Field(description="None for a tuning job of one training job.")
+    type: ObjectiveType
+    metric_name: str
+
+
 class TrainingJobCounts(BaseModel):
     """The trials' training jobs by status, as SageMaker's TrainingJobStatusCounters."""
 
@@ -683,10 +691,14 @@ class TuningJobSummary(BaseModel):
     ended_at: datetime | None
     objective: Objective | None = Field(
         description="The objective of its one training job; None with several "
-        "training_job_definitions, each of which has its own (in its spec)."
+        "training_job_definitions, each of which has its own (see `objectives`)."
     )
     objective_type: ObjectiveType = Field(
         description="Whether lower or higher objectives are better, of every definition."
+    )
+    objectives: list[DefinitionObjective] = Field(
+        description="Each training job's objective: one, or one a definition, so that a "
+        "page or a line says a trial's metric without reading the spec."
     )
     max_trials: int = Field(
         description="How many trials it runs in all: its limit, or a Grid's every point."

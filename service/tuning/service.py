@@ -25,6 +25,7 @@ from service.training.preparation import prepare
 from service.tuning import progress, repository, warm_start
 from service.tuning.models import TuningJob, TuningTrial
 from service.tuning.schemas import (
+    DefinitionObjective,
     OverallBestTrial,
     TrialPublic,
     TrialSummary,
@@ -145,6 +146,10 @@ def _summary(
         ended_at=tuning.ended_at,
         objective=spec.objective,
         objective_type=spec.objective_type,
+        objectives=[
+            DefinitionObjective(definition=d.name, **d.objective.model_dump())
+            for d in spec.definitions
+        ],
         max_trials=spec.max_trials,
         training_job_counts=progress.training_job_counts(trials),
         objective_counts=progress.objective_counts(trials),

@@ -12,19 +12,16 @@ Runyard.tuning = (() => {
 
   // "Minimize loss"; with several training job definitions, each one's metric.
   function objective(tuning) {
-    if (tuning.objective) return `${tuning.objective.type} ${tuning.objective.metric_name}`;
-    const several = (tuning.spec && tuning.spec.training_job_definitions) || [];
-    const metrics = several.map((d) => `${d.objective.metric_name} (${d.definition_name})`);
-    // A listing's row has no spec: each definition's metric is on the tuning job's page.
-    return `${tuning.objective_type} ${metrics.join(", ") || "(each definition's metric)"}`;
+    const [first, ...rest] = tuning.objectives;
+    if (!rest.length && first.definition === null) return `${tuning.objective_type} ${first.metric_name}`;
+    const metrics = tuning.objectives.map((o) => `${o.metric_name} (${o.definition})`);
+    return `${tuning.objective_type} ${metrics.join(", ")}`;
   }
 
   // The objective metric of a trial that ran `definition` (null: the one training job).
   function metricOf(tuning, definition) {
-    if (tuning.objective) return tuning.objective.metric_name;
-    const several = tuning.spec.training_job_definitions || [];
-    const found = several.find((d) => d.definition_name === definition);
-    return found ? found.objective.metric_name : "objective";
+    const found = tuning.objectives.find((o) => o.definition === definition);
+    return found ? found.metric_name : "objective";
   }
 
   function ended(tuning) {

@@ -261,3 +261,7 @@ def test_several_definitions_show_each_trials_definition_and_the_best_ones_metri
         expect(row.locator("td").nth(1)).to_have_text(f"{trial['name']} {trial['definition']}")
     chart = page.get_by_role("img", name=re.compile("Chart of the objective"))
     expect(chart).to_have_attribute("aria-label", re.compile(r"best 0\.125$"))
+    # The list's row says each definition's metric too, from the listing alone.
+    page.goto(server.url + "tuning-jobs")
+    row = page.locator("#tuning-jobs tbody tr", has_text="tune-two")
+    expect(row.locator("td").nth(3)).to_have_text("Minimize loss (small), error (large)")
