@@ -281,9 +281,11 @@ class CoreSettings(BaseSettings):
         default=1.0,
         ge=0,
         le=60,
-        description="How long an API process remembers who holds a token instead of "
-        "reading it again. A token revoked through one API process is refused by it at "
-        "once, and by its other replicas within this time; `0` reads it for every request.",
+        description="How long an API process remembers who holds a token, the project "
+        "count and what each project's jobs may use (its grants, and the other projects' "
+        "read-write ones) instead of reading them again. A token revoked, a project "
+        "created or a grant changed through one API process is seen by it at once, and by "
+        "its other replicas within this time; `0` reads them for every request.",
     )
 
     backends: Annotated[dict[str, str], NoDecode] = Field(

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.auth import sessions, tokens
 from service.auth.access import Principal, Role
 from service.auth.models import DEFAULT_PROJECT, ApiToken, ConsoleSession, Project
+from service.kit import access_cache
 from service.kit.db import utcnow
 from service.kit.errors import Conflict, Forbidden, NotFound
 
@@ -99,6 +100,7 @@ def create_project(session: Session, name: str) -> Project:
     project = Project(name=name)
     session.add(project)
     session.flush()
+    access_cache.forget_once_committed(session)
     return project
 
 
@@ -215,6 +217,7 @@ def ensure_admin_token(session: Session, token_file: Path, configured: str | Non
     if session.get(Project, DEFAULT_PROJECT) is None:
         session.add(Project(name=DEFAULT_PROJECT))
         session.flush()
+        access_cache.forget_once_committed(session)
     candidates = [configured] if configured is not None else []
     if configured is None and token_file.exists():
         candidates.append(token_file.read_text().strip())

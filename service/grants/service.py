@@ -32,6 +32,7 @@ from service.grants.places import (
 )
 from service.jobs import file_roots
 from service.jobs.models import JobWritePlace
+from service.kit import access_cache
 from service.kit.errors import Conflict, NotFound, SpecError
 from service.settings import Settings
 
@@ -179,6 +180,7 @@ def grant(
         session.add(row)
     row.access = access
     session.flush()
+    access_cache.forget_once_committed(session)
     return row, created
 
 
@@ -191,6 +193,7 @@ def revoke(session: Session, project: str, prefix: str) -> None:
         raise NotFound(f"project {project!r} has no grant of {prefix}")
     session.delete(row)
     session.flush()
+    access_cache.forget_once_committed(session)
 
 
 def _check_against_settings(settings: Settings, prefix: str, access: Access) -> None:

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
@@ -117,7 +118,6 @@ class Submissions:
 
     def _prepare_and_store(self, batch: list[_Submission]) -> None:
         ready = []
-        unchecked = []
         with preparation_reads(self._settings) as reads:
             for each in batch:
                 try:
@@ -132,44 +132,51 @@ class Submissions:
                     each.error = exc
                     continue
                 ready.append((each, prepared))
-                if each.prepared is None:
-                    unchecked.append((each, prepared))
-            if unchecked:
-                self._check_places(unchecked, reads)
-        ready = [(each, prepared) for each, prepared in ready if each.error is None]
         if ready:
             self._store(ready)
 
-    def _check_places(
-        self, batch: list[tuple[_Submission, PreparedJob]], reads: PreparationReads
-    ) -> None:
-        """Refuse the jobs that would write where another project's jobs write: for the
-        batch at once (``preparation.places_taken``)."""
-        jobs = [
-            (prepared.name, prepared.spec, prepared.written, each.project)
-            for each, prepared in batch
-        ]
-        for (each, _), problems in zip(batch, preparation.places_taken(jobs, reads), strict=True):
-            try:
-                refuse(problems)
-            except Exception as exc:
-                each.error = exc
-
     def _store(self, batch: list[tuple[_Submission, PreparedJob]]) -> None:
+        """Store the batch in one transaction, which first refuses the jobs that would
+        write where another project's jobs write (``preparation.places_taken``, for the
+        batch at once): one session a batch, not one to read and one to store."""
         try:
             with session_scope(self._settings.database_url) as session:
+                self._check_places(batch, session)
+                kept = [(each, prepared) for each, prepared in batch if each.error is None]
+                if not kept:
+                    return
                 jobs = service.store_new(
-                    session, self._settings, [(prepared, each.project) for each, prepared in batch]
+                    session, self._settings, [(prepared, each.project) for each, prepared in kept]
                 )
         except Exception as exc:
             if len(batch) > 1:
                 for one in batch:
-                    self._store([one])
+                    if one[0].error is None:
+                        self._store([one])
                 return
             batch[0][0].error = exc
             return
-        for (each, _prepared), job in zip(batch, jobs, strict=True):
+        for (each, _prepared), job in zip(kept, jobs, strict=True):
             each.job = job
+
+    def _check_places(self, batch: list[tuple[_Submission, PreparedJob]], session: Session) -> None:
+        """Refuse the jobs that would write where another project's jobs write; those
+        checked already (in the thread pool) are not read again."""
+        unchecked = [(each, prepared) for each, prepared in batch if each.prepared is None]
+        if not unchecked:
+            return
+        jobs = [
+            (prepared.name, prepared.spec, prepared.written, each.project)
+            for each, prepared in unchecked
+        ]
+        reads = PreparationReads(session, self._settings)
+        for (each, _), problems in zip(
+            unchecked, preparation.places_taken(jobs, reads), strict=True
+        ):
+            try:
+                refuse(problems)
+            except Exception as exc:
+                each.error = exc
 
 
 def _answer(batch: list[_Submission]) -> None:

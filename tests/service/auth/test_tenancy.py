@@ -579,3 +579,20 @@ def test_instances_that_would_share_the_machine_take_one_projects_jobs_unless_op
     assert "RUNYARD_LOCAL_ISOLATION is shared" in problem["msg"]
     assert "2 projects" in problem["msg"]
     assert "RUNYARD_LOCAL_SHARED_PROJECTS=many" in problem["msg"]
+
+
+def test_a_project_created_through_the_api_counts_for_the_next_job_at_once(
+    tmp_path: Path, database_url: str, source_dir: Path
+) -> None:
+    """The project count is remembered between creates (``service.kit.access_cache``),
+    and forgotten once a project is created."""
+    settings = make_settings(tmp_path / "home", database_url, local_isolation="shared")
+    admin = prepare(settings)
+    with TestClient(create_app(settings)) as api:
+        api.headers["Authorization"] = f"Bearer {admin}"
+        first = api.post("/v1/training-jobs", json=job_spec(source_dir, name="alone"))
+        assert first.status_code == 201, first.text
+        assert api.post("/v1/projects", json={"name": "beta"}).status_code == 201
+        second = api.post("/v1/training-jobs", json=job_spec(source_dir, name="shared"))
+    assert second.status_code == 422, second.text
+    assert "2 projects" in second.json()["detail"][0]["msg"]

@@ -8,14 +8,16 @@ Projects ``alpha`` and ``beta`` each have data of their own beside the server's 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
+from service.grants.models import ProjectGrant
 from service.jobs.models import JobWritePlace, TrainingJob
 from service.kit.db import session_scope
 from service.settings import Settings
@@ -268,6 +270,44 @@ def test_a_job_uses_only_its_projects_places(
     mine = api.post("/v1/training-jobs", json=job_spec(source_dir, name="own"), headers=beta)
     assert mine.status_code == 201, mine.text
     assert mine.json()["spec"]["output_path"].endswith("/artifacts/projects/beta")
+
+
+def test_a_grant_changed_through_the_api_is_in_force_for_the_next_job_at_once(
+    api: TestClient, places: Places, source_dir: Path
+) -> None:
+    """A project's access is remembered between creates (``service.kit.access_cache``):
+    a grant or a revocation through the API forgets it once committed."""
+    beta = _mint(api, "bo", "beta", "member")
+    spec = job_spec(source_dir, inputs={"train": places.shared_data.as_uri()})
+    loc, _ = _refusal(api.post("/v1/training-jobs", json=spec, headers=beta))
+    assert loc == ["body", "inputs", "train", "uri"]
+    assert _grant(api, "beta", places.shared_data).status_code == 201
+    accepted = api.post("/v1/training-jobs", json=spec, headers=beta)
+    assert accepted.status_code == 201, accepted.text
+    revoked = api.delete("/v1/projects/beta/grants", params={"prefix": places.shared_data.as_uri()})
+    assert revoked.status_code == 204
+    loc, _ = _refusal(api.post("/v1/training-jobs", json=spec, headers=beta))
+    assert loc == ["body", "inputs", "train", "uri"]
+
+
+def test_a_grant_revoked_elsewhere_is_seen_within_the_token_cache_time(
+    api: TestClient, settings: Settings, places: Places, source_dir: Path
+) -> None:
+    """Another API replica's revocation (here: the row deleted in the database, which no
+    forgetting follows) is seen once ``token_cache_seconds`` have passed."""
+    beta = _mint(api, "bo", "beta", "member")
+    spec = job_spec(source_dir, inputs={"train": places.beta_data.as_uri()})
+    accepted = api.post("/v1/training-jobs", json=spec, headers=beta)
+    assert accepted.status_code == 201, accepted.text
+    with session_scope(settings.database_url) as session:
+        session.execute(
+            delete(ProjectGrant).where(
+                ProjectGrant.project == "beta", ProjectGrant.prefix == places.beta_data.as_uri()
+            )
+        )
+    time.sleep(settings.token_cache_seconds + 0.1)
+    loc, _ = _refusal(api.post("/v1/training-jobs", json=spec, headers=beta))
+    assert loc == ["body", "inputs", "train", "uri"]
 
 
 def test_the_default_project_reaches_what_it_did_but_no_other_projects_writing_place(
