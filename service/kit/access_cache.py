@@ -2,8 +2,10 @@
 jobs may use), remembered by a process for a moment.
 
 Every batch of creates asked the database the same two questions (how many projects
-there are, and each project's grants and the other projects' read-write ones): two round
-trips a batch, a fifth of the API's CPU per create with batches of four. The answers
+there are, and each project's grants and the other projects' read-write ones), in a
+session of their own. Remembering them, and reading what is left in the transaction that
+stores the batch, took the CPU of the thread that stores creates from 2.2 ms a create to
+1.3 ms (batches of four, PostgreSQL). The answers
 change only when an administrator creates a project or changes a grant. A change made
 through this process forgets everything remembered here once it has committed
 (``forget_once_committed``); one made through another process of the same database is
