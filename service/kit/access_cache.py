@@ -5,11 +5,11 @@ Every batch of creates asked the database the same two questions (how many proje
 there are, and each project's grants and the other projects' read-write ones), in a
 session of their own. Remembering them, and reading what is left in the transaction that
 stores the batch, took the CPU of the thread that stores creates from 2.2 ms a create to
-1.3 ms (batches of four, PostgreSQL). The answers
-change only when an administrator creates a project or changes a grant. A change made
-through this process forgets everything remembered here once it has committed
-(``forget_once_committed``); one made through another process of the same database is
-seen here within ``seconds`` at most, as a revoked token is (``token_cache_seconds``).
+1.3 ms (batches of four, PostgreSQL). The answers change only when an administrator
+creates a project or changes a grant. A change made through this process forgets
+everything remembered here once it has committed (``forget_once_committed``); one made
+through another process of the same database is seen here within ``seconds`` at most, as
+a revoked token is (``token_cache_seconds``).
 """
 
 from __future__ import annotations
