@@ -110,14 +110,22 @@ class JobSpec:
             uris[("inputs", name, "uri")] = channel.uri
         return uris
 
-    def storage_uses(self, job_name: str) -> list[StorageUse]:
-        """How the job uses each of its URIs: read as given, or written below (``WRITTEN``)."""
-        return [
-            StorageUse(loc, uri, self.written_at(str(loc[0]), job_name), writing=True)
-            if loc[0] in WRITTEN
-            else StorageUse(loc, uri, uri, writing=False)
-            for loc, uri in self.storage_uris().items()
-        ]
+    def storage_uses(self, job_name: str) -> tuple[StorageUse, ...]:
+        """How the job uses each of its URIs: read as given, or written below (``WRITTEN``).
+        Worked out once a job name: preparing a job asks five times (each rule its own),
+        and the joins cost a tenth of it."""
+        # Kept in the instance's own dict, beside its fields (it is frozen): a copy made
+        # with other fields (``dataclasses.replace``) starts without it.
+        known: dict[str, tuple[StorageUse, ...]] = self.__dict__.setdefault("_uses_of", {})
+        uses = known.get(job_name)
+        if uses is None:
+            uses = known[job_name] = tuple(
+                StorageUse(loc, uri, self.written_at(str(loc[0]), job_name), writing=True)
+                if loc[0] in WRITTEN
+                else StorageUse(loc, uri, uri, writing=False)
+                for loc, uri in self.storage_uris().items()
+            )
+        return uses
 
     def written_at(self, field_name: str, job_name: str) -> str:
         """Where job ``job_name`` writes through ``field_name`` (one of ``WRITTEN``); the

@@ -20,7 +20,6 @@ from service.auth.service import (
     touch,
 )
 from service.kit.db import autocommit_reads, session_scope
-from service.kit.deps import SettingsDep
 from service.kit.errors import Forbidden, Unauthorized
 from service.settings import Settings
 
@@ -33,14 +32,15 @@ _cookie = APIKeyCookie(name=sessions.COOKIE, auto_error=False)
 
 async def get_principal(
     request: Request,
-    settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     cookie: Annotated[str | None, Depends(_cookie)],
 ) -> Principal:
     # Async: a token's holder read a moment ago needs no database, so no hand-off to the
-    # thread pool (see service.kit.deps); only a read goes there.
+    # thread pool (see service.kit.deps); only a read goes there. The settings are read
+    # from the app, not as a dependency: FastAPI walks every dependency of every request.
     principal = _remembered(request, credentials)
     if principal is None:
+        settings: Settings = request.app.state.settings
         principal = await run_in_threadpool(identify, request, settings, credentials, cookie)
     request.state.principal = principal
     return principal
