@@ -410,6 +410,15 @@ def hyperparameters_too_large(values: dict[str, Any]) -> str | None:
     )
 
 
+def spec_nul_location(spec: BaseModel) -> tuple[str | int, ...] | None:
+    """Where in ``spec`` a string holds a NUL character, or None. Its JSON text (written
+    by pydantic's core, which escapes a NUL as ``\\u0000``) is searched first, and walked
+    only when it has one: the walk of every spec took a tenth of preparing a job."""
+    if "\\u0000" not in spec.model_dump_json():
+        return None
+    return nul_location(spec.model_dump(mode="json"))
+
+
 def nul_location(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...] | None:
     """Where in ``value`` a string holds a NUL character (no path, argv or environment
     can carry one), or None."""

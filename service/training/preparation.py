@@ -37,7 +37,7 @@ from service.grants.checks import written_uris
 from service.grants.places import keys, output_root, overlap
 from service.jobs import file_roots
 from service.jobs.record import JobRecord
-from service.jobs.schemas import JobCreate, hyperparameters_too_large, nul_location
+from service.jobs.schemas import JobCreate, hyperparameters_too_large, spec_nul_location
 from service.jobs.spec_parts import ImageChoice
 from service.kit.db import utcnow
 from service.kit.errors import (
@@ -91,7 +91,7 @@ def prepare(
                 reads=own,
                 places_checked_later=places_checked_later,
             )
-    if (where := nul_location(spec.model_dump(mode="json"))) is not None:
+    if (where := spec_nul_location(spec)) is not None:
         raise SpecError(where, "must not contain NUL characters")
     if (too_large := hyperparameters_too_large(spec.hyperparameters)) is not None:
         raise SpecError(("hyperparameters",), too_large)

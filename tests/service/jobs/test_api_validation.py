@@ -412,6 +412,16 @@ def test_bad_spec_is_refused_naming_the_field(
     assert _stored_jobs(api) == []
 
 
+def test_text_that_spells_an_escaped_nul_is_no_nul(api: TestClient, source_dir: Path) -> None:
+    """A NUL is looked for in the spec's JSON text first (as ``\\u0000``): a backslash
+    the user wrote before ``u0000`` is text, and the job is taken as it is."""
+    spelled = "a\\u0000b"
+    spec = job_spec(source_dir, hyperparameters={"tag": spelled}, environment={"X": spelled})
+    response = api.post("/v1/training-jobs", json=spec)
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["hyperparameters"]["tag"] == spelled
+
+
 def test_duplicate_name_is_a_conflict_and_stores_nothing_new(
     api: TestClient, source_dir: Path
 ) -> None:
