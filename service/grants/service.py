@@ -9,11 +9,12 @@ area; and no grant holds the whole artifact root or the server's own files.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sqlalchemy import ColumnElement, and_, or_, select, text
+from sqlalchemy import ColumnElement, TextClause, and_, or_, select, text
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.auth.models import DEFAULT_PROJECT
@@ -140,9 +141,17 @@ def first_taken_each(
             )
     first: list[str | None] = [None for _ in wanted]
     if branches:
-        for job, key in session.execute(text(" UNION ALL ".join(branches)), values):
+        for job, key in session.execute(_statement(" UNION ALL ".join(branches)), values):
             first[job] = key
     return first
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(written: str) -> TextClause:
+    """The statement of a text, made once: its text depends only on how many jobs, keys and
+    folders above each a batch has, and making one (finding its parameters) was a quarter
+    of the check's CPU."""
+    return text(written)
 
 
 def _sharing(column: InstrumentedAttribute[str], key: str) -> ColumnElement[bool]:
