@@ -130,8 +130,15 @@ def credentials_hold(request: Request, settings: Settings) -> bool:
     return True
 
 
-async def require_user(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
-    # Async: no I/O, so no hand-off to the thread pool (see service.kit.deps).
+async def require_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    cookie: Annotated[str | None, Depends(_cookie)],
+) -> Principal:
+    """The caller, who must be a user (not an instance). ``get_principal`` called, not
+    depended on: FastAPI walks each dependency of every request, and a layer of its own
+    cost every route that needs a user 5 % of a create's CPU in the event loop."""
+    principal = await get_principal(request, credentials, cookie)
     if principal.kind != "user":
         raise Forbidden("instance tokens may only report for their own instance")
     return principal
