@@ -51,6 +51,26 @@ def test_create_returns_the_stored_job(
     assert api.get("/v1/training-jobs/job-1").json()["id"] == job["id"]
 
 
+def test_a_job_stored_under_older_rules_is_shown_as_it_was_taken(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    """A reply shows the record kept for the job (read as stored, ``JobRecord.load``),
+    not its stored form validated again as a new spec: a metric named before
+    ``instance/`` names were reserved does not make the job unreadable."""
+    spec = job_spec(source_dir, metric_definitions=[{"name": "loss", "regex": "loss=(\\S+)"}])
+    assert api.post("/v1/training-jobs", json=spec).status_code == 201
+    with session_scope(settings.database_url) as session:
+        job = session.scalars(select(TrainingJob).where(TrainingJob.name == "job-1")).one()
+        older = {**job.spec, "metric_definitions": [{"name": "instance/loss", "regex": "l=(\\S+)"}]}
+        session.execute(update(TrainingJob).where(TrainingJob.id == job.id).values(spec=older))
+    shown = api.get("/v1/training-jobs/job-1")
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["spec"]["metric_definitions"][0]["name"] == "instance/loss"
+    stopped = api.post("/v1/training-jobs/job-1/stop")
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json()["spec"]["metric_definitions"][0]["name"] == "instance/loss"
+
+
 def test_name_is_generated_from_base_job_name_or_entry_point(
     api: TestClient, source_dir: Path
 ) -> None:
