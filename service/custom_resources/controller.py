@@ -30,6 +30,7 @@ from provisioning.base import Backend, JobRef
 from service.custom_resources import crd, events, names, resources, status
 from service.custom_resources.status import ResourceStatus
 from service.jobs import lookup
+from service.jobs.public import public_of
 from service.jobs.schemas import JobCreate, JobPublic
 from service.jobs.states import TERMINAL, Status
 from service.kit.db import session_scope, utcnow
@@ -143,7 +144,7 @@ class Controller:
         viewer = _principal(project)
         with session_scope(self.settings.database_url, readonly=True) as session:
             try:
-                return JobPublic.model_validate(lookup.get(session, _name(resource), viewer))
+                return public_of(lookup.get(session, _name(resource), viewer))
             except NotFound:
                 return None
 

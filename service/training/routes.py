@@ -20,7 +20,7 @@ from service.jobs import environment, lookup
 from service.jobs.listing import DEFAULT_SORT, MAX_TAG_FILTERS, JobFilters, JobSort, TagFilter
 from service.jobs.models import TrainingJob
 from service.jobs.params import JobName, ProjectName
-from service.jobs.record import JobRecord
+from service.jobs.public import public_of
 from service.jobs.schemas import (
     DryRun,
     JobCreate,
@@ -291,22 +291,9 @@ def delete_training_job(
 
 def to_public(job: TrainingJob, caller: Principal) -> JobPublic:
     """The job as ``caller`` may read it: its environment's secret-looking values masked
-    for a viewer (``service.jobs.environment``). Its spec is the record kept for it
-    (``job.record``): validated again from its stored form, the spec was half of what
-    answering a create cost in the event loop."""
+    for a viewer (``service.jobs.environment``)."""
     shown = job.record.model_copy(update={"environment": environment.shown_to(caller, job)})
-    return JobPublic.model_validate(_WithSpec(job, shown))
-
-
-class _WithSpec:
-    """A job's attributes as a reply reads them, with ``spec`` the record it shows."""
-
-    def __init__(self, job: TrainingJob, spec: JobRecord) -> None:
-        self._job = job
-        self.spec = spec
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._job, name)
+    return public_of(job, shown)
 
 
 def _summary(row: Row[Any]) -> JobSummary:
