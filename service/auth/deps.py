@@ -137,7 +137,7 @@ async def require_user(
 ) -> Principal:
     """The caller, who must be a user (not an instance). ``get_principal`` called, not
     depended on: FastAPI walks each dependency of every request, and a layer of its own
-    cost every route that needs a user 5 % of a create's CPU in the event loop."""
+    cost every route that needs a user a twentieth of a create's CPU in the event loop."""
     principal = await get_principal(request, credentials, cookie)
     if principal.kind != "user":
         raise Forbidden("instance tokens may only report for their own instance")

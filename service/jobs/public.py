@@ -18,7 +18,7 @@ from service.jobs.schemas import JobPublic
 def public_of(job: TrainingJob, spec: JobRecord | None = None) -> JobPublic:
     """``job`` as a reply shows it; ``spec``: the record to show in place of its own (its
     environment masked for a viewer, say)."""
-    return JobPublic.model_validate(_WithSpec(job, spec or job.record))
+    return JobPublic.model_validate(_WithSpec(job, job.record if spec is None else spec))
 
 
 class _WithSpec:
