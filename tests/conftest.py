@@ -181,6 +181,16 @@ def _hermetic_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
+@pytest.fixture(autouse=True)
+def _nothing_remembered_of_access() -> None:
+    # The PostgreSQL database is shared by a worker's tests (emptied after each): what a
+    # process remembers of its projects and grants (service.kit.access_cache) must not
+    # carry over from one test to the next.
+    from service.kit import access_cache
+
+    access_cache.forget()
+
+
 def empty_postgres_database() -> contextlib.AbstractContextManager[str]:
     """A new, empty PostgreSQL database, dropped when done."""
     return postgres.empty_database(POSTGRES_ADMIN_URL, "runyard_test")

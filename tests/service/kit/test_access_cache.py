@@ -4,7 +4,6 @@ change made through the process is seen by it once committed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -12,13 +11,6 @@ from sqlalchemy import text
 from service.kit import access_cache
 from service.kit.db import session_scope
 from service.settings import Settings
-
-
-@pytest.fixture(autouse=True)
-def _nothing_remembered() -> Iterator[None]:
-    access_cache.forget()
-    yield
-    access_cache.forget()
 
 
 class _Reads:
