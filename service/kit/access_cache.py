@@ -9,7 +9,9 @@ stores the batch, took the CPU of the thread that stores creates from 2.2 ms a c
 creates a project or changes a grant. A change made through this process forgets
 everything remembered here once it has committed (``forget_once_committed``); one made
 through another process of the same database is seen here within ``seconds`` at most, as
-a revoked token is (``token_cache_seconds``).
+a revoked token is (``token_cache_seconds``). The answers are kept in cachetools'
+``TLRUCache`` (each expires after its own ``seconds``), with a generation beside it, as
+``service.auth.principal_cache`` keeps tokens.
 """
 
 from __future__ import annotations
@@ -17,23 +19,33 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from cachetools import TLRUCache
 from sqlalchemy.orm import Session
 
 from service.kit.db import after_commit
 
 T = TypeVar("T")
 
+# Answers remembered at once: a process sees a few projects' worth; past this the least
+# recently used are dropped rather than the memory grown.
+_SIZE = 1024
+
+
+def _expires(_key: Any, held: tuple[float, object], now: float) -> float:
+    seconds, _answer = held
+    return now + seconds
+
+
 _lock = threading.Lock()
-# (database URL, key) -> (when it expires, the answer).
-_held: dict[tuple[str, Hashable], tuple[float, object]] = {}
+# (database URL, key) -> (how long it is kept, the answer); each expires on its own.
+_held: TLRUCache[tuple[str, Hashable], tuple[float, object]] = TLRUCache(
+    _SIZE, _expires, time.monotonic
+)
 # Bumped by each forgetting: an answer read before a change committed, and remembered
 # after it, would otherwise outlive the change.
 _generation = 0
-# Answers remembered at once: a process sees a few projects' worth; past this the oldest
-# are dropped rather than the memory grown.
-_SIZE = 1024
 
 
 def remembered(database_url: str, key: Hashable, seconds: float, read: Callable[[], T]) -> T:
@@ -41,18 +53,15 @@ def remembered(database_url: str, key: Hashable, seconds: float, read: Callable[
     ``seconds`` (0: read every time)."""
     if seconds <= 0:
         return read()
-    now = time.monotonic()
     with _lock:
         held = _held.get((database_url, key))
         generation = _generation
-    if held is not None and held[0] > now:
+    if held is not None:
         return held[1]  # type: ignore[return-value]
     answer = read()
     with _lock:
         if generation == _generation:
-            if len(_held) >= _SIZE:
-                del _held[next(iter(_held))]
-            _held[(database_url, key)] = (now + seconds, answer)
+            _held[(database_url, key)] = (seconds, answer)
     return answer
 
 

@@ -13,9 +13,9 @@ judged as if submitted at the same moment, as ``capacity.forecast`` judges them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -28,6 +28,8 @@ from service.grants.service import DataAccess
 from service.kit import access_cache, resolved_paths
 from service.kit.db import autocommit_reads
 from service.settings import Settings
+
+T = TypeVar("T")
 
 
 class PreparationReads:
@@ -52,10 +54,8 @@ class PreparationReads:
 
     def data_access(self, project: str) -> DataAccess:
         if project not in self._access:
-            self._access[project] = access_cache.remembered(
-                self._settings.database_url,
+            self._access[project] = self._remembered(
                 ("data_access", project),
-                self._settings.token_cache_seconds,
                 lambda: grant_service.data_access(self.session, self._settings, project),
             )
         return self._access[project]
@@ -74,13 +74,17 @@ class PreparationReads:
 
     def project_count(self) -> int:
         if self._projects is None:
-            self._projects = access_cache.remembered(
-                self._settings.database_url,
+            self._projects = self._remembered(
                 "project_count",
-                self._settings.token_cache_seconds,
                 lambda: self.session.scalar(select(func.count()).select_from(Project)) or 0,
             )
         return self._projects
+
+    def _remembered(self, key: Hashable, read: Callable[[], T]) -> T:
+        settings = self._settings
+        return access_cache.remembered(
+            settings.database_url, key, settings.token_cache_seconds, read
+        )
 
 
 @contextmanager
