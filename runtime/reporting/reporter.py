@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
-from typing import Any, NamedTuple
+from typing import Any
 
 from contract import protocol, variables
 from contract.limits import MAX_LINE, MAX_LOG_BATCH, MAX_LOG_BATCH_TEXT
@@ -117,6 +117,8 @@ class ServiceClient:
 def _printable(text: str) -> str:
     """``text`` as any UTF-8 output takes it: the bytes of a file name that are not UTF-8
     (held as lone surrogates) written ``\\xff``, where printing them would raise."""
+    if text.isascii():  # nearly every line, and nothing to do (a tenth of the cost)
+        return text
     try:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a lone surrogate that stands for no byte
@@ -136,11 +138,12 @@ class LogShipper:
         self.echo = echo
         # Guards what follows; notified when a full batch is waiting, or on close.
         self._ready = threading.Condition()
-        # Numbered and stamped, in seq order: the service keeps only seqs above the last
-        # one it stored for the host, so lines must leave in the order they were numbered.
-        self._pending: list[_Line] = []
+        # Stamped, as the rows a batch sends, in seq order: the service keeps only seqs
+        # above the last one it stored for the host, so lines must leave in the order they
+        # were numbered. A batch sends only its first row's seq; the others follow it.
+        self._pending: list[Row] = []
         # A restarted job's instances number their lines on from the last attempt's.
-        self._seq = first_seq - 1
+        self._pending_seq = first_seq
         self._stamp = 0.0
         self._dropped = 0
         self._closing = False
@@ -176,41 +179,43 @@ class LogShipper:
         self._thread.join(timeout)
 
     def _append(self, stream: Stream, message: str) -> None:
-        """Numbered and stamped under the lock, so seqs follow the order lines came in."""
-        self._seq += 1
+        """Kept and stamped under the lock, so seqs follow the order lines came in."""
         # Never before the line above, should the clock step back: a follower reads a
-        # host's lines by time, and relies on times rising with seqs.
-        self._stamp = max(time.time(), self._stamp)
-        self._pending.append(_Line(self._seq, self._stamp, stream, message))
+        # host's lines by time, and relies on times rising with seqs. (Compared, not
+        # max(): this runs for every line a script prints.)
+        now = time.time()
+        if now > self._stamp:
+            self._stamp = now
+        self._pending.append((self._stamp, stream, message))
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:
-            if not batch:
+            if not batch.rows:
                 continue
             if self.echo:
-                _echo(batch)
+                _echo(batch.rows)
             if self.client is not None:
                 self._deliver(self.client, batch)
 
-    def _take(self) -> list[_Line] | None:
+    def _take(self) -> LogBatch | None:
         """The next batch, once a full one waits or BATCH_INTERVAL has passed (empty if
         nothing came); None once closing with nothing left."""
         with self._ready:
             if len(self._pending) < MAX_BATCH and not self._closing:
                 self._ready.wait(BATCH_INTERVAL)
             if not self._pending:
-                return None if self._closing else []
+                return None if self._closing else LogBatch(self._pending_seq, [])
             size = _batch_size(self._pending)
-            batch = self._pending[:size]
+            # Packed: the lines' seqs follow each other, so only the first is sent, and
+            # each line is a row, which the service reads five times faster than an object.
+            batch = LogBatch(self._pending_seq, self._pending[:size])
             del self._pending[:size]
+            self._pending_seq += size
             return batch
 
-    def _deliver(self, client: ServiceClient, batch: list[_Line]) -> None:
-        """Send ``batch`` until it is taken or refused; the same batch again after a
+    def _deliver(self, client: ServiceClient, packed: LogBatch) -> None:
+        """Send ``packed`` until it is taken or refused; the same batch again after a
         failure, which the service recognises by its seqs."""
-        # Packed: the lines' seqs follow each other, so only the first is sent, and each
-        # line is a row, which the service reads five times faster than an object.
-        packed = LogBatch(batch[0].seq, [line.row() for line in batch])
         delay = BATCH_INTERVAL
         while not self._ship(client, packed):
             time.sleep(delay)
@@ -229,34 +234,28 @@ class LogShipper:
             return False
 
 
-class _Line(NamedTuple):
-    seq: int
-    stamp: float
-    stream: Stream
-    message: str
-
-    def row(self) -> tuple[float, Stream, str]:
-        return (self.stamp, self.stream, self.message)
+# A line as a batch sends it: its time (seconds since the epoch), stream and message.
+Row = tuple[float, Stream, str]
 
 
-def _batch_size(pending: list[_Line]) -> int:
+def _batch_size(pending: list[Row]) -> int:
     """How many of the first pending lines make one batch: at most MAX_BATCH lines and
     MAX_LOG_BATCH_TEXT bytes of messages as the body writes them, but always at least one
     line. Counted in bytes sent, not characters: the service bounds bodies in bytes, and
     escapes make a line of progress bars six times longer than it reads."""
     size, budget = 0, MAX_LOG_BATCH_TEXT
-    for line in itertools.islice(pending, MAX_BATCH):
+    for _, _, message in itertools.islice(pending, MAX_BATCH):
         # As json.dumps writes the message: quoted, with its escapes (json's C code).
-        budget -= len(encode_basestring_ascii(line.message))
+        budget -= len(encode_basestring_ascii(message))
         if size and budget < 0:
             break
         size += 1
     return size
 
 
-def _echo(batch: list[_Line]) -> None:
+def _echo(batch: list[Row]) -> None:
     # One write for the batch: a line each would cost a system call each. A console that
     # is gone must not stop the lines from reaching the service.
     with contextlib.suppress(OSError, ValueError):
-        sys.stdout.write("".join(f"[{line.stream}] {line.message}\n" for line in batch))
+        sys.stdout.write("".join(f"[{stream}] {message}\n" for _, stream, message in batch))
         sys.stdout.flush()

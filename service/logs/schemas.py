@@ -9,10 +9,15 @@ from contract import protocol
 from contract.limits import MAX_LOG_BATCH
 from service.kit.db import to_micros
 from service.kit.integers import INT32_MAX
-from service.kit.protocol import as_message, model_of
-from service.kit.text import StorableText
+from service.kit.protocol import as_message, model_of, validate_body
+from service.kit.text import StorableText, without_nul
 
 Message = Annotated[StorableText, Field(max_length=protocol.MAX_MESSAGE)]
+# A packed row's message: its NULs are replaced once for the whole batch, where its JSON
+# text holds one, not by a validator called for each of thousands of lines.
+PackedMessage = Annotated[str, Field(max_length=protocol.MAX_MESSAGE)]
+# JSON writes a NUL in a string only as this escape (a raw one is refused).
+_NUL_ESCAPE = b"\\u0000"
 # A packed line's time, seconds since the epoch in UTC: up to the end of year 9999, as far
 # as a datetime goes.
 Stamp = Annotated[float, Field(ge=0, lt=253_402_300_800, allow_inf_nan=False)]
@@ -26,6 +31,21 @@ class Line(NamedTuple):
     micros: int
     stream: str
     message: str
+
+
+class Packed(NamedTuple):
+    """A packed batch's lines as received: ``rows`` of ``(time, stream, message)``, a
+    time in seconds since the epoch, numbered on from ``first_seq``. Stored from these
+    rows as they are: a line object each cost as much as validating the batch."""
+
+    first_seq: int
+    rows: list[tuple[float, str, str]]
+
+    def lines(self) -> list[Line]:
+        return [
+            Line(seq, round(stamp * 1_000_000), stream, message)
+            for seq, (stamp, stream, message) in enumerate(self.rows, start=self.first_seq)
+        ]
 
 
 class LogLine(BaseModel):
@@ -56,23 +76,25 @@ def _one_form(batch: Any) -> Any:
 # faster than an object per line, in half the bytes), or the object form, ``lines``.
 LogBatchBody = model_of(
     protocol.LogBatch,
-    refined={"rows": list[tuple[Stamp, protocol.Stream, Message]]},
+    refined={"rows": list[tuple[Stamp, protocol.Stream, PackedMessage]]},
     optional=True,
     extra={"lines": (list[LogLine] | None, Field(default=None, max_length=MAX_LOG_BATCH))},
     validators={"_one_form": model_validator(mode="after")(_one_form)},
 )
 
 
-def stored_lines(batch: BaseModel) -> list[Line]:
-    """The lines of a validated ``LogBatchBody``, as they are stored."""
+def received_lines(body: bytes) -> list[Line] | Packed:
+    """A ``LogBatchBody``'s lines, validated from its JSON text in one pass: a packed
+    batch as it came (NULs replaced), the object form as lines."""
+    batch = validate_body(LogBatchBody, body)
     lines: list[LogLine] | None = getattr(batch, "lines", None)
     if lines is not None:
         return [line.stored() for line in lines]
     packed = as_message(protocol.LogBatch, batch)
-    return [
-        Line(seq, round(stamp * 1_000_000), stream, message)
-        for seq, (stamp, stream, message) in enumerate(packed.rows, start=packed.first_seq)
-    ]
+    rows = packed.rows
+    if _NUL_ESCAPE in body:
+        rows = [(stamp, stream, without_nul(message)) for stamp, stream, message in rows]
+    return Packed(packed.first_seq, rows)
 
 
 class LogEventPublic(BaseModel):

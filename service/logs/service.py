@@ -15,22 +15,31 @@ from service.kit.errors import NotFound, SpecError
 from service.kit.pagination import decode_cursor, encode_cursor
 from service.logs import pages, repository
 from service.logs.models import LogEvent
-from service.logs.schemas import Line
+from service.logs.schemas import Line, Packed
 from service.settings import Settings
 
 
-def ingest(session: Session, job_id: str, host: str, lines: list[Line]) -> int:
+def ingest(session: Session, job_id: str, host: str, lines: list[Line] | Packed) -> int:
     """Store the lines not stored yet (a retried batch repeats seqs); returns how many."""
     # The last line by the unique index, read backwards: max() is planned as a scan of
     # every line of the host where PostgreSQL's statistics predate the job, a cost that
     # grew with each batch.
-    last = session.scalar(
-        select(LogEvent.seq)
-        .where(LogEvent.job_id == job_id, LogEvent.host == host)
-        .order_by(LogEvent.seq.desc())
-        .limit(1)
+    last = (
+        session.scalar(
+            select(LogEvent.seq)
+            .where(LogEvent.job_id == job_id, LogEvent.host == host)
+            .order_by(LogEvent.seq.desc())
+            .limit(1)
+        )
+        or 0
     )
-    fresh = sorted((line for line in lines if line.seq > (last or 0)), key=lambda line: line.seq)
+    if isinstance(lines, Packed):
+        # Numbered on from first_seq, one each: those not stored yet are its last rows.
+        skip = max(0, last - lines.first_seq + 1)
+        fresh_rows = lines.rows[skip:]
+        repository.insert_packed(session, job_id, host, lines.first_seq + skip, fresh_rows)
+        return len(fresh_rows)
+    fresh = sorted((line for line in lines if line.seq > last), key=lambda line: line.seq)
     repository.insert_lines(session, job_id, host, fresh)
     return len(fresh)
 

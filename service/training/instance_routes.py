@@ -20,9 +20,8 @@ from service.jobs.params import HostName, JobName, ProjectName
 from service.jobs.schemas import JobPublic
 from service.kit.deps import ReadSessionDep, SessionDep, SettingsDep
 from service.kit.errors import NotFound, replies
-from service.kit.protocol import validate_body
 from service.logs import service as logs
-from service.logs.schemas import Line, LogBatchBody, stored_lines
+from service.logs.schemas import Line, Packed, received_lines
 from service.metrics import extraction, instance
 from service.observability import instruments
 from service.training import instance_credentials, service
@@ -107,12 +106,12 @@ def notice_interruption(
     return to_public(service.notice_interruption(session, settings, job, host, notice), principal)
 
 
-async def _log_lines(request: Request) -> list[Line]:
+async def _log_lines(request: Request) -> list[Line] | Packed:
     """The body's lines, validated from its JSON text in one pass."""
-    return stored_lines(validate_body(LogBatchBody, await request.body()))
+    return received_lines(await request.body())
 
 
-LogLines = Annotated[list[Line], Depends(_log_lines)]
+LogLines = Annotated[list[Line] | Packed, Depends(_log_lines)]
 
 
 @router.post(instance_route(Endpoint.LOGS), response_model=Ingested, include_in_schema=False)

@@ -31,7 +31,7 @@ from contract.protocol import (
 )
 from runtime.reporting.reporter import ServiceClient
 from service.kit.protocol import as_message, validate_body
-from service.logs.schemas import LogBatchBody, stored_lines
+from service.logs.schemas import LogBatchBody, Packed, received_lines
 from service.metrics.instance import InstanceMetricsBody
 from service.training.instance_messages import InterruptionNoticeBody, StatusReportBody
 
@@ -181,7 +181,9 @@ def test_the_contract_bounds_are_the_services(
 
 def test_a_packed_batch_is_stored_numbered_on_from_its_first_seq() -> None:
     batch = LogBatch(41, [(1.5, "stdout", "a\x00b"), (2.0, "stderr", "c")])
-    lines = stored_lines(validate_body(LogBatchBody, json.dumps(protocol.body(batch)).encode()))
+    received = received_lines(json.dumps(protocol.body(batch)).encode())
+    assert isinstance(received, Packed)
+    lines = received.lines()
     assert [(line.seq, line.micros, line.stream, line.message) for line in lines] == [
         (41, 1_500_000, "stdout", "a\ufffdb"),
         (42, 2_000_000, "stderr", "c"),

@@ -15,7 +15,7 @@ from sqlalchemy import event, select
 
 from service.jobs.models import JobInstance, TrainingJob
 from service.kit.db import get_engine, session_scope
-from service.logs import follow
+from service.logs import follow, repository
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
 
@@ -81,6 +81,42 @@ def test_a_packed_batch_is_numbered_from_its_first_seq_with_its_times_exact(
         start + timedelta(microseconds=1),
         datetime(2026, 11, 23, 23, tzinfo=UTC),
     ]
+
+
+def test_a_packed_lines_nul_is_stored_replaced_and_its_neighbours_as_sent(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    # A message that spells the escape out (its backslash escaped) holds no NUL.
+    rows = [[1.0, "stdout", "a\x00b"], [1.0, "stdout", "\\u0000 as text"]]
+    assert api.post(url, json={"first_seq": 1, "rows": rows}, headers=headers).json() == {
+        "stored": 2
+    }
+    events = api.get("/v1/training-jobs/job-1/logs").json()["events"]
+    assert [e["message"] for e in events] == ["a\ufffdb", "\\u0000 as text"]
+
+
+def test_lines_are_stored_as_sent_where_sqlite_lacks_its_json_functions(
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's JSON functions are optional before 3.38, and every SQLite here has them.
+    monkeypatch.setattr(repository, "_sqlite_reads_json", lambda: False)
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    packed = {"first_seq": 1, "rows": [[1.5, "stdout", "one"], [2.25, "stderr", "two 😀"]]}
+    assert api.post(url, json=packed, headers=headers).json() == {"stored": 2}
+    objects = {"lines": [log_line(3, 3, "three")]}
+    assert api.post(url, json=objects, headers=headers).json() == {"stored": 1}
+    events = api.get("/v1/training-jobs/job-1/logs").json()["events"]
+    assert [(e["seq"], e["stream"], e["message"]) for e in events] == [
+        (1, "stdout", "one"),
+        (2, "stderr", "two 😀"),
+        (3, "stdout", "three"),
+    ]
+    assert datetime.fromisoformat(events[1]["time"]) == datetime(
+        1970, 1, 1, 0, 0, 2, 250000, tzinfo=UTC
+    )
 
 
 @pytest.mark.parametrize(
