@@ -182,6 +182,60 @@ def test_a_lone_submission_is_stored_at_once(settings: Settings, source_dir: Pat
     assert submissions.waiting == 0
 
 
+def _after_a_batch_of_three(settings: Settings, source_dir: Path, names: list[str]) -> Submissions:
+    """Submissions whose last batch held three creates (behind a first one, held)."""
+    submissions = Submissions(settings)
+
+    async def batches() -> None:
+        with _storing_held(settings):
+            first = asyncio.create_task(submissions.submit(_spec(source_dir, names[0]), "default"))
+            await asyncio.sleep(0)  # it is in line
+            await _until(lambda: submissions.waiting == 0)
+            rest = [submissions.submit(_spec(source_dir, name), "default") for name in names[1:]]
+            tasks = [asyncio.create_task(each) for each in rest]
+            await _until(lambda: submissions.waiting == len(tasks))
+        await asyncio.gather(first, *tasks)
+
+    asyncio.run(batches())
+    return submissions
+
+
+def test_after_a_batch_of_several_the_next_waits_for_as_many_creates(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Clients that send their next create once answered come back one by one: the thread
+    # waits for as many as the last batch held, here far longer than it would need to.
+    monkeypatch.setattr(submissions_module, "LINGER_SECONDS", 60.0)
+    submissions = _after_a_batch_of_three(settings, source_dir, ["a", "b", "c", "d"])
+
+    async def next_batch() -> list[TrainingJob]:
+        first = asyncio.create_task(submissions.submit(_spec(source_dir, "e"), "default"))
+        await asyncio.sleep(0.3)
+        assert not first.done()
+        assert submissions.waiting == 1  # kept back for the rest of its batch
+        rest = [submissions.submit(_spec(source_dir, name), "default") for name in ("f", "g")]
+        return await asyncio.wait_for(asyncio.gather(first, *rest), timeout=30)
+
+    with _counting_commits(settings) as commits:
+        started = time.monotonic()
+        assert [job.name for job in asyncio.run(next_batch())] == ["e", "f", "g"]
+    assert time.monotonic() - started < 30  # at once, once the three were there
+    assert len(commits) == 1
+    assert submissions.waiting == 0
+
+
+def test_a_create_after_a_batch_of_several_waits_no_longer_than_the_linger(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(submissions_module, "LINGER_SECONDS", 0.5)
+    submissions = _after_a_batch_of_three(settings, source_dir, ["a", "b", "c", "d"])
+    started = time.monotonic()
+    job = asyncio.run(submissions.submit(_spec(source_dir, "alone"), "default"))
+    waited = time.monotonic() - started
+    assert job.name == "alone"
+    assert 0.5 <= waited < 10, waited
+
+
 def test_many_requests_at_once_each_get_their_own_job(settings: Settings, source_dir: Path) -> None:
     submissions = Submissions(settings)
     names = [f"busy-{n}" for n in range(40)]
