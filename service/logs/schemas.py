@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
@@ -39,7 +40,7 @@ class Packed(NamedTuple):
     rows as they are: a line object each cost as much as validating the batch."""
 
     first_seq: int
-    rows: list[tuple[float, str, str]]
+    rows: Sequence[tuple[float, str, str]]
 
     def lines(self) -> list[Line]:
         return [
