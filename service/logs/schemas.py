@@ -42,12 +42,6 @@ class Packed(NamedTuple):
     first_seq: int
     rows: Sequence[tuple[float, str, str]]
 
-    def lines(self) -> list[Line]:
-        return [
-            Line(seq, round(stamp * 1_000_000), stream, message)
-            for seq, (stamp, stream, message) in enumerate(self.rows, start=self.first_seq)
-        ]
-
 
 class LogLine(BaseModel):
     """One line of a batch in the object form (``{"lines": [...]}``): what runtimes sent

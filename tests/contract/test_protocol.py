@@ -179,12 +179,7 @@ def test_the_contract_bounds_are_the_services(
     assert all(error["loc"][:2] == ("body", field) for error in caught.value.errors())
 
 
-def test_a_packed_batch_is_stored_numbered_on_from_its_first_seq() -> None:
+def test_a_packed_batch_is_received_numbered_on_from_its_first_seq() -> None:
     batch = LogBatch(41, [(1.5, "stdout", "a\x00b"), (2.0, "stderr", "c")])
     received = received_lines(json.dumps(protocol.body(batch)).encode())
-    assert isinstance(received, Packed)
-    lines = received.lines()
-    assert [(line.seq, line.micros, line.stream, line.message) for line in lines] == [
-        (41, 1_500_000, "stdout", "a\ufffdb"),
-        (42, 2_000_000, "stderr", "c"),
-    ]
+    assert received == Packed(41, [(1.5, "stdout", "a\ufffdb"), (2.0, "stderr", "c")])
