@@ -4,6 +4,7 @@ jobs, or the job an instance's token speaks for. Below the domains that hang off
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -53,6 +54,25 @@ def get(
     if job is None:
         raise NotFound(f"no training job named {name!r}")
     return job
+
+
+def get_many_to_change(
+    session: Session, wanted: Sequence[tuple[str, Principal, str | None]]
+) -> list[TrainingJob | NotFound]:
+    """For each (name, caller, project) of ``wanted``, the job as ``get`` finds it to
+    change (its instances read when first looked at), or its NotFound: every job read, and
+    locked, by one statement."""
+    keys = [(project or viewer.project, name) for name, viewer, project in wanted]
+    # A project the caller cannot see holds no jobs, as for ``get``.
+    seen = [viewer.sees(key[0]) for key, (_, viewer, _) in zip(keys, wanted, strict=True)]
+    found = repository.get_many_to_change(
+        session, [key for key, visible in zip(keys, seen, strict=True) if visible]
+    )
+    jobs: list[TrainingJob | NotFound] = []
+    for key, visible in zip(keys, seen, strict=True):
+        job = found.get(key) if visible else None
+        jobs.append(job if job is not None else NotFound(f"no training job named {key[1]!r}"))
+    return jobs
 
 
 def list_jobs(

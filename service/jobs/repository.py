@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.orm import Session, joinedload, selectinload
@@ -66,6 +68,25 @@ def get(
         locked=to_change,
         instances=with_instances,
     )
+
+
+def get_many_to_change(
+    session: Session, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], TrainingJob]:
+    """The jobs of these (project, name) keys that exist, by key, each with its
+    transitions, locked as ``get`` locks one: read in one statement, locked in the order
+    of their ids, as every batch locks them, so that two batches never wait on each other."""
+    if not keys:
+        return {}
+    query = (
+        select(TrainingJob)
+        .where(tuple_(TrainingJob.project, TrainingJob.name).in_(keys))
+        .order_by(TrainingJob.id)
+        .with_for_update(of=TrainingJob)
+        .options(joinedload(TrainingJob.transitions))
+    )
+    jobs = session.execute(query).unique().scalars()
+    return {(job.project, job.name): job for job in jobs}
 
 
 def has_no_instances(job: TrainingJob) -> None:

@@ -256,20 +256,13 @@ async def stop_training_job(
     project: ProjectName = None,
 ) -> Response:
     """Stop a running job: its scripts get SIGTERM and a grace period, then it is Stopped."""
-    settings: Settings = request.app.state.settings
-    stopped = await run_in_threadpool(_stop, settings, name, user, project)
+    submissions: Submissions = request.app.state.submissions
+    # Stopped by the thread that stores creates, with the stops asked meanwhile: one
+    # transaction for a batch of them (``Submissions.stop``).
+    stopped = await submissions.stop(
+        name, user, project, lambda job: to_public(job, user).model_dump_json()
+    )
     return Response(stopped, media_type="application/json")
-
-
-def _stop(settings: Settings, name: str, user: Principal, project: str | None) -> str:
-    """The stop, its commit and its reply, in one hand-off to the thread pool: a sync
-    route and its transaction's dependency took three (the route, the commit, and the
-    reply checked again against its model in the event loop), which under load cost more
-    than the stop's own statements."""
-    with session_scope(settings.database_url) as session:
-        return to_public(
-            service.stop(session, settings, name, user, project), user
-        ).model_dump_json()
 
 
 @router.delete("/{name}", response_model=JobDeleted, responses=replies(401, 403, 404, 409, 422))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +39,7 @@ from service.kit.enqueue import enqueue_reconcile
 from service.kit.errors import (
     Conflict,
     ResourceLimitExceeded,
+    RunyardError,
     SpecError,
 )
 from service.logs import repository as log_repository
@@ -48,6 +50,7 @@ from service.training.preparation import PreparedJob, prepare
 log = logging.getLogger(__name__)
 
 STOP_ATTEMPTS = 3
+STOP_REASON = "Stopping at the user's request"
 
 
 def dry_run(session: Session, settings: Settings, spec: JobCreate, project: str) -> DryRun:
@@ -183,42 +186,69 @@ def stop(
     user: Principal,
     project: str | None = None,
     *,
-    reason: str = "Stopping at the user's request",
+    reason: str = STOP_REASON,
 ) -> TrainingJob:
     """Stop the job; ``reason``: its stop's message (a tuner stopping a trial early says
     why)."""
     # The job is read locked, so the reconciler cannot write it between our read and our
     # write (on PostgreSQL; SQLite's writer holds the whole database); should the version
     # check still find it changed, read again and decide again.
-    in_line = False
     for _ in range(STOP_ATTEMPTS):
         # Its instances are read only if it has any (the reply shows them).
         job = lookup.get(session, name, user, project, to_change=True, with_instances=False)
-        user.require(Role.MEMBER, job.project, "stopping a job")
-        if job.status in TERMINAL:
-            raise Conflict(f"training job {name!r} has already ended ({job.status})")
-        if job.status == Status.STOPPING:
-            break
-        lifecycle.apply(job, Event.STOP_REQUESTED, reason)
-        in_line = _never_launched(job)
         try:
-            if in_line:
-                repository.has_no_instances(job)
-                _stop_in_line(session, job)
+            _begin_stop(session, settings, job, user, reason)
             # One flush for both changes; a stale job is found here, and what was
             # written meanwhile (the log line) is rolled back with it.
             session.flush()
-            break
+            return job
         except StaleDataError:
             session.rollback()
             session.expunge_all()
-    else:
-        raise Conflict(f"training job {name!r} kept changing; try again")
-    if not in_line:
-        enqueue_reconcile(session, settings, job.id)
+    raise Conflict(f"training job {name!r} kept changing; try again")
+
+
+def stop_many(
+    session: Session, settings: Settings, wanted: Sequence[tuple[str, Principal, str | None]]
+) -> list[TrainingJob | RunyardError]:
+    """Stop each (name, caller, project) of ``wanted`` in the session's one transaction:
+    the jobs read (locked) in one statement and written in one flush. Each gets its job, or
+    what refused its stop; anything else raised (a job changed meanwhile) is the caller's
+    to handle, for the whole batch, which is then not committed."""
+    found = lookup.get_many_to_change(
+        session, [(name, user, project) for name, user, project in wanted]
+    )
+    stopped: list[TrainingJob | RunyardError] = []
+    for job, (_, user, _) in zip(found, wanted, strict=True):
+        try:
+            if isinstance(job, RunyardError):
+                raise job
+            _begin_stop(session, settings, job, user, STOP_REASON)
+        except RunyardError as refused:  # this stop's own: the others go on
+            stopped.append(refused)
+            continue
+        stopped.append(job)
+    session.flush()
+    return stopped
+
+
+def _begin_stop(
+    session: Session, settings: Settings, job: TrainingJob, user: Principal, reason: str
+) -> None:
+    """Move ``job`` to Stopping (a job that never launched on to Stopped, at once) for
+    ``user``, or refuse; flushed by the caller. The worker is told after the commit."""
+    user.require(Role.MEMBER, job.project, "stopping a job")
+    if job.status in TERMINAL:
+        raise Conflict(f"training job {job.name!r} has already ended ({job.status})")
     # For operators: who stopped what (the line names the job and the request).
     log.info("stop requested by %s", user.name)
-    return job
+    if job.status != Status.STOPPING:
+        lifecycle.apply(job, Event.STOP_REQUESTED, reason)
+        if _never_launched(job):
+            repository.has_no_instances(job)
+            _stop_in_line(session, job)
+            return
+    enqueue_reconcile(session, settings, job.id)
 
 
 def _never_launched(job: TrainingJob) -> bool:

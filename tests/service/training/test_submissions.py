@@ -15,15 +15,18 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from service.auth.access import Principal, Role
 from service.capacity import service as capacity
 from service.grants.places import keys
 from service.jobs.models import JobLease, JobWritePlace, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
-from service.kit.errors import Conflict, SpecError
+from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
+from service.logs.models import LogEvent
 from service.settings import Settings
 from service.training import preparation, service
 from service.training import submissions as submissions_module
@@ -395,3 +398,134 @@ def test_a_job_writing_where_another_projects_job_wrote_fails_alone_in_one_read(
     with session_scope(settings.database_url) as session:
         stored = session.scalars(select(TrainingJob.name).order_by(TrainingJob.name)).all()
     assert stored == ["before", "in-ours"]
+
+
+ADMIN = Principal(kind="user", name="admin", project="default", role=Role.ADMIN)
+VIEWER = Principal(kind="user", name="viewer", project="default", role=Role.VIEWER)
+
+
+def _reply(job: TrainingJob) -> str:
+    return f"{job.name} {job.status} {job.secondary_status}"
+
+
+@contextmanager
+def _stopping_held(settings: Settings, name: str) -> Iterator[None]:
+    """Hold back a stop of job ``name``: on PostgreSQL by its row's lock, which a stop
+    takes to read it, on SQLite by its write lock."""
+    if settings.database_url.startswith("sqlite"):
+        with _storing_held(settings):
+            yield
+        return
+    holder = create_engine(settings.database_url, poolclass=NullPool)
+    try:
+        with Session(holder) as session, session.begin():
+            session.execute(select(TrainingJob).where(TrainingJob.name == name).with_for_update())
+            yield
+    finally:
+        holder.dispose()
+
+
+def _stop_while_held(
+    submissions: Submissions, settings: Settings, stops: list[tuple[str, Principal]]
+) -> list[str | BaseException]:
+    """Ask ``stops`` at once, the first while it cannot be stored: the first batch holds
+    it, the rest wait behind and go together."""
+
+    async def stop_all() -> list[str | BaseException]:
+        with _stopping_held(settings, stops[0][0]):
+            first = asyncio.create_task(submissions.stop(*stops[0], None, _reply))
+            await asyncio.sleep(0)  # it is in line
+            await _until(lambda: submissions.waiting == 0)
+            rest = [
+                asyncio.create_task(submissions.stop(name, user, None, _reply))
+                for name, user in stops[1:]
+            ]
+            await _until(lambda: submissions.waiting == len(rest))
+        return await asyncio.gather(first, *rest, return_exceptions=True)
+
+    return asyncio.run(stop_all())
+
+
+def _submitted(settings: Settings, source_dir: Path, names: list[str]) -> Submissions:
+    submissions = Submissions(settings)
+
+    async def submit_all() -> None:
+        await asyncio.gather(
+            *(submissions.submit(_spec(source_dir, name), "default") for name in names)
+        )
+
+    asyncio.run(submit_all())
+    return submissions
+
+
+def test_stops_asked_together_are_stored_in_one_transaction_each_with_its_answer(
+    settings: Settings, source_dir: Path
+) -> None:
+    # No worker launches them: each waits to launch, and a stop ends it at once. One stop
+    # is not the caller's to make, one names no job, one a job that has ended, one a job
+    # stopped twice in the same batch.
+    submissions = _submitted(settings, source_dir, ["first", "a", "b", "c", "ended"])
+    asyncio.run(submissions.stop("ended", ADMIN, None, _reply))
+    stops = [
+        ("first", ADMIN),
+        ("a", ADMIN),
+        ("b", VIEWER),
+        ("missing", ADMIN),
+        ("ended", ADMIN),
+        ("c", ADMIN),
+        ("c", ADMIN),
+    ]
+    with _counting_commits(settings) as commits:
+        outcomes = _stop_while_held(submissions, settings, stops)
+    assert len(commits) == 2  # the first alone, then the rest together
+    assert outcomes[:3] == ["first Stopped Stopped", "a Stopped Stopped", outcomes[2]]
+    assert isinstance(outcomes[2], Forbidden)
+    assert isinstance(outcomes[3], NotFound)
+    assert "'missing'" in str(outcomes[3])
+    assert isinstance(outcomes[4], Conflict)
+    assert "already ended" in str(outcomes[4])
+    assert outcomes[5] == "c Stopped Stopped"
+    assert isinstance(outcomes[6], Conflict)  # the batch's first stop of it ended it
+    with session_scope(settings.database_url) as session:
+        statuses = {
+            job.name: (job.status, [t.secondary_status for t in job.transitions])
+            for job in session.scalars(select(TrainingJob))
+        }
+        lines = session.scalar(select(func.count()).select_from(LogEvent))
+    status, transitions = statuses["a"]
+    assert (status, transitions[-2:]) == ("Stopped", ["Stopping", "Stopped"])
+    assert statuses["b"][0] == "InProgress"  # the viewer's stop changed nothing
+    # A line in the log of each job stopped: "ended", "first", "a" and "c".
+    assert lines == 4
+
+
+def test_a_batch_of_stops_that_fails_is_stopped_again_one_by_one(
+    settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submissions = _submitted(settings, source_dir, ["first", "a", "b"])
+    real_stop_many = service.stop_many
+    batches: list[int] = []
+
+    def failing_once(session: Session, *args: Any) -> Any:
+        batches.append(len(args[1]))
+        stopped = real_stop_many(session, *args)
+        if len(batches) == 1:
+            raise OperationalError("UPDATE", {}, Exception("the database went away"))
+        return stopped
+
+    monkeypatch.setattr(service, "stop_many", failing_once)
+    outcomes = _stop_while_held(
+        submissions, settings, [("first", ADMIN), ("a", ADMIN), ("b", ADMIN), ("nope", ADMIN)]
+    )
+    assert batches == [3]  # the batch behind the first; then each alone
+    assert outcomes[:3] == [
+        "first Stopped Stopped",
+        "a Stopped Stopped",
+        "b Stopped Stopped",
+    ]
+    assert isinstance(outcomes[3], NotFound)
+    with session_scope(settings.database_url) as session:
+        transitions = [t.secondary_status for t in named(session, "a").transitions]
+    # Stopped once: the failed batch's changes went with it.
+    assert transitions[-2:] == ["Stopping", "Stopped"]
+    assert transitions.count("Stopping") == 1
