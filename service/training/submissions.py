@@ -114,11 +114,7 @@ class Submissions:
         if preparation.checks_reach_network(self._settings, spec):
             prepared = await run_in_threadpool(preparation.prepare, self._settings, spec, project)
         mine = _Submission(spec, project, asyncio.get_running_loop().create_future(), prepared)
-        with self._changed:
-            self._waiting.append(mine)
-            if self._thread is None:
-                self._start()
-            self._changed.notify()
+        self._put(mine)
         # A request cancelled here (its client went away) leaves its job to be stored,
         # as a create whose reply was lost on the way would be.
         return await mine.outcome
@@ -133,12 +129,16 @@ class Submissions:
         """Stop the job, with whatever stops were asked meanwhile; returns ``reply`` of the
         stopped job once the stop is committed, or raises what refused it."""
         mine = _Stop(name, user, project, reply, asyncio.get_running_loop().create_future())
+        self._put(mine)
+        return await mine.outcome
+
+    def _put(self, mine: _Submission | _Stop) -> None:
+        """In line for the next batch; the thread is started if none runs."""
         with self._changed:
             self._waiting.append(mine)
             if self._thread is None:
                 self._start()
             self._changed.notify()
-        return await mine.outcome
 
     def _run(self) -> None:
         try:
