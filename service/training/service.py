@@ -201,10 +201,12 @@ def stop(
             # One flush for both changes; a stale job is found here, and what was
             # written meanwhile (the log line) is rolled back with it.
             session.flush()
-            return job
         except StaleDataError:
             session.rollback()
             session.expunge_all()
+            continue
+        note_stop(user)
+        return job
     raise Conflict(f"training job {name!r} kept changing; try again")
 
 
@@ -214,7 +216,8 @@ def stop_many(
     """Stop each (name, caller, project) of ``wanted`` in the session's one transaction:
     the jobs read (locked) in one statement and written in one flush. Each gets its job, or
     what refused its stop; anything else raised (a job changed meanwhile) is the caller's
-    to handle, for the whole batch, which is then not committed."""
+    to handle, for the whole batch, which is then not committed. Logs nothing: the caller
+    notes each stop (``note_stop``) in its own request's log context."""
     found = lookup.get_many_to_change(
         session, [(name, user, project) for name, user, project in wanted]
     )
@@ -232,6 +235,12 @@ def stop_many(
     return stopped
 
 
+def note_stop(user: Principal) -> None:
+    """For operators: who stopped what (the line names the job and the request, from the
+    context it is logged in)."""
+    log.info("stop requested by %s", user.name)
+
+
 def _begin_stop(
     session: Session, settings: Settings, job: TrainingJob, user: Principal, reason: str
 ) -> None:
@@ -240,8 +249,6 @@ def _begin_stop(
     user.require(Role.MEMBER, job.project, "stopping a job")
     if job.status in TERMINAL:
         raise Conflict(f"training job {job.name!r} has already ended ({job.status})")
-    # For operators: who stopped what (the line names the job and the request).
-    log.info("stop requested by %s", user.name)
     if job.status != Status.STOPPING:
         lifecycle.apply(job, Event.STOP_REQUESTED, reason)
         if _never_launched(job):

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
@@ -89,6 +90,9 @@ class _Stop:
     outcome: asyncio.Future[str]
     answer: str | None = None  # the reply, once the stop is committed
     error: BaseException | None = None
+    # The request's, taken where it asked (in its task): what this thread logs of the
+    # stop names the request and the job, as it would in the request's own thread.
+    context: contextvars.Context = field(default_factory=contextvars.copy_context)
 
 
 class Submissions:
@@ -231,7 +235,7 @@ class Submissions:
         """Stop the batch's jobs in one transaction; should it fail (a job that changed
         meanwhile, say), each again in one of its own, so only a stop at fault fails."""
         if len(stops) == 1:
-            self._stop_one(stops[0])
+            stops[0].context.run(self._stop_one, stops[0])
             return
         try:
             with session_scope(self._settings.database_url) as session:
@@ -246,7 +250,11 @@ class Submissions:
         except Exception:
             for each in stops:
                 each.answer = each.error = None  # nothing of the batch was stored
-                self._stop_one(each)
+                each.context.run(self._stop_one, each)
+            return
+        for each in stops:
+            if each.answer is not None:
+                each.context.run(service.note_stop, each.user)
 
     def _stop_one(self, each: _Stop) -> None:
         try:

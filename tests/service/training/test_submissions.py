@@ -4,6 +4,8 @@ transaction; a job that cannot be stored fails alone."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import sqlite3
 import threading
 import time
@@ -27,6 +29,8 @@ from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
 from service.logs.models import LogEvent
+from service.observability import context as observed
+from service.observability.logs import JsonFormatter
 from service.settings import Settings
 from service.training import preparation, service
 from service.training import submissions as submissions_module
@@ -431,14 +435,20 @@ def _stop_while_held(
     """Ask ``stops`` at once, the first while it cannot be stored: the first batch holds
     it, the rest wait behind and go together."""
 
+    async def asked(index: int, name: str, user: Principal) -> str:
+        # As a request would ask it: the request's id and its job in its task's context.
+        observed.request_id.set(f"stop-{index}")
+        observed.job_name.set(name)
+        return await submissions.stop(name, user, None, _reply)
+
     async def stop_all() -> list[str | BaseException]:
         with _stopping_held(settings, stops[0][0]):
-            first = asyncio.create_task(submissions.stop(*stops[0], None, _reply))
+            first = asyncio.create_task(asked(0, *stops[0]))
             await asyncio.sleep(0)  # it is in line
             await _until(lambda: submissions.waiting == 0)
             rest = [
-                asyncio.create_task(submissions.stop(name, user, None, _reply))
-                for name, user in stops[1:]
+                asyncio.create_task(asked(index, name, user))
+                for index, (name, user) in enumerate(stops[1:], start=1)
             ]
             await _until(lambda: submissions.waiting == len(rest))
         return await asyncio.gather(first, *rest, return_exceptions=True)
@@ -529,3 +539,33 @@ def test_a_batch_of_stops_that_fails_is_stopped_again_one_by_one(
     # Stopped once: the failed batch's changes went with it.
     assert transitions[-2:] == ["Stopping", "Stopped"]
     assert transitions.count("Stopping") == 1
+
+
+def test_each_stop_of_a_batch_is_logged_naming_its_own_request_and_job(
+    settings: Settings, source_dir: Path
+) -> None:
+    # The operators' line of each stop, written by the submitting thread, names what the
+    # request's own thread would have named: its request id and its job.
+    submissions = _submitted(settings, source_dir, ["first", "a", "b"])
+    lines: list[dict[str, Any]] = []
+    handler = logging.Handler(logging.INFO)
+    handler.setFormatter(JsonFormatter())
+    handler.emit = lambda record: lines.append(json.loads(handler.format(record)))  # type: ignore[method-assign]
+    logger = logging.getLogger(service.__name__)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        outcomes = _stop_while_held(
+            submissions, settings, [("first", ADMIN), ("a", ADMIN), ("b", VIEWER)]
+        )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert outcomes[:2] == ["first Stopped Stopped", "a Stopped Stopped"]
+    assert isinstance(outcomes[2], Forbidden)
+    stopped = [line for line in lines if line["message"] == "stop requested by admin"]
+    assert [(line["request_id"], line["job"]) for line in stopped] == [
+        ("stop-0", "first"),
+        ("stop-1", "a"),
+    ]
