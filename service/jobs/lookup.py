@@ -52,8 +52,12 @@ def get(
         else None
     )
     if job is None:
-        raise NotFound(f"no training job named {name!r}")
+        raise _no_job(name)
     return job
+
+
+def _no_job(name: str) -> NotFound:
+    return NotFound(f"no training job named {name!r}")
 
 
 def get_many_to_change(
@@ -62,17 +66,20 @@ def get_many_to_change(
     """For each (name, caller, project) of ``wanted``, the job as ``get`` finds it to
     change (its instances read when first looked at), or its NotFound: every job read, and
     locked, by one statement."""
-    keys = [(project or viewer.project, name) for name, viewer, project in wanted]
-    # A project the caller cannot see holds no jobs, as for ``get``.
-    seen = [viewer.sees(key[0]) for key, (_, viewer, _) in zip(keys, wanted, strict=True)]
-    found = repository.get_many_to_change(
-        session, [key for key, visible in zip(keys, seen, strict=True) if visible]
-    )
-    jobs: list[TrainingJob | NotFound] = []
-    for key, visible in zip(keys, seen, strict=True):
-        job = found.get(key) if visible else None
-        jobs.append(job if job is not None else NotFound(f"no training job named {key[1]!r}"))
-    return jobs
+    keys = [_key_in_sight(name, viewer, project) for name, viewer, project in wanted]
+    found = repository.get_many_to_change(session, [key for key in keys if key is not None])
+    jobs = [found.get(key) if key is not None else None for key in keys]
+    return [
+        job if job is not None else _no_job(name)
+        for job, (name, _, _) in zip(jobs, wanted, strict=True)
+    ]
+
+
+def _key_in_sight(name: str, viewer: Principal, project: str | None) -> tuple[str, str] | None:
+    """The (project, name) of a job the caller names, or None where the caller cannot see
+    that project: it holds no jobs for the caller, as for ``get``."""
+    project = project or viewer.project
+    return (project, name) if viewer.sees(project) else None
 
 
 def list_jobs(

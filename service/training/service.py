@@ -223,14 +223,13 @@ def stop_many(
     )
     stopped: list[TrainingJob | RunyardError] = []
     for job, (_, user, _) in zip(found, wanted, strict=True):
+        outcome: TrainingJob | RunyardError = job
         try:
-            if isinstance(job, RunyardError):
-                raise job
-            _begin_stop(session, settings, job, user, STOP_REASON)
+            if isinstance(job, TrainingJob):
+                _begin_stop(session, settings, job, user, STOP_REASON)
         except RunyardError as refused:  # this stop's own: the others go on
-            stopped.append(refused)
-            continue
-        stopped.append(job)
+            outcome = refused
+        stopped.append(outcome)
     session.flush()
     return stopped
 
