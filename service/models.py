@@ -4,7 +4,7 @@ from service.auth.models import ApiToken, ConsoleSession, Project
 from service.grants.models import ProjectGrant
 from service.jobs.models import JobInstance, JobLease, JobTransition, JobWritePlace, TrainingJob
 from service.kit.db import Base
-from service.logs.models import LogEvent
+from service.logs.models import LogChunk
 from service.tuning.models import TuningJob, TuningTrial
 
 __all__ = [
@@ -15,7 +15,7 @@ __all__ = [
     "JobLease",
     "JobTransition",
     "JobWritePlace",
-    "LogEvent",
+    "LogChunk",
     "Project",
     "ProjectGrant",
     "TrainingJob",

@@ -29,6 +29,7 @@ from tests.tensorflow.environment import tf_python
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
+    from sqlalchemy.orm import Session
 
     from service.settings import Settings
 
@@ -355,3 +356,16 @@ def instance_headers(settings: Settings, job_id: str, host: str = "algo-1") -> d
     from service.auth.tokens import instance_token
 
     return {"Authorization": f"Bearer {instance_token(settings.signing_key(), job_id, host)}"}
+
+
+def stored_line_count(session: Session, job_id: str | None = None) -> int:
+    """How many log lines are stored (of ``job_id``, or of every job): a chunk holds one
+    for each of its seqs."""
+    from sqlalchemy import func, select
+
+    from service.logs.models import LogChunk
+
+    query = select(func.coalesce(func.sum(LogChunk.last_seq - LogChunk.first_seq + 1), 0))
+    if job_id is not None:
+        query = query.where(LogChunk.job_id == job_id)
+    return int(session.scalar(query) or 0)

@@ -1,55 +1,71 @@
-"""Storing a batch of log lines in one statement.
+"""Storing log lines: a host's run of lines with consecutive seqs as one chunk
+(``service.logs.models``), its lines one JSON text, written by one INSERT however many
+lines it holds.
 
-A batch is thousands of lines and none is read back in the request, so neither ORM objects
-nor SQLAlchemy's per-row parameter handling are spent on them: SQLite takes the rows as one
-JSON array, which a single INSERT reads back with its own JSON functions (a quarter less
-CPU a line than an executemany of the same rows as tuples, which binds each value from
-Python), and PostgreSQL a COPY, which its server applies several times faster than the same
-rows as INSERTs. Both write the time column's text as its type would.
+A chunk's text is a packed batch as the runtime sends it (``{"rows": [[time in seconds,
+stream, message], ...], ...}``): a batch taken whole is stored as the body it came in,
+once validated, not written out again. A chunk is cut where a run would hold more than
+CHUNK_LINES lines or CHUNK_CHARACTERS of messages, or span more than CHUNK_SPAN; a batch
+from the runtime is one chunk.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import sqlite3
-from collections.abc import Iterable, Sequence
-from contextlib import closing
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
 
 from contract.limits import MAX_LINE
-from service.kit.db import utc_column_text
-from service.logs.models import LogEvent, log_events
+from service.kit.db import from_micros, to_micros
+from service.logs.models import (
+    CHUNK_CHARACTERS,
+    CHUNK_LINES,
+    CHUNK_SPAN,
+    LogChunk,
+    log_chunks,
+)
 from service.logs.schemas import Line
 
-# The columns after job_id and host, in the order of each row _insert takes.
-_ROW_COLUMNS = ("stream", "seq", "time", "message")
-_COLUMNS = ("job_id", "host", *_ROW_COLUMNS)
+# A stored line: its time in seconds since the epoch, its stream and its message.
+Row = tuple[float, str, str]
+
+_SPAN_SECONDS = CHUNK_SPAN.total_seconds()
 
 
 def last_seq(session: Session, job_id: str) -> int:
     """The highest line number stored for any host of the job (0 when none): a restarted
     job's instances number their lines on from it."""
-    return session.scalar(select(func.max(LogEvent.seq)).where(LogEvent.job_id == job_id)) or 0
+    return session.scalar(select(func.max(LogChunk.last_seq)).where(LogChunk.job_id == job_id)) or 0
+
+
+def host_last_seq(session: Session, job_id: str, host: str) -> int:
+    """The host's last line number (0 when none), off the (job, host, last_seq) index."""
+    query = (
+        select(LogChunk.last_seq)
+        .where(LogChunk.job_id == job_id, LogChunk.host == host)
+        .order_by(LogChunk.last_seq.desc())
+        .limit(1)
+    )
+    return session.scalar(query) or 0
 
 
 # A service line, numbered after the job's last line and stored by one statement: built
-# once, as building it (its six values and the read inside) cost more than running it.
-_NUMBERED_LINE = insert(log_events).from_select(
-    _COLUMNS,
+# once, as building it cost more than running it.
+_NUMBERED_LINE = insert(log_chunks).from_select(
+    ("job_id", "host", "first_seq", "last_seq", "first_time", "last_time", "lines"),
     select(
-        bindparam("job_id", type_=log_events.c.job_id.type),
-        bindparam("host", type_=log_events.c.host.type),
-        bindparam("stream", type_=log_events.c.stream.type),
-        func.coalesce(func.max(log_events.c.seq), 0) + 1,
-        bindparam("time", type_=log_events.c.time.type),
-        bindparam("message", type_=log_events.c.message.type),
-    ).where(log_events.c.job_id == bindparam("job_id")),
+        bindparam("job_id", type_=log_chunks.c.job_id.type),
+        bindparam("host", type_=log_chunks.c.host.type),
+        func.coalesce(func.max(log_chunks.c.last_seq), 0) + 1,
+        func.coalesce(func.max(log_chunks.c.last_seq), 0) + 1,
+        bindparam("time", type_=log_chunks.c.first_time.type),
+        bindparam("time", type_=log_chunks.c.last_time.type),
+        bindparam("lines", type_=log_chunks.c.lines.type),
+    ).where(log_chunks.c.job_id == bindparam("job_id")),
 )
 
 
@@ -58,88 +74,128 @@ def append_service_line(
 ) -> None:
     """A line of the service's own in the job's log (why it ended, say), after every line
     stored: stored with the job's end, when its instances are gone and can add none. One
-    statement numbers and stores it (the number read in the INSERT), not a read and a
-    COPY: a stop in line is that many round trips shorter."""
+    statement numbers and stores it (the number read in the INSERT): a stop in line is
+    that many round trips shorter."""
     values = {
         "job_id": job_id,
         "host": host,
-        "stream": "runtime",
         "time": at,
-        "message": message[:MAX_LINE],
+        "lines": _text([(to_micros(at) / 1_000_000, "runtime", message[:MAX_LINE])]),
     }
     session.execute(_NUMBERED_LINE, values)
 
 
 def insert_lines(session: Session, job_id: str, host: str, lines: Sequence[Line]) -> None:
-    """Store ``lines`` of ``host`` as they are (the caller leaves out those stored)."""
-    rows = [(line.stream, line.seq, utc_column_text(line.micros), line.message) for line in lines]
-    if rows:
-        _insert(session, job_id, host, rows)
+    """Store ``lines`` of ``host`` (the caller leaves out those stored), in seq order: a
+    chunk for each run of consecutive seqs."""
+    run: list[Row] = []
+    first = previous = 0
+    for line in sorted(lines, key=lambda line: line.seq):
+        if line.seq == previous:
+            continue  # the same line twice in one batch: stored once
+        if run and line.seq != previous + 1:
+            insert_rows(session, job_id, host, first, run)
+            run = []
+        if not run:
+            first = line.seq
+        run.append((line.micros / 1_000_000, line.stream, line.message))
+        previous = line.seq
+    if run:
+        insert_rows(session, job_id, host, first, run)
 
 
 def insert_packed(
-    session: Session, job_id: str, host: str, first_seq: int, rows: Sequence[tuple[float, str, str]]
+    session: Session,
+    job_id: str,
+    host: str,
+    first_seq: int,
+    rows: Sequence[Row],
+    body: str | None = None,
 ) -> None:
-    """Store a packed batch's ``rows`` (time in seconds, stream, message) of ``host``,
-    numbered on from ``first_seq``, straight from the rows."""
-    stored = [
-        (stream, seq, utc_column_text(round(stamp * 1_000_000)), message)
-        for seq, (stamp, stream, message) in enumerate(rows, start=first_seq)
-    ]
-    if stored:
-        _insert(session, job_id, host, stored)
+    """Store a packed batch's ``rows`` of ``host``, numbered on from ``first_seq``: as
+    ``body``, the batch's JSON text they were read from, where given and one chunk holds
+    them all."""
+    if not rows:
+        return
+    chunks = list(_chunks(rows))
+    if body is not None and len(chunks) == 1:
+        _, _, low, high = chunks[0]
+        _insert(session, [_values(job_id, host, first_seq, len(rows), low, high, body)])
+        return
+    _insert_chunks(session, job_id, host, first_seq, chunks)
 
 
-# The rows as one JSON array of arrays, read back by SQLite, in the array's order (so ids
-# rise with seqs, as they would row by row).
-_ROWS = func.json_each(bindparam("rows")).table_valued("value")
-_JSON_INSERT = insert(log_events).from_select(
-    _COLUMNS,
-    select(
-        bindparam("job_id", type_=log_events.c.job_id.type),
-        bindparam("host", type_=log_events.c.host.type),
-        *(func.json_extract(_ROWS.c.value, f"$[{index}]") for index in range(len(_ROW_COLUMNS))),
-    ).select_from(_ROWS),
-)
+def insert_rows(session: Session, job_id: str, host: str, first_seq: int, rows: list[Row]) -> None:
+    """Store ``rows``, numbered on from ``first_seq``, one each, as the chunks they make."""
+    if rows:
+        _insert_chunks(session, job_id, host, first_seq, list(_chunks(rows)))
 
 
-def _insert(session: Session, job_id: str, host: str, rows: list[tuple[Any, ...]]) -> None:
-    connection = session.connection()
-    driver = connection.connection.driver_connection
-    assert driver is not None  # an open connection's, inside the request's transaction
-    if connection.dialect.name == "postgresql":
-        _copy(driver, ((job_id, host, *row) for row in rows))
-    elif _sqlite_reads_json():
-        batch = json.dumps(rows, ensure_ascii=False)
-        connection.execute(_JSON_INSERT, {"job_id": job_id, "host": host, "rows": batch})
-    else:
-        with closing(driver.cursor()) as cursor:
-            cursor.executemany(
-                _insert_statement(connection.dialect), ((job_id, host, *row) for row in rows)
-            )
+def _insert_chunks(
+    session: Session,
+    job_id: str,
+    host: str,
+    first_seq: int,
+    chunks: list[tuple[int, Sequence[Row], float, float]],
+) -> None:
+    _insert(
+        session,
+        [
+            _values(job_id, host, first_seq + start, len(chunk), low, high, _text(chunk))
+            for start, chunk, low, high in chunks
+        ],
+    )
 
 
-def _copy(driver: Any, rows: Iterable[tuple[Any, ...]]) -> None:
-    statement = f"COPY {log_events.name} ({', '.join(_COLUMNS)}) FROM STDIN"
-    with driver.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row(row)
+def _values(
+    job_id: str, host: str, first_seq: int, lines: int, low: float, high: float, text: str
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "host": host,
+        "first_seq": first_seq,
+        "last_seq": first_seq + lines - 1,
+        "first_time": from_micros(round(low * 1_000_000)),
+        "last_time": from_micros(round(high * 1_000_000)),
+        "lines": text,
+    }
 
 
-@functools.cache
-def _sqlite_reads_json() -> bool:
-    """Whether this process's SQLite has its JSON functions: built in since 3.38, and in
-    the builds of earlier ones that Python and the distributions ship, but optional."""
-    with closing(sqlite3.connect(":memory:")) as probe:
-        try:
-            probe.execute("SELECT json_extract('[1]', '$[0]')")
-        except sqlite3.OperationalError:
-            return False
-    return True
+def _insert(session: Session, values: list[dict[str, Any]]) -> None:
+    session.execute(insert(log_chunks), values)
 
 
-@functools.lru_cache(maxsize=4)  # a dialect per database engine: few
-def _insert_statement(dialect: Dialect) -> str:
-    # SQLAlchemy writes the statement: the driver's placeholders, in _COLUMNS' order.
-    values: dict[str, Any] = {column: bindparam(column) for column in _COLUMNS}
-    return str(insert(log_events).values(values).compile(dialect=dialect))
+def _text(rows: Sequence[Row]) -> str:
+    """A chunk's text for ``rows``: a packed batch of them."""
+    return json.dumps({"rows": rows}, ensure_ascii=False)
+
+
+def _chunks(rows: Sequence[Row]) -> Iterator[tuple[int, Sequence[Row], float, float]]:
+    """``rows`` cut into chunks: each with where it starts in ``rows``, and its earliest
+    and latest times. A batch within every bound (all the runtime sends) is looked at
+    three times in C, not a line at a time in Python."""
+    low = min(row[0] for row in rows)
+    high = max(row[0] for row in rows)
+    if (
+        len(rows) <= CHUNK_LINES
+        and high - low <= _SPAN_SECONDS
+        and sum(len(row[2]) for row in rows) <= CHUNK_CHARACTERS
+    ):
+        yield 0, rows, low, high
+        return
+    start = 0
+    low = high = rows[0][0]
+    characters = 0
+    for index, row in enumerate(rows):
+        stamp, message = row[0], row[2]
+        cut = index > start and (
+            index - start == CHUNK_LINES
+            or characters + len(message) > CHUNK_CHARACTERS
+            or max(high, stamp) - min(low, stamp) > _SPAN_SECONDS
+        )
+        if cut:
+            yield start, rows[start:index], low, high
+            start, low, high, characters = index, stamp, stamp, 0
+        low, high = min(low, stamp), max(high, stamp)
+        characters += len(message)
+    yield start, rows[start:], low, high

@@ -37,10 +37,12 @@ class Line(NamedTuple):
 class Packed(NamedTuple):
     """A packed batch's lines as received: ``rows`` of ``(time, stream, message)``, a
     time in seconds since the epoch, numbered on from ``first_seq``. Stored from these
-    rows as they are: a line object each cost as much as validating the batch."""
+    rows as they are (a line object each cost as much as validating the batch), or as
+    ``body``, the JSON text they were validated from, where it is theirs unchanged."""
 
     first_seq: int
     rows: Sequence[tuple[float, str, str]]
+    body: str | None = None
 
 
 class LogLine(BaseModel):
@@ -86,10 +88,22 @@ def received_lines(body: bytes) -> list[Line] | Packed:
     if lines is not None:
         return [line.stored() for line in lines]
     packed = as_message(protocol.LogBatch, batch)
-    rows = packed.rows
     if _NUL_ESCAPE in body:
-        rows = [(stamp, stream, without_nul(message)) for stamp, stream, message in rows]
-    return Packed(packed.first_seq, rows)
+        rows = [(stamp, stream, without_nul(message)) for stamp, stream, message in packed.rows]
+        return Packed(packed.first_seq, rows)
+    return Packed(packed.first_seq, packed.rows, _as_stored(body))
+
+
+def _as_stored(body: bytes) -> str | None:
+    """The body's text, to be stored as it came, where what it holds is certain to be what
+    was validated: one "rows" key (JSON lets a key repeat; a message of "rows" only costs
+    the batch being written out again) and UTF-8 text."""
+    if body.count(b'"rows"') != 1:
+        return None
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 class LogEventPublic(BaseModel):

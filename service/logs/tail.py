@@ -11,16 +11,18 @@ hosts, and a stream could skip lines committed late under a lower id.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.jobs.models import TrainingJob
 from service.jobs.states import TERMINAL
 from service.kit.db import session_scope
-from service.logs import pages
-from service.logs.models import LogEvent
+from service.logs import pages, reading, repository
+from service.logs.reading import StoredLine
 from service.logs.schemas import LogEventPublic
 
 # Lines a read takes at most (and pages.PAGE_BYTES of them).
@@ -45,7 +47,7 @@ class Line:
         return len(self.data) + LINE_OVERHEAD
 
     @classmethod
-    def of(cls, row: LogEvent) -> Line:
+    def of(cls, row: StoredLine) -> Line:
         public = LogEventPublic.model_validate(row, from_attributes=True)
         return cls(row.host, row.seq, public.model_dump_json(), pages.event_bytes(row.message))
 
@@ -167,18 +169,8 @@ def read_tails(
 
 
 def _tips(session: Session, job_id: str, hosts: list[str]) -> dict[str, int]:
-    """Each host's last line of the job (0: none yet), read off the (job, host, seq)
-    index."""
-    return {
-        host: session.scalar(
-            select(LogEvent.seq)
-            .where(LogEvent.job_id == job_id, LogEvent.host == host)
-            .order_by(LogEvent.seq.desc())
-            .limit(1)
-        )
-        or 0
-        for host in hosts
-    }
+    """Each host's last line of the job (0: none yet)."""
+    return {host: repository.host_last_seq(session, job_id, host) for host in hosts}
 
 
 def read_behind(url: str, job_id: str, position: dict[str, int]) -> tuple[str, list[Line]]:
@@ -189,13 +181,14 @@ def read_behind(url: str, job_id: str, position: dict[str, int]) -> tuple[str, l
         return status, [Line.of(row) for row in rows]
 
 
-def _newer(session: Session, job_id: str, position: dict[str, int]) -> tuple[list[LogEvent], bool]:
-    newer = [and_(LogEvent.host == host, LogEvent.seq > seq) for host, seq in position.items()]
-    query = (
-        select(LogEvent)
-        .where(LogEvent.job_id == job_id, or_(*newer))
-        # Within a host, time and seq rise together, so any cut keeps each host's prefix.
-        .order_by(LogEvent.time, LogEvent.host, LogEvent.seq)
-        .limit(FOLLOW_BATCH + 1)
-    )
-    return pages.read_page(session, query, limit=FOLLOW_BATCH)
+def _newer(
+    session: Session, job_id: str, position: dict[str, int]
+) -> tuple[list[StoredLine], bool]:
+    hosts = [reading.by_seq(session, job_id, host, after=seq) for host, seq in position.items()]
+    # Each host's lines in seq order, merged by time: any cut keeps each host's prefix.
+    merged = heapq.merge(*hosts, key=attrgetter("micros"))
+    try:
+        return pages.filled(merged, attrgetter("message"), limit=FOLLOW_BATCH)
+    finally:
+        for lines in hosts:
+            lines.close()

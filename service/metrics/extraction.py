@@ -26,8 +26,10 @@ looks again before it ends.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+from contextlib import closing
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -36,8 +38,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from service.jobs.models import MetricCursor, TrainingJob
-from service.kit.db import session_scope, to_micros
-from service.logs.models import LogEvent
+from service.kit.db import session_scope
+from service.logs import reading
 from service.logs.schemas import Line
 from service.metrics import service
 
@@ -162,13 +164,11 @@ def _round(
 
 
 def _lines_after(session: Session, job_id: str, host: str, seq: int) -> list[Line]:
-    rows = session.execute(
-        select(LogEvent.seq, LogEvent.time, LogEvent.stream, LogEvent.message)
-        .where(LogEvent.job_id == job_id, LogEvent.host == host, LogEvent.seq > seq)
-        .order_by(LogEvent.seq)
-        .limit(ROUND_LINES)
-    )
-    return [Line(seq_, to_micros(time), stream, message) for seq_, time, stream, message in rows]
+    with closing(reading.by_seq(session, job_id, host, after=seq)) as lines:
+        return [
+            Line(line.seq, line.micros, line.stream, line.message)
+            for line in itertools.islice(lines, ROUND_LINES)
+        ]
 
 
 def _locked_cursor(session: Session, job_id: str, host: str) -> MetricCursor:

@@ -1,6 +1,7 @@
 """Log retention: the log lines and metric points of jobs that ended long enough ago.
 
-It lives beside the metrics because it prunes both of a job's per-line records at once;
+It lives beside the metrics because it prunes both of a job's per-line records at once
+(its lines are stored a chunk of them to a row);
 the job row, its transitions and its final metrics are kept, as SageMaker keeps a job's
 description after its CloudWatch logs expire.
 
@@ -11,7 +12,7 @@ writing theirs meanwhile, and a retention run stopped half way has kept what it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session
 from service.jobs.models import MetricPoint, MetricRollup, TrainingJob
 from service.jobs.states import TERMINAL
 from service.kit.db import session_scope, utcnow
-from service.logs.models import LogEvent
+from service.logs.models import LogChunk
 
 BATCH_ROWS = 5000
 
@@ -48,22 +49,33 @@ def prune_ended_jobs(
         return Pruned(0, 0)
     expired = _expired((now or utcnow()) - timedelta(days=retention_days))
     log_lines = points = 0
-    for table, counted in ((LogEvent, "log_lines"), (MetricPoint, "metric_points")):
-        while True:
-            chosen = select(table.id).where(table.job_id.in_(expired)).limit(batch_rows)
-            with session_scope(database_url) as session:
-                # The ids are read first: the DELETE then walks the primary key, and an
-                # empty read says this table is done.
-                ids = list(session.scalars(chosen))
-                if not ids:
-                    break
-                deleted = _count(session, delete(table).where(table.id.in_(ids)))
-            if counted == "log_lines":
-                log_lines += deleted
-            else:
-                points += deleted
-            if progress is not None:
-                progress(Pruned(log_lines, points))
+    while True:
+        with session_scope(database_url) as session:
+            # The ids are read first: the DELETE then walks the primary key, and an empty
+            # read says the chunks are done. A batch is batch_rows lines (or one chunk).
+            chosen = _lines_worth(
+                session.execute(
+                    select(LogChunk.id, LogChunk.last_seq - LogChunk.first_seq + 1)
+                    .where(LogChunk.job_id.in_(expired))
+                    .limit(batch_rows)
+                ).all(),
+                batch_rows,
+            )
+            if not chosen:
+                break
+            _count(session, delete(LogChunk).where(LogChunk.id.in_([id_ for id_, _ in chosen])))
+        log_lines += sum(lines for _, lines in chosen)
+        if progress is not None:
+            progress(Pruned(log_lines, points))
+    while True:
+        chosen_points = select(MetricPoint.id).where(MetricPoint.job_id.in_(expired))
+        with session_scope(database_url) as session:
+            ids = list(session.scalars(chosen_points.limit(batch_rows)))
+            if not ids:
+                break
+            points += _count(session, delete(MetricPoint).where(MetricPoint.id.in_(ids)))
+        if progress is not None:
+            progress(Pruned(log_lines, points))
     with session_scope(database_url) as session:
         # At most one row per metric, host and minute: one statement is a short one.
         session.execute(
@@ -71,6 +83,16 @@ def prune_ended_jobs(
             execution_options={"synchronize_session": False},
         )
     return Pruned(log_lines=log_lines, metric_points=points)
+
+
+def _lines_worth(chunks: Sequence[Any], lines: int) -> Sequence[Any]:
+    """The first of ``chunks`` (id, lines) that hold ``lines`` lines together, one at least."""
+    taken = 0
+    for count, (_, held) in enumerate(chunks):
+        taken += held
+        if taken > lines and count:
+            return chunks[:count]
+    return chunks
 
 
 def _expired(cutoff: datetime) -> Select[str]:

@@ -13,19 +13,21 @@ import binascii
 import json
 import re
 from collections.abc import Callable
+from contextlib import closing
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import ColumnElement, tuple_
 
 from service.auth.access import Role
 from service.jobs import lookup
 from service.jobs.models import TrainingJob
 from service.kit import keyset
-from service.kit.db import read_pages_in_index_order
+from service.kit.db import from_micros, read_pages_in_index_order, to_micros
 from service.kit.errors import NotFound
-from service.logs import pages
-from service.logs.models import LogEvent
+from service.logs import pages, reading
+from service.logs.models import LogChunk
+from service.logs.reading import StoredLine
 from service.sagemaker import log_streams, page_tokens, translate
 from service.sagemaker.errors import AwsError
 from service.sagemaker.log_streams import Stream, StreamJob, stream_name
@@ -72,8 +74,7 @@ def get_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     _check_group(call, params)
     job, host = _stream_of(call, params["logStreamName"])
     limit = params.get("limit", DEFAULT_EVENTS)
-    query = select(LogEvent).where(LogEvent.job_id == job.id, LogEvent.host == host)
-    query = _within(query, params.get("startTime"), params.get("endTime"))
+    start, end = _window(params)
     token = params.get("nextToken")
     backward, seq = False, 0
     if token is not None:
@@ -81,12 +82,21 @@ def get_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         if match is None:
             raise _invalid("The specified nextToken is invalid.")
         backward, seq = match.group("way") == "b", int(match.group("seq"))
-        query = query.where(LogEvent.seq < seq if backward else LogEvent.seq > seq)
     elif not params.get("startFromHead", False):
         backward = True  # without a token or startFromHead: the latest events
-    ordered = query.order_by(LogEvent.seq.desc() if backward else LogEvent.seq)
+    chunks = _chunks_within(start, end)
+    if backward:
+        before = seq if token is not None else None
+        lines = reading.by_seq(
+            call.session, job.id, host, before=before, descending=True, where=chunks
+        )
+    else:
+        lines = reading.by_seq(call.session, job.id, host, after=seq, where=chunks)
     # At most 1 MB of events, as CloudWatch's: backward, the latest that fit.
-    rows, _more = pages.read_page(call.session, ordered.limit(limit), limit=limit)
+    with closing(lines):
+        rows, _more = pages.filled(
+            lines, _message, limit=limit, keep=lambda line: _is_within(line, start, end)
+        )
     if backward:
         rows.reverse()
     # With nothing new the tokens stay where they were, as CloudWatch's do.
@@ -108,12 +118,14 @@ def filter_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         return _filter_streams(call, params, [_stream_of(call, name) for name in names])
     # Without names, the lines of every stream the prefix matches, however many jobs: read a
     # job at a time, up to a budget (log_streams.walk_lines), and a token to go on from.
+    start, end = _window(params)
     walk = log_streams.walk_lines(
         call.session,
         call.principal.project,
         prefix,
         terms=_terms(params.get("filterPattern", "")),
-        within=lambda query: _within(query, params.get("startTime"), params.get("endTime")),
+        start=start,
+        end=end,
         limit=params.get("limit", DEFAULT_FILTERED),
         after=_place_in(params, log_streams.line_place),
     )
@@ -133,29 +145,37 @@ def _filter_streams(
     call: Call, params: dict[str, Any], wanted: list[tuple[TrainingJob, str]]
 ) -> dict[str, Any]:
     """FilterLogEvents over the streams named (at most 100, as CloudWatch's): their lines
-    in time order across them, equal times as they arrived."""
+    in time order across them, equal times as they arrived. Looks at LINES_LOOKED_AT
+    lines at most, matching or not: a page that reached that many before it filled is
+    short, with a token to go on from the last line looked at, as CloudWatch's may be."""
     terms = _terms(params.get("filterPattern", ""))
     limit = params.get("limit", DEFAULT_FILTERED)
     by_id = {job.id: job for job, _ in wanted}
-    query = select(LogEvent).where(
-        LogEvent.job_id.in_(sorted(by_id)),
-        tuple_(LogEvent.job_id, LogEvent.host).in_([(job.id, host) for job, host in wanted]),
+    streams = (
+        LogChunk.job_id.in_(sorted(by_id)),
+        tuple_(LogChunk.job_id, LogChunk.host).in_([(job.id, host) for job, host in wanted]),
     )
-    query = _within(query, params.get("startTime"), params.get("endTime"))
-    # The database narrows by every term (its LIKE may ignore case, as SQLite's does);
-    # each row is then matched exactly here, read as the page fills (pages.read_page).
-    for term in terms:
-        query = query.where(LogEvent.message.contains(term, autoescape=True))
-    position = _place_in(params, lambda given: keyset.from_json(_FILTER_KEYS, given))
-    if position is not None:
-        query = query.where(keyset.after(_FILTER_KEYS, position))
+    start, end = _window(params)
+    after = _place_in(params, reading.place_from_json)
     read_pages_in_index_order(call.session)
-    page, more = pages.read_page(
-        call.session,
-        query.order_by(*keyset.ordering(_FILTER_KEYS)),
-        limit=limit,
-        keep=lambda row: all(term in row.message for term in terms),
-    )
+    page: list[StoredLine] = []
+    used = 0
+    last: reading.Place | None = None
+    more = False
+    lines = reading.by_time(call.session, streams, after=after, start=start, end=end)
+    with closing(lines):
+        for looked, line in enumerate(lines):
+            if looked == log_streams.LINES_LOOKED_AT:
+                more = True
+                break
+            if all(term in line.message for term in terms):
+                size = pages.event_bytes(line.message)
+                if len(page) == limit or (page and used + size > pages.PAGE_BYTES):
+                    more = True
+                    break
+                page.append(line)
+                used += size
+            last = (line.micros, line.id)
     answer: dict[str, Any] = {
         "events": [_filtered(by_id[row.job_id], row) for row in page],
         "searchedLogStreams": [
@@ -163,22 +183,17 @@ def _filter_streams(
             for job, host in wanted
         ],
     }
-    if more:
-        answer["nextToken"] = _place_token(params, keyset.to_json([page[-1].time, page[-1].id]))
+    if more and last is not None:
+        answer["nextToken"] = _place_token(params, reading.place_json(last))
     return answer
 
 
-def _filtered(job: StreamJob, row: Any) -> dict[str, Any]:
+def _filtered(job: StreamJob, row: StoredLine) -> dict[str, Any]:
     return {
         **_event(row),
         "logStreamName": stream_name(job, row.host),
         "eventId": f"{row.job_id}-{row.host}-{row.seq}",
     }
-
-
-# Events across streams in time order, equal times as they arrived: a total order, so a page
-# ends at a row the next page starts after.
-_FILTER_KEYS = (keyset.Key(LogEvent.time), keyset.Key(LogEvent.id))
 
 
 def _terms(pattern: str) -> list[str]:
@@ -236,28 +251,48 @@ def _check_group(call: Call, params: dict[str, Any]) -> None:
     call.principal.require(Role.VIEWER, call.principal.project, "reading logs")
 
 
-def _within(query: Any, start_ms: int | None, end_ms: int | None) -> Any:
-    if start_ms is not None:
-        query = query.where(LogEvent.time >= _from_ms(start_ms))
-    if end_ms is not None:
-        query = query.where(LogEvent.time < _from_ms(end_ms))
-    return query
+def _window(params: dict[str, Any]) -> tuple[int | None, int | None]:
+    """The request's startTime and endTime (milliseconds) in microseconds."""
+    start, end = params.get("startTime"), params.get("endTime")
+    return (
+        None if start is None else _micros(start),
+        None if end is None else _micros(end),
+    )
 
 
-def _from_ms(ms: int) -> datetime:
+def _micros(ms: int) -> int:
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC)
+        return to_micros(datetime.fromtimestamp(ms / 1000, UTC))
     except (OverflowError, OSError, ValueError):
         raise _invalid("A time is out of range.") from None
+
+
+def _chunks_within(start: int | None, end: int | None) -> tuple[ColumnElement[bool], ...]:
+    """The chunks that may hold a line of the window."""
+    where = []
+    if start is not None:
+        where.append(LogChunk.last_time >= from_micros(start))
+    if end is not None:
+        where.append(LogChunk.first_time < from_micros(end))
+    return tuple(where)
+
+
+def _is_within(line: StoredLine, start: int | None, end: int | None) -> bool:
+    return (start is None or line.micros >= start) and (end is None or line.micros < end)
+
+
+def _message(line: StoredLine) -> str:
+    return line.message
 
 
 def _ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
-def _event(row: LogEvent) -> dict[str, Any]:
+def _event(row: StoredLine) -> dict[str, Any]:
     # Runyard keeps when the instance printed a line, not when it arrived: both are that.
-    return {"timestamp": _ms(row.time), "message": row.message, "ingestionTime": _ms(row.time)}
+    at = row.micros // 1000
+    return {"timestamp": at, "message": row.message, "ingestionTime": at}
 
 
 def _stream_entry(stream: Stream, region: str) -> dict[str, Any]:

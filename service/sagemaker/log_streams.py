@@ -3,9 +3,9 @@
 There is no table of streams: a stream is a host of a job that has printed a line. A page
 of streams walks the project's jobs off an index (by name, or by creation for
 LastEventTime), takes each job's hosts from its instance count (read out of the record by
-the database, as lists do) and asks the lines' (job, host, seq) index for each host's first
-and last line: a point lookup a stream. Lines across streams are read a job at a time, in
-the order of the jobs' names, each job's in its index's order (time, then arrival). Both
+the database, as lists do) and asks the chunks' (job, host, last_seq) index for each host's
+first and last chunk: a point lookup a stream. Lines across streams are read a job at a
+time, in the order of the jobs' names, each job's in time order, then as they arrived. Both
 stop at a budget of jobs, streams or lines looked at, whatever the project holds, and give
 back where to go on from; a page may then be short, or empty, with a place to go on from,
 as CloudWatch's are.
@@ -14,20 +14,21 @@ as CloudWatch's are.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Row, Select, and_, case, literal, select, true, union_all
+from sqlalchemy import Row, and_, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from contract.hosts import host_names
 from service.jobs.models import TrainingJob, record_field
 from service.kit import keyset
 from service.kit.db import read_pages_in_index_order
-from service.logs import pages
-from service.logs.models import LogEvent
+from service.logs import pages, reading
+from service.logs.models import LogChunk
+from service.logs.reading import StoredLine
 
 # The most jobs one request looks at, and the most streams (point lookups) a page of
 # streams asks about: a project of jobs that printed nothing still costs one page this.
@@ -198,16 +199,17 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 def _described(session: Session, chunk: list[tuple[Any, str]]) -> list[Stream | None]:
-    """Each host's stream (its first and last line, through the (job, host, seq) index), or
-    None for a host that printed nothing: one statement, a point lookup a host."""
+    """Each host's stream (its first and last chunk, through the (job, host, last_seq)
+    index), or None for a host that printed nothing: one statement, a point lookup a
+    host."""
     if not chunk:
         return []
 
     def edge(job_id: str, host: str, column: Any, *, last: bool) -> Any:
         return (
             select(column)
-            .where(LogEvent.job_id == job_id, LogEvent.host == host)
-            .order_by(LogEvent.seq.desc() if last else LogEvent.seq)
+            .where(LogChunk.job_id == job_id, LogChunk.host == host)
+            .order_by(LogChunk.last_seq.desc() if last else LogChunk.last_seq)
             .limit(1)
             .scalar_subquery()
         )
@@ -215,9 +217,9 @@ def _described(session: Session, chunk: list[tuple[Any, str]]) -> list[Stream | 
     each = [
         select(
             literal(n).label("n"),
-            edge(job.id, host, LogEvent.time, last=False).label("first"),
-            edge(job.id, host, LogEvent.time, last=True).label("last"),
-            edge(job.id, host, LogEvent.seq, last=True).label("lines"),
+            edge(job.id, host, LogChunk.first_time, last=False).label("first"),
+            edge(job.id, host, LogChunk.last_time, last=True).label("last"),
+            edge(job.id, host, LogChunk.last_seq, last=True).label("lines"),
         )
         for n, (job, host) in enumerate(chunk)
     ]
@@ -238,7 +240,6 @@ def _described(session: Session, chunk: list[tuple[Any, str]]) -> list[Stream | 
 
 # Where a walk of lines stands: the job's name, and the last line looked at in it ([time,
 # id]), or None once the job was looked at to its end.
-_LINE_KEYS = (keyset.Key(LogEvent.time), keyset.Key(LogEvent.id))
 
 
 def line_place(given: Any) -> list[Any] | None:
@@ -247,12 +248,12 @@ def line_place(given: Any) -> list[Any] | None:
         return None
     if given[1] is None:
         return [given[0], None]
-    line = keyset.from_json(_LINE_KEYS, given[1])
+    line = reading.place_from_json(given[1])
     return None if line is None else [given[0], line]
 
 
 def line_place_json(place: list[Any]) -> list[Any]:
-    return [place[0], None if place[1] is None else keyset.to_json(place[1])]
+    return [place[0], None if place[1] is None else reading.place_json(place[1])]
 
 
 @dataclass
@@ -260,7 +261,7 @@ class Walk:
     """What a walk of lines across streams found: the page, the streams it looked in (and
     whether to their end), and where to go on from (None: nothing remains)."""
 
-    events: list[tuple[StreamJob, Any]]
+    events: list[tuple[StreamJob, StoredLine]]
     searched: dict[str, bool]
     after: list[Any] | None
 
@@ -271,14 +272,16 @@ def walk_lines(
     prefix: str,
     *,
     terms: list[str],
-    within: Callable[[Any], Any],
+    start: int | None,
+    end: int | None,
     limit: int,
     after: list[Any] | None,
 ) -> Walk:
-    """Up to ``limit`` lines (and PAGE_BYTES of events) holding every term, of the
-    project's streams whose name starts with ``prefix``: a job at a time in name order, each
-    job's lines in (time, arrival) order, from ``after`` on. Looks at no more than
-    JOBS_LOOKED_AT jobs and LINES_LOOKED_AT lines."""
+    """Up to ``limit`` lines (and PAGE_BYTES of events) holding every term, at ``start``
+    or later and before ``end`` (microseconds), of the project's streams whose name
+    starts with ``prefix``: a job at a time in name order, each job's lines in (time,
+    arrival) order, from ``after`` on. Looks at no more than JOBS_LOOKED_AT jobs and
+    LINES_LOOKED_AT lines."""
     job_prefix, slash, _ = prefix.partition("/")
     jobs_query = select(
         TrainingJob.id, TrainingJob.name, TrainingJob.project, TrainingJob.created_at
@@ -301,32 +304,27 @@ def walk_lines(
         if lines_left == 0:
             walk.after = _job_done(jobs, job)
             return walk
-        start = after[1] if after is not None and after[0] == job.name else None
-        lines = within(select(LogEvent).where(LogEvent.job_id == job.id))
-        if start is not None:
-            lines = lines.where(keyset.after(_LINE_KEYS, start))
-        with _window_of_lines(session, lines, terms, lines_left) as rows:
-            for row in rows:
+        place = after[1] if after is not None and after[0] == job.name else None
+        lines = reading.by_time(
+            session, (LogChunk.job_id == job.id,), after=place, start=start, end=end
+        )
+        with closing(lines):
+            for line in lines:
                 if lines_left == 0:  # one line more than the budget: the job goes on
-                    walk.after = _here(jobs, job, start, after)
+                    walk.after = _here(jobs, job, place, after)
                     return walk
-                name = stream_name(job, row.host)
+                name = stream_name(job, line.host)
                 walk.searched.setdefault(name, False)
-                message = row.message
-                if (
-                    message is not None
-                    and name.startswith(prefix)
-                    and all(term in message for term in terms)
-                ):
-                    size = pages.event_bytes(message)
+                if name.startswith(prefix) and all(term in line.message for term in terms):
+                    size = pages.event_bytes(line.message)
                     full = len(walk.events) == limit
                     if full or (walk.events and used + size > pages.PAGE_BYTES):
-                        walk.after = _here(jobs, job, start, after)
+                        walk.after = _here(jobs, job, place, after)
                         return walk
-                    walk.events.append((job, row))
+                    walk.events.append((job, line))
                     used += size
                 lines_left -= 1
-                start = [row.time, row.id]
+                place = (line.micros, line.id)
         for name in walk.searched:
             if name.startswith(job.name + "/"):
                 walk.searched[name] = True
@@ -336,11 +334,11 @@ def walk_lines(
 
 
 def _here(
-    jobs: Sequence[Any], job: Any, start: list[Any] | None, after: list[Any] | None
+    jobs: Sequence[Any], job: Any, place: reading.Place | None, after: list[Any] | None
 ) -> list[Any] | None:
-    """The place a walk stopped at in ``job``: after its line ``start``, or before it."""
-    if start is not None:
-        return [job.name, start]
+    """The place a walk stopped at in ``job``: after its line at ``place``, or before it."""
+    if place is not None:
+        return [job.name, place]
     return _job_done(jobs, job) or after
 
 
@@ -348,29 +346,3 @@ def _job_done(jobs: Sequence[Any], job: Any) -> list[Any] | None:
     """The place before ``job``: after the job before it (to its end), or from the start."""
     before = jobs.index(job) - 1
     return [jobs[before].name, None] if before >= 0 else None
-
-
-@contextmanager
-def _window_of_lines(
-    session: Session, lines: Select[Any], terms: list[str], most: int
-) -> Iterator[Iterator[Any]]:
-    """The first ``most`` + 1 of ``lines`` in (time, arrival) order, each with its message
-    if the database finds every term in it (its LIKE may ignore case: checked again
-    after), None otherwise, so that lines that fail are looked at but never sent. Read
-    READ_BATCH at a time as they are used (on PostgreSQL through a server-side cursor,
-    closed where the walk stops)."""
-    window = lines.order_by(*keyset.ordering(_LINE_KEYS)).limit(most + 1).subquery()
-    matches = and_(true(), *(window.c.message.contains(t, autoescape=True) for t in terms))
-    query = select(
-        window.c.id,
-        window.c.job_id,
-        window.c.host,
-        window.c.seq,
-        window.c.time,
-        case((matches, window.c.message), else_=None).label("message"),
-    ).order_by(window.c.time, window.c.id)
-    result = session.execute(query.execution_options(yield_per=pages.READ_BATCH))
-    try:
-        yield iter(result)
-    finally:
-        result.close()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, select, text
@@ -16,7 +17,9 @@ from sqlalchemy import Connection, select, text
 from service.jobs import repository
 from service.jobs.models import JobInstance, JobWritePlace, MetricRollup, TrainingJob
 from service.kit.db import get_engine, session_scope
-from service.kit.migrate import upgrade
+from service.kit.migrate import alembic_config, upgrade
+from service.logs import service as logs
+from service.logs.models import LogChunk
 from service.models import Base
 from tests.conftest import empty_postgres_database
 
@@ -331,3 +334,72 @@ def test_instances_that_failed_before_causes_were_stored_get_the_one_their_reaso
         "algo-3": "ScriptError",
         "algo-4": None,
     }
+
+
+@pytest.mark.parametrize("engine", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_lines_stored_a_row_each_become_chunks_and_back(engine: str, tmp_path: Path) -> None:
+    """Each host's runs of consecutive seqs become chunks, cut where a run spans more than
+    a chunk may; every line reads back as it was, in time order across hosts; and a
+    downgrade stores them a row each again."""
+    noon = datetime(2026, 6, 1, 12)
+    stored = [
+        ("algo-1", 1, 0, "stdout", "one"),
+        ("algo-1", 2, 1, "stderr", "two ☃"),
+        ("algo-1", 4, 2, "stdout", "four, after a gap"),
+        ("algo-1", 5, 100, "stdout", "five, a chunk's span later"),
+        ("algo-2", 1, 1, "stdout", "algo-2's first"),
+    ]
+    with _database_at(engine, tmp_path, "0026") as url:
+        with get_engine(url).begin() as connection:
+            _insert_job(connection, "j1", {}, "Completed")
+            for host, seq, second, stream, message in stored:
+                connection.execute(
+                    text(
+                        "INSERT INTO log_events (job_id, host, stream, seq, time, message) "
+                        "VALUES ('j1', :host, :stream, :seq, :time, :message)"
+                    ),
+                    {
+                        "host": host,
+                        "stream": stream,
+                        "seq": seq,
+                        "time": noon + timedelta(seconds=second, microseconds=seq),
+                        "message": message,
+                    },
+                )
+        upgrade(url)
+        with session_scope(url, readonly=True) as session:
+            chunks = session.execute(
+                select(LogChunk.host, LogChunk.first_seq, LogChunk.last_seq).order_by(
+                    LogChunk.host, LogChunk.first_seq
+                )
+            ).all()
+            lines, _ = logs.page(session, "j1", host=None, cursor=None, limit=100)
+        assert [tuple(chunk) for chunk in chunks] == [
+            ("algo-1", 1, 2),
+            ("algo-1", 4, 4),
+            ("algo-1", 5, 5),
+            ("algo-2", 1, 1),
+        ]
+        assert [(line.host, line.seq, line.stream, line.message, line.time) for line in lines] == [
+            (
+                host,
+                seq,
+                stream,
+                message,
+                (noon + timedelta(seconds=second, microseconds=seq)).replace(tzinfo=UTC),
+            )
+            for host, seq, second, stream, message in sorted(
+                stored, key=lambda row: (row[2], row[1])
+            )
+        ]
+        config = alembic_config(url)
+        with get_engine(url).begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0026")
+        with get_engine(url).begin() as connection:
+            rows = connection.execute(
+                text("SELECT host, seq, stream, message, time FROM log_events ORDER BY host, seq")
+            ).all()
+        assert [tuple(row[:4]) for row in rows] == [
+            (host, seq, stream, message) for host, seq, _, stream, message in stored
+        ]

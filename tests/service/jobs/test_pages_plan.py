@@ -111,7 +111,7 @@ def test_a_page_of_a_log_is_read_in_its_order_off_an_index(
         assert rows
         assert cursor is not None
         logs.page(session, stored, host=host, cursor=cursor, limit=50)
-    _assert_read_in_order([plan for plan in plans if "log_events" in plan])
+    _assert_read_in_order([plan for plan in plans if "log_chunks" in plan])
 
 
 def _assert_read_in_order(pages: list[str]) -> None:

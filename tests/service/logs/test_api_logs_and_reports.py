@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 
+from contract.limits import MAX_LINE
 from service.jobs.models import JobInstance, TrainingJob
 from service.kit.db import get_engine, session_scope
-from service.logs import follow, repository
+from service.logs import follow
+from service.logs.models import CHUNK_CHARACTERS, CHUNK_SPAN, LogChunk
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
 
@@ -97,26 +99,54 @@ def test_a_packed_lines_nul_is_stored_replaced_and_its_neighbours_as_sent(
     assert [e["message"] for e in events] == ["a\ufffdb", "\\u0000 as text"]
 
 
-def test_lines_are_stored_as_sent_where_sqlite_lacks_its_json_functions(
-    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_lines_cut_into_chunks_read_back_in_time_order_across_hosts(
+    api: TestClient, settings: Settings, source_dir: Path
 ) -> None:
-    # SQLite's JSON functions are optional before 3.38, and every SQLite here has them.
-    monkeypatch.setattr(repository, "_sqlite_reads_json", lambda: False)
-    headers = submit_for_instances(api, settings, source_dir)
-    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
-    packed = {"first_seq": 1, "rows": [[1.5, "stdout", "one"], [2.25, "stderr", "two 😀"]]}
-    assert api.post(url, json=packed, headers=headers).json() == {"stored": 2}
-    objects = {"lines": [log_line(3, 3, "three")]}
-    assert api.post(url, json=objects, headers=headers).json() == {"stored": 1}
-    events = api.get("/v1/training-jobs/job-1/logs").json()["events"]
-    assert [(e["seq"], e["stream"], e["message"]) for e in events] == [
-        (1, "stdout", "one"),
-        (2, "stderr", "two 😀"),
-        (3, "stdout", "three"),
-    ]
-    assert datetime.fromisoformat(events[1]["time"]) == datetime(
-        1970, 1, 1, 0, 0, 2, 250000, tzinfo=UTC
-    )
+    """A batch spanning more than a chunk may, or holding more characters, is stored as
+    several chunks, as is one whose seqs skip; pages across hosts still give every line
+    once, in time order, however the chunks overlap in time."""
+    headers = submit_for_instances(api, settings, source_dir, instance_count=2)
+    url = "/v1/training-jobs/job-1/instances/{}/logs"
+    span = CHUNK_SPAN.total_seconds()
+    # An hour before log_line's times.
+    start = datetime(2025, 12, 31, 23, tzinfo=UTC).timestamp()
+    # algo-1: ten lines a third of a chunk's span apart (several chunks).
+    slow = [[start + n * span / 3, "stdout", f"slow {n}"] for n in range(10)]
+    answer = api.post(url.format("algo-1"), json={"first_seq": 1, "rows": slow}, headers=headers)
+    assert answer.json() == {"stored": 10}
+    # algo-2: long lines between algo-1's, more characters than a chunk holds; then lines
+    # whose seqs skip (the object form), after all the others.
+    long = "x" * (MAX_LINE - 100)
+    wide = [[start + 1 + n * span / 80, "stderr", f"wide {n} {long}"] for n in range(40)]
+    assert sum(len(message) for _, _, message in wide) > CHUNK_CHARACTERS
+    algo_2 = headers.of("algo-2")
+    answer = api.post(url.format("algo-2"), json={"first_seq": 1, "rows": wide}, headers=algo_2)
+    assert answer.json() == {"stored": 40}
+    skipping = {"lines": [log_line(seq, seq - 40, f"skip {seq}") for seq in (48, 50, 51)]}
+    assert api.post(url.format("algo-2"), json=skipping, headers=algo_2).json() == {"stored": 3}
+    with session_scope(settings.database_url, readonly=True) as session:
+        chunks = session.scalar(select(func.count()).select_from(LogChunk))
+    # algo-1's in three (its span), algo-2's batch in two (its characters), and a chunk for
+    # each run of seqs.
+    assert chunks == 3 + 2 + 2
+    expected = [
+        (host, message)
+        for _, host, message in sorted(
+            [(stamp, "algo-1", message) for stamp, _, message in slow]
+            + [(stamp, "algo-2", message) for stamp, _, message in wide]
+        )
+    ] + [("algo-2", f"skip {seq}") for seq in (48, 50, 51)]
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        answer = api.get("/v1/training-jobs/job-1/logs", params=params).json()
+        seen += answer["events"]
+        if (cursor := answer["next_cursor"]) is None:
+            break
+    assert [(e["host"], e["message"]) for e in seen] == expected
+    one_host = api.get("/v1/training-jobs/job-1/logs", params={"host": "algo-1"}).json()
+    assert [e["message"] for e in one_host["events"]] == [message for _, _, message in slow]
 
 
 @pytest.mark.parametrize(
@@ -186,7 +216,7 @@ def test_a_batch_finds_the_hosts_last_line_without_reading_the_others(
     statements: list[tuple[str, Any]] = []
 
     def keep(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().startswith("SELECT") and "log_events" in statement:
+        if statement.lstrip().startswith("SELECT") and "log_chunks" in statement:
             statements.append((statement, parameters))
 
     engine = get_engine(settings.database_url)

@@ -9,12 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from service.kit.db import get_engine
-from service.logs import pages
-from service.logs.models import LogEvent
+from service.logs import pages, reading
+from service.logs.models import CHUNK_CHARACTERS
 from service.settings import Settings
 from tests.conftest import log_line, submit_for_instances
 
@@ -39,17 +40,23 @@ def ship_long_lines(api: TestClient, settings: Settings, source_dir: Path) -> No
         assert api.post(url, json={"lines": lines}, headers=headers).status_code == 200
 
 
+# The lines a chunk of such lines holds, and what a page may read past its end: the rest of
+# the chunks fetched with the last one it took.
+PER_CHUNK = CHUNK_CHARACTERS // LONG
+BEYOND_A_PAGE = reading.READ_CHUNKS * PER_CHUNK
+
+
 class Reads:
-    """The log lines each statement on the database loaded as ORM rows."""
+    """The log lines read out of their chunks after each statement on the database."""
 
     def __init__(self) -> None:
-        self.per_statement: list[int] = []
+        self.per_statement: list[int] = [0]
 
     def statement(self, *_args: Any) -> None:
         self.per_statement.append(0)
 
-    def loaded(self, *_args: Any) -> None:
-        self.per_statement[-1] += 1
+    def loaded(self, lines: list[Any]) -> None:
+        self.per_statement[-1] += len(lines)
 
     @property
     def most(self) -> int:
@@ -57,15 +64,22 @@ class Reads:
 
 
 @contextmanager
-def counted_reads(settings: Settings) -> Iterator[Reads]:
+def counted_reads(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
     reads = Reads()
     engine = get_engine(settings.database_url)
+    read_chunk = reading.lines_of
+
+    def counted(chunk: Any) -> list[Any]:
+        lines = read_chunk(chunk)
+        reads.loaded(lines)
+        return lines
+
+    # Counted, not changed: the lines a chunk holds are what the reader gets.
+    monkeypatch.setattr(reading, "lines_of", counted)
     event.listen(engine, "before_cursor_execute", reads.statement)
-    event.listen(LogEvent, "load", reads.loaded)
     try:
         yield reads
     finally:
-        event.remove(LogEvent, "load", reads.loaded)
         event.remove(engine, "before_cursor_execute", reads.statement)
 
 
@@ -74,13 +88,13 @@ def page_bytes(messages: list[str]) -> int:
 
 
 def test_a_page_of_long_lines_stops_at_a_megabyte_and_the_next_resumes_exactly(
-    api: TestClient, settings: Settings, source_dir: Path
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ship_long_lines(api, settings, source_dir)
     seen: list[str] = []
     sizes: list[int] = []
     cursor = None
-    with counted_reads(settings) as reads:
+    with counted_reads(settings, monkeypatch) as reads:
         while True:
             params: dict[str, Any] = {"limit": 10_000, **({"cursor": cursor} if cursor else {})}
             answer = api.get("/v1/training-jobs/job-1/logs", params=params).json()
@@ -92,18 +106,18 @@ def test_a_page_of_long_lines_stops_at_a_megabyte_and_the_next_resumes_exactly(
                 break
     assert sizes == [PER_PAGE] * 6 + [LINES - 6 * PER_PAGE]
     assert seen == [long_line(seq) for seq in range(1, LINES + 1)]
-    # Each page read its lines a batch at a time and stopped once full: never the 401 that
-    # its limit allows.
-    assert reads.most <= PER_PAGE + pages.READ_BATCH
+    # Each page read its lines a few chunks at a time and stopped once full: never the 400
+    # that its limit allows.
+    assert reads.most <= PER_PAGE + BEYOND_A_PAGE < LINES
 
 
 def test_a_log_download_streams_pages_of_at_most_a_megabyte(
-    api: TestClient, settings: Settings, source_dir: Path
+    api: TestClient, settings: Settings, source_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ship_long_lines(api, settings, source_dir)
-    with counted_reads(settings) as reads:
+    with counted_reads(settings, monkeypatch) as reads:
         text = api.get("/v1/training-jobs/job-1/logs/download").text
     assert [line.split(" ", 2)[2] for line in text.splitlines()] == [
         long_line(seq) for seq in range(1, LINES + 1)
     ]
-    assert reads.most <= PER_PAGE + pages.READ_BATCH
+    assert reads.most <= PER_PAGE + BEYOND_A_PAGE < LINES

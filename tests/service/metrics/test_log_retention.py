@@ -14,11 +14,13 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from service.jobs.models import JobFinalMetric, MetricPoint, MetricRollup, TrainingJob
-from service.kit.db import session_scope, utcnow
-from service.logs.models import LogEvent
+from service.kit.db import session_scope, to_micros, utcnow
+from service.logs import repository
+from service.logs.schemas import Line
 from service.metrics import rollups
 from service.metrics.retention import Pruned, prune_ended_jobs
 from service.settings import Settings
+from tests.conftest import stored_line_count
 from worker.celery_app import create_celery
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -48,19 +50,26 @@ def _job(
         for seq in range(1, lines + 1):
             time = created + seq * timedelta(seconds=1)
             session.add(
-                LogEvent(
-                    job_id=job_id,
-                    host="algo-1",
-                    stream="stdout",
-                    seq=seq,
-                    time=time,
-                    message=f"loss: {seq}",
-                )
-            )
-            session.add(
                 MetricPoint(
                     job_id=job_id, name="loss", host="algo-1", seq=seq, time=time, value=float(seq)
                 )
+            )
+        # Two lines a chunk: a batch of two lines deletes one chunk.
+        for first in range(1, lines + 1, 2):
+            run = range(first, min(first + 2, lines + 1))
+            repository.insert_lines(
+                session,
+                job_id,
+                "algo-1",
+                [
+                    Line(
+                        seq,
+                        to_micros(created + seq * timedelta(seconds=1)),
+                        "stdout",
+                        f"loss: {seq}",
+                    )
+                    for seq in run
+                ],
             )
         session.add(
             JobFinalMetric(job_id=job_id, name="loss", value=3.0, time=created, host="algo-1")
@@ -72,10 +81,16 @@ def _job(
 
 def _counts(database_url: str, job_id: str) -> tuple[int, int, int]:
     with session_scope(database_url, readonly=True) as session:
-        return tuple(  # type: ignore[return-value]
-            session.scalar(select(func.count()).select_from(table).where(table.job_id == job_id))
-            for table in (LogEvent, MetricPoint, JobFinalMetric)
-        )
+        return (
+            stored_line_count(session, job_id),
+            *(
+                session.scalar(
+                    select(func.count()).select_from(table).where(table.job_id == job_id)
+                )
+                or 0
+                for table in (MetricPoint, JobFinalMetric)
+            ),
+        )  # type: ignore[return-value]
 
 
 def test_only_jobs_ended_before_the_retention_lose_their_lines(database_url: str) -> None:

@@ -67,7 +67,7 @@ def statements_on_lines(url: str) -> Iterator[list[str]]:
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, sql: str, *_rest: Any) -> None:
-        if "log_events" in sql and sql.lstrip().upper().startswith("SELECT"):
+        if "log_chunks" in sql and sql.lstrip().upper().startswith("SELECT"):
             seen.append(sql)
 
     engine = get_engine(url)
@@ -123,7 +123,7 @@ def test_streams_of_the_group_page_by_name_at_a_budget_and_resume_exactly(
     assert len(reads) == len(pages)
     # A point lookup (first line, last line, last seq) for each of at most 3 streams.
     assert lines
-    assert all(sql.count("FROM log_events") <= 3 * 3 for sql in lines)
+    assert all(sql.count("FROM log_chunks") <= 3 * 3 for sql in lines)
     # Described from each stream's first and last line.
     first = pages[0][0]
     assert first["uploadSequenceToken"] == str(LINES_PER_HOST)

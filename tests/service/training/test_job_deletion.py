@@ -16,12 +16,12 @@ from service.jobs.models import (
     TrainingJob,
 )
 from service.kit.db import session_scope
-from service.logs.models import LogEvent
+from service.logs.models import LogChunk
 from service.settings import Settings
 from tests.conftest import job_spec, log_line, submit_for_instances
 
 JOB = "/v1/training-jobs/job-1"
-ROWS = (TrainingJob, JobTransition, JobInstance, MetricPoint, JobFinalMetric, LogEvent)
+ROWS = (TrainingJob, JobTransition, JobInstance, MetricPoint, JobFinalMetric, LogChunk)
 
 
 def _rows(settings: Settings, job_id: str) -> dict[str, int]:

@@ -28,14 +28,13 @@ from service.jobs.models import JobLease, JobWritePlace, TrainingJob
 from service.jobs.schemas import JobCreate
 from service.kit.db import get_engine, session_scope
 from service.kit.errors import Conflict, Forbidden, NotFound, SpecError
-from service.logs.models import LogEvent
 from service.observability import context as observed
 from service.observability.logs import JsonFormatter
 from service.settings import Settings
 from service.training import preparation, service
 from service.training import submissions as submissions_module
 from service.training.submissions import Submissions
-from tests.conftest import job_spec
+from tests.conftest import job_spec, stored_line_count
 from tests.jobs import named
 
 
@@ -501,7 +500,7 @@ def test_stops_asked_together_are_stored_in_one_transaction_each_with_its_answer
             job.name: (job.status, [t.secondary_status for t in job.transitions])
             for job in session.scalars(select(TrainingJob))
         }
-        lines = session.scalar(select(func.count()).select_from(LogEvent))
+        lines = stored_line_count(session)
     status, transitions = statuses["a"]
     assert (status, transitions[-2:]) == ("Stopped", ["Stopping", "Stopped"])
     assert statuses["b"][0] == "InProgress"  # the viewer's stop changed nothing
