@@ -65,7 +65,10 @@ def page(
     ``pages.PAGE_BYTES`` of them; the cursor is the last (time, id) seen."""
     streams = [LogChunk.job_id == job_id]
     if host:
-        streams.append(LogChunk.host == host)
+        # Compared as an expression, so the host's chunks are found by walking the time
+        # index, in page order. Where PostgreSQL's statistics predate a job it would take
+        # the (host, last_seq) index instead and sort every chunk of the host for a page.
+        streams.append(LogChunk.host + "" == host)
     after = None
     if cursor:
         time, line_id = decode_cursor(cursor, int)

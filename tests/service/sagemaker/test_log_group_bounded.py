@@ -27,6 +27,7 @@ from tests.service.sagemaker.test_logs import GROUP, logs  # noqa: F401 (a fixtu
 JOBS = 6
 SILENT = {("lg-3", "algo-1"), ("lg-3", "algo-2"), ("lg-4", "algo-2")}
 LINES_PER_HOST = 3
+HOSTS = ("algo-1", "algo-2")
 
 
 @pytest.fixture
@@ -216,3 +217,29 @@ def test_a_token_of_another_request_is_refused(logs: Any) -> None:  # noqa: F811
     # The same request with another page size goes on from it.
     more = logs.filter_log_events(logGroupName=GROUP, limit=3, nextToken=events["nextToken"])
     assert events["events"][0]["message"] not in [e["message"] for e in more["events"]]
+
+
+@pytest.mark.usefixtures("many_streams", "small_budgets")
+def test_filter_over_named_streams_stops_at_its_budget_of_lines_and_resumes_exactly(
+    logs: Any,  # noqa: F811
+) -> None:
+    """A pattern few lines hold is looked for a budget of lines at a time: pages short of
+    it (empty ones too) come with a token, and every match comes once, in time order."""
+    names = [
+        s["logStreamName"]
+        for page in followed(logs.describe_log_streams, "logStreams", logStreamNamePrefix="lg-5/")
+        for s in page
+    ]
+    assert len(names) == 2
+    pages = followed(
+        logs.filter_log_events, "events", logStreamNames=names, filterPattern='"line 3"'
+    )
+    messages = [e["message"] for page in pages for e in page]
+    assert messages == ["lg-5 algo-1 line 3", "lg-5 algo-2 line 3"]
+    # Six lines, four looked at a request: the first page found nothing.
+    assert pages[0] == []
+    everything = followed(logs.filter_log_events, "events", logStreamNames=names)
+    assert [len(page) for page in everything] == [4, 2]
+    assert [e["message"] for page in everything for e in page] == [
+        f"lg-5 {host} line {seq}" for seq in range(1, LINES_PER_HOST + 1) for host in HOSTS
+    ]
