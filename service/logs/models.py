@@ -43,7 +43,9 @@ class LogChunk(Base):
     # The earliest and the latest of its lines' times (not necessarily its first and last).
     first_time: Mapped[datetime] = mapped_column(UTCDateTime)
     last_time: Mapped[datetime] = mapped_column(UTCDateTime)
-    # [[time in microseconds since the epoch, stream, message], ...] in seq order.
+    # A packed batch of the lines, in seq order, as the runtime sends one: {"rows": [[time
+    # in seconds since the epoch, stream, message], ...]}, and whatever else the batch held
+    # (its first_seq, which the columns above say).
     lines: Mapped[str] = mapped_column(Text)
 
     # Reads go by host and seq (a follower, a retried batch, a stream's pages) or by time

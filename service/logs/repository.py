@@ -5,8 +5,8 @@ lines it holds.
 A chunk's text is a packed batch as the runtime sends it (``{"rows": [[time in seconds,
 stream, message], ...], ...}``): a batch taken whole is stored as the body it came in,
 once validated, not written out again. A chunk is cut where a run would hold more than
-CHUNK_LINES lines or CHUNK_CHARACTERS of messages, or span more than CHUNK_SPAN; a batch
-from the runtime is one chunk.
+CHUNK_LINES lines or CHUNK_CHARACTERS of messages, or span more than CHUNK_SPAN: a batch
+from the runtime is one chunk, unless its lines waited for the service longer than that.
 """
 
 from __future__ import annotations
