@@ -84,7 +84,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("job_id", "host", "last_seq", name="uq_log_chunks_job_host_seq"),
     )
     op.create_index(
-        "ix_log_chunks_job_time", "log_chunks", ["job_id", "first_time", "last_time"]
+        "ix_log_chunks_job_time", "log_chunks", ["job_id", "first_time", "id"]
     )
     connection = op.get_bind()
     for values in _batches(_chunked(_stored_lines(connection))):

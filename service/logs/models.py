@@ -53,7 +53,7 @@ class LogChunk(Base):
     # last_seqs are unique and ordered as its chunks are.
     __table_args__ = (
         UniqueConstraint("job_id", "host", "last_seq", name="uq_log_chunks_job_host_seq"),
-        Index("ix_log_chunks_job_time", "job_id", "first_time", "last_time"),
+        Index("ix_log_chunks_job_time", "job_id", "first_time", "id"),
     )
 
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Executable, select
@@ -56,9 +56,15 @@ _CHUNK = select(
     LogChunk.job_id,
     LogChunk.host,
     LogChunk.first_seq,
+    LogChunk.last_seq,
     LogChunk.first_time,
+    LogChunk.last_time,
     LogChunk.lines,
 )
+# The earliest time a datetime holds, in microseconds: where a read from a time less than
+# a chunk's span after it begins.
+_EARLIEST = to_micros(datetime.min.replace(tzinfo=UTC))
+_SPAN_MICROS = CHUNK_SPAN // timedelta(microseconds=1)
 
 
 def lines_of(chunk: Any) -> list[StoredLine]:
@@ -116,28 +122,30 @@ def by_time(
     ``after``, at ``start`` or later and before ``end`` (microseconds), in time order,
     equal times as they arrived.
 
-    Chunks are read in the order of their earliest times and their lines kept in a heap:
-    a line is given once no chunk left to read can hold an earlier one. A chunk spans
-    CHUNK_SPAN at most, so one that holds a line after a time begins at most that much
-    before it: the read begins there, not at the job's first line."""
+    Chunks are read in the order of their earliest times (then ids) and their lines kept
+    in a heap: a line is given once no chunk left to read can hold an earlier one. A chunk
+    spans CHUNK_SPAN at most, so one that holds a line after a time begins at most that
+    much before it: the read begins there, not at the job's first line."""
     query = _CHUNK.where(*streams)
     low = max((at for at in (after[0] if after else None, start) if at is not None), default=None)
     if low is not None:
         query = query.where(
-            LogChunk.first_time >= from_micros(low) - CHUNK_SPAN,
+            LogChunk.first_time >= from_micros(max(low - _SPAN_MICROS, _EARLIEST)),
             LogChunk.last_time >= from_micros(low),
         )
     if end is not None:
         query = query.where(LogChunk.first_time < from_micros(end))
-    # Chunks that begin at the same time may come in any order: their lines wait in the
-    # heap until a chunk that begins later is read.
-    query = query.order_by(LogChunk.first_time)
+    # In the order of (first_time, id), no line of a chunk comes before its first time and
+    # its first line's id, nor of any chunk after it: lines up to there are given.
+    query = query.order_by(LogChunk.first_time, LogChunk.id)
     waiting: list[tuple[int, int, StoredLine]] = []
     with _read(session, query) as chunks:
         for chunk in chunks:
-            earliest = to_micros(chunk.first_time)
-            while waiting and waiting[0][0] < earliest:
+            bound = (to_micros(chunk.first_time), chunk.id * CHUNK_LINES)
+            while waiting and waiting[0][:2] < bound:
                 yield heapq.heappop(waiting)[2]
+            if after is not None and _last_place(chunk) <= after:
+                continue  # every line of it came before the place: not read out
             for line in lines_of(chunk):
                 if (
                     (after is None or (line.micros, line.id) > after)
@@ -147,6 +155,11 @@ def by_time(
                     heapq.heappush(waiting, (line.micros, line.id, line))
     while waiting:
         yield heapq.heappop(waiting)[2]
+
+
+def _last_place(chunk: Any) -> Place:
+    """What no line of ``chunk`` comes after: its latest time, its last line's id."""
+    return (to_micros(chunk.last_time), chunk.id * CHUNK_LINES + chunk.last_seq - chunk.first_seq)
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import String, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from contract.limits import MAX_LINE
@@ -40,6 +40,23 @@ def last_seq(session: Session, job_id: str) -> int:
     """The highest line number stored for any host of the job (0 when none): a restarted
     job's instances number their lines on from it."""
     return session.scalar(select(func.max(LogChunk.last_seq)).where(LogChunk.job_id == job_id)) or 0
+
+
+# Any fixed number: the first key of the advisory locks that hold a host's lines while a
+# batch of them is stored (the second is the job and host's hash).
+_HOST_LOCK = 0x4C4F4753  # "LOGS"
+_HOLD_HOST = select(
+    func.pg_advisory_xact_lock(_HOST_LOCK, func.hashtext(bindparam("key", type_=String)))
+)
+
+
+def hold_host(session: Session, job_id: str, host: str) -> None:
+    """Hold the host's lines until the transaction ends, so that two batches of one host
+    stored at once (a retry while the first is still on its way) store each line once:
+    the second reads the host's last line once the first is committed. SQLite lets one
+    writer in at a time by itself."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_HOLD_HOST, {"key": f"{job_id}/{host}"})
 
 
 def host_last_seq(session: Session, job_id: str, host: str) -> int:

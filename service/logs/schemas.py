@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, model_validator
 
 from contract import protocol
 from contract.limits import MAX_LOG_BATCH
@@ -20,8 +20,9 @@ PackedMessage = Annotated[str, Field(max_length=protocol.MAX_MESSAGE)]
 # JSON writes a NUL in a string only as this escape (a raw one is refused).
 _NUL_ESCAPE = b"\\u0000"
 # A packed line's time, seconds since the epoch in UTC: up to the end of year 9999, as far
-# as a datetime goes.
-Stamp = Annotated[float, Field(ge=0, lt=253_402_300_800, allow_inf_nan=False)]
+# as a datetime goes. A JSON number only (strict: not a string or a boolean that reads as
+# one), as the body is stored as it came once validated.
+Stamp = Annotated[float, Strict(), Field(ge=0, lt=253_402_300_800, allow_inf_nan=False)]
 
 
 class Line(NamedTuple):

@@ -23,6 +23,7 @@ from service.settings import Settings
 
 def ingest(session: Session, job_id: str, host: str, lines: list[Line] | Packed) -> int:
     """Store the lines not stored yet (a retried batch repeats seqs); returns how many."""
+    repository.hold_host(session, job_id, host)
     last = repository.host_last_seq(session, job_id, host)
     if isinstance(lines, Packed):
         # Numbered on from first_seq, one each: those not stored yet are its last rows.

@@ -16,6 +16,7 @@ from sqlalchemy import event, func, select
 from contract.limits import MAX_LINE
 from service.jobs.models import JobInstance, TrainingJob
 from service.kit.db import get_engine, session_scope
+from service.kit.pagination import encode_cursor
 from service.logs import follow
 from service.logs.models import CHUNK_CHARACTERS, CHUNK_SPAN, LogChunk
 from service.settings import Settings
@@ -157,6 +158,9 @@ def test_lines_cut_into_chunks_read_back_in_time_order_across_hosts(
         ({"first_seq": 0, "rows": [[1.0, "stdout", "x"]]}, "first_seq"),
         ({"first_seq": 1, "rows": [[-1.0, "stdout", "before 1970"]]}, "rows.0.0"),
         ({"first_seq": 1, "rows": [[1e12, "stdout", "after 9999"]]}, "rows.0.0"),
+        # A number only: the body is stored as it came.
+        ({"first_seq": 1, "rows": [["1700000000.5", "stdout", "a string"]]}, "rows.0.0"),
+        ({"first_seq": 1, "rows": [[True, "stdout", "a boolean"]]}, "rows.0.0"),
         ({"first_seq": 1, "rows": [[1.0, "stdin", "x"]]}, "rows.0.1"),
         ({"first_seq": 1, "rows": [[1.0, "stdout"]]}, "rows.0.2"),
         ({"first_seq": 1, "rows": [[1.0, "stdout", "x" * 16_385]]}, "rows.0.2"),
@@ -459,3 +463,19 @@ def test_a_nul_an_instance_sends_is_stored_replaced(
     with session_scope(settings.database_url) as session:
         row = session.scalars(select(JobInstance)).one()
         assert (row.message, row.failure_reason) == ("ended\ufffd", "AlgorithmError: \ufffd")
+
+
+def test_a_cursor_at_the_earliest_time_a_cursor_holds_reads_from_there(
+    api: TestClient, settings: Settings, source_dir: Path
+) -> None:
+    """A read looks for chunks from a chunk's span before its cursor: a cursor at the
+    start of year 1 (one a client may write) reads from the earliest time there is."""
+    headers = submit_for_instances(api, settings, source_dir)
+    url = "/v1/training-jobs/job-1/instances/algo-1/logs"
+    assert api.post(url, json={"lines": [log_line(1, 0, "one")]}, headers=headers).json() == {
+        "stored": 1
+    }
+    cursor = encode_cursor(datetime(1, 1, 1, 0, 0, 10, tzinfo=UTC), 1)
+    answer = api.get("/v1/training-jobs/job-1/logs", params={"cursor": cursor})
+    assert answer.status_code == 200, answer.text
+    assert [e["message"] for e in answer.json()["events"]] == ["one"]

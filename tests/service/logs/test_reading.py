@@ -4,6 +4,7 @@ chunks near it, not at every chunk before it."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from contextlib import closing
 from datetime import UTC, datetime
@@ -15,7 +16,9 @@ from sqlalchemy import event
 from service.jobs.models import TrainingJob
 from service.kit.db import get_engine, session_scope, to_micros
 from service.logs import reading, repository
+from service.logs import service as logs
 from service.logs.models import CHUNK_SPAN, LogChunk
+from service.logs.schemas import Packed
 
 START = to_micros(datetime(2026, 6, 1, tzinfo=UTC)) / 1_000_000
 SPAN = CHUNK_SPAN.total_seconds()
@@ -183,3 +186,65 @@ def _removed(node: dict[str, Any]) -> int:
 
 def to_micros_of(seconds: float) -> int:
     return round(seconds * 1_000_000)
+
+
+def test_chunks_that_begin_at_one_time_are_read_out_a_page_at_a_time(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines that all share one time (a console kept at a job's end is stamped so) are
+    given in the order they arrived, and a page reads out only the chunks it needs: its
+    own, and none of those before its place or after it."""
+    job_id = _job(database_url)
+    for first in range(1, 200, 10):
+        _store(database_url, job_id, "algo-1", first, [START] * 10)
+    read: list[int] = []
+    read_chunk = reading.lines_of
+
+    def counted(chunk: Any) -> list[Any]:
+        read.append(chunk.first_seq)
+        return read_chunk(chunk)
+
+    # Counted, not changed: the lines each chunk holds are what the reader gets.
+    monkeypatch.setattr(reading, "lines_of", counted)
+    seen: list[int] = []
+    place = None
+    while True:
+        read.clear()
+        with (
+            session_scope(database_url, readonly=True) as session,
+            closing(reading.by_time(session, (LogChunk.job_id == job_id,), after=place)) as lines,
+        ):
+            page = [line for line, _ in zip(lines, range(3), strict=False)]
+        if not page:
+            break
+        seen += [line.seq for line in page]
+        place = (page[-1].micros, page[-1].id)
+        # The page's lines lie in at most two chunks; none before it is read out again.
+        assert len(read) <= 2, read
+    assert seen == list(range(1, 201))
+
+
+def test_two_batches_of_one_host_at_once_store_each_line_once(database_url: str) -> None:
+    """A batch retried while the first is still being stored, with more lines: the second
+    waits for the first's commit and stores only the lines after it."""
+    job_id = _job(database_url)
+    first = Packed(1, [(START + n, "stdout", f"line {n}") for n in range(1, 101)])
+    second = Packed(1, [(START + n, "stdout", f"line {n}") for n in range(1, 151)])
+    stored: dict[str, int] = {}
+    with session_scope(database_url) as holding:
+        stored["first"] = logs.ingest(holding, job_id, "algo-1", first)
+
+        def ingest_second() -> None:
+            with session_scope(database_url) as session:
+                stored["second"] = logs.ingest(session, job_id, "algo-1", second)
+
+        racer = threading.Thread(target=ingest_second)
+        racer.start()
+        racer.join(1.0)
+        # Still waiting for the first batch's transaction.
+        assert racer.is_alive()
+    racer.join(30)
+    assert stored == {"first": 100, "second": 50}
+    with session_scope(database_url, readonly=True) as session:
+        seqs = [line.seq for line in reading.by_seq(session, job_id, "algo-1")]
+    assert seqs == list(range(1, 151))
