@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, tuple_
@@ -95,7 +96,10 @@ def get_log_events(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     # At most 1 MB of events, as CloudWatch's: backward, the latest that fit.
     with closing(lines):
         rows, _more = pages.filled(
-            lines, _message, limit=limit, keep=lambda line: _is_within(line, start, end)
+            lines,
+            attrgetter("message"),
+            limit=limit,
+            keep=lambda line: _is_within(line, start, end),
         )
     if backward:
         rows.reverse()
@@ -279,10 +283,6 @@ def _chunks_within(start: int | None, end: int | None) -> tuple[ColumnElement[bo
 
 def _is_within(line: StoredLine, start: int | None, end: int | None) -> bool:
     return (start is None or line.micros >= start) and (end is None or line.micros < end)
-
-
-def _message(line: StoredLine) -> str:
-    return line.message
 
 
 def _ms(value: datetime) -> int:

@@ -107,23 +107,29 @@ def test_a_host_reads_by_seq_either_way(database_url: str) -> None:
     assert backward == [7, 6, 5, 4, 3, 2, 1]
 
 
+@pytest.fixture
+def read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The first seq of each chunk a reader reads out, in order."""
+    seqs: list[int] = []
+    read_chunk = reading.lines_of
+
+    def counted(chunk: Any) -> list[Any]:
+        seqs.append(chunk.first_seq)
+        return read_chunk(chunk)
+
+    # Counted, not changed: the lines each chunk holds are what the reader gets.
+    monkeypatch.setattr(reading, "lines_of", counted)
+    return seqs
+
+
 def test_a_read_from_a_time_on_looks_only_at_the_chunks_near_it(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, read: list[int]
 ) -> None:
     job_id = _job(database_url)
     # A hundred chunks of ten lines, a chunk's span apart.
     for chunk in range(100):
         begins = START + chunk * SPAN
         _store(database_url, job_id, "algo-1", chunk * 10 + 1, [begins + s for s in range(10)])
-    read: list[int] = []
-    read_chunk = reading.lines_of
-
-    def counted(chunk: Any) -> list[Any]:
-        read.append(chunk.first_seq)
-        return read_chunk(chunk)
-
-    # Counted, not changed: the lines each chunk holds are what the reader gets.
-    monkeypatch.setattr(reading, "lines_of", counted)
     statements: list[tuple[str, Any]] = []
 
     def keep(_conn: Any, _cursor: Any, sql: str, params: Any, *_: Any) -> None:
@@ -189,7 +195,7 @@ def to_micros_of(seconds: float) -> int:
 
 
 def test_chunks_that_begin_at_one_time_are_read_out_a_page_at_a_time(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str, read: list[int]
 ) -> None:
     """Lines that all share one time (a console kept at a job's end is stamped so) are
     given in the order they arrived, and a page reads out only the chunks it needs: its
@@ -197,15 +203,6 @@ def test_chunks_that_begin_at_one_time_are_read_out_a_page_at_a_time(
     job_id = _job(database_url)
     for first in range(1, 200, 10):
         _store(database_url, job_id, "algo-1", first, [START] * 10)
-    read: list[int] = []
-    read_chunk = reading.lines_of
-
-    def counted(chunk: Any) -> list[Any]:
-        read.append(chunk.first_seq)
-        return read_chunk(chunk)
-
-    # Counted, not changed: the lines each chunk holds are what the reader gets.
-    monkeypatch.setattr(reading, "lines_of", counted)
     seen: list[int] = []
     place = None
     while True:
